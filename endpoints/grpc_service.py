@@ -1,0 +1,125 @@
+"""KServe v2 `GRPCInferenceService` over the server core (sync grpcio, thread pool)."""
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from endpoints.errors import InferenceError
+from endpoints.kserve_codec import V2_DATATYPE, decode_grpc
+from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
+    server_timing_header, timing_parameters
+from endpoints.trace_context import parse_traceparent
+
+
+def _abort(context: grpc.ServicerContext, exc: InferenceError):
+    context.abort(exc.grpc_code, exc.message)
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The subset of Triton's gRPC service that clients of a KServe v2 endpoint use."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+        self._requests = {name: server.metrics.requests.labels(name, "grpc") for name in server.specs}
+
+    def ServerLive(self, request, context):
+        return service_pb2.ServerLiveResponse(live=True)
+
+    def ServerReady(self, request, context):
+        return service_pb2.ServerReadyResponse(ready=self.server.ready)
+
+    def ServerMetadata(self, request, context):
+        return service_pb2.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
+
+    def ModelReady(self, request, context):
+        try:
+            self.server.spec(request.name)
+            self.server.check_version(request.name, request.version)
+        except InferenceError as exc:
+            _abort(context, exc)
+        return service_pb2.ModelReadyResponse(ready=self.server.ready)
+
+    def ModelMetadata(self, request, context):
+        try:
+            self.server.check_version(request.name, request.version)
+            meta = self.server.model_metadata(request.name)
+        except InferenceError as exc:
+            _abort(context, exc)
+        response = service_pb2.ModelMetadataResponse(name=meta["name"], versions=meta["versions"],
+                                                     platform=meta["platform"])
+        for src, dst in ((meta["inputs"], response.inputs), (meta["outputs"], response.outputs)):
+            for t in src:
+                dst.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+        return response
+
+    def ModelConfig(self, request, context):
+        from endpoints.model_config import config_as_json
+
+        try:
+            body = config_as_json(self.server.spec(request.name))
+        except InferenceError as exc:
+            _abort(context, exc)
+        return service_pb2.ModelConfigResponse(config=json_format.ParseDict(body, model_config_pb2.ModelConfig()))
+
+    def ModelStatistics(self, request, context):
+        try:
+            if request.name:
+                self.server.check_version(request.name, request.version)
+            body = self.server.statistics(request.name or None)
+        except InferenceError as exc:
+            _abort(context, exc)
+        return json_format.ParseDict(body, service_pb2.ModelStatisticsResponse())
+
+    def ModelInfer(self, request, context):
+        clock = RequestClock.start()
+        name = request.model_name
+        metadata = dict(context.invocation_metadata())
+        ids = parse_traceparent(metadata.get("traceparent"))
+        if ids:
+            context.send_initial_metadata((("traceparent", metadata["traceparent"]),))
+        try:
+            spec = self.server.spec(name)
+            self.server.check_version(name, request.model_version)
+            self._requests[name].inc()
+            raw_size = sum(len(r) for r in request.raw_input_contents)
+            limit = self.server.options.max_body_bytes
+            if raw_size > limit:
+                raise InferenceError(f"request tensors of {raw_size} bytes exceed the limit of {limit} bytes")
+            decoded = decode_grpc(spec, request)
+            job = self.server.schedulers[name].submit(decoded.inputs)
+            outputs = job.future.result()
+        except InferenceError as exc:
+            self.server.record_failure(name, clock, exc)
+            _abort(context, exc)
+        self.server.record_success(name, decoded.batch_size, clock, job.timings)
+        params = timing_parameters(clock, job.timings, ids[0] if ids else None)
+        response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
+        for out_name in decoded.requested_outputs:
+            arr = outputs[out_name]
+            response.outputs.add(name=out_name, datatype=V2_DATATYPE[arr.dtype], shape=list(arr.shape))
+            response.raw_output_contents.append(arr.tobytes())
+        for key, value in params.items():
+            if isinstance(value, int):
+                response.parameters[key].int64_param = value
+            else:
+                response.parameters[key].string_param = str(value)
+        context.set_trailing_metadata((("server-timing", server_timing_header(params)),))
+        return response
+
+
+def start_grpc_server(server: InferenceServer, host: str, port: int, max_workers: int = 64) -> grpc.Server:
+    """Start the gRPC server on host:port; returns the running grpc.Server."""
+    limit = server.options.max_body_bytes
+    grpc_server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        options=[("grpc.max_receive_message_length", 2 * limit + 65536),
+                 ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)])
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), grpc_server)
+    bound = grpc_server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC to {host}:{port}")
+    grpc_server.start()
+    return grpc_server

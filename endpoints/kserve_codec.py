@@ -1,0 +1,224 @@
+"""KServe v2 (Open Inference Protocol) tensor codec with validation against a model's spec.
+
+HTTP: JSON tensors and the binary tensor data extension (`Inference-Header-Content-Length`).
+gRPC: typed `contents` and `raw_input_contents`. Every refusal is an InferenceError naming the tensor
+and what is wrong with it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from endpoints.errors import InferenceError
+from endpoints.model_config import ModelSpec
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64), "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16), "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
+}
+V2_DATATYPE = {v: k for k, v in NUMPY_DTYPES.items()}
+
+# gRPC InferTensorContents field per datatype.
+GRPC_CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
+}
+
+
+@dataclass
+class DecodedRequest:
+    """A validated inference request."""
+
+    inputs: dict[str, np.ndarray]
+    request_id: str = ""
+    requested_outputs: list[str] = field(default_factory=list)
+    binary_outputs: set[str] = field(default_factory=set)
+    batch_size: int = 1
+
+
+def _bad(message: str) -> InferenceError:
+    return InferenceError(message)
+
+
+def check_shape(spec: ModelSpec, name: str, datatype: object, shape: object) -> tuple[str, tuple[int, ...]]:
+    """Validate an input's name, datatype and shape against the model; return (datatype, shape)."""
+    tensor = spec.input(name) if isinstance(name, str) else None
+    if tensor is None:
+        known = ", ".join(t.name for t in spec.inputs)
+        raise _bad(f"model '{spec.name}' has no input {name!r} (inputs: {known})")
+    if datatype != tensor.datatype:
+        raise _bad(f"input '{name}': datatype {datatype!r} does not match the model's {tensor.datatype}")
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise _bad(f"input '{name}': shape must be a list of integers, got {shape!r}")
+    if len(shape) != len(tensor.shape):
+        raise _bad(f"input '{name}': shape {list(shape)} has rank {len(shape)}, the model expects "
+                   f"rank {len(tensor.shape)} {list(tensor.shape)}")
+    for got, want in zip(shape, tensor.shape):
+        if got < 0 or (want >= 0 and got != want):
+            raise _bad(f"input '{name}': shape {list(shape)} does not match the model's {list(tensor.shape)}")
+    if shape and shape[0] == 0:
+        raise _bad(f"input '{name}': batch dimension must be at least 1")
+    return datatype, tuple(shape)
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _array_from_json_data(name: str, datatype: str, shape: tuple[int, ...], data: object) -> np.ndarray:
+    if not isinstance(data, list):
+        raise _bad(f"input '{name}': 'data' must be a list, got {type(data).__name__}")
+    try:
+        arr = np.asarray(data, dtype=NUMPY_DTYPES[datatype])
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _bad(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
+    if arr.size != _element_count(shape):
+        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs {_element_count(shape)}")
+    return arr.reshape(shape)
+
+
+def _array_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> np.ndarray:
+    dtype = NUMPY_DTYPES[datatype]
+    expected = _element_count(shape) * dtype.itemsize
+    if len(raw) != expected:
+        raise _bad(f"input '{name}': {len(raw)} bytes of binary data, shape {list(shape)} of {datatype} "
+                   f"needs {expected}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _check_complete(spec: ModelSpec, inputs: dict[str, np.ndarray]) -> int:
+    missing = [t.name for t in spec.inputs if t.name not in inputs]
+    if missing:
+        raise _bad(f"model '{spec.name}': missing input(s) {', '.join(missing)}")
+    first = next(iter(inputs.values()))
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def _check_outputs(spec: ModelSpec, names: list[str]) -> None:
+    known = {o.name for o in spec.outputs}
+    for n in names:
+        if n not in known:
+            raise _bad(f"model '{spec.name}' has no output {n!r} (outputs: {', '.join(sorted(known))})")
+
+
+def decode_http(spec: ModelSpec, body: bytes, header_length: str | None) -> DecodedRequest:
+    """Parse an HTTP infer body (JSON, or JSON header + binary tensors) into validated arrays."""
+    if header_length is not None:
+        try:
+            json_len = int(header_length)
+        except ValueError:
+            raise _bad(f"Inference-Header-Content-Length {header_length!r} is not an integer") from None
+        if not 0 < json_len <= len(body):
+            raise _bad(f"Inference-Header-Content-Length {json_len} is outside the body of {len(body)} bytes")
+        header_bytes, binary = body[:json_len], memoryview(body)[json_len:]
+    else:
+        header_bytes, binary = body, memoryview(b"")
+    try:
+        request = orjson.loads(header_bytes)
+    except orjson.JSONDecodeError as exc:
+        raise _bad(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise _bad("request body must be a JSON object with an 'inputs' list")
+    raw_inputs = request.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise _bad("request must have a non-empty 'inputs' list")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, item in enumerate(raw_inputs):
+        if not isinstance(item, dict):
+            raise _bad(f"inputs[{i}] must be an object with name, shape, datatype and data")
+        name = item.get("name")
+        datatype, shape = check_shape(spec, name, item.get("datatype"), item.get("shape"))
+        if name in inputs:
+            raise _bad(f"input '{name}' is given twice")
+        params = item.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise _bad(f"input '{name}': 'parameters' must be an object")
+        size = params.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise _bad(f"input '{name}': binary_data_size {size!r} runs past the {len(binary)} binary bytes")
+            inputs[name] = _array_from_bytes(name, datatype, shape, bytes(binary[offset:offset + size]))
+            offset += size
+        elif "data" in item:
+            inputs[name] = _array_from_json_data(name, datatype, shape, item["data"])
+        else:
+            raise _bad(f"input '{name}': neither 'data' nor parameters.binary_data_size given")
+    if offset != len(binary):
+        raise _bad(f"{len(binary) - offset} trailing binary bytes not claimed by any input")
+    batch = _check_complete(spec, inputs)
+
+    req_params = request.get("parameters") or {}
+    if not isinstance(req_params, dict):
+        raise _bad("request 'parameters' must be an object")
+    binary_default = bool(req_params.get("binary_data_output", False))
+    outputs_field = request.get("outputs")
+    if outputs_field is None:
+        requested = [o.name for o in spec.outputs]
+        binary_outputs = set(requested) if binary_default else set()
+    else:
+        if not isinstance(outputs_field, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
+                                                         for o in outputs_field):
+            raise _bad("'outputs' must be a list of objects with a 'name'")
+        requested = [o["name"] for o in outputs_field]
+        _check_outputs(spec, requested)
+        binary_outputs = {o["name"] for o in outputs_field
+                          if (o.get("parameters") or {}).get("binary_data", binary_default)}
+    request_id = request.get("id", "")
+    return DecodedRequest(inputs, str(request_id) if request_id is not None else "", requested, binary_outputs, batch)
+
+
+def encode_http(spec: ModelSpec, decoded: DecodedRequest, outputs: dict[str, np.ndarray],
+                parameters: dict) -> tuple[bytes, int | None]:
+    """The HTTP response body and, when any output is binary, the JSON header length."""
+    out_entries = []
+    blobs = []
+    for name in decoded.requested_outputs:
+        arr = outputs[name]
+        entry = {"name": name, "datatype": V2_DATATYPE[arr.dtype], "shape": list(arr.shape)}
+        if name in decoded.binary_outputs:
+            raw = arr.tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = arr.ravel().tolist()
+        out_entries.append(entry)
+    response = {"model_name": spec.name, "model_version": "1", "outputs": out_entries, "parameters": parameters}
+    if decoded.request_id:
+        response["id"] = decoded.request_id
+    header = orjson.dumps(response)
+    if blobs:
+        return header + b"".join(blobs), len(header)
+    return header, None
+
+
+def decode_grpc(spec: ModelSpec, request) -> DecodedRequest:
+    """Validate a gRPC ModelInferRequest into arrays (raw_input_contents or typed contents)."""
+    if not request.inputs:
+        raise _bad("request must have at least one input")
+    raw = list(request.raw_input_contents)
+    if raw and len(raw) != len(request.inputs):
+        raise _bad(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+    inputs: dict[str, np.ndarray] = {}
+    for i, tensor in enumerate(request.inputs):
+        datatype, shape = check_shape(spec, tensor.name, tensor.datatype, list(tensor.shape))
+        if tensor.name in inputs:
+            raise _bad(f"input '{tensor.name}' is given twice")
+        if raw:
+            inputs[tensor.name] = _array_from_bytes(tensor.name, datatype, shape, raw[i])
+        else:
+            field_name = GRPC_CONTENTS_FIELD.get(datatype)
+            if field_name is None:
+                raise _bad(f"input '{tensor.name}': datatype {datatype} needs raw_input_contents")
+            values = list(getattr(tensor.contents, field_name))
+            inputs[tensor.name] = _array_from_json_data(tensor.name, datatype, shape, values)
+    batch = _check_complete(spec, inputs)
+    requested = [o.name for o in request.outputs] or [o.name for o in spec.outputs]
+    _check_outputs(spec, requested)
+    return DecodedRequest(inputs, request.id, requested, set(requested), batch)

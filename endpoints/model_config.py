@@ -1,0 +1,116 @@
+"""Triton `config.pbtxt` read/write through Triton's own ModelConfig protobuf (shipped by tritonclient)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+# Triton's config datatype enum names → KServe v2 datatype strings.
+_CONFIG_TO_V2 = {
+    "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
+    "TYPE_UINT64": "UINT64", "TYPE_INT8": "INT8", "TYPE_INT16": "INT16", "TYPE_INT32": "INT32",
+    "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
+    "TYPE_STRING": "BYTES",
+}
+_V2_TO_CONFIG = {v: k for k, v in _CONFIG_TO_V2.items()}
+QUEUE_PARAMETER = "max_queue_size"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: name, KServe v2 datatype, shape (-1 = any size)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the embedded server needs to know about one model of the repository."""
+
+    name: str
+    backend: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    instance_count: int = 1
+    max_queue_size: int = 0
+    parameters: dict[str, str] = field(default_factory=dict)
+    directory: Path | None = None
+
+    def input(self, name: str) -> TensorSpec | None:
+        """The input called `name`, or None."""
+        return next((t for t in self.inputs if t.name == name), None)
+
+
+def write_config(path: Path, spec: ModelSpec) -> None:
+    """Write `spec` as a Triton config.pbtxt."""
+    cfg = model_config_pb2.ModelConfig()
+    cfg.name = spec.name
+    cfg.backend = spec.backend
+    cfg.max_batch_size = 0
+    for src, dst in ((spec.inputs, cfg.input), (spec.outputs, cfg.output)):
+        for t in src:
+            entry = dst.add()
+            entry.name = t.name
+            entry.data_type = model_config_pb2.DataType.Value(_V2_TO_CONFIG[t.datatype])
+            entry.dims.extend(t.shape)
+    group = cfg.instance_group.add()
+    group.count = spec.instance_count
+    group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
+    params = dict(spec.parameters)
+    if spec.max_queue_size:
+        # A parameter, not dynamic_batching.default_queue_policy: Triton refuses dynamic batching
+        # for max_batch_size 0 models, and the file must stay servable by Triton unchanged.
+        params[QUEUE_PARAMETER] = str(spec.max_queue_size)
+    for key, value in sorted(params.items()):
+        cfg.parameters[key].string_value = value
+    path.write_text(text_format.MessageToString(cfg))
+
+
+def read_config(path: Path) -> ModelSpec:
+    """Parse a Triton config.pbtxt into a ModelSpec; raises ValueError naming the file on bad input."""
+    try:
+        cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a valid Triton model config: {exc}") from exc
+
+    def tensors(entries) -> tuple[TensorSpec, ...]:
+        out = []
+        for e in entries:
+            type_name = model_config_pb2.DataType.Name(e.data_type)
+            if type_name not in _CONFIG_TO_V2:
+                raise ValueError(f"{path}: tensor {e.name!r} has unsupported data_type {type_name}")
+            out.append(TensorSpec(e.name, _CONFIG_TO_V2[type_name], tuple(int(d) for d in e.dims)))
+        return tuple(out)
+
+    name = cfg.name or path.parent.name
+    count = sum(g.count or 1 for g in cfg.instance_group) or 1
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    queue = cfg.dynamic_batching.default_queue_policy.max_queue_size if cfg.HasField("dynamic_batching") else 0
+    if QUEUE_PARAMETER in params:
+        try:
+            queue = int(params.pop(QUEUE_PARAMETER))
+        except ValueError as exc:
+            raise ValueError(f"{path}: parameter {QUEUE_PARAMETER} must be an integer") from exc
+    return ModelSpec(
+        name=name,
+        backend=cfg.backend or cfg.platform,
+        inputs=tensors(cfg.input),
+        outputs=tensors(cfg.output),
+        instance_count=count,
+        max_queue_size=int(queue),
+        parameters=params,
+        directory=path.parent,
+    )
+
+
+def config_as_json(spec: ModelSpec) -> dict:
+    """The model config in the JSON shape Triton's `/v2/models/{m}/config` returns."""
+    from google.protobuf.json_format import MessageToDict
+
+    cfg = text_format.Parse((spec.directory / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()) \
+        if spec.directory else model_config_pb2.ModelConfig(name=spec.name)
+    return MessageToDict(cfg, preserving_proto_field_name=True)

@@ -1,0 +1,61 @@
+"""Model runners: what executes one request's tensors inside an execution slot."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from endpoints.model_config import ModelSpec
+from endpoints.synthetic import nearest_centroid
+
+
+class Runner(Protocol):
+    """Runs one inference: input arrays by name → output arrays by name."""
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+class OnnxRunner:
+    """An onnxruntime session on `1/model.onnx`; one intra-op thread so slots map to cores."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        self._session = ort.InferenceSession(str(spec.directory / "1" / "model.onnx"), sess_options=opts,
+                                             providers=["CPUExecutionProvider"])
+        self._outputs = [o.name for o in spec.outputs]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._outputs, self._session.run(self._outputs, inputs)))
+
+
+class SyntheticRunner:
+    """Nearest centroid, then sleep so the whole service time is Exp(mean) (seeded)."""
+
+    def __init__(self, spec: ModelSpec, mean_ms: float | None = None) -> None:
+        self.mean_s = (mean_ms if mean_ms is not None else float(spec.parameters.get("service_time_mean_ms", 2))) / 1e3
+        self._rng = np.random.default_rng(int(spec.parameters.get("seed", 0)))
+        self._centroids = np.load(Path(spec.directory) / "1" / "centroids.npy")
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        start = time.perf_counter()
+        labels, scores = nearest_centroid(self._centroids, inputs["input"])
+        remaining = self._rng.exponential(self.mean_s) - (time.perf_counter() - start)
+        if remaining > 0:
+            time.sleep(remaining)
+        return {"label": labels, "probabilities": scores}
+
+
+def load_runner(spec: ModelSpec, service_time_mean_ms: float | None = None) -> Runner:
+    """The runner for a model directory: ONNX for onnxruntime models, synthetic where the config says so."""
+    if spec.parameters.get("tailrace_runner") == "synthetic":
+        return SyntheticRunner(spec, service_time_mean_ms)
+    if spec.backend in ("onnxruntime", "onnxruntime_onnx"):
+        return OnnxRunner(spec)
+    raise ValueError(f"{spec.directory}: backend {spec.backend!r} is not supported by the embedded server")

@@ -1,0 +1,153 @@
+"""Protocol-independent core of the embedded server: the model repository, schedulers and timings."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from endpoints.errors import InferenceError, not_found
+from endpoints.metrics import ServerMetrics
+from endpoints.model_config import ModelSpec, read_config
+from endpoints.runners import load_runner
+from endpoints.scheduler import ModelScheduler, Timings
+
+SERVER_NAME = "tailrace"
+SERVER_VERSION = "0.1.0"
+EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration", "server_timing", "trace_context"]
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Settings of one embedded server."""
+
+    repository: Path
+    slots: dict[str, int]
+    queue_depth: dict[str, int]
+    max_body_bytes: int = 8 * 1024 * 1024
+    service_time_mean_ms: float | None = None
+    fault_injection: bool = False
+    models: tuple[str, ...] = ()
+
+
+def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelSpec]:
+    """Every model directory (one holding config.pbtxt) of a Triton-layout repository."""
+    if not repository.is_dir():
+        raise ValueError(f"model repository {repository} does not exist (build it: tailrace models build --out DIR)")
+    specs = {}
+    for config in sorted(repository.glob("*/config.pbtxt")):
+        spec = read_config(config)
+        if not only or spec.name in only:
+            specs[spec.name] = spec
+    missing = set(only) - set(specs)
+    if missing:
+        raise ValueError(f"model repository {repository} has no model(s) {', '.join(sorted(missing))}")
+    if not specs:
+        raise ValueError(f"model repository {repository} holds no model (no */config.pbtxt)")
+    return specs
+
+
+@dataclass
+class RequestClock:
+    """The server's receive instant of one request; send time derives from the same monotonic clock."""
+
+    receive_wall_ns: int
+    receive_mono_ns: int
+
+    @classmethod
+    def start(cls) -> "RequestClock":
+        return cls(time.time_ns(), time.perf_counter_ns())
+
+    def elapsed_ns(self) -> int:
+        return time.perf_counter_ns() - self.receive_mono_ns
+
+
+def timing_parameters(clock: RequestClock, timings: Timings, trace_id: str | None) -> dict:
+    """Server-side timing for the response: queue, compute, receive and send epoch ns, trace ID."""
+    send_wall_ns = clock.receive_wall_ns + clock.elapsed_ns()
+    params = {
+        "queue_ns": timings.queue_ns,
+        "compute_ns": timings.compute_ns,
+        "compute_input_ns": timings.compute_input_ns,
+        "compute_infer_ns": timings.compute_infer_ns,
+        "compute_output_ns": timings.compute_output_ns,
+        "server_receive_ns": clock.receive_wall_ns,
+        "server_send_ns": send_wall_ns,
+    }
+    if trace_id:
+        params["trace_id"] = trace_id
+    return params
+
+
+def server_timing_header(params: dict) -> str:
+    """A `Server-Timing` header value (durations in ms; epoch stamps as descriptions)."""
+    total_ms = (params["server_send_ns"] - params["server_receive_ns"]) / 1e6
+    return (f"queue;dur={params['queue_ns'] / 1e6:.3f}, compute;dur={params['compute_ns'] / 1e6:.3f}, "
+            f"total;dur={total_ms:.3f}, recv;desc=\"{params['server_receive_ns']}\", "
+            f"send;desc=\"{params['server_send_ns']}\"")
+
+
+class InferenceServer:
+    """Models, their schedulers and the server's metrics."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.metrics = ServerMetrics()
+        self.specs = load_specs(options.repository, options.models)
+        unknown = (set(options.slots) | set(options.queue_depth)) - set(self.specs)
+        if unknown:
+            raise ValueError(f"--slots/--queue-depth name unknown model(s): {', '.join(sorted(unknown))}")
+        self.schedulers: dict[str, ModelScheduler] = {}
+        for name, spec in self.specs.items():
+            runner = load_runner(spec, options.service_time_mean_ms)
+            self.schedulers[name] = ModelScheduler(
+                name, runner, options.slots.get(name, spec.instance_count),
+                options.queue_depth.get(name, spec.max_queue_size), self.metrics)
+        self.ready = True
+
+    def spec(self, name: str) -> ModelSpec:
+        """The model's spec, or a NOT_FOUND error naming it."""
+        spec = self.specs.get(name)
+        if spec is None:
+            raise not_found(f"unknown model '{name}' (models: {', '.join(sorted(self.specs))})")
+        return spec
+
+    def check_version(self, name: str, version: str | None) -> None:
+        """Only version 1 exists (the repository layout's `1/`)."""
+        if version not in (None, "", "1"):
+            raise not_found(f"model '{name}' has no version '{version}' (versions: 1)")
+
+    def record_failure(self, name: str, clock: RequestClock, error: InferenceError) -> None:
+        """Count a failed request of a known model in its statistics and metrics."""
+        scheduler = self.schedulers.get(name)
+        if scheduler is not None:
+            scheduler.statistics.record_failure(clock.elapsed_ns())
+            reason = {400: "invalid_argument", 503: "unavailable"}.get(error.http_status, "other")
+            self.metrics.failures.labels(name, reason).inc()
+
+    def record_success(self, name: str, batch_size: int, clock: RequestClock, timings: Timings) -> None:
+        """Count an executed request in the model's statistics."""
+        self.schedulers[name].statistics.record_success(
+            batch_size, clock.elapsed_ns(), timings.queue_ns, timings.compute_input_ns, timings.compute_infer_ns,
+            timings.compute_output_ns)
+
+    def model_metadata(self, name: str) -> dict:
+        """KServe v2 model metadata."""
+        spec = self.spec(name)
+        tensors = lambda ts: [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in ts]  # noqa
+        return {"name": spec.name, "versions": ["1"], "platform": _platform(spec),
+                "inputs": tensors(spec.inputs), "outputs": tensors(spec.outputs)}
+
+    def statistics(self, name: str | None) -> dict:
+        """Triton statistics extension body for one model or all."""
+        names = [self.spec(name).name] if name else sorted(self.specs)
+        return {"model_stats": [self.schedulers[n].statistics.as_dict() for n in names]}
+
+    def stop(self) -> None:
+        """Refuse queued work and end the slots."""
+        self.ready = False
+        for scheduler in self.schedulers.values():
+            scheduler.stop()
+
+
+def _platform(spec: ModelSpec) -> str:
+    return "onnxruntime_onnx" if spec.backend.startswith("onnxruntime") else spec.backend
