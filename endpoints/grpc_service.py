@@ -9,6 +9,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import V2_DATATYPE, decode_grpc
+from endpoints.scheduler import Timings
 from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
     server_timing_header, timing_parameters
 from endpoints.trace_context import parse_traceparent
@@ -23,7 +24,6 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
-        self._requests = {name: server.metrics.requests.labels(name, "grpc") for name in server.specs}
 
     def ServerLive(self, request, context):
         return service_pb2.ServerLiveResponse(live=True)
@@ -83,19 +83,19 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             spec = self.server.spec(name)
             self.server.check_version(name, request.model_version)
-            self._requests[name].inc()
+            self.server.schedulers[name].statistics.count_request("grpc")
             raw_size = sum(len(r) for r in request.raw_input_contents)
             limit = self.server.options.max_body_bytes
             if raw_size > limit:
                 raise InferenceError(f"request tensors of {raw_size} bytes exceed the limit of {limit} bytes")
             decoded = decode_grpc(spec, request)
-            job = self.server.schedulers[name].submit(decoded.inputs)
-            outputs = job.future.result()
+            timings = Timings()
+            outputs = self.server.schedulers[name].infer_blocking(decoded.inputs, timings)
         except InferenceError as exc:
             self.server.record_failure(name, clock, exc)
             _abort(context, exc)
-        self.server.record_success(name, decoded.batch_size, clock, job.timings)
-        params = timing_parameters(clock, job.timings, ids[0] if ids else None)
+        self.server.record_success(name, decoded.batch_size, clock, timings)
+        params = timing_parameters(clock, timings, ids[0] if ids else None)
         response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
         for out_name in decoded.requested_outputs:
             arr = outputs[out_name]

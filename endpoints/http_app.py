@@ -1,7 +1,11 @@
-"""KServe v2 HTTP/REST routes (Starlette) over the server core."""
+"""KServe v2 HTTP/REST routes over the server core.
+
+The infer route is a plain ASGI handler (it is the hot path: no per-request Request/Response objects);
+every other route goes through Starlette.
+"""
 from __future__ import annotations
 
-import asyncio
+import re
 
 import orjson
 from starlette.applications import Starlette
@@ -11,11 +15,13 @@ from starlette.routing import Route
 
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import decode_http, encode_http
+from endpoints.scheduler import Timings
 from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
     server_timing_header, timing_parameters
 from endpoints.trace_context import parse_traceparent
 
 _JSON = "application/json"
+_INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 
 
 def _json(body: object, status: int = 200, headers: dict | None = None) -> Response:
@@ -26,22 +32,74 @@ def _error(exc: InferenceError) -> Response:
     return _json({"error": exc.message}, exc.http_status)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise InferenceError(f"request body of {declared} bytes exceeds the limit of {limit} bytes", 400)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise InferenceError(f"request body exceeds the limit of {limit} bytes", 400)
-        chunks.append(chunk)
-    return b"".join(chunks)
+class InferRoute:
+    """POST /v2/models/{m}[/versions/{v}]/infer as a raw ASGI handler."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+        self._limit = server.options.max_body_bytes
+
+    async def _read_body(self, receive, declared: bytes | None) -> bytes | None:
+        if declared is not None and declared.isdigit() and int(declared) > self._limit:
+            raise InferenceError(f"request body of {declared.decode()} bytes exceeds the limit of {self._limit} bytes")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._limit:
+                raise InferenceError(f"request body exceeds the limit of {self._limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def __call__(self, scope, receive, send, name: str, version: str | None) -> None:
+        clock = RequestClock.start()
+        headers = dict(scope["headers"])
+        raw_tp = headers.get(b"traceparent")
+        ids = parse_traceparent(raw_tp.decode("latin-1")) if raw_tp else None
+        out_headers = [(b"traceparent", raw_tp)] if ids else []
+        if scope["method"] != "POST":
+            await _send(send, 405, b'{"error":"infer takes POST"}', out_headers)
+            return
+        server = self.server
+        try:
+            spec = server.spec(name)
+            server.check_version(name, version)
+            server.schedulers[name].statistics.count_request("http")
+            body = await self._read_body(receive, headers.get(b"content-length"))
+            if body is None:
+                return
+            header_len = headers.get(b"inference-header-content-length")
+            decoded = decode_http(spec, body, header_len.decode("latin-1") if header_len is not None else None)
+            timings = Timings()
+            outputs = await server.schedulers[name].infer_async(decoded.inputs, timings, decoded.batch_size)
+            server.record_success(name, decoded.batch_size, clock, timings)
+            params = timing_parameters(clock, timings, ids[0] if ids else None)
+            payload, json_len = encode_http(spec, decoded, outputs, params)
+        except InferenceError as exc:
+            server.record_failure(name, clock, exc)
+            await _send(send, exc.http_status, orjson.dumps({"error": exc.message}), out_headers)
+            return
+        out_headers.append((b"server-timing", server_timing_header(params).encode()))
+        if json_len is not None:
+            out_headers.append((b"inference-header-content-length", str(json_len).encode()))
+            await _send(send, 200, payload, out_headers, b"application/octet-stream")
+        else:
+            await _send(send, 200, payload, out_headers)
 
 
-def build_app(server: InferenceServer) -> Starlette:
-    """The Starlette application serving `server`'s models."""
-    requests_http = {name: server.metrics.requests.labels(name, "http") for name in server.specs}
+async def _send(send, status: int, payload: bytes, headers: list, content_type: bytes = b"application/json") -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(payload)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def build_app(server: InferenceServer):
+    """The ASGI application serving `server`'s models."""
 
     async def live(_: Request) -> Response:
         return Response(status_code=200)
@@ -86,31 +144,6 @@ def build_app(server: InferenceServer) -> Starlette:
         except InferenceError as exc:
             return _error(exc)
 
-    async def infer(request: Request) -> Response:
-        clock = RequestClock.start()
-        name = request.path_params["model"]
-        ids = parse_traceparent(request.headers.get("traceparent"))
-        trace_headers = {"traceparent": request.headers["traceparent"]} if ids else {}
-        try:
-            spec = server.spec(name)
-            server.check_version(name, request.path_params.get("version"))
-            requests_http[name].inc()
-            body = await _read_body(request, server.options.max_body_bytes)
-            decoded = decode_http(spec, body, request.headers.get("inference-header-content-length"))
-            job = server.schedulers[name].submit(decoded.inputs)
-            outputs = await asyncio.wrap_future(job.future)
-            server.record_success(name, decoded.batch_size, clock, job.timings)
-            params = timing_parameters(clock, job.timings, ids[0] if ids else None)
-            payload, header_len = encode_http(spec, decoded, outputs, params)
-        except InferenceError as exc:
-            server.record_failure(name, clock, exc)
-            return _json({"error": exc.message}, exc.http_status, trace_headers)
-        headers = {"server-timing": server_timing_header(params), **trace_headers}
-        if header_len is not None:
-            headers["inference-header-content-length"] = str(header_len)
-            return Response(payload, media_type="application/octet-stream", headers=headers)
-        return Response(payload, media_type=_JSON, headers=headers)
-
     async def metrics(_: Request) -> Response:
         return Response(server.metrics.exposition(), media_type="text/plain; version=0.0.4")
 
@@ -142,10 +175,19 @@ def build_app(server: InferenceServer) -> Starlette:
         Route("/v2/models/{model}/config", model_config),
         Route("/v2/models/{model}/stats", statistics),
         Route("/v2/models/{model}/versions/{version}/stats", statistics),
-        Route("/v2/models/{model}/infer", infer, methods=["POST"]),
-        Route("/v2/models/{model}/versions/{version}/infer", infer, methods=["POST"]),
         Route("/metrics", metrics),
     ]
     if server.options.fault_injection:
         routes.append(Route("/v2/debug/stall", stall, methods=["POST"]))
-    return Starlette(routes=routes)
+    starlette_app = Starlette(routes=routes)
+    infer = InferRoute(server)
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] == "http":
+            match = _INFER_PATH.match(scope["path"])
+            if match:
+                await infer(scope, receive, send, match.group(1), match.group(2))
+                return
+        await starlette_app(scope, receive, send)
+
+    return app

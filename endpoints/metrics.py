@@ -1,29 +1,53 @@
-"""Prometheus metrics of the embedded server (one registry per server)."""
+"""Prometheus metrics of the embedded server, derived at scrape time from the per-model statistics.
+
+Like Triton's metrics: cumulative counters of requests, failures and queue / compute durations per
+model, plus in-flight requests and the process's own metrics (RSS, CPU, fds).
+"""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from typing import Callable, Iterable
 
-_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from endpoints.statistics import STAGES, ModelStatistics
+
+
+class _StatisticsCollector:
+    def __init__(self, models: Callable[[], Iterable[ModelStatistics]]) -> None:
+        self._models = models
+
+    def collect(self):
+        requests = CounterMetricFamily("tailrace_server_requests", "Inference requests received",
+                                       labels=["model", "protocol"])
+        failures = CounterMetricFamily("tailrace_server_failures", "Inference requests that failed",
+                                       labels=["model", "reason"])
+        success = CounterMetricFamily("tailrace_server_success", "Inference requests executed", labels=["model"])
+        durations = CounterMetricFamily("tailrace_server_duration_seconds",
+                                        "Cumulative time per stage (queue, compute_input, compute_infer, "
+                                        "compute_output, success = whole request)", labels=["model", "stage"])
+        in_flight = GaugeMetricFamily("tailrace_server_in_flight", "Requests queued or executing", labels=["model"])
+        for stats in self._models():
+            for protocol, n in stats.requests.items():
+                requests.add_metric([stats.name, protocol], n)
+            for reason, n in stats.failures.items():
+                failures.add_metric([stats.name, reason], n)
+            counts, ns = stats.snapshot()
+            success.add_metric([stats.name], counts[0])
+            for i, stage in enumerate(STAGES[:6]):
+                if stage != "fail":
+                    durations.add_metric([stats.name, stage], ns[i] / 1e9)
+            in_flight.add_metric([stats.name], stats.in_flight)
+        yield from (requests, failures, success, durations, in_flight)
 
 
 class ServerMetrics:
-    """Request counts, failures, queue and compute durations per model, in-flight, process RSS."""
+    """The server's Prometheus registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, models: Callable[[], Iterable[ModelStatistics]]) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
-        self.requests = Counter("tailrace_server_requests", "Inference requests received", ["model", "protocol"],
-                                registry=self.registry)
-        self.failures = Counter("tailrace_server_failures", "Inference requests that failed", ["model", "reason"],
-                                registry=self.registry)
-        self.queue_seconds = Histogram("tailrace_server_queue_seconds", "Time in the model queue", ["model"],
-                                       buckets=_SECONDS_BUCKETS, registry=self.registry)
-        self.compute_seconds = Histogram("tailrace_server_compute_seconds", "Compute time (input+infer+output)",
-                                         ["model"], buckets=_SECONDS_BUCKETS, registry=self.registry)
-        self.in_flight = Gauge("tailrace_server_in_flight", "Requests queued or executing", ["model"],
-                               registry=self.registry)
-        self.queue_depth = Gauge("tailrace_server_queue_depth", "Requests waiting in the model queue", ["model"],
-                                 registry=self.registry)
+        self.registry.register(_StatisticsCollector(models))
 
     def exposition(self) -> bytes:
         """The text exposition format."""

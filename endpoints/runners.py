@@ -20,6 +20,8 @@ class Runner(Protocol):
 class OnnxRunner:
     """An onnxruntime session on `1/model.onnx`; one intra-op thread so slots map to cores."""
 
+    compute_only = True  # short CPU work: may run inline on the event loop
+
     def __init__(self, spec: ModelSpec) -> None:
         import onnxruntime as ort
 
@@ -27,6 +29,7 @@ class OnnxRunner:
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(spec.directory / "1" / "model.onnx"), sess_options=opts,
                                              providers=["CPUExecutionProvider"])
         self._outputs = [o.name for o in spec.outputs]
@@ -37,6 +40,8 @@ class OnnxRunner:
 
 class SyntheticRunner:
     """Nearest centroid, then sleep so the whole service time is Exp(mean) (seeded)."""
+
+    compute_only = False  # sleeps: must run on a thread
 
     def __init__(self, spec: ModelSpec, mean_ms: float | None = None) -> None:
         self.mean_s = (mean_ms if mean_ms is not None else float(spec.parameters.get("service_time_mean_ms", 2))) / 1e3

@@ -1,20 +1,22 @@
-"""A bounded queue per model in front of a fixed number of execution slots (threads).
+"""A bounded queue per model in front of a fixed number of execution slots.
 
-A request is accepted into the queue or refused at once (queue full → UNAVAILABLE); a slot takes the
-oldest request, runs it and resolves its future with the outputs and the stage timings.
+Slots are tokens: a request takes a free slot at once or waits in the model's FIFO queue; when the
+queue is full it is refused at once (UNAVAILABLE / 503). A request that holds a slot executes in its
+own context — inline on the HTTP event loop for single-slot compute-only models (no thread hop), on a
+worker thread otherwise, on its own gRPC thread for gRPC — and hands the slot to the oldest waiter.
 """
 from __future__ import annotations
 
-import queue
+import asyncio
 import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
 from endpoints.errors import InferenceError, unavailable
-from endpoints.metrics import ServerMetrics
 from endpoints.runners import Runner
 from endpoints.statistics import ModelStatistics
 
@@ -35,96 +37,250 @@ class Timings:
         return self.compute_input_ns + self.compute_infer_ns + self.compute_output_ns
 
 
-@dataclass
-class Job:
-    """One request waiting for a slot."""
+class _AsyncWaiter:
+    __slots__ = ("loop", "future", "thread_id")
 
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future = self.loop.create_future()
+        self.thread_id = threading.get_ident()
+
+    def grant(self, pool: "SlotPool") -> None:
+        def deliver() -> None:
+            if self.future.cancelled():  # the client went away while waiting: pass the slot on
+                pool.release()
+            else:
+                self.future.set_result(None)
+
+        if threading.get_ident() == self.thread_id:
+            deliver()
+        else:
+            self.loop.call_soon_threadsafe(deliver)
+
+
+class _ThreadWaiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def grant(self, pool: "SlotPool") -> None:
+        self.event.set()
+
+
+class SlotPool:
+    """N slot tokens and a bounded FIFO of waiters; safe across the event loop and threads."""
+
+    def __init__(self, name: str, slots: int, depth: int) -> None:
+        self.name, self.slots, self.depth = name, slots, depth
+        self._lock = threading.Lock()
+        self._free = slots
+        self._waiters: deque = deque()
+
+    def _enqueue_or_take(self, make_waiter):
+        with self._lock:
+            if self._free > 0 and not self._waiters:
+                self._free -= 1
+                return None
+            if len(self._waiters) >= self.depth:
+                raise unavailable(f"model '{self.name}' queue is full ({self.depth} waiting); retry later")
+            waiter = make_waiter()
+            self._waiters.append(waiter)
+            return waiter
+
+    async def acquire_async(self) -> None:
+        """Take a slot, waiting in line on the event loop; UNAVAILABLE at once when the line is full."""
+        waiter = self._enqueue_or_take(_AsyncWaiter)
+        if waiter is not None:
+            await waiter.future
+
+    def acquire_blocking(self) -> None:
+        """Take a slot, waiting in line on this thread; UNAVAILABLE at once when the line is full."""
+        waiter = self._enqueue_or_take(_ThreadWaiter)
+        if waiter is not None:
+            waiter.event.wait()
+
+    def release(self) -> None:
+        """Give the slot to the oldest waiter, or back to the pool."""
+        with self._lock:
+            waiter = self._waiters.popleft() if self._waiters else None
+            if waiter is None:
+                self._free += 1
+        if waiter is not None:
+            waiter.grant(self)
+
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+
+@dataclass
+class _Pending:
     inputs: dict[str, np.ndarray]
+    timings: Timings
+    future: asyncio.Future
     enqueued_ns: int
-    future: Future = field(default_factory=Future)
-    timings: Timings = field(default_factory=Timings)
+    rows: int
 
 
 class ModelScheduler:
-    """Queue + slots for one model."""
+    """Queue + slots for one model, and the execution of a request that holds a slot.
 
-    def __init__(self, name: str, runner: Runner, slots: int, queue_depth: int, metrics: ServerMetrics) -> None:
+    With `max_batch` > 1 (dynamic batching, HTTP path), the requests that are waiting when a slot
+    frees up — at most `max_batch` rows — run as one batch, as Triton's dynamic batcher does with a
+    zero queue delay; each request's compute time is then its batch's.
+    """
+
+    def __init__(self, name: str, runner: Runner, slots: int, queue_depth: int, max_batch: int = 1) -> None:
         if slots < 1:
             raise ValueError(f"model {name}: slots must be >= 1, got {slots}")
         self.name = name
         self.slots = slots
         self.queue_depth = queue_depth if queue_depth > 0 else DEFAULT_QUEUE_DEPTH
         self.statistics = ModelStatistics(name)
+        self._pool = SlotPool(name, slots, self.queue_depth)
         self._runner = runner
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=self.queue_depth)
-        self._metrics = metrics
-        self._in_flight = metrics.in_flight.labels(name)
-        self._depth_gauge = metrics.queue_depth.labels(name)
-        self._queue_hist = metrics.queue_seconds.labels(name)
-        self._compute_hist = metrics.compute_seconds.labels(name)
+        # Compute-only single-slot models run inline on the event loop; others need threads.
+        self._inline = slots == 1 and getattr(runner, "compute_only", False)
+        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"slot-{name}")
         self._stall_until = 0.0
-        self._threads = [threading.Thread(target=self._slot_loop, name=f"slot-{name}-{i}", daemon=True)
-                         for i in range(slots)]
-        for t in self._threads:
-            t.start()
+        self._accepting = True
+        self.max_batch = max(1, max_batch)
+        self._pending: deque[_Pending] = deque()
+        self._draining = False
 
-    def submit(self, inputs: dict[str, np.ndarray]) -> Job:
-        """Queue a request or refuse it at once when the queue is full."""
-        job = Job(inputs, time.perf_counter_ns())
+    async def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1
+                          ) -> dict[str, np.ndarray]:
+        """Queue, execute and return outputs (HTTP, on the event loop)."""
+        self._check_accepting()
+        if self.max_batch > 1:
+            return await self._infer_batched(inputs, timings, rows)
+        enqueued = time.perf_counter_ns()
+        stats = self.statistics
+        stats.in_flight += 1
         try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            raise unavailable(f"model '{self.name}' queue is full ({self.queue_depth} waiting); retry later") from None
-        self._in_flight.inc()
-        self._depth_gauge.set(self._queue.qsize())
-        return job
+            await self._pool.acquire_async()
+        except BaseException:
+            stats.in_flight -= 1
+            raise
+        try:
+            timings.queue_ns = time.perf_counter_ns() - enqueued
+            pause = self._stall_until - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            if self._inline:
+                return self._execute(inputs, timings)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, inputs, timings)
+        finally:
+            self._pool.release()
+            stats.in_flight -= 1
 
-    def stall(self, seconds: float) -> None:
-        """Fault injection: slots take no new work for `seconds` (requests queue up meanwhile)."""
-        self._stall_until = time.monotonic() + seconds
-
-    def stop(self) -> None:
-        """Ask every slot to finish; queued requests are refused."""
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.future.set_exception(unavailable("server is shutting down"))
-        for _ in self._threads:
-            self._queue.put(None)
-
-    def _slot_loop(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
+    def infer_blocking(self, inputs: dict[str, np.ndarray], timings: Timings) -> dict[str, np.ndarray]:
+        """Queue, execute and return outputs on the calling thread (gRPC)."""
+        self._check_accepting()
+        enqueued = time.perf_counter_ns()
+        stats = self.statistics
+        stats.in_flight += 1
+        try:
+            self._pool.acquire_blocking()
+        except BaseException:
+            stats.in_flight -= 1
+            raise
+        try:
+            timings.queue_ns = time.perf_counter_ns() - enqueued
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            self._execute(job)
+            return self._execute(inputs, timings)
+        finally:
+            self._pool.release()
+            stats.in_flight -= 1
 
-    def _execute(self, job: Job) -> None:
-        t_start = time.perf_counter_ns()
-        t = job.timings
-        t.queue_ns = t_start - job.enqueued_ns
-        self._depth_gauge.set(self._queue.qsize())
+    async def _infer_batched(self, inputs, timings: Timings, rows: int) -> dict[str, np.ndarray]:
+        if len(self._pending) >= self.queue_depth:
+            raise unavailable(f"model '{self.name}' queue is full ({self.queue_depth} waiting); retry later")
+        loop = asyncio.get_running_loop()
+        item = _Pending(inputs, timings, loop.create_future(), time.perf_counter_ns(), rows)
+        self._pending.append(item)
+        self.statistics.in_flight += 1
+        if not self._draining:
+            self._draining = True
+            loop.create_task(self._drain())
         try:
-            feed = {k: np.ascontiguousarray(v) for k, v in job.inputs.items()}
+            return await item.future
+        finally:
+            self.statistics.in_flight -= 1
+
+    async def _drain(self) -> None:
+        """Run what is pending, batch by batch, each batch holding one slot."""
+        try:
+            while self._pending:
+                await self._pool.acquire_async()
+                try:
+                    batch, rows = [], 0
+                    while self._pending and (not batch or rows + self._pending[0].rows <= self.max_batch):
+                        item = self._pending.popleft()
+                        if not item.future.cancelled():
+                            batch.append(item)
+                            rows += item.rows
+                    if not batch:
+                        continue
+                    pause = self._stall_until - time.monotonic()
+                    if pause > 0:
+                        await asyncio.sleep(pause)
+                    self._run_batch(batch)
+                finally:
+                    self._pool.release()
+        finally:
+            self._draining = False
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        start = time.perf_counter_ns()
+        shared = Timings()
+        try:
+            if len(batch) == 1:
+                merged = batch[0].inputs
+            else:
+                merged = {k: np.concatenate([b.inputs[k] for b in batch]) for k in batch[0].inputs}
+            outputs = self._execute(merged, shared)
+        except InferenceError as exc:
+            for b in batch:
+                b.future.set_exception(exc)
+            return
+        offset = 0
+        for b in batch:
+            t = b.timings
+            t.queue_ns = start - b.enqueued_ns
+            t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns = (
+                shared.compute_input_ns, shared.compute_infer_ns, shared.compute_output_ns)
+            part = outputs if len(batch) == 1 else {k: v[offset:offset + b.rows] for k, v in outputs.items()}
+            offset += b.rows
+            b.future.set_result(part)
+
+    def stall(self, seconds: float) -> None:
+        """Fault injection: requests that get a slot in the next `seconds` wait until then (others queue)."""
+        self._stall_until = time.monotonic() + seconds
+
+    def stop(self) -> None:
+        """Refuse new requests; let running ones finish."""
+        self._accepting = False
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _check_accepting(self) -> None:
+        if not self._accepting:
+            raise unavailable("server is shutting down")
+
+    def _execute(self, inputs: dict[str, np.ndarray], t: Timings) -> dict[str, np.ndarray]:
+        t_start = time.perf_counter_ns()
+        try:
+            feed = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
             t_input = time.perf_counter_ns()
             outputs = self._runner.run(feed)
             t_infer = time.perf_counter_ns()
             outputs = {k: np.ascontiguousarray(v) for k, v in outputs.items()}
             t_output = time.perf_counter_ns()
-        except Exception as exc:  # a model failing must not take the slot down
-            self._in_flight.dec()
-            job.future.set_exception(InferenceError(f"model '{self.name}' failed: {exc}", 400))
-            return
+        except Exception as exc:  # a model failing must not take the server down
+            raise InferenceError(f"model '{self.name}' could not run this input: {exc}") from None
         t.compute_input_ns = t_input - t_start
         t.compute_infer_ns = t_infer - t_input
         t.compute_output_ns = t_output - t_infer
-        self._in_flight.dec()
-        self._queue_hist.observe(t.queue_ns / 1e9)
-        self._compute_hist.observe(t.compute_ns / 1e9)
-        job.future.set_result(outputs)
+        return outputs

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from endpoints.errors import InferenceError, not_found
@@ -27,6 +27,7 @@ class ServerOptions:
     service_time_mean_ms: float | None = None
     fault_injection: bool = False
     models: tuple[str, ...] = ()
+    max_batch: dict[str, int] = field(default_factory=dict)
 
 
 def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelSpec]:
@@ -91,17 +92,17 @@ class InferenceServer:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(lambda: (s.statistics for s in self.schedulers.values()))
         self.specs = load_specs(options.repository, options.models)
-        unknown = (set(options.slots) | set(options.queue_depth)) - set(self.specs)
+        unknown = (set(options.slots) | set(options.queue_depth) | set(options.max_batch)) - set(self.specs)
         if unknown:
-            raise ValueError(f"--slots/--queue-depth name unknown model(s): {', '.join(sorted(unknown))}")
+            raise ValueError(f"--slots/--queue-depth/--max-batch name unknown model(s): {', '.join(sorted(unknown))}")
         self.schedulers: dict[str, ModelScheduler] = {}
         for name, spec in self.specs.items():
             runner = load_runner(spec, options.service_time_mean_ms)
             self.schedulers[name] = ModelScheduler(
                 name, runner, options.slots.get(name, spec.instance_count),
-                options.queue_depth.get(name, spec.max_queue_size), self.metrics)
+                options.queue_depth.get(name, spec.max_queue_size), options.max_batch.get(name, 1))
         self.ready = True
 
     def spec(self, name: str) -> ModelSpec:
@@ -120,9 +121,8 @@ class InferenceServer:
         """Count a failed request of a known model in its statistics and metrics."""
         scheduler = self.schedulers.get(name)
         if scheduler is not None:
-            scheduler.statistics.record_failure(clock.elapsed_ns())
             reason = {400: "invalid_argument", 503: "unavailable"}.get(error.http_status, "other")
-            self.metrics.failures.labels(name, reason).inc()
+            scheduler.statistics.record_failure(clock.elapsed_ns(), reason)
 
     def record_success(self, name: str, batch_size: int, clock: RequestClock, timings: Timings) -> None:
         """Count an executed request in the model's statistics."""

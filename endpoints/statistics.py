@@ -1,58 +1,76 @@
-"""Per-model statistics in the shape of Triton's statistics extension (counts and cumulative ns)."""
+"""Per-model statistics in the shape of Triton's statistics extension (counts and cumulative ns).
+
+The hot path updates one record under one lock; Prometheus metrics and the statistics API are both
+derived from it when asked.
+"""
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 
 STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
+_SUCCESS, _FAIL, _QUEUE, _INPUT, _INFER, _OUTPUT = range(6)
 
 
-@dataclass
-class _Duration:
-    count: int = 0
-    ns: int = 0
-
-    def add(self, ns: int) -> None:
-        self.count += 1
-        self.ns += int(ns)
-
-
-@dataclass
 class ModelStatistics:
     """Thread-safe accumulator for one model."""
 
-    name: str
-    version: str = "1"
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _stages: dict[str, _Duration] = field(default_factory=lambda: {s: _Duration() for s in STAGES})
-    _batches: dict[int, dict[str, _Duration]] = field(default_factory=dict)
-    inference_count: int = 0
-    execution_count: int = 0
-    last_inference_ms: int = 0
+    def __init__(self, name: str, version: str = "1") -> None:
+        self.name = name
+        self.version = version
+        self._lock = threading.Lock()
+        self._counts = [0] * len(STAGES)
+        self._ns = [0] * len(STAGES)
+        self._batches: dict[int, list[int]] = {}  # size → [count, input ns, infer ns, output ns]
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ns = 0
+        self.requests = {"http": 0, "grpc": 0}
+        self.failures: dict[str, int] = {}
+        self.in_flight = 0
 
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
                        output_ns: int) -> None:
         """One executed request and its stage durations."""
         with self._lock:
-            self._stages["success"].add(total_ns)
-            self._stages["queue"].add(queue_ns)
-            self._stages["compute_input"].add(input_ns)
-            self._stages["compute_infer"].add(infer_ns)
-            self._stages["compute_output"].add(output_ns)
-            batch = self._batches.setdefault(batch_size, {s: _Duration() for s in BATCH_STAGES})
-            batch["compute_input"].add(input_ns)
-            batch["compute_infer"].add(infer_ns)
-            batch["compute_output"].add(output_ns)
+            c, n = self._counts, self._ns
+            c[_SUCCESS] += 1
+            c[_QUEUE] += 1
+            c[_INPUT] += 1
+            c[_INFER] += 1
+            c[_OUTPUT] += 1
+            n[_SUCCESS] += total_ns
+            n[_QUEUE] += queue_ns
+            n[_INPUT] += input_ns
+            n[_INFER] += infer_ns
+            n[_OUTPUT] += output_ns
+            b = self._batches.get(batch_size)
+            if b is None:
+                b = self._batches[batch_size] = [0, 0, 0, 0]
+            b[0] += 1
+            b[1] += input_ns
+            b[2] += infer_ns
+            b[3] += output_ns
             self.inference_count += batch_size
             self.execution_count += 1
-            self.last_inference_ms = time.time_ns() // 1_000_000
+            self.last_inference_ns = time.time_ns()
 
-    def record_failure(self, total_ns: int) -> None:
+    def record_failure(self, total_ns: int, reason: str) -> None:
         """One request for this model that failed (rejected, bad input or runtime error)."""
         with self._lock:
-            self._stages["fail"].add(total_ns)
+            self._counts[_FAIL] += 1
+            self._ns[_FAIL] += total_ns
+            self.failures[reason] = self.failures.get(reason, 0) + 1
+
+    def count_request(self, protocol: str) -> None:
+        """A request arrived for this model (before any validation)."""
+        self.requests[protocol] += 1  # a single int add under the GIL: atomic enough for a counter
+
+    def snapshot(self) -> tuple[list[int], list[int]]:
+        """(counts, ns) per stage, in STAGES order."""
+        with self._lock:
+            return list(self._counts), list(self._ns)
 
     def as_dict(self) -> dict:
         """Triton's JSON shape for one entry of `model_stats`."""
@@ -60,12 +78,12 @@ class ModelStatistics:
             return {
                 "name": self.name,
                 "version": self.version,
-                "last_inference": self.last_inference_ms,
+                "last_inference": self.last_inference_ns // 1_000_000,
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
-                "inference_stats": {s: {"count": d.count, "ns": d.ns} for s, d in self._stages.items()},
+                "inference_stats": {s: {"count": self._counts[i], "ns": self._ns[i]} for i, s in enumerate(STAGES)},
                 "batch_stats": [
-                    {"batch_size": size, **{s: {"count": d.count, "ns": d.ns} for s, d in stages.items()}}
-                    for size, stages in sorted(self._batches.items())
+                    {"batch_size": size, **{s: {"count": b[0], "ns": b[1 + i]} for i, s in enumerate(BATCH_STAGES)}}
+                    for size, b in sorted(self._batches.items())
                 ],
             }

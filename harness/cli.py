@@ -53,7 +53,8 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
     options = ServerOptions(repository=args.models, slots=dict(args.slots), queue_depth=dict(args.queue_depth),
                             max_body_bytes=args.max_body_bytes, service_time_mean_ms=args.mm1_mean_ms,
-                            fault_injection=args.enable_fault_injection, models=tuple(args.model or ()))
+                            fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
+                            max_batch=dict(args.max_batch))
     try:
         return serve(options, args.host, args.http_port, args.grpc_port)
     except (ValueError, OSError) as exc:
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="execution slots for a model (default: config.pbtxt instance_group count)")
     serve.add_argument("--queue-depth", type=_model_int, action="append", default=[], metavar="MODEL=N",
                        help="bounded queue length for a model; beyond it requests get 503 / UNAVAILABLE")
+    serve.add_argument("--max-batch", type=_model_int, action="append", default=[], metavar="MODEL=N",
+                       help="dynamic batching over HTTP: run up to N waiting rows as one batch (default 1: off)")
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
     serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
                        help="override synthetic_mm1's mean service time")

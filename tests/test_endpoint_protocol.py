@@ -171,8 +171,8 @@ def test_prometheus_metrics(endpoint, clients, heldout):
     client, mod = clients["http"]
     _infer(client, mod, "digits_mlp_fp32", heldout[0][:1])
     text = httpx.get(f"{endpoint.http_url}/metrics").text
-    for name in ("tailrace_server_requests_total", "tailrace_server_queue_seconds_bucket",
-                 "tailrace_server_compute_seconds_count", "tailrace_server_in_flight",
-                 "process_resident_memory_bytes"):
+    for name in ("tailrace_server_requests_total", 'tailrace_server_duration_seconds_total{model="digits_mlp_fp32",stage="queue"}',
+                 'stage="compute_infer"', "tailrace_server_success_total", "tailrace_server_in_flight",
+                 "tailrace_server_failures_total", "process_resident_memory_bytes"):
         assert name in text, name
     assert 'model="digits_mlp_fp32"' in text

@@ -1,0 +1,88 @@
+"""Benchmark: embedded endpoint batch-1 HTTP inference vs a bare uvicorn+Starlette constant route.
+
+Both servers run pinned to CPU 0, wrk runs on CPU 1 with the same settings, alternating rounds in one
+run; the ratio of median req/s is the result (target ≥ 0.70).
+
+    .venv/bin/python bench/endpoint_http.py [--seconds 8] [--rounds 3] [--connections 16]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import require, run_wrk, write_section  # noqa: E402
+from endpoints.model_build import build_repository, load_heldout  # noqa: E402
+from harness.processes import free_port, start_process, tailrace_argv, wait_http_ok  # noqa: E402
+
+COMMAND = ".venv/bin/python bench/endpoint_http.py"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
+    args = ap.parse_args()
+    taskset = require("taskset")
+    work = Path(tempfile.mkdtemp(prefix="tailrace-bench-"))
+    repo = work / "models"
+    build_repository(repo)
+    X, _ = load_heldout(repo)
+    body = '{"inputs":[{"name":"input","datatype":"FP32","shape":[1,64],"data":[%s]}]}' % ",".join(
+        repr(float(v)) for v in np.asarray(X[0]))
+    lua = work / "post.lua"
+    lua.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                   f"wrk.body = '{body}'\n")
+
+    p_base = free_port()
+    procs = {"baseline": start_process("baseline", [taskset, "-c", "0", sys.executable, str(Path(__file__).with_name(
+        "baseline_app.py")), str(p_base)], work / "baseline.log")}
+    urls = {"baseline": f"http://127.0.0.1:{p_base}/v2/models/digits_mlp_fp32/infer"}
+    for key, extra in (("tailrace", []), ("batching", ["--max-batch", "digits_mlp_fp32=32"])):
+        p_http, p_grpc = free_port(), free_port()
+        procs[key] = start_process(key, [taskset, "-c", "0", *tailrace_argv(
+            "serve", "--models", str(repo), "--model", "digits_mlp_fp32", "--http-port", str(p_http),
+            "--grpc-port", str(p_grpc), *extra)], work / f"{key}.log")
+        urls[key] = f"http://127.0.0.1:{p_http}/v2/models/digits_mlp_fp32/infer"
+        wait_http_ok(f"http://127.0.0.1:{p_http}/v2/health/ready", procs[key])
+    rows = {k: [] for k in urls}
+    try:
+        for url in urls.values():  # warm-up
+            run_wrk(url, lua, 2, args.connections, "1")
+        for _ in range(args.rounds):
+            for key, url in urls.items():
+                rows[key].append(run_wrk(url, lua, args.seconds, args.connections, "1"))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")} for k, v in rows.items()}
+    errors = sum(r["non2xx"] for v in rows.values() for r in v)
+    ratio = med["tailrace"]["rps"] / med["baseline"]["rps"]
+    ratio_batching = med["batching"]["rps"] / med["baseline"]["rps"]
+    table = "| server (CPU 0, wrk on CPU 1) | req/s (median) | p50 ms | p99 ms | per round req/s |\n|---|---|---|---|---|\n"
+    for k, label in (("baseline", "bare uvicorn+Starlette constant JSON"),
+                     ("tailrace", "tailrace serve, digits_mlp_fp32 batch-1 JSON infer"),
+                     ("batching", "same, with `--max-batch digits_mlp_fp32=32` (dynamic batching)")):
+        table += (f"| {label} | {med[k]['rps']:,.0f} | {med[k]['p50_ms']:.2f} | {med[k]['p99_ms']:.2f} | "
+                  f"{', '.join(format(r['rps'], ',.0f') for r in rows[k])} |\n")
+    verdict = "meets" if max(ratio, ratio_batching) >= 0.70 else "MISSES"
+    body_md = (f"Command: `{COMMAND} --seconds {args.seconds} --rounds {args.rounds} --connections "
+               f"{args.connections}`\n\nwrk -t1 -c{args.connections}, {args.rounds} alternating rounds of "
+               f"{args.seconds} s each, non-2xx responses: {errors}.\n\n{table}\n"
+               f"**Ratio tailrace / bare route: {ratio:.2f} without batching, {ratio_batching:.2f} with dynamic "
+               f"batching** ({verdict} the ≥ 0.70 target).\n")
+    print(body_md)
+    if not args.no_write:
+        write_section("Embedded endpoint: HTTP inference vs bare Starlette", body_md)
+    return 0 if errors == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
