@@ -62,6 +62,54 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.profile import ProfileError, load_profile
+    from harness.run_command import run_and_report
+
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
+
+
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from harness.delay_proxy import main_proxy
+
+    return main_proxy(args.route, args.delay_ms, args.jitter_ms, args.seed)
+
+
+def _cmd_sntp(args: argparse.Namespace) -> int:
+    from harness.sntp_server import serve_sntp
+
+    serve_sntp(args.host, args.port)
+    return 0
+
+
+def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from endpoints.server import is_loopback
+    from harness.profile import ProfileError, load_profile
+    from harness.remote import run_master
+
+    if not is_loopback(args.bind) and not args.expose:
+        parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
+                     "use an SSH tunnel, or pass --expose on a private network")
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from harness.remote import run_worker
+
+    return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
+                      args.models, args.metrics_port)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from harness.demo import run_demo
 
@@ -104,6 +152,53 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--enable-fault-injection", action="store_true",
                        help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
     serve.set_defaults(func=_cmd_serve)
+
+    run = sub.add_parser("run", help="run a profile locally: endpoints, region proxies, Locust master+workers",
+                         description="Run a scenario profile end to end on this machine and analyse it. Exit code: "
+                                     "0 all SLOs pass, 1 any SLO fails, 2 bad profile/usage, 3 inconclusive, "
+                                     "4 run INVALID (generator saturated or a worker lost).")
+    run.add_argument("profile", type=Path, help="profiles/*.toml")
+    run.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
+    run.add_argument("--quiet", action="store_true", help="no live progress table")
+    run.set_defaults(func=lambda a, p: _cmd_run(a))
+
+    master = sub.add_parser("master", help="run a Locust master for workers on other machines",
+                            description="Coordinate workers in other regions (they connect with `tailrace worker`).")
+    master.add_argument("profile", type=Path)
+    master.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    master.add_argument("--expose", action="store_true", help="allow a non-loopback --bind")
+    master.add_argument("--port", type=_port, default=5557)
+    master.add_argument("--out", type=Path, default=None)
+    master.add_argument("--models", type=Path, default=None, help="models dir with the held-out data")
+    master.set_defaults(func=_cmd_master)
+
+    worker = sub.add_parser("worker", help="run a Locust worker for one region",
+                            description="Join a master as one region's worker. Settings travel by environment "
+                                        "variables, since Locust overwrites a worker's arguments with the master's.")
+    worker.add_argument("--master", required=True, metavar="HOST:PORT")
+    worker.add_argument("--region", required=True)
+    worker.add_argument("--index", type=int, default=0, help="worker index within the region")
+    worker.add_argument("--clock-skew-ms", type=float, default=0.0, help="emulate a skewed clock (tests)")
+    worker.add_argument("--endpoint-url", action="append", default=[], metavar="NAME=URL",
+                        help="reach an endpoint at another address from this region")
+    worker.add_argument("--out-dir", default=None, help="where to write chunks (shared storage), default: master's")
+    worker.add_argument("--models", default=None, help="models dir holding the held-out data")
+    worker.add_argument("--metrics-port", type=int, default=None, help="Prometheus port on 127.0.0.1")
+    worker.set_defaults(func=lambda a, p: _cmd_worker(a))
+
+    proxy = sub.add_parser("proxy", help="userspace TCP delay proxy (region emulation)",
+                           description="Forward TCP adding one-way delay and jitter in each direction.")
+    proxy.add_argument("--route", action="append", required=True, metavar="LHOST:LPORT=THOST:TPORT")
+    proxy.add_argument("--delay-ms", type=float, default=0.0)
+    proxy.add_argument("--jitter-ms", type=float, default=0.0)
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.set_defaults(func=lambda a, p: _cmd_proxy(a))
+
+    sntp = sub.add_parser("sntp", help="minimal SNTP time reference on loopback",
+                          description="Answer SNTP queries with this machine's clock (when no NTP server is at hand).")
+    sntp.add_argument("--host", default="127.0.0.1")
+    sntp.add_argument("--port", type=_port, default=12300)
+    sntp.set_defaults(func=lambda a, p: _cmd_sntp(a))
 
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
                           description="The main job on embedded defaults (what `make demo` runs).")

@@ -1,0 +1,80 @@
+"""Reading a run directory (the contract in DESIGN.md). Never imports locust or the harness runtime."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.record_schema import CLOCK_FIELDS, REQUEST_COLUMNS, REQUEST_FIELDS
+
+
+@dataclass
+class SkippedChunk:
+    path: str
+    reason: str
+
+
+@dataclass
+class RunData:
+    """Everything read from one run directory."""
+
+    run_dir: Path
+    manifest: dict
+    requests: pd.DataFrame
+    clock: pd.DataFrame
+    chunks_read: int = 0
+    skipped: list[SkippedChunk] = field(default_factory=list)
+    endpoint_stats: dict[str, dict[str, dict]] = field(default_factory=dict)
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be analysed at all (names the path)."""
+
+
+def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[SkippedChunk]) -> tuple[pd.DataFrame, int]:
+    tables = []
+    for f in files:
+        try:
+            table = pq.read_table(f)
+            missing = [c for c in columns if c not in table.column_names]
+            if missing:
+                raise ValueError(f"missing column(s) {', '.join(missing)}")
+            tables.append(table.select(list(columns)))
+        except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            skipped.append(SkippedChunk(str(f), str(exc).splitlines()[0][:200]))
+    if not tables:
+        return pd.DataFrame(columns=list(columns)), 0
+    return pa.concat_tables(tables).to_pandas(), len(tables)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats."""
+    run_dir = Path(run_dir)
+    manifest_path = run_dir / "manifest.json"
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: not a directory")
+    try:
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{manifest_path}: not valid JSON: {exc}") from None
+    skipped: list[SkippedChunk] = []
+    request_files = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))
+    clock_files = sorted(run_dir.glob("regions/*/*/clock-*.parquet"))
+    if not request_files:
+        raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
+    requests, n_req = _read_chunks(request_files, REQUEST_COLUMNS, skipped)
+    clock, _ = _read_chunks(clock_files, tuple(n for n, _, _ in CLOCK_FIELDS), skipped)
+    stats: dict[str, dict[str, dict]] = {}
+    for f in sorted(run_dir.glob("endpoints/*/stats-*.json")):
+        try:
+            stats.setdefault(f.parent.name, {})[f.stem.removeprefix("stats-")] = json.loads(f.read_text())
+        except json.JSONDecodeError as exc:
+            skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
+    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats)
+
+
+REQUEST_DTYPES = {name: kind for name, kind, _ in REQUEST_FIELDS}

@@ -1,0 +1,207 @@
+"""Scenario profiles (TOML): schema, validation with errors that name the file and the field path."""
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+EMBEDDED = "embedded"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(_Strict):
+    """One target: a model behind a KServe v2 endpoint."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' (tailrace run starts it)")
+    protocol: Literal["kserve-http", "kserve-grpc"]
+    model: str
+    weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
+    timeout_ms: float = Field(5000, gt=0)
+    auth_header: str | None = Field(None, description="header / metadata key to send, e.g. Authorization")
+    auth_env: str | None = Field(None, description="environment variable holding its value (never logged)")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v != EMBEDDED and not (v.startswith("http://") or v.startswith("https://") or v.startswith("grpc://")):
+            raise ValueError("must be 'embedded' or start with http://, https:// or grpc://")
+        return v
+
+    @model_validator(mode="after")
+    def _auth(self) -> "Endpoint":
+        if (self.auth_header is None) != (self.auth_env is None):
+            raise ValueError("auth_header and auth_env go together")
+        return self
+
+    def auth_value(self) -> str | None:
+        """The secret from the environment (read at send time, never written anywhere)."""
+        return os.environ.get(self.auth_env) if self.auth_env else None
+
+
+class Region(_Strict):
+    """A load-generator region: its share of the total rate and, for local emulation, its network and clock."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    share: float = Field(gt=0, le=1)
+    delay_ms: float = Field(0, ge=0, le=5000, description="emulated one-way delay each direction")
+    jitter_ms: float = Field(0, ge=0, le=1000)
+    clock_skew_ms: float = Field(0, ge=-600_000, le=600_000, description="emulated worker clock error")
+    workers: int = Field(1, ge=1, le=16)
+
+
+class Phase(_Strict):
+    """A step of the rate schedule, starting `at_s` seconds after the measured window starts."""
+
+    at_s: float = Field(ge=0)
+    rate: float = Field(gt=0)
+
+
+class Load(_Strict):
+    rate: float = Field(gt=0, le=100_000, description="total arrival rate, requests/s, all regions")
+    duration_s: float = Field(gt=0, le=86_400)
+    warmup_s: float = Field(0, ge=0, le=3600)
+    seed: int = 0
+    phases: list[Phase] = Field(default_factory=list)
+
+    @field_validator("phases")
+    @classmethod
+    def _ordered(cls, v: list[Phase]) -> list[Phase]:
+        if v and v[0].at_s != 0:
+            raise ValueError("the first phase must start at at_s = 0")
+        if any(b.at_s <= a.at_s for a, b in zip(v, v[1:])):
+            raise ValueError("phases must have strictly increasing at_s")
+        return v
+
+
+class Clock(_Strict):
+    servers: list[str] = Field(default_factory=lambda: [EMBEDDED],
+                               description="host:port NTP servers, or 'embedded' (tailrace run's SNTP reference)")
+    interval_s: float = Field(5, gt=0, le=3600)
+    packets: int = Field(4, ge=1, le=16, description="packets per sample; the minimum-delay one is kept")
+
+
+class Inputs(_Strict):
+    dataset: str = Field("_data/digits_test.npz", description="npz with X and y, relative to models_dir")
+    selection: Literal["random", "sequential"] = "random"
+    batch_size: int = Field(1, ge=1, le=1024)
+
+
+class Slo(_Strict):
+    metric: Literal["latency", "error_rate"]
+    percentile: float | None = Field(None, gt=0, lt=100)
+    threshold_ms: float | None = Field(None, gt=0)
+    threshold: float | None = Field(None, ge=0, le=1, description="error-rate bound (fraction)")
+    endpoint: str = "*"
+    region: str = "*"
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Slo":
+        if self.metric == "latency" and (self.percentile is None or self.threshold_ms is None):
+            raise ValueError("a latency SLO needs percentile and threshold_ms")
+        if self.metric == "error_rate" and self.threshold is None:
+            raise ValueError("an error_rate SLO needs threshold")
+        return self
+
+
+class Embedded(_Strict):
+    models_dir: str = "build/models"
+    slots: dict[str, int] = Field(default_factory=dict)
+    queue_depth: dict[str, int] = Field(default_factory=dict)
+    max_batch: dict[str, int] = Field(default_factory=dict)
+    mm1_mean_ms: float | None = Field(None, gt=0)
+    fault_injection: bool = False
+
+
+class Generator(_Strict):
+    send_lag_p99_ms: float = Field(5, gt=0, description="saturation threshold per window")
+    window_s: float = Field(1, gt=0)
+    max_in_flight: int = Field(5000, ge=1)
+    chunk_rows: int = Field(5000, ge=1)
+    chunk_seconds: float = Field(1, gt=0)
+    spin_ms: float = Field(0, ge=0, le=5, description="busy-wait the last ms before each send (precision vs CPU)")
+    ship_dir: str | None = Field(None, description="where remote workers write chunks (a shared directory)")
+
+
+class Profile(_Strict):
+    """A scenario profile."""
+
+    name: str
+    description: str = ""
+    output_dir: str = "runs"
+    endpoints: list[Endpoint] = Field(min_length=1)
+    regions: list[Region] = Field(min_length=1)
+    load: Load
+    clock: Clock = Field(default_factory=Clock)
+    inputs: Inputs = Field(default_factory=Inputs)
+    slos: list[Slo] = Field(default_factory=list)
+    embedded: Embedded = Field(default_factory=Embedded)
+    generator: Generator = Field(default_factory=Generator)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Profile":
+        total = sum(r.share for r in self.regions)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"regions: shares must add up to 1, they add up to {total:g}")
+        for field_name, items in (("endpoints", self.endpoints), ("regions", self.regions)):
+            names = [i.name for i in items]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{field_name}: duplicate name(s) {', '.join(dupes)}")
+        names = {e.name for e in self.endpoints} | {"*"}
+        regions = {r.name for r in self.regions} | {"*"}
+        for i, slo in enumerate(self.slos):
+            if slo.endpoint not in names:
+                raise ValueError(f"slos[{i}].endpoint: no endpoint named {slo.endpoint!r}")
+            if slo.region not in regions:
+                raise ValueError(f"slos[{i}].region: no region named {slo.region!r}")
+        return self
+
+    @property
+    def uses_embedded(self) -> bool:
+        return any(e.url == EMBEDDED for e in self.endpoints)
+
+
+class ProfileError(Exception):
+    """A profile that cannot be used; the message names the file and each bad field."""
+
+
+def _field_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_profile(data: dict, source: str) -> Profile:
+    """Validate a profile mapping; ProfileError lists `source: field.path: problem` lines."""
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key (not part of the profile schema)"
+            elif err["type"] == "missing":
+                message = "required field is missing"
+            lines.append(f"{source}: {_field_path(loc)}: {message}")
+        raise ProfileError("\n".join(lines)) from None
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and validate a TOML profile."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    return parse_profile(data, str(path))

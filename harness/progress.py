@@ -1,0 +1,91 @@
+"""Live progress of a local run: per region requests, rate, errors and p99, scraped from worker metrics."""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(port: int) -> dict | None:
+    """Counts by status and latency histogram buckets of one worker's /metrics (None if unreachable)."""
+    out = {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)}
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=0.5).text
+    except httpx.HTTPError:
+        return None
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "tailrace_requests_total":
+                out["ok" if s.labels.get("status") == "ok" else "errors"] += s.value
+            elif s.name == "tailrace_request_latency_seconds_bucket":
+                out["buckets"][float(s.labels["le"])] += s.value
+    return out
+
+
+def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
+    """Upper bound of the bucket holding quantile q (Prometheus histogram semantics)."""
+    if not buckets:
+        return None
+    items = sorted(buckets.items())
+    total = items[-1][1]
+    if total <= 0:
+        return None
+    for le, count in items:
+        if count >= q * total:
+            return le
+    return items[-1][0]
+
+
+class Progress:
+    """A rich live table, refreshed once a second."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._live = None
+        self._last: dict[str, tuple[float, float]] = {}
+        self._t0 = time.monotonic()
+        self._latest: dict[str, dict] = {}  # last good scrape per worker (workers exit before the last frame)
+
+    def update(self, run) -> None:
+        if self.quiet or not run.metrics_ports:
+            return
+        from rich.live import Live
+        from rich.table import Table
+
+        per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)})
+        for name, port in run.metrics_ports.items():
+            region = name.rsplit("-w", 1)[0]
+            s = scrape(port) or self._latest.get(name)
+            if s is None:
+                continue
+            self._latest[name] = s
+            agg = per_region[region]
+            agg["ok"] += s["ok"]
+            agg["errors"] += s["errors"]
+            for le, v in s["buckets"].items():
+                agg["buckets"][le] += v
+        elapsed = time.monotonic() - self._t0
+        table = Table(title=f"tailrace run {run.run_id}  {elapsed:.0f} s")
+        for col in ("region", "requests", "rate /s", "errors", "p99 ≤"):
+            table.add_column(col, justify="right")
+        now = time.monotonic()
+        for region, agg in sorted(per_region.items()):
+            total = agg["ok"] + agg["errors"]
+            last_t, last_n = self._last.get(region, (now, total))
+            rate = (total - last_n) / (now - last_t) if now > last_t else 0.0
+            self._last[region] = (now, total)
+            p99 = bucket_quantile(agg["buckets"], 0.99)
+            table.add_row(region, f"{total:,.0f}", f"{rate:,.0f}", f"{agg['errors']:,.0f}",
+                          "-" if p99 is None else ("> 10 s" if p99 == float("inf") else f"{p99 * 1000:g} ms"))
+        if self._live is None:
+            self._live = Live(table, refresh_per_second=2, transient=False)
+            self._live.start()
+        else:
+            self._live.update(table)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

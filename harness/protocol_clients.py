@@ -1,0 +1,171 @@
+"""KServe v2 request senders for the generator (gevent-cooperative): HTTP via geventhttpclient, gRPC via grpcio.
+
+Each sender pre-encodes one request body per held-out sample, sends it with the trace headers, and
+returns what the record needs: status, code, error, prediction, server timings, echoed trace ID, bytes.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import numpy as np
+import orjson
+
+from harness.classify import classify_exception, classify_http_status
+
+_SERVER_TIMING_TOTAL = re.compile(r"total;dur=([\d.]+)")
+
+
+@dataclass
+class Outcome:
+    """What one request produced."""
+
+    status: str = "ok"
+    code: str = ""
+    error: str = ""
+    prediction: int = -1
+    server_queue_ns: int = -1
+    server_compute_ns: int = -1
+    server_receive_ns: int = -1
+    server_send_ns: int = -1
+    echoed_trace_id: str = ""
+    bytes_out: int = 0
+    bytes_in: int = 0
+
+
+def _apply_parameters(outcome: Outcome, params: dict) -> None:
+    for key, attr in (("queue_ns", "server_queue_ns"), ("compute_ns", "server_compute_ns"),
+                      ("server_receive_ns", "server_receive_ns"), ("server_send_ns", "server_send_ns")):
+        value = params.get(key)
+        if isinstance(value, int):
+            setattr(outcome, attr, value)
+    trace = params.get("trace_id")
+    if isinstance(trace, str):
+        outcome.echoed_trace_id = trace
+
+
+def _first_label(values, rows: int) -> int:
+    arr = np.asarray(values).reshape(-1)
+    if arr.size < rows:
+        raise ValueError(f"label output has {arr.size} values for {rows} rows")
+    return int(arr[0])
+
+
+class HttpSender:
+    """POST /v2/models/{model}/infer with JSON tensors, asking for the label output as JSON."""
+
+    def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float, pool: int,
+                 auth: tuple[str, str] | None) -> None:
+        from geventhttpclient import HTTPClient
+
+        parsed = urlparse(url)
+        self.path = f"{parsed.path.rstrip('/')}/v2/models/{model}/infer"
+        self.client = HTTPClient(parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80),
+                                 ssl=parsed.scheme == "https", concurrency=pool, connection_timeout=timeout_s,
+                                 network_timeout=timeout_s)
+        self.batch_size = batch_size
+        self.bodies = [self._body(X, i) for i in range(len(X))]
+        self.auth = auth
+
+    def _body(self, X: np.ndarray, i: int) -> bytes:
+        rows = np.take(X, range(i, i + self.batch_size), axis=0, mode="wrap")
+        return orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(rows.shape),
+                                         "data": rows.ravel().tolist()}],
+                             "outputs": [{"name": "label", "parameters": {"binary_data": False}}]})
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        body = self.bodies[sample]
+        hdrs = {"Content-Type": "application/json", **headers}
+        if self.auth:
+            hdrs[self.auth[0]] = self.auth[1]
+        out = Outcome(bytes_out=len(body))
+        on_sent()
+        try:
+            response = self.client.request("POST", self.path, body=body, headers=hdrs)
+            payload = response.read()
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = classify_exception(exc)
+            return out
+        out.bytes_in = len(payload)
+        out.code = str(response.status_code)
+        out.status = classify_http_status(response.status_code)
+        if out.status != "ok":
+            try:
+                out.error = str(orjson.loads(payload).get("error", ""))[:200]
+            except (orjson.JSONDecodeError, AttributeError):
+                out.error = payload[:200].decode("utf-8", "replace")
+            return out
+        try:
+            doc = orjson.loads(payload)
+            outputs = {o["name"]: o for o in doc["outputs"]}
+            out.prediction = _first_label(outputs["label"]["data"], self.batch_size)
+            _apply_parameters(out, doc.get("parameters") or {})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            out.status, out.code, out.error = "bad_response", out.code, f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+    def warm_up(self) -> None:
+        """One connection opened and checked (GET /v2/health/ready)."""
+        self.client.get(self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready").read()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class GrpcSender:
+    """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
+
+    def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float,
+                 auth: tuple[str, str] | None) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        target = urlparse(url).netloc
+        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.timeout_s = timeout_s
+        self.batch_size = batch_size
+        self.auth = auth
+        self.requests = []
+        for i in range(len(X)):
+            rows = np.ascontiguousarray(np.take(X, range(i, i + batch_size), axis=0, mode="wrap"), dtype=np.float32)
+            req = service_pb2.ModelInferRequest(model_name=model)
+            req.inputs.add(name="input", datatype="FP32", shape=list(rows.shape))
+            req.outputs.add(name="label")
+            req.raw_input_contents.append(rows.tobytes())
+            self.requests.append(req)
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        req = self.requests[sample]
+        metadata = [(k.lower(), v) for k, v in headers.items()]
+        if self.auth:
+            metadata.append((self.auth[0].lower(), self.auth[1]))
+        out = Outcome(bytes_out=req.ByteSize())
+        on_sent()
+        try:
+            response, call = self.stub.ModelInfer.with_call(req, metadata=metadata, timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = classify_exception(exc)
+            return out
+        out.code = "OK"
+        out.bytes_in = response.ByteSize()
+        try:
+            names = [o.name for o in response.outputs]
+            raw = response.raw_output_contents[names.index("label")]
+            out.prediction = _first_label(np.frombuffer(raw, dtype=np.int64), self.batch_size)
+            params = {k: (v.int64_param if v.WhichOneof("parameter_choice") == "int64_param" else v.string_param)
+                      for k, v in response.parameters.items()}
+            _apply_parameters(out, params)
+        except (ValueError, IndexError) as exc:
+            out.status, out.code, out.error = "bad_response", "OK", f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+    def warm_up(self) -> None:
+        """Channel connected before the first scheduled request."""
+        import grpc
+
+        grpc.channel_ready_future(self.channel).result(timeout=10)
+
+    def close(self) -> None:
+        self.channel.close()

@@ -1,0 +1,79 @@
+"""Crash-safe request and clock logs: rows are written in closed Parquet chunks (temp name + rename).
+
+A chunk is complete or absent, never torn: a killed worker loses at most the rows of its open chunk.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.record_schema import CLOCK_FIELDS, REQUEST_FIELDS
+
+_TYPES = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_()}
+
+
+def arrow_schema(fields) -> pa.Schema:
+    """The Arrow schema for a field table of record_schema."""
+    return pa.schema([(name, _TYPES[kind]) for name, kind, _ in fields])
+
+
+class ChunkWriter:
+    """Buffers rows (dicts) and writes `<prefix>-<n>.parquet` every `max_rows` rows or `max_seconds`."""
+
+    def __init__(self, directory: Path, prefix: str, fields, max_rows: int, max_seconds: float) -> None:
+        self.directory = directory
+        self.prefix = prefix
+        self.schema = arrow_schema(fields)
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self.rows: list[dict] = []
+        self.chunks_written = 0
+        self.rows_written = 0
+        self._opened = time.monotonic()
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.max_rows:
+            self.flush()
+
+    def due(self) -> bool:
+        """True when the open chunk is older than max_seconds."""
+        return bool(self.rows) and time.monotonic() - self._opened >= self.max_seconds
+
+    def take(self) -> list[dict]:
+        """Detach the open chunk's rows (to write them elsewhere, e.g. on a native thread)."""
+        self._opened = time.monotonic()
+        rows, self.rows = self.rows, []
+        return rows
+
+    def flush(self) -> Path | None:
+        """Close the open chunk (atomic rename); returns its path, or None when empty."""
+        return self.write(self.take())
+
+    def write(self, rows: list[dict]) -> Path | None:
+        """Write `rows` as the next closed chunk (temp name, fsync, rename)."""
+        if not rows:
+            return None
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        final = self.directory / f"{self.prefix}-{self.chunks_written:05d}.parquet"
+        tmp = final.with_name("." + final.name + ".tmp")
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        self.chunks_written += 1
+        self.rows_written += len(rows)
+        return final
+
+
+def request_writer(directory: Path, max_rows: int, max_seconds: float) -> ChunkWriter:
+    return ChunkWriter(directory, "requests", REQUEST_FIELDS, max_rows, max_seconds)
+
+
+def clock_writer(directory: Path) -> ChunkWriter:
+    return ChunkWriter(directory, "clock", CLOCK_FIELDS, 10_000, 0.0)

@@ -1,0 +1,327 @@
+"""One generator worker's run: the open-loop schedule, recording, clock sampling, saturation, metrics.
+
+Runs inside a Locust worker (gevent). Settings come from the master's plan message (run id, profile,
+start instant in reference time) and from this process's environment (region, worker index, emulated
+clock skew, endpoint addresses through the region's proxy), because Locust overwrites a worker's CLI
+arguments with the master's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gevent
+import numpy as np
+from gevent.pool import Group
+
+from endpoints.trace_context import format_traceparent, new_ids
+from harness.clock import ClockSample, WorkerClock, measure_offset
+from harness.profile import Profile, parse_profile
+from harness.protocol_clients import GrpcSender, HttpSender, Outcome
+from harness.recorder import ChunkWriter, clock_writer, request_writer
+from harness.schedule import worker_plan
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """Per-process settings, from environment variables."""
+
+    region: str
+    index: int
+    skew_ms: float
+    endpoint_urls: dict[str, str]
+    out_dir: str | None
+    models_dir: str | None
+    metrics_port: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.region}-w{self.index}"
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "WorkerIdentity":
+        region = env.get("TAILRACE_REGION")
+        if not region:
+            raise RuntimeError("TAILRACE_REGION is not set: every tailrace worker needs its region")
+        try:
+            return cls(region=region, index=int(env.get("TAILRACE_WORKER_INDEX", "0")),
+                       skew_ms=float(env.get("TAILRACE_CLOCK_SKEW_MS", "0")),
+                       endpoint_urls=json.loads(env.get("TAILRACE_ENDPOINT_URLS", "{}")),
+                       out_dir=env.get("TAILRACE_OUT_DIR") or None, models_dir=env.get("TAILRACE_MODELS_DIR") or None,
+                       metrics_port=int(env["TAILRACE_METRICS_PORT"]) if env.get("TAILRACE_METRICS_PORT") else None)
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise RuntimeError(f"bad TAILRACE_* environment: {exc}") from exc
+
+
+@dataclass
+class SaturationMonitor:
+    """Send lag p99 per window and in-flight bound; records the reasons a run is INVALID."""
+
+    worker: str
+    threshold_ns: int
+    max_in_flight: int
+    lags: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    max_lag_p99_ns: int = 0
+    peak_in_flight: int = 0
+    _in_flight_flagged: bool = False
+
+    def observe_send(self, lag_ns: int, in_flight: int) -> None:
+        self.lags.append(lag_ns)
+        if in_flight > self.peak_in_flight:
+            self.peak_in_flight = in_flight
+        if in_flight > self.max_in_flight and not self._in_flight_flagged:
+            self._in_flight_flagged = True
+            self.reasons.append(f"{self.worker}: {in_flight} requests in flight exceeds the bound "
+                                f"{self.max_in_flight} (generator or endpoint cannot keep up)")
+
+    def close_window(self, window_start_s: float) -> None:
+        if len(self.lags) >= 1:
+            p99 = int(np.percentile(np.asarray(self.lags), 99))
+            self.max_lag_p99_ns = max(self.max_lag_p99_ns, p99)
+            if p99 > self.threshold_ns:
+                self.reasons.append(f"{self.worker}: send lag p99 {p99 / 1e6:.1f} ms > {self.threshold_ns / 1e6:g} ms "
+                                    f"in the window starting {window_start_s:.1f} s into the run (generator saturated)")
+        self.lags = []
+
+
+class WorkerMetrics:
+    """Prometheus metrics of a worker: latency, send lag, in-flight, errors by class."""
+
+    def __init__(self, port: int | None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+        self.registry = CollectorRegistry()
+        buckets = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)
+        self.latency = Histogram("tailrace_request_latency_seconds", "Latency from intended send time",
+                                 ["region", "endpoint"], buckets=buckets, registry=self.registry)
+        self.send_lag = Histogram("tailrace_send_lag_seconds", "Actual minus intended send time", ["region"],
+                                  buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 1),
+                                  registry=self.registry)
+        self.in_flight = Gauge("tailrace_in_flight", "Requests in flight", ["region"], registry=self.registry)
+        self.results = Counter("tailrace_requests", "Requests by status class", ["region", "endpoint", "status"],
+                               registry=self.registry)
+        if port:
+            start_http_server(port, addr="127.0.0.1", registry=self.registry)
+
+
+class WorkerRun:
+    """Everything one worker does for one run."""
+
+    def __init__(self, identity: WorkerIdentity, plan_msg: dict, client_id: str = "") -> None:
+        self.identity = identity
+        self.client_id = client_id
+        self.run_id: str = plan_msg["run_id"]
+        self.profile: Profile = parse_profile(plan_msg["profile"], "profile from the master")
+        self.start_ref_ns: int = int(plan_msg["start_ref_ns"])
+        self.ntp_servers: list[str] = plan_msg["ntp_servers"]
+        region_names = [r.name for r in self.profile.regions]
+        if identity.region not in region_names:
+            raise RuntimeError(f"worker region {identity.region!r} is not in the profile's regions {region_names}")
+        self.region = self.profile.regions[region_names.index(identity.region)]
+        if identity.index >= self.region.workers:
+            raise RuntimeError(f"worker index {identity.index} but region {self.region.name} has "
+                               f"{self.region.workers} worker(s)")
+        run_dir = Path(identity.out_dir or plan_msg["run_dir"])
+        self.dir = run_dir / "regions" / identity.region / identity.name
+        models_dir = Path(identity.models_dir or plan_msg["models_dir"])
+        with np.load(models_dir / self.profile.inputs.dataset) as data:
+            self.X, self.y = data["X"].astype(np.float32), data["y"].astype(np.int64)
+        self.clock = WorkerClock(identity.skew_ms)
+        self.requests: ChunkWriter = request_writer(self.dir, self.profile.generator.chunk_rows,
+                                                    self.profile.generator.chunk_seconds)
+        self.clock_log: ChunkWriter = clock_writer(self.dir)
+        self.offset: ClockSample | None = None
+        self.saturation = SaturationMonitor(identity.name, int(self.profile.generator.send_lag_p99_ms * 1e6),
+                                            self.profile.generator.max_in_flight)
+        self.metrics = WorkerMetrics(identity.metrics_port)
+        self.in_flight = 0
+        self.sent = 0
+        self.planned = 0
+        self.started_ns = self.clock.now_ns()
+        self.finished_ns = 0
+        self._done = False
+        self._background: list[gevent.Greenlet] = []
+        self.senders = self._make_senders()
+
+    def _make_senders(self) -> list:
+        senders = []
+        pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
+        for ep in self.profile.endpoints:
+            url = self.identity.endpoint_urls.get(ep.name, ep.url)
+            auth = (ep.auth_header, ep.auth_value() or "") if ep.auth_header else None
+            timeout_s = ep.timeout_ms / 1000
+            if ep.protocol == "kserve-http":
+                senders.append(HttpSender(url, ep.model, self.X, self.profile.inputs.batch_size, timeout_s, pool, auth))
+            else:
+                senders.append(GrpcSender(url, ep.model, self.X, self.profile.inputs.batch_size, timeout_s, auth))
+        return senders
+
+    # -- clocks ---------------------------------------------------------------------------------
+    def sample_clock(self, stage: str) -> None:
+        for server in self.ntp_servers:
+            try:
+                s = measure_offset(server, self.clock, self.profile.clock.packets)
+            except OSError as exc:
+                print(f"tailrace worker {self.identity.name}: clock sample failed: {exc}", flush=True)
+                continue
+            if self.offset is None or server == self.ntp_servers[0]:
+                self.offset = s
+            self.clock_log.add({"worker": self.identity.name, "region": self.identity.region, "server": s.server,
+                                "local_ns": s.local_ns, "offset_ns": s.offset_ns, "delay_ns": s.delay_ns,
+                                "packets": s.packets, "stage": stage})
+        self.clock_log.flush()
+
+    def _clock_loop(self) -> None:
+        while not self._done:
+            gevent.sleep(self.profile.clock.interval_s)
+            if not self._done:
+                self.sample_clock("during")
+
+    # -- background -----------------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        pool = gevent.get_hub().threadpool
+        while not self._done:
+            gevent.sleep(min(0.25, self.profile.generator.chunk_seconds))
+            if self.requests.due() or len(self.requests.rows) >= self.profile.generator.chunk_rows // 2:
+                rows = self.requests.take()
+                pool.apply(self.requests.write, (rows,))  # Parquet + fsync off the hub: no send-lag spikes
+
+    def warm_up(self) -> None:
+        """Open connections before the start instant, so that connecting is not counted as send lag."""
+        for sender in self.senders:
+            try:
+                sender.warm_up()
+            except Exception as exc:  # noqa: BLE001 - an unreachable endpoint shows up as errors in the run
+                print(f"tailrace worker {self.identity.name}: warm-up failed: {exc}", flush=True)
+
+    def _saturation_loop(self, start_mono: int) -> None:
+        window = self.profile.generator.window_s
+        k = 0
+        while not self._done:
+            k += 1
+            target = start_mono + int(k * window * 1e9)
+            gevent.sleep(max(0.0, (target - time.perf_counter_ns()) / 1e9))
+            self.saturation.close_window((k - 1) * window)
+
+    # -- the schedule ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Sample the clock, wait for the common start instant, send every planned request, drain."""
+        p = self.profile
+        self.sample_clock("before")
+        offset_ns = self.offset.offset_ns if self.offset else 0
+        plan = worker_plan(
+            rate=p.load.rate, phases=[(ph.at_s, ph.rate) for ph in p.load.phases], warmup_s=p.load.warmup_s,
+            duration_s=p.load.duration_s, seed=p.load.seed, region_shares=[r.share for r in p.regions],
+            region_index=[r.name for r in p.regions].index(self.region.name),
+            workers_in_region=self.region.workers, worker_index=self.identity.index,
+            endpoint_weights=[e.weight for e in p.endpoints], n_samples=len(self.X),
+            sequential=p.inputs.selection == "sequential")
+        self.planned = len(plan.offsets_ns)
+        self.warm_up()
+        # the start instant is given in reference time; on this clock it is start_ref − offset
+        start_local_ns = self.start_ref_ns - offset_ns
+        start_mono = self.clock.to_mono(start_local_ns)
+        if start_mono < time.perf_counter_ns():
+            print(f"tailrace worker {self.identity.name}: start instant already passed by "
+                  f"{(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; late arrivals count as send lag", flush=True)
+        self._background = [gevent.spawn(self._clock_loop), gevent.spawn(self._flush_loop),
+                            gevent.spawn(self._saturation_loop, start_mono)]
+        group = Group()
+        spin_ns = int(p.generator.spin_ms * 1e6)
+        offsets, endpoints, phases, samples = (plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
+                                               plan.phase_index.tolist(), plan.sample_index.tolist())
+        for i in range(self.planned):
+            intended_mono = start_mono + offsets[i]
+            wait_ns = intended_mono - time.perf_counter_ns() - spin_ns
+            if wait_ns > 0:
+                gevent.sleep(wait_ns / 1e9)
+            if spin_ns:
+                while time.perf_counter_ns() < intended_mono:
+                    pass
+            group.spawn(self._one_request, intended_mono, endpoints[i], phases[i], samples[i])
+        drain_s = max(e.timeout_ms for e in p.endpoints) / 1000 + 2
+        group.join(timeout=drain_s)
+        self.finish()
+
+    def _one_request(self, intended_mono: int, endpoint_index: int, phase: int, sample: int) -> None:
+        ep = self.profile.endpoints[endpoint_index]
+        trace_id, span_id = new_ids()
+        offset = self.offset
+        headers = {"traceparent": format_traceparent(trace_id, span_id), "x-tailrace-region": self.identity.region,
+                   "x-tailrace-run": self.run_id,
+                   "x-tailrace-clock-offset-ns": str(offset.offset_ns if offset else 0)}
+        sent = [0]
+        self.in_flight += 1
+        in_flight_at_send = self.in_flight
+
+        def on_sent() -> None:
+            sent[0] = time.perf_counter_ns()
+
+        try:
+            outcome = self.senders[endpoint_index].send(sample, headers, on_sent)
+        except Exception as exc:  # noqa: BLE001 - never stop the generator
+            outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
+        done = time.perf_counter_ns()
+        self.in_flight -= 1
+        if not sent[0]:
+            sent[0] = done
+        lag = sent[0] - intended_mono
+        self.sent += 1
+        self.saturation.observe_send(lag, in_flight_at_send)
+        label = int(self.y[sample])
+        latency = done - intended_mono
+        self.requests.add({
+            "run_id": self.run_id, "trace_id": trace_id, "span_id": span_id, "region": self.identity.region,
+            "worker": self.identity.name, "endpoint": ep.name, "model": ep.model, "protocol": ep.protocol,
+            "phase": phase, "sample_index": sample, "t_intended": self.clock.from_mono(intended_mono),
+            "t_sent": self.clock.from_mono(sent[0]), "t_done": self.clock.from_mono(done), "latency_ns": latency,
+            "service_ns": done - sent[0], "send_lag_ns": lag, "status": outcome.status, "code": outcome.code,
+            "error": outcome.error, "server_queue_ns": outcome.server_queue_ns,
+            "server_compute_ns": outcome.server_compute_ns, "server_receive_ns": outcome.server_receive_ns,
+            "server_send_ns": outcome.server_send_ns, "echoed_trace_id": outcome.echoed_trace_id, "label": label,
+            "prediction": outcome.prediction, "correct": outcome.status == "ok" and outcome.prediction == label,
+            "bytes_out": outcome.bytes_out, "bytes_in": outcome.bytes_in, "in_flight": in_flight_at_send,
+            "clock_offset_ns": offset.offset_ns if offset else 0,
+            "clock_uncertainty_ns": offset.delay_ns // 2 if offset else -1,
+        })
+        m = self.metrics
+        m.latency.labels(self.identity.region, ep.name).observe(latency / 1e9)
+        m.send_lag.labels(self.identity.region).observe(max(lag, 0) / 1e9)
+        m.in_flight.labels(self.identity.region).set(self.in_flight)
+        m.results.labels(self.identity.region, ep.name, outcome.status).inc()
+
+    def finish(self) -> dict:
+        """Stop background work, close the last chunks, write worker.json; idempotent."""
+        if self._done:
+            return self.summary()
+        self._done = True
+        for g in self._background:
+            g.kill(block=False)
+        self.saturation.close_window(-1)
+        self.requests.flush()
+        try:
+            self.sample_clock("after")
+        except Exception as exc:  # noqa: BLE001
+            print(f"tailrace worker {self.identity.name}: final clock sample failed: {exc}", flush=True)
+        self.clock_log.flush()
+        for s in self.senders:
+            s.close()
+        self.finished_ns = self.clock.now_ns()
+        summary = self.summary()
+        tmp = self.dir / ".worker.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, self.dir / "worker.json")
+        return summary
+
+    def summary(self) -> dict:
+        return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
+                "planned": self.planned, "sent": self.sent, "rows_written": self.requests.rows_written,
+                "chunks": self.requests.chunks_written, "clock_skew_ms_emulated": self.identity.skew_ms,
+                "last_offset_ns": self.offset.offset_ns if self.offset else None,
+                "max_send_lag_p99_ms": self.saturation.max_lag_p99_ns / 1e6,
+                "peak_in_flight": self.saturation.peak_in_flight, "invalid_reasons": self.saturation.reasons,
+                "started_ns": self.started_ns, "finished_ns": self.finished_ns}
