@@ -135,6 +135,10 @@ class OpenLoopUser(User):
     @task
     def run_schedule(self) -> None:
         runner = self.environment.runner
+        if _state["run"] is not None or _state.get("claimed"):
+            # Locust rebalances a lost worker's user onto the survivors: one schedule per worker, never two
+            raise StopUser()
+        _state["claimed"] = True
         client_id = getattr(runner, "client_id", "")
         if not _state["plan_event"].wait(timeout=60):
             raise RuntimeError("no tailrace_plan message from the master within 60 s")

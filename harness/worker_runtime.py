@@ -78,8 +78,16 @@ class SaturationMonitor:
             self.reasons.append(f"{self.worker}: {in_flight} requests in flight exceeds the bound "
                                 f"{self.max_in_flight} (generator or endpoint cannot keep up)")
 
-    def close_window(self, window_start_s: float) -> None:
-        if len(self.lags) >= 1:
+    min_samples: int = 100  # a p99 of fewer sends is just their maximum: let the window grow until it has these
+    _window_start_s: float | None = None
+
+    def close_window(self, window_start_s: float, final: bool = False) -> None:
+        if self._window_start_s is None:
+            self._window_start_s = window_start_s
+        if len(self.lags) < (20 if final else self.min_samples):
+            return
+        window_start_s, self._window_start_s = self._window_start_s, None
+        if self.lags:
             p99 = int(np.percentile(np.asarray(self.lags), 99))
             self.max_lag_p99_ns = max(self.max_lag_p99_ns, p99)
             if p99 > self.threshold_ns:
@@ -301,7 +309,7 @@ class WorkerRun:
         self._done = True
         for g in self._background:
             g.kill(block=False)
-        self.saturation.close_window(-1)
+        self.saturation.close_window(-1, final=True)
         self.requests.flush()
         try:
             self.sample_clock("after")
