@@ -111,9 +111,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from harness.demo import run_demo
+    from harness.demo import DEMO_PROFILE, run_demo
 
+    args.profile = args.profile or DEMO_PROFILE
     return run_demo(args)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from analysis.report_cli import analyze_and_report
+
+    return analyze_and_report(args.run_dir, args.out, quiet=args.quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,9 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     sntp.add_argument("--port", type=_port, default=12300)
     sntp.set_defaults(func=lambda a, p: _cmd_sntp(a))
 
+    analyze = sub.add_parser("analyze", help="analyse a run directory: report, summary.json, tables, verdict",
+                             description="Merge a run's regional logs into the report. Exit code: 0 all SLOs pass, "
+                                         "1 any SLO fails, 2 unreadable run dir, 3 inconclusive, 4 run INVALID.")
+    analyze.add_argument("run_dir", type=Path)
+    analyze.add_argument("--out", type=Path, default=None, help="report directory (default RUN_DIR/report)")
+    analyze.add_argument("--quiet", action="store_true", help="no terminal summary")
+    analyze.set_defaults(func=lambda a, p: _cmd_analyze(a))
+
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
                           description="The main job on embedded defaults (what `make demo` runs).")
-    demo.add_argument("--workdir", type=Path, default=Path("build"), help="where models and runs go")
+    demo.add_argument("--workdir", type=Path, default=Path("build"), help="runs go to WORKDIR/runs")
+    demo.add_argument("--profile", type=Path, default=None, help="profile to run (default profiles/demo.toml)")
     demo.set_defaults(func=lambda a, p: _cmd_demo(a))
     return parser
 

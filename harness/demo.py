@@ -1,39 +1,16 @@
-"""`make demo`: build the models, start the embedded endpoint, talk to it with Triton's own clients."""
+"""`make demo`: the main job on embedded defaults — build the models, run profiles/demo.toml, analyse it."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-import numpy as np
+from harness.profile import load_profile
+from harness.run_command import run_and_report
 
-from endpoints.model_build import ONNX_MODELS, build_repository, load_heldout
-from harness.processes import free_port, start_embedded_endpoint
+DEMO_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "demo.toml"
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Build, serve, infer over HTTP and gRPC with tritonclient, print the answers."""
-    import tritonclient.grpc as grpcclient
-    import tritonclient.http as httpclient
-
-    models = args.workdir / "models"
-    for m in build_repository(models):
-        print(f"built {m.name:20s} held-out accuracy {m.accuracy:.4f}  {m.size_bytes:>8,} B  sha256 {m.sha256[:12]}")
-    http_port, grpc_port = free_port(), free_port()
-    endpoint = start_embedded_endpoint(models, "127.0.0.1", http_port, grpc_port, args.workdir / "endpoint.log")
-    try:
-        X, y = load_heldout(models)
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
-        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-        for model in ONNX_MODELS:
-            for proto, client, mod in (("http", http, httpclient), ("grpc", grpc, grpcclient)):
-                inp = mod.InferInput("input", [8, 64], "FP32")
-                inp.set_data_from_numpy(X[:8])
-                result = client.infer(model, [inp])
-                labels = result.as_numpy("label")
-                print(f"{proto:4s} {model:20s} predicted {labels.tolist()} true {y[:8].tolist()} "
-                      f"({int(np.sum(labels == y[:8]))}/8 correct)")
-        stats = http.get_inference_statistics("digits_mlp_fp32")["model_stats"][0]["inference_stats"]
-        print(f"server statistics digits_mlp_fp32: success={stats['success']['count']} "
-              f"queue={stats['queue']['ns'] / 1e6:.2f} ms compute_infer={stats['compute_infer']['ns'] / 1e6:.2f} ms")
-    finally:
-        endpoint.stop()
-    return 0
+    """Run the demo profile (3 regions, 3 endpoints, ~60 s) and print where the report is."""
+    profile = load_profile(args.profile)
+    return run_and_report(profile, args.workdir / "runs")
