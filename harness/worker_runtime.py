@@ -78,7 +78,7 @@ class SaturationMonitor:
             self.reasons.append(f"{self.worker}: {in_flight} requests in flight exceeds the bound "
                                 f"{self.max_in_flight} (generator or endpoint cannot keep up)")
 
-    min_samples: int = 100  # a p99 of fewer sends is just their maximum: let the window grow until it has these
+    min_samples: int = 500  # a p99 of fewer sends is one of their few largest: windows grow until they hold 500
     _window_start_s: float | None = None
 
     def close_window(self, window_start_s: float, final: bool = False) -> None:

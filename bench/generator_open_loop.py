@@ -1,0 +1,176 @@
+"""Benchmark: the open-loop rate one worker core sustains with send-lag p99 ≤ 2 ms, as a ratio to Locust's
+own closed-loop FastHttpUser maximum, measured side by side in one run.
+
+Target: nginx answering a constant KServe v2 infer response (so the target is never the bottleneck),
+pinned to CPU 1 with the master and the SNTP reference; the generator (one Locust worker, or one
+closed-loop Locust process) is pinned to CPU 0.
+
+    .venv/bin/python bench/generator_open_loop.py [--seconds 10] [--rates 500,1000,...]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import require, write_section  # noqa: E402
+from endpoints.model_build import build_repository  # noqa: E402
+from harness.processes import free_port, start_process, tailrace_argv  # noqa: E402
+
+RESPONSE = ('{"model_name":"digits_mlp_fp32","model_version":"1","outputs":[{"name":"label","datatype":"INT64",'
+            '"shape":[1],"data":[3]}],"parameters":{"queue_ns":1000,"compute_ns":20000}}')
+COMMAND = ".venv/bin/python bench/generator_open_loop.py"
+
+
+def start_nginx(work: Path, port: int):
+    conf = work / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+worker_cpu_affinity 10;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_buffer_size 64k;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{ default_type application/json; return 200 '{RESPONSE}'; }}
+  }}
+}}
+""")
+    return start_process("nginx", [require("nginx"), "-c", str(conf), "-p", str(work)], work / "nginx.log")
+
+
+def closed_loop_max(work: Path, url: str, body: Path, seconds: int, users: int) -> float:
+    """Locust (single process, CPU 0) FastHttpUser closed loop: requests/s."""
+    prefix = work / f"closed-{users}"
+    subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "locust", "-f",
+                    str(Path(__file__).with_name("closed_loop_locustfile.py")), "--headless", "-u", str(users),
+                    "-r", str(users), "-t", f"{seconds}s", "--host", url, "--csv", str(prefix), "--only-summary",
+                    "--loglevel", "ERROR"], check=True, capture_output=True,
+                   env={**__import__("os").environ, "TAILRACE_BENCH_BODY": str(body)})
+    with open(f"{prefix}_stats.csv") as fh:
+        agg = next(r for r in csv.DictReader(fh) if r["Name"] == "Aggregated")
+    return float(agg["Requests/s"])
+
+
+def open_loop_trial(work: Path, models: Path, url: str, sntp: str, rate: float, seconds: int) -> dict:
+    """One run of the real harness (master on CPU 1, one worker on CPU 0) at `rate`; send lag stats."""
+    profile = work / f"open-{rate:g}.toml"
+    profile.write_text(f"""
+name = "bench-{rate:g}"
+output_dir = "{work / 'runs'}"
+[[endpoints]]
+name = "nginx"
+url = "{url}"
+protocol = "kserve-http"
+model = "digits_mlp_fp32"
+[[regions]]
+name = "bench"
+share = 1.0
+[load]
+rate = {rate}
+duration_s = {seconds}
+warmup_s = 1
+seed = 1
+[clock]
+servers = ["{sntp}"]
+interval_s = 60
+[embedded]
+models_dir = "{models}"
+[generator]
+send_lag_p99_ms = 2
+max_in_flight = 20000
+""")
+    port = free_port()
+    master = start_process("master", ["taskset", "-c", "1", *tailrace_argv(
+        "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{rate:g}.log")
+    worker = start_process("worker", ["taskset", "-c", "0", *tailrace_argv(
+        "worker", "--master", f"127.0.0.1:{port}", "--region", "bench")], work / f"worker-{rate:g}.log")
+    master.popen.wait(seconds + 120)
+    worker.stop()
+    run_dir = max((work / "runs").glob(f"bench-{rate:g}-*"))
+    import pandas as pd
+
+    df = pd.concat([pd.read_parquet(f) for f in run_dir.glob("regions/*/*/requests-*.parquet")])
+    df = df[df.phase > 0]
+    lag = df["send_lag_ns"].to_numpy() / 1e6
+    summary = json.loads(next(run_dir.glob("regions/*/*/worker.json")).read_text())
+    achieved = len(df) / seconds
+    return {"rate": rate, "achieved": achieved, "lag_p50": float(np.percentile(lag, 50)),
+            "lag_p99": float(np.percentile(lag, 99)), "ok": float((df.status == "ok").mean()),
+            "sent_ratio": summary["sent"] / max(1, summary["planned"])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--rates", default="500,1000,1500,2000,2500,3000,4000,5000,6000,7000")
+    ap.add_argument("--users", type=int, default=64, help="closed-loop FastHttpUser users")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    require("taskset")
+    work = Path(tempfile.mkdtemp(prefix="tailrace-genbench-"))
+    models = work / "models"
+    build_repository(models)
+    body = work / "body.json"
+    body.write_text(json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                            "data": [0.0] * 64}]}))
+    nginx_port, sntp_port = free_port(), free_port()
+    nginx = start_nginx(work, nginx_port)
+    sntp = start_process("sntp", ["taskset", "-c", "1", *tailrace_argv("sntp", "--port", str(sntp_port))],
+                         work / "sntp.log")
+    url = f"http://127.0.0.1:{nginx_port}"
+    time.sleep(1.0)
+    trials = []
+    try:
+        closed = closed_loop_max(work, url, body, args.seconds, args.users)
+        print(f"closed-loop FastHttpUser max: {closed:,.0f} req/s", flush=True)
+        for rate in [float(r) for r in args.rates.split(",")]:
+            t = open_loop_trial(work, models, url, f"127.0.0.1:{sntp_port}", rate, args.seconds)
+            trials.append(t)
+            print(f"open loop {rate:>6,.0f}/s: achieved {t['achieved']:,.0f}/s, send lag p50 {t['lag_p50']:.2f} ms "
+                  f"p99 {t['lag_p99']:.2f} ms, ok {t['ok']:.3f}", flush=True)
+            if t["lag_p99"] > 20 or t["achieved"] < 0.8 * rate:
+                break
+        closed_again = closed_loop_max(work, url, body, args.seconds, args.users)
+    finally:
+        nginx.stop()
+        sntp.stop()
+        shutil.rmtree(work / "runs", ignore_errors=True)
+    sustained = [t for t in trials if t["lag_p99"] <= 2.0 and t["achieved"] >= 0.95 * t["rate"] and t["ok"] > 0.999]
+    best = max((t["rate"] for t in sustained), default=0.0)
+    closed_ref = (closed + closed_again) / 2
+    ratio = best / closed_ref
+    table = "| open-loop target rate /s | achieved /s | send lag p50 ms | send lag p99 ms | ok |\n|---|---|---|---|---|\n"
+    for t in trials:
+        table += (f"| {t['rate']:,.0f} | {t['achieved']:,.0f} | {t['lag_p50']:.2f} | {t['lag_p99']:.2f} | "
+                  f"{t['ok']:.3f} |\n")
+    body_md = (f"Command: `{COMMAND} --seconds {args.seconds} --rates {args.rates} --users {args.users}`\n\n"
+               f"Target: nginx (CPU 1) answering a constant KServe v2 response. Generator on CPU 0: one tailrace "
+               f"Locust worker (master and SNTP reference on CPU 1), or one Locust process with {args.users} "
+               f"FastHttpUser users in a closed loop, measured before and after the open-loop trials.\n\n"
+               f"Closed-loop FastHttpUser maximum: {closed:,.0f} and {closed_again:,.0f} req/s (mean {closed_ref:,.0f}).\n\n"
+               f"{table}\nHighest open-loop rate with send-lag p99 ≤ 2 ms: **{best:,.0f} req/s**.\n\n"
+               f"**Ratio open-loop sustained / closed-loop maximum: {ratio:.2f}** "
+               f"({'meets' if ratio >= 0.5 else 'MISSES'} the ≥ 0.5 target).\n")
+    print(body_md)
+    if not args.no_write:
+        write_section("Generator: open-loop rate per worker core vs Locust closed loop", body_md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
