@@ -100,7 +100,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except ProfileError as exc:
         print(exc, file=sys.stderr)
         return 2
-    return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models)
+    return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models, args.web_ui)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--port", type=_port, default=5557)
     master.add_argument("--out", type=Path, default=None)
     master.add_argument("--models", type=Path, default=None, help="models dir with the held-out data")
+    master.add_argument("--web-ui", type=_port, default=None, metavar="PORT",
+                        help="also serve Locust's web UI on 127.0.0.1:PORT (the run still starts by itself)")
     master.set_defaults(func=_cmd_master)
 
     worker = sub.add_parser("worker", help="run a Locust worker for one region",

@@ -15,7 +15,8 @@ from harness.orchestrate import LocalRun, locust_argv, master_config, new_run_id
 from harness.profile import EMBEDDED, Profile
 
 
-def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None) -> int:
+def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None,
+               web_port: int | None = None) -> int:
     """Run a Locust master that waits for the profile's workers; writes the manifest at the end."""
     if profile.uses_embedded or EMBEDDED in profile.clock.servers:
         print("tailrace master: profiles with 'embedded' endpoints or clock servers are for `tailrace run`; "
@@ -29,10 +30,11 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
                         profile.model_dump(mode="json"))
     (run_dir / "master-config.json").write_text(json.dumps(cfg, indent=2))
     n = sum(r.workers for r in profile.regions)
-    argv = locust_argv("--master", "--headless", "-u", str(n), "-r", str(n), "--expect-workers", str(n),
+    ui = ["--autostart", "--web-host", "127.0.0.1", "--web-port", str(web_port)] if web_port else ["--headless"]
+    argv = locust_argv("--master", *ui, "-u", str(n), "-r", str(n), "--expect-workers", str(n),
                        "--expect-workers-max-wait", "600", "-t", f"{run_seconds(profile):.0f}s",
                        "--master-bind-host", bind, "--master-bind-port", str(port), "--only-summary",
-                       "--exit-code-on-error", "0")
+                       "--exit-code-on-error", "0", *(["--autoquit", "5"] if web_port else []))
     print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; chunks → {run_dir}")
     env = {**os.environ, "TAILRACE_MASTER_CONFIG": str(run_dir / "master-config.json")}
     import subprocess
