@@ -1,62 +1,92 @@
-"""`tailrace analyze`: load a run directory, compute the summary, print it, exit with the verdict's code."""
+"""`tailrace analyze`: analyse a run directory, write the report, print a summary, return the exit code."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from analysis.rundir import RunDirError
 
-from analysis.rundir import RunDirError, load_run
-
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INVALID = 0, 1, 2, 3, 4
+EXIT_USAGE = 2
 
 
-def basic_summary(df: pd.DataFrame) -> list[dict]:
-    """Per region × endpoint: count, errors, p50/p99 latency (ms), send lag p99, accuracy."""
-    rows = []
-    measured = df[df["phase"] > 0]
-    for (region, endpoint), g in measured.groupby(["region", "endpoint"], sort=True):
-        lat = g["latency_ns"].to_numpy() / 1e6
-        ok = g["status"] == "ok"
-        rows.append({"region": region, "endpoint": endpoint, "count": int(len(g)), "errors": int((~ok).sum()),
-                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-                     "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"] / 1e6, 99)),
-                     "accuracy": float(g.loc[ok, "correct"].mean()) if ok.any() else None})
-    return rows
+def write_outputs(analysis, out: Path) -> None:
+    """report/index.html, summary.json and tables/*.csv."""
+    from analysis.report_html import render
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(analysis.summary, indent=2, default=_jsonable))
+    for name, table in analysis.tables.items():
+        table.to_csv(out / "tables" / f"{name}.csv", index=False)
+    (out / "index.html").write_text(render(analysis))
 
 
-def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
-    """Analyse `run_dir`; returns the exit code."""
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def print_summary(summary: dict) -> None:
+    """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.console import Console
     from rich.table import Table
 
+    console = Console()
+    colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
+    console.print(f"[bold {colour}]{summary['verdict']}[/] run {summary['run_id']} — "
+                  f"{summary['input']['rows_read']:,} requests")
+    for reason in summary["invalid_reasons"]:
+        console.print(f"[magenta]INVALID[/]: {reason}")
+    for sk in summary["input"]["chunks_skipped"]:
+        console.print(f"[red]skipped[/] {sk['path']}: {sk['reason']}")
+    lat = Table(title="latency from intended send time (ms)")
+    for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
+        lat.add_column(col, justify="right")
+    for r in summary["latency"]:
+        p = r["percentiles"]
+        p99 = p["p99"]
+        lat.add_row(r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
+                    "–" if p["p50"]["value"] is None else f"{p['p50']['value']:.2f}",
+                    f"needs ≥ {p99['min_samples']}" if p99["value"] is None else
+                    f"{p99['value']:.2f} [{p99['ci_low']:.2f}, {p99['ci_high']:.2f}]",
+                    f"needs ≥ {p['p99.9']['min_samples']}" if p["p99.9"]["value"] is None else f"{p['p99.9']['value']:.2f}",
+                    "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}")
+    console.print(lat)
+    if summary["slos"]:
+        slo = Table(title="SLOs")
+        for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):
+            slo.add_column(col)
+        for v in summary["slos"]:
+            c = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}[v["verdict"]]
+            slo.add_row(v["description"], v["endpoint"], v["region"], f"{v['n']:,}", f"[{c}]{v['verdict']}[/]",
+                        "" if v["more_samples_needed"] is None else f"{v['more_samples_needed']:,}")
+        console.print(slo)
+
+
+def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
+    """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
+    from analysis.analyze import analyze_run
+
     try:
-        data = load_run(run_dir)
+        analysis = analyze_run(Path(run_dir))
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for s in data.skipped:
-        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
-    rows = basic_summary(data.requests)
-    out = out or data.run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    valid = data.manifest.get("valid", True)
-    summary = {"run_id": data.manifest.get("run_id"), "valid": valid,
-               "invalid_reasons": data.manifest.get("invalid_reasons", []),
-               "rows_read": int(len(data.requests)), "chunks_read": data.chunks_read,
-               "chunks_skipped": [s.__dict__ for s in data.skipped], "groups": rows}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for s in analysis.data.skipped:
+        print(f"tailrace analyze: skipped {s.path}: {s.reason}", file=sys.stderr)
+    out = out or Path(run_dir) / "report"
+    write_outputs(analysis, out)
     if not quiet:
-        table = Table(title=f"run {summary['run_id']} — {'VALID' if valid else 'INVALID'}")
-        for col in ("region", "endpoint", "requests", "errors", "p50 ms", "p99 ms", "send lag p99 ms", "accuracy"):
-            table.add_column(col, justify="right")
-        for r in rows:
-            table.add_row(r["region"], r["endpoint"], f"{r['count']:,}", f"{r['errors']:,}", f"{r['p50_ms']:.2f}",
-                          f"{r['p99_ms']:.2f}", f"{r['send_lag_p99_ms']:.2f}",
-                          "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}")
-        Console().print(table)
-        for reason in summary["invalid_reasons"]:
-            print(f"INVALID: {reason}")
-    return EXIT_PASS if valid else EXIT_INVALID
+        print_summary(analysis.summary)
+        print(f"report: {out / 'index.html'}")
+    return analysis.summary["exit_code"]

@@ -122,6 +122,9 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     require("taskset")
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))  # clean up on kill
     work = Path(tempfile.mkdtemp(prefix="tailrace-genbench-"))
     models = work / "models"
     build_repository(models)

@@ -163,13 +163,15 @@ class ModelScheduler:
             stats.in_flight -= 1
             raise
         try:
-            timings.queue_ns = time.perf_counter_ns() - enqueued
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
+            granted = time.perf_counter_ns()
+            timings.queue_ns = granted - enqueued
             if self._inline:
-                return self._execute(inputs, timings)
-            return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, inputs, timings)
+                return self._execute(inputs, timings, granted)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, inputs, timings,
+                                                                    granted)
         finally:
             self._pool.release()
             stats.in_flight -= 1
@@ -186,11 +188,12 @@ class ModelScheduler:
             stats.in_flight -= 1
             raise
         try:
-            timings.queue_ns = time.perf_counter_ns() - enqueued
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            return self._execute(inputs, timings)
+            granted = time.perf_counter_ns()
+            timings.queue_ns = granted - enqueued
+            return self._execute(inputs, timings, granted)
         finally:
             self._pool.release()
             stats.in_flight -= 1
@@ -269,8 +272,11 @@ class ModelScheduler:
         if not self._accepting:
             raise unavailable("server is shutting down")
 
-    def _execute(self, inputs: dict[str, np.ndarray], t: Timings) -> dict[str, np.ndarray]:
-        t_start = time.perf_counter_ns()
+    def _execute(self, inputs: dict[str, np.ndarray], t: Timings, granted_ns: int | None = None
+                 ) -> dict[str, np.ndarray]:
+        # compute starts when the slot is granted: a hop to a slot thread occupies the slot too, and
+        # queue + compute must account for the whole slot-holding time (utilization, M/M/1 checks)
+        t_start = granted_ns if granted_ns is not None else time.perf_counter_ns()
         try:
             feed = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
             t_input = time.perf_counter_ns()

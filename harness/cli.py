@@ -117,6 +117,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_command
+
+    return compare_command(args.run_a, args.run_b, args.out)
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.report_cli import analyze_and_report
 
@@ -216,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--out", type=Path, default=None, help="report directory (default RUN_DIR/report)")
     analyze.add_argument("--quiet", action="store_true", help="no terminal summary")
     analyze.set_defaults(func=lambda a, p: _cmd_analyze(a))
+
+    compare = sub.add_parser("compare", help="compare two runs per endpoint × region",
+                             description="Differences of p50/p95/p99 (B − A) with bootstrap CIs, Mann–Whitney U "
+                                         "p-value, Cohen's d and a verdict per endpoint × region.")
+    compare.add_argument("run_a", type=Path)
+    compare.add_argument("run_b", type=Path)
+    compare.add_argument("--out", type=Path, default=None, help="also write compare.json / compare.csv here")
+    compare.set_defaults(func=lambda a, p: _cmd_compare(a))
 
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
                           description="The main job on embedded defaults (what `make demo` runs).")

@@ -68,7 +68,8 @@ def measure_offset(server: str, clock: WorkerClock, packets: int = 4, timeout: f
             best = r
     if best is None:
         raise OSError(f"NTP server {server} did not answer ({'; '.join(errors[:2])})")
-    midpoint_local = (best.orig_timestamp + best.dest_timestamp) / 2  # time.time() seconds
+    # ntplib's orig/dest timestamps are NTP-epoch (1900) seconds on this machine's time.time() clock
+    midpoint_local = ntplib.ntp_to_system_time((best.orig_timestamp + best.dest_timestamp) / 2)
     offset_ns = int(round(best.offset * 1e9)) - clock.skew_ns
     local_ns = int(midpoint_local * 1e9) + clock.skew_ns
     return ClockSample(server, local_ns, offset_ns, int(round(best.delay * 1e9)), packets)

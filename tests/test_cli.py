@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [[], ["models"], ["models", "build"], ["serve"], ["run"], ["master"], ["worker"], ["proxy"], ["sntp"],
-            ["demo"], ["analyze"]]
+            ["demo"], ["analyze"], ["compare"]]
 
 
 def tailrace(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

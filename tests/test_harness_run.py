@@ -125,6 +125,22 @@ def test_skewed_worker_detected_against_chronyd(main_run):
     assert np.all(np.abs(near["offset_ns"] / 1e6) < 2.0)
     df = main_run[2].requests
     assert abs(df.loc[df.worker == "far-w0", "clock_offset_ns"].median() / 1e6 + SKEW_MS) < 2.0
+    # clock samples are stamped on the same (worker) clock and epoch as the requests
+    for worker in ("far-w0", "near-w0"):
+        samples = clock.loc[clock.worker == worker, "local_ns"]
+        sent = df.loc[df.worker == worker, "t_sent"]
+        assert sent.min() - 30e9 < samples.median() < sent.max() + 30e9
+
+
+def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
+    from analysis.analyze import analyze_run
+
+    run, _, _ = main_run
+    a = analyze_run(run.run_dir)
+    starts = a.requests.groupby("worker")["t_intended_ref"].min()
+    assert (starts.max() - starts.min()) < 0.2e9  # both regions start together on the reference clock
+    far = next(m for w, m in a.clock_models.items() if w == "far-w0")
+    assert abs(far.intercept_ns / 1e6 + SKEW_MS) < 2.0 and abs(far.slope) < 1e-4
 
 
 def test_phases_start_at_the_same_reference_instant(main_run):

@@ -1,0 +1,103 @@
+"""The analysis of one run directory: every number the report, summary.json and tables show."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.arrivals import arrival_checks
+from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
+from analysis.decomposition import decompose, decomposition_table
+from analysis.latency import flat_rows, latency_table
+from analysis.queueing import queueing_table
+from analysis.rundir import RunData, load_run
+from analysis.slo import evaluate_slos, overall_verdict
+from analysis.triton_stats import endpoint_stat_deltas
+
+SUMMARY_VERSION = 1
+
+
+@dataclass
+class Analysis:
+    data: RunData
+    requests: pd.DataFrame  # with *_ref columns
+    clock_models: dict[str, OffsetModel]
+    summary: dict
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def _phase_names(profile: dict) -> dict[int, str]:
+    phases = profile.get("load", {}).get("phases") or []
+    names = {0: "warm-up"}
+    if not phases:
+        names[1] = "steady"
+    for i, ph in enumerate(phases):
+        names[i + 1] = f"phase {i + 1} ({ph['rate']:g}/s from {ph['at_s']:g} s)"
+    return names
+
+
+def analyze_run(run_dir: Path) -> Analysis:
+    """Load and analyse a run directory."""
+    data = load_run(run_dir)
+    manifest = data.manifest
+    profile = manifest.get("profile") or {}
+    models = fit_all(data.clock)
+    df = add_reference_times(data.requests, models)
+    measured = df[df["phase"] > 0]
+    duration = float(profile.get("load", {}).get("duration_s") or
+                     max(1e-9, (measured["t_intended"].max() - measured["t_intended"].min()) / 1e9))
+    latency_rows = latency_table(measured, profile, duration) if profile else []
+    per_phase = []
+    names = _phase_names(profile)
+    for phase, g in df.groupby("phase", sort=True):
+        ok = g[g.status == "ok"]["latency_ns"] / 1e6
+        per_phase.append({"phase": int(phase), "name": names.get(int(phase), str(phase)), "count": int(len(g)),
+                          "errors": int((g.status != "ok").sum()),
+                          "p50_ms": float(np.percentile(ok, 50)) if len(ok) else None,
+                          "p99_ms": float(np.percentile(ok, 99)) if len(ok) else None})
+    legs = decompose(df)
+    slots = (profile.get("embedded") or {}).get("slots") or {}
+    synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
+    queueing = queueing_table(measured, slots, synthetic)
+    verdicts = evaluate_slos(measured, profile.get("slos") or [])
+    valid = bool(manifest.get("valid", True))
+    verdict, exit_code = overall_verdict(verdicts, valid)
+    errors = (df[df.status != "ok"].groupby(["status", "code"]).agg(
+        count=("trace_id", "size"), example_trace_ids=("trace_id", lambda s: list(s[:3])),
+        example_error=("error", "first")).reset_index())
+    slowest = df[df.phase > 0].nlargest(20, "latency_ns")
+    slowest_rows = []
+    legs_by_trace = legs.set_index("trace_id") if not legs.empty else None
+    for r in slowest.itertuples():
+        row = {"trace_id": r.trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
+               "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
+               "t_intended_ref_ns": int(r.t_intended_ref)}
+        if legs_by_trace is not None and r.trace_id in legs_by_trace.index:
+            leg = legs_by_trace.loc[r.trace_id]
+            row.update({k + "_ms": float(leg[k]) for k in ("network_up", "server_queue", "server_compute",
+                                                          "server_other", "network_down")})
+        slowest_rows.append(row)
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "run_id": manifest.get("run_id"), "profile": profile.get("name"), "verdict": verdict,
+        "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
+        "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
+                  "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
+        "duration_s": duration, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
+        "decomposition": decomposition_table(legs) if not legs.empty else [],
+        "queueing": queueing, "arrivals": arrival_checks(df),
+        "clock": [m.as_dict() for m in models.values()],
+        "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
+        "endpoint_statistics": endpoint_stat_deltas(data.endpoint_stats),
+        "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
+                                                  "workers")},
+    }
+    tables = {"latency": flat_rows(latency_rows), "slos": pd.DataFrame(verdicts),
+              "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(
+                  [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
+                   for q in queueing]),
+              "arrivals": pd.DataFrame(summary["arrivals"]), "phases": pd.DataFrame(per_phase),
+              "errors": errors, "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
+    return Analysis(data, df, models, summary, tables)

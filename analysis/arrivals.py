@@ -1,0 +1,28 @@
+"""Was the load really Poisson? KS test and index of dispersion of the actual send gaps, per worker and merged."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import index_of_dispersion, ks_exponential
+
+
+def _row(name: str, times_ns: np.ndarray) -> dict:
+    t = np.sort(times_ns) / 1e9
+    gaps = np.diff(t)
+    ks = ks_exponential(gaps)
+    return {"source": name, "count": int(len(t)), "rate": float(len(t) / (t[-1] - t[0])) if len(t) > 1 else None,
+            "ks_statistic": ks[0] if ks else None, "ks_pvalue": ks[1] if ks else None,
+            "poisson_ok": bool(ks and ks[1] > 0.01), "index_of_dispersion": index_of_dispersion(t)}
+
+
+def arrival_checks(df: pd.DataFrame) -> list[dict]:
+    """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential."""
+    rows = []
+    for phase, p in df.groupby("phase", sort=True):
+        if phase == 0:
+            continue
+        for worker, g in p.groupby("worker", sort=True):
+            rows.append({"phase": int(phase), **_row(worker, g["t_sent"].to_numpy())})
+        rows.append({"phase": int(phase), **_row("merged", p["t_sent_ref"].to_numpy())})
+    return rows

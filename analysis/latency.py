@@ -1,0 +1,76 @@
+"""Latency statistics per group (endpoint × region, per phase, overall)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import percentile_ci
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+
+
+def intended_rate(profile: dict, region: str | None, endpoint: str | None) -> float:
+    """Mean intended arrival rate over the measured window for a region / endpoint (None = all)."""
+    load = profile["load"]
+    duration = load["duration_s"]
+    phases = load.get("phases") or [{"at_s": 0, "rate": load["rate"]}]
+    total = 0.0
+    for i, ph in enumerate(phases):
+        end = phases[i + 1]["at_s"] if i + 1 < len(phases) else duration
+        total += ph["rate"] * max(0.0, min(end, duration) - ph["at_s"])
+    rate = total / duration
+    if region is not None:
+        rate *= next(r["share"] for r in profile["regions"] if r["name"] == region)
+    if endpoint is not None:
+        weights = {e["name"]: e.get("weight", 1.0) for e in profile["endpoints"]}
+        rate *= weights[endpoint] / sum(weights.values())
+    return rate
+
+
+def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
+    """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of one group's rows."""
+    ok = g["status"] == "ok"
+    lat_ms = g.loc[ok, "latency_ns"].to_numpy(dtype=float) / 1e6
+    out = {"count": int(len(g)), "ok": int(ok.sum()), "errors": int((~ok).sum()),
+           "error_rate": float((~ok).mean()) if len(g) else 0.0,
+           "achieved_rate": float(len(g) / duration_s) if duration_s else None,
+           "accuracy": float(g.loc[ok, "correct"].mean()) if ok.any() else None,
+           "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
+           "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
+           "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"], 99) / 1e6) if len(g) else None,
+           "percentiles": {}}
+    for p in PERCENTILES:
+        out["percentiles"][f"p{p:g}"] = percentile_ci(lat_ms, p).as_dict()
+    return out
+
+
+def latency_table(df: pd.DataFrame, profile: dict, duration_s: float) -> list[dict]:
+    """Rows per endpoint × region, per endpoint (all regions), and overall."""
+    rows = []
+    groups = [(("endpoint", "region"), df.groupby(["endpoint", "region"], sort=True)),
+              (("endpoint",), df.groupby(["endpoint"], sort=True))]
+    for keys, grouped in groups:
+        for key, g in grouped:
+            key = key if isinstance(key, tuple) else (key,)
+            ident = dict(zip(keys, key))
+            row = {"endpoint": ident.get("endpoint", "*"), "region": ident.get("region", "*"),
+                   **summarize_latency(g, duration_s)}
+            row["intended_rate"] = intended_rate(profile, ident.get("region"), ident.get("endpoint"))
+            rows.append(row)
+    overall = {"endpoint": "*", "region": "*", **summarize_latency(df, duration_s),
+               "intended_rate": intended_rate(profile, None, None)}
+    rows.append(overall)
+    return rows
+
+
+def flat_rows(rows: list[dict]) -> pd.DataFrame:
+    """The latency table as flat columns for CSV."""
+    flat = []
+    for r in rows:
+        f = {k: v for k, v in r.items() if k != "percentiles"}
+        for name, est in r["percentiles"].items():
+            f[f"{name}_ms"] = est["value"]
+            f[f"{name}_ci_low_ms"] = est["ci_low"]
+            f[f"{name}_ci_high_ms"] = est["ci_high"]
+        flat.append(f)
+    return pd.DataFrame(flat)

@@ -1,0 +1,130 @@
+"""Plots for the report, returned as inline SVG strings (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+                     "svg.fonttype": "none"})
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def heatmap_p99(latency_rows: list[dict]) -> str | None:
+    rows = [r for r in latency_rows if r["endpoint"] != "*" and r["region"] != "*"]
+    if not rows:
+        return None
+    endpoints = sorted({r["endpoint"] for r in rows})
+    regions = sorted({r["region"] for r in rows})
+    grid = np.full((len(regions), len(endpoints)), np.nan)
+    for r in rows:
+        v = r["percentiles"]["p99"]["value"]
+        if v is not None:
+            grid[regions.index(r["region"]), endpoints.index(r["endpoint"])] = v
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(endpoints), 0.8 + 0.55 * len(regions)))
+    im = ax.imshow(grid, cmap="YlOrRd", aspect="auto")
+    ax.set_xticks(range(len(endpoints)), endpoints, rotation=20, ha="right")
+    ax.set_yticks(range(len(regions)), regions)
+    ax.grid(False)
+    for i in range(len(regions)):
+        for j in range(len(endpoints)):
+            ax.text(j, i, "n/a" if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}", ha="center", va="center")
+    fig.colorbar(im, ax=ax, label="p99 latency (ms)")
+    return _svg(fig)
+
+
+def latency_cdfs(df: pd.DataFrame) -> str:
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ok = df[(df.status == "ok") & (df.phase > 0)]
+    for region, g in ok.groupby("region"):
+        x = np.sort(g["latency_ns"].to_numpy() / 1e6)
+        y = 1 - (np.arange(1, len(x) + 1) - 0.5) / len(x)
+        ax.plot(x, y, label=region, lw=1.4)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("latency from intended send (ms)")
+    ax.set_ylabel("fraction slower (1 − CDF)")
+    for q in (0.5, 0.1, 0.01, 0.001):
+        ax.axhline(q, color="grey", lw=0.5, ls=":")
+    ax.legend()
+    return _svg(fig)
+
+
+def over_time(df: pd.DataFrame, phase_starts_s: list[float]) -> str:
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
+    t0 = df["t_intended_ref"].min()
+    for region, g in df.groupby("region"):
+        t = (g["t_intended_ref"] - t0) / 1e9
+        bins = np.arange(0, t.max() + 1, 1.0)
+        ok = g["status"] == "ok"
+        idx = np.digitize(t, bins)
+        p99 = pd.Series(g["latency_ns"].to_numpy() / 1e6).where(ok.to_numpy()).groupby(idx).quantile(0.99)
+        ax1.plot(bins[p99.index.to_numpy() - 1], p99.to_numpy(), label=f"{region} p99", lw=1)
+        counts, _ = np.histogram(t, bins=np.append(bins, bins[-1] + 1))
+        ax2.plot(bins, counts, lw=1, label=region)
+    for s in phase_starts_s:
+        for ax in (ax1, ax2):
+            ax.axvline(s, color="black", lw=0.8, ls="--")
+    ax1.set_ylabel("p99 per second (ms)")
+    ax1.set_yscale("log")
+    ax2.set_ylabel("requests / s")
+    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts")
+    ax1.legend(fontsize=7)
+    return _svg(fig)
+
+
+def decomposition_bars(rows: list[dict]) -> str | None:
+    if not rows:
+        return None
+    legs = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
+    labels = [f"{r['region']}\n{r['endpoint']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(rows)))
+    left = np.zeros(len(rows))
+    for leg in legs:
+        v = np.array([max(0.0, r[leg + "_ms"]) for r in rows])
+        ax.barh(labels, v, left=left, label=leg.replace("_", " "))
+        left += v
+    ax.invert_yaxis()
+    ax.set_xlabel("mean time (ms)")
+    ax.legend(ncol=3, fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+def queue_vs_utilization(points: list[dict]) -> str | None:
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for p in points:
+        ax.scatter(p["utilization"], p["mean_queue_ms"], s=30)
+        ax.annotate(p["endpoint"], (p["utilization"], p["mean_queue_ms"]), fontsize=7, xytext=(4, 2),
+                    textcoords="offset points")
+    ax.axvline(0.7, color="red", lw=0.8, ls="--")
+    ax.set_xlabel("utilization ρ = λ·S / slots")
+    ax.set_ylabel("mean queue delay (ms)")
+    return _svg(fig)
+
+
+def clock_offsets(clock: pd.DataFrame) -> str | None:
+    if clock.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3))
+    t0 = clock["local_ns"].min()
+    for worker, g in clock.groupby("worker"):
+        ax.errorbar((g["local_ns"] - t0) / 1e9, g["offset_ns"] / 1e6, yerr=g["delay_ns"] / 2e6, fmt="o-", ms=3,
+                    lw=1, label=worker)
+    ax.set_xlabel("seconds (worker clock)")
+    ax.set_ylabel("offset to reference (ms)")
+    ax.legend(fontsize=7)
+    return _svg(fig)

@@ -1,0 +1,70 @@
+"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, and M/M/1 checks."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+UTILIZATION_FLAG = 0.7
+
+
+def time_average_in_system(starts_ns: np.ndarray, ends_ns: np.ndarray, t0: int, t1: int) -> float:
+    """Mean number of intervals [start, end) overlapping time, over the window [t0, t1)."""
+    s = np.clip(starts_ns, t0, t1)
+    e = np.clip(ends_ns, t0, t1)
+    return float(np.sum(np.maximum(e - s, 0)) / (t1 - t0))
+
+
+def mm1(lam: float, mean_service_s: float) -> dict:
+    """M/M/1 predictions: utilization, mean wait in queue, mean and p99 time in system (seconds)."""
+    mu = 1 / mean_service_s
+    rho = lam / mu
+    if rho >= 1:
+        return {"rho": rho, "mean_wait_s": math.inf, "mean_sojourn_s": math.inf, "p99_sojourn_s": math.inf}
+    return {"rho": rho, "mean_wait_s": rho / (mu - lam), "mean_sojourn_s": 1 / (mu - lam),
+            "p99_sojourn_s": math.log(100) / (mu - lam)}
+
+
+def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str]) -> list[dict]:
+    """Per endpoint: λ, throughput, L measured vs λ·W (server side), utilization, queue delay, M/M/1.
+
+    The server side is the system: a request is in it from server receive to server send (the server's
+    clock). The window is the central part of the run, so that requests cut off at the edges don't bias L.
+    """
+    rows = []
+    d = df[(df["status"] == "ok") & (df["server_receive_ns"] > 0)]
+    for (endpoint, model), g in d.groupby(["endpoint", "model"], sort=True):
+        t0, t1 = int(g["server_receive_ns"].min()), int(g["server_send_ns"].max())
+        span = t1 - t0
+        w0, w1 = t0 + span // 10, t1 - span // 10
+        inside = g[(g["server_receive_ns"] >= w0) & (g["server_receive_ns"] < w1)]
+        if len(inside) < 20 or w1 <= w0:
+            continue
+        T = (w1 - w0) / 1e9
+        lam = len(inside) / T
+        residence = (inside["server_send_ns"] - inside["server_receive_ns"]) / 1e9
+        W = float(residence.mean())
+        L = time_average_in_system(g["server_receive_ns"].to_numpy(), g["server_send_ns"].to_numpy(), w0, w1)
+        S = float(inside["server_compute_ns"].mean() / 1e9)
+        n_slots = slots.get(model, 1)
+        rho = lam * S / n_slots
+        wq = float(inside["server_queue_ns"].mean() / 1e9)
+        row = {"endpoint": endpoint, "model": model, "slots": n_slots, "arrival_rate": lam,
+               "throughput": float(((g["server_send_ns"] >= w0) & (g["server_send_ns"] < w1)).sum() / T),
+               "L_measured": L, "lambda_W": lam * W, "littles_gap": (L - lam * W) / (lam * W) if lam * W else None,
+               "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "utilization": rho,
+               "utilization_flag": rho > UTILIZATION_FLAG, "mean_queue_ms": wq * 1e3,
+               "p99_queue_ms": float(np.percentile(inside["server_queue_ns"], 99) / 1e6)}
+        # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
+        if model in synthetic_models:
+            lam_model = len(d[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1)]) / T
+            pred = mm1(lam_model, S)
+            row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
+                          "p99_sojourn_ms": pred["p99_sojourn_s"] * 1e3,
+                          "measured_mean_wait_ms": wq * 1e3,
+                          "measured_p99_sojourn_ms": float(np.percentile(residence, 99) * 1e3),
+                          "mean_wait_rel_error": (wq - pred["mean_wait_s"]) / pred["mean_wait_s"]
+                          if pred["mean_wait_s"] not in (0, math.inf) else None}
+        rows.append(row)
+    return rows

@@ -1,0 +1,156 @@
+"""The report page: one self-contained HTML file (inline CSS, inline SVG plots), read top-down."""
+from __future__ import annotations
+
+import html
+import json
+
+from analysis import plots
+from analysis.analyze import Analysis
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}
+h1{margin-bottom:4px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th{background:#f4f4f4} td.l,th.l{text-align:left} .mono{font-family:ui-monospace,monospace;font-size:12px}
+.badge{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:600}
+.PASS{background:#2e7d32}.FAIL{background:#c62828}.INCONCLUSIVE{background:#ef6c00}.INVALID{background:#6a1b9a}
+td.PASS,td.FAIL,td.INCONCLUSIVE{color:#fff;text-align:center} .flag{color:#c62828;font-weight:600}
+.note{color:#666;font-size:13px} svg{max-width:100%;height:auto}
+"""
+
+
+def _fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return html.escape(str(v))
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]], left: set[str] = frozenset(), css: dict | None = None
+           ) -> str:
+    if not rows:
+        return "<p class='note'>none</p>"
+    head = "".join(f"<th class='{'l' if k in left else ''}'>{html.escape(label)}</th>" for k, label in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for k, _ in columns:
+            cls = ("l " if k in left else "") + ((css or {}).get(k, lambda _r: "")(r))
+            cells.append(f"<td class='{cls.strip()}'>{_fmt(r.get(k))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _pct(row: dict, name: str) -> str:
+    est = row["percentiles"][name]
+    if est["value"] is None:
+        return f"<span class='note'>needs ≥ {est['min_samples']}</span>"
+    return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
+
+
+def render(analysis: Analysis) -> str:
+    """The whole page."""
+    s = analysis.summary
+    df = analysis.requests
+    parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
+             f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
+             f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
+             f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
+    for reason in s["invalid_reasons"]:
+        parts.append(f"<p class='flag'>INVALID: {html.escape(reason)}</p>")
+    for sk in s["input"]["chunks_skipped"]:
+        parts.append(f"<p class='flag'>skipped {html.escape(sk['path'])}: {html.escape(sk['reason'])}</p>")
+
+    parts.append("<h2>SLO verdicts</h2>")
+    parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
+                                    ("n", "n"), ("exceeding", "exceeding"), ("measured", "measured"),
+                                    ("ci_low", "CI low"), ("ci_high", "CI high"), ("verdict", "verdict"),
+                                    ("more_samples_needed", "more samples needed")],
+                        left={"description", "endpoint", "region"}, css={"verdict": lambda r: r["verdict"]}))
+    parts.append("<p class='note'>PASS: the 95% distribution-free CI of the percentile (or the exact binomial CI of "
+                 "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — the last "
+                 "column says how many more samples would decide, if the observed proportion holds.</p>")
+
+    parts.append("<h2>p99 latency by region × endpoint</h2>")
+    parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
+    parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))
+    phases = (analysis.data.manifest.get("profile") or {}).get("load", {})
+    warm = phases.get("warmup_s", 0)
+    starts = [warm + p["at_s"] for p in phases.get("phases") or []] or ([warm] if warm else [])
+    parts.append("<h2>Latency and throughput over time</h2>" + plots.over_time(df, starts))
+    parts.append(_table(s["phases"], [("name", "phase"), ("count", "requests"), ("errors", "errors"),
+                                      ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms")], left={"name"}))
+
+    parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
+    rows = []
+    for r in s["latency"]:
+        rows.append({"endpoint": r["endpoint"], "region": r["region"], "count": r["count"],
+                     "rate": f"{r['achieved_rate']:.1f} / {r['intended_rate']:.1f}", "errors": r["errors"],
+                     "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
+                     "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"]})
+    cols = [("endpoint", "endpoint"), ("region", "region"), ("count", "n"), ("rate", "rate achieved / intended"),
+            ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
+            ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
+    table = _table(rows, cols, left={"endpoint", "region"})
+    for r in rows:  # percentile cells hold markup
+        for k in ("p50", "p90", "p99", "p99.9"):
+            table = table.replace(html.escape(r[k]), r[k], 1)
+    parts.append(table)
+    parts.append("<p class='note'>Percentiles use numpy's default (linear) definition; CIs are order-statistic "
+                 "(binomial) intervals; a percentile is shown only with enough samples for both CI ends.</p>")
+
+    parts.append("<h2>Where the time goes</h2>")
+    parts.append(plots.decomposition_bars(s["decomposition"]) or "<p class='note'>no server timings</p>")
+    parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
+                                             ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
+                                             ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
+                                             ("server_other_ms", "server other"), ("network_down_ms", "network down"),
+                                             ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
+                        left={"region", "endpoint"}))
+
+    parts.append("<h2>Queueing and utilization</h2>")
+    q_rows = [q | {"flag": "ρ > 0.7" if q["utilization_flag"] else ""} | {
+        f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()} for q in s["queueing"]]
+    parts.append(_table(q_rows, [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"),
+                                 ("arrival_rate", "λ /s"), ("throughput", "X /s"), ("L_measured", "L measured"),
+                                 ("lambda_W", "λ·W"), ("littles_gap", "Little gap"), ("mean_service_ms", "S ms"),
+                                 ("utilization", "ρ"), ("flag", ""), ("mean_queue_ms", "Wq ms"),
+                                 ("p99_queue_ms", "queue p99 ms"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"),
+                                 ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"),
+                                 ("mm1_measured_p99_sojourn_ms", "measured p99 ms")],
+                        left={"endpoint", "model"}, css={"flag": lambda r: "flag"}))
+    parts.append(plots.queue_vs_utilization(s["queueing"]) or "")
+    if s["endpoint_statistics"]:
+        parts.append("<h3>Server-side statistics (deltas of the statistics extension)</h3>")
+        parts.append(_table(s["endpoint_statistics"], [("endpoint", "endpoint"), ("model", "model"),
+                                                        ("success", "success"), ("fail", "fail"),
+                                                        ("execution_count", "executions"),
+                                                        ("mean_queue_ms", "queue ms"),
+                                                        ("mean_compute_infer_ms", "infer ms")], left={"endpoint", "model"}))
+
+    parts.append("<h2>Was the load Poisson?</h2>")
+    parts.append(_table(s["arrivals"], [("phase", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),
+                                        ("ks_statistic", "KS D"), ("ks_pvalue", "KS p"), ("poisson_ok", "p > 0.01"),
+                                        ("index_of_dispersion", "dispersion (1 = Poisson)")], left={"source"}))
+    parts.append("<h2>Clocks</h2>" + (plots.clock_offsets(analysis.data.clock) or "<p class='note'>no samples</p>"))
+    parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
+                                     ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
+                                     ("samples_total", "of")], left={"worker"}))
+    parts.append("<h2>Errors</h2>")
+    parts.append(_table([e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
+                        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
+                         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error",
+                                                                   "example_trace_ids"}))
+    parts.append("<h2>Slowest requests</h2>")
+    parts.append(_table(s["slowest"], [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
+                                       ("status", "status"), ("latency_ms", "latency ms"),
+                                       ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
+                                       ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
+                                       ("network_down_ms", "net down")], left={"trace_id", "region", "endpoint"}))
+    parts.append("<h2>Manifest</h2><pre class='mono'>" +
+                 html.escape(json.dumps(s["manifest"], indent=1, default=str)[:20000]) + "</pre>")
+    script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
+              "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tailrace {html.escape(str(s['run_id']))}"
+            f"</title><style>{_CSS}</style>{script}</head><body>{''.join(parts)}</body></html>")

@@ -1,0 +1,171 @@
+"""Pure statistics for latency reports.
+
+Percentiles use numpy's default definition (linear interpolation between order statistics, Hyndman &
+Fan type 7). Confidence intervals are distribution-free order-statistic intervals: with B ~ Bin(n, q)
+the number of samples at or below the true q-quantile, [x(l), x(u)] covers it with probability
+P(l ≤ B ≤ u−1) ≥ 1 − α.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class PercentileEstimate:
+    """A percentile with its confidence interval, or why it is not reported as a number."""
+
+    percentile: float
+    n: int
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    min_samples: int
+
+    @property
+    def reportable(self) -> bool:
+        return self.value is not None
+
+    def as_dict(self) -> dict:
+        return {"percentile": self.percentile, "n": self.n, "value": self.value, "ci_low": self.ci_low,
+                "ci_high": self.ci_high, "min_samples": self.min_samples,
+                "note": None if self.reportable else f"p{self.percentile:g} needs ≥ {self.min_samples} samples"}
+
+
+def order_statistic_ranks(n: int, q: float, alpha: float = ALPHA) -> tuple[int, int]:
+    """1-based ranks (l, u) of the distribution-free CI for the q-quantile; l = 0 or u > n when unavailable."""
+    lo = int(stats.binom.ppf(alpha / 2, n, q))
+    hi = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    return lo, hi
+
+
+@lru_cache(maxsize=256)
+def min_samples_for(q: float, alpha: float = ALPHA) -> int:
+    """Smallest n for which both ends of the order-statistic interval of the q-quantile exist."""
+    n = max(2, int(math.ceil(math.log(alpha / 2) / math.log(max(q, 1 - q)))))
+    while True:
+        lo, hi = order_statistic_ranks(n, q, alpha)
+        if lo >= 1 and hi <= n:
+            return n
+        n += 1
+
+
+def percentile_ci(values: np.ndarray, percentile: float, alpha: float = ALPHA) -> PercentileEstimate:
+    """numpy's percentile of `values` with an order-statistic CI; not reported below the minimum n."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    q = percentile / 100
+    need = min_samples_for(q, alpha)
+    if n < need:
+        return PercentileEstimate(percentile, n, None, None, None, need)
+    lo, hi = order_statistic_ranks(n, q, alpha)
+    return PercentileEstimate(percentile, n, float(np.percentile(x, percentile)), float(x[lo - 1]), float(x[hi - 1]),
+                              need)
+
+
+def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """Exact binomial CI of a proportion k/n."""
+    if n == 0:
+        return 0.0, 1.0
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # PASS | FAIL | INCONCLUSIVE
+    observed: float  # fraction exceeding / error rate
+    ci_low: float
+    ci_high: float
+    bound: float  # the allowed fraction
+    n: int
+    more_samples_needed: int | None
+
+
+def proportion_verdict(k: int, n: int, bound: float, alpha: float = ALPHA) -> Verdict:
+    """PASS if the CI of k/n lies below `bound`, FAIL if above, else INCONCLUSIVE with the samples needed.
+
+    For a latency SLO "p99 < T", k counts samples above T and bound = 0.01: this is the order-statistic
+    test of the percentile against T (the early-stopping idea of MLPerf LoadGen). The samples needed
+    assume the observed proportion holds as the run gets longer.
+    """
+    lo, hi = clopper_pearson(k, n, alpha)
+    p = k / n if n else 0.0
+    if n and hi < bound:
+        return Verdict("PASS", p, lo, hi, bound, n, None)
+    if n and lo > bound:
+        return Verdict("FAIL", p, lo, hi, bound, n, None)
+    return Verdict("INCONCLUSIVE", p, lo, hi, bound, n, _samples_to_decide(p, n, bound, alpha))
+
+
+def _samples_to_decide(p: float, n: int, bound: float, alpha: float) -> int | None:
+    if abs(p - bound) < 1e-12:
+        return None  # sits on the bound: no finite run decides it
+    def decided(m: int) -> bool:
+        k = int(round(p * m))
+        lo, hi = clopper_pearson(k, m, alpha)
+        return hi < bound or lo > bound
+
+    hi_n = max(n, 10)
+    while not decided(hi_n):
+        hi_n *= 2
+        if hi_n > 10**9:
+            return None
+    lo_n = max(n, 1)
+    while lo_n < hi_n:
+        mid = (lo_n + hi_n) // 2
+        if decided(mid):
+            hi_n = mid
+        else:
+            lo_n = mid + 1
+    return max(0, hi_n - n)
+
+
+def bootstrap_diff_ci(a: np.ndarray, b: np.ndarray, percentile: float, reps: int = 2000, seed: int = 0,
+                      alpha: float = ALPHA) -> tuple[float, float, float]:
+    """Percentile(b) − percentile(a) and its percentile-bootstrap CI."""
+    rng = np.random.default_rng(seed)
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    diff = float(np.percentile(b, percentile) - np.percentile(a, percentile))
+    ia = rng.integers(0, len(a), size=(reps, len(a)))
+    ib = rng.integers(0, len(b), size=(reps, len(b)))
+    boots = np.percentile(b[ib], percentile, axis=1) - np.percentile(a[ia], percentile, axis=1)
+    return diff, float(np.percentile(boots, 100 * alpha / 2)), float(np.percentile(boots, 100 * (1 - alpha / 2)))
+
+
+def cohens_d(a: np.ndarray, b: np.ndarray) -> float:
+    """(mean b − mean a) / pooled standard deviation."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    pooled = math.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
+    return float((b.mean() - a.mean()) / pooled) if pooled > 0 else 0.0
+
+
+def index_of_dispersion(event_times_s: np.ndarray, bin_s: float = 1.0) -> float | None:
+    """Variance / mean of counts in fixed bins (1 for a Poisson process)."""
+    t = np.asarray(event_times_s, dtype=float)
+    if len(t) < 2:
+        return None
+    edges = np.arange(t.min(), t.max() + bin_s, bin_s)
+    if len(edges) < 3:
+        return None
+    counts, _ = np.histogram(t, bins=edges)
+    counts = counts[:-1] if len(counts) > 2 else counts  # the last bin is partial
+    return float(counts.var(ddof=1) / counts.mean()) if counts.mean() > 0 else None
+
+
+def ks_exponential(gaps_s: np.ndarray) -> tuple[float, float] | None:
+    """KS statistic and p-value of gaps against the exponential with their own mean rate."""
+    g = np.asarray(gaps_s, dtype=float)
+    if len(g) < 20:
+        return None
+    res = stats.kstest(g, "expon", args=(0, g.mean()))
+    return float(res.statistic), float(res.pvalue)

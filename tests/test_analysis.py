@@ -1,0 +1,161 @@
+"""Analysis: statistics, clock correction, corrupt chunks, SLO verdicts, exit codes, the report in a browser."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis.analyze import analyze_run
+from analysis.clock_correction import fit_all
+from analysis.rundir import load_run
+from analysis.stats import cohens_d, min_samples_for, percentile_ci, proportion_verdict
+from tests.conftest import IN_CI
+from tests.synthetic_rundir import BASE_NS, profile_dict, write_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("n", [400, 1000, 3001])
+@pytest.mark.parametrize("p", [50, 90, 95, 99])
+def test_percentile_is_numpys(n, p):
+    x = np.random.default_rng(n).exponential(3.0, n)
+    assert percentile_ci(x, p).value == np.percentile(x, p)
+
+
+def test_p99_ci_coverage_at_95_nominal():
+    rng = np.random.default_rng(7)
+    true_p99 = float(np.exp(sps.norm.ppf(0.99)))  # lognormal(0, 1)
+    hits = 0
+    for _ in range(200):
+        est = percentile_ci(rng.lognormal(0, 1, 2000), 99)
+        hits += est.ci_low <= true_p99 <= est.ci_high
+    assert hits / 200 >= 0.93, hits
+
+
+def test_percentile_not_reported_below_min_samples():
+    est = percentile_ci(np.arange(1000.0), 99.9)
+    assert est.value is None and est.min_samples == min_samples_for(0.999) == 3688
+    assert "p99.9 needs ≥ 3688 samples" == est.as_dict()["note"]
+
+
+@pytest.mark.parametrize("k,n,bound,verdict", [(10, 5000, 0.01, "PASS"), (120, 5000, 0.01, "FAIL"),
+                                               (52, 5000, 0.01, "INCONCLUSIVE"), (0, 100, 0.01, "INCONCLUSIVE"),
+                                               (0, 1000, 0.01, "PASS"), (3, 100, 0.001, "FAIL")])
+def test_proportion_verdicts(k, n, bound, verdict):
+    v = proportion_verdict(k, n, bound)
+    assert v.verdict == verdict
+    if verdict == "INCONCLUSIVE":
+        assert v.more_samples_needed and v.more_samples_needed > 0
+        # the promised sample count does decide it when the observed proportion holds
+        m = n + v.more_samples_needed
+        assert proportion_verdict(round(k / n * m), m, bound).verdict != "INCONCLUSIVE"
+
+
+def test_cohens_d_sign_and_size():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(10, 1, 5000), rng.normal(11, 1, 5000)
+    assert 0.9 < cohens_d(a, b) < 1.1
+
+
+def test_skewed_clocks_merged_into_one_timeline(tmp_path):
+    """Two workers with clocks ±50 ms off: offsets recovered within 1 ms, the order of events restored."""
+    profile = profile_dict(100, 20)
+    truth = write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "offset_ms": -50, "latency_ms": 5, "rate": 50, "duration_s": 20},
+        "r2-w0": {"region": "r2", "offset_ms": +50, "latency_ms": 5, "rate": 50, "duration_s": 20}})
+    data = load_run(tmp_path)
+    models = fit_all(data.clock)
+    assert abs(models["r1-w0"].intercept_ns / 1e6 + 50) < 1
+    assert abs(models["r2-w0"].intercept_ns / 1e6 - 50) < 1
+    a = analyze_run(tmp_path)
+    df = a.requests
+    true = df["trace_id"].map(truth).to_numpy()
+    assert np.max(np.abs(df["t_intended_ref"].to_numpy() - true)) < 1e6  # within 1 ms
+    by_truth = np.argsort(true, kind="stable")
+    true_gap = np.diff(true[by_truth])
+    resolvable = true_gap > 1e6  # events further apart than the clock uncertainty bound (1 ms)
+    raw = df["t_intended"].to_numpy()[by_truth]
+    ref = df["t_intended_ref"].to_numpy()[by_truth]
+    assert (np.diff(raw)[resolvable] < 0).sum() > 50  # the ±50 ms skew misorders many events ...
+    assert (np.diff(ref)[resolvable] > 0).all()  # ... and the correction restores their order
+
+
+def test_corrupt_chunk_is_skipped_and_the_rest_analysed(tmp_path):
+    write_run(tmp_path, profile=profile_dict(100, 10), chunk_rows=100, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10}})
+    chunks = sorted(tmp_path.glob("regions/r1/r1-w0/requests-*.parquet"))
+    chunks[1].write_bytes(chunks[1].read_bytes()[:200])  # truncated
+    (tmp_path / "regions/r2/r2-w0/requests-00099.parquet").write_bytes(b"not parquet at all")
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(tmp_path), "--quiet"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "requests-00001.parquet" in r.stderr and "requests-00099.parquet" in r.stderr
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["input"]["rows_read"] == 1000 - 100
+    assert len(summary["input"]["chunks_skipped"]) == 2
+
+
+def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0):
+    slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"},
+            {"metric": "error_rate", "threshold": 0.01, "endpoint": "*", "region": "*"}]
+    write_run(path, profile=profile_dict(n_rate, duration, regions=("r1",), slos=slos), valid=valid,
+              workers={"r1-w0": {"region": "r1", "latency_ms": latency, "rate": n_rate, "duration_s": duration,
+                                 "errors": errors}})
+
+
+@pytest.mark.parametrize("case,latency,rate,valid,errors,code", [
+    ("pass", lambda n, rng: rng.uniform(5, 20, n), 100, True, 0.0, 0),
+    ("fail", lambda n, rng: rng.uniform(5, 200, n), 100, True, 0.0, 1),
+    ("inconclusive", lambda n, rng: rng.uniform(5, 20, n), 5, True, 0.0, 3),
+    ("invalid", lambda n, rng: rng.uniform(5, 20, n), 100, False, 0.0, 4),
+    ("error-rate-fail", lambda n, rng: rng.uniform(5, 20, n), 100, True, 0.05, 1),
+])
+def test_exit_codes_end_to_end(tmp_path, case, latency, rate, valid, errors, code):
+    _slo_run(tmp_path, latency, n_rate=rate, valid=valid, errors=errors)
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == code, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["exit_code"] == code
+    assert (tmp_path / "report" / "tables" / "latency.csv").exists()
+
+
+def test_analyze_unreadable_run_dir_exits_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(tmp_path / "nope")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "nope" in r.stderr
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+    browser = chromium()
+    if browser is None:
+        if IN_CI:
+            pytest.fail("chromium must be installed in CI (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium not installed")
+    run = tmp_path / "run"
+    _slo_run(run, lambda n, rng: rng.lognormal(2, 0.5, n))
+    subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(run), "--quiet"], cwd=ROOT, timeout=120)
+    page = run / "report" / "index.html"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+             "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'ud'}",
+             "--enable-logging=stderr", "--v=0"]
+    shot = subprocess.run([browser, *flags, f"--screenshot={tmp_path / 'report.png'}", "--window-size=1200,3000",
+                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert (tmp_path / "report.png").stat().st_size > 20_000, shot.stderr[-2000:]
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert 'data-rendered="' in dom.stdout  # our script ran: the page loaded without a script error
+    console_errors = [line for line in (shot.stderr + dom.stderr).splitlines()
+                      if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
+    assert not console_errors, console_errors
+    assert "id=\"verdict\"" in dom.stdout and "PASS" in dom.stdout
