@@ -1,17 +1,20 @@
 """A bounded queue per model in front of a fixed number of execution slots.
 
-Slots are tokens: a request takes a free slot at once or waits in the model's FIFO queue; when the
-queue is full it is refused at once (UNAVAILABLE / 503). A request that holds a slot executes in its
-own context — inline on the HTTP event loop for single-slot compute-only models (no thread hop), on a
-worker thread otherwise, on its own gRPC thread for gRPC — and hands the slot to the oldest waiter.
+A request waits in the model's FIFO queue for a slot; when the queue is full it is refused at once
+(UNAVAILABLE / 503). Two execution modes, the same semantics:
+- inline (single-slot, compute-only models such as ONNX): the slot is a token; the request that holds
+  it runs on its own thread of control (the HTTP event loop, or its gRPC thread) — no thread hop;
+- slot threads (every other model): `slots` threads take jobs from the bounded queue; a finished slot
+  starts the next job at once, so hand-offs never wait on the event loop.
 """
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +117,14 @@ class SlotPool:
 
 
 @dataclass
+class _Job:
+    inputs: dict[str, np.ndarray]
+    timings: Timings
+    future: Future
+    enqueued_ns: int
+
+
+@dataclass
 class _Pending:
     inputs: dict[str, np.ndarray]
     timings: Timings
@@ -139,9 +150,17 @@ class ModelScheduler:
         self.statistics = ModelStatistics(name)
         self._pool = SlotPool(name, slots, self.queue_depth)
         self._runner = runner
-        # Compute-only single-slot models run inline on the event loop; others need threads.
+        # Compute-only single-slot models run inline (on the event loop, or on the gRPC thread that holds
+        # the slot). Every other model has `slots` slot threads taking jobs from a bounded FIFO queue: a
+        # finished slot starts the next job at once, with no hop through the event loop in between.
         self._inline = slots == 1 and getattr(runner, "compute_only", False)
-        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"slot-{name}")
+        self._jobs: queue.Queue = queue.Queue(maxsize=self.queue_depth)
+        self._threads: list[threading.Thread] = []
+        if not self._inline:
+            self._threads = [threading.Thread(target=self._slot_loop, name=f"slot-{name}-{i}", daemon=True)
+                             for i in range(slots)]
+            for t in self._threads:
+                t.start()
         self._stall_until = 0.0
         self._accepting = True
         self.max_batch = max(1, max_batch)
@@ -154,6 +173,8 @@ class ModelScheduler:
         self._check_accepting()
         if self.max_batch > 1:
             return await self._infer_batched(inputs, timings, rows)
+        if not self._inline:
+            return await asyncio.wrap_future(self._submit(inputs, timings))
         enqueued = time.perf_counter_ns()
         stats = self.statistics
         stats.in_flight += 1
@@ -168,17 +189,53 @@ class ModelScheduler:
                 await asyncio.sleep(pause)
             granted = time.perf_counter_ns()
             timings.queue_ns = granted - enqueued
-            if self._inline:
-                return self._execute(inputs, timings, granted)
-            return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, inputs, timings,
-                                                                    granted)
+            return self._execute(inputs, timings, granted)
         finally:
             self._pool.release()
             stats.in_flight -= 1
 
+    def _submit(self, inputs, timings: Timings) -> Future:
+        """Queue a job for the slot threads, or refuse it at once when the queue is full."""
+        job = _Job(inputs, timings, Future(), time.perf_counter_ns())
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise unavailable(f"model '{self.name}' queue is full ({self.queue_depth} waiting); retry later") from None
+        self.statistics.in_flight += 1
+        return job.future
+
+    def _slot_loop(self) -> None:
+        free_since = time.perf_counter_ns()  # when this slot finished its previous job
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            pause = self._stall_until - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+                free_since = time.perf_counter_ns()
+            # A job's queueing ends when the slot is free for it: max(arrival, end of the previous job).
+            # The thread's wake-up after that (futex, a free core, the GIL) is execution overhead and is
+            # counted in compute, so queue + compute is exactly the time the request waited plus the time
+            # it held the slot.
+            granted = max(job.enqueued_ns, free_since)
+            job.timings.queue_ns = granted - job.enqueued_ns
+            try:
+                outputs = self._execute(job.inputs, job.timings, granted)
+            except InferenceError as exc:
+                free_since = time.perf_counter_ns()
+                self.statistics.in_flight -= 1
+                job.future.set_exception(exc)
+                continue
+            free_since = time.perf_counter_ns()
+            self.statistics.in_flight -= 1
+            job.future.set_result(outputs)
+
     def infer_blocking(self, inputs: dict[str, np.ndarray], timings: Timings) -> dict[str, np.ndarray]:
         """Queue, execute and return outputs on the calling thread (gRPC)."""
         self._check_accepting()
+        if not self._inline:
+            return self._submit(inputs, timings).result()
         enqueued = time.perf_counter_ns()
         stats = self.statistics
         stats.in_flight += 1
@@ -266,7 +323,15 @@ class ModelScheduler:
     def stop(self) -> None:
         """Refuse new requests; let running ones finish."""
         self._accepting = False
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(unavailable("server is shutting down"))
+        for _ in self._threads:
+            self._jobs.put(None)
 
     def _check_accepting(self) -> None:
         if not self._accepting:
@@ -280,7 +345,7 @@ class ModelScheduler:
         try:
             feed = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
             t_input = time.perf_counter_ns()
-            outputs = self._runner.run(feed)
+            outputs = self._runner.run(feed, t_start)
             t_infer = time.perf_counter_ns()
             outputs = {k: np.ascontiguousarray(v) for k, v in outputs.items()}
             t_output = time.perf_counter_ns()

@@ -1,0 +1,36 @@
+"""The analysis checks itself against queueing theory on a real run of synthetic_mm1 (one slot, Exp service)."""
+from __future__ import annotations
+
+import pytest
+
+from analysis.analyze import analyze_run
+from tests.helpers import make_profile, run_with
+
+MEAN_SERVICE_MS = 1.0  # μ = 1000/s: short relaxation times, so a minute pins the mean wait down (±5% sd)
+
+
+def mm1_run(model_repo, out, rate: float, duration_s: float):
+    profile = make_profile(
+        model_repo,
+        endpoints=[{"name": "mm1", "url": "embedded", "protocol": "kserve-http", "model": "synthetic_mm1"}],
+        regions=[{"name": "local", "share": 1.0}],
+        load={"rate": rate, "duration_s": duration_s, "warmup_s": 3, "seed": int(rate)},
+        embedded={"models_dir": str(model_repo), "slots": {"synthetic_mm1": 1},
+                  "queue_depth": {"synthetic_mm1": 4096}, "mm1_mean_ms": MEAN_SERVICE_MS},
+        clock={"servers": ["embedded"], "interval_s": 10})
+    run, manifest = run_with(profile, out)
+    return manifest, analyze_run(run.run_dir).summary
+
+
+# the slot's real service time runs ~5% over the nominal mean (hand-off overhead is execution time)
+@pytest.mark.parametrize("rho,duration_s", [(0.5, 30), (0.8, 60)])
+def test_littles_law_and_mm1_wait(model_repo, tmp_path, rho, duration_s):
+    manifest, summary = mm1_run(model_repo, tmp_path, rho * 1000 / (MEAN_SERVICE_MS * 1.05), duration_s)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    q = next(row for row in summary["queueing"] if row["model"] == "synthetic_mm1")
+    assert abs(q["littles_gap"]) < 0.05, q
+    assert abs(q["mean_service_ms"] - MEAN_SERVICE_MS) / MEAN_SERVICE_MS < 0.15, q
+    assert abs(q["utilization"] - rho) < 0.1, q
+    mm1 = q["mm1"]
+    assert abs(mm1["mean_wait_rel_error"]) < 0.15, mm1
+    assert q["utilization_flag"] == (q["utilization"] > 0.7)
