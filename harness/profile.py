@@ -124,7 +124,8 @@ class Generator(_Strict):
     window_s: float = Field(1, gt=0)
     max_in_flight: int = Field(5000, ge=1)
     chunk_rows: int = Field(5000, ge=1)
-    chunk_seconds: float = Field(1, gt=0)
+    chunk_seconds: float = Field(0.25, gt=0, le=5, description="close a chunk at least this often (small chunks "
+                                                                 "keep each write, done on the sending loop, short)")
     spin_ms: float = Field(1.5, ge=0, le=5, description="yield-spin the last ms before each send: gevent timers "
                                                          "wake ~1 ms late (precision vs CPU)")
     ship_dir: str | None = Field(None, description="where remote workers write chunks (a shared directory)")

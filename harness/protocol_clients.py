@@ -57,16 +57,27 @@ class HttpSender:
 
     def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float, pool: int,
                  auth: tuple[str, str] | None) -> None:
-        from geventhttpclient import HTTPClient
-
         parsed = urlparse(url)
         self.path = f"{parsed.path.rstrip('/')}/v2/models/{model}/infer"
-        self.client = HTTPClient(parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80),
-                                 ssl=parsed.scheme == "https", concurrency=pool, connection_timeout=timeout_s,
-                                 network_timeout=timeout_s)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self.tls = parsed.scheme == "https"
+        if self.tls:  # TLS endpoints use geventhttpclient; plain HTTP uses the lean pool below
+            from geventhttpclient import HTTPClient
+
+            self.client = HTTPClient(parsed.hostname, port, ssl=True, concurrency=pool,
+                                     connection_timeout=timeout_s, network_timeout=timeout_s)
+        else:
+            from harness.http1 import Http1Pool
+
+            self.client = Http1Pool(parsed.hostname, port, timeout_s)
         self.batch_size = batch_size
         self.bodies = [self._body(X, i) for i in range(len(X))]
         self.auth = auth
+        static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
+                  "Connection: keep-alive"]
+        if auth:
+            static.append(f"{auth[0]}: {auth[1]}")
+        self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
 
     def _body(self, X: np.ndarray, i: int) -> bytes:
         rows = np.take(X, range(i, i + self.batch_size), axis=0, mode="wrap")
@@ -76,6 +87,20 @@ class HttpSender:
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         body = self.bodies[sample]
+        if self.tls:
+            return self._send_tls(body, headers, on_sent)
+        raw = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                        b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n", body))
+        out = Outcome(bytes_out=len(raw))
+        on_sent()
+        try:
+            response = self.client.request(raw)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = classify_exception(exc)
+            return out
+        return self._parse(out, response.status, response.body)
+
+    def _send_tls(self, body: bytes, headers: dict[str, str], on_sent) -> Outcome:
         hdrs = {"Content-Type": "application/json", **headers}
         if self.auth:
             hdrs[self.auth[0]] = self.auth[1]
@@ -87,9 +112,12 @@ class HttpSender:
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             out.status, out.code, out.error = classify_exception(exc)
             return out
+        return self._parse(out, response.status_code, payload)
+
+    def _parse(self, out: Outcome, status: int, payload: bytes) -> Outcome:
         out.bytes_in = len(payload)
-        out.code = str(response.status_code)
-        out.status = classify_http_status(response.status_code)
+        out.code = str(status)
+        out.status = classify_http_status(status)
         if out.status != "ok":
             try:
                 out.error = str(orjson.loads(payload).get("error", ""))[:200]
@@ -107,7 +135,14 @@ class HttpSender:
 
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v2/health/ready)."""
-        self.client.get(self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready").read()
+        ready = self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready"
+        if self.tls:
+            self.client.get(ready).read()
+            return
+        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {ready}", 1).encode("latin-1")
+        response = self.client.request(head + b"Content-Length: 0\r\n\r\n")
+        if response.status != 200:
+            raise ConnectionError(f"GET {ready} answered {response.status}")
 
     def close(self) -> None:
         self.client.close()

@@ -1,6 +1,7 @@
 """Crash-safe request and clock logs: rows are written in closed Parquet chunks (temp name + rename).
 
-A chunk is complete or absent, never torn: a killed worker loses at most the rows of its open chunk.
+A chunk is complete or absent, never torn: a killed worker process loses at most the rows of its open
+chunk. (An OS crash can lose recent chunks: they are not fsynced — see write_table.)
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class ChunkWriter:
         self.max_seconds = max_seconds
         self.rows: list[dict] = []
         self.chunks_written = 0
+        self._next_index = 0
         self.rows_written = 0
         self._opened = time.monotonic()
         directory.mkdir(parents=True, exist_ok=True)
@@ -78,16 +80,24 @@ class ChunkWriter:
         """Write `rows` as the next closed chunk (temp name, fsync, rename)."""
         if not rows:
             return None
-        return self.write_table(self.to_table(rows))
+        return self.write_table(self.to_table(rows), self.reserve())
 
-    def write_table(self, table: pa.Table) -> Path:
-        """Write an already converted chunk (file I/O only: releases the GIL; safe on a native thread)."""
+    def reserve(self) -> int:
+        """The next chunk number, taken now (by the caller's thread) so concurrent writes never share a name."""
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    def write_table(self, table: pa.Table, index: int) -> Path:
+        """Write an already converted chunk under a reserved number (file I/O only: releases the GIL)."""
         rows = table.num_rows
-        final = self.directory / f"{self.prefix}-{self.chunks_written:05d}.parquet"
+        final = self.directory / f"{self.prefix}-{index:05d}.parquet"
         tmp = final.with_name("." + final.name + ".tmp")
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        # no dictionary pages or column statistics: ~2× faster to write, and the analysis reads it all anyway
+        pq.write_table(table, tmp, use_dictionary=False, write_statistics=False, compression="snappy")
+        # The rename makes the chunk appear complete or not at all; once written, its bytes are in the
+        # kernel's page cache and survive the death of this process (the crash-safety contract). No
+        # fsync: durability across an OS crash is not promised, and fsync stalls the sender for ms.
         os.replace(tmp, final)
         self.chunks_written += 1
         self.rows_written += rows

@@ -206,14 +206,16 @@ class WorkerRun:
 
     # -- background -----------------------------------------------------------------------------
     def _flush_loop(self) -> None:
-        pool = gevent.get_hub().threadpool
+        # Chunks are converted column by column with yields between columns, then written on the hub
+        # itself (a few ms of C++ per chunk). A native writer thread looks cheaper but is not: it and the
+        # hub convoy on the GIL for tens of ms per chunk, which shows up as send lag.
         while not self._done:
             gevent.sleep(min(0.25, self.profile.generator.chunk_seconds))
             if self.requests.due() or len(self.requests.rows) >= self.profile.generator.chunk_rows // 2:
                 rows = self.requests.take()
                 if rows:
                     table = self.requests.to_table(rows, between_columns=lambda: gevent.sleep(0))
-                    pool.apply(self.requests.write_table, (table,))  # Parquet + fsync on a native thread
+                    self.requests.write_table(table, self.requests.reserve())
 
     def warm_up(self) -> None:
         """Open connections before the start instant, so that connecting is not counted as send lag."""
@@ -258,7 +260,7 @@ class WorkerRun:
         if start_mono < time.perf_counter_ns():
             print(f"tailrace worker {self.identity.name}: start instant already passed by "
                   f"{(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; late arrivals count as send lag", flush=True)
-        self._background = [gevent.spawn(self._clock_loop), gevent.spawn(self._flush_loop),
+        self._background = [gevent.spawn(self._flush_loop), gevent.spawn(self._clock_loop),
                             gevent.spawn(self._saturation_loop, start_mono)]
         group = Group()
         spin_ns = int(p.generator.spin_ms * 1e6)
@@ -326,8 +328,11 @@ class WorkerRun:
         if self._done:
             return self.summary()
         self._done = True
-        for g in self._background:
+        flusher, *others = self._background or [None]
+        for g in others:
             g.kill(block=False)
+        if flusher is not None:
+            flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
         self.saturation.close_window(-1, final=True)
         self.requests.flush()
         try:

@@ -1,0 +1,100 @@
+"""A lean keep-alive HTTP/1.1 client for the generator's hot path (gevent sockets + httptools' llhttp).
+
+Why not a general client: an open-loop generator sends one pre-encoded request shape at a high rate,
+and every microsecond of client overhead is send lag for the next request. This pool opens as many
+connections as there are requests in flight (never caps open-loop concurrency), reuses idle ones, and
+retries once on a fresh connection when a reused one turns out closed before any response byte.
+"""
+from __future__ import annotations
+
+import socket
+
+import gevent
+import httptools
+from gevent import socket as gsocket
+
+
+class HttpResponse:
+    __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.body = b""
+        self.complete = False
+        self.keep_alive = True
+        self._chunks: list[bytes] = []
+
+    # httptools callbacks
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # only meaningful before the message completes
+
+    def on_body(self, data: bytes) -> None:
+        self._chunks.append(data)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.body = b"".join(self._chunks)
+
+
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection before a complete response."""
+
+
+class Http1Pool:
+    """Keep-alive connections to one host:port."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.host, self.port, self.timeout_s = host, port, timeout_s
+        self._idle: list = []
+        self.host_header = f"{host}:{port}".encode()
+
+    def _connect(self):
+        sock = gsocket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def request(self, raw: bytes) -> HttpResponse:
+        """Send one complete request (bytes) and read its response; raises on timeout / connection errors."""
+        with gevent.Timeout(self.timeout_s, socket.timeout(f"no complete response within {self.timeout_s:g} s")):
+            if self._idle:
+                sock = self._idle.pop()
+                try:
+                    return self._exchange(sock, raw)
+                except ConnectionClosed as exc:
+                    if exc.args and exc.args[0] == "before response":
+                        return self._exchange(self._connect(), raw)  # stale keep-alive connection: retry once
+                    raise
+            return self._exchange(self._connect(), raw)
+
+    def _exchange(self, sock, raw: bytes) -> HttpResponse:
+        response = HttpResponse()
+        parser = response.parser = httptools.HttpResponseParser(response)
+        got_bytes = False
+        try:
+            sock.sendall(raw)
+            while not response.complete:
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionClosed("during response" if got_bytes else "before response")
+                got_bytes = True
+                parser.feed_data(data)
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            sock.close()
+            if not got_bytes:  # a peer that had closed a kept-alive connection answers with a reset
+                raise ConnectionClosed("before response") from exc
+            raise
+        except BaseException:
+            sock.close()
+            raise
+        response.status = parser.get_status_code()
+        response.parser = None
+        if response.keep_alive:
+            self._idle.append(sock)
+        else:
+            sock.close()
+        return response
+
+    def close(self) -> None:
+        for sock in self._idle:
+            sock.close()
+        self._idle.clear()
