@@ -90,7 +90,8 @@ def analyze_run(run_dir: Path) -> Analysis:
         "queueing": queueing, "arrivals": arrival_checks(df),
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
-        "endpoint_statistics": endpoint_stat_deltas(data.endpoint_stats),
+        "endpoint_statistics": endpoint_stat_deltas(
+            data.endpoint_stats, {e["name"]: e["model"] for e in profile.get("endpoints", [])}),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},
     }

@@ -6,8 +6,11 @@ def _index(snapshot: dict) -> dict[str, dict]:
     return {m["name"]: m for m in snapshot.get("model_stats", [])}
 
 
-def endpoint_stat_deltas(stats: dict[str, dict[str, dict]]) -> list[dict]:
-    """Per endpoint × model: request count and mean queue / compute times between the snapshots."""
+def endpoint_stat_deltas(stats: dict[str, dict[str, dict]], models: dict[str, str] | None = None) -> list[dict]:
+    """Per endpoint × model: request count and mean queue / compute times between the snapshots.
+
+    A server's snapshot covers all its models; `models` (endpoint → model) keeps each endpoint's own.
+    """
     rows = []
     for endpoint, snaps in sorted(stats.items()):
         before, after = snaps.get("before"), snaps.get("after")
@@ -15,6 +18,8 @@ def endpoint_stat_deltas(stats: dict[str, dict[str, dict]]) -> list[dict]:
             continue
         b, a = _index(before), _index(after)
         for model, m in sorted(a.items()):
+            if models and endpoint in models and models[endpoint] != model:
+                continue
             prev = b.get(model, {"inference_stats": {}, "inference_count": 0, "execution_count": 0})
             d = {}
             for stage, v in m["inference_stats"].items():

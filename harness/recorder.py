@@ -89,7 +89,7 @@ class ChunkWriter:
         return index
 
     def write_table(self, table: pa.Table, index: int) -> Path:
-        """Write an already converted chunk under a reserved number (file I/O only: releases the GIL)."""
+        """Write an already converted chunk under a reserved number."""
         rows = table.num_rows
         final = self.directory / f"{self.prefix}-{index:05d}.parquet"
         tmp = final.with_name("." + final.name + ".tmp")

@@ -147,7 +147,9 @@ class WorkerRun:
         if identity.index >= self.region.workers:
             raise RuntimeError(f"worker index {identity.index} but region {self.region.name} has "
                                f"{self.region.workers} worker(s)")
-        run_dir = Path(identity.out_dir or plan_msg["run_dir"])
+        # where chunks go: this worker's --out-dir, else the profile's shared ship_dir, else the master's run dir
+        ship_dir = self.profile.generator.ship_dir
+        run_dir = Path(identity.out_dir or (Path(ship_dir) / self.run_id if ship_dir else plan_msg["run_dir"]))
         self.dir = run_dir / "regions" / identity.region / identity.name
         models_dir = Path(identity.models_dir or plan_msg["models_dir"])
         with np.load(models_dir / self.profile.inputs.dataset) as data:
