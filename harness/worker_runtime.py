@@ -159,6 +159,7 @@ class WorkerRun:
                                                     self.profile.generator.chunk_seconds)
         self.clock_log: ChunkWriter = clock_writer(self.dir)
         self.requests.warm_up()
+        self._writer = self._start_writer()
         self.offset: ClockSample | None = None
         self.saturation = SaturationMonitor(identity.name, int(self.profile.generator.send_lag_p99_ms * 1e6),
                                             self.profile.generator.max_in_flight)
@@ -207,17 +208,59 @@ class WorkerRun:
                 self.sample_clock("during")
 
     # -- background -----------------------------------------------------------------------------
+    def _start_writer(self):
+        """The chunk-writer child process (None if it cannot start: then chunks are written here)."""
+        import subprocess
+        import sys
+
+        try:
+            return subprocess.Popen([sys.executable, "-m", "harness.chunk_writer_process", str(self.dir), "requests"],
+                                    stdin=subprocess.PIPE)
+        except OSError as exc:
+            print(f"tailrace worker {self.identity.name}: chunk writer did not start ({exc}); writing in-process",
+                  flush=True)
+            return None
+
+    def _ship(self, rows: list[dict]) -> None:
+        """Close a chunk: convert cooperatively, then hand it to the writer process (or write it here).
+
+        Writing Parquet on the sending loop blocks it ~1-2 ms per chunk, and a writer thread is worse (it
+        convoys with the loop on the GIL); a pipe write of the Arrow IPC bytes costs ~0.1 ms.
+        """
+        from harness.chunk_writer_process import encode_frame
+
+        table = self.requests.to_table(rows, between_columns=lambda: gevent.sleep(0))
+        index = self.requests.reserve()
+        if self._writer is not None and self._writer.poll() is None:
+            try:
+                self._writer.stdin.write(encode_frame(table, index))
+                self._writer.stdin.flush()
+                self.requests.rows_written += table.num_rows
+                self.requests.chunks_written += 1
+                return
+            except (BrokenPipeError, OSError) as exc:
+                print(f"tailrace worker {self.identity.name}: chunk writer failed ({exc}); writing in-process",
+                      flush=True)
+                self._writer = None
+        self.requests.write_table(table, index)
+
     def _flush_loop(self) -> None:
-        # Chunks are converted column by column with yields between columns, then written on the hub
-        # itself (a few ms of C++ per chunk). A native writer thread looks cheaper but is not: it and the
-        # hub convoy on the GIL for tens of ms per chunk, which shows up as send lag.
         while not self._done:
             gevent.sleep(min(0.25, self.profile.generator.chunk_seconds))
             if self.requests.due() or len(self.requests.rows) >= self.profile.generator.chunk_rows // 2:
                 rows = self.requests.take()
                 if rows:
-                    table = self.requests.to_table(rows, between_columns=lambda: gevent.sleep(0))
-                    self.requests.write_table(table, self.requests.reserve())
+                    self._ship(rows)
+
+    def _close_writer(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.stdin.close()
+            self._writer.wait(timeout=30)
+        except Exception as exc:  # noqa: BLE001
+            print(f"tailrace worker {self.identity.name}: chunk writer did not finish: {exc}", flush=True)
+        self._writer = None
 
     def warm_up(self) -> None:
         """Open connections before the start instant, so that connecting is not counted as send lag."""
@@ -336,7 +379,10 @@ class WorkerRun:
         if flusher is not None:
             flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
         self.saturation.close_window(-1, final=True)
-        self.requests.flush()
+        rows = self.requests.take()
+        if rows:
+            self._ship(rows)
+        self._close_writer()  # every shipped chunk is on disk before worker.json says how many there are
         try:
             self.sample_clock("after")
         except Exception as exc:  # noqa: BLE001
