@@ -26,6 +26,11 @@ from endpoints.statistics import ModelStatistics
 DEFAULT_QUEUE_DEPTH = 1024
 
 
+def queue_full(model: str, depth: int) -> InferenceError:
+    """The refusal of a request whose model's queue is full (HTTP 503 / gRPC UNAVAILABLE)."""
+    return unavailable(f"model '{model}' queue is full ({depth} waiting); retry later")
+
+
 @dataclass
 class Timings:
     """Stage timings of one request (durations in ns from the monotonic clock)."""
@@ -86,7 +91,7 @@ class SlotPool:
                 self._free -= 1
                 return None
             if len(self._waiters) >= self.depth:
-                raise unavailable(f"model '{self.name}' queue is full ({self.depth} waiting); retry later")
+                raise queue_full(self.name, self.depth)
             waiter = make_waiter()
             self._waiters.append(waiter)
             return waiter
@@ -187,9 +192,7 @@ class ModelScheduler:
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
-            granted = time.perf_counter_ns()
-            timings.queue_ns = granted - enqueued
-            return self._execute(inputs, timings, granted)
+            return self._execute_granted(inputs, timings, enqueued)
         finally:
             self._pool.release()
             stats.in_flight -= 1
@@ -200,7 +203,7 @@ class ModelScheduler:
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
-            raise unavailable(f"model '{self.name}' queue is full ({self.queue_depth} waiting); retry later") from None
+            raise queue_full(self.name, self.queue_depth) from None
         self.statistics.in_flight += 1
         return job.future
 
@@ -248,16 +251,20 @@ class ModelScheduler:
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            granted = time.perf_counter_ns()
-            timings.queue_ns = granted - enqueued
-            return self._execute(inputs, timings, granted)
+            return self._execute_granted(inputs, timings, enqueued)
         finally:
             self._pool.release()
             stats.in_flight -= 1
 
+    def _execute_granted(self, inputs, timings: Timings, enqueued: int) -> dict[str, np.ndarray]:
+        """Run a request that has just been granted its slot (inline mode)."""
+        granted = time.perf_counter_ns()
+        timings.queue_ns = granted - enqueued
+        return self._execute(inputs, timings, granted)
+
     async def _infer_batched(self, inputs, timings: Timings, rows: int) -> dict[str, np.ndarray]:
         if len(self._pending) >= self.queue_depth:
-            raise unavailable(f"model '{self.name}' queue is full ({self.queue_depth} waiting); retry later")
+            raise queue_full(self.name, self.queue_depth)
         loop = asyncio.get_running_loop()
         item = _Pending(inputs, timings, loop.create_future(), time.perf_counter_ns(), rows)
         self._pending.append(item)
