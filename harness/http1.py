@@ -94,6 +94,12 @@ class Http1Pool:
             sock.close()
         return response
 
+    def prewarm(self, connections: int) -> None:
+        """Open `connections` idle keep-alive connections now, so a burst at the start of a run does not
+        pay TCP set-up on the sending loop (stale ones are retried once, as always)."""
+        while len(self._idle) < connections:
+            self._idle.append(self._connect())
+
     def close(self) -> None:
         for sock in self._idle:
             sock.close()

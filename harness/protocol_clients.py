@@ -73,6 +73,7 @@ class HttpSender:
         self.batch_size = batch_size
         self.bodies = [self._body(X, i) for i in range(len(X))]
         self.auth = auth
+        self.warm_connections = min(16, pool)
         static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
                   "Connection: keep-alive"]
         if auth:
@@ -143,6 +144,7 @@ class HttpSender:
         response = self.client.request(head + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {ready} answered {response.status}")
+        self.client.prewarm(self.warm_connections)
 
     def close(self) -> None:
         self.client.close()

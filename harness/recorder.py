@@ -51,7 +51,8 @@ class ChunkWriter:
     def warm_up(self) -> None:
         """Convert one dummy row: pyarrow's first string conversion costs ~0.3 s once per process, which
         must not land in the middle of a run."""
-        self.to_table([{name: None for name, _ in self._columns} | {self._columns[0][0]: "warm-up"}])
+        samples = {pa.string(): "warm-up", pa.int64(): 0, pa.int32(): 0, pa.bool_(): False}
+        self.to_table([{name: samples.get(kind) for name, kind in self._columns}] * 2)
 
     def take(self) -> list[dict]:
         """Detach the open chunk's rows (to write them elsewhere, e.g. on a native thread)."""

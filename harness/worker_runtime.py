@@ -213,6 +213,10 @@ class WorkerRun:
         import subprocess
         import sys
 
+        from harness.chunk_writer_process import encode_frame
+
+        # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
+        encode_frame(self.requests.to_table([{"run_id": "warm-up"}]), 0)
         try:
             return subprocess.Popen([sys.executable, "-m", "harness.chunk_writer_process", str(self.dir), "requests"],
                                     stdin=subprocess.PIPE)
