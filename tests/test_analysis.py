@@ -159,3 +159,25 @@ def test_report_renders_in_headless_chromium(tmp_path):
                       if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
     assert not console_errors, console_errors
     assert "id=\"verdict\"" in dom.stdout and "PASS" in dom.stdout
+
+
+def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path):
+    from analysis.compare import compare_runs
+
+    def run(path, slow_factor, seed):
+        write_run(path, profile=profile_dict(200, 20, regions=("r1",), endpoints=("e1", "e2")), seed=seed, workers={
+            "r1-w0": {"region": "r1", "endpoint": "e1", "rate": 100, "duration_s": 20,
+                      "latency_ms": lambda n, rng: rng.lognormal(np.log(10 * slow_factor), 0.3, n)},
+            "r1-w1": {"region": "r1", "endpoint": "e2", "rate": 100, "duration_s": 20,
+                      "latency_ms": lambda n, rng: rng.lognormal(np.log(10), 0.3, n)}})
+
+    run(tmp_path / "a", 1.0, seed=1)
+    run(tmp_path / "b", 1.3, seed=2)
+    rows = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
+    slower, same = rows["e1"], rows["e2"]
+    assert slower["verdict"] == "B slower" and slower["p50_ci_low"] > 0 and slower["cohens_d"] > 0.5
+    assert 2.0 < slower["p50_diff_ms"] < 4.0  # true difference 3 ms
+    assert same["verdict"] == "no significant difference" and same["p50_ci_low"] < 0 < same["p50_ci_high"]
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                        "--out", str(tmp_path / "cmp")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and (tmp_path / "cmp" / "compare.csv").exists()
