@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.record_schema import CLOCK_FIELDS, REQUEST_COLUMNS, REQUEST_FIELDS
+from harness.record_schema import CLOCK_FIELDS, REQUEST_COLUMNS
 
 
 @dataclass
@@ -76,5 +76,3 @@ def load_run(run_dir: Path) -> RunData:
             skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
     return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats)
 
-
-REQUEST_DTYPES = {name: kind for name, kind, _ in REQUEST_FIELDS}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -7,7 +7,6 @@ progress; stops everything by PID at the end or on Ctrl-C; writes the manifest.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import sys
@@ -20,8 +19,7 @@ from urllib.parse import urlparse
 import httpx
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
-from harness.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process, tailrace_argv, \
-    wait_http_ok
+from harness.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process, tailrace_argv
 from harness.profile import EMBEDDED, Profile
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -47,7 +45,7 @@ def run_seconds(profile: Profile) -> float:
     return LEAD_S + profile.load.warmup_s + profile.load.duration_s + drain + 2
 
 
-def master_config(profile: Profile, run_id: str, run_dir: Path, ntp_servers: list[str], models_dir: Path,
+def master_config(run_id: str, run_dir: Path, ntp_servers: list[str], models_dir: Path,
                   resolved_profile: dict) -> dict:
     return {"run_id": run_id, "profile": resolved_profile, "run_dir": str(run_dir.resolve()),
             "ntp_servers": ntp_servers, "models_dir": str(models_dir.resolve()), "lead_s": LEAD_S}
@@ -131,7 +129,7 @@ class LocalRun:
         self._snapshot_stats("before")
 
         urls_by_region = self._start_proxies(resolved, logs)
-        cfg = master_config(p, self.run_id, self.run_dir, ntp_servers, models_dir, resolved)
+        cfg = master_config(self.run_id, self.run_dir, ntp_servers, models_dir, resolved)
         (self.run_dir / "master-config.json").write_text(json.dumps(cfg, indent=2))
         self.started_ns = time.time_ns()
         n_workers = sum(r.workers for r in p.regions)
@@ -217,8 +215,6 @@ class LocalRun:
 
     def stop(self) -> None:
         """Stop every process we started, newest first, by PID."""
-        for name, proc in self.workers.items():
-            proc.popen.poll()
         self._snapshot_stats("after")
         for proc in reversed(self.processes):
             proc.stop(timeout=10)

@@ -5,7 +5,6 @@ returns what the record needs: status, code, error, prediction, server timings, 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -14,7 +13,6 @@ import orjson
 
 from harness.classify import classify_exception, classify_http_status
 
-_SERVER_TIMING_TOTAL = re.compile(r"total;dur=([\d.]+)")
 
 
 @dataclass

@@ -26,7 +26,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     run_dir = out / run_id
     run_dir.mkdir(parents=True)
     models_dir = models or Path(profile.embedded.models_dir)
-    cfg = master_config(profile, run_id, run_dir, list(profile.clock.servers), models_dir,
+    cfg = master_config(run_id, run_dir, list(profile.clock.servers), models_dir,
                         profile.model_dump(mode="json"))
     (run_dir / "master-config.json").write_text(json.dumps(cfg, indent=2))
     n = sum(r.workers for r in profile.regions)

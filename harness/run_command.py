@@ -7,8 +7,6 @@ from pathlib import Path
 from harness.orchestrate import run_local
 from harness.profile import Profile
 
-EXIT_INVALID = 4
-
 
 def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid)."""

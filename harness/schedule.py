@@ -68,18 +68,12 @@ def worker_plan(*, rate: float, phases: list[tuple[float, float]], warmup_s: flo
     weights = np.asarray(endpoint_weights) / np.sum(endpoint_weights)
     endpoint = rng.choice(len(weights), size=len(times), p=weights)
     sample = np.arange(len(times)) % n_samples if sequential else rng.integers(0, n_samples, size=len(times))
-    # phase 0 = warm-up (when there is one), then 1.. for each step of the measured window
-    boundaries = np.array([s for s, _ in steps[1:]]) if warmup_s > 0 else np.array([s for s, _ in steps[1:]])
-    phase = np.searchsorted(boundaries, times, side="right")
+    # phase 0 = warm-up (when there is one), then 1.. for each step of the measured window; without a
+    # warm-up, rate_steps merged the first step into the start, so the first index is shifted to 1
+    phase = np.searchsorted(np.array([s for s, _ in steps[1:]]), times, side="right")
     if warmup_s <= 0:
         phase = phase + 1
     mine = (region == region_index) & (worker == worker_index)
     return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32), phase[mine].astype(np.int32),
                 sample[mine].astype(np.int64))
 
-
-def phase_names(phases: list[tuple[float, float]], warmup_s: float) -> list[str]:
-    """Human names by phase index: 0 = warmup, then phase-1.. (or 'steady' without phases)."""
-    if not phases:
-        return ["warmup", "steady"]
-    return ["warmup"] + [f"phase-{i + 1}@{r:g}/s" for i, (_, r) in enumerate(phases)]

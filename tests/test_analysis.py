@@ -16,7 +16,7 @@ from analysis.clock_correction import fit_all
 from analysis.rundir import load_run
 from analysis.stats import cohens_d, min_samples_for, percentile_ci, proportion_verdict
 from tests.conftest import IN_CI
-from tests.synthetic_rundir import BASE_NS, profile_dict, write_run
+from tests.synthetic_rundir import profile_dict, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
