@@ -48,7 +48,12 @@ def test_health_and_metadata(clients, proto):
         cfg = client.get_model_config(model)
         cfg = cfg if isinstance(cfg, dict) else {"name": cfg.config.name}
         assert cfg["name"] == model
-    assert not client.is_model_ready("no_such_model") if proto == "http" else True
+    if proto == "http":
+        assert client.is_model_ready("no_such_model") is False  # 404 → not ready
+    else:
+        with pytest.raises(InferenceServerException) as err:
+            client.is_model_ready("no_such_model")
+        assert err.value.status() == "StatusCode.NOT_FOUND" and "no_such_model" in str(err.value)
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])

@@ -1,7 +1,6 @@
 """End-to-end harness runs on loopback with real processes: Locust master + workers, proxies, chronyd."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -13,6 +12,7 @@ from scipy import stats
 
 from analysis.rundir import load_run
 from harness.chrony import chronyd_path, start_chronyd
+from harness.record_schema import STATUSES
 from harness.processes import free_port
 from tests.conftest import IN_CI
 from tests.helpers import make_profile, run_with, sleep_until_measuring
@@ -83,6 +83,7 @@ def test_run_dir_and_row_count(main_run):
     expected = RATE * (DURATION + WARMUP)
     assert abs(len(df) - expected) / expected < 0.10, (len(df), expected)
     assert set(df["region"]) == {"near", "far"} and set(df["protocol"]) == {"kserve-http", "kserve-grpc"}
+    assert set(df["status"]) <= set(STATUSES)
     assert (df["status"] == "ok").mean() > 0.99
     assert df.loc[df.status == "ok", "correct"].mean() > 0.95
     for name in ("near-w0", "far-w0"):
@@ -151,10 +152,7 @@ def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
 def test_phases_start_at_the_same_reference_instant(main_run):
     """First intended send of each worker mapped to reference time: same start instant across regions."""
     df = main_run[2].requests
-    starts = []
-    for _, g in df.groupby("worker"):
-        first_gap_free = g["t_intended"].min() + g["clock_offset_ns"].median()
-        starts.append(first_gap_free)
+    starts = [g["t_intended"].min() + g["clock_offset_ns"].median() for _, g in df.groupby("worker")]
     # each worker's first arrival is within a few mean gaps of the common start (Poisson: ~1/75 s)
     assert max(starts) - min(starts) < 0.2e9
 
