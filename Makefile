@@ -3,9 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# A real Triton Inference Server (tritonserver 2.51, Python backend) from PyPI; it pins numpy<2, so it gets
+# its own virtualenv, never the main one.
+TRITON_VENV := .venv-triton
+TRITON_STAMP := $(TRITON_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test install models bench clean
+.PHONY: demo test install triton models bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +19,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(TRITON_STAMP): deploy/triton/requirements.txt
+	$(PYTHON) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/pip install --quiet --upgrade pip
+	$(TRITON_VENV)/bin/pip install --quiet -r deploy/triton/requirements.txt
+	touch $(TRITON_STAMP)
+
+triton: $(TRITON_STAMP)
+
 models: $(STAMP)
 	$(BIN)/tailrace models build --out $(MODELS)
 
 demo: $(STAMP)
 	$(BIN)/tailrace demo
 
-test: $(STAMP)
+test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)

@@ -14,7 +14,8 @@ from analysis.latency import flat_rows, latency_table
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
 from analysis.slo import evaluate_slos, overall_verdict
-from analysis.triton_stats import endpoint_stat_deltas
+from analysis.outages import outage_windows
+from analysis.triton_stats import endpoint_stat_deltas, stats_timeline
 
 SUMMARY_VERSION = 1
 
@@ -38,11 +39,19 @@ def _phase_names(profile: dict) -> dict[int, str]:
     return names
 
 
+def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
+    """Add the client's own count of successful requests (all phases) to each server-side statistics row."""
+    for row in rows:
+        row["client_ok"] = int(((df["status"] == "ok") & df["endpoint"].isin(row["endpoints"])).sum())
+    return rows
+
+
 def analyze_run(run_dir: Path) -> Analysis:
     """Load and analyse a run directory."""
     data = load_run(run_dir)
     manifest = data.manifest
     profile = manifest.get("profile") or {}
+    endpoint_models = {e["name"]: e["model"] for e in profile.get("endpoints", [])}
     models = fit_all(data.clock)
     df = add_reference_times(data.requests, models)
     measured = df[df["phase"] > 0]
@@ -90,8 +99,10 @@ def analyze_run(run_dir: Path) -> Analysis:
         "queueing": queueing, "arrivals": arrival_checks(df),
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
-        "endpoint_statistics": endpoint_stat_deltas(
-            data.endpoint_stats, {e["name"]: e["model"] for e in profile.get("endpoints", [])}),
+        "endpoint_statistics": _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df),
+        "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
+                            for name, points in data.stats_timelines.items()},
+        "outages": outage_windows(df),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},
     }
@@ -100,5 +111,6 @@ def analyze_run(run_dir: Path) -> Analysis:
                   [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
                    for q in queueing]),
               "arrivals": pd.DataFrame(summary["arrivals"]), "phases": pd.DataFrame(per_phase),
-              "errors": errors, "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
+              "errors": errors, "outages": pd.DataFrame(summary["outages"]),
+              "server_statistics": pd.DataFrame(summary["endpoint_statistics"]), "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
     return Analysis(data, df, models, summary, tables)

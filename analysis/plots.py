@@ -62,7 +62,8 @@ def latency_cdfs(df: pd.DataFrame) -> str:
     return _svg(fig)
 
 
-def over_time(df: pd.DataFrame, phase_starts_s: list[float]) -> str:
+def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+    """p99 per second and requests per second per region; phase starts dashed, outage windows shaded."""
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
     t0 = df["t_intended_ref"].min()
     for region, g in df.groupby("region"):
@@ -77,11 +78,40 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float]) -> str:
     for s in phase_starts_s:
         for ax in (ax1, ax2):
             ax.axvline(s, color="black", lw=0.8, ls="--")
+    t_end = (df["t_intended_ref"].max() - t0) / 1e9
+    for o in outages:
+        end = (o["end_ref_ns"] - t0) / 1e9 if o["end_ref_ns"] is not None else t_end
+        for ax in (ax1, ax2):
+            ax.axvspan((o["start_ref_ns"] - t0) / 1e9, end, color="red", alpha=0.15, lw=0)
+    errors = df[df["status"] != "ok"]
+    if not errors.empty:
+        t = (errors["t_intended_ref"] - t0) / 1e9
+        counts, edges = np.histogram(t, bins=np.arange(0, t_end + 2, 1.0))
+        ax2.plot(edges[:-1], counts, lw=1, color="red", ls=":", label="errors")
+        ax2.legend(fontsize=7)
     ax1.set_ylabel("p99 per second (ms)")
     ax1.set_yscale("log")
     ax2.set_ylabel("requests / s")
-    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts")
+    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts; "
+                   "shaded: outages")
     ax1.legend(fontsize=7)
+    return _svg(fig)
+
+
+def server_timeline(timelines: dict[str, list[dict]], t0_ns: int) -> str | None:
+    """Server-reported mean queue and compute time per snapshot interval, per endpoint."""
+    series = {name: rows for name, rows in timelines.items() if rows}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    for name, rows in series.items():
+        t = [(r["t_ns"] - t0_ns) / 1e9 for r in rows]
+        for key, style in (("mean_queue_ms", "--"), ("mean_compute_infer_ms", "-")):
+            ax.plot(t, [r.get(key) if r.get(key) is not None else np.nan for r in rows], ls=style, marker=".",
+                    lw=1, label=f"{name} {key.removeprefix('mean_').removesuffix('_ms')}")
+    ax.set_ylabel("ms per request (server)")
+    ax.set_xlabel("seconds since the first intended send (server statistics, periodic snapshots)")
+    ax.legend(fontsize=7)
     return _svg(fig)
 
 

@@ -78,7 +78,7 @@ def render(analysis: Analysis) -> str:
     phases = (analysis.data.manifest.get("profile") or {}).get("load", {})
     warm = phases.get("warmup_s", 0)
     starts = [warm + p["at_s"] for p in phases.get("phases") or []] or ([warm] if warm else [])
-    parts.append("<h2>Latency and throughput over time</h2>" + plots.over_time(df, starts))
+    parts.append("<h2>Latency and throughput over time</h2>" + plots.over_time(df, starts, s["outages"]))
     parts.append(_table(s["phases"], [("name", "phase"), ("count", "requests"), ("errors", "errors"),
                                       ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms")], left={"name"}))
 
@@ -122,12 +122,17 @@ def render(analysis: Analysis) -> str:
                         left={"endpoint", "model"}, css={"flag": lambda r: "flag"}))
     parts.append(plots.queue_vs_utilization(s["queueing"]) or "")
     if s["endpoint_statistics"]:
-        parts.append("<h3>Server-side statistics (deltas of the statistics extension)</h3>")
-        parts.append(_table(s["endpoint_statistics"], [("endpoint", "endpoint"), ("model", "model"),
-                                                        ("success", "success"), ("fail", "fail"),
-                                                        ("execution_count", "executions"),
-                                                        ("mean_queue_ms", "queue ms"),
-                                                        ("mean_compute_infer_ms", "infer ms")], left={"endpoint", "model"}))
+        parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
+                     "statistics extension, Triton's or the embedded endpoint's)</h3>")
+        parts.append(_table(s["endpoint_statistics"], [
+            ("kind", "server"), ("endpoint", "endpoint(s)"), ("model", "model"), ("success", "success"),
+            ("client_ok", "client ok"), ("fail", "fail"), ("execution_count", "executions"),
+            ("mean_batch", "mean batch"), ("mean_queue_ms", "queue ms"), ("mean_compute_input_ms", "input ms"),
+            ("mean_compute_infer_ms", "infer ms"), ("mean_compute_output_ms", "output ms")],
+            left={"kind", "endpoint", "model"}))
+        parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
+                     "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
+        parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min()) or "")
 
     parts.append("<h2>Was the load Poisson?</h2>")
     parts.append(_table(s["arrivals"], [("phase", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),
@@ -137,6 +142,19 @@ def render(analysis: Analysis) -> str:
     parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
                                      ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
                                      ("samples_total", "of")], left={"worker"}))
+    parts.append("<h2 id='outages'>Outages</h2>")
+    if s["outages"]:
+        parts.append(_table([o | {"errors": ", ".join(f"{k}: {v}" for k, v in o["errors"].items()),
+                                  "regions": ", ".join(o["regions"]),
+                                  "end_s": o["end_s"] if o["recovered"] else "not recovered"} for o in s["outages"]],
+                            [("endpoint", "endpoint"), ("start_s", "from s"), ("end_s", "to s"),
+                             ("duration_s", "duration s"), ("failed", "failed requests"), ("regions", "regions"),
+                             ("errors", "error classes")], left={"endpoint", "regions", "errors"}))
+        parts.append("<p class='note'>An outage is a run of at least 5 consecutive failed requests to one endpoint "
+                     "(all regions merged, by intended time on the reference clock); it ends at the next success. "
+                     "Shaded on the time plot.</p>")
+    else:
+        parts.append("<p class='note'>none: no endpoint had 5 consecutive failures</p>")
     parts.append("<h2>Errors</h2>")
     parts.append(_table([e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
                         [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),

@@ -29,6 +29,7 @@ class RunData:
     chunks_read: int = 0
     skipped: list[SkippedChunk] = field(default_factory=list)
     endpoint_stats: dict[str, dict[str, dict]] = field(default_factory=dict)
+    stats_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic snapshots
 
 
 class RunDirError(Exception):
@@ -74,5 +75,17 @@ def load_run(run_dir: Path) -> RunData:
             stats.setdefault(f.parent.name, {})[f.stem.removeprefix("stats-")] = json.loads(f.read_text())
         except json.JSONDecodeError as exc:
             skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
-    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats)
+    timelines = {f.parent.name: _read_jsonl(f, skipped) for f in sorted(run_dir.glob("endpoints/*/stats-timeline.jsonl"))}
+    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines)
+
+
+def _read_jsonl(path: Path, skipped: list[SkippedChunk]) -> list[dict]:
+    """The JSON lines of `path`; a torn last line (the writer was killed) is reported and skipped."""
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            skipped.append(SkippedChunk(f"{path}:{n}", f"not valid JSON: {exc}"))
+    return rows
 

@@ -16,11 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-import httpx
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
 from harness.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process, tailrace_argv
-from harness.profile import EMBEDDED, Profile
+from harness.profile import EMBEDDED, TRITON, Profile
+from harness.server_stats import ServerStatsRecorder, StatsTarget
+from harness.triton_server import TritonOptions, TritonServer, start_triton
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
@@ -76,6 +77,9 @@ class LocalRun:
     workers: dict[str, ManagedProcess] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
     endpoint_admin: dict[str, str] = field(default_factory=dict)  # endpoint name → http base for stats
+    stats_targets: list[StatsTarget] = field(default_factory=list)
+    stats: ServerStatsRecorder | None = None
+    triton: TritonServer | None = None
     started_ns: int = 0
     quiet: bool = False
 
@@ -122,11 +126,13 @@ class LocalRun:
                 if ep["url"] == EMBEDDED:
                     ep["url"] = (f"http://127.0.0.1:{http_port}" if ep["protocol"] == "kserve-http"
                                  else f"grpc://127.0.0.1:{grpc_port}")
-                    self.endpoint_admin[ep["name"]] = f"http://127.0.0.1:{http_port}"
-        for ep in resolved["endpoints"]:
-            if ep["protocol"] == "kserve-http" and ep["name"] not in self.endpoint_admin:
-                self.endpoint_admin[ep["name"]] = ep["url"]
-        self._snapshot_stats("before")
+                    ep["stats_url"] = f"http://127.0.0.1:{http_port}"
+                    ep["metrics_url"] = f"http://127.0.0.1:{http_port}/metrics"
+                    ep["server_kind"] = "embedded"
+        if p.uses_triton:
+            self._start_triton(resolved, logs)
+        self.plan_server_stats(resolved)
+        self.stats.snapshot("before")
 
         urls_by_region = self._start_proxies(resolved, logs)
         cfg = master_config(self.run_id, self.run_dir, ntp_servers, models_dir, resolved)
@@ -191,22 +197,42 @@ class LocalRun:
                         time.sleep(0.05)
         return urls_by_region
 
-    def _snapshot_stats(self, stage: str) -> None:
-        for name, base in self.endpoint_admin.items():
-            try:
-                r = httpx.get(f"{base}/v2/models/stats", timeout=5)
-                if r.status_code == 200:
-                    d = self.run_dir / "endpoints" / name
-                    d.mkdir(parents=True, exist_ok=True)
-                    (d / f"stats-{stage}.json").write_text(json.dumps({"t_ns": time.time_ns(), **r.json()}))
-            except httpx.HTTPError:
-                pass
+    def _start_triton(self, resolved: dict, logs: Path) -> None:
+        t = self.profile.triton
+        models = tuple(sorted({e.model for e in self.profile.endpoints if e.url == TRITON}))
+        self.log(f"starting Triton (PyTriton) for {', '.join(models)}")
+        self.triton = start_triton(Path(t.models_dir), logs, options=TritonOptions(
+            max_batch=t.max_batch, queue_delay_us=t.queue_delay_us, dynamic_batching=t.dynamic_batching,
+            instances=t.instances, models=models), python=t.python)
+        self.processes.append(self.triton.process)
+        self.log(f"Triton ready on {self.triton.http_url} (HTTP) / {self.triton.grpc_url} (gRPC) / "
+                 f"{self.triton.metrics_url}")
+        for ep in resolved["endpoints"]:
+            if ep["url"] == TRITON:
+                ep["url"] = self.triton.http_url if ep["protocol"] == "kserve-http" else self.triton.grpc_url
+                ep["stats_url"], ep["metrics_url"] = self.triton.http_url, self.triton.metrics_url
+                ep["server_kind"] = "triton"
+
+    def plan_server_stats(self, resolved: dict) -> None:
+        """Which endpoints have statistics / metrics to snapshot (resolved URLs, not through the proxies)."""
+        for ep in resolved["endpoints"]:
+            stats_base = ep.get("stats_url") or (ep["url"] if ep["protocol"] == "kserve-http" else None)
+            kind = ep.pop("server_kind", "remote")
+            spec = next(e for e in self.profile.endpoints if e.name == ep["name"])
+            auth = (spec.auth_header, spec.auth_env) if spec.auth_header and spec.auth_env else None
+            self.stats_targets.append(StatsTarget(ep["name"], ep["model"], kind, stats_base, ep.get("metrics_url"),
+                                                  auth))
+            if stats_base:
+                self.endpoint_admin[ep["name"]] = stats_base
+        self.stats = ServerStatsRecorder(self.run_dir, self.stats_targets, self.profile.server_stats.interval_s)
 
     def wait(self, progress) -> int:
         """Wait for the master to finish, showing progress; returns the master's exit code."""
         deadline = time.monotonic() + run_seconds(self.profile) + 90
         while self.master.alive() and time.monotonic() < deadline:
             progress(self)
+            if self.stats is not None and self.stats.due():
+                self.stats.periodic()
             time.sleep(1.0)
         if self.master.alive():
             self.log("master did not finish in time; stopping it")
@@ -214,10 +240,15 @@ class LocalRun:
         return self.master.popen.returncode
 
     def stop(self) -> None:
-        """Stop every process we started, newest first, by PID."""
-        self._snapshot_stats("after")
+        """Stop every process we started, newest first, by PID (Triton with its children and shm segments)."""
+        if self.stats is not None:
+            self.stats.snapshot("after")
+            self.stats.close()
         for proc in reversed(self.processes):
-            proc.stop(timeout=10)
+            if self.triton is not None and proc is self.triton.process:
+                self.triton.stop()
+            else:
+                proc.stop(timeout=10)
 
     def manifest(self, interrupted: bool) -> dict:
         p = self.profile
@@ -241,6 +272,7 @@ class LocalRun:
             "run_id": self.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
             "seed": p.load.seed, "versions": versions(), "host": host_info(), "git_sha": git_sha(),
             "start_ns": self.started_ns, "end_ns": time.time_ns(), "start_ref_ns": plan.get("start_ref_ns"),
+            "servers": [{k: v for k, v in vars(t).items() if k != "auth"} for t in self.stats_targets],
             "regions": [r.model_dump(mode="json") | {"address": region_address(i) if r.delay_ms or r.jitter_ms
                         else None} for i, r in enumerate(p.regions)],
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},

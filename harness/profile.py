@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 EMBEDDED = "embedded"
+TRITON = "triton"
+STARTED_BY_RUN = (EMBEDDED, TRITON)
 
 
 class _Strict(BaseModel):
@@ -19,19 +21,30 @@ class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' (tailrace run starts it)")
+    url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' / 'triton' (tailrace run "
+                                 "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc"]
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0)
     auth_header: str | None = Field(None, description="header / metadata key to send, e.g. Authorization")
     auth_env: str | None = Field(None, description="environment variable holding its value (never logged)")
+    stats_url: str | None = Field(None, description="http://host:port of the server's statistics extension "
+                                                    "(default: url for kserve-http; a Triton's HTTP port for gRPC)")
+    metrics_url: str | None = Field(None, description="Prometheus metrics, e.g. http://triton:8002/metrics")
 
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if v != EMBEDDED and not (v.startswith("http://") or v.startswith("https://") or v.startswith("grpc://")):
-            raise ValueError("must be 'embedded' or start with http://, https:// or grpc://")
+        if v not in STARTED_BY_RUN and not v.startswith(("http://", "https://", "grpc://")):
+            raise ValueError("must be 'embedded', 'triton' or start with http://, https:// or grpc://")
+        return v
+
+    @field_validator("stats_url", "metrics_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
         return v
 
     @model_validator(mode="after")
@@ -119,6 +132,21 @@ class Embedded(_Strict):
     fault_injection: bool = False
 
 
+class TritonLocal(_Strict):
+    """A local Triton Inference Server (PyTriton, CPU) that `tailrace run` starts for endpoints with url 'triton'."""
+
+    python: str | None = Field(None, description="interpreter of the PyTriton virtualenv (default .venv-triton)")
+    models_dir: str = "build/models"
+    max_batch: int = Field(16, ge=1, le=1024, description="max_batch_size of every model")
+    dynamic_batching: bool = True
+    queue_delay_us: int = Field(0, ge=0, le=1_000_000, description="dynamic batcher's max_queue_delay_microseconds")
+    instances: int = Field(1, ge=1, le=16, description="model instances (execution slots) per model")
+
+
+class ServerStats(_Strict):
+    interval_s: float = Field(5, gt=0, le=3600, description="periodic statistics + metrics snapshots")
+
+
 class Generator(_Strict):
     send_lag_p99_ms: float = Field(5, gt=0, description="saturation threshold per window")
     window_s: float = Field(1, gt=0)
@@ -144,6 +172,8 @@ class Profile(_Strict):
     inputs: Inputs = Field(default_factory=Inputs)
     slos: list[Slo] = Field(default_factory=list)
     embedded: Embedded = Field(default_factory=Embedded)
+    triton: TritonLocal = Field(default_factory=TritonLocal)
+    server_stats: ServerStats = Field(default_factory=ServerStats)
     generator: Generator = Field(default_factory=Generator)
 
     @model_validator(mode="after")
@@ -168,6 +198,10 @@ class Profile(_Strict):
     @property
     def uses_embedded(self) -> bool:
         return any(e.url == EMBEDDED for e in self.endpoints)
+
+    @property
+    def uses_triton(self) -> bool:
+        return any(e.url == TRITON for e in self.endpoints)
 
 
 class ProfileError(Exception):

@@ -157,7 +157,11 @@ class GrpcSender:
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
         target = urlparse(url).netloc
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        # Reconnect within ~0.5 s of a server coming back (gRPC's default backoff grows to 120 s): an outage
+        # window then measures the server, not the client's backoff.
+        self.channel = grpc.insecure_channel(target, options=[
+            ("grpc.max_receive_message_length", 64 << 20), ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.timeout_s = timeout_s
         self.batch_size = batch_size

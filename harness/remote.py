@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from harness.manifest import write_manifest
@@ -18,8 +20,9 @@ from harness.profile import EMBEDDED, Profile
 def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None,
                web_port: int | None = None) -> int:
     """Run a Locust master that waits for the profile's workers; writes the manifest at the end."""
-    if profile.uses_embedded or EMBEDDED in profile.clock.servers:
-        print("tailrace master: profiles with 'embedded' endpoints or clock servers are for `tailrace run`; "
+    if profile.uses_embedded or profile.uses_triton or EMBEDDED in profile.clock.servers:
+        print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
+              "`tailrace run`; "
               "name real endpoint URLs and NTP servers", file=sys.stderr)
         return 2
     run_id = new_run_id(profile)
@@ -39,8 +42,21 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     env = {**os.environ, "TAILRACE_MASTER_CONFIG": str(run_dir / "master-config.json")}
     import subprocess
 
-    code = subprocess.call(argv, env=env)
     run = LocalRun(profile, out, run_id=run_id, run_dir=run_dir)
+    run.plan_server_stats(profile.model_dump(mode="json"))
+    run.stats.snapshot("before")
+    master = subprocess.Popen(argv, env=env)
+    try:
+        while master.poll() is None:
+            if run.stats.due():
+                run.stats.periodic()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        master.send_signal(signal.SIGINT)
+        master.wait(30)
+    code = master.returncode
+    run.stats.snapshot("after")
+    run.stats.close()
     write_manifest(run_dir, run.manifest(interrupted=code not in (0, None)))
     return code
 

@@ -181,3 +181,27 @@ def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path)
     r = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
                         "--out", str(tmp_path / "cmp")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and (tmp_path / "cmp" / "compare.csv").exists()
+
+
+def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_000):
+    import pandas as pd
+
+    n = len(statuses)
+    return pd.DataFrame({"endpoint": endpoint, "t_intended_ref": np.arange(n, dtype=np.int64) * gap_ns,
+                         "status": statuses, "code": ["c"] * n, "region": ["r"] * n,
+                         "trace_id": [f"{i:032x}" for i in range(n)]})
+
+
+def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
+    from analysis.outages import outage_windows
+
+    # 0.1 s apart: 7 failures, 1 stray success, 6 failures (one outage), 20 ok, 3 failures (too few), 6 failures
+    statuses = ["ok"] * 10 + ["connection"] * 7 + ["ok"] + ["http_error"] * 6 + ["ok"] * 20 + ["timeout"] * 3 + \
+        ["ok"] * 20 + ["connection"] * 6
+    windows = outage_windows(_requests(statuses))
+    assert len(windows) == 2
+    first, last = windows
+    assert (first["failed"], first["succeeded"], first["start_s"], first["end_s"]) == (13, 1, 1.0, 2.4)
+    assert first["errors"] == {"connection/c": 7, "http_error/c": 6} and first["recovered"]
+    assert last["end_s"] is None and not last["recovered"] and last["failed"] == 6
+    assert outage_windows(_requests(["ok"] * 50)) == []

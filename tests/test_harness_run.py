@@ -141,10 +141,10 @@ def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
     starts = a.requests.groupby("worker")["t_intended_ref"].min()
     assert (starts.max() - starts.min()) < 0.2e9  # both regions start together on the reference clock
     # the server's own statistics (snapshots before/after) agree with the client's log, request for request
-    stats = {row["endpoint"]: row for row in a.summary["endpoint_statistics"]}
-    ok_for_model = int((a.requests["status"] == "ok").sum())  # both endpoints serve digits_mlp_fp32
-    assert stats["mlp-http"]["model"] == "digits_mlp_fp32"
-    assert stats["mlp-http"]["success"] == ok_for_model
+    [row] = a.summary["endpoint_statistics"]  # both endpoints reach one server and one model
+    assert sorted(row["endpoints"]) == ["mlp-grpc", "mlp-http"] and row["kind"] == "embedded"
+    assert row["model"] == "digits_mlp_fp32"
+    assert row["success"] == row["client_ok"] == int((a.requests["status"] == "ok").sum())
     far = next(m for w, m in a.clock_models.items() if w == "far-w0")
     assert abs(far.intercept_ns / 1e6 + SKEW_MS) < 2.0 and abs(far.slope) < 1e-4
 

@@ -1,0 +1,126 @@
+"""Server-side statistics of the endpoints under test, saved into the run directory.
+
+For each endpoint that exposes them: the KServe/Triton statistics extension (`GET <stats>/v2/models/stats`)
+before and after the run and periodically, and the Prometheus metrics (Triton's port 8002, or the embedded
+endpoint's `/metrics`). Layout, per endpoint:
+
+    endpoints/<name>/stats-before.json, stats-after.json   {t_ns, server, kind, model, model_stats: [...]}
+    endpoints/<name>/stats-timeline.jsonl                  one such object per interval
+    endpoints/<name>/metrics-before.prom, metrics-after.prom  the scrape, verbatim
+    endpoints/<name>/metrics-timeline.jsonl                {t_ns, samples: {"name{labels}": value}} for its model
+
+A server that does not answer is skipped for that snapshot (an outage must not stop the run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class StatsTarget:
+    endpoint: str
+    model: str
+    kind: str  # "embedded" | "triton" | "remote"
+    stats_base: str | None  # http://host:port of the statistics extension
+    metrics_url: str | None
+    auth: tuple[str, str] | None = None  # (header, environment variable holding its value)
+
+    def headers(self) -> dict[str, str]:
+        """The auth header, read from the environment now (never stored)."""
+        if self.auth is None:
+            return {}
+        value = os.environ.get(self.auth[1])
+        return {self.auth[0]: value} if value else {}
+
+
+def model_samples(prom_text: str, model: str) -> dict[str, float]:
+    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*), by name{labels}."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(prom_text):
+        for s in family.samples:
+            if s.labels.get("model") != model:
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "model")
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)
+    return out
+
+
+class ServerStatsRecorder:
+    """Takes the snapshots; `due()` tells the caller's loop when the next periodic one is wanted."""
+
+    def __init__(self, run_dir: Path, targets: list[StatsTarget], interval_s: float) -> None:
+        self.run_dir, self.targets, self.interval_s = run_dir, targets, interval_s
+        self._next = time.monotonic() + interval_s
+        self._client = httpx.Client(timeout=2.0)
+
+    def _dir(self, target: StatsTarget) -> Path:
+        d = self.run_dir / "endpoints" / target.endpoint
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _stats(self, target: StatsTarget) -> dict | None:
+        if not target.stats_base:
+            return None
+        try:
+            r = self._client.get(f"{target.stats_base}/v2/models/{target.model}/stats", headers=target.headers())
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        return {"t_ns": time.time_ns(), "server": target.stats_base, "kind": target.kind, "model": target.model,
+                "model_stats": r.json().get("model_stats", [])}
+
+    def _metrics(self, target: StatsTarget) -> str | None:
+        if not target.metrics_url:
+            return None
+        try:
+            r = self._client.get(target.metrics_url, headers=target.headers())
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
+    def _scrape(self) -> list[tuple[StatsTarget, dict | None, str | None]]:
+        """Statistics and metrics per target, asking each server once for endpoints that share it."""
+        stats_cache: dict[tuple, dict | None] = {}
+        metrics_cache: dict[str | None, str | None] = {}
+        out = []
+        for t in self.targets:
+            key = (t.stats_base, t.model)
+            if key not in stats_cache:
+                stats_cache[key] = self._stats(t)
+            if t.metrics_url not in metrics_cache:
+                metrics_cache[t.metrics_url] = self._metrics(t)
+            out.append((t, stats_cache[key], metrics_cache[t.metrics_url]))
+        return out
+
+    def snapshot(self, stage: str) -> None:
+        """`stage` is "before" or "after": full statistics and the verbatim metrics scrape."""
+        for t, stats, text in self._scrape():
+            if stats is not None:
+                (self._dir(t) / f"stats-{stage}.json").write_text(json.dumps(stats))
+            if text is not None:
+                (self._dir(t) / f"metrics-{stage}.prom").write_text(text)
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def periodic(self) -> None:
+        """Append one line per endpoint to its stats and metrics timelines."""
+        self._next = time.monotonic() + self.interval_s
+        for t, stats, text in self._scrape():
+            if stats is not None:
+                with open(self._dir(t) / "stats-timeline.jsonl", "a") as f:
+                    f.write(json.dumps(stats) + "\n")
+            if text is not None:
+                with open(self._dir(t) / "metrics-timeline.jsonl", "a") as f:
+                    f.write(json.dumps({"t_ns": time.time_ns(), "samples": model_samples(text, t.model)}) + "\n")
+
+    def close(self) -> None:
+        self._client.close()
