@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
 from harness.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process, tailrace_argv
 from harness.profile import EMBEDDED, TRITON, Profile
