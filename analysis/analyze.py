@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
@@ -13,6 +12,7 @@ from analysis.decomposition import decompose, decomposition_table
 from analysis.latency import flat_rows, latency_table
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
+from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.outages import outage_windows
 from analysis.triton_stats import endpoint_stat_deltas, stats_timeline
@@ -29,21 +29,16 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
-def _phase_names(profile: dict) -> dict[int, str]:
-    phases = profile.get("load", {}).get("phases") or []
-    names = {0: "warm-up"}
-    if not phases:
-        names[1] = "steady"
-    for i, ph in enumerate(phases):
-        names[i + 1] = f"phase {i + 1} ({ph['rate']:g}/s from {ph['at_s']:g} s)"
-    return names
-
-
 def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
     """Add the client's own count of successful requests (all phases) to each server-side statistics row."""
     for row in rows:
         row["client_ok"] = int(((df["status"] == "ok") & df["endpoint"].isin(row["endpoints"])).sum())
     return rows
+
+
+def _scenario_table(scenario: dict) -> pd.DataFrame:
+    rows = scenario.get("p90") or scenario.get("p99") or scenario.get("per_region") or []
+    return pd.DataFrame(rows)
 
 
 def analyze_run(run_dir: Path) -> Analysis:
@@ -58,14 +53,9 @@ def analyze_run(run_dir: Path) -> Analysis:
     duration = float(profile.get("load", {}).get("duration_s") or
                      max(1e-9, (measured["t_intended"].max() - measured["t_intended"].min()) / 1e9))
     latency_rows = latency_table(measured, profile, duration) if profile else []
-    per_phase = []
-    names = _phase_names(profile)
-    for phase, g in df.groupby("phase", sort=True):
-        ok = g[g.status == "ok"]["latency_ns"] / 1e6
-        per_phase.append({"phase": int(phase), "name": names.get(int(phase), str(phase)), "count": int(len(g)),
-                          "errors": int((g.status != "ok").sum()),
-                          "p50_ms": float(np.percentile(ok, 50)) if len(ok) else None,
-                          "p99_ms": float(np.percentile(ok, 99)) if len(ok) else None})
+    per_phase = per_phase_table(df, profile)
+    scenario = scenario_summary(df, profile, {n: (w or {}).get("summary") or {} for n, w in
+                                              (manifest.get("workers") or {}).items()})
     legs = decompose(df)
     slots = (profile.get("embedded") or {}).get("slots") or {}
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
@@ -94,7 +84,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
         "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
-        "duration_s": duration, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
+        "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
         "decomposition": decomposition_table(legs) if not legs.empty else [],
         "queueing": queueing, "arrivals": arrival_checks(df),
         "clock": [m.as_dict() for m in models.values()],
@@ -106,7 +96,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},
     }
-    tables = {"latency": flat_rows(latency_rows), "slos": pd.DataFrame(verdicts),
+    tables = {"latency": flat_rows(latency_rows), "scenario": _scenario_table(scenario), "slos": pd.DataFrame(verdicts),
               "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(
                   [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
                    for q in queueing]),

@@ -5,26 +5,35 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import percentile_ci
+from harness.schedule import rate_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 
 
-def intended_rate(profile: dict, region: str | None, endpoint: str | None) -> float:
-    """Mean intended arrival rate over the measured window for a region / endpoint (None = all)."""
+def intended_rate(profile: dict, region: str | None, endpoint: str | None) -> float | None:
+    """Mean intended arrival rate over the measured window for a region / endpoint (None = all); None for
+    the closed-loop scenarios, whose rate is whatever the endpoint sustains."""
     load = profile["load"]
+    if load.get("scenario", "server") != "server":
+        return None
     duration = load["duration_s"]
-    phases = load.get("phases") or [{"at_s": 0, "rate": load["rate"]}]
-    total = 0.0
-    for i, ph in enumerate(phases):
-        end = phases[i + 1]["at_s"] if i + 1 < len(phases) else duration
-        total += ph["rate"] * max(0.0, min(end, duration) - ph["at_s"])
-    rate = total / duration
+    segments = rate_segments(load["rate"], load.get("phases") or [], 0.0, duration)
+    rate = sum(s.expected for s in segments) / duration
     if region is not None:
         rate *= next(r["share"] for r in profile["regions"] if r["name"] == region)
     if endpoint is not None:
         weights = {e["name"]: e.get("weight", 1.0) for e in profile["endpoints"]}
         rate *= weights[endpoint] / sum(weights.values())
     return rate
+
+
+def _accuracy(ok: pd.DataFrame) -> float | None:
+    """Correct predictions over samples sent, counting every row of batched requests."""
+    if ok.empty:
+        return None
+    if "correct_count" in ok and "batch_size" in ok:
+        return float(ok["correct_count"].sum() / ok["batch_size"].sum())
+    return float(ok["correct"].mean())
 
 
 def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
@@ -34,7 +43,7 @@ def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
     out = {"count": int(len(g)), "ok": int(ok.sum()), "errors": int((~ok).sum()),
            "error_rate": float((~ok).mean()) if len(g) else 0.0,
            "achieved_rate": float(len(g) / duration_s) if duration_s else None,
-           "accuracy": float(g.loc[ok, "correct"].mean()) if ok.any() else None,
+           "accuracy": _accuracy(g[ok]),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
            "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
            "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"], 99) / 1e6) if len(g) else None,

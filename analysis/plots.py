@@ -75,9 +75,7 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
         ax1.plot(bins[p99.index.to_numpy() - 1], p99.to_numpy(), label=f"{region} p99", lw=1)
         counts, _ = np.histogram(t, bins=np.append(bins, bins[-1] + 1))
         ax2.plot(bins, counts, lw=1, label=region)
-    for s in phase_starts_s:
-        for ax in (ax1, ax2):
-            ax.axvline(s, color="black", lw=0.8, ls="--")
+    _mark_phases((ax1, ax2), phase_starts_s)
     t_end = (df["t_intended_ref"].max() - t0) / 1e9
     for o in outages:
         end = (o["end_ref_ns"] - t0) / 1e9 if o["end_ref_ns"] is not None else t_end
@@ -98,8 +96,14 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
     return _svg(fig)
 
 
-def server_timeline(timelines: dict[str, list[dict]], t0_ns: int) -> str | None:
-    """Server-reported mean queue and compute time per snapshot interval, per endpoint."""
+def _mark_phases(axes, phase_starts_s: list[float]) -> None:
+    for s in phase_starts_s:
+        for ax in axes:
+            ax.axvline(s, color="black", lw=0.8, ls="--")
+
+
+def server_timeline(timelines: dict[str, list[dict]], t0_ns: int, phase_starts_s: list[float] = ()) -> str | None:
+    """Server-reported mean queue and compute time per snapshot interval, per endpoint; phases dashed."""
     series = {name: rows for name, rows in timelines.items() if rows}
     if not series:
         return None
@@ -109,6 +113,7 @@ def server_timeline(timelines: dict[str, list[dict]], t0_ns: int) -> str | None:
         for key, style in (("mean_queue_ms", "--"), ("mean_compute_infer_ms", "-")):
             ax.plot(t, [r.get(key) if r.get(key) is not None else np.nan for r in rows], ls=style, marker=".",
                     lw=1, label=f"{name} {key.removeprefix('mean_').removesuffix('_ms')}")
+    _mark_phases([ax], phase_starts_s)
     ax.set_ylabel("ms per request (server)")
     ax.set_xlabel("seconds since the first intended send (server statistics, periodic snapshots)")
     ax.legend(fontsize=7)

@@ -5,6 +5,7 @@ import html
 import json
 
 from analysis import plots
+from analysis.scenarios import phase_boundaries_s
 from analysis.analyze import Analysis
 
 _CSS = """
@@ -49,6 +50,39 @@ def _pct(row: dict, name: str) -> str:
     return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
 
 
+def _ci(pair) -> str:
+    return "" if not pair or pair[0] is None else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
+
+
+def _scenario_section(sc: dict) -> str:
+    """What the scenario itself reports (MLPerf-style), above the generic tables."""
+    name = sc.get("scenario", "server")
+    head = f"<h2 id='scenario'>Scenario: {html.escape(name)}</h2>"
+    if name == "server":
+        return head + "<p class='note'>Poisson arrivals at the profile's rate (open loop); latency from intended " \
+                      "send time.</p>"
+    if name == "single-stream":
+        flat = ", ".join(f"{k}: {v}" for k, v in sc["max_in_flight_per_region"].items())
+        return head + _table(sc["p90"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                         ("errors", "errors"), ("p90_ms", "p90 ms"), ("ci_low", "CI low"),
+                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+            f"<p class='note'>One request at a time per region ({sc['queries_per_s']:.1f} queries/s in all); most " \
+            f"requests ever in flight per region: {html.escape(flat)}.</p>"
+    if name == "multi-stream":
+        rows = [{"region": k, **v} for k, v in sc["intervals"].items()]
+        return head + _table(sc["p99"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                         ("errors", "errors"), ("p99_ms", "p99 per query ms"), ("ci_low", "CI low"),
+                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+            _table(rows, [("region", "region"), ("intervals", "intervals"), ("missed", "missed"),
+                          ("missed_fraction", "missed fraction")], left={"region"}) + \
+            f"<p class='note'>A query of {sc['samples_per_query']} samples every {sc['interval_ms']:g} ms per " \
+            "region; an interval that finds the previous query unfinished is missed.</p>"
+    return head + f"<p><b>{sc['samples_per_s']:.1f} samples/s</b> ({sc['batches_per_s']:.2f} batches/s of " \
+                  f"{sc['batch']}, accuracy {_fmt(sc['accuracy'], 4)})</p>" + \
+        _table(sc["per_region"], [("region", "region"), ("samples_per_s", "samples/s"), ("batches", "batches"),
+                                  ("p50_batch_ms", "p50 per batch ms")], left={"region"})
+
+
 def render(analysis: Analysis) -> str:
     """The whole page."""
     s = analysis.summary
@@ -72,21 +106,26 @@ def render(analysis: Analysis) -> str:
                  "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — the last "
                  "column says how many more samples would decide, if the observed proportion holds.</p>")
 
+    parts.append(_scenario_section(s["scenario"]))
     parts.append("<h2>p99 latency by region × endpoint</h2>")
     parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
     parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))
-    phases = (analysis.data.manifest.get("profile") or {}).get("load", {})
-    warm = phases.get("warmup_s", 0)
-    starts = [warm + p["at_s"] for p in phases.get("phases") or []] or ([warm] if warm else [])
-    parts.append("<h2>Latency and throughput over time</h2>" + plots.over_time(df, starts, s["outages"]))
-    parts.append(_table(s["phases"], [("name", "phase"), ("count", "requests"), ("errors", "errors"),
-                                      ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms")], left={"name"}))
+    starts = phase_boundaries_s(analysis.data.manifest.get("profile") or {})
+    parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
+                 plots.over_time(df, starts, s["outages"]))
+    parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
+                         for r in s["phases"]],
+                        [("name", "phase"), ("start_s", "from s"), ("end_s", "to s"), ("count", "requests"),
+                         ("errors", "errors"), ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
+                         ("p50_ms", "p50 ms"), ("p50_ci", "95% CI"), ("p95_ms", "p95 ms"), ("p95_ci", "95% CI"),
+                         ("p99_ms", "p99 ms"), ("p99_ci", "95% CI")], left={"name"}))
 
     parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
     rows = []
     for r in s["latency"]:
         rows.append({"endpoint": r["endpoint"], "region": r["region"], "count": r["count"],
-                     "rate": f"{r['achieved_rate']:.1f} / {r['intended_rate']:.1f}", "errors": r["errors"],
+                     "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
+                                                               else "closed loop"), "errors": r["errors"],
                      "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
                      "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"]})
     cols = [("endpoint", "endpoint"), ("region", "region"), ("count", "n"), ("rate", "rate achieved / intended"),
@@ -132,7 +171,8 @@ def render(analysis: Analysis) -> str:
             left={"kind", "endpoint", "model"}))
         parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
                      "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
-        parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min()) or "")
+        parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min(),
+                                           phase_boundaries_s(analysis.data.manifest.get("profile") or {})) or "")
 
     parts.append("<h2>Was the load Poisson?</h2>")
     parts.append(_table(s["arrivals"], [("phase", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),

@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.record_schema import CLOCK_FIELDS, REQUEST_COLUMNS
+from harness.record_schema import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_COLUMNS
 
 
 @dataclass
@@ -36,11 +36,15 @@ class RunDirError(Exception):
     """A run directory that cannot be analysed at all (names the path)."""
 
 
-def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[SkippedChunk]) -> tuple[pd.DataFrame, int]:
+def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[SkippedChunk],
+                 optional: dict[str, object] | None = None) -> tuple[pd.DataFrame, int]:
     tables = []
     for f in files:
         try:
             table = pq.read_table(f)
+            for name, default in (optional or {}).items():  # a column newer than the chunk
+                if name not in table.column_names:
+                    table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
             missing = [c for c in columns if c not in table.column_names]
             if missing:
                 raise ValueError(f"missing column(s) {', '.join(missing)}")
@@ -67,7 +71,10 @@ def load_run(run_dir: Path) -> RunData:
     clock_files = sorted(run_dir.glob("regions/*/*/clock-*.parquet"))
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
-    requests, n_req = _read_chunks(request_files, REQUEST_COLUMNS, skipped)
+    requests, n_req = _read_chunks(request_files, REQUEST_COLUMNS, skipped, OPTIONAL_DEFAULTS)
+    if len(requests):
+        requests["batch_size"] = requests["batch_size"].fillna(1).astype(int)
+        requests["correct_count"] = requests["correct_count"].fillna(requests["correct"].astype(int)).astype(int)
     clock, _ = _read_chunks(clock_files, tuple(n for n, _, _ in CLOCK_FIELDS), skipped)
     stats: dict[str, dict[str, dict]] = {}
     for f in sorted(run_dir.glob("endpoints/*/stats-*.json")):

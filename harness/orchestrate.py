@@ -26,6 +26,18 @@ LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
 
 
+def describe_load(profile: Profile) -> str:
+    """One line: the scenario and its knobs."""
+    load = profile.load
+    if load.scenario == "server":
+        return f"Poisson {load.rate:g} req/s" + (f" with {len(load.phases)} phase change(s)" if load.phases else "")
+    if load.scenario == "single-stream":
+        return "single-stream (one request at a time per region)"
+    if load.scenario == "multi-stream":
+        return f"multi-stream ({load.samples_per_query} samples every {load.interval_ms:g} ms per region)"
+    return f"offline (batches of {load.offline_batch}, {load.offline_concurrency} in flight per worker)"
+
+
 def region_address(index: int) -> str:
     """The loopback address of emulated region `index` (127.1.<i+1>.1)."""
     return f"127.1.{index + 1}.1"
@@ -159,17 +171,19 @@ class LocalRun:
                 self.processes.append(proc)
                 self.workers[name] = proc
         self.log(f"run {self.run_id}: {n_workers} worker(s) in {len(p.regions)} region(s), "
-                 f"{p.load.rate:g} req/s for {p.load.duration_s:g} s (+{p.load.warmup_s:g} s warm-up) → {self.run_dir}")
+                 f"{describe_load(p)} for {p.load.duration_s:g} s (+{p.load.warmup_s:g} s warm-up) → {self.run_dir}")
 
     def _start_proxies(self, resolved: dict, logs: Path) -> dict[str, dict[str, str]]:
         urls_by_region: dict[str, dict[str, str]] = {}
         for i, region in enumerate(self.profile.regions):
-            if region.delay_ms <= 0 and region.jitter_ms <= 0:
+            if (region.delay_ms <= 0 and region.jitter_ms <= 0) or not self.profile.network_endpoints:
                 continue
             addr = region_address(i)
             routes, urls = [], {}
             targets: dict[str, int] = {}
             for ep in resolved["endpoints"]:
+                if ep["protocol"] == "inprocess":
+                    continue
                 u = urlparse(ep["url"])
                 target = f"{u.hostname}:{u.port}"
                 if target not in targets:
@@ -216,7 +230,7 @@ class LocalRun:
         """Which endpoints have statistics / metrics to snapshot (resolved URLs, not through the proxies)."""
         for ep in resolved["endpoints"]:
             stats_base = ep.get("stats_url") or (ep["url"] if ep["protocol"] == "kserve-http" else None)
-            kind = ep.pop("server_kind", "remote")
+            kind = ep.pop("server_kind", "inprocess" if ep["protocol"] == "inprocess" else "remote")
             spec = next(e for e in self.profile.endpoints if e.name == ep["name"])
             auth = (spec.auth_header, spec.auth_env) if spec.auth_header and spec.auth_env else None
             self.stats_targets.append(StatsTarget(ep["name"], ep["model"], kind, stats_base, ep.get("metrics_url"),

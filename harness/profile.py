@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 EMBEDDED = "embedded"
 TRITON = "triton"
+INPROCESS = "inprocess"
 STARTED_BY_RUN = (EMBEDDED, TRITON)
 
 
@@ -23,7 +24,8 @@ class Endpoint(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
-    protocol: Literal["kserve-http", "kserve-grpc"]
+    protocol: Literal["kserve-http", "kserve-grpc", "inprocess"] = Field(
+        description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network baseline")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0)
@@ -36,8 +38,8 @@ class Endpoint(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if v not in STARTED_BY_RUN and not v.startswith(("http://", "https://", "grpc://")):
-            raise ValueError("must be 'embedded', 'triton' or start with http://, https:// or grpc://")
+        if v not in (*STARTED_BY_RUN, INPROCESS) and not v.startswith(("http://", "https://", "grpc://")):
+            raise ValueError("must be 'embedded', 'triton', 'inprocess' or start with http://, https:// or grpc://")
         return v
 
     @field_validator("stats_url", "metrics_url")
@@ -51,6 +53,8 @@ class Endpoint(_Strict):
     def _auth(self) -> "Endpoint":
         if (self.auth_header is None) != (self.auth_env is None):
             raise ValueError("auth_header and auth_env go together")
+        if (self.protocol == "inprocess") != (self.url == INPROCESS):
+            raise ValueError("protocol 'inprocess' and url 'inprocess' go together")
         return self
 
     def auth_value(self) -> str | None:
@@ -70,27 +74,67 @@ class Region(_Strict):
 
 
 class Phase(_Strict):
-    """A step of the rate schedule, starting `at_s` seconds after the measured window starts."""
+    """A change of the rate, `at_s` seconds into the measured window: a step to `rate`, a ramp to `rate`
+    over `duration_s`, or a spike of the current rate × `factor` for `duration_s`."""
 
     at_s: float = Field(ge=0)
-    rate: float = Field(gt=0)
+    kind: Literal["step", "ramp", "spike"] = "step"
+    rate: float | None = Field(None, gt=0, le=100_000)
+    factor: float | None = Field(None, gt=0, le=1000, description="spike: rate multiplier")
+    duration_s: float | None = Field(None, gt=0, description="ramp / spike length")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Phase":
+        if self.kind in ("step", "ramp") and self.rate is None:
+            raise ValueError(f"a {self.kind} phase needs rate")
+        if self.kind in ("ramp", "spike") and self.duration_s is None:
+            raise ValueError(f"a {self.kind} phase needs duration_s")
+        if self.kind == "spike" and self.factor is None:
+            raise ValueError("a spike phase needs factor")
+        if self.kind == "step" and (self.factor is not None or self.duration_s is not None):
+            raise ValueError("a step phase takes only at_s and rate")
+        return self
+
+
+SCENARIOS = ("server", "single-stream", "multi-stream", "offline")
 
 
 class Load(_Strict):
-    rate: float = Field(gt=0, le=100_000, description="total arrival rate, requests/s, all regions")
+    """What traffic to send, after MLPerf Inference's scenarios."""
+
+    scenario: Literal["server", "single-stream", "multi-stream", "offline"] = Field(
+        "server", description="server: Poisson at `rate`; single-stream: one request at a time per region; "
+                              "multi-stream: a query of samples_per_query every interval_ms per region; "
+                              "offline: batches of offline_batch as fast as the endpoint takes them")
+    rate: float | None = Field(None, gt=0, le=100_000, description="server: total arrival rate, requests/s")
     duration_s: float = Field(gt=0, le=86_400)
     warmup_s: float = Field(0, ge=0, le=3600)
     seed: int = 0
     phases: list[Phase] = Field(default_factory=list)
+    samples_per_query: int = Field(8, ge=1, le=1024, description="multi-stream: samples (batch) per query")
+    interval_ms: float = Field(50, gt=0, le=60_000, description="multi-stream: query interval")
+    offline_batch: int = Field(256, ge=1, le=4096, description="offline: samples per request")
+    offline_concurrency: int = Field(2, ge=1, le=64, description="offline: requests in flight per worker")
 
     @field_validator("phases")
     @classmethod
     def _ordered(cls, v: list[Phase]) -> list[Phase]:
-        if v and v[0].at_s != 0:
-            raise ValueError("the first phase must start at at_s = 0")
         if any(b.at_s <= a.at_s for a, b in zip(v, v[1:])):
             raise ValueError("phases must have strictly increasing at_s")
+        for a, b in zip(v, v[1:]):
+            if a.duration_s is not None and a.at_s + a.duration_s > b.at_s:
+                raise ValueError(f"the {a.kind} at {a.at_s:g} s lasts past the next phase at {b.at_s:g} s")
         return v
+
+    @model_validator(mode="after")
+    def _scenario(self) -> "Load":
+        if self.scenario == "server" and self.rate is None:
+            raise ValueError("rate: the server scenario needs a rate (requests/s)")
+        if self.scenario != "server" and self.phases:
+            raise ValueError(f"phases: only the server scenario has phases, not {self.scenario}")
+        if any(p.at_s >= self.duration_s for p in self.phases):
+            raise ValueError("phases: every phase must start before duration_s")
+        return self
 
 
 class Clock(_Strict):
@@ -186,6 +230,11 @@ class Profile(_Strict):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"{field_name}: duplicate name(s) {', '.join(dupes)}")
+        if self.load.scenario == "single-stream":
+            crowded = [r.name for r in self.regions if r.workers != 1]
+            if crowded:
+                raise ValueError(f"regions: single-stream runs one stream per region; set workers = 1 for "
+                                 f"{', '.join(crowded)}")
         names = {e.name for e in self.endpoints} | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):
@@ -198,6 +247,10 @@ class Profile(_Strict):
     @property
     def uses_embedded(self) -> bool:
         return any(e.url == EMBEDDED for e in self.endpoints)
+
+    @property
+    def network_endpoints(self) -> list[Endpoint]:
+        return [e for e in self.endpoints if e.protocol != "inprocess"]
 
     @property
     def uses_triton(self) -> bool:

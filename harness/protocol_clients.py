@@ -13,8 +13,6 @@ import orjson
 
 from harness.classify import classify_exception, classify_http_status
 
-
-
 @dataclass
 class Outcome:
     """What one request produced."""
@@ -30,6 +28,7 @@ class Outcome:
     echoed_trace_id: str = ""
     bytes_out: int = 0
     bytes_in: int = 0
+    predictions: np.ndarray | None = None  # one label per row of the batch
 
 
 def _apply_parameters(outcome: Outcome, params: dict) -> None:
@@ -43,18 +42,30 @@ def _apply_parameters(outcome: Outcome, params: dict) -> None:
         outcome.echoed_trace_id = trace
 
 
-def _first_label(values, rows: int) -> int:
-    arr = np.asarray(values).reshape(-1)
+def _set_labels(out: Outcome, values, rows: int) -> None:
+    """The batch's predicted labels (ValueError if the output has fewer than one per row)."""
+    arr = np.asarray(values, dtype=np.int64).reshape(-1)
     if arr.size < rows:
         raise ValueError(f"label output has {arr.size} values for {rows} rows")
-    return int(arr[0])
+    out.predictions = arr[:rows]
+    out.prediction = int(arr[0])
+
+
+def batch_rows(X: np.ndarray, start: int, batch_size: int) -> np.ndarray:
+    """Rows start, start+1, … of X (wrapping around), as float32."""
+    return np.ascontiguousarray(np.take(X, range(start, start + batch_size), axis=0, mode="wrap"), dtype=np.float32)
+
+
+def encoded_starts(n_samples: int, stride: int) -> range:
+    """The sample indices a sender pre-encodes: every `stride`-th (large batches start at multiples of it)."""
+    return range(0, n_samples, stride)
 
 
 class HttpSender:
     """POST /v2/models/{model}/infer with JSON tensors, asking for the label output as JSON."""
 
     def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float, pool: int,
-                 auth: tuple[str, str] | None) -> None:
+                 auth: tuple[str, str] | None, stride: int = 1) -> None:
         parsed = urlparse(url)
         self.path = f"{parsed.path.rstrip('/')}/v2/models/{model}/infer"
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -68,8 +79,8 @@ class HttpSender:
             from harness.http1 import Http1Pool
 
             self.client = Http1Pool(parsed.hostname, port, timeout_s)
-        self.batch_size = batch_size
-        self.bodies = [self._body(X, i) for i in range(len(X))]
+        self.batch_size, self.stride = batch_size, stride
+        self.bodies = [self._body(X, i) for i in encoded_starts(len(X), stride)]
         self.auth = auth
         self.warm_connections = min(16, pool)
         static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
@@ -79,13 +90,13 @@ class HttpSender:
         self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
 
     def _body(self, X: np.ndarray, i: int) -> bytes:
-        rows = np.take(X, range(i, i + self.batch_size), axis=0, mode="wrap")
+        rows = batch_rows(X, i, self.batch_size)
         return orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(rows.shape),
                                          "data": rows.ravel().tolist()}],
                              "outputs": [{"name": "label", "parameters": {"binary_data": False}}]})
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        body = self.bodies[sample]
+        body = self.bodies[sample // self.stride]
         if self.tls:
             return self._send_tls(body, headers, on_sent)
         raw = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
@@ -126,7 +137,7 @@ class HttpSender:
         try:
             doc = orjson.loads(payload)
             outputs = {o["name"]: o for o in doc["outputs"]}
-            out.prediction = _first_label(outputs["label"]["data"], self.batch_size)
+            _set_labels(out, outputs["label"]["data"], self.batch_size)
             _apply_parameters(out, doc.get("parameters") or {})
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             out.status, out.code, out.error = "bad_response", out.code, f"{type(exc).__name__}: {exc}"[:200]
@@ -152,7 +163,7 @@ class GrpcSender:
     """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
 
     def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float,
-                 auth: tuple[str, str] | None) -> None:
+                 auth: tuple[str, str] | None, stride: int = 1) -> None:
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -164,11 +175,11 @@ class GrpcSender:
             ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.timeout_s = timeout_s
-        self.batch_size = batch_size
+        self.batch_size, self.stride = batch_size, stride
         self.auth = auth
         self.requests = []
-        for i in range(len(X)):
-            rows = np.ascontiguousarray(np.take(X, range(i, i + batch_size), axis=0, mode="wrap"), dtype=np.float32)
+        for i in encoded_starts(len(X), stride):
+            rows = batch_rows(X, i, batch_size)
             req = service_pb2.ModelInferRequest(model_name=model)
             req.inputs.add(name="input", datatype="FP32", shape=list(rows.shape))
             req.outputs.add(name="label")
@@ -176,7 +187,7 @@ class GrpcSender:
             self.requests.append(req)
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        req = self.requests[sample]
+        req = self.requests[sample // self.stride]
         metadata = [(k.lower(), v) for k, v in headers.items()]
         if self.auth:
             metadata.append((self.auth[0].lower(), self.auth[1]))
@@ -192,7 +203,7 @@ class GrpcSender:
         try:
             names = [o.name for o in response.outputs]
             raw = response.raw_output_contents[names.index("label")]
-            out.prediction = _first_label(np.frombuffer(raw, dtype=np.int64), self.batch_size)
+            _set_labels(out, np.frombuffer(raw, dtype=np.int64), self.batch_size)
             params = {k: (v.int64_param if v.WhichOneof("parameter_choice") == "int64_param" else v.string_param)
                       for k, v in response.parameters.items()}
             _apply_parameters(out, params)
@@ -208,3 +219,42 @@ class GrpcSender:
 
     def close(self) -> None:
         self.channel.close()
+
+
+class InProcessSender:
+    """The same ONNX file run inside the worker with onnxruntime: no network, no server — the model's own cost,
+    to separate it from serving cost. Blocks the worker's event loop while it computes (keep its rate low)."""
+
+    def __init__(self, model_path: str, X: np.ndarray, batch_size: int, stride: int = 1) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        names = [o.name for o in self.session.get_outputs()]
+        self.outputs = [names[0]]
+        self.batch_size, self.stride = batch_size, stride
+        self.inputs = [batch_rows(X, i, batch_size) for i in encoded_starts(len(X), stride)]
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        import time
+
+        x = self.inputs[sample // self.stride]
+        out = Outcome(code="OK", bytes_out=x.nbytes)
+        on_sent()
+        start = time.perf_counter_ns()
+        try:
+            (labels,) = self.session.run(self.outputs, {self.input_name: x})
+            _set_labels(out, labels, self.batch_size)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = "bad_response", "exception", f"{type(exc).__name__}: {exc}"[:200]
+        out.server_queue_ns, out.server_compute_ns = 0, time.perf_counter_ns() - start
+        return out
+
+    def warm_up(self) -> None:
+        self.session.run(self.outputs, {self.input_name: self.inputs[0]})
+
+    def close(self) -> None:
+        self.session = None

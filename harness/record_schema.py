@@ -13,7 +13,7 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("worker", "string", "generator worker"),
     ("endpoint", "string", "profile endpoint name"),
     ("model", "string", "model name"),
-    ("protocol", "string", "kserve-http | kserve-grpc"),
+    ("protocol", "string", "kserve-http | kserve-grpc | inprocess"),
     ("phase", "int32", "0 = warm-up, then 1.. per rate step"),
     ("sample_index", "int64", "row of the held-out set sent"),
     ("t_intended", "int64", "epoch ns, worker clock: when the schedule says to send"),
@@ -32,7 +32,9 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("echoed_trace_id", "string", "trace ID the server echoed back ('' if none)"),
     ("label", "int64", "true label of the sample sent"),
     ("prediction", "int64", "predicted label (-1 if none)"),
-    ("correct", "bool", "prediction == label"),
+    ("correct", "bool", "prediction == label (first row of the batch)"),
+    ("batch_size", "int32", "samples in the request (multi-stream queries, offline batches)"),
+    ("correct_count", "int32", "predictions equal to their labels, of batch_size"),
     ("bytes_out", "int64", "request bytes sent"),
     ("bytes_in", "int64", "response bytes received"),
     ("in_flight", "int32", "requests in flight at send time, this worker"),
@@ -53,3 +55,5 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
+# columns added after the first release: older run directories lack them and get these values
+OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None}

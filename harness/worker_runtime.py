@@ -21,7 +21,7 @@ from gevent.pool import Group
 from endpoints.trace_context import format_traceparent, new_ids
 from harness.clock import ClockSample, WorkerClock, measure_offset
 from harness.profile import Profile, parse_profile
-from harness.protocol_clients import GrpcSender, HttpSender, Outcome
+from harness.protocol_clients import GrpcSender, HttpSender, InProcessSender, Outcome
 from harness.recorder import ChunkWriter, clock_writer, request_writer
 from harness.schedule import worker_plan
 
@@ -167,23 +167,39 @@ class WorkerRun:
         self.in_flight = 0
         self.sent = 0
         self.planned = 0
+        self.scenario_stats: dict = {"scenario": self.profile.load.scenario}
+        self.models_dir = models_dir
         self.started_ns = self.clock.now_ns()
         self.finished_ns = 0
         self._done = False
         self._background: list[gevent.Greenlet] = []
         self.senders = self._make_senders()
 
+    @property
+    def batch_size(self) -> int:
+        """Samples per request: the scenario's query / batch size, else the profile's inputs.batch_size."""
+        load = self.profile.load
+        return {"multi-stream": load.samples_per_query, "offline": load.offline_batch}.get(
+            load.scenario, self.profile.inputs.batch_size)
+
     def _make_senders(self) -> list:
         senders = []
         pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
+        batch = self.batch_size
+        stride = batch if self.profile.load.scenario == "offline" else 1  # offline batches start at multiples
         for ep in self.profile.endpoints:
             url = self.identity.endpoint_urls.get(ep.name, ep.url)
             auth = (ep.auth_header, ep.auth_value() or "") if ep.auth_header else None
             timeout_s = ep.timeout_ms / 1000
             if ep.protocol == "kserve-http":
-                senders.append(HttpSender(url, ep.model, self.X, self.profile.inputs.batch_size, timeout_s, pool, auth))
+                senders.append(HttpSender(url, ep.model, self.X, batch, timeout_s, pool, auth, stride))
+            elif ep.protocol == "kserve-grpc":
+                senders.append(GrpcSender(url, ep.model, self.X, batch, timeout_s, auth, stride))
             else:
-                senders.append(GrpcSender(url, ep.model, self.X, self.profile.inputs.batch_size, timeout_s, auth))
+                path = self.models_dir / ep.model / "1" / "model.onnx"
+                if not path.exists():
+                    raise RuntimeError(f"endpoint {ep.name}: inprocess needs {path} (an ONNX model)")
+                senders.append(InProcessSender(str(path), self.X, batch, stride))
         return senders
 
     # -- clocks ---------------------------------------------------------------------------------
@@ -285,18 +301,20 @@ class WorkerRun:
 
     # -- the schedule ---------------------------------------------------------------------------
     def run(self) -> None:
-        """Sample the clock, wait for the common start instant, send every planned request, drain."""
+        """Sample the clock, wait for the common start instant, run the scenario, drain."""
         p = self.profile
         self.sample_clock("before")
         offset_ns = self.offset.offset_ns if self.offset else 0
-        plan = worker_plan(
-            rate=p.load.rate, phases=[(ph.at_s, ph.rate) for ph in p.load.phases], warmup_s=p.load.warmup_s,
-            duration_s=p.load.duration_s, seed=p.load.seed, region_shares=[r.share for r in p.regions],
-            region_index=[r.name for r in p.regions].index(self.region.name),
-            workers_in_region=self.region.workers, worker_index=self.identity.index,
-            endpoint_weights=[e.weight for e in p.endpoints], n_samples=len(self.X),
-            sequential=p.inputs.selection == "sequential")
-        self.planned = len(plan.offsets_ns)
+        plan = None
+        if p.load.scenario == "server":
+            plan = worker_plan(
+                rate=p.load.rate, phases=list(p.load.phases), warmup_s=p.load.warmup_s,
+                duration_s=p.load.duration_s, seed=p.load.seed, region_shares=[r.share for r in p.regions],
+                region_index=[r.name for r in p.regions].index(self.region.name),
+                workers_in_region=self.region.workers, worker_index=self.identity.index,
+                endpoint_weights=[e.weight for e in p.endpoints], n_samples=len(self.X),
+                sequential=p.inputs.selection == "sequential")
+            self.planned = len(plan.offsets_ns)
         self.warm_up()
         # Setup objects (datasets, pre-encoded requests) never need the cyclic collector again, and the
         # per-request garbage is acyclic: fewer, younger collections keep GC pauses out of the send path.
@@ -311,8 +329,33 @@ class WorkerRun:
                   f"{(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; late arrivals count as send lag", flush=True)
         self._background = [gevent.spawn(self._flush_loop), gevent.spawn(self._clock_loop),
                             gevent.spawn(self._saturation_loop, start_mono)]
+        if plan is not None:
+            self._run_open_loop(plan, start_mono)
+        else:
+            self._wait_until(start_mono)
+            end_mono = start_mono + int((p.load.warmup_s + p.load.duration_s) * 1e9)
+            {"single-stream": self._run_single_stream, "multi-stream": self._run_multi_stream,
+             "offline": self._run_offline}[p.load.scenario](start_mono, end_mono)
+        self.finish()
+
+    def _wait_until(self, mono_ns: int) -> None:
+        """Sleep, then yield-spin the last stretch (gevent timers wake ~1 ms late)."""
+        wait_ns = mono_ns - time.perf_counter_ns() - int(self.profile.generator.spin_ms * 1e6)
+        if wait_ns > 0:
+            gevent.sleep(wait_ns / 1e9)
+        while time.perf_counter_ns() < mono_ns:
+            gevent.sleep(0)
+
+    def _drain(self, group: Group) -> None:
+        group.join(timeout=max(e.timeout_ms for e in self.profile.endpoints) / 1000 + 2)
+
+    def _phase_at(self, start_mono: int, mono_ns: int) -> int:
+        return 0 if mono_ns - start_mono < self.profile.load.warmup_s * 1e9 else 1
+
+    def _run_open_loop(self, plan, start_mono: int) -> None:
+        """server: every planned arrival sent at its intended time, never waiting for responses."""
         group = Group()
-        spin_ns = int(p.generator.spin_ms * 1e6)
+        spin_ns = int(self.profile.generator.spin_ms * 1e6)
         offsets, endpoints, phases, samples = (plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
                                                plan.phase_index.tolist(), plan.sample_index.tolist())
         for i in range(self.planned):
@@ -325,9 +368,80 @@ class WorkerRun:
             while time.perf_counter_ns() < intended_mono:
                 gevent.sleep(0)
             group.spawn(self._one_request, intended_mono, endpoints[i], phases[i], samples[i])
-        drain_s = max(e.timeout_ms for e in p.endpoints) / 1000 + 2
-        group.join(timeout=drain_s)
-        self.finish()
+        self._drain(group)
+
+    def _choices(self, stream: int = 0):
+        """A seeded stream of (endpoint index, sample index) draws for the closed-loop scenarios."""
+        p = self.profile
+        rng = np.random.default_rng([p.load.seed, 2, [r.name for r in p.regions].index(self.region.name),
+                                     self.identity.index, stream])
+        weights = np.asarray([e.weight for e in p.endpoints]) / sum(e.weight for e in p.endpoints)
+        sequential = p.inputs.selection == "sequential"
+        stride = self.batch_size if p.load.scenario == "offline" else 1
+        k = 0
+        while True:
+            endpoints = rng.choice(len(weights), size=1024, p=weights)
+            samples = (np.arange(k, k + 1024) * stride if sequential
+                       else rng.integers(0, max(1, len(self.X) // stride), size=1024) * stride) % len(self.X)
+            k += 1024
+            yield from zip(endpoints.tolist(), samples.tolist())
+
+    def _run_single_stream(self, start_mono: int, end_mono: int) -> None:
+        """single-stream: one request at a time; the next is sent the moment the previous completes."""
+        draws = self._choices()
+        while (now := time.perf_counter_ns()) < end_mono:
+            endpoint, sample = next(draws)
+            self._one_request(now, endpoint, self._phase_at(start_mono, now), sample)
+            self.planned += 1
+
+    def _run_multi_stream(self, start_mono: int, end_mono: int) -> None:
+        """multi-stream: a query of samples_per_query every interval_ms; a tick that finds the previous
+        query still in flight is missed (counted, nothing sent)."""
+        interval_ns = int(self.profile.load.interval_ms * 1e6)
+        draws = self._choices()
+        group = Group()
+        current = None
+        ticks = missed = missed_measured = ticks_measured = 0
+        tick_mono = start_mono
+        while tick_mono < end_mono:
+            self._wait_until(tick_mono)
+            phase = self._phase_at(start_mono, tick_mono)
+            ticks += 1
+            ticks_measured += phase > 0
+            if current is not None and not current.ready():
+                missed += 1
+                missed_measured += phase > 0
+            else:
+                endpoint, sample = next(draws)
+                current = group.spawn(self._one_request, tick_mono, endpoint, phase, sample)
+                self.planned += 1
+            tick_mono += interval_ns
+        self._drain(group)
+        self.scenario_stats.update({"intervals": ticks, "missed_intervals": missed,
+                                    "intervals_measured": ticks_measured, "missed_measured": missed_measured,
+                                    "interval_ms": self.profile.load.interval_ms,
+                                    "samples_per_query": self.profile.load.samples_per_query})
+
+    def _run_offline(self, start_mono: int, end_mono: int) -> None:
+        """offline: offline_concurrency streams, each sending a batch the moment its previous one completes."""
+
+        def stream(index: int) -> None:
+            draws = self._choices(index + 1)
+            while (now := time.perf_counter_ns()) < end_mono:
+                endpoint, sample = next(draws)
+                self._one_request(now, endpoint, self._phase_at(start_mono, now), sample)
+                self.planned += 1
+
+        group = Group()
+        for i in range(self.profile.load.offline_concurrency):
+            group.spawn(stream, i)
+        self._drain_until(group, end_mono)
+        self.scenario_stats.update({"batch": self.profile.load.offline_batch,
+                                    "concurrency": self.profile.load.offline_concurrency})
+
+    def _drain_until(self, group: Group, end_mono: int) -> None:
+        remaining = max(0.0, (end_mono - time.perf_counter_ns()) / 1e9)
+        group.join(timeout=remaining + max(e.timeout_ms for e in self.profile.endpoints) / 1000 + 2)
 
     def _one_request(self, intended_mono: int, endpoint_index: int, phase: int, sample: int) -> None:
         ep = self.profile.endpoints[endpoint_index]
@@ -355,6 +469,14 @@ class WorkerRun:
         self.sent += 1
         self.saturation.observe_send(lag, in_flight_at_send)
         label = int(self.y[sample])
+        batch = self.batch_size
+        correct_count = 0
+        if outcome.status == "ok" and outcome.predictions is not None:
+            if batch == 1:
+                correct_count = int(outcome.prediction == label)
+            else:
+                labels = np.take(self.y, range(sample, sample + batch), mode="wrap")
+                correct_count = int(np.count_nonzero(outcome.predictions == labels))
         latency = done - intended_mono
         self.requests.add({
             "run_id": self.run_id, "trace_id": trace_id, "span_id": span_id, "region": self.identity.region,
@@ -366,6 +488,7 @@ class WorkerRun:
             "server_compute_ns": outcome.server_compute_ns, "server_receive_ns": outcome.server_receive_ns,
             "server_send_ns": outcome.server_send_ns, "echoed_trace_id": outcome.echoed_trace_id, "label": label,
             "prediction": outcome.prediction, "correct": outcome.status == "ok" and outcome.prediction == label,
+            "batch_size": batch, "correct_count": correct_count,
             "bytes_out": outcome.bytes_out, "bytes_in": outcome.bytes_in, "in_flight": in_flight_at_send,
             "clock_offset_ns": offset.offset_ns if offset else 0,
             "clock_uncertainty_ns": offset.delay_ns // 2 if offset else -1,
@@ -408,4 +531,5 @@ class WorkerRun:
                 "last_offset_ns": self.offset.offset_ns if self.offset else None,
                 "max_send_lag_p99_ms": self.saturation.max_lag_p99_ns / 1e6,
                 "peak_in_flight": self.saturation.peak_in_flight, "invalid_reasons": self.saturation.reasons,
+                "scenario": self.scenario_stats,
                 "started_ns": self.started_ns, "finished_ns": self.finished_ns}

@@ -48,6 +48,7 @@ def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: 
                         "error": "ConnectionRefusedError" if errors[i] else "", "server_queue_ns": -1,
                         "server_compute_ns": -1, "server_receive_ns": -1, "server_send_ns": -1,
                         "echoed_trace_id": trace, "label": 1, "prediction": 1, "correct": not errors[i],
+                        "batch_size": 1, "correct_count": int(not errors[i]),
                         "bytes_out": 100, "bytes_in": 100, "in_flight": 1, "clock_offset_ns": offset_ns,
                         "clock_uncertainty_ns": 50_000})
         writer.flush()

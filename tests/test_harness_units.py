@@ -14,7 +14,7 @@ from harness.classify import classify_exception
 from harness.profile import ProfileError, parse_profile
 from harness.recorder import request_writer
 from harness.record_schema import REQUEST_COLUMNS
-from harness.schedule import global_arrivals, rate_steps, worker_plan
+from harness.schedule import global_arrivals, rate_segments, worker_plan
 
 
 def _plans(rate=300.0, shares=(0.6, 0.4), workers=(1, 2), phases=(), seed=11, duration=40.0):
@@ -38,7 +38,7 @@ def test_split_processes_are_poisson_and_superpose_to_the_total():
     merged = np.sort(np.concatenate([p.offsets_ns for p in plans])) / 1e9
     assert stats.kstest(np.diff(merged), "expon", args=(0, 1 / 300)).pvalue > 0.01
     # the split is a partition of the one global process: no arrival lost or duplicated
-    assert len(merged) == len(global_arrivals(rate_steps(300, [], 0), 40, 11))
+    assert len(merged) == len(global_arrivals(rate_segments(300, [], 0, 40), 11))
 
 
 def test_same_seed_same_schedule_other_seed_differs():
@@ -53,10 +53,36 @@ def test_endpoint_weights_respected():
 
 
 def test_phases_change_the_rate_at_the_right_time():
-    times = global_arrivals(rate_steps(100, [(0, 100), (10, 400)], warmup_s=2), 22, 3)
+    times = global_arrivals(rate_segments(100, [{"at_s": 0, "rate": 100}, {"at_s": 10, "rate": 400}], 2, 20), 3)
     first = ((times >= 2) & (times < 12)).sum() / 10
     second = (times >= 12).sum() / 10
     assert abs(first - 100) < 15 and abs(second - 400) < 40
+
+
+def test_ramp_and_spike_rates_follow_the_profile_and_stay_poisson():
+    phases = [{"at_s": 0, "rate": 100}, {"at_s": 10, "kind": "ramp", "rate": 300, "duration_s": 10},
+              {"at_s": 30, "kind": "spike", "factor": 3, "duration_s": 5}]
+    segments = rate_segments(100, phases, 2, 50)
+    assert [s.name for s in segments] == ["warm-up", "100/s", "ramp 100→300/s", "300/s", "spike ×3 (900/s)",
+                                          "after spike 300/s"]
+    assert [(s.start_s, s.end_s) for s in segments] == [(0, 2), (2, 12), (12, 22), (22, 32), (32, 37), (37, 52)]
+    times = global_arrivals(segments, 9)
+    counts = [((times >= s.start_s) & (times < s.end_s)).sum() for s in segments]
+    for seg, n in zip(segments, counts):  # counts within 4 sd of the expected Poisson count
+        assert abs(n - seg.expected) < 4 * np.sqrt(seg.expected), (seg, n)
+    # inside the ramp, the rate rises linearly: the second half holds (250/150) of the first half's arrivals
+    ramp = times[(times >= 12) & (times < 22)]
+    first, second = (ramp < 17).sum(), (ramp >= 17).sum()
+    assert abs(second / first - 250 / 150) < 0.25
+    # time rescaling: the transformed gaps are unit exponential through every change of rate
+    cum = np.concatenate([[0.0], np.cumsum([s.expected for s in segments])])
+    k = np.searchsorted([s.start_s for s in segments], times, side="right") - 1
+    lam = np.array([cum[i] + _integral(segments[i], t - segments[i].start_s) for i, t in zip(k, times)])
+    assert stats.kstest(np.diff(lam), "expon").pvalue > 0.01
+
+
+def _integral(seg, tau):
+    return seg.rate_start * tau + (seg.rate_end - seg.rate_start) * tau ** 2 / (2 * seg.width_s)
 
 
 def test_trace_context_roundtrip():
@@ -114,10 +140,10 @@ GOOD = {
 }
 
 
-def _with(path: str, value):
+def _with(path: str, value, base: dict | None = None):
     import copy
 
-    data = copy.deepcopy(GOOD)
+    data = copy.deepcopy(GOOD if base is None else base)
     keys = path.split(".")
     node = data
     for k in keys[:-1]:
@@ -131,6 +157,13 @@ def _with(path: str, value):
 
 
 _DELETE = object()
+
+
+def _with_many(*changes: tuple[str, object]) -> dict:
+    data = GOOD
+    for path, value in changes:
+        data = _with(path, value, data)
+    return data
 
 BAD_PROFILES = [
     ("unknown-top-key", _with("colour", "blue"), "colour: unknown key"),
@@ -150,6 +183,19 @@ BAD_PROFILES = [
     ("phases-unordered", _with("load.phases", [{"at_s": 0, "rate": 1}, {"at_s": 0, "rate": 2}]),
      "strictly increasing"),
     ("no-endpoints", _with("endpoints", []), "endpoints:"),
+    ("spike-without-factor", _with("load.phases", [{"at_s": 1, "kind": "spike", "duration_s": 2}]),
+     "load.phases[0]: a spike phase needs factor"),
+    ("ramp-without-duration", _with("load.phases", [{"at_s": 1, "kind": "ramp", "rate": 5}]),
+     "a ramp phase needs duration_s"),
+    ("ramp-overlaps", _with("load.phases", [{"at_s": 1, "kind": "ramp", "rate": 5, "duration_s": 5},
+                                            {"at_s": 3, "rate": 9}]), "lasts past the next phase"),
+    ("bad-scenario", _with("load.scenario", "batch"), "load.scenario:"),
+    ("server-without-rate", _with("load.rate", _DELETE), "the server scenario needs a rate"),
+    ("phases-in-offline", _with_many(("load.scenario", "offline"), ("load.phases", [{"at_s": 0, "rate": 3}])),
+     "only the server scenario has phases"),
+    ("single-stream-two-workers", _with_many(("load.scenario", "single-stream"), ("regions.0.workers", 2)),
+     "set workers = 1 for a"),
+    ("inprocess-url-mismatch", _with("endpoints.0.protocol", "inprocess"), "go together"),
 ]
 
 
