@@ -174,6 +174,18 @@ def render(analysis: Analysis) -> str:
         parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min(),
                                            phase_boundaries_s(analysis.data.manifest.get("profile") or {})) or "")
 
+    if s["cold_start"]:
+        parts.append("<h2 id='cold-start'>Cold start</h2>")
+        parts.append(_table(s["cold_start"], [
+            ("endpoint", "endpoint"), ("server", "server"), ("ready_s", "spawn → ready s"),
+            ("first_success_s", "spawn → first success s"), ("first_request_ms", "first request ms"),
+            ("first_k", "first K"), ("first_k_errors", "errors in K"), ("first_k_mean_ms", "first K mean ms"),
+            ("first_k_max_ms", "first K max ms"), ("steady_mean_ms", "steady mean ms"),
+            ("steady_p50_ms", "steady p50 ms"), ("first_k_vs_steady", "first K / steady")],
+            left={"endpoint", "server"}))
+        parts.append("<p class='note'>For servers this run started itself: spawn to readiness, to the first "
+                     "successful inference (a real sample), and the run's first K requests per endpoint against "
+                     "the measured phase (profile <code>cold_start.first_k</code>).</p>")
     parts.append("<h2>Was the load Poisson?</h2>")
     parts.append(_table(s["arrivals"], [("phase", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),
                                         ("ks_statistic", "KS D"), ("ks_pvalue", "KS p"), ("poisson_ok", "p > 0.01"),

@@ -30,6 +30,7 @@ class RunData:
     skipped: list[SkippedChunk] = field(default_factory=list)
     endpoint_stats: dict[str, dict[str, dict]] = field(default_factory=dict)
     stats_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic snapshots
+    cold_starts: dict[str, dict] = field(default_factory=dict)  # endpoint → its server's start timing
 
 
 class RunDirError(Exception):
@@ -83,7 +84,13 @@ def load_run(run_dir: Path) -> RunData:
         except json.JSONDecodeError as exc:
             skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
     timelines = {f.parent.name: _read_jsonl(f, skipped) for f in sorted(run_dir.glob("endpoints/*/stats-timeline.jsonl"))}
-    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines)
+    cold = {}
+    for f in sorted(run_dir.glob("endpoints/*/cold-start.json")):
+        try:
+            cold[f.parent.name] = json.loads(f.read_text())
+        except json.JSONDecodeError as exc:
+            skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
+    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines, cold)
 
 
 def _read_jsonl(path: Path, skipped: list[SkippedChunk]) -> list[dict]:

@@ -17,10 +17,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
-from harness.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process, tailrace_argv
-from harness.profile import EMBEDDED, TRITON, Profile
+from harness.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from harness.profile import EMBEDDED, Profile
 from harness.server_stats import ServerStatsRecorder, StatsTarget
-from harness.triton_server import TritonOptions, TritonServer, start_triton
+from harness.servers import Servers, start_servers
+from harness.triton_server import TritonServer
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
@@ -90,7 +91,7 @@ class LocalRun:
     endpoint_admin: dict[str, str] = field(default_factory=dict)  # endpoint name → http base for stats
     stats_targets: list[StatsTarget] = field(default_factory=list)
     stats: ServerStatsRecorder | None = None
-    triton: TritonServer | None = None
+    servers: Servers | None = None  # given: shared across runs (capacity trials), not stopped here
     started_ns: int = 0
     quiet: bool = False
 
@@ -119,29 +120,12 @@ class LocalRun:
             ntp_servers = [f"127.0.0.1:{port}" if s == EMBEDDED else s for s in ntp_servers]
 
         resolved = p.model_dump(mode="json")
-        if p.uses_embedded:
-            http_port, grpc_port = free_port(), free_port()
-            extra = []
-            for flag, mapping in (("--slots", p.embedded.slots), ("--queue-depth", p.embedded.queue_depth),
-                                  ("--max-batch", p.embedded.max_batch)):
-                for model, n in mapping.items():
-                    extra += [flag, f"{model}={n}"]
-            if p.embedded.mm1_mean_ms:
-                extra += ["--mm1-mean-ms", str(p.embedded.mm1_mean_ms)]
-            if p.embedded.fault_injection:
-                extra.append("--enable-fault-injection")
-            self.log(f"starting embedded endpoint on 127.0.0.1:{http_port} (HTTP) / :{grpc_port} (gRPC)")
-            self.processes.append(start_embedded_endpoint(models_dir, "127.0.0.1", http_port, grpc_port,
-                                                          logs / "endpoint.log", extra))
-            for ep in resolved["endpoints"]:
-                if ep["url"] == EMBEDDED:
-                    ep["url"] = (f"http://127.0.0.1:{http_port}" if ep["protocol"] == "kserve-http"
-                                 else f"grpc://127.0.0.1:{grpc_port}")
-                    ep["stats_url"] = f"http://127.0.0.1:{http_port}"
-                    ep["metrics_url"] = f"http://127.0.0.1:{http_port}/metrics"
-                    ep["server_kind"] = "embedded"
-        if p.uses_triton:
-            self._start_triton(resolved, logs)
+        if self.servers is None and (p.uses_embedded or p.uses_triton):
+            self.servers = start_servers(p, logs, self.log)
+            self.processes.extend(s.process for s in self.servers.instances)
+        if self.servers is not None:
+            self.servers.resolve(resolved)
+            self._write_cold_starts(resolved)
         self.plan_server_stats(resolved)
         self.stats.snapshot("before")
 
@@ -210,21 +194,21 @@ class LocalRun:
                         time.sleep(0.05)
         return urls_by_region
 
-    def _start_triton(self, resolved: dict, logs: Path) -> None:
-        t = self.profile.triton
-        models = tuple(sorted({e.model for e in self.profile.endpoints if e.url == TRITON}))
-        self.log(f"starting Triton (PyTriton) for {', '.join(models)}")
-        self.triton = start_triton(Path(t.models_dir), logs, options=TritonOptions(
-            max_batch=t.max_batch, queue_delay_us=t.queue_delay_us, dynamic_batching=t.dynamic_batching,
-            instances=t.instances, models=models), python=t.python)
-        self.processes.append(self.triton.process)
-        self.log(f"Triton ready on {self.triton.http_url} (HTTP) / {self.triton.grpc_url} (gRPC) / "
-                 f"{self.triton.metrics_url}")
+    @property
+    def triton(self) -> TritonServer | None:
+        """The local Triton of this run, if it has one."""
+        if self.servers is None:
+            return None
+        return next((s.triton for s in self.servers.instances if s.triton is not None), None)
+
+    def _write_cold_starts(self, resolved: dict) -> None:
+        """endpoints/<name>/cold-start.json for endpoints whose server this run started (and timed)."""
         for ep in resolved["endpoints"]:
-            if ep["url"] == TRITON:
-                ep["url"] = self.triton.http_url if ep["protocol"] == "kserve-http" else self.triton.grpc_url
-                ep["stats_url"], ep["metrics_url"] = self.triton.http_url, self.triton.metrics_url
-                ep["server_kind"] = "triton"
+            for server in self.servers.instances:
+                if ep.get("server_kind") == server.kind and server.serves(ep["model"]) and server.cold_start:
+                    d = self.run_dir / "endpoints" / ep["name"]
+                    d.mkdir(parents=True, exist_ok=True)
+                    (d / "cold-start.json").write_text(json.dumps(server.cold_start))
 
     def plan_server_stats(self, resolved: dict) -> None:
         """Which endpoints have statistics / metrics to snapshot (resolved URLs, not through the proxies)."""
@@ -257,9 +241,10 @@ class LocalRun:
         if self.stats is not None:
             self.stats.snapshot("after")
             self.stats.close()
+        owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
         for proc in reversed(self.processes):
-            if self.triton is not None and proc is self.triton.process:
-                self.triton.stop()
+            if id(proc) in owned and owned[id(proc)].triton is not None:
+                owned[id(proc)].triton.stop()  # with its children and shared memory
             else:
                 proc.stop(timeout=10)
 

@@ -174,6 +174,7 @@ class Embedded(_Strict):
     max_batch: dict[str, int] = Field(default_factory=dict)
     mm1_mean_ms: float | None = Field(None, gt=0)
     fault_injection: bool = False
+    process_per_model: bool = Field(False, description="one endpoint process per model (memory per variant)")
 
 
 class TritonLocal(_Strict):
@@ -185,6 +186,10 @@ class TritonLocal(_Strict):
     dynamic_batching: bool = True
     queue_delay_us: int = Field(0, ge=0, le=1_000_000, description="dynamic batcher's max_queue_delay_microseconds")
     instances: int = Field(1, ge=1, le=16, description="model instances (execution slots) per model")
+
+
+class ColdStart(_Strict):
+    first_k: int = Field(20, ge=1, le=100_000, description="requests per endpoint compared with steady state")
 
 
 class ServerStats(_Strict):
@@ -218,6 +223,7 @@ class Profile(_Strict):
     embedded: Embedded = Field(default_factory=Embedded)
     triton: TritonLocal = Field(default_factory=TritonLocal)
     server_stats: ServerStats = Field(default_factory=ServerStats)
+    cold_start: ColdStart = Field(default_factory=ColdStart)
     generator: Generator = Field(default_factory=Generator)
 
     @model_validator(mode="after")

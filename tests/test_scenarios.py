@@ -147,3 +147,15 @@ def test_phase_rates_and_per_phase_statistics(phased):
     assert spike["p50_ms"] is not None and spike["p50_ci"][0] <= spike["p50_ms"] <= spike["p50_ci"][1]
     page = render(a)
     assert "ramp 80→160/s" in page and "after spike 160/s" in page
+
+
+def test_cold_start_of_the_endpoint_the_run_started(single_stream):
+    run, _, a = single_stream
+    rows = {r["endpoint"]: r for r in a.summary["cold_start"]}
+    assert set(rows) == {"mlp-http", "mlp-grpc"}
+    for r in rows.values():
+        assert r["server"] == "embedded"
+        assert 0 < r["ready_s"] <= r["first_success_s"] < 60
+        assert r["first_k"] == 20 and r["first_k_mean_ms"] > 0 and r["steady_mean_ms"] > 0
+    assert (run.run_dir / "endpoints" / "mlp-http" / "cold-start.json").exists()
+    assert "id='cold-start'" in render(a)
