@@ -74,6 +74,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
 
 
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from harness.capacity import capacity_command
+    from harness.profile import ProfileError, load_profile
+
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
+
+
 def _cmd_proxy(args: argparse.Namespace) -> int:
     from harness.delay_proxy import main_proxy
 
@@ -174,6 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
     run.add_argument("--quiet", action="store_true", help="no live progress table")
     run.set_defaults(func=lambda a, p: _cmd_run(a))
+
+    capacity = sub.add_parser(
+        "capacity", help="find the highest Poisson rate at which every latency SLO passes",
+        description="Capacity search: exponential growth then bisection over short trials (each a full run, "
+                    "long enough for the SLO percentile to be decidable), until the bracket is within the profile's "
+                    "capacity.tolerance or capacity.budget_s is spent. Exit code: 0 found, 1 no rate passed, "
+                    "2 bad profile/usage, 3 budget spent before the bracket closed, 4 generator-limited "
+                    "(the answer is 'at least').")
+    capacity.add_argument("profile", type=Path, help="profiles/*.toml with at least one latency SLO")
+    capacity.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
+    capacity.add_argument("--budget-s", type=_positive_float, default=None, help="override capacity.budget_s")
+    capacity.add_argument("--quiet", action="store_true", help="no per-trial lines")
+    capacity.set_defaults(func=lambda a, p: _cmd_capacity(a))
 
     master = sub.add_parser("master", help="run a Locust master for workers on other machines",
                             description="Coordinate workers in other regions (they connect with `tailrace worker`).")

@@ -188,6 +188,22 @@ class TritonLocal(_Strict):
     instances: int = Field(1, ge=1, le=16, description="model instances (execution slots) per model")
 
 
+class Capacity(_Strict):
+    """`tailrace capacity`: exponential growth, then bisection over short Poisson trials."""
+
+    start_rate: float = Field(50, gt=0, le=100_000)
+    growth: float = Field(2.0, gt=1, le=10)
+    tolerance: float = Field(0.05, gt=0, lt=1, description="stop when the bracket is within this fraction")
+    budget_s: float = Field(900, gt=0, description="total time for the search")
+    min_trial_s: float = Field(5, gt=0)
+    max_trial_s: float = Field(120, gt=0)
+    samples_margin: float = Field(3, ge=1, description="× the samples the SLO percentile needs, per trial group")
+    trial_warmup_s: float = Field(1, ge=0)
+    peak_rate: float | None = Field(None, gt=0, description="expected production peak, for the recommendation")
+    headroom: float = Field(1.5, ge=1)
+    max_utilization: float = Field(0.7, gt=0, le=1)
+
+
 class ColdStart(_Strict):
     first_k: int = Field(20, ge=1, le=100_000, description="requests per endpoint compared with steady state")
 
@@ -224,6 +240,7 @@ class Profile(_Strict):
     triton: TritonLocal = Field(default_factory=TritonLocal)
     server_stats: ServerStats = Field(default_factory=ServerStats)
     cold_start: ColdStart = Field(default_factory=ColdStart)
+    capacity: Capacity = Field(default_factory=Capacity)
     generator: Generator = Field(default_factory=Generator)
 
     @model_validator(mode="after")

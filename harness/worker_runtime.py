@@ -22,6 +22,7 @@ from endpoints.trace_context import format_traceparent, new_ids
 from harness.clock import ClockSample, WorkerClock, measure_offset
 from harness.profile import Profile, parse_profile
 from harness.protocol_clients import GrpcSender, HttpSender, InProcessSender, Outcome
+from harness.chunk_shipping import ChunkShipper
 from harness.recorder import ChunkWriter, clock_writer, request_writer
 from harness.schedule import worker_plan
 
@@ -159,7 +160,9 @@ class WorkerRun:
                                                     self.profile.generator.chunk_seconds)
         self.clock_log: ChunkWriter = clock_writer(self.dir)
         self.requests.warm_up()
-        self._writer = self._start_writer()
+        label = f"tailrace worker {identity.name}"
+        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
+        self.clock_chunks = ChunkShipper(self.clock_log, label)
         self.offset: ClockSample | None = None
         self.saturation = SaturationMonitor(identity.name, int(self.profile.generator.send_lag_p99_ms * 1e6),
                                             self.profile.generator.max_in_flight)
@@ -215,7 +218,7 @@ class WorkerRun:
             self.clock_log.add({"worker": self.identity.name, "region": self.identity.region, "server": s.server,
                                 "local_ns": s.local_ns, "offset_ns": s.offset_ns, "delay_ns": s.delay_ns,
                                 "packets": s.packets, "stage": stage})
-        self.clock_log.flush()
+        self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
 
     def _clock_loop(self) -> None:
         while not self._done:
@@ -224,63 +227,11 @@ class WorkerRun:
                 self.sample_clock("during")
 
     # -- background -----------------------------------------------------------------------------
-    def _start_writer(self):
-        """The chunk-writer child process (None if it cannot start: then chunks are written here)."""
-        import subprocess
-        import sys
-
-        from harness.chunk_writer_process import encode_frame
-
-        # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
-        encode_frame(self.requests.to_table([{"run_id": "warm-up"}]), 0)
-        try:
-            return subprocess.Popen([sys.executable, "-m", "harness.chunk_writer_process", str(self.dir), "requests"],
-                                    stdin=subprocess.PIPE)
-        except OSError as exc:
-            print(f"tailrace worker {self.identity.name}: chunk writer did not start ({exc}); writing in-process",
-                  flush=True)
-            return None
-
-    def _ship(self, rows: list[dict]) -> None:
-        """Close a chunk: convert cooperatively, then hand it to the writer process (or write it here).
-
-        Writing Parquet on the sending loop blocks it ~1-2 ms per chunk, and a writer thread is worse (it
-        convoys with the loop on the GIL); a pipe write of the Arrow IPC bytes costs ~0.1 ms.
-        """
-        from harness.chunk_writer_process import encode_frame
-
-        table = self.requests.to_table(rows, between_columns=lambda: gevent.sleep(0))
-        index = self.requests.reserve()
-        if self._writer is not None and self._writer.poll() is None:
-            try:
-                self._writer.stdin.write(encode_frame(table, index))
-                self._writer.stdin.flush()
-                self.requests.rows_written += table.num_rows
-                self.requests.chunks_written += 1
-                return
-            except (BrokenPipeError, OSError) as exc:
-                print(f"tailrace worker {self.identity.name}: chunk writer failed ({exc}); writing in-process",
-                      flush=True)
-                self._writer = None
-        self.requests.write_table(table, index)
-
     def _flush_loop(self) -> None:
         while not self._done:
             gevent.sleep(min(0.25, self.profile.generator.chunk_seconds))
             if self.requests.due() or len(self.requests.rows) >= self.profile.generator.chunk_rows // 2:
-                rows = self.requests.take()
-                if rows:
-                    self._ship(rows)
-
-    def _close_writer(self) -> None:
-        if self._writer is None:
-            return
-        try:
-            self._writer.stdin.close()
-            self._writer.wait(timeout=30)
-        except Exception as exc:  # noqa: BLE001
-            print(f"tailrace worker {self.identity.name}: chunk writer did not finish: {exc}", flush=True)
-        self._writer = None
+                self.request_chunks.ship_open_chunk()
 
     def warm_up(self) -> None:
         """Open connections before the start instant, so that connecting is not counted as send lag."""
@@ -467,7 +418,8 @@ class WorkerRun:
             sent[0] = done
         lag = sent[0] - intended_mono
         self.sent += 1
-        self.saturation.observe_send(lag, in_flight_at_send)
+        if phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
+            self.saturation.observe_send(lag, in_flight_at_send)
         label = int(self.y[sample])
         batch = self.batch_size
         correct_count = 0
@@ -506,15 +458,13 @@ class WorkerRun:
         if flusher is not None:
             flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
         self.saturation.close_window(-1, final=True)
-        rows = self.requests.take()
-        if rows:
-            self._ship(rows)
-        self._close_writer()  # every shipped chunk is on disk before worker.json says how many there are
+        self.request_chunks.ship_open_chunk()
+        self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
         try:
             self.sample_clock("after")
         except Exception as exc:  # noqa: BLE001
             print(f"tailrace worker {self.identity.name}: final clock sample failed: {exc}", flush=True)
-        self.clock_log.flush()
+        self.clock_chunks.close()
         for s in self.senders:
             s.close()
         self.finished_ns = self.clock.now_ns()
