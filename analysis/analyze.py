@@ -16,6 +16,7 @@ from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.cold_start import cold_start_table
 from analysis.outages import outage_windows
+from analysis.variants import variant_decision
 from analysis.triton_stats import endpoint_stat_deltas, stats_timeline
 
 SUMMARY_VERSION = 1
@@ -94,6 +95,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": outage_windows(df),
+        "decision": variant_decision(df, profile, data),
         "cold_start": cold_start_table(df, data.cold_starts, (profile.get("cold_start") or {}).get("first_k", 20)),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},
@@ -105,5 +107,6 @@ def analyze_run(run_dir: Path) -> Analysis:
               "arrivals": pd.DataFrame(summary["arrivals"]), "phases": pd.DataFrame(per_phase),
               "errors": errors, "outages": pd.DataFrame(summary["outages"]),
               "cold_start": pd.DataFrame(summary["cold_start"]),
+              "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
               "server_statistics": pd.DataFrame(summary["endpoint_statistics"]), "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
     return Analysis(data, df, models, summary, tables)

@@ -163,3 +163,26 @@ def clock_offsets(clock: pd.DataFrame) -> str | None:
     ax.set_ylabel("offset to reference (ms)")
     ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label: str, y_label: str,
+                   x_better_low: bool, y_better_high: bool) -> str | None:
+    """Variants as points (hollow = dominated), the frontier joined; arrows say which way is better."""
+    pts = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    front = sorted((r for r in pts if not r[dominated_key]), key=lambda r: r[x])
+    if len(front) > 1:
+        ax.plot([r[x] for r in front], [r[y] for r in front], color="green", lw=1, ls="--", label="Pareto frontier")
+    for r in pts:
+        dominated = bool(r[dominated_key])
+        ax.scatter(r[x], r[y], s=50, facecolors="none" if dominated else "green", edgecolors="grey" if dominated
+                   else "green", zorder=3)
+        ax.annotate(r["name"] + (" (dominated)" if dominated else ""), (r[x], r[y]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel(x_label + (" (lower is better)" if x_better_low else " (higher is better)"))
+    ax.set_ylabel(y_label + (" (higher is better)" if y_better_high else " (lower is better)"))
+    if len(front) > 1:
+        ax.legend(fontsize=7)
+    return _svg(fig)

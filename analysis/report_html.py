@@ -83,6 +83,56 @@ def _scenario_section(sc: dict) -> str:
                                   ("p50_batch_ms", "p50 per batch ms")], left={"region"})
 
 
+def _decision_section(d: dict) -> str:
+    """Trade-offs between model variants: metrics, Pareto frontiers, score, constraints, ranking, tests."""
+    rows = []
+    for v in d["variants"]:
+        rows.append(v | {"p50": f"{_fmt(v['p50_ms'])} {_ci(v['p50_ci'])}",
+                         "p95": f"{_fmt(v['p95_ms'])} {_ci(v['p95_ci'])}",
+                         "p99": f"{_fmt(v['p99_ms'])} {_ci(v['p99_ci'])}",
+                         "size_kb": v["model_size_bytes"] / 1024 if v.get("model_size_bytes") else None,
+                         "memory": (_fmt(v["memory_mb"], 1) + (" (shared)" if v["memory_shared_with"] else ""))
+                         if v.get("memory_mb") is not None else "–",
+                         "pareto_lat": "dominated by " + ", ".join(v["dominated_latency_accuracy_by"])
+                         if v["dominated_latency_accuracy_by"] else "frontier",
+                         "pareto_mem": "dominated by " + ", ".join(v["dominated_memory_capacity_by"])
+                         if v["dominated_memory_capacity_by"] else "frontier",
+                         "fails": "; ".join(v["constraint_failures"]) or "–",
+                         "overhead": v.get("serving_overhead_p50_ms")})
+    parts = ["<h2 id='decision'>Model variants: trade-offs and decision</h2>"]
+    rec = d.get("recommended")
+    verdict = html.escape(rec) if rec else "none — no variant meets every constraint"
+    ranking = f" (ranking: {html.escape(' > '.join(d['ranking']))})" if d["ranking"] else ""
+    parts.append(f"<p id='recommended'>Recommended: <b>{verdict}</b>{ranking}</p>")
+    for c in d.get("caveats", []):
+        parts.append(f"<p class='flag'>{html.escape(c)}</p>")
+    parts.append(_table(rows, [("name", "variant"), ("model", "model"), ("protocol", "protocol"),
+                               ("requests", "requests"), ("accuracy", "accuracy"), ("p50", "p50 ms [CI]"),
+                               ("p95", "p95 ms [CI]"), ("p99", "p99 ms [CI]"), ("capacity_rps", "capacity /s"),
+                               ("memory", "peak RSS MB"), ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
+                               ("score", "score"), ("fails", "constraint failures"), ("rank", "rank")],
+                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory"}))
+    parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "p95 vs accuracy"),
+                               ("pareto_mem", "memory vs capacity"), ("capacity_source", "capacity from")],
+                        left={"name", "pareto_lat", "pareto_mem", "capacity_source"}))
+    parts.append("<div class='plots'>" + (plots.pareto_scatter(d["variants"], "p95_ms", "accuracy",
+                                                               "dominated_latency_accuracy_by", "p95 latency (ms)",
+                                                               "accuracy", True, True) or "") +
+                 (plots.pareto_scatter(d["variants"], "memory_mb", "capacity_rps", "dominated_memory_capacity_by",
+                                       "peak server RSS (MB)", "capacity (req/s)", True, True) or "") + "</div>")
+    parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
+                                        ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
+                                        ("accuracy_diff", "Δaccuracy"), ("fisher_p", "Fisher p")], left={"a", "b"}))
+    weights = ", ".join(f"{k} ×{v:g}" for k, v in d["weights"].items())
+    cons = ", ".join(f"{k} = {v:g}" for k, v in d["constraints"].items() if v is not None) or "none"
+    base = d.get("baseline")
+    parts.append(f"<p class='note'>Score: each metric scaled 0–1 across variants (1 = best), weighted {weights}. "
+                 f"Hard constraints: {cons}. A dominated variant is no better on either axis than another and "
+                 "worse on one." + (f" Baseline {html.escape(base['name'])} (in-process, no network): p50 "
+                                    f"{_fmt(base['p50_ms'])} ms — the model's own cost." if base else "") + "</p>")
+    return "".join(parts)
+
+
 def render(analysis: Analysis) -> str:
     """The whole page."""
     s = analysis.summary
@@ -107,6 +157,8 @@ def render(analysis: Analysis) -> str:
                  "column says how many more samples would decide, if the observed proportion holds.</p>")
 
     parts.append(_scenario_section(s["scenario"]))
+    if s.get("decision"):
+        parts.append(_decision_section(s["decision"]))
     parts.append("<h2>p99 latency by region × endpoint</h2>")
     parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
     parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))

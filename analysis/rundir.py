@@ -31,6 +31,8 @@ class RunData:
     endpoint_stats: dict[str, dict[str, dict]] = field(default_factory=dict)
     stats_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic snapshots
     cold_starts: dict[str, dict] = field(default_factory=dict)  # endpoint → its server's start timing
+    metrics_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic metric samples
+    models: dict[str, dict] = field(default_factory=dict)  # endpoint → its model's build metadata
 
 
 class RunDirError(Exception):
@@ -84,13 +86,21 @@ def load_run(run_dir: Path) -> RunData:
         except json.JSONDecodeError as exc:
             skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
     timelines = {f.parent.name: _read_jsonl(f, skipped) for f in sorted(run_dir.glob("endpoints/*/stats-timeline.jsonl"))}
-    cold = {}
-    for f in sorted(run_dir.glob("endpoints/*/cold-start.json")):
+    cold = _read_json_per_endpoint(run_dir, "cold-start.json", skipped)
+    models = _read_json_per_endpoint(run_dir, "model.json", skipped)
+    metrics = {f.parent.name: _read_jsonl(f, skipped)
+               for f in sorted(run_dir.glob("endpoints/*/metrics-timeline.jsonl"))}
+    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines, cold, metrics, models)
+
+
+def _read_json_per_endpoint(run_dir: Path, name: str, skipped: list[SkippedChunk]) -> dict[str, dict]:
+    out = {}
+    for f in sorted(run_dir.glob(f"endpoints/*/{name}")):
         try:
-            cold[f.parent.name] = json.loads(f.read_text())
+            out[f.parent.name] = json.loads(f.read_text())
         except json.JSONDecodeError as exc:
             skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
-    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines, cold)
+    return out
 
 
 def _read_jsonl(path: Path, skipped: list[SkippedChunk]) -> list[dict]:

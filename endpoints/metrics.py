@@ -5,6 +5,7 @@ model, plus in-flight requests and the process's own metrics (RSS, CPU, fds).
 """
 from __future__ import annotations
 
+import resource
 from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -38,7 +39,10 @@ class _StatisticsCollector:
                 if stage != "fail":
                     durations.add_metric([stats.name, stage], ns[i] / 1e9)
             in_flight.add_metric([stats.name], stats.in_flight)
-        yield from (requests, failures, success, durations, in_flight)
+        peak = GaugeMetricFamily("tailrace_server_peak_rss_bytes", "Peak resident set size of the server process "
+                                 "(getrusage ru_maxrss)")
+        peak.add_metric([], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        yield from (requests, failures, success, durations, in_flight, peak)
 
 
 class ServerMetrics:

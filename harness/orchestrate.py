@@ -127,6 +127,7 @@ class LocalRun:
             self.servers.resolve(resolved)
             self._write_cold_starts(resolved)
         self.plan_server_stats(resolved)
+        self.save_model_metadata()
         self.stats.snapshot("before")
 
         urls_by_region = self._start_proxies(resolved, logs)
@@ -209,6 +210,16 @@ class LocalRun:
                     d = self.run_dir / "endpoints" / ep["name"]
                     d.mkdir(parents=True, exist_ok=True)
                     (d / "cold-start.json").write_text(json.dumps(server.cold_start))
+
+    def save_model_metadata(self) -> None:
+        """endpoints/<name>/model.json: the model's build metadata (size, parameters, accuracy, sha256)."""
+        for ep in self.profile.endpoints:
+            root = Path(self.profile.triton.models_dir if ep.url == "triton" else self.profile.embedded.models_dir)
+            meta = root / ep.model / "metadata.json"
+            if meta.exists():
+                d = self.run_dir / "endpoints" / ep.name
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "model.json").write_text(meta.read_text())
 
     def plan_server_stats(self, resolved: dict) -> None:
         """Which endpoints have statistics / metrics to snapshot (resolved URLs, not through the proxies)."""

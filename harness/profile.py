@@ -204,6 +204,33 @@ class Capacity(_Strict):
     max_utilization: float = Field(0.7, gt=0, le=1)
 
 
+class DecisionConstraints(_Strict):
+    p95_ms_max: float | None = Field(None, gt=0)
+    accuracy_min: float | None = Field(None, ge=0, le=1)
+    memory_mb_max: float | None = Field(None, gt=0)
+    capacity_rps_min: float | None = Field(None, gt=0)
+
+
+class Decision(_Strict):
+    """Model-variant decision: which endpoints are variants, the baseline, weights and hard constraints."""
+
+    variants: list[str] = Field(default_factory=list, description="endpoint names (default: every endpoint "
+                                                                    "except the baseline)")
+    baseline: str | None = Field(None, description="an 'inprocess' endpoint: the model's own cost, no serving")
+    weights: dict[Literal["p95_ms", "accuracy", "memory_mb", "capacity_rps"], float] = Field(
+        default_factory=lambda: {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5})
+    constraints: DecisionConstraints = Field(default_factory=DecisionConstraints)
+    capacity_rps: dict[str, float] = Field(default_factory=dict, description="measured capacities (e.g. from "
+                                           "`tailrace capacity`) per endpoint; otherwise slots / mean service time")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, v: dict) -> dict:
+        if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
+            raise ValueError("weights must be >= 0 and at least one > 0")
+        return v
+
+
 class ColdStart(_Strict):
     first_k: int = Field(20, ge=1, le=100_000, description="requests per endpoint compared with steady state")
 
@@ -241,6 +268,7 @@ class Profile(_Strict):
     server_stats: ServerStats = Field(default_factory=ServerStats)
     cold_start: ColdStart = Field(default_factory=ColdStart)
     capacity: Capacity = Field(default_factory=Capacity)
+    decision: Decision | None = None
     generator: Generator = Field(default_factory=Generator)
 
     @model_validator(mode="after")
@@ -258,7 +286,18 @@ class Profile(_Strict):
             if crowded:
                 raise ValueError(f"regions: single-stream runs one stream per region; set workers = 1 for "
                                  f"{', '.join(crowded)}")
-        names = {e.name for e in self.endpoints} | {"*"}
+        endpoint_names = {e.name for e in self.endpoints}
+        if self.decision is not None:
+            for i, v in enumerate(self.decision.variants):
+                if v not in endpoint_names:
+                    raise ValueError(f"decision.variants[{i}]: no endpoint named {v!r}")
+            for v in self.decision.capacity_rps:
+                if v not in endpoint_names:
+                    raise ValueError(f"decision.capacity_rps: no endpoint named {v!r}")
+            b = self.decision.baseline
+            if b is not None and next((e.protocol for e in self.endpoints if e.name == b), None) != "inprocess":
+                raise ValueError(f"decision.baseline: {b!r} must name an endpoint with protocol 'inprocess'")
+        names = endpoint_names | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):
             if slo.endpoint not in names:

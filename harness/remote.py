@@ -44,6 +44,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
 
     run = LocalRun(profile, out, run_id=run_id, run_dir=run_dir)
     run.plan_server_stats(profile.model_dump(mode="json"))
+    run.save_model_metadata()
     run.stats.snapshot("before")
     master = subprocess.Popen(argv, env=env)
     try:

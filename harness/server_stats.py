@@ -40,12 +40,17 @@ class StatsTarget:
         return {self.auth[0]: value} if value else {}
 
 
+PROCESS_SAMPLES = ("process_resident_memory_bytes", "tailrace_server_peak_rss_bytes", "process_cpu_seconds_total",
+                   "nv_cpu_memory_used_bytes", "nv_cpu_utilization")
+
+
 def model_samples(prom_text: str, model: str) -> dict[str, float]:
-    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*), by name{labels}."""
+    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*), and the server's
+    process-wide memory / CPU samples, by name{labels}."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(prom_text):
         for s in family.samples:
-            if s.labels.get("model") != model:
+            if s.labels.get("model") != model and s.name not in PROCESS_SAMPLES:
                 continue
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "model")
             out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)

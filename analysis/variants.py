@@ -1,0 +1,79 @@
+"""The per-variant numbers a model-variant decision needs, read from one run (accuracy from responses,
+latency with CIs, capacity, peak server memory, model size) and the decision itself."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.decision import decide
+from analysis.stats import percentile_ci
+
+
+def _peak_rss_mb(timeline: list[dict]) -> float | None:
+    peaks = [s["samples"].get("tailrace_server_peak_rss_bytes") or s["samples"].get("process_resident_memory_bytes")
+             for s in timeline]
+    peaks = [p for p in peaks if p]
+    return max(peaks) / 2**20 if peaks else None
+
+
+def _slots(profile: dict, endpoint: dict) -> int:
+    if endpoint["url"] == "triton":
+        return int((profile.get("triton") or {}).get("instances", 1))
+    return int(((profile.get("embedded") or {}).get("slots") or {}).get(endpoint["model"], 1))
+
+
+def variant_row(name: str, g: pd.DataFrame, profile: dict, data) -> tuple[dict, np.ndarray]:
+    """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
+    endpoint = next(e for e in profile["endpoints"] if e["name"] == name)
+    measured = g[g["phase"] > 0]
+    ok = measured[measured["status"] == "ok"]
+    lat = ok["latency_ns"].to_numpy(dtype=float) / 1e6
+    samples, correct = int(ok["batch_size"].sum()), int(ok["correct_count"].sum())
+    row = {"name": name, "model": endpoint["model"], "protocol": endpoint["protocol"], "requests": int(len(measured)),
+           "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct,
+           "accuracy": correct / samples if samples else None}
+    for p in (50, 95, 99):
+        est = percentile_ci(lat, p)
+        row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+    compute = ok["server_compute_ns"]
+    compute = compute[compute >= 0]
+    row["mean_compute_ms"] = float(compute.mean() / 1e6) if len(compute) else None
+    override = ((profile.get("decision") or {}).get("capacity_rps") or {}).get(name)
+    if override:
+        row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
+    elif row["mean_compute_ms"]:
+        row["capacity_rps"] = _slots(profile, endpoint) * 1000 / row["mean_compute_ms"]
+        row["capacity_source"] = "estimate: slots / mean compute"
+    else:
+        row["capacity_rps"], row["capacity_source"] = None, None
+    row["memory_mb"] = _peak_rss_mb(data.metrics_timelines.get(name, []))
+    shared = sorted(n for n, snaps in data.endpoint_stats.items() if n != name and snaps.get("after", {}).get(
+        "server") and snaps["after"]["server"] == data.endpoint_stats.get(name, {}).get("after", {}).get("server"))
+    row["memory_shared_with"] = shared
+    meta = data.models.get(name) or {}
+    row["model_size_bytes"], row["parameters"] = meta.get("size_bytes"), meta.get("parameters")
+    row["build_accuracy"] = meta.get("heldout_accuracy")
+    return row, lat
+
+
+def variant_decision(df: pd.DataFrame, profile: dict, data) -> dict | None:
+    """The decision section of summary.json, or None when the profile asks for none."""
+    spec = profile.get("decision")
+    if not spec:
+        return None
+    baseline = spec.get("baseline")
+    names = spec.get("variants") or [e["name"] for e in profile["endpoints"] if e["name"] != baseline]
+    rows, latencies = [], {}
+    for name in names:
+        row, lat = variant_row(name, df[df["endpoint"] == name], profile, data)
+        rows.append(row)
+        latencies[name] = lat
+    result = decide(rows, latencies, spec.get("weights") or {}, spec.get("constraints") or {})
+    if baseline:
+        base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], profile, data)
+        result["baseline"] = base
+        for v in result["variants"]:
+            if v["model"] == base["model"] and v["p50_ms"] is not None and base["p50_ms"] is not None:
+                v["serving_overhead_p50_ms"] = v["p50_ms"] - base["p50_ms"]
+                v["model_share_of_p50"] = base["p50_ms"] / v["p50_ms"] if v["p50_ms"] else None
+    return result
