@@ -5,8 +5,11 @@ Each variant is one endpoint (fp32 / int8, logreg / MLP, embedded / Triton). The
   2. the survivors are ranked by a composite score: each metric min-max normalised across all variants
      (1 = best, direction-aware), weighted by the profile's weights;
   3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity) mark dominated variants;
-  4. the ranking's differences are tested pairwise: latency by Mann–Whitney U and Cohen's d, accuracy by
-     Fisher's exact test — a ranking that rests on an insignificant difference says so.
+  4. the ranking's differences are tested pairwise: latency by Mann–Whitney U and Cohen's d; accuracy by
+     McNemar's exact test on the held-out samples both variants answered (a model's answer to a sample is
+     deterministic, so repeated sends of one sample are not independent trials), or Fisher's exact test
+     on counts when per-sample answers are unknown — a ranking that rests on insignificant differences
+     says so.
 """
 from __future__ import annotations
 
@@ -90,26 +93,61 @@ def constraint_failures(row: dict, constraints: dict[str, float | None]) -> list
     return out
 
 
-def pairwise(a: dict, b: dict, latencies: dict[str, np.ndarray]) -> dict:
+def mcnemar(a_correct: dict[int, bool], b_correct: dict[int, bool]) -> tuple[float, float, int] | None:
+    """(accuracy a − accuracy b, exact McNemar p-value, samples) over the samples both answered."""
+    common = sorted(set(a_correct) & set(b_correct))
+    if not common:
+        return None
+    a_only = sum(1 for i in common if a_correct[i] and not b_correct[i])
+    b_only = sum(1 for i in common if b_correct[i] and not a_correct[i])
+    p = 1.0 if a_only + b_only == 0 else float(sps.binomtest(a_only, a_only + b_only, 0.5).pvalue)
+    return (a_only - b_only) / len(common), p, len(common)
+
+
+def pairwise(a: dict, b: dict, latencies: dict[str, np.ndarray],
+             correctness: dict[str, dict[int, bool]] | None = None) -> dict:
     """Significance of the differences between variants a and b (latency and accuracy)."""
     la, lb = latencies.get(a["name"], np.array([])), latencies.get(b["name"], np.array([]))
     out = {"a": a["name"], "b": b["name"], "p95_diff_ms": None, "mann_whitney_p": None, "cohens_d": None,
-           "accuracy_diff": None, "fisher_p": None}
+           "accuracy_diff": None, "accuracy_p": None, "accuracy_test": None}
     if len(la) >= 2 and len(lb) >= 2:
         out["p95_diff_ms"] = float(np.percentile(la, 95) - np.percentile(lb, 95))
         out["mann_whitney_p"] = float(sps.mannwhitneyu(la, lb, alternative="two-sided").pvalue)
         out["cohens_d"] = float(cohens_d(lb, la))  # (mean a − mean b) / pooled sd, like Δp95 = a − b
-    if a.get("samples") and b.get("samples") and a.get("correct") is not None and b.get("correct") is not None:
+    paired = mcnemar(correctness[a["name"]], correctness[b["name"]]) \
+        if correctness and a["name"] in correctness and b["name"] in correctness else None
+    if paired is not None:
+        out["accuracy_diff"], out["accuracy_p"], n = paired
+        out["accuracy_test"] = f"McNemar, {n} distinct samples"
+    elif a.get("samples") and b.get("samples") and a.get("correct") is not None and b.get("correct") is not None:
         table = [[a["correct"], a["samples"] - a["correct"]], [b["correct"], b["samples"] - b["correct"]]]
         out["accuracy_diff"] = a["correct"] / a["samples"] - b["correct"] / b["samples"]
-        out["fisher_p"] = float(sps.fisher_exact(table).pvalue)
+        out["accuracy_p"] = float(sps.fisher_exact(table).pvalue)
+        out["accuracy_test"] = "Fisher (counts)"
     out["latency_significant"] = out["mann_whitney_p"] is not None and out["mann_whitney_p"] < ALPHA
-    out["accuracy_significant"] = out["fisher_p"] is not None and out["fisher_p"] < ALPHA
+    out["accuracy_significant"] = out["accuracy_p"] is not None and out["accuracy_p"] < ALPHA
     return out
 
 
+def ranking_caveat(top: str, second: str, test: dict) -> str | None:
+    """A warning when `top` is better than `second` on neither latency nor accuracy by a significant margin."""
+    faster = test["p95_diff_ms"] is not None and test["p95_diff_ms"] < 0
+    more_accurate = test["accuracy_diff"] is not None and test["accuracy_diff"] > 0
+    if (faster and test["latency_significant"]) or (more_accurate and test["accuracy_significant"]):
+        return None
+    edges = []
+    if faster:
+        edges.append(f"lower p95 by {-test['p95_diff_ms']:.3g} ms (Mann–Whitney p = {_p(test['mann_whitney_p'])})")
+    if more_accurate:
+        edges.append(f"higher accuracy by {test['accuracy_diff']:.3%} ({test['accuracy_test']} p = "
+                     f"{_p(test['accuracy_p'])})")
+    rest = "; ".join(edges) if edges else "neither lower latency nor higher accuracy"
+    return (f"{top} ranks above {second} on {rest} — not significant at α = {ALPHA}: the ranking rests on "
+            "memory / capacity, on the weights, or on noise")
+
+
 def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str, float],
-           constraints: dict[str, float | None]) -> dict:
+           constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None) -> dict:
     """The decision table: constraints, score, rank, Pareto status, and the pairwise tests behind the ranking."""
     scores = composite_scores(rows, weights)
     front_latency = pareto(rows, [("p95_ms", False), ("accuracy", True)])
@@ -126,16 +164,13 @@ def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str
         t["rank"] = i
     for t in table:
         t.setdefault("rank", None)
-    tests = [pairwise(survivors[0], other, latencies) for other in survivors[1:]] if survivors else []
+    tests = [pairwise(survivors[0], other, latencies, correctness) for other in survivors[1:]] if survivors else []
     recommended = survivors[0]["name"] if survivors else None
     caveats = []
     if len(survivors) > 1:
-        top, second = survivors[0], survivors[1]
-        test = tests[0]
-        if not test["latency_significant"] and not test["accuracy_significant"]:
-            caveats.append(f"{top['name']} and {second['name']} differ neither in latency (Mann–Whitney p = "
-                           f"{_p(test['mann_whitney_p'])}) nor in accuracy (Fisher p = {_p(test['fisher_p'])}): the "
-                           "ranking between them rests on memory / capacity or on noise")
+        caveat = ranking_caveat(survivors[0]["name"], survivors[1]["name"], tests[0])
+        if caveat:
+            caveats.append(caveat)
     return {"weights": weights, "constraints": constraints, "variants": table,
             "ranking": [t["name"] for t in survivors], "recommended": recommended, "pairwise": tests,
             "caveats": caveats}

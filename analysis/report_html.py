@@ -122,7 +122,8 @@ def _decision_section(d: dict) -> str:
                                        "peak server RSS (MB)", "capacity (req/s)", True, True) or "") + "</div>")
     parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
                                         ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
-                                        ("accuracy_diff", "Δaccuracy"), ("fisher_p", "Fisher p")], left={"a", "b"}))
+                                        ("accuracy_diff", "Δaccuracy"), ("accuracy_p", "accuracy p"),
+                                        ("accuracy_test", "accuracy test")], left={"a", "b", "accuracy_test"}))
     weights = ", ".join(f"{k} ×{v:g}" for k, v in d["weights"].items())
     cons = ", ".join(f"{k} = {v:g}" for k, v in d["constraints"].items() if v is not None) or "none"
     base = d.get("baseline")

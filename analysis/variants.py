@@ -7,6 +7,7 @@ import pandas as pd
 
 from analysis.decision import decide
 from analysis.stats import percentile_ci
+from analysis.triton_stats import endpoint_stat_deltas
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -22,7 +23,28 @@ def _slots(profile: dict, endpoint: dict) -> int:
     return int(((profile.get("embedded") or {}).get("slots") or {}).get(endpoint["model"], 1))
 
 
-def variant_row(name: str, g: pd.DataFrame, profile: dict, data) -> tuple[dict, np.ndarray]:
+def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
+    """Held-out sample → whether the variant answered it correctly (batch-1 requests; deterministic per model)."""
+    single = ok[ok["batch_size"] == 1]
+    return {int(k): bool(v) for k, v in single.groupby("sample_index")["correct"].first().items()}
+
+
+def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
+    """Endpoint → mean compute (input + infer + output) per inference, from the server's statistics deltas
+    (for servers that do not report timings in their responses, like Triton)."""
+    out = {}
+    for r in stat_rows:
+        if not r.get("inference_count") or r.get("mean_compute_infer_ms") is None:
+            continue
+        per_execution = sum(r.get(f"mean_{s}_ms") or 0.0 for s in ("compute_input", "compute_infer", "compute_output"))
+        per_inference = per_execution * r["execution_count"] / r["inference_count"]
+        for endpoint in r["endpoints"]:
+            out[endpoint] = per_inference
+    return out
+
+
+def variant_row(name: str, g: pd.DataFrame, profile: dict, data,
+                stats_compute_ms: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
     """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
     endpoint = next(e for e in profile["endpoints"] if e["name"] == name)
     measured = g[g["phase"] > 0]
@@ -37,7 +59,7 @@ def variant_row(name: str, g: pd.DataFrame, profile: dict, data) -> tuple[dict, 
         row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]
-    row["mean_compute_ms"] = float(compute.mean() / 1e6) if len(compute) else None
+    row["mean_compute_ms"] = float(compute.mean() / 1e6) if len(compute) else (stats_compute_ms or {}).get(name)
     override = ((profile.get("decision") or {}).get("capacity_rps") or {}).get(name)
     if override:
         row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
@@ -63,12 +85,20 @@ def variant_decision(df: pd.DataFrame, profile: dict, data) -> dict | None:
         return None
     baseline = spec.get("baseline")
     names = spec.get("variants") or [e["name"] for e in profile["endpoints"] if e["name"] != baseline]
-    rows, latencies = [], {}
+    stats_compute = server_compute_ms(endpoint_stat_deltas(
+        data.endpoint_stats, {e["name"]: e["model"] for e in profile["endpoints"]}))
+    rows, latencies, correctness = [], {}, {}
     for name in names:
-        row, lat = variant_row(name, df[df["endpoint"] == name], profile, data)
+        g = df[df["endpoint"] == name]
+        row, lat = variant_row(name, g, profile, data, stats_compute)
         rows.append(row)
         latencies[name] = lat
-    result = decide(rows, latencies, spec.get("weights") or {}, spec.get("constraints") or {})
+        answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])
+        if answered:
+            correctness[name] = answered
+            row["distinct_samples"] = len(answered)
+            row["accuracy_distinct"] = sum(answered.values()) / len(answered)
+    result = decide(rows, latencies, spec.get("weights") or {}, spec.get("constraints") or {}, correctness)
     if baseline:
         base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], profile, data)
         result["baseline"] = base

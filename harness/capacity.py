@@ -174,8 +174,10 @@ def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
         ax.axvline(lo, color="green", lw=1.2, label=f"capacity {lo:g}/s")
     if lo and hi:
         ax.axvspan(lo, hi, color="green", alpha=0.1)
-    failed = df[df["outcome"] != PASS]
-    ax.scatter(failed["rate"], [ax.get_ylim()[0]] * len(failed), marker="x", color="red", label="not passing")
+    failed = df[(df["outcome"] != PASS) & df["p99_ms"].notna()]
+    if not failed.empty:
+        ax.scatter(failed["rate"], failed["p99_ms"], marker="x", s=90, color="red", zorder=4,
+                   label="trial not passing")
     ax.set_yscale("log")
     ax.set_xlabel("offered load (requests/s, Poisson)")
     ax.set_ylabel("latency from intended send (ms)")
@@ -198,7 +200,9 @@ def write_outputs(cap_dir: Path, result: dict, rows: list[dict], profile: Profil
     rec_rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(round(v, 3) if isinstance(v, float) else v))}"
                        f"</td></tr>" for k, v in rec.items())
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>capacity {html.escape(profile.name)}"
-            f"</title><style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:right}}"
+            f"</title><style>body{{font-family:sans-serif;margin:2em;font-size:14px}}"
+            f"td,th{{padding:2px 8px;text-align:right;white-space:nowrap}}table{{border-collapse:collapse}}"
+            f"td:last-child{{text-align:left;white-space:normal;min-width:20em}}"
             f"</style></head><body><h1>Capacity search — {html.escape(profile.name)}</h1>"
             f"<p id='answer'><b>{html.escape(result['status'])}</b>: {html.escape(result['note'])}</p>"
             f"<h2>Latency vs offered load</h2>{svg}<h2>Trials</h2>{table}"

@@ -59,8 +59,11 @@ def test_decision_table_ranks_survivors_with_pairwise_significance():
     [test] = d["pairwise"]
     assert (test["a"], test["b"]) == ("lean", "fast")
     assert test["latency_significant"] and test["mann_whitney_p"] < 1e-6 and test["cohens_d"] > 0
-    assert test["fisher_p"] > 0.05 and not test["accuracy_significant"]  # 0.96 vs 0.95 on 2000 samples
-    assert d["caveats"] == []
+    assert test["accuracy_p"] > 0.05 and not test["accuracy_significant"]  # 0.96 vs 0.95 on 2000 samples
+    assert test["accuracy_test"] == "Fisher (counts)"
+    # lean's only latency / accuracy edge over fast (accuracy) is not significant: the report says so
+    [caveat] = d["caveats"]
+    assert caveat.startswith("lean ranks above fast on higher accuracy") and "not significant" in caveat
 
 
 def test_decision_flags_a_ranking_resting_on_noise():
@@ -68,7 +71,22 @@ def test_decision_flags_a_ranking_resting_on_noise():
     rows = [variant("a", 10.0, 0.95, 100.0, 500.0), variant("b", 10.1, 0.95, 120.0, 480.0)]
     same = {"a": rng.gamma(4, 2.0, 500), "b": rng.gamma(4, 2.0, 500)}
     d = decide(rows, same, {"p95_ms": 1.0, "memory_mb": 1.0}, {})
-    assert d["recommended"] == "a" and len(d["caveats"]) == 1 and "rests on" in d["caveats"][0]
+    assert d["recommended"] == "a" and len(d["caveats"]) == 1 and "not significant" in d["caveats"][0]
+
+
+def test_accuracy_compared_per_sample_with_mcnemar():
+    # 500 held-out samples: a is right on 20 that b gets wrong, b on 5 that a gets wrong
+    a = {i: i >= 30 or i < 20 for i in range(500)}
+    b = {i: i >= 30 or 20 <= i < 25 for i in range(500)}
+    rows = [variant("a", 10.0, 0.98, 100.0, 500.0), variant("b", 9.0, 0.95, 100.0, 500.0)]
+    lat = {"a": np.full(50, 10.0), "b": np.full(50, 9.0)}
+    d = decide(rows, lat, {"accuracy": 1.0}, {}, {"a": a, "b": b})
+    [test] = d["pairwise"]
+    assert test["accuracy_test"] == "McNemar, 500 distinct samples"
+    assert test["accuracy_diff"] == pytest.approx(15 / 500)
+    from scipy.stats import binomtest
+    assert test["accuracy_p"] == pytest.approx(binomtest(20, 25, 0.5).pvalue) and test["accuracy_significant"]
+    assert d["recommended"] == "a" and d["caveats"] == []  # a's edge (accuracy) is significant
 
 
 def test_no_survivor_means_no_recommendation():
