@@ -114,11 +114,20 @@ max_in_flight = 20000
             "sent_ratio": summary["sent"] / max(1, summary["planned"])}
 
 
+def median_trial(runs: list[dict]) -> dict:
+    """The trial with the median send-lag p99, with every trial's p99 attached."""
+    ordered = sorted(runs, key=lambda r: r["lag_p99"])
+    return {**ordered[len(ordered) // 2], "lag_p99_trials": [r["lag_p99"] for r in runs]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--rates", default="500,1000,1500,2000,2500,3000,4000,5000,6000,7000")
     ap.add_argument("--users", type=int, default=64, help="closed-loop FastHttpUser users")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="trials per rate; a rate is sustained when the median trial's send-lag p99 is ≤ 2 ms "
+                         "(one 10 s trial's p99 swings by ±1 ms on this machine)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     require("taskset")
@@ -142,10 +151,13 @@ def main() -> int:
         closed = closed_loop_max(work, url, body, args.seconds, args.users)
         print(f"closed-loop FastHttpUser max: {closed:,.0f} req/s", flush=True)
         for rate in [float(r) for r in args.rates.split(",")]:
-            t = open_loop_trial(work, models, url, f"127.0.0.1:{sntp_port}", rate, args.seconds)
+            runs = [open_loop_trial(work, models, url, f"127.0.0.1:{sntp_port}", rate, args.seconds)
+                    for _ in range(args.repeats)]
+            t = median_trial(runs)
             trials.append(t)
             print(f"open loop {rate:>6,.0f}/s: achieved {t['achieved']:,.0f}/s, send lag p50 {t['lag_p50']:.2f} ms "
-                  f"p99 {t['lag_p99']:.2f} ms, ok {t['ok']:.3f}", flush=True)
+                  f"p99 {t['lag_p99']:.2f} ms (trials: {', '.join(f'{r:.2f}' for r in t['lag_p99_trials'])}), "
+                  f"ok {t['ok']:.3f}", flush=True)
             if t["lag_p99"] > 20 or t["achieved"] < 0.8 * rate:
                 break
         closed_again = closed_loop_max(work, url, body, args.seconds, args.users)
@@ -157,16 +169,19 @@ def main() -> int:
     best = max((t["rate"] for t in sustained), default=0.0)
     closed_ref = (closed + closed_again) / 2
     ratio = best / closed_ref
-    table = "| open-loop target rate /s | achieved /s | send lag p50 ms | send lag p99 ms | ok |\n|---|---|---|---|---|\n"
+    table = ("| open-loop target rate /s | achieved /s | send lag p50 ms | send lag p99 ms (median trial) | "
+             "p99 of each trial | ok |\n|---|---|---|---|---|---|\n")
     for t in trials:
         table += (f"| {t['rate']:,.0f} | {t['achieved']:,.0f} | {t['lag_p50']:.2f} | {t['lag_p99']:.2f} | "
-                  f"{t['ok']:.3f} |\n")
-    body_md = (f"Command: `{COMMAND} --seconds {args.seconds} --rates {args.rates} --users {args.users}`\n\n"
+                  f"{', '.join(f'{v:.2f}' for v in t['lag_p99_trials'])} | {t['ok']:.3f} |\n")
+    body_md = (f"Command: `{COMMAND} --seconds {args.seconds} --rates {args.rates} --users {args.users} "
+               f"--repeats {args.repeats}`\n\n"
                f"Target: nginx (CPU 1) answering a constant KServe v2 response. Generator on CPU 0: one tailrace "
                f"Locust worker (master and SNTP reference on CPU 1), or one Locust process with {args.users} "
                f"FastHttpUser users in a closed loop, measured before and after the open-loop trials.\n\n"
                f"Closed-loop FastHttpUser maximum: {closed:,.0f} and {closed_again:,.0f} req/s (mean {closed_ref:,.0f}).\n\n"
-               f"{table}\nHighest open-loop rate with send-lag p99 ≤ 2 ms: **{best:,.0f} req/s**.\n\n"
+               f"{table}\nEach rate ran {args.repeats} times; a rate counts as sustained when its median trial has "
+               f"send-lag p99 ≤ 2 ms. Highest such rate: **{best:,.0f} req/s**.\n\n"
                f"**Ratio open-loop sustained / closed-loop maximum: {ratio:.2f}** "
                f"({'meets' if ratio >= 0.5 else 'MISSES'} the ≥ 0.5 target).\n")
     print(body_md)
