@@ -62,26 +62,31 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _profile_or_none(path: Path):
+    """The validated profile, or None after printing why not (the caller exits 2: nothing starts)."""
     from harness.profile import ProfileError, load_profile
-    from harness.run_command import run_and_report
 
     try:
-        profile = load_profile(args.profile)
+        return load_profile(path)
     except ProfileError as exc:
         print(exc, file=sys.stderr)
+        return None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.run_command import run_and_report
+
+    profile = _profile_or_none(args.profile)
+    if profile is None:
         return 2
     return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from harness.capacity import capacity_command
-    from harness.profile import ProfileError, load_profile
 
-    try:
-        profile = load_profile(args.profile)
-    except ProfileError as exc:
-        print(exc, file=sys.stderr)
+    profile = _profile_or_none(args.profile)
+    if profile is None:
         return 2
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
 
@@ -101,16 +106,13 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from endpoints.server import is_loopback
-    from harness.profile import ProfileError, load_profile
     from harness.remote import run_master
 
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
                      "use an SSH tunnel, or pass --expose on a private network")
-    try:
-        profile = load_profile(args.profile)
-    except ProfileError as exc:
-        print(exc, file=sys.stderr)
+    profile = _profile_or_none(args.profile)
+    if profile is None:
         return 2
     return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models, args.web_ui)
 

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [[], ["models"], ["models", "build"], ["serve"], ["run"], ["master"], ["worker"], ["proxy"], ["sntp"],
-            ["demo"], ["analyze"], ["compare"]]
+            ["demo"], ["analyze"], ["compare"], ["capacity"]]
 
 
 def tailrace(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -44,15 +44,26 @@ BAD_TOML = [
 ]
 
 
+@pytest.mark.parametrize("command", ["run", "capacity"])
 @pytest.mark.parametrize("case", BAD_TOML, ids=[c[0] for c in BAD_TOML])
-def test_bad_profile_exits_2_names_file_and_field_and_starts_nothing(case, tmp_path):
+def test_bad_profile_exits_2_names_file_and_field_and_starts_nothing(case, command, tmp_path):
     _, text, expected = case
     path = tmp_path / "bad.toml"
     path.write_text(text)
     runs = tmp_path / "runs"
-    r = tailrace("run", str(path), "--out", str(runs))
+    r = tailrace(command, str(path), "--out", str(runs))
     assert r.returncode == 2
     assert str(path) in r.stderr and expected in r.stderr, r.stderr
+    assert not runs.exists()
+
+
+def test_capacity_refuses_a_profile_without_latency_slo(tmp_path):
+    path = tmp_path / "noslo.toml"
+    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+                    '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n')
+    runs = tmp_path / "runs"
+    r = tailrace("capacity", str(path), "--out", str(runs))
+    assert r.returncode == 2 and "slos: capacity search needs at least one latency SLO" in r.stderr, r.stderr
     assert not runs.exists()
 
 
