@@ -171,6 +171,7 @@ class WorkerRun:
         self.sent = 0
         self.planned = 0
         self.scenario_stats: dict = {"scenario": self.profile.load.scenario}
+        self.batch_size = self.samples_per_request(self.profile)  # read per request: computed once
         self.models_dir = models_dir
         self.started_ns = self.clock.now_ns()
         self.finished_ns = 0
@@ -178,12 +179,12 @@ class WorkerRun:
         self._background: list[gevent.Greenlet] = []
         self.senders = self._make_senders()
 
-    @property
-    def batch_size(self) -> int:
-        """Samples per request: the scenario's query / batch size, else the profile's inputs.batch_size."""
-        load = self.profile.load
+    @staticmethod
+    def samples_per_request(profile: Profile) -> int:
+        """The scenario's query / batch size, else the profile's inputs.batch_size."""
+        load = profile.load
         return {"multi-stream": load.samples_per_query, "offline": load.offline_batch}.get(
-            load.scenario, self.profile.inputs.batch_size)
+            load.scenario, profile.inputs.batch_size)
 
     def _make_senders(self) -> list:
         senders = []
