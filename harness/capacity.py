@@ -120,7 +120,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
         if servers is not None:
             servers.stop()
     result = summarize(state, rows, profile, budget_spent, time.monotonic() - started)
-    write_outputs(cap_dir, result, rows, profile)
+    write_capacity_report(cap_dir, result, rows, profile)
     return cap_dir, result
 
 
@@ -185,7 +185,8 @@ def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
     return _svg(fig)
 
 
-def write_outputs(cap_dir: Path, result: dict, rows: list[dict], profile: Profile) -> None:
+def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile: Profile) -> None:
+    """capacity.json, trials.csv, latency_vs_load.svg and index.html of one capacity search."""
     import html
 
     (cap_dir / "capacity.json").write_text(json.dumps({**result, "trial_rows": rows}, indent=2, default=str))
