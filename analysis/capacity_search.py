@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from analysis.stats import min_samples_for
 
-PASS, FAIL, GENERATOR_LIMIT = "pass", "fail", "generator-limit"
+PASS, FAIL, GENERATOR_LIMIT, UNDECIDED = "pass", "fail", "generator-limit", "undecided"
 
 
 @dataclass
@@ -93,7 +93,7 @@ def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[
         return FAIL, "run invalid: " + "; ".join(invalid_reasons)[:280]
     inconclusive = [v for v in latency if v["verdict"] != "PASS"]
     if inconclusive:
-        return FAIL, "not decidably under the SLO: " + "; ".join(
+        return UNDECIDED, "not decidably under the SLO: " + "; ".join(
             sorted({v["description"] + f" ({v['endpoint']}/{v['region']}) {v['verdict']}"
                     for v in inconclusive}))[:260]
     return PASS, "every latency SLO passes"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.capacity_search import PASS, SearchState, classify_trial, recommendation, trial_duration_s
+from analysis.capacity_search import FAIL, PASS, UNDECIDED, SearchState, classify_trial, recommendation, trial_duration_s
 from harness.manifest import write_manifest
 from harness.orchestrate import LEAD_S, LocalRun
 from harness.profile import Profile
@@ -106,12 +106,18 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             if time.monotonic() - started + duration + c.trial_warmup_s + TRIAL_OVERHEAD_S > budget:
                 budget_spent = True
                 break
-            index = len(rows) + 1
-            _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
-            run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
-            row = _trial_row(index, rate, duration, run_dir)
-            state.record(rate, row["outcome"])
-            rows.append(row)
+            while True:
+                index = len(rows) + 1
+                _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
+                run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
+                row = _trial_row(index, rate, duration, run_dir)
+                rows.append(row)
+                longer = min(c.max_trial_s, duration * 2)
+                fits = time.monotonic() - started + longer + c.trial_warmup_s + TRIAL_OVERHEAD_S <= budget
+                if row["outcome"] != UNDECIDED or longer <= duration or not fits:
+                    break
+                duration = longer  # too few samples to decide: the same rate again, twice as long
+            state.record(rate, FAIL if row["outcome"] == UNDECIDED else row["outcome"])
             _log(quiet, f"trial {index}: {rate:g} req/s → {row['outcome']} (p99 "
                         f"{row['p99_ms'] if row['p99_ms'] is None else round(row['p99_ms'], 2)} ms, "
                         f"ρ {row['utilization'] if row['utilization'] is None else round(row['utilization'], 2)}): "
@@ -145,7 +151,7 @@ def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spe
     result = {"profile": profile.name, "status": status, "note": note, "capacity_rps": lo,
               "bracket": [lo, hi], "tolerance": c.tolerance, "trials": len(rows), "elapsed_s": elapsed_s,
               "slos": [s.model_dump(mode="json") for s in profile.slos if s.metric == "latency"]}
-    best = next((r for r in rows if r["rate"] == lo), None)
+    best = next((r for r in reversed(rows) if r["rate"] == lo), None)
     if lo and best:
         result["recommendation"] = recommendation(lo, best["mean_service_ms"], best["slots"], best["mean_ms"],
                                                   c.headroom, c.max_utilization, c.peak_rate)

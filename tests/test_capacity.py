@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis.capacity_search import FAIL, GENERATOR_LIMIT, PASS, SearchState, classify_trial, recommendation, \
+from analysis.capacity_search import FAIL, GENERATOR_LIMIT, PASS, UNDECIDED, SearchState, classify_trial, recommendation, \
     trial_duration_s
 from harness.capacity import CapacityError, run_capacity
 from harness.profile import parse_profile
@@ -50,7 +50,7 @@ def _verdict(metric, verdict, endpoint="e", region="r"):
 
 @pytest.mark.parametrize("verdicts,valid,reasons,outcome", [
     ([_verdict("latency", "PASS"), _verdict("error_rate", "INCONCLUSIVE")], True, [], PASS),
-    ([_verdict("latency", "PASS"), _verdict("latency", "INCONCLUSIVE", region="r2")], True, [], FAIL),
+    ([_verdict("latency", "PASS"), _verdict("latency", "INCONCLUSIVE", region="r2")], True, [], UNDECIDED),
     ([_verdict("latency", "FAIL")], False, ["w: send lag p99 9 ms > 5 ms (generator saturated)"], FAIL),
     ([_verdict("latency", "PASS")], False, ["w: send lag p99 9 ms > 5 ms (generator saturated)"], GENERATOR_LIMIT),
     ([_verdict("latency", "PASS"), _verdict("error_rate", "FAIL")], True, [], FAIL),
