@@ -99,6 +99,18 @@ def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[
     return PASS, "every latency SLO passes"
 
 
+def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_retried: bool) -> float | None:
+    """How long to run the same rate again, or None to accept the outcome. An undecided trial runs again twice as
+    long (up to max_s), so that it holds enough samples to decide. A generator-limit trial runs again once at the
+    same length: one stall of a noisy machine (a GC pause, a neighbour's burst) must not end the search."""
+    if outcome == UNDECIDED:
+        longer = min(max_s, duration_s * 2)
+        return longer if longer > duration_s else None
+    if outcome == GENERATOR_LIMIT and not generator_retried:
+        return duration_s
+    return None
+
+
 def recommendation(capacity_rps: float, mean_service_ms: float | None, slots: int, mean_latency_ms: float | None,
                    headroom: float, max_utilization: float, peak_rate: float | None) -> dict:
     """What to provision: the rate one instance should be planned at (the SLO capacity divided by the headroom,

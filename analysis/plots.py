@@ -183,6 +183,9 @@ def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(x_label + (" (lower is better)" if x_better_low else " (higher is better)"))
     ax.set_ylabel(y_label + (" (higher is better)" if y_better_high else " (lower is better)"))
+    ax.set_title(f"Pareto frontier: {len(front)} of {len(pts)} variants" if len(front) > 1 else
+                 f"Pareto frontier: {front[0]['name']} dominates the rest" if front and len(pts) > 1 else
+                 "Pareto frontier", fontsize=8)
     if len(front) > 1:
         ax.legend(fontsize=7)
     return _svg(fig)

@@ -112,8 +112,8 @@ def _decision_section(d: dict) -> str:
                                ("memory", "peak RSS MB"), ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
                                ("score", "score"), ("fails", "constraint failures"), ("rank", "rank")],
                         left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory"}))
-    parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "p95 vs accuracy"),
-                               ("pareto_mem", "memory vs capacity"), ("capacity_source", "capacity from")],
+    parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "Pareto: p95 vs accuracy"),
+                               ("pareto_mem", "Pareto: memory vs capacity"), ("capacity_source", "capacity from")],
                         left={"name", "pareto_lat", "pareto_mem", "capacity_source"}))
     parts.append("<div class='plots'>" + (plots.pareto_scatter(d["variants"], "p95_ms", "accuracy",
                                                                "dominated_latency_accuracy_by", "p95 latency (ms)",

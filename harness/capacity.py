@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.capacity_search import FAIL, PASS, UNDECIDED, SearchState, classify_trial, recommendation, trial_duration_s
+from analysis.capacity_search import (FAIL, GENERATOR_LIMIT, PASS, UNDECIDED, SearchState, classify_trial,
+                                      recommendation, retry_duration_s, trial_duration_s)
 from harness.manifest import write_manifest
 from harness.orchestrate import LEAD_S, LocalRun
 from harness.profile import Profile
@@ -106,17 +107,22 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             if time.monotonic() - started + duration + c.trial_warmup_s + TRIAL_OVERHEAD_S > budget:
                 budget_spent = True
                 break
+            generator_retried = False
             while True:
                 index = len(rows) + 1
                 _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
                 run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
-                longer = min(c.max_trial_s, duration * 2)
-                fits = time.monotonic() - started + longer + c.trial_warmup_s + TRIAL_OVERHEAD_S <= budget
-                if row["outcome"] != UNDECIDED or longer <= duration or not fits:
+                retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried)
+                if retry is None or (time.monotonic() - started + retry + c.trial_warmup_s + TRIAL_OVERHEAD_S
+                                     > budget):
                     break
-                duration = longer  # too few samples to decide: the same rate again, twice as long
+                if row["outcome"] == GENERATOR_LIMIT:
+                    generator_retried = True
+                    _log(quiet, f"trial {index}: {rate:g} req/s → generator-limit ({row['why']}); once more "
+                                "before the search trusts it")
+                duration = retry
             state.record(rate, FAIL if row["outcome"] == UNDECIDED else row["outcome"])
             _log(quiet, f"trial {index}: {rate:g} req/s → {row['outcome']} (p99 "
                         f"{row['p99_ms'] if row['p99_ms'] is None else round(row['p99_ms'], 2)} ms, "

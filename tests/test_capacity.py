@@ -7,7 +7,7 @@ import math
 import pytest
 
 from analysis.capacity_search import FAIL, GENERATOR_LIMIT, PASS, UNDECIDED, SearchState, classify_trial, recommendation, \
-    trial_duration_s
+    retry_duration_s, trial_duration_s
 from harness.capacity import CapacityError, run_capacity
 from harness.profile import parse_profile
 
@@ -60,6 +60,19 @@ def test_trial_outcome(verdicts, valid, reasons, outcome):
     assert classify_trial(verdicts, valid, reasons)[0] == outcome
 
 
+@pytest.mark.parametrize("outcome, duration, retried, expected", [
+    (UNDECIDED, 8, False, 16),      # too few samples: twice as long
+    (UNDECIDED, 40, False, 60),     # ... up to max_s
+    (UNDECIDED, 60, False, None),   # already at max_s: accept (counted as not passing)
+    (GENERATOR_LIMIT, 8, False, 8),  # one stall must not end the search: once more, same length
+    (GENERATOR_LIMIT, 8, True, None),  # twice saturated: the generator limit is real
+    (PASS, 8, False, None),
+    (FAIL, 8, False, None),
+])
+def test_which_trials_run_again(outcome, duration, retried, expected):
+    assert retry_duration_s(outcome, duration, 60, retried) == expected
+
+
 def test_trial_long_enough_for_the_percentile_of_the_smallest_group():
     profile = {"regions": [{"name": "a", "share": 0.75}, {"name": "b", "share": 0.25}],
                "endpoints": [{"name": "x"}, {"name": "y"}]}
@@ -109,7 +122,7 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     lo, hi = result["bracket"]
     assert hi / lo - 1 <= 0.05
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
-    assert [r["rate"] for r in rows][:3] == [100, 200, 400]
+    assert list(dict.fromkeys(r["rate"] for r in rows))[:3] == [100, 200, 400]  # a retried rate repeats
     assert all(r["p99_ms"] < SLO_MS for r in rows if r["outcome"] == PASS)
     rec = result["recommendation"]
     assert rec["planned_rate_per_instance"] <= lo / 1.5 + 1e-9 and rec["instances_for_peak"] >= 600 / (lo / 1.5)

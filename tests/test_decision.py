@@ -128,4 +128,7 @@ def test_variants_profile_produces_the_decision_section(variants_run):
     assert 0 < base["p50_ms"] < table["mlp-fp32"]["p50_ms"]  # no network, no server: cheaper
     assert table["mlp-fp32"]["serving_overhead_p50_ms"] > 0
     page = render(variants_run)
-    assert "id='decision'" in page and "Pareto" in page and "Mann–Whitney" in page
+    assert "id='decision'" in page and "Pareto: p95 vs accuracy" in page and "Mann–Whitney" in page
+    for key in ("dominated_latency_accuracy_by", "dominated_memory_capacity_by"):
+        assert any(not v[key] for v in table.values()), key  # some variant is always on the frontier
+    assert page.count("Pareto frontier") >= 2  # both plots drawn, whatever the frontier's size
