@@ -90,11 +90,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise InferenceError(f"request tensors of {raw_size} bytes exceed the limit of {limit} bytes")
             decoded = decode_grpc(spec, request)
             timings = Timings()
-            outputs = self.server.schedulers[name].infer_blocking(decoded.inputs, timings)
+            outputs = self.server.schedulers[name].infer_blocking(decoded.inputs, timings, decoded.batch_size,
+                                                                  clock.receive_mono_ns)
         except InferenceError as exc:
             self.server.record_failure(name, clock, exc)
             _abort(context, exc)
-        self.server.record_success(name, decoded.batch_size, clock, timings)
         params = timing_parameters(clock, timings, ids[0] if ids else None)
         response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
         for out_name in decoded.requested_outputs:

@@ -38,30 +38,35 @@ class DecodedRequest:
     inputs: dict[str, np.ndarray]
     request_id: str = ""
     requested_outputs: list[str] = field(default_factory=list)
-    binary_outputs: set[str] = field(default_factory=set)
+    binary_outputs: set[str] | frozenset[str] = field(default_factory=set)
     batch_size: int = 1
+
+
+_NO_BINARY = memoryview(b"")
+_NO_OUTPUTS: frozenset[str] = frozenset()
 
 
 def _bad(message: str) -> InferenceError:
     return InferenceError(message)
 
 
-def check_shape(spec: ModelSpec, name: str, datatype: object, shape: object) -> tuple[str, tuple[int, ...]]:
+def check_shape(spec: ModelSpec, name: object, datatype: object, shape: object) -> tuple[str, tuple[int, ...]]:
     """Validate an input's name, datatype and shape against the model; return (datatype, shape)."""
-    tensor = spec.input(name) if isinstance(name, str) else None
+    tensor = spec.input(name) if type(name) is str else None
     if tensor is None:
         known = ", ".join(t.name for t in spec.inputs)
         raise _bad(f"model '{spec.name}' has no input {name!r} (inputs: {known})")
     if datatype != tensor.datatype:
         raise _bad(f"input '{name}': datatype {datatype!r} does not match the model's {tensor.datatype}")
-    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+    if type(shape) not in (list, tuple) or not all(type(d) is int for d in shape):  # bool is not an int here
         raise _bad(f"input '{name}': shape must be a list of integers, got {shape!r}")
-    if len(shape) != len(tensor.shape):
+    want_shape = tensor.shape
+    if len(shape) != len(want_shape):
         raise _bad(f"input '{name}': shape {list(shape)} has rank {len(shape)}, the model expects "
-                   f"rank {len(tensor.shape)} {list(tensor.shape)}")
-    for got, want in zip(shape, tensor.shape):
+                   f"rank {len(want_shape)} {list(want_shape)}")
+    for got, want in zip(shape, want_shape):
         if got < 0 or (want >= 0 and got != want):
-            raise _bad(f"input '{name}': shape {list(shape)} does not match the model's {list(tensor.shape)}")
+            raise _bad(f"input '{name}': shape {list(shape)} does not match the model's {list(want_shape)}")
     if shape and shape[0] == 0:
         raise _bad(f"input '{name}': batch dimension must be at least 1")
     return datatype, tuple(shape)
@@ -72,14 +77,15 @@ def _element_count(shape: tuple[int, ...]) -> int:
 
 
 def _array_from_json_data(name: str, datatype: str, shape: tuple[int, ...], data: object) -> np.ndarray:
-    if not isinstance(data, list):
+    if type(data) is not list:
         raise _bad(f"input '{name}': 'data' must be a list, got {type(data).__name__}")
     try:
-        arr = np.asarray(data, dtype=NUMPY_DTYPES[datatype])
+        arr = np.array(data, dtype=NUMPY_DTYPES[datatype])
     except (ValueError, TypeError, OverflowError) as exc:
         raise _bad(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
-    if arr.size != _element_count(shape):
-        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs {_element_count(shape)}")
+    count = _element_count(shape)
+    if arr.size != count:
+        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs {count}")
     return arr.reshape(shape)
 
 
@@ -93,8 +99,8 @@ def _array_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: byt
 
 
 def _check_complete(spec: ModelSpec, inputs: dict[str, np.ndarray]) -> int:
-    missing = [t.name for t in spec.inputs if t.name not in inputs]
-    if missing:
+    if len(inputs) != len(spec.inputs):
+        missing = [t.name for t in spec.inputs if t.name not in inputs]
         raise _bad(f"model '{spec.name}': missing input(s) {', '.join(missing)}")
     first = next(iter(inputs.values()))
     return int(first.shape[0]) if first.ndim else 1
@@ -118,7 +124,7 @@ def decode_http(spec: ModelSpec, body: bytes, header_length: str | None) -> Deco
             raise _bad(f"Inference-Header-Content-Length {json_len} is outside the body of {len(body)} bytes")
         header_bytes, binary = body[:json_len], memoryview(body)[json_len:]
     else:
-        header_bytes, binary = body, memoryview(b"")
+        header_bytes, binary = body, _NO_BINARY
     try:
         request = orjson.loads(header_bytes)
     except orjson.JSONDecodeError as exc:
@@ -137,10 +143,10 @@ def decode_http(spec: ModelSpec, body: bytes, header_length: str | None) -> Deco
         datatype, shape = check_shape(spec, name, item.get("datatype"), item.get("shape"))
         if name in inputs:
             raise _bad(f"input '{name}' is given twice")
-        params = item.get("parameters") or {}
-        if not isinstance(params, dict):
+        params = item.get("parameters")
+        if params is not None and not isinstance(params, dict):
             raise _bad(f"input '{name}': 'parameters' must be an object")
-        size = params.get("binary_data_size")
+        size = params.get("binary_data_size") if params else None
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
                 raise _bad(f"input '{name}': binary_data_size {size!r} runs past the {len(binary)} binary bytes")
@@ -154,14 +160,14 @@ def decode_http(spec: ModelSpec, body: bytes, header_length: str | None) -> Deco
         raise _bad(f"{len(binary) - offset} trailing binary bytes not claimed by any input")
     batch = _check_complete(spec, inputs)
 
-    req_params = request.get("parameters") or {}
-    if not isinstance(req_params, dict):
+    req_params = request.get("parameters")
+    if req_params is not None and not isinstance(req_params, dict):
         raise _bad("request 'parameters' must be an object")
-    binary_default = bool(req_params.get("binary_data_output", False))
+    binary_default = bool(req_params.get("binary_data_output", False)) if req_params else False
     outputs_field = request.get("outputs")
     if outputs_field is None:
-        requested = [o.name for o in spec.outputs]
-        binary_outputs = set(requested) if binary_default else set()
+        requested = spec.output_names
+        binary_outputs = set(requested) if binary_default else _NO_OUTPUTS
     else:
         if not isinstance(outputs_field, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
                                                          for o in outputs_field):
@@ -187,12 +193,12 @@ def encode_http(spec: ModelSpec, decoded: DecodedRequest, outputs: dict[str, np.
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
-            entry["data"] = arr.ravel().tolist()
+            entry["data"] = arr.ravel()  # flat, row-major; orjson writes numpy arrays natively
         out_entries.append(entry)
     response = {"model_name": spec.name, "model_version": "1", "outputs": out_entries, "parameters": parameters}
     if decoded.request_id:
         response["id"] = decoded.request_id
-    header = orjson.dumps(response)
+    header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if blobs:
         return header + b"".join(blobs), len(header)
     return header, None

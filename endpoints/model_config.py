@@ -40,9 +40,13 @@ class ModelSpec:
     parameters: dict[str, str] = field(default_factory=dict)
     directory: Path | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
+        object.__setattr__(self, "output_names", [t.name for t in self.outputs])
+
     def input(self, name: str) -> TensorSpec | None:
         """The input called `name`, or None."""
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
 
 
 def write_config(path: Path, spec: ModelSpec) -> None:

@@ -76,6 +76,21 @@ class _ThreadWaiter:
         self.event.set()
 
 
+class _LoopCallbackWaiter:
+    """Waits in line for a slot on behalf of a callback of the event loop (the batch drainer)."""
+
+    __slots__ = ("loop", "callback", "thread_id")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback) -> None:
+        self.loop, self.callback, self.thread_id = loop, callback, threading.get_ident()
+
+    def grant(self, pool: "SlotPool") -> None:
+        if threading.get_ident() == self.thread_id:
+            self.loop.call_soon(self.callback)
+        else:
+            self.loop.call_soon_threadsafe(self.callback)
+
+
 class SlotPool:
     """N slot tokens and a bounded FIFO of waiters; safe across the event loop and threads."""
 
@@ -85,12 +100,12 @@ class SlotPool:
         self._free = slots
         self._waiters: deque = deque()
 
-    def _enqueue_or_take(self, make_waiter):
+    def _enqueue_or_take(self, make_waiter, bounded: bool = True):
         with self._lock:
             if self._free > 0 and not self._waiters:
                 self._free -= 1
                 return None
-            if len(self._waiters) >= self.depth:
+            if bounded and len(self._waiters) >= self.depth:
                 raise queue_full(self.name, self.depth)
             waiter = make_waiter()
             self._waiters.append(waiter)
@@ -108,6 +123,11 @@ class SlotPool:
         if waiter is not None:
             waiter.event.wait()
 
+    def take_or_call_when_free(self, loop: asyncio.AbstractEventLoop, callback) -> bool:
+        """True when a slot was free and is now taken; else `callback` is called on `loop` once the slot is
+        granted to it, in FIFO order with every other waiter."""
+        return self._enqueue_or_take(lambda: _LoopCallbackWaiter(loop, callback), bounded=False) is None
+
     def release(self) -> None:
         """Give the slot to the oldest waiter, or back to the pool."""
         with self._lock:
@@ -121,29 +141,33 @@ class SlotPool:
         return len(self._waiters)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     inputs: dict[str, np.ndarray]
     timings: Timings
     future: Future
     enqueued_ns: int
+    rows: int
+    received_ns: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     inputs: dict[str, np.ndarray]
     timings: Timings
     future: asyncio.Future
     enqueued_ns: int
     rows: int
+    received_ns: int
 
 
 class ModelScheduler:
     """Queue + slots for one model, and the execution of a request that holds a slot.
 
-    With `max_batch` > 1 (dynamic batching, HTTP path), the requests that are waiting when a slot
-    frees up — at most `max_batch` rows — run as one batch, as Triton's dynamic batcher does with a
-    zero queue delay; each request's compute time is then its batch's.
+    With `max_batch` > 1 (dynamic batching), the requests waiting when a slot frees up — at most
+    `max_batch` rows — run as one execution, as Triton's dynamic batcher does with a zero queue delay;
+    each request's compute time is then its execution's. Inline models batch their HTTP requests (the
+    drainer is a callback of the event loop); slot-thread models batch every request they take.
     """
 
     def __init__(self, name: str, runner: Runner, slots: int, queue_depth: int, max_batch: int = 1) -> None:
@@ -161,25 +185,27 @@ class ModelScheduler:
         self._inline = slots == 1 and getattr(runner, "compute_only", False)
         self._jobs: queue.Queue = queue.Queue(maxsize=self.queue_depth)
         self._threads: list[threading.Thread] = []
-        if not self._inline:
-            self._threads = [threading.Thread(target=self._slot_loop, name=f"slot-{name}-{i}", daemon=True)
-                             for i in range(slots)]
-            for t in self._threads:
-                t.start()
         self._stall_until = 0.0
         self._accepting = True
         self.max_batch = max(1, max_batch)
         self._pending: deque[_Pending] = deque()
         self._draining = False
-
-    async def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1
-                          ) -> dict[str, np.ndarray]:
-        """Queue, execute and return outputs (HTTP, on the event loop)."""
-        self._check_accepting()
-        if self.max_batch > 1:
-            return await self._infer_batched(inputs, timings, rows)
         if not self._inline:
-            return await asyncio.wrap_future(self._submit(inputs, timings))
+            self._threads = [threading.Thread(target=self._slot_loop, name=f"slot-{name}-{i}", daemon=True)
+                             for i in range(slots)]
+            for t in self._threads:
+                t.start()
+
+    async def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
+                          received_ns: int | None = None) -> dict[str, np.ndarray]:
+        """Queue, execute and return outputs (HTTP, on the event loop); counts the success in the statistics.
+        `received_ns`: perf_counter_ns() when the request arrived (its success duration starts there)."""
+        self._check_accepting()
+        received = received_ns if received_ns is not None else time.perf_counter_ns()
+        if not self._inline:
+            return await asyncio.wrap_future(self._submit(inputs, timings, rows, received))
+        if self.max_batch > 1:
+            return await self._infer_batched(inputs, timings, rows, received)
         enqueued = time.perf_counter_ns()
         stats = self.statistics
         stats.in_flight += 1
@@ -192,53 +218,18 @@ class ModelScheduler:
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
-            return self._execute_granted(inputs, timings, enqueued)
+            return self._execute_granted(inputs, timings, enqueued, rows, received)
         finally:
             self._pool.release()
             stats.in_flight -= 1
 
-    def _submit(self, inputs, timings: Timings) -> Future:
-        """Queue a job for the slot threads, or refuse it at once when the queue is full."""
-        job = _Job(inputs, timings, Future(), time.perf_counter_ns())
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise queue_full(self.name, self.queue_depth) from None
-        self.statistics.in_flight += 1
-        return job.future
-
-    def _slot_loop(self) -> None:
-        free_since = time.perf_counter_ns()  # when this slot finished its previous job
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            pause = self._stall_until - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-                free_since = time.perf_counter_ns()
-            # A job's queueing ends when the slot is free for it: max(arrival, end of the previous job).
-            # The thread's wake-up after that (futex, a free core, the GIL) is execution overhead and is
-            # counted in compute, so queue + compute is exactly the time the request waited plus the time
-            # it held the slot.
-            granted = max(job.enqueued_ns, free_since)
-            job.timings.queue_ns = granted - job.enqueued_ns
-            try:
-                outputs = self._execute(job.inputs, job.timings, granted)
-            except InferenceError as exc:
-                free_since = time.perf_counter_ns()
-                self.statistics.in_flight -= 1
-                job.future.set_exception(exc)
-                continue
-            free_since = time.perf_counter_ns()
-            self.statistics.in_flight -= 1
-            job.future.set_result(outputs)
-
-    def infer_blocking(self, inputs: dict[str, np.ndarray], timings: Timings) -> dict[str, np.ndarray]:
-        """Queue, execute and return outputs on the calling thread (gRPC)."""
+    def infer_blocking(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
+                       received_ns: int | None = None) -> dict[str, np.ndarray]:
+        """Queue, execute and return outputs on the calling thread (gRPC); counts the success."""
         self._check_accepting()
+        received = received_ns if received_ns is not None else time.perf_counter_ns()
         if not self._inline:
-            return self._submit(inputs, timings).result()
+            return self._submit(inputs, timings, rows, received).result()
         enqueued = time.perf_counter_ns()
         stats = self.statistics
         stats.in_flight += 1
@@ -251,77 +242,156 @@ class ModelScheduler:
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            return self._execute_granted(inputs, timings, enqueued)
+            return self._execute_granted(inputs, timings, enqueued, rows, received)
         finally:
             self._pool.release()
             stats.in_flight -= 1
 
-    def _execute_granted(self, inputs, timings: Timings, enqueued: int) -> dict[str, np.ndarray]:
-        """Run a request that has just been granted its slot (inline mode)."""
+    def _execute_granted(self, inputs, timings: Timings, enqueued: int, rows: int, received: int
+                         ) -> dict[str, np.ndarray]:
+        """Run a request that has just been granted its slot (inline mode) and count it."""
         granted = time.perf_counter_ns()
         timings.queue_ns = granted - enqueued
-        return self._execute(inputs, timings, granted)
+        outputs = self._execute(inputs, timings, granted)
+        self.statistics.record_success(rows, time.perf_counter_ns() - received, timings.queue_ns,
+                                       timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns)
+        return outputs
 
-    async def _infer_batched(self, inputs, timings: Timings, rows: int) -> dict[str, np.ndarray]:
+    # -- slot threads ---------------------------------------------------------------------------------
+
+    def _submit(self, inputs, timings: Timings, rows: int, received: int) -> Future:
+        """Queue a job for the slot threads, or refuse it at once when the queue is full."""
+        job = _Job(inputs, timings, Future(), time.perf_counter_ns(), rows, received)
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise queue_full(self.name, self.queue_depth) from None
+        self.statistics.in_flight += 1
+        return job.future
+
+    def _take_batch(self, first: _Job, carry: list) -> tuple[list[_Job], bool]:
+        """`first` and the jobs already waiting, up to max_batch rows; (batch, stop requested). A job that
+        does not fit is carried over to the next batch."""
+        batch, rows = [first], first.rows
+        while rows < self.max_batch:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            if rows + job.rows > self.max_batch:
+                carry.append(job)
+                break
+            batch.append(job)
+            rows += job.rows
+        return batch, False
+
+    def _slot_loop(self) -> None:
+        free_since = time.perf_counter_ns()  # when this slot finished its previous execution
+        carry: list[_Job] = []
+        stop = False
+        while not stop:
+            first = carry.pop() if carry else self._jobs.get()
+            if first is None:
+                return
+            batch, stop = self._take_batch(first, carry) if self.max_batch > 1 else ([first], False)
+            pause = self._stall_until - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+                free_since = time.perf_counter_ns()
+            # A job's queueing ends when the slot is free for it: max(arrival, end of the previous job).
+            # The thread's wake-up after that (futex, a free core, the GIL) is execution overhead and is
+            # counted in compute, so queue + compute is exactly the time the request waited plus the time
+            # it held the slot.
+            granted = max(free_since, *(b.enqueued_ns for b in batch))
+            results = self._execute_batch(batch, granted)
+            free_since = time.perf_counter_ns()
+            for job, result in zip(batch, results):
+                self.statistics.in_flight -= 1
+                if isinstance(result, InferenceError):
+                    job.future.set_exception(result)
+                else:
+                    job.future.set_result(result)
+        for job in carry:  # stopping: a job taken but not run is refused like the queued ones
+            self.statistics.in_flight -= 1
+            job.future.set_exception(unavailable("server is shutting down"))
+
+    # -- dynamic batching on the event loop (inline models) --------------------------------------------
+
+    async def _infer_batched(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
         if len(self._pending) >= self.queue_depth:
             raise queue_full(self.name, self.queue_depth)
         loop = asyncio.get_running_loop()
-        item = _Pending(inputs, timings, loop.create_future(), time.perf_counter_ns(), rows)
+        item = _Pending(inputs, timings, loop.create_future(), time.perf_counter_ns(), rows, received)
         self._pending.append(item)
         self.statistics.in_flight += 1
         if not self._draining:
             self._draining = True
-            loop.create_task(self._drain())
+            loop.call_soon(self._drain, loop)  # after the requests that arrived with this one are queued too
         try:
             return await item.future
         finally:
             self.statistics.in_flight -= 1
 
-    async def _drain(self) -> None:
-        """Run what is pending, batch by batch, each batch holding one slot."""
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take the slot (or wait in line for it), then run the oldest pending batch."""
+        if self._pool.take_or_call_when_free(loop, lambda: self._run_pending(loop)):
+            self._run_pending(loop)
+
+    def _run_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Holding the slot: run one batch of what is pending, release, and line up again if more waits."""
+        pause = self._stall_until - time.monotonic()
+        if pause > 0:  # fault injection: the slot stays held through the stall
+            loop.call_later(pause, self._run_pending, loop)
+            return
         try:
-            while self._pending:
-                await self._pool.acquire_async()
-                try:
-                    batch, rows = [], 0
-                    while self._pending and (not batch or rows + self._pending[0].rows <= self.max_batch):
-                        item = self._pending.popleft()
-                        if not item.future.cancelled():
-                            batch.append(item)
-                            rows += item.rows
-                    if not batch:
-                        continue
-                    pause = self._stall_until - time.monotonic()
-                    if pause > 0:
-                        await asyncio.sleep(pause)
-                    self._run_batch(batch)
-                finally:
-                    self._pool.release()
+            batch, rows = [], 0
+            while self._pending and (not batch or rows + self._pending[0].rows <= self.max_batch):
+                item = self._pending.popleft()
+                if not item.future.done():  # a client that went away is skipped
+                    batch.append(item)
+                    rows += item.rows
+            if batch:
+                granted = time.perf_counter_ns()
+                for item, result in zip(batch, self._execute_batch(batch, granted)):
+                    if isinstance(result, InferenceError):
+                        item.future.set_exception(result)
+                    else:
+                        item.future.set_result(result)
         finally:
+            self._pool.release()
+        if self._pending:
+            self._drain(loop)
+        else:
             self._draining = False
 
-    def _run_batch(self, batch: list[_Pending]) -> None:
-        start = time.perf_counter_ns()
+    def _execute_batch(self, batch: list, granted: int) -> list:
+        """Run `batch` (jobs or pending items) as one execution that took its slot at `granted` (after every
+        request of the batch arrived); count it. Returns each request's outputs, or the InferenceError they
+        all failed with. Each request queued from its arrival to `granted`."""
         shared = Timings()
         try:
             if len(batch) == 1:
                 merged = batch[0].inputs
             else:
                 merged = {k: np.concatenate([b.inputs[k] for b in batch]) for k in batch[0].inputs}
-            outputs = self._execute(merged, shared)
+            outputs = self._execute(merged, shared, granted)
         except InferenceError as exc:
-            for b in batch:
-                b.future.set_exception(exc)
-            return
-        offset = 0
+            return [exc] * len(batch)
+        done = time.perf_counter_ns()
+        results, offset, per_request = [], 0, []
         for b in batch:
             t = b.timings
-            t.queue_ns = start - b.enqueued_ns
+            t.queue_ns = granted - b.enqueued_ns
             t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns = (
                 shared.compute_input_ns, shared.compute_infer_ns, shared.compute_output_ns)
-            part = outputs if len(batch) == 1 else {k: v[offset:offset + b.rows] for k, v in outputs.items()}
+            per_request.append((done - b.received_ns, t.queue_ns))
+            results.append(outputs if len(batch) == 1 else {k: v[offset:offset + b.rows] for k, v in outputs.items()})
             offset += b.rows
-            b.future.set_result(part)
+        self.statistics.record_execution(offset, per_request, shared.compute_input_ns, shared.compute_infer_ns,
+                                         shared.compute_output_ns)
+        return results
 
     def stall(self, seconds: float) -> None:
         """Fault injection: requests that get a slot in the next `seconds` wait until then (others queue)."""

@@ -26,7 +26,7 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
     """Serve until SIGINT/SIGTERM; returns the process exit code."""
     server = InferenceServer(options)
     grpc_server = start_grpc_server(server, host, grpc_port) if grpc_port else None
-    config = uvicorn.Config(build_app(server), host=host, port=http_port, loop="uvloop", http="httptools",
+    config = uvicorn.Config(build_app(server), host=host, port=http_port, loop="uvloop", http="httptools", interface="asgi3",
                             access_log=False, log_level="warning", lifespan="off", backlog=4096,
                             timeout_keep_alive=30, proxy_headers=False, server_header=False)
     http_server = uvicorn.Server(config)

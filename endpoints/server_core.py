@@ -124,12 +124,6 @@ class InferenceServer:
             reason = {400: "invalid_argument", 503: "unavailable"}.get(error.http_status, "other")
             scheduler.statistics.record_failure(clock.elapsed_ns(), reason)
 
-    def record_success(self, name: str, batch_size: int, clock: RequestClock, timings: Timings) -> None:
-        """Count an executed request in the model's statistics."""
-        self.schedulers[name].statistics.record_success(
-            batch_size, clock.elapsed_ns(), timings.queue_ns, timings.compute_input_ns, timings.compute_infer_ns,
-            timings.compute_output_ns)
-
     def model_metadata(self, name: str) -> dict:
         """KServe v2 model metadata."""
         spec = self.spec(name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 
 STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
@@ -32,27 +33,37 @@ class ModelStatistics:
 
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
                        output_ns: int) -> None:
-        """One executed request and its stage durations."""
+        """One request executed on its own (one execution of `batch_size` rows) and its stage durations."""
+        self.record_execution(batch_size, ((total_ns, queue_ns),), input_ns, infer_ns, output_ns)
+
+    def record_execution(self, rows: int, requests: Iterable[tuple[int, int]], input_ns: int, infer_ns: int,
+                         output_ns: int) -> None:
+        """One execution of `rows` rows that answered `requests` ((total ns, queue ns) each), as Triton counts
+        it: every request is a success with the execution's compute durations; the execution is one entry of
+        its batch size in batch_stats."""
         with self._lock:
             c, n = self._counts, self._ns
-            c[_SUCCESS] += 1
-            c[_QUEUE] += 1
-            c[_INPUT] += 1
-            c[_INFER] += 1
-            c[_OUTPUT] += 1
-            n[_SUCCESS] += total_ns
-            n[_QUEUE] += queue_ns
-            n[_INPUT] += input_ns
-            n[_INFER] += infer_ns
-            n[_OUTPUT] += output_ns
-            b = self._batches.get(batch_size)
+            k = 0
+            for total_ns, queue_ns in requests:
+                n[_SUCCESS] += total_ns
+                n[_QUEUE] += queue_ns
+                k += 1
+            c[_SUCCESS] += k
+            c[_QUEUE] += k
+            c[_INPUT] += k
+            c[_INFER] += k
+            c[_OUTPUT] += k
+            n[_INPUT] += k * input_ns
+            n[_INFER] += k * infer_ns
+            n[_OUTPUT] += k * output_ns
+            b = self._batches.get(rows)
             if b is None:
-                b = self._batches[batch_size] = [0, 0, 0, 0]
+                b = self._batches[rows] = [0, 0, 0, 0]
             b[0] += 1
             b[1] += input_ns
             b[2] += infer_ns
             b[3] += output_ns
-            self.inference_count += batch_size
+            self.inference_count += rows
             self.execution_count += 1
             self.last_inference_ns = time.time_ns()
 
