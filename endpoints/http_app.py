@@ -17,10 +17,11 @@ from endpoints.errors import InferenceError
 from endpoints.kserve_codec import decode_http, encode_http
 from endpoints.scheduler import Timings
 from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
-    server_timing_header, timing_parameters
+    server_timing_value, timing_parameters
 from endpoints.trace_context import parse_traceparent
 
 _JSON = "application/json"
+_JSON_BYTES, _BINARY = b"application/json", b"application/octet-stream"
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 
 
@@ -61,7 +62,7 @@ class InferRoute:
             chunk = message.get("body", b"")
 
     async def __call__(self, scope, receive, send, name: str, version: str | None) -> None:
-        clock = RequestClock.start()
+        clock = RequestClock()
         traceparent = declared = header_len = None
         for key, value in scope["headers"]:
             if key == b"content-length":
@@ -71,9 +72,8 @@ class InferRoute:
             elif key == b"inference-header-content-length":
                 header_len = value
         ids = parse_traceparent(traceparent.decode("latin-1")) if traceparent else None
-        out_headers = [(b"traceparent", traceparent)] if ids else []
         if scope["method"] != "POST":
-            await _send(send, 405, b'{"error":"infer takes POST"}', out_headers)
+            await _send(send, 405, b'{"error":"infer takes POST"}', _echo(traceparent, ids))
             return
         server = self.server
         try:
@@ -81,7 +81,7 @@ class InferRoute:
             if version is not None:
                 server.check_version(name, version)
             scheduler = server.schedulers[name]
-            scheduler.statistics.count_request("http")
+            scheduler.statistics.requests["http"] += 1
             body = await self._read_body(receive, declared)
             if body is None:
                 return
@@ -92,14 +92,21 @@ class InferRoute:
             payload, json_len = encode_http(spec, decoded, outputs, params)
         except InferenceError as exc:
             server.record_failure(name, clock, exc)
-            await _send(send, exc.http_status, orjson.dumps({"error": exc.message}), out_headers)
+            await _send(send, exc.http_status, orjson.dumps({"error": exc.message}), _echo(traceparent, ids))
             return
-        out_headers.append((b"server-timing", server_timing_header(params).encode()))
+        headers = [(b"content-type", _JSON_BYTES if json_len is None else _BINARY),
+                   (b"content-length", b"%d" % len(payload)), (b"server-timing", server_timing_value(params))]
+        if ids:
+            headers.append((b"traceparent", traceparent))
         if json_len is not None:
-            out_headers.append((b"inference-header-content-length", str(json_len).encode()))
-            await _send(send, 200, payload, out_headers, b"application/octet-stream")
-        else:
-            await _send(send, 200, payload, out_headers)
+            headers.append((b"inference-header-content-length", b"%d" % json_len))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _echo(traceparent: bytes | None, ids) -> list:
+    """The traceparent header to echo: only a valid one."""
+    return [(b"traceparent", traceparent)] if ids else []
 
 
 async def _send(send, status: int, payload: bytes, headers: list, content_type: bytes = b"application/json") -> None:

@@ -83,10 +83,11 @@ def _array_from_json_data(name: str, datatype: str, shape: tuple[int, ...], data
         arr = np.array(data, dtype=NUMPY_DTYPES[datatype])
     except (ValueError, TypeError, OverflowError) as exc:
         raise _bad(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
-    count = _element_count(shape)
-    if arr.size != count:
-        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs {count}")
-    return arr.reshape(shape)
+    try:
+        return arr.reshape(shape)  # row-major, flat or nested: only the element count must agree
+    except ValueError:
+        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs "
+                   f"{_element_count(shape)}") from None
 
 
 def _array_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> np.ndarray:
@@ -187,7 +188,7 @@ def encode_http(spec: ModelSpec, decoded: DecodedRequest, outputs: dict[str, np.
     blobs = []
     for name in decoded.requested_outputs:
         arr = outputs[name]
-        entry = {"name": name, "datatype": V2_DATATYPE[arr.dtype], "shape": list(arr.shape)}
+        entry = {"name": name, "datatype": V2_DATATYPE[arr.dtype], "shape": arr.shape}
         if name in decoded.binary_outputs:
             raw = arr.tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}

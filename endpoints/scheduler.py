@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -196,16 +197,20 @@ class ModelScheduler:
             for t in self._threads:
                 t.start()
 
-    async def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
-                          received_ns: int | None = None) -> dict[str, np.ndarray]:
-        """Queue, execute and return outputs (HTTP, on the event loop); counts the success in the statistics.
-        `received_ns`: perf_counter_ns() when the request arrived (its success duration starts there)."""
+    def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
+                    received_ns: int | None = None) -> Awaitable[dict[str, np.ndarray]]:
+        """Queue and execute on the event loop (HTTP); await the result for the outputs. The success is counted
+        in the statistics. `received_ns`: perf_counter_ns() when the request arrived (its success duration
+        starts there). Refusals (queue full, shutting down) raise at once, before anything is awaited."""
         self._check_accepting()
         received = received_ns if received_ns is not None else time.perf_counter_ns()
         if not self._inline:
-            return await asyncio.wrap_future(self._submit(inputs, timings, rows, received))
+            return asyncio.wrap_future(self._submit(inputs, timings, rows, received))
         if self.max_batch > 1:
-            return await self._infer_batched(inputs, timings, rows, received)
+            return self._enqueue_batched(inputs, timings, rows, received)
+        return self._infer_inline_async(inputs, timings, rows, received)
+
+    async def _infer_inline_async(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
         enqueued = time.perf_counter_ns()
         stats = self.statistics
         stats.in_flight += 1
@@ -319,20 +324,18 @@ class ModelScheduler:
 
     # -- dynamic batching on the event loop (inline models) --------------------------------------------
 
-    async def _infer_batched(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
+    def _enqueue_batched(self, inputs, timings: Timings, rows: int, received: int) -> asyncio.Future:
+        """Line the request up for the next batch; the future resolves to its rows of the outputs."""
         if len(self._pending) >= self.queue_depth:
             raise queue_full(self.name, self.queue_depth)
         loop = asyncio.get_running_loop()
-        item = _Pending(inputs, timings, loop.create_future(), time.perf_counter_ns(), rows, received)
-        self._pending.append(item)
+        future = loop.create_future()
+        self._pending.append(_Pending(inputs, timings, future, time.perf_counter_ns(), rows, received))
         self.statistics.in_flight += 1
         if not self._draining:
             self._draining = True
             loop.call_soon(self._drain, loop)  # after the requests that arrived with this one are queued too
-        try:
-            return await item.future
-        finally:
-            self.statistics.in_flight -= 1
+        return future
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """Take the slot (or wait in line for it), then run the oldest pending batch."""
@@ -346,15 +349,18 @@ class ModelScheduler:
             loop.call_later(pause, self._run_pending, loop)
             return
         try:
-            batch, rows = [], 0
-            while self._pending and (not batch or rows + self._pending[0].rows <= self.max_batch):
-                item = self._pending.popleft()
-                if not item.future.done():  # a client that went away is skipped
+            batch, rows, pending, stats = [], 0, self._pending, self.statistics
+            while pending and (not batch or rows + pending[0].rows <= self.max_batch):
+                item = pending.popleft()
+                if item.future.done():  # a client that went away is skipped
+                    stats.in_flight -= 1
+                else:
                     batch.append(item)
                     rows += item.rows
             if batch:
                 granted = time.perf_counter_ns()
                 for item, result in zip(batch, self._execute_batch(batch, granted)):
+                    stats.in_flight -= 1
                     if isinstance(result, InferenceError):
                         item.future.set_exception(result)
                     else:

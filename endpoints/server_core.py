@@ -47,16 +47,19 @@ def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelS
     return specs
 
 
-@dataclass
 class RequestClock:
     """The server's receive instant of one request; send time derives from the same monotonic clock."""
 
-    receive_wall_ns: int
-    receive_mono_ns: int
+    __slots__ = ("receive_wall_ns", "receive_mono_ns")
+
+    def __init__(self, receive_wall_ns: int | None = None, receive_mono_ns: int | None = None) -> None:
+        self.receive_wall_ns = time.time_ns() if receive_wall_ns is None else receive_wall_ns
+        self.receive_mono_ns = time.perf_counter_ns() if receive_mono_ns is None else receive_mono_ns
 
     @classmethod
     def start(cls) -> "RequestClock":
-        return cls(time.time_ns(), time.perf_counter_ns())
+        """The clock of a request received now."""
+        return cls()
 
     def elapsed_ns(self) -> int:
         return time.perf_counter_ns() - self.receive_mono_ns
@@ -64,10 +67,10 @@ class RequestClock:
 
 def timing_parameters(clock: RequestClock, timings: Timings, trace_id: str | None) -> dict:
     """Server-side timing for the response: queue, compute, receive and send epoch ns, trace ID."""
-    send_wall_ns = clock.receive_wall_ns + clock.elapsed_ns()
+    send_wall_ns = clock.receive_wall_ns + time.perf_counter_ns() - clock.receive_mono_ns
     params = {
         "queue_ns": timings.queue_ns,
-        "compute_ns": timings.compute_ns,
+        "compute_ns": timings.compute_input_ns + timings.compute_infer_ns + timings.compute_output_ns,
         "compute_input_ns": timings.compute_input_ns,
         "compute_infer_ns": timings.compute_infer_ns,
         "compute_output_ns": timings.compute_output_ns,
@@ -79,12 +82,16 @@ def timing_parameters(clock: RequestClock, timings: Timings, trace_id: str | Non
     return params
 
 
+def server_timing_value(params: dict) -> bytes:
+    """A `Server-Timing` header value (durations in ms; epoch stamps as descriptions), as bytes."""
+    receive, send = params["server_receive_ns"], params["server_send_ns"]
+    return b'queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f, recv;desc="%d", send;desc="%d"' % (
+        params["queue_ns"] / 1e6, params["compute_ns"] / 1e6, (send - receive) / 1e6, receive, send)
+
+
 def server_timing_header(params: dict) -> str:
-    """A `Server-Timing` header value (durations in ms; epoch stamps as descriptions)."""
-    total_ms = (params["server_send_ns"] - params["server_receive_ns"]) / 1e6
-    return (f"queue;dur={params['queue_ns'] / 1e6:.3f}, compute;dur={params['compute_ns'] / 1e6:.3f}, "
-            f"total;dur={total_ms:.3f}, recv;desc=\"{params['server_receive_ns']}\", "
-            f"send;desc=\"{params['server_send_ns']}\"")
+    """server_timing_value as text (gRPC trailing metadata)."""
+    return server_timing_value(params).decode()
 
 
 class InferenceServer:
