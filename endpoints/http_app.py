@@ -200,12 +200,21 @@ def build_app(server: InferenceServer):
     starlette_app = Starlette(routes=routes)
     infer = InferRoute(server)
 
+    infer_paths: dict[str, tuple[str, str | None]] = {}  # path → (model, version), for the models served
+
     def app(scope, receive, send):
         """ASGI 3: returns the handler's coroutine (one frame less on every resume of the hot path)."""
-        if scope["type"] == "http" and scope["path"].endswith("/infer"):
-            match = _INFER_PATH.match(scope["path"])
-            if match:
-                return infer(scope, receive, send, match.group(1), match.group(2))
+        if scope["type"] == "http":
+            path = scope["path"]
+            target = infer_paths.get(path)
+            if target is None and path.endswith("/infer"):
+                match = _INFER_PATH.match(path)
+                if match:
+                    target = (match.group(1), match.group(2))
+                    if target[0] in server.specs and len(infer_paths) < 4096:
+                        infer_paths[path] = target
+            if target is not None:
+                return infer(scope, receive, send, *target)
         return starlette_app(scope, receive, send)
 
     return app
