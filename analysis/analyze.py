@@ -17,7 +17,7 @@ from analysis.slo import evaluate_slos, overall_verdict
 from analysis.cold_start import cold_start_table
 from analysis.outages import outage_windows
 from analysis.variants import variant_decision
-from analysis.triton_stats import endpoint_stat_deltas, stats_timeline
+from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 
 SUMMARY_VERSION = 1
 
@@ -61,7 +61,8 @@ def analyze_run(run_dir: Path) -> Analysis:
     legs = decompose(df)
     slots = (profile.get("embedded") or {}).get("slots") or {}
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
-    queueing = queueing_table(measured, slots, synthetic)
+    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
+    queueing = queueing_table(measured, slots, synthetic, requests_per_execution(stat_rows))
     verdicts = evaluate_slos(measured, profile.get("slos") or [])
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
@@ -91,7 +92,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "queueing": queueing, "arrivals": arrival_checks(df),
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
-        "endpoint_statistics": _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df),
+        "endpoint_statistics": stat_rows,
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": outage_windows(df),

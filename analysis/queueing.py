@@ -26,11 +26,14 @@ def mm1(lam: float, mean_service_s: float) -> dict:
             "p99_sojourn_s": math.log(100) / (mu - lam)}
 
 
-def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str]) -> list[dict]:
+def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
+                   requests_per_execution: dict[str, float] | None = None) -> list[dict]:
     """Per endpoint: λ, throughput, L measured vs λ·W (server side), utilization, queue delay, M/M/1.
 
     The server side is the system: a request is in it from server receive to server send (the server's
     clock). The window is the central part of the run, so that requests cut off at the edges don't bias L.
+    `requests_per_execution` (endpoint → from the server's statistics): with dynamic batching every request
+    of a batch reports the batch's compute, so the slots are busy λ·S / (requests per execution).
     """
     rows = []
     d = df[(df["status"] == "ok") & (df["server_receive_ns"] > 0)]
@@ -48,16 +51,18 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         L = time_average_in_system(g["server_receive_ns"].to_numpy(), g["server_send_ns"].to_numpy(), w0, w1)
         S = float(inside["server_compute_ns"].mean() / 1e9)
         n_slots = slots.get(model, 1)
-        rho = lam * S / n_slots
+        batch = (requests_per_execution or {}).get(endpoint) or 1.0
+        rho = lam * S / (n_slots * batch)
         wq = float(inside["server_queue_ns"].mean() / 1e9)
         row = {"endpoint": endpoint, "model": model, "slots": n_slots, "arrival_rate": lam,
                "throughput": float(((g["server_send_ns"] >= w0) & (g["server_send_ns"] < w1)).sum() / T),
                "L_measured": L, "lambda_W": lam * W, "littles_gap": (L - lam * W) / (lam * W) if lam * W else None,
-               "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "utilization": rho,
+               "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "requests_per_execution": batch,
+               "utilization": rho,
                "utilization_flag": rho > UTILIZATION_FLAG, "mean_queue_ms": wq * 1e3,
                "p99_queue_ms": float(np.percentile(inside["server_queue_ns"], 99) / 1e6)}
         # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
-        if model in synthetic_models:
+        if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
             lam_model = len(d[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1)]) / T
             pred = mm1(lam_model, S)
             row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,

@@ -75,6 +75,17 @@ def endpoint_stat_deltas(stats: dict[str, dict[str, dict]], models: dict[str, st
     return rows
 
 
+def requests_per_execution(stat_rows: list[dict]) -> dict[str, float]:
+    """Endpoint → requests per execution of its model on its server (1 without dynamic batching, whatever
+    each request's own batch size)."""
+    out = {}
+    for row in stat_rows:
+        if row.get("execution_count") and row.get("success"):
+            for endpoint in row["endpoints"]:
+                out[endpoint] = max(1.0, row["success"] / row["execution_count"])
+    return out
+
+
 def stats_timeline(timeline: list[dict], model: str) -> list[dict]:
     """Interval rows from consecutive periodic snapshots: requests/s, failures and mean queue / compute."""
     points = [(s["t_ns"], _index(s).get(model)) for s in timeline]

@@ -7,7 +7,7 @@ import pandas as pd
 
 from analysis.decision import decide
 from analysis.stats import percentile_ci
-from analysis.triton_stats import endpoint_stat_deltas
+from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -43,8 +43,8 @@ def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def variant_row(name: str, g: pd.DataFrame, profile: dict, data,
-                stats_compute_ms: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
+def variant_row(name: str, g: pd.DataFrame, profile: dict, data, stats_compute_ms: dict[str, float] | None = None,
+                per_execution: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
     """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
     endpoint = next(e for e in profile["endpoints"] if e["name"] == name)
     measured = g[g["phase"] > 0]
@@ -59,13 +59,17 @@ def variant_row(name: str, g: pd.DataFrame, profile: dict, data,
         row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]
-    row["mean_compute_ms"] = float(compute.mean() / 1e6) if len(compute) else (stats_compute_ms or {}).get(name)
+    from_responses = len(compute) > 0
+    row["mean_compute_ms"] = float(compute.mean() / 1e6) if from_responses else (stats_compute_ms or {}).get(name)
     override = ((profile.get("decision") or {}).get("capacity_rps") or {}).get(name)
     if override:
         row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
     elif row["mean_compute_ms"]:
-        row["capacity_rps"] = _slots(profile, endpoint) * 1000 / row["mean_compute_ms"]
-        row["capacity_source"] = "estimate: slots / mean compute"
+        # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
+        batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
+        row["capacity_rps"] = _slots(profile, endpoint) * batch * 1000 / row["mean_compute_ms"]
+        row["capacity_source"] = "estimate: slots / mean compute" + (
+            f" × {batch:.1f} requests per execution" if batch > 1.0 else "")
     else:
         row["capacity_rps"], row["capacity_source"] = None, None
     row["memory_mb"] = _peak_rss_mb(data.metrics_timelines.get(name, []))
@@ -85,12 +89,13 @@ def variant_decision(df: pd.DataFrame, profile: dict, data) -> dict | None:
         return None
     baseline = spec.get("baseline")
     names = spec.get("variants") or [e["name"] for e in profile["endpoints"] if e["name"] != baseline]
-    stats_compute = server_compute_ms(endpoint_stat_deltas(
-        data.endpoint_stats, {e["name"]: e["model"] for e in profile["endpoints"]}))
+    stat_rows = endpoint_stat_deltas(data.endpoint_stats, {e["name"]: e["model"] for e in profile["endpoints"]})
+    stats_compute = server_compute_ms(stat_rows)
+    per_execution = requests_per_execution(stat_rows)
     rows, latencies, correctness = [], {}, {}
     for name in names:
         g = df[df["endpoint"] == name]
-        row, lat = variant_row(name, g, profile, data, stats_compute)
+        row, lat = variant_row(name, g, profile, data, stats_compute, per_execution)
         rows.append(row)
         latencies[name] = lat
         answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])

@@ -205,3 +205,32 @@ def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
     assert first["errors"] == {"connection/c": 7, "http_error/c": 6} and first["recovered"]
     assert last["end_s"] is None and not last["recovered"] and last["failed"] == 6
     assert outage_windows(_requests(["ok"] * 50)) == []
+
+
+def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    receive = np.cumsum(rng.exponential(1e9 / rate, int(rate * seconds))).astype(np.int64) + 10**18
+    compute = np.full(len(receive), int(compute_ms * 1e6))
+    return pd.DataFrame({"endpoint": "e", "model": "m", "status": "ok", "server_receive_ns": receive,
+                         "server_send_ns": receive + compute + 50_000, "server_compute_ns": compute,
+                         "server_queue_ns": 10_000})
+
+
+def test_utilization_counts_a_batch_execution_once():
+    """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
+    at 4 requests per execution the slot is busy only a fifth of the time."""
+    from analysis.queueing import queueing_table
+    from analysis.triton_stats import requests_per_execution
+
+    df = _server_side(400, 20, 2.0)
+    unbatched = queueing_table(df, {}, set())[0]
+    assert unbatched["utilization"] == pytest.approx(0.8, rel=0.05) and unbatched["requests_per_execution"] == 1
+    per_exec = requests_per_execution([{"endpoints": ["e"], "success": 8000, "execution_count": 2000}])
+    batched = queueing_table(df, {}, set(), per_exec)[0]
+    assert per_exec == {"e": 4.0}
+    assert batched["utilization"] == pytest.approx(unbatched["utilization"] / 4)
+    # requests of 128 samples each, one execution per request: no correction
+    assert requests_per_execution([{"endpoints": ["e"], "success": 50, "execution_count": 50,
+                                    "inference_count": 6400}]) == {"e": 1.0}
