@@ -1,4 +1,5 @@
-"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, and M/M/1 checks."""
+"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, and M/M/1 and M/G/1
+(Pollaczek–Khinchine) checks."""
 from __future__ import annotations
 
 import math
@@ -24,6 +25,13 @@ def mm1(lam: float, mean_service_s: float) -> dict:
         return {"rho": rho, "mean_wait_s": math.inf, "mean_sojourn_s": math.inf, "p99_sojourn_s": math.inf}
     return {"rho": rho, "mean_wait_s": rho / (mu - lam), "mean_sojourn_s": 1 / (mu - lam),
             "p99_sojourn_s": math.log(100) / (mu - lam)}
+
+
+def mg1_mean_wait(lam: float, mean_service_s: float, service_second_moment_s2: float) -> float:
+    """Pollaczek–Khinchine mean wait in queue of an M/G/1 FIFO queue: λ·E[S²] / (2(1 − ρ)) (seconds). It is
+    M/M/1's ρ/(μ − λ) when S is exponential (E[S²] = 2/μ²); a service time noisier than exponential waits longer."""
+    rho = lam * mean_service_s
+    return math.inf if rho >= 1 else lam * service_second_moment_s2 / (2 * (1 - rho))
 
 
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
@@ -65,11 +73,18 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
             lam_model = len(d[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1)]) / T
             pred = mm1(lam_model, S)
+            service_s = inside["server_compute_ns"].to_numpy(dtype=float) / 1e9
+            second_moment = float(np.mean(service_s ** 2))
+            pk_wait = mg1_mean_wait(lam_model, S, second_moment)
             row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
                           "p99_sojourn_ms": pred["p99_sojourn_s"] * 1e3,
                           "measured_mean_wait_ms": wq * 1e3,
                           "measured_p99_sojourn_ms": float(np.percentile(residence, 99) * 1e3),
                           "mean_wait_rel_error": (wq - pred["mean_wait_s"]) / pred["mean_wait_s"]
-                          if pred["mean_wait_s"] not in (0, math.inf) else None}
+                          if pred["mean_wait_s"] not in (0, math.inf) else None,
+                          # how exponential the measured service is (1 for Exp), and the M/G/1 wait it implies
+                          "service_cv2": second_moment / S ** 2 - 1 if S else None,
+                          "pk_mean_wait_ms": pk_wait * 1e3,
+                          "pk_rel_error": (wq - pk_wait) / pk_wait if pk_wait not in (0, math.inf) else None}
         rows.append(row)
     return rows

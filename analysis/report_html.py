@@ -209,6 +209,7 @@ def render(analysis: Analysis) -> str:
                                  ("lambda_W", "λ·W"), ("littles_gap", "Little gap"), ("mean_service_ms", "S ms"),
                                  ("utilization", "ρ"), ("flag", ""), ("mean_queue_ms", "Wq ms"),
                                  ("p99_queue_ms", "queue p99 ms"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"),
+                                 ("mm1_service_cv2", "service CV²"), ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"),
                                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"),
                                  ("mm1_measured_p99_sojourn_ms", "measured p99 ms")],
                         left={"endpoint", "model"}, css={"flag": lambda r: "flag"}))

@@ -301,6 +301,11 @@ class ModelScheduler:
             if first is None:
                 return
             batch, stop = self._take_batch(first, carry) if self.max_batch > 1 else ([first], False)
+            live = [job for job in batch if job.future.set_running_or_notify_cancel()]  # a running one stays
+            self.statistics.in_flight -= len(batch) - len(live)  # the caller went away: skip it
+            if not live:
+                continue
+            batch = live
             pause = self._stall_until - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
@@ -310,8 +315,7 @@ class ModelScheduler:
             # counted in compute, so queue + compute is exactly the time the request waited plus the time
             # it held the slot.
             granted = max(free_since, *(b.enqueued_ns for b in batch))
-            results = self._execute_batch(batch, granted)
-            free_since = time.perf_counter_ns()
+            results, free_since = self._execute_batch(batch, granted)
             for job, result in zip(batch, results):
                 self.statistics.in_flight -= 1
                 if isinstance(result, InferenceError):
@@ -320,7 +324,8 @@ class ModelScheduler:
                     job.future.set_result(result)
         for job in carry:  # stopping: a job taken but not run is refused like the queued ones
             self.statistics.in_flight -= 1
-            job.future.set_exception(unavailable("server is shutting down"))
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(unavailable("server is shutting down"))
 
     # -- dynamic batching on the event loop (inline models) --------------------------------------------
 
@@ -362,7 +367,7 @@ class ModelScheduler:
                     rows += item.rows
             if batch:
                 granted = time.perf_counter_ns()
-                for item, result in zip(batch, self._execute_batch(batch, granted)):
+                for item, result in zip(batch, self._execute_batch(batch, granted)[0]):
                     stats.in_flight -= 1
                     if isinstance(result, InferenceError):
                         item.future.set_exception(result)
@@ -375,10 +380,12 @@ class ModelScheduler:
         else:
             self._draining = False
 
-    def _execute_batch(self, batch: list, granted: int) -> list:
+    def _execute_batch(self, batch: list, granted: int) -> tuple[list, int]:
         """Run `batch` (jobs or pending items) as one execution that took its slot at `granted` (after every
-        request of the batch arrived); count it. Returns each request's outputs, or the InferenceError they
-        all failed with. Each request queued from its arrival to `granted`."""
+        request of the batch arrived); count it. Returns (each request's outputs or the InferenceError they
+        all failed with, the instant the execution ended). Each request queued from its arrival to `granted`.
+        What the slot thread does after the end (this bookkeeping, delivering results, taking the next job)
+        counts in the next job's compute, as a thread's wake-up does: a slot's busy time is all accounted."""
         shared = Timings()
         try:
             if len(batch) == 1:
@@ -387,8 +394,8 @@ class ModelScheduler:
                 merged = {k: np.concatenate([b.inputs[k] for b in batch]) for k in batch[0].inputs}
             outputs = self._execute(merged, shared, granted)
         except InferenceError as exc:
-            return [exc] * len(batch)
-        done = time.perf_counter_ns()
+            return [exc] * len(batch), time.perf_counter_ns()
+        done = granted + shared.compute_ns
         results, offset, per_request = [], 0, []
         for b in batch:
             t = b.timings
@@ -400,7 +407,7 @@ class ModelScheduler:
             offset += b.rows
         self.statistics.record_execution(offset, per_request, shared.compute_input_ns, shared.compute_infer_ns,
                                          shared.compute_output_ns)
-        return results
+        return results, done
 
     def stall(self, seconds: float) -> None:
         """Fault injection: requests that get a slot in the next `seconds` wait until then (others queue)."""

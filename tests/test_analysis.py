@@ -234,3 +234,12 @@ def test_utilization_counts_a_batch_execution_once():
     # requests of 128 samples each, one execution per request: no correction
     assert requests_per_execution([{"endpoints": ["e"], "success": 50, "execution_count": 50,
                                     "inference_count": 6400}]) == {"e": 1.0}
+
+
+def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_deterministic():
+    from analysis.queueing import mg1_mean_wait, mm1
+
+    lam, s = 800.0, 0.001
+    assert mg1_mean_wait(lam, s, 2 * s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"])
+    assert mg1_mean_wait(lam, s, s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"] / 2)  # M/D/1
+    assert mg1_mean_wait(1000.0, s, 2 * s ** 2) == float("inf")
