@@ -375,8 +375,8 @@ class ModelScheduler:
                         item.future.set_result(result)
         finally:
             self._pool.release()
-        if self._pending:
-            self._drain(loop)
+        if self._pending:  # the next batch lines up again (a callback, not a recursion: the backlog may be long)
+            loop.call_soon(self._drain, loop)
         else:
             self._draining = False
 
@@ -386,6 +386,9 @@ class ModelScheduler:
         all failed with, the instant the execution ended). Each request queued from its arrival to `granted`.
         What the slot thread does after the end (this bookkeeping, delivering results, taking the next job)
         counts in the next job's compute, as a thread's wake-up does: a slot's busy time is all accounted."""
+        if len(batch) > 1 and any(b.inputs[k].shape[1:] != batch[0].inputs[k].shape[1:]
+                                  for b in batch[1:] for k in batch[0].inputs):
+            return self._execute_one_by_one(batch, granted)  # variable dimensions that don't stack
         shared = Timings()
         try:
             if len(batch) == 1:
@@ -408,6 +411,14 @@ class ModelScheduler:
         self.statistics.record_execution(offset, per_request, shared.compute_input_ns, shared.compute_infer_ns,
                                          shared.compute_output_ns)
         return results, done
+
+    def _execute_one_by_one(self, batch: list, granted: int) -> tuple[list, int]:
+        """Run each request of `batch` as its own execution, in order, holding the slot throughout."""
+        results, start = [], granted
+        for b in batch:
+            (result,), start = self._execute_batch([b], start)
+            results.append(result)
+        return results, start
 
     def stall(self, seconds: float) -> None:
         """Fault injection: requests that get a slot in the next `seconds` wait until then (others queue)."""
