@@ -96,7 +96,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": outage_windows(df),
-        "decision": variant_decision(df, profile, data),
+        "decision": variant_decision(df, profile, data, stat_rows),
         "cold_start": cold_start_table(df, data.cold_starts, (profile.get("cold_start") or {}).get("first_k", 20)),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},

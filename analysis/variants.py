@@ -7,7 +7,7 @@ import pandas as pd
 
 from analysis.decision import decide
 from analysis.stats import percentile_ci
-from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution
+from analysis.triton_stats import requests_per_execution
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -82,14 +82,14 @@ def variant_row(name: str, g: pd.DataFrame, profile: dict, data, stats_compute_m
     return row, lat
 
 
-def variant_decision(df: pd.DataFrame, profile: dict, data) -> dict | None:
-    """The decision section of summary.json, or None when the profile asks for none."""
+def variant_decision(df: pd.DataFrame, profile: dict, data, stat_rows: list[dict]) -> dict | None:
+    """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
+    run's server statistics deltas (analysis.triton_stats.endpoint_stat_deltas)."""
     spec = profile.get("decision")
     if not spec:
         return None
     baseline = spec.get("baseline")
     names = spec.get("variants") or [e["name"] for e in profile["endpoints"] if e["name"] != baseline]
-    stat_rows = endpoint_stat_deltas(data.endpoint_stats, {e["name"]: e["model"] for e in profile["endpoints"]})
     stats_compute = server_compute_ms(stat_rows)
     per_execution = requests_per_execution(stat_rows)
     rows, latencies, correctness = [], {}, {}

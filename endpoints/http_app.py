@@ -81,7 +81,7 @@ class InferRoute:
             if version is not None:
                 server.check_version(name, version)
             scheduler = server.schedulers[name]
-            scheduler.statistics.requests["http"] += 1
+            scheduler.statistics.count_request("http")
             body = await self._read_body(receive, declared)
             if body is None:
                 return

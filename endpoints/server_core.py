@@ -70,7 +70,7 @@ def timing_parameters(clock: RequestClock, timings: Timings, trace_id: str | Non
     send_wall_ns = clock.receive_wall_ns + time.perf_counter_ns() - clock.receive_mono_ns
     params = {
         "queue_ns": timings.queue_ns,
-        "compute_ns": timings.compute_input_ns + timings.compute_infer_ns + timings.compute_output_ns,
+        "compute_ns": timings.compute_ns,
         "compute_input_ns": timings.compute_input_ns,
         "compute_infer_ns": timings.compute_infer_ns,
         "compute_output_ns": timings.compute_output_ns,
