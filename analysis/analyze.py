@@ -85,6 +85,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id"), "profile": profile.get("name"), "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
+        "warnings": manifest.get("warnings", []),
         "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,

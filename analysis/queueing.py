@@ -1,5 +1,5 @@
-"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, and M/M/1 and M/G/1
-(Pollaczek–Khinchine) checks."""
+"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, the arrival process as
+the server saw it, and M/M/1, M/G/1 (Pollaczek–Khinchine) and G/G/1 (Allen–Cunneen) checks."""
 from __future__ import annotations
 
 import math
@@ -32,6 +32,21 @@ def mg1_mean_wait(lam: float, mean_service_s: float, service_second_moment_s2: f
     M/M/1's ρ/(μ − λ) when S is exponential (E[S²] = 2/μ²); a service time noisier than exponential waits longer."""
     rho = lam * mean_service_s
     return math.inf if rho >= 1 else lam * service_second_moment_s2 / (2 * (1 - rho))
+
+
+def gg1_mean_wait(lam: float, mean_service_s: float, arrival_cv2: float, service_cv2: float) -> float:
+    """Allen–Cunneen (Kingman) mean wait in queue of a G/G/1 FIFO queue: (c_a² + c_s²)/2 · ρ/(1 − ρ) · E[S]
+    (seconds). Exact for M/G/1 (c_a² = 1); arrivals burstier than Poisson (c_a² > 1) wait longer."""
+    rho = lam * mean_service_s
+    return math.inf if rho >= 1 else (arrival_cv2 + service_cv2) / 2 * rho / (1 - rho) * mean_service_s
+
+
+def interarrival_cv2(arrivals_ns: np.ndarray) -> float | None:
+    """Squared coefficient of variation of the gaps between arrival instants (1 for a Poisson process)."""
+    gaps = np.diff(np.sort(np.asarray(arrivals_ns, dtype=np.int64))).astype(float)
+    if len(gaps) < 2 or gaps.mean() == 0:
+        return None
+    return float(gaps.var() / gaps.mean() ** 2)
 
 
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
@@ -68,14 +83,23 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
                "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "requests_per_execution": batch,
                "utilization": rho,
                "utilization_flag": rho > UTILIZATION_FLAG, "mean_queue_ms": wq * 1e3,
-               "p99_queue_ms": float(np.percentile(inside["server_queue_ns"], 99) / 1e6)}
+               "p99_queue_ms": float(np.percentile(inside["server_queue_ns"], 99) / 1e6),
+               # the arrival process at the server: the generators send Poisson, but the path and the host
+               # can bunch requests up on the way (c_a² > 1), which queues them longer
+               "arrival_cv2": interarrival_cv2(inside["server_receive_ns"].to_numpy())}
         # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
         if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
-            lam_model = len(d[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1)]) / T
+            model_arrivals = d.loc[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1),
+                                   "server_receive_ns"].to_numpy()
+            lam_model = len(model_arrivals) / T
             pred = mm1(lam_model, S)
             service_s = inside["server_compute_ns"].to_numpy(dtype=float) / 1e9
             second_moment = float(np.mean(service_s ** 2))
             pk_wait = mg1_mean_wait(lam_model, S, second_moment)
+            service_cv2 = second_moment / S ** 2 - 1 if S else None
+            arrival_cv2 = interarrival_cv2(model_arrivals)
+            gg1_wait = (gg1_mean_wait(lam_model, S, arrival_cv2, service_cv2)
+                        if arrival_cv2 is not None and service_cv2 is not None else None)
             row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
                           "p99_sojourn_ms": pred["p99_sojourn_s"] * 1e3,
                           "measured_mean_wait_ms": wq * 1e3,
@@ -83,8 +107,12 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
                           "mean_wait_rel_error": (wq - pred["mean_wait_s"]) / pred["mean_wait_s"]
                           if pred["mean_wait_s"] not in (0, math.inf) else None,
                           # how exponential the measured service is (1 for Exp), and the M/G/1 wait it implies
-                          "service_cv2": second_moment / S ** 2 - 1 if S else None,
+                          "service_cv2": service_cv2,
                           "pk_mean_wait_ms": pk_wait * 1e3,
-                          "pk_rel_error": (wq - pk_wait) / pk_wait if pk_wait not in (0, math.inf) else None}
+                          "pk_rel_error": (wq - pk_wait) / pk_wait if pk_wait not in (0, math.inf) else None,
+                          # ... and the G/G/1 wait that the measured burstiness of the arrivals implies
+                          "arrival_cv2": arrival_cv2,
+                          "gg1_mean_wait_ms": gg1_wait * 1e3 if gg1_wait is not None else None,
+                          "gg1_rel_error": (wq - gg1_wait) / gg1_wait if gg1_wait not in (None, 0, math.inf) else None}
         rows.append(row)
     return rows

@@ -47,6 +47,8 @@ def print_summary(summary: dict) -> None:
                   f"{summary['input']['rows_read']:,} requests")
     for reason in summary["invalid_reasons"]:
         console.print(f"[magenta]INVALID[/]: {reason}")
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning[/]: {warning}")
     for sk in summary["input"]["chunks_skipped"]:
         console.print(f"[red]skipped[/] {sk['path']}: {sk['reason']}")
     lat = Table(title="latency from intended send time (ms)")

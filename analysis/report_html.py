@@ -15,7 +15,7 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0} td,th{border:1px sol
 th{background:#f4f4f4} td.l,th.l{text-align:left} .mono{font-family:ui-monospace,monospace;font-size:12px}
 .badge{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:600}
 .PASS{background:#2e7d32}.FAIL{background:#c62828}.INCONCLUSIVE{background:#ef6c00}.INVALID{background:#6a1b9a}
-td.PASS,td.FAIL,td.INCONCLUSIVE{color:#fff;text-align:center} .flag{color:#c62828;font-weight:600}
+td.PASS,td.FAIL,td.INCONCLUSIVE{color:#fff;text-align:center} .flag{color:#c62828;font-weight:600} .warn{color:#8d6e00}
 .note{color:#666;font-size:13px} svg{max-width:100%;height:auto}
 """
 
@@ -144,6 +144,8 @@ def render(analysis: Analysis) -> str:
              f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
     for reason in s["invalid_reasons"]:
         parts.append(f"<p class='flag'>INVALID: {html.escape(reason)}</p>")
+    for warning in s.get("warnings", []):
+        parts.append(f"<p class='warn'>warning: {html.escape(warning)}</p>")
     for sk in s["input"]["chunks_skipped"]:
         parts.append(f"<p class='flag'>skipped {html.escape(sk['path'])}: {html.escape(sk['reason'])}</p>")
 
@@ -208,8 +210,10 @@ def render(analysis: Analysis) -> str:
                                  ("arrival_rate", "λ /s"), ("throughput", "X /s"), ("L_measured", "L measured"),
                                  ("lambda_W", "λ·W"), ("littles_gap", "Little gap"), ("mean_service_ms", "S ms"),
                                  ("utilization", "ρ"), ("flag", ""), ("mean_queue_ms", "Wq ms"),
-                                 ("p99_queue_ms", "queue p99 ms"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"),
+                                 ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival CV²"),
+                                 ("mm1_mean_wait_ms", "M/M/1 Wq ms"),
                                  ("mm1_service_cv2", "service CV²"), ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"),
+                                 ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
                                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"),
                                  ("mm1_measured_p99_sojourn_ms", "measured p99 ms")],
                         left={"endpoint", "model"}, css={"flag": lambda r: "flag"}))

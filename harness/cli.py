@@ -63,14 +63,21 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _profile_or_none(path: Path):
-    """The validated profile, or None after printing why not (the caller exits 2: nothing starts)."""
+    """The validated profile, or None after printing why not (the caller exits 2: nothing starts). CPU pinning
+    is checked against this machine, where the pinned processes start."""
+    from harness.processes import check_cpus
     from harness.profile import ProfileError, load_profile
 
     try:
-        return load_profile(path)
+        profile = load_profile(path)
+        check_cpus(profile.embedded.cpus, "embedded.cpus")
+        check_cpus(profile.generator.cpus, "generator.cpus")
+        return profile
     except ProfileError as exc:
         print(exc, file=sys.stderr)
-        return None
+    except ValueError as exc:
+        print(f"profile {path}: {exc}", file=sys.stderr)
+    return None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

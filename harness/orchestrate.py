@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
-from harness.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from harness.processes import ManagedProcess, check_cpus, free_port, start_process, tailrace_argv
 from harness.profile import EMBEDDED, Profile
 from harness.server_stats import ServerStatsRecorder, StatsTarget
 from harness.servers import Servers, start_servers
@@ -101,6 +101,8 @@ class LocalRun:
 
     def start(self) -> None:
         p = self.profile
+        check_cpus(p.embedded.cpus, "embedded.cpus")
+        check_cpus(p.generator.cpus, "generator.cpus")
         self.run_id = new_run_id(p)
         self.run_dir = self.out / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=False)
@@ -141,7 +143,8 @@ class LocalRun:
             str(n_workers), "--expect-workers-max-wait", "60", "-t", f"{run_seconds(p):.0f}s",
             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port), "--only-summary",
             "--exit-code-on-error", "0", "--stop-timeout", "5", "--loglevel", "WARNING"),
-            logs / "master.log", env={"TAILRACE_MASTER_CONFIG": str(self.run_dir / "master-config.json")})
+            logs / "master.log", env={"TAILRACE_MASTER_CONFIG": str(self.run_dir / "master-config.json")},
+            cpus=p.generator.cpus)
         self.processes.append(master)
         self.master = master
         for r in p.regions:
@@ -152,7 +155,7 @@ class LocalRun:
                 env = worker_env(r.name, i, r.clock_skew_ms, urls_by_region.get(r.name, {}), mport)
                 proc = start_process(f"worker {name}", locust_argv(
                     "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
-                    "--loglevel", "WARNING"), logs / f"worker-{name}.log", env=env)
+                    "--loglevel", "WARNING"), logs / f"worker-{name}.log", env=env, cpus=p.generator.cpus)
                 self.processes.append(proc)
                 self.workers[name] = proc
         self.log(f"run {self.run_id}: {n_workers} worker(s) in {len(p.regions)} region(s), "
@@ -178,7 +181,7 @@ class LocalRun:
             proc = start_process(f"proxy {region.name}", tailrace_argv(
                 "proxy", *[a for r in routes for a in ("--route", r)], "--delay-ms", str(region.delay_ms),
                 "--jitter-ms", str(region.jitter_ms), "--seed", str(self.profile.load.seed + i)),
-                logs / f"proxy-{region.name}.log")
+                logs / f"proxy-{region.name}.log", cpus=self.profile.generator.cpus)
             self.processes.append(proc)
             urls_by_region[region.name] = urls
         deadline = time.monotonic() + 10
@@ -264,13 +267,14 @@ class LocalRun:
         expected = [f"{r.name}-w{i}" for r in p.regions for i in range(r.workers)]
         events = read_master_events(self.run_dir)
         timeline = worker_timeline(events, expected)
-        summaries, invalid = {}, []
+        summaries, invalid, warnings = {}, [], []
         for name in expected:
             region = name.rsplit("-w", 1)[0]
             path = self.run_dir / "regions" / region / name / "worker.json"
             if path.exists():
                 summaries[name] = json.loads(path.read_text())
                 invalid += summaries[name].get("invalid_reasons", [])
+                warnings += summaries[name].get("warnings", [])
             else:
                 code = self.workers[name].popen.returncode if name in self.workers else None
                 invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
@@ -285,7 +289,7 @@ class LocalRun:
             "regions": [r.model_dump(mode="json") | {"address": region_address(i) if r.delay_ms or r.jitter_ms
                         else None} for i, r in enumerate(p.regions)],
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},
-            "valid": not invalid, "invalid_reasons": invalid, "interrupted": interrupted,
+            "valid": not invalid, "invalid_reasons": invalid, "warnings": warnings, "interrupted": interrupted,
         }
 
 

@@ -65,16 +65,29 @@ class ManagedProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def check_cpus(cpus: list[int] | None, field: str) -> None:
+    """Raise ValueError naming `field` when a CPU of `cpus` is not one this process may run on."""
+    if not cpus:
+        return
+    available = sorted(os.sched_getaffinity(0))
+    missing = [c for c in cpus if c not in available]
+    if missing:
+        raise ValueError(f"{field}: CPU {', '.join(map(str, missing))} not available here "
+                         f"(this machine offers {', '.join(map(str, available))})")
+
+
 def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-                  cwd: Path | None = None) -> ManagedProcess:
-    """Start `argv` with stdout+stderr to `log_path` (or inherited)."""
+                  cwd: Path | None = None, cpus: list[int] | None = None) -> ManagedProcess:
+    """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child
+    it starts) to those CPUs."""
     handle = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log_path, "ab")
     full_env = {**os.environ, **(env or {})}
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # one syscall in the child before exec
     popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
-                             cwd=cwd, start_new_session=True)
+                             cwd=cwd, start_new_session=True, preexec_fn=pin)
     return ManagedProcess(name, popen, log_path, handle)
 
 
@@ -101,11 +114,12 @@ def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float
 
 
 def start_embedded_endpoint(models: Path, host: str, http_port: int, grpc_port: int, log_path: Path | None = None,
-                            extra: list[str] | None = None, timeout: float = 60.0) -> ManagedProcess:
-    """Start `tailrace serve` and wait until it is ready."""
+                            extra: list[str] | None = None, timeout: float = 60.0,
+                            cpus: list[int] | None = None) -> ManagedProcess:
+    """Start `tailrace serve` (pinned to `cpus` if given) and wait until it is ready."""
     argv = tailrace_argv("serve", "--models", str(models), "--host", host, "--http-port", str(http_port),
                          "--grpc-port", str(grpc_port), *(extra or []))
-    proc = start_process(f"endpoint {host}:{http_port}", argv, log_path)
+    proc = start_process(f"endpoint {host}:{http_port}", argv, log_path, cpus=cpus)
     try:
         wait_http_ok(f"http://{host}:{http_port}/v2/health/ready", proc, timeout)
     except RuntimeError:

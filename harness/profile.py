@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -175,6 +175,8 @@ class Embedded(_Strict):
     mm1_mean_ms: float | None = Field(None, gt=0)
     fault_injection: bool = False
     process_per_model: bool = Field(False, description="one endpoint process per model (memory per variant)")
+    cpus: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="pin the endpoint process(es) to these CPUs (keep them off the generators')")
 
 
 class TritonLocal(_Strict):
@@ -241,6 +243,9 @@ class ServerStats(_Strict):
 
 class Generator(_Strict):
     send_lag_p99_ms: float = Field(5, gt=0, description="saturation threshold per window")
+    stall_max_ms: float = Field(250, gt=0, description="a lagging window next to clean ones is a transient host "
+                                                       "stall (a warning) unless its sends were late this long "
+                                                       "on end")
     window_s: float = Field(1, gt=0)
     max_in_flight: int = Field(5000, ge=1)
     chunk_rows: int = Field(5000, ge=1)
@@ -249,6 +254,8 @@ class Generator(_Strict):
     spin_ms: float = Field(1.5, ge=0, le=5, description="yield-spin the last ms before each send: gevent timers "
                                                          "wake ~1 ms late (precision vs CPU)")
     ship_dir: str | None = Field(None, description="where remote workers write chunks (a shared directory)")
+    cpus: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="pin the local Locust master, workers and delay proxies to these CPUs")
 
 
 class Profile(_Strict):

@@ -125,7 +125,7 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
                 f":{grpc_port} (gRPC)")
             spawn = time.time_ns()
             proc = start_embedded_endpoint(models_dir, "127.0.0.1", http_port, grpc_port,
-                                           logs / f"endpoint-{http_port}.log", extra)
+                                           logs / f"endpoint-{http_port}.log", extra, cpus=profile.embedded.cpus)
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))

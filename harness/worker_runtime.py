@@ -11,7 +11,7 @@ import gc
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import gevent
@@ -24,6 +24,7 @@ from harness.profile import Profile, parse_profile
 from harness.protocol_clients import GrpcSender, HttpSender, InProcessSender, Outcome
 from harness.chunk_shipping import ChunkShipper
 from harness.recorder import ChunkWriter, clock_writer, request_writer
+from harness.saturation import SaturationMonitor
 from harness.schedule import worker_plan
 
 
@@ -56,46 +57,6 @@ class WorkerIdentity:
                        metrics_port=int(env["TAILRACE_METRICS_PORT"]) if env.get("TAILRACE_METRICS_PORT") else None)
         except (ValueError, json.JSONDecodeError) as exc:
             raise RuntimeError(f"bad TAILRACE_* environment: {exc}") from exc
-
-
-@dataclass
-class SaturationMonitor:
-    """Send lag p99 per window and in-flight bound; records the reasons a run is INVALID."""
-
-    worker: str
-    threshold_ns: int
-    max_in_flight: int
-    lags: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    max_lag_p99_ns: int = 0
-    peak_in_flight: int = 0
-    _in_flight_flagged: bool = False
-
-    def observe_send(self, lag_ns: int, in_flight: int) -> None:
-        self.lags.append(lag_ns)
-        if in_flight > self.peak_in_flight:
-            self.peak_in_flight = in_flight
-        if in_flight > self.max_in_flight and not self._in_flight_flagged:
-            self._in_flight_flagged = True
-            self.reasons.append(f"{self.worker}: {in_flight} requests in flight exceeds the bound "
-                                f"{self.max_in_flight} (generator or endpoint cannot keep up)")
-
-    min_samples: int = 500  # a p99 of fewer sends is one of their few largest: windows grow until they hold 500
-    _window_start_s: float | None = None
-
-    def close_window(self, window_start_s: float, final: bool = False) -> None:
-        if self._window_start_s is None:
-            self._window_start_s = window_start_s
-        if len(self.lags) < (20 if final else self.min_samples):
-            return
-        window_start_s, self._window_start_s = self._window_start_s, None
-        if self.lags:
-            p99 = int(np.percentile(np.asarray(self.lags), 99))
-            self.max_lag_p99_ns = max(self.max_lag_p99_ns, p99)
-            if p99 > self.threshold_ns:
-                self.reasons.append(f"{self.worker}: send lag p99 {p99 / 1e6:.1f} ms > {self.threshold_ns / 1e6:g} ms "
-                                    f"in the window starting {window_start_s:.1f} s into the run (generator saturated)")
-        self.lags = []
 
 
 class WorkerMetrics:
@@ -165,7 +126,9 @@ class WorkerRun:
         self.clock_chunks = ChunkShipper(self.clock_log, label)
         self.offset: ClockSample | None = None
         self.saturation = SaturationMonitor(identity.name, int(self.profile.generator.send_lag_p99_ms * 1e6),
-                                            self.profile.generator.max_in_flight)
+                                            self.profile.generator.max_in_flight,
+                                            stall_max_ns=int(self.profile.generator.stall_max_ms * 1e6))
+        self.start_mono = 0  # set when the schedule starts
         self.metrics = WorkerMetrics(identity.metrics_port)
         self.in_flight = 0
         self.sent = 0
@@ -249,7 +212,7 @@ class WorkerRun:
             k += 1
             target = start_mono + int(k * window * 1e9)
             gevent.sleep(max(0.0, (target - time.perf_counter_ns()) / 1e9))
-            self.saturation.close_window((k - 1) * window)
+            self.saturation.close_window()
 
     # -- the schedule ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -275,7 +238,7 @@ class WorkerRun:
         gc.set_threshold(50_000, 20, 1000)
         # the start instant is given in reference time; on this clock it is start_ref − offset
         start_local_ns = self.start_ref_ns - offset_ns
-        start_mono = self.clock.to_mono(start_local_ns)
+        start_mono = self.start_mono = self.clock.to_mono(start_local_ns)
         if start_mono < time.perf_counter_ns():
             print(f"tailrace worker {self.identity.name}: start instant already passed by "
                   f"{(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; late arrivals count as send lag", flush=True)
@@ -420,7 +383,7 @@ class WorkerRun:
         lag = sent[0] - intended_mono
         self.sent += 1
         if phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
-            self.saturation.observe_send(lag, in_flight_at_send)
+            self.saturation.observe_send(intended_mono - self.start_mono, lag, in_flight_at_send)
         label = int(self.y[sample])
         batch = self.batch_size
         correct_count = 0
@@ -458,7 +421,7 @@ class WorkerRun:
             g.kill(block=False)
         if flusher is not None:
             flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
-        self.saturation.close_window(-1, final=True)
+        self.saturation.close_window(final=True)
         self.request_chunks.ship_open_chunk()
         self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
         try:
@@ -476,11 +439,14 @@ class WorkerRun:
         return summary
 
     def summary(self) -> dict:
+        reasons, warnings = self.saturation.verdict()
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
                 "planned": self.planned, "sent": self.sent, "rows_written": self.requests.rows_written,
                 "chunks": self.requests.chunks_written, "clock_skew_ms_emulated": self.identity.skew_ms,
                 "last_offset_ns": self.offset.offset_ns if self.offset else None,
                 "max_send_lag_p99_ms": self.saturation.max_lag_p99_ns / 1e6,
-                "peak_in_flight": self.saturation.peak_in_flight, "invalid_reasons": self.saturation.reasons,
+                "peak_in_flight": self.saturation.peak_in_flight, "invalid_reasons": reasons, "warnings": warnings,
+                "send_lag_windows": len(self.saturation.windows),
+                "lagging_windows": [w.as_dict() for w in self.saturation.windows if w.lagging],
                 "scenario": self.scenario_stats,
                 "started_ns": self.started_ns, "finished_ns": self.finished_ns}

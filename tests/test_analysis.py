@@ -243,3 +243,20 @@ def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_determi
     assert mg1_mean_wait(lam, s, 2 * s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"])
     assert mg1_mean_wait(lam, s, s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"] / 2)  # M/D/1
     assert mg1_mean_wait(1000.0, s, 2 * s ** 2) == float("inf")
+
+
+def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_with_burstiness():
+    from analysis.queueing import gg1_mean_wait, interarrival_cv2, mg1_mean_wait
+
+    lam, s = 400.0, 0.002
+    for cs2 in (0.0, 1.0, 1.5):
+        assert gg1_mean_wait(lam, s, 1.0, cs2) == pytest.approx(mg1_mean_wait(lam, s, (cs2 + 1) * s ** 2))
+    assert gg1_mean_wait(lam, s, 1.4, 1.0) == pytest.approx(1.2 * gg1_mean_wait(lam, s, 1.0, 1.0))
+    assert gg1_mean_wait(600.0, s, 1.0, 1.0) == float("inf")
+    rng = np.random.default_rng(1)
+    poisson = np.cumsum(rng.exponential(2.5e6, 200_000)).astype(np.int64)
+    assert interarrival_cv2(poisson) == pytest.approx(1.0, abs=0.02)
+    assert interarrival_cv2(np.arange(0, 10**9, 10**6)) == pytest.approx(0.0)  # a metronome
+    # the same arrivals delivered in pairs (two per wake-up of a busy server): burstier
+    assert interarrival_cv2(poisson[1::2].repeat(2)) > 1.9
+    assert interarrival_cv2(np.array([5])) is None

@@ -41,6 +41,9 @@ BAD_TOML = [
      '[[regions]]\nname="a"\nshare=0.7\n[load]\nrate=1\nduration_s=1\n', "shares must add up to 1"),
     ("bad-type", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
      '[[regions]]\nname="a"\nshare=1\n[load]\nrate="lots"\nduration_s=1\n', "load.rate"),
+    ("cpu-not-here", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\ncpus=[4096]\n',
+     "embedded.cpus: CPU 4096 not available here"),
 ]
 
 

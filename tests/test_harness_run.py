@@ -198,3 +198,20 @@ def test_worker_killed_mid_run(model_repo, tmp_path):
     far = manifest["workers"]["far-w0"]
     assert far["left_ns"] is not None and far["done_ns"] is None
     assert not manifest["valid"] and any("far-w0" in r for r in manifest["invalid_reasons"])
+
+
+def test_a_generator_that_cannot_keep_up_makes_the_run_invalid(model_repo, tmp_path):
+    """Far beyond what one worker can send on this machine: its lag grows window after window, and the run is
+    INVALID with the reason (never a number for a load that was not offered)."""
+    profile = make_profile(model_repo,
+                           endpoints=[{"name": "logreg", "url": "embedded", "protocol": "kserve-http",
+                                       "model": "digits_logreg_fp32"}],
+                           regions=[{"name": "solo", "share": 1.0}],
+                           load={"rate": 12000, "duration_s": 2.5, "warmup_s": 0.5, "seed": 5},
+                           generator={"window_s": 0.5})
+    run, manifest = run_with(profile, tmp_path)
+    assert not manifest["valid"]
+    assert any(r.startswith("solo-w0: send lag p99") and "generator saturated" in r
+               for r in manifest["invalid_reasons"]), manifest["invalid_reasons"]
+    summary = manifest["workers"]["solo-w0"]["summary"]
+    assert len(summary["lagging_windows"]) >= 2 and summary["max_send_lag_p99_ms"] > 100
