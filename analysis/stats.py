@@ -65,8 +65,18 @@ def percentile_ci(values: np.ndarray, percentile: float, alpha: float = ALPHA) -
     if n < need:
         return PercentileEstimate(percentile, n, None, None, None, need)
     lo, hi = order_statistic_ranks(n, q, alpha)
-    return PercentileEstimate(percentile, n, float(np.percentile(x, percentile)), float(x[lo - 1]), float(x[hi - 1]),
-                              need)
+    return PercentileEstimate(percentile, n, sorted_percentile(x, q), float(x[lo - 1]), float(x[hi - 1]), need)
+
+
+def sorted_percentile(x: np.ndarray, q: float) -> float:
+    """numpy's default (linear) quantile q of sorted `x`, which may end in +inf (errors count as infinitely
+    slow): a quantile that reaches an infinite value is +inf (numpy's interpolation gives nan there)."""
+    if not np.isinf(x[-1]):
+        return float(np.quantile(x, q))
+    h = (len(x) - 1) * q
+    i = int(np.floor(h))
+    a, b, t = x[i], x[min(i + 1, len(x) - 1)], h - i
+    return float(a) if t == 0 or a == b else float(a + t * (b - a))
 
 
 def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:

@@ -21,7 +21,7 @@ def profile_dict(rate: float, duration_s: float, regions=("r1", "r2"), endpoints
 
 
 def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: bool = True, seed: int = 0,
-              chunk_rows: int = 500) -> dict:
+              chunk_rows: int = 500, warnings: list[str] | None = None) -> dict:
     """workers: name → {region, offset_ms (reference − local), latency_ms (array-like or callable(n, rng)),
     rate, duration_s, errors (fraction)}. Returns the truth (true reference send times per trace)."""
     rng = np.random.default_rng(seed)
@@ -63,6 +63,7 @@ def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: 
         clock.flush()
     manifest = {"run_id": run_dir.name, "profile": profile, "valid": valid,
                 "invalid_reasons": [] if valid else ["w1: send lag p99 9.0 ms > 5 ms (generator saturated)"],
+                "warnings": warnings or [],
                 "versions": {"python": "3"}, "host": {}, "seed": 0, "workers": {}}
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     return truth

@@ -102,10 +102,10 @@ def test_corrupt_chunk_is_skipped_and_the_rest_analysed(tmp_path):
     assert len(summary["input"]["chunks_skipped"]) == 2
 
 
-def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0):
+def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0, warnings=None):
     slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"},
             {"metric": "error_rate", "threshold": 0.01, "endpoint": "*", "region": "*"}]
-    write_run(path, profile=profile_dict(n_rate, duration, regions=("r1",), slos=slos), valid=valid,
+    write_run(path, profile=profile_dict(n_rate, duration, regions=("r1",), slos=slos), valid=valid, warnings=warnings,
               workers={"r1-w0": {"region": "r1", "latency_ms": latency, "rate": n_rate, "duration_s": duration,
                                  "errors": errors}})
 
@@ -125,6 +125,17 @@ def test_exit_codes_end_to_end(tmp_path, case, latency, rate, valid, errors, cod
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["exit_code"] == code
     assert (tmp_path / "report" / "tables" / "latency.csv").exists()
+
+
+def test_a_transient_stall_is_reported_and_leaves_the_verdict_alone(tmp_path):
+    stall = "r1-w0: transient stall — send lag p99 7.8 ms > 5 ms in the window 5.0–16.2 s into the run"
+    _slo_run(tmp_path, lambda n, rng: rng.uniform(5, 20, n), warnings=[stall])
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" in r.stdout and "transient stall" in r.stdout
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["warnings"] == [stall]
+    assert "warning: r1-w0: transient stall" in (tmp_path / "report" / "index.html").read_text()
 
 
 def test_analyze_unreadable_run_dir_exits_2(tmp_path):
@@ -260,3 +271,16 @@ def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_wit
     # the same arrivals delivered in pairs (two per wake-up of a busy server): burstier
     assert interarrival_cv2(poisson[1::2].repeat(2)) > 1.9
     assert interarrival_cv2(np.array([5])) is None
+
+
+def test_a_percentile_that_reaches_the_errors_is_infinite_not_nan():
+    from analysis.stats import percentile_ci
+
+    ok = np.linspace(1.0, 100.0, 990)
+    with_errors = np.concatenate([ok, np.full(10, np.inf)])  # 1% errors: infinitely slow
+    assert percentile_ci(with_errors, 99.5).value == float("inf")
+    assert percentile_ci(np.concatenate([ok, np.full(20, np.inf)]), 99).value == float("inf")
+    # below the errors, numpy's own linear percentile (type 7), unchanged
+    assert percentile_ci(with_errors, 50).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 50)
+    assert percentile_ci(with_errors, 98.9).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 98.9)
+    assert percentile_ci(ok, 99).value == np.percentile(ok, 99)
