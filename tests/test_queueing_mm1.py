@@ -71,6 +71,7 @@ def queueing_failures(manifest: dict, summary: dict, rho: float) -> list[str]:
     return failures
 
 
+@pytest.mark.timeout(900)  # up to three runs of ~2.5 min each (the suite's default is 300 s)
 @pytest.mark.parametrize("rho,duration_s", [(0.5, 30), (0.8, 120)])
 def test_littles_law_and_mm1_wait(model_repo, tmp_path, rho, duration_s):
     """The analysis agrees with queueing theory on a real run. At ρ≈0.8 one 120 s run's mean wait has a
