@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
+from harness.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
 from harness.processes import ManagedProcess, check_cpus, free_port, start_process, tailrace_argv
 from harness.profile import EMBEDDED, Profile
 from harness.server_stats import ServerStatsRecorder, StatsTarget
@@ -93,6 +94,7 @@ class LocalRun:
     stats: ServerStatsRecorder | None = None
     servers: Servers | None = None  # given: shared across runs (capacity trials), not stopped here
     started_ns: int = 0
+    cpu_at_start: CpuTimes | None = None
     quiet: bool = False
 
     def log(self, msg: str) -> None:
@@ -136,6 +138,7 @@ class LocalRun:
         cfg = master_config(self.run_id, self.run_dir, ntp_servers, models_dir, resolved)
         (self.run_dir / "master-config.json").write_text(json.dumps(cfg, indent=2))
         self.started_ns = time.time_ns()
+        self.cpu_at_start = read_cpu_times()
         n_workers = sum(r.workers for r in p.regions)
         master_port = free_port()
         master = start_process("locust master", locust_argv(
@@ -280,6 +283,10 @@ class LocalRun:
                 invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
         if interrupted:
             invalid.append("run interrupted (Ctrl-C) before the schedule finished")
+        cpu_now = read_cpu_times()
+        host_cpu = cpu_usage(self.cpu_at_start, cpu_now) if self.cpu_at_start and cpu_now else {}
+        if steal_warning(host_cpu):
+            warnings.append(steal_warning(host_cpu))
         plan = next((e for e in events if e["event"] == "plan_sent"), {})
         return {
             "run_id": self.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
@@ -289,6 +296,7 @@ class LocalRun:
             "regions": [r.model_dump(mode="json") | {"address": region_address(i) if r.delay_ms or r.jitter_ms
                         else None} for i, r in enumerate(p.regions)],
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},
+            "host_cpu": host_cpu,
             "valid": not invalid, "invalid_reasons": invalid, "warnings": warnings, "interrupted": interrupted,
         }
 
