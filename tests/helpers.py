@@ -1,6 +1,7 @@
 """Helpers for integration tests: profiles written on the fly, runs driven through LocalRun."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -8,6 +9,13 @@ from pathlib import Path
 from harness.orchestrate import LocalRun
 from harness.profile import Profile, parse_profile
 from harness.manifest import write_manifest
+
+
+def split_cpus() -> tuple[list[int] | None, list[int] | None]:
+    """(endpoint CPUs, generator CPUs): the last CPU for the endpoint, the first for the generators, so that
+    they do not delay each other on a small machine; (None, None) on a single CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[-1:], cpus[:1]) if len(cpus) >= 2 else (None, None)
 
 
 def make_profile(models_dir: Path, **overrides) -> Profile:
