@@ -65,13 +65,12 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _profile_or_none(path: Path):
     """The validated profile, or None after printing why not (the caller exits 2: nothing starts). CPU pinning
     is checked against this machine, where the pinned processes start."""
-    from harness.processes import check_cpus
+    from harness.processes import check_placement
     from harness.profile import ProfileError, load_profile
 
     try:
         profile = load_profile(path)
-        check_cpus(profile.embedded.cpus, "embedded.cpus")
-        check_cpus(profile.generator.cpus, "generator.cpus")
+        check_placement(profile)
         return profile
     except ProfileError as exc:
         print(exc, file=sys.stderr)

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from harness.manifest import git_sha, host_info, read_master_events, versions, worker_timeline, write_manifest
 from harness.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
-from harness.processes import ManagedProcess, check_cpus, free_port, start_process, tailrace_argv
+from harness.processes import ManagedProcess, check_placement, free_port, start_process, tailrace_argv
 from harness.profile import EMBEDDED, Profile
 from harness.server_stats import ServerStatsRecorder, StatsTarget
 from harness.servers import Servers, start_servers
@@ -103,8 +103,7 @@ class LocalRun:
 
     def start(self) -> None:
         p = self.profile
-        check_cpus(p.embedded.cpus, "embedded.cpus")
-        check_cpus(p.generator.cpus, "generator.cpus")
+        check_placement(p)
         self.run_id = new_run_id(p)
         self.run_dir = self.out / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=False)
@@ -285,8 +284,9 @@ class LocalRun:
             invalid.append("run interrupted (Ctrl-C) before the schedule finished")
         cpu_now = read_cpu_times()
         host_cpu = cpu_usage(self.cpu_at_start, cpu_now) if self.cpu_at_start and cpu_now else {}
-        if steal_warning(host_cpu):
-            warnings.append(steal_warning(host_cpu))
+        steal = steal_warning(host_cpu)
+        if steal:
+            warnings.append(steal)
         plan = next((e for e in events if e["event"] == "plan_sent"), {})
         return {
             "run_id": self.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
