@@ -8,16 +8,16 @@ import pandas as pd
 
 from analysis.arrivals import arrival_checks
 from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
+from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
 from analysis.latency import flat_rows, latency_table
+from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
 from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
-from analysis.cold_start import cold_start_table
-from analysis.outages import outage_windows
-from analysis.variants import variant_decision
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
+from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
 
@@ -46,24 +46,21 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
 def analyze_run(run_dir: Path) -> Analysis:
     """Load and analyse a run directory."""
     data = load_run(run_dir)
-    manifest = data.manifest
-    profile = manifest.get("profile") or {}
-    endpoint_models = {e["name"]: e["model"] for e in profile.get("endpoints", [])}
+    manifest, profile = data.manifest, data.plan.profile
+    endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
     df = add_reference_times(data.requests, models)
     measured = df[df["phase"] > 0]
-    duration = float(profile.get("load", {}).get("duration_s") or
-                     max(1e-9, (measured["t_intended"].max() - measured["t_intended"].min()) / 1e9))
-    latency_rows = latency_table(measured, profile, duration) if profile else []
+    duration = profile.load.duration_s
+    latency_rows = latency_table(measured, profile, duration)
     per_phase = per_phase_table(df, profile)
     scenario = scenario_summary(df, profile, {n: (w or {}).get("summary") or {} for n, w in
                                               (manifest.get("workers") or {}).items()})
     legs = decompose(df)
-    slots = (profile.get("embedded") or {}).get("slots") or {}
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
-    queueing = queueing_table(measured, slots, synthetic, requests_per_execution(stat_rows))
-    verdicts = evaluate_slos(measured, profile.get("slos") or [])
+    queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
+    verdicts = evaluate_slos(measured, [slo.model_dump() for slo in profile.slos])
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors = (df[df.status != "ok"].groupby(["status", "code"]).agg(
@@ -83,7 +80,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         slowest_rows.append(row)
     summary = {
         "summary_version": SUMMARY_VERSION,
-        "run_id": manifest.get("run_id"), "profile": profile.get("name"), "verdict": verdict,
+        "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
         "warnings": manifest.get("warnings", []),
         "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
@@ -97,8 +94,8 @@ def analyze_run(run_dir: Path) -> Analysis:
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": outage_windows(df),
-        "decision": variant_decision(df, profile, data, stat_rows),
-        "cold_start": cold_start_table(df, data.cold_starts, (profile.get("cold_start") or {}).get("first_k", 20)),
+        "decision": variant_decision(df, data, stat_rows),
+        "cold_start": cold_start_table(df, data.cold_starts, profile.cold_start.first_k),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "workers")},
     }
@@ -110,5 +107,6 @@ def analyze_run(run_dir: Path) -> Analysis:
               "errors": errors, "outages": pd.DataFrame(summary["outages"]),
               "cold_start": pd.DataFrame(summary["cold_start"]),
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
-              "server_statistics": pd.DataFrame(summary["endpoint_statistics"]), "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
+              "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
+              "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
     return Analysis(data, df, models, summary, tables)

@@ -65,15 +65,15 @@ def trial_duration_s(rate: float, slos: list[dict], profile: dict, min_s: float,
                      margin: float) -> float:
     """Long enough that each latency SLO's smallest group holds `margin` × the samples its percentile needs."""
     regions = {r["name"]: r["share"] for r in profile["regions"]}
-    weights = {e["name"]: e.get("weight", 1.0) for e in profile["endpoints"]}
+    weights = {e["name"]: e["weight"] for e in profile["endpoints"]}
     total_w = sum(weights.values())
     needed = min_s
     for slo in slos:
-        if slo.get("metric") != "latency":
+        if slo["metric"] != "latency":
             continue
         n = min_samples_for(slo["percentile"] / 100.0)
-        region_share = regions[slo["region"]] if slo.get("region", "*") != "*" else min(regions.values())
-        endpoint_share = (weights[slo["endpoint"]] if slo.get("endpoint", "*") != "*" else min(weights.values())) \
+        region_share = regions[slo["region"]] if slo["region"] != "*" else min(regions.values())
+        endpoint_share = (weights[slo["endpoint"]] if slo["endpoint"] != "*" else min(weights.values())) \
             / total_w
         needed = max(needed, margin * n / (rate * region_share * endpoint_share))
     return float(min(max_s, math.ceil(needed)))

@@ -5,25 +5,24 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import percentile_ci
-from harness.schedule import rate_segments
+from contract.profile import Profile
+from contract.rates import rate_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 
 
-def intended_rate(profile: dict, region: str | None, endpoint: str | None) -> float | None:
+def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
     """Mean intended arrival rate over the measured window for a region / endpoint (None = all); None for
     the closed-loop scenarios, whose rate is whatever the endpoint sustains."""
-    load = profile["load"]
-    if load.get("scenario", "server") != "server":
+    load = profile.load
+    if load.scenario != "server":
         return None
-    duration = load["duration_s"]
-    segments = rate_segments(load["rate"], load.get("phases") or [], 0.0, duration)
-    rate = sum(s.expected for s in segments) / duration
+    segments = rate_segments(load.rate, load.phases, 0.0, load.duration_s)
+    rate = sum(s.expected for s in segments) / load.duration_s
     if region is not None:
-        rate *= next(r["share"] for r in profile["regions"] if r["name"] == region)
+        rate *= next(r.share for r in profile.regions if r.name == region)
     if endpoint is not None:
-        weights = {e["name"]: e.get("weight", 1.0) for e in profile["endpoints"]}
-        rate *= weights[endpoint] / sum(weights.values())
+        rate *= next(e.weight for e in profile.endpoints if e.name == endpoint) / sum(e.weight for e in profile.endpoints)
     return rate
 
 
@@ -53,7 +52,7 @@ def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
     return out
 
 
-def latency_table(df: pd.DataFrame, profile: dict, duration_s: float) -> list[dict]:
+def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list[dict]:
     """Rows per endpoint × region, per endpoint (all regions), and overall."""
     rows = []
     groups = [(("endpoint", "region"), df.groupby(["endpoint", "region"], sort=True)),

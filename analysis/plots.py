@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.capacity_search import PASS  # noqa: E402
+
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
 
@@ -188,4 +190,34 @@ def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label
                  "Pareto frontier", fontsize=8)
     if len(front) > 1:
         ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
+    """p50 / p95 / p99 (with CIs) against offered load; SLO thresholds dotted; the found capacity marked."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    df = pd.DataFrame(rows).sort_values("rate")
+    for p, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^-")):
+        d = df[df[f"{p}_ms"].notna()]
+        if d.empty:
+            continue
+        err = [(d[f"{p}_ms"] - d[f"{p}_ci_low"]).clip(lower=0), (d[f"{p}_ci_high"] - d[f"{p}_ms"]).clip(lower=0)]
+        ax.errorbar(d["rate"], d[f"{p}_ms"], yerr=err, fmt=style, ms=4, lw=1, capsize=2, label=p)
+    for slo in result["slos"]:
+        ax.axhline(slo["threshold_ms"], color="red", ls=":", lw=1)
+        ax.annotate(f"p{slo['percentile']:g} SLO {slo['threshold_ms']:g} ms", (df["rate"].min(), slo["threshold_ms"]),
+                    fontsize=7, color="red", va="bottom")
+    lo, hi = result["bracket"]
+    if lo:
+        ax.axvline(lo, color="green", lw=1.2, label=f"capacity {lo:g}/s")
+    if lo and hi:
+        ax.axvspan(lo, hi, color="green", alpha=0.1)
+    failed = df[(df["outcome"] != PASS) & df["p99_ms"].notna()]
+    if not failed.empty:
+        ax.scatter(failed["rate"], failed["p99_ms"], marker="x", s=90, color="red", zorder=4,
+                   label="trial not passing")
+    ax.set_yscale("log")
+    ax.set_xlabel("offered load (requests/s, Poisson)")
+    ax.set_ylabel("latency from intended send (ms)")
+    ax.legend(fontsize=7)
     return _svg(fig)

@@ -5,8 +5,8 @@ import html
 import json
 
 from analysis import plots
-from analysis.scenarios import phase_boundaries_s
 from analysis.analyze import Analysis
+from analysis.scenarios import phase_boundaries_s
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -165,7 +165,7 @@ def render(analysis: Analysis) -> str:
     parts.append("<h2>p99 latency by region × endpoint</h2>")
     parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
     parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))
-    starts = phase_boundaries_s(analysis.data.manifest.get("profile") or {})
+    starts = phase_boundaries_s(analysis.data.plan.profile)
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
                  plots.over_time(df, starts, s["outages"]))
     parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
@@ -230,7 +230,7 @@ def render(analysis: Analysis) -> str:
         parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
                      "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
         parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min(),
-                                           phase_boundaries_s(analysis.data.manifest.get("profile") or {})) or "")
+                                           phase_boundaries_s(analysis.data.plan.profile)) or "")
 
     if s["cold_start"]:
         parts.append("<h2 id='cold-start'>Cold start</h2>")

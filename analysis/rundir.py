@@ -1,4 +1,4 @@
-"""Reading a run directory (the contract in DESIGN.md). Never imports locust or the harness runtime."""
+"""Reading a run directory (contract/layout.py). Never imports locust, the harness or the endpoints."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.record_schema import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_COLUMNS
+from contract.layout import STATS_STAGES, RunLayout
+from contract.plan import RunPlan
+from contract.profile import ProfileError
+from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_COLUMNS
 
 
 @dataclass
@@ -24,6 +27,7 @@ class RunData:
 
     run_dir: Path
     manifest: dict
+    plan: RunPlan  # the resolved plan (every profile default filled in by contract/profile.py)
     requests: pd.DataFrame
     clock: pd.DataFrame
     chunks_read: int = 0
@@ -62,16 +66,20 @@ def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[Skip
 def load_run(run_dir: Path) -> RunData:
     """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats."""
     run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
+    layout = RunLayout(run_dir)
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory")
     try:
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        manifest = json.loads(layout.manifest.read_text()) if layout.manifest.exists() else {}
     except json.JSONDecodeError as exc:
-        raise RunDirError(f"{manifest_path}: not valid JSON: {exc}") from None
+        raise RunDirError(f"{layout.manifest}: not valid JSON: {exc}") from None
+    try:
+        plan = RunPlan.from_manifest(manifest, str(layout.manifest))
+    except ProfileError as exc:
+        raise RunDirError(str(exc).splitlines()[0]) from None
     skipped: list[SkippedChunk] = []
-    request_files = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))
-    clock_files = sorted(run_dir.glob("regions/*/*/clock-*.parquet"))
+    request_files = layout.request_chunks()
+    clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
     requests, n_req = _read_chunks(request_files, REQUEST_COLUMNS, skipped, OPTIONAL_DEFAULTS)
@@ -79,28 +87,31 @@ def load_run(run_dir: Path) -> RunData:
         requests["batch_size"] = requests["batch_size"].fillna(1).astype(int)
         requests["correct_count"] = requests["correct_count"].fillna(requests["correct"].astype(int)).astype(int)
     clock, _ = _read_chunks(clock_files, tuple(n for n, _, _ in CLOCK_FIELDS), skipped)
+    endpoints = layout.endpoint_names()
     stats: dict[str, dict[str, dict]] = {}
-    for f in sorted(run_dir.glob("endpoints/*/stats-*.json")):
-        try:
-            stats.setdefault(f.parent.name, {})[f.stem.removeprefix("stats-")] = json.loads(f.read_text())
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
-    timelines = {f.parent.name: _read_jsonl(f, skipped) for f in sorted(run_dir.glob("endpoints/*/stats-timeline.jsonl"))}
-    cold = _read_json_per_endpoint(run_dir, "cold-start.json", skipped)
-    models = _read_json_per_endpoint(run_dir, "model.json", skipped)
-    metrics = {f.parent.name: _read_jsonl(f, skipped)
-               for f in sorted(run_dir.glob("endpoints/*/metrics-timeline.jsonl"))}
-    return RunData(run_dir, manifest, requests, clock, n_req, skipped, stats, timelines, cold, metrics, models)
+    for name in endpoints:
+        for stage in STATS_STAGES:
+            snapshot = _read_json(layout.stats_snapshot(name, stage), skipped)
+            if snapshot is not None:
+                stats.setdefault(name, {})[stage] = snapshot
+    timelines = {n: _read_jsonl(layout.stats_timeline(n), skipped) for n in endpoints
+                 if layout.stats_timeline(n).exists()}
+    metrics = {n: _read_jsonl(layout.metrics_timeline(n), skipped) for n in endpoints
+               if layout.metrics_timeline(n).exists()}
+    cold = {n: d for n in endpoints if (d := _read_json(layout.cold_start(n), skipped)) is not None}
+    models = {n: d for n in endpoints if (d := _read_json(layout.model_metadata(n), skipped)) is not None}
+    return RunData(run_dir, manifest, plan, requests, clock, n_req, skipped, stats, timelines, cold, metrics, models)
 
 
-def _read_json_per_endpoint(run_dir: Path, name: str, skipped: list[SkippedChunk]) -> dict[str, dict]:
-    out = {}
-    for f in sorted(run_dir.glob(f"endpoints/*/{name}")):
-        try:
-            out[f.parent.name] = json.loads(f.read_text())
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedChunk(str(f), f"not valid JSON: {exc}"))
-    return out
+def _read_json(path: Path, skipped: list[SkippedChunk]) -> dict | None:
+    """The JSON object in `path`; None when absent, or unreadable (then reported)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        skipped.append(SkippedChunk(str(path), f"not valid JSON: {exc}"))
+        return None
 
 
 def _read_jsonl(path: Path, skipped: list[SkippedChunk]) -> list[dict]:

@@ -5,40 +5,40 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import percentile_ci
-from harness.schedule import rate_segments
+from contract.profile import Profile
+from contract.rates import Segment, rate_segments
 
 
-def phase_segments(profile: dict):
+def phase_segments(profile: Profile) -> list[Segment]:
     """The profile's rate segments (warm-up first when there is one); [] for closed-loop scenarios."""
-    load = profile.get("load") or {}
-    if load.get("scenario", "server") != "server" or load.get("rate") is None:
+    load = profile.load
+    if load.scenario != "server":
         return []
-    return rate_segments(load["rate"], load.get("phases") or [], load.get("warmup_s", 0), load["duration_s"])
+    return rate_segments(load.rate, load.phases, load.warmup_s, load.duration_s)
 
 
-def phase_names(profile: dict) -> dict[int, str]:
+def phase_names(profile: Profile) -> dict[int, str]:
     """Phase number → name (0 = warm-up)."""
     segments = phase_segments(profile)
-    warm = (profile.get("load") or {}).get("warmup_s", 0) > 0
+    warm = profile.load.warmup_s > 0
     if not segments:
         return {0: "warm-up", 1: "measured"}
     return {i + (0 if warm else 1): s.name for i, s in enumerate(segments)}
 
 
-def phase_boundaries_s(profile: dict) -> list[float]:
+def phase_boundaries_s(profile: Profile) -> list[float]:
     """Start of every phase after the first, in seconds of the run (for the time plots)."""
-    load = profile.get("load") or {}
     segments = phase_segments(profile)
     if segments:
         return [s.start_s for s in segments[1:]]
-    return [load["warmup_s"]] if load.get("warmup_s") else []
+    return [profile.load.warmup_s] if profile.load.warmup_s else []
 
 
-def per_phase_table(df: pd.DataFrame, profile: dict) -> list[dict]:
+def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
     """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms)."""
     names = phase_names(profile)
     segments = phase_segments(profile)
-    warm = (profile.get("load") or {}).get("warmup_s", 0) > 0
+    warm = profile.load.warmup_s > 0
     rows = []
     for phase, g in df.groupby("phase", sort=True):
         phase = int(phase)
@@ -77,11 +77,11 @@ def _percentile_rows(measured: pd.DataFrame, percentile: float) -> list[dict]:
     return rows
 
 
-def scenario_summary(df: pd.DataFrame, profile: dict, worker_summaries: dict[str, dict]) -> dict:
+def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[str, dict]) -> dict:
     """The scenario's own numbers: single-stream p90, multi-stream p99 per query and missed intervals,
     offline samples/s. `df` holds every row (phase 0 = warm-up); `worker_summaries` come from worker.json."""
-    load = profile.get("load") or {}
-    scenario = load.get("scenario", "server")
+    load = profile.load
+    scenario = load.scenario
     measured = df[df["phase"] > 0]
     out: dict = {"scenario": scenario}
     if scenario == "single-stream":
@@ -89,7 +89,7 @@ def scenario_summary(df: pd.DataFrame, profile: dict, worker_summaries: dict[str
         out["max_in_flight_per_region"] = {
             region: _max_concurrency(g["t_sent_ref"].to_numpy(), g["t_done_ref"].to_numpy())
             for region, g in df.groupby("region")}
-        out["queries_per_s"] = len(measured) / load["duration_s"]
+        out["queries_per_s"] = len(measured) / load.duration_s
     elif scenario == "multi-stream":
         out["p99"] = _percentile_rows(measured, 99)
         regions = {}
@@ -101,10 +101,10 @@ def scenario_summary(df: pd.DataFrame, profile: dict, worker_summaries: dict[str
         for r in regions.values():
             r["missed_fraction"] = r["missed"] / r["intervals"] if r["intervals"] else None
         out["intervals"] = regions
-        out["interval_ms"], out["samples_per_query"] = load.get("interval_ms"), load.get("samples_per_query")
+        out["interval_ms"], out["samples_per_query"] = load.interval_ms, load.samples_per_query
     elif scenario == "offline":
         ok = measured[measured.status == "ok"]
-        duration = load["duration_s"]
+        duration = load.duration_s
         out["samples_per_s"] = float(ok["batch_size"].sum() / duration)
         out["batches_per_s"] = float(len(ok) / duration)
         out["per_region"] = [{"region": region, "samples_per_s": float(g["batch_size"].sum() / duration),
@@ -112,5 +112,5 @@ def scenario_summary(df: pd.DataFrame, profile: dict, worker_summaries: dict[str
                               "p50_batch_ms": float(np.percentile(g["latency_ns"], 50) / 1e6) if len(g) else None}
                              for region, g in ok.groupby("region", sort=True)]
         out["accuracy"] = float(ok["correct_count"].sum() / ok["batch_size"].sum()) if len(ok) else None
-        out["batch"], out["concurrency_per_worker"] = load.get("offline_batch"), load.get("offline_concurrency")
+        out["batch"], out["concurrency_per_worker"] = load.offline_batch, load.offline_concurrency
     return out

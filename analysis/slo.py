@@ -8,8 +8,8 @@ from analysis.stats import percentile_ci, proportion_verdict
 
 def _matching(df: pd.DataFrame, slo: dict) -> list[tuple[str, str, pd.DataFrame]]:
     """The groups an SLO applies to: each endpoint × region it names ('*' = each one)."""
-    endpoints = sorted(df["endpoint"].unique()) if slo.get("endpoint", "*") == "*" else [slo["endpoint"]]
-    regions = sorted(df["region"].unique()) if slo.get("region", "*") == "*" else [slo["region"]]
+    endpoints = sorted(df["endpoint"].unique()) if slo["endpoint"] == "*" else [slo["endpoint"]]
+    regions = sorted(df["region"].unique()) if slo["region"] == "*" else [slo["region"]]
     return [(e, r, df[(df["endpoint"] == e) & (df["region"] == r)]) for e in endpoints for r in regions]
 
 

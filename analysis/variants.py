@@ -8,6 +8,8 @@ import pandas as pd
 from analysis.decision import decide
 from analysis.stats import percentile_ci
 from analysis.triton_stats import requests_per_execution
+from contract.plan import RunPlan
+from contract.profile import Endpoint
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -17,10 +19,11 @@ def _peak_rss_mb(timeline: list[dict]) -> float | None:
     return max(peaks) / 2**20 if peaks else None
 
 
-def _slots(profile: dict, endpoint: dict) -> int:
-    if endpoint["url"] == "triton":
-        return int((profile.get("triton") or {}).get("instances", 1))
-    return int(((profile.get("embedded") or {}).get("slots") or {}).get(endpoint["model"], 1))
+def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
+    """Execution slots of the server behind `endpoint` (a started Triton's instances, the embedded slots)."""
+    if plan.endpoint_kinds.get(endpoint.name) == "triton":
+        return plan.profile.triton.instances
+    return plan.profile.embedded.slots.get(endpoint.model, 1)
 
 
 def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
@@ -43,15 +46,16 @@ def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def variant_row(name: str, g: pd.DataFrame, profile: dict, data, stats_compute_ms: dict[str, float] | None = None,
+def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, float] | None = None,
                 per_execution: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
     """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
-    endpoint = next(e for e in profile["endpoints"] if e["name"] == name)
+    profile = data.plan.profile
+    endpoint = next(e for e in profile.endpoints if e.name == name)
     measured = g[g["phase"] > 0]
     ok = measured[measured["status"] == "ok"]
     lat = ok["latency_ns"].to_numpy(dtype=float) / 1e6
     samples, correct = int(ok["batch_size"].sum()), int(ok["correct_count"].sum())
-    row = {"name": name, "model": endpoint["model"], "protocol": endpoint["protocol"], "requests": int(len(measured)),
+    row = {"name": name, "model": endpoint.model, "protocol": endpoint.protocol, "requests": int(len(measured)),
            "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct,
            "accuracy": correct / samples if samples else None}
     for p in (50, 95, 99):
@@ -61,13 +65,13 @@ def variant_row(name: str, g: pd.DataFrame, profile: dict, data, stats_compute_m
     compute = compute[compute >= 0]
     from_responses = len(compute) > 0
     row["mean_compute_ms"] = float(compute.mean() / 1e6) if from_responses else (stats_compute_ms or {}).get(name)
-    override = ((profile.get("decision") or {}).get("capacity_rps") or {}).get(name)
+    override = profile.decision.capacity_rps.get(name) if profile.decision else None
     if override:
         row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
     elif row["mean_compute_ms"]:
         # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
         batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
-        row["capacity_rps"] = _slots(profile, endpoint) * batch * 1000 / row["mean_compute_ms"]
+        row["capacity_rps"] = _slots(data.plan, endpoint) * batch * 1000 / row["mean_compute_ms"]
         row["capacity_source"] = "estimate: slots / mean compute" + (
             f" × {batch:.1f} requests per execution" if batch > 1.0 else "")
     else:
@@ -82,20 +86,20 @@ def variant_row(name: str, g: pd.DataFrame, profile: dict, data, stats_compute_m
     return row, lat
 
 
-def variant_decision(df: pd.DataFrame, profile: dict, data, stat_rows: list[dict]) -> dict | None:
+def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict]) -> dict | None:
     """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
-    run's server statistics deltas (analysis.triton_stats.endpoint_stat_deltas)."""
-    spec = profile.get("decision")
-    if not spec:
+    run's server statistics deltas (analysis/triton_stats.py's endpoint_stat_deltas)."""
+    spec = data.plan.profile.decision
+    if spec is None:
         return None
-    baseline = spec.get("baseline")
-    names = spec.get("variants") or [e["name"] for e in profile["endpoints"] if e["name"] != baseline]
+    baseline = spec.baseline
+    names = spec.variants or [e.name for e in data.plan.profile.endpoints if e.name != baseline]
     stats_compute = server_compute_ms(stat_rows)
     per_execution = requests_per_execution(stat_rows)
     rows, latencies, correctness = [], {}, {}
     for name in names:
         g = df[df["endpoint"] == name]
-        row, lat = variant_row(name, g, profile, data, stats_compute, per_execution)
+        row, lat = variant_row(name, g, data, stats_compute, per_execution)
         rows.append(row)
         latencies[name] = lat
         answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])
@@ -103,9 +107,9 @@ def variant_decision(df: pd.DataFrame, profile: dict, data, stat_rows: list[dict
             correctness[name] = answered
             row["distinct_samples"] = len(answered)
             row["accuracy_distinct"] = sum(answered.values()) / len(answered)
-    result = decide(rows, latencies, spec.get("weights") or {}, spec.get("constraints") or {}, correctness)
+    result = decide(rows, latencies, dict(spec.weights), spec.constraints.model_dump(), correctness)
     if baseline:
-        base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], profile, data)
+        base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], data)
         result["baseline"] = base
         for v in result["variants"]:
             if v["model"] == base["model"] and v["p50_ms"] is not None and base["p50_ms"] is not None:

@@ -7,12 +7,19 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from contract.trace_context import parse_traceparent
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import V2_DATATYPE, decode_grpc
 from endpoints.scheduler import Timings
-from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
-    server_timing_header, timing_parameters
-from endpoints.trace_context import parse_traceparent
+from endpoints.server_core import (
+    EXTENSIONS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    InferenceServer,
+    RequestClock,
+    server_timing_header,
+    timing_parameters,
+)
 
 
 def _abort(context: grpc.ServicerContext, exc: InferenceError):

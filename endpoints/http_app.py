@@ -13,12 +13,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from contract.trace_context import parse_traceparent
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import decode_http, encode_http
 from endpoints.scheduler import Timings
-from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, \
-    server_timing_value, timing_parameters
-from endpoints.trace_context import parse_traceparent
+from endpoints.server_core import (
+    EXTENSIONS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    InferenceServer,
+    RequestClock,
+    server_timing_value,
+    timing_parameters,
+)
 
 _JSON = "application/json"
 _JSON_BYTES, _BINARY = b"application/json", b"application/octet-stream"

@@ -453,7 +453,7 @@ class ModelScheduler:
             t_infer = time.perf_counter_ns()
             outputs = {k: np.ascontiguousarray(v) for k, v in outputs.items()}
             t_output = time.perf_counter_ns()
-        except Exception as exc:  # a model failing must not take the server down
+        except Exception as exc:  # noqa: BLE001 - a model failing must not take the server down
             raise InferenceError(f"model '{self.name}' could not run this input: {exc}") from None
         t.compute_input_ns = t_input - t_start
         t.compute_infer_ns = t_infer - t_input

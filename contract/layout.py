@@ -1,0 +1,130 @@
+"""The run directory: the one place that spells its paths (see docs/ARCHITECTURE.md, "The run directory").
+
+    runs/<run-id>/
+      plan.json                 the resolved run plan (written once, before any process starts)
+      manifest.json             plan + what happened: versions, host, start/end, workers, validity
+      master-events.jsonl       workers joining, saying hello, finishing, leaving (master clock)
+      logs/<process>.log
+      regions/<region>/<worker>/requests-<n>.parquet, clock-<n>.parquet, worker.json
+      endpoints/<endpoint>/stats-<stage>.json, metrics-<stage>.prom, stats-timeline.jsonl,
+                           metrics-timeline.jsonl, cold-start.json, model.json
+      report/index.html, summary.json, tables/<name>.csv
+
+Every writer and reader takes its paths from `RunLayout` / `WorkerLayout`; a chunk file is complete or
+absent (written under a temporary name, then renamed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+REQUESTS = "requests"
+CLOCK = "clock"
+STATS_STAGES = ("before", "after")
+
+
+def chunk_name(prefix: str, index: int) -> str:
+    """`requests-00012.parquet`: the name of closed chunk `index`."""
+    return f"{prefix}-{index:05d}.parquet"
+
+
+def temporary(path: Path) -> Path:
+    """The name a file is written under before the rename that makes it appear whole."""
+    return path.with_name("." + path.name + ".tmp")
+
+
+@dataclass(frozen=True)
+class WorkerLayout:
+    """One worker's directory: regions/<region>/<worker>/."""
+
+    dir: Path
+
+    def chunk(self, prefix: str, index: int) -> Path:
+        return self.dir / chunk_name(prefix, index)
+
+    @property
+    def summary(self) -> Path:
+        return self.dir / "worker.json"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Every path of one run directory."""
+
+    root: Path
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def master_events(self) -> Path:
+        return self.root / "master-events.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, process: str) -> Path:
+        return self.logs / f"{process}.log"
+
+    def worker(self, region: str, worker: str) -> WorkerLayout:
+        return WorkerLayout(self.root / "regions" / region / worker)
+
+    def request_chunks(self) -> list[Path]:
+        return sorted(self.root.glob(f"regions/*/*/{REQUESTS}-*.parquet"))
+
+    def clock_chunks(self) -> list[Path]:
+        return sorted(self.root.glob(f"regions/*/*/{CLOCK}-*.parquet"))
+
+    def endpoint(self, name: str) -> Path:
+        return self.root / "endpoints" / name
+
+    def stats_snapshot(self, endpoint: str, stage: str) -> Path:
+        return self.endpoint(endpoint) / f"stats-{stage}.json"
+
+    def metrics_scrape(self, endpoint: str, stage: str) -> Path:
+        return self.endpoint(endpoint) / f"metrics-{stage}.prom"
+
+    def stats_timeline(self, endpoint: str) -> Path:
+        return self.endpoint(endpoint) / "stats-timeline.jsonl"
+
+    def metrics_timeline(self, endpoint: str) -> Path:
+        return self.endpoint(endpoint) / "metrics-timeline.jsonl"
+
+    def cold_start(self, endpoint: str) -> Path:
+        return self.endpoint(endpoint) / "cold-start.json"
+
+    def model_metadata(self, endpoint: str) -> Path:
+        return self.endpoint(endpoint) / "model.json"
+
+    def endpoint_names(self) -> list[str]:
+        """Endpoints that have a directory (server statistics, cold start or model metadata)."""
+        base = self.root / "endpoints"
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+
+@dataclass(frozen=True)
+class ReportLayout:
+    """The analysis output: index.html, summary.json, tables/<name>.csv (by default run_dir/report)."""
+
+    dir: Path
+
+    @property
+    def page(self) -> Path:
+        return self.dir / "index.html"
+
+    @property
+    def summary(self) -> Path:
+        return self.dir / "summary.json"
+
+    def table(self, name: str) -> Path:
+        return self.dir / "tables" / f"{name}.csv"

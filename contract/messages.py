@@ -1,0 +1,68 @@
+"""The catalogue of master ↔ worker messages (after Locust's `Events` catalogue and `register_message`):
+each message declared once, with its name, direction and payload type. Senders build the payload type and
+send `payload.wire()`; receivers call `MESSAGE.decode(data)`, so a misspelt or missing key fails loudly.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """master → workers, at test start: the resolved run plan and the start instant (reference clock)."""
+
+    plan: dict[str, Any]  # contract.plan.RunPlan as JSON
+    start_ref_ns: int
+
+
+@dataclass(frozen=True)
+class Hello:
+    """worker → master, when the worker has its plan and is ready: which worker and region it is."""
+
+    client_id: str
+    worker: str
+    region: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """worker → master, after its schedule: the worker's summary (worker.json)."""
+
+    client_id: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Error:
+    """worker → master, when the worker cannot run the plan (bad settings, missing data)."""
+
+    client_id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Message(Generic[P]):
+    """One message type: its Locust name, who sends it, and its payload."""
+
+    name: str
+    direction: str
+    payload: type[P]
+
+    def decode(self, data: dict) -> P:
+        return self.payload(**data)
+
+
+def wire(payload: Any) -> dict:
+    """A payload as the mapping Locust's channel carries."""
+    return asdict(payload)
+
+
+PLAN = Message("tailrace_plan", "master → workers", Plan)
+HELLO = Message("tailrace_hello", "worker → master", Hello)
+DONE = Message("tailrace_done", "worker → master", Done)
+ERROR = Message("tailrace_error", "worker → master", Error)
+
+CATALOGUE = (PLAN, HELLO, DONE, ERROR)

@@ -1,0 +1,130 @@
+"""The resolved run plan: every setting of a run, normalised once (after LoadGen's TestSettings →
+TestSettingsInternal), written once to plan.json and into the manifest, and read by the Locust master, every
+worker and the analysis. Nobody downstream re-spells a profile default or re-resolves an address.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from contract.layout import RunLayout, temporary
+from contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
+
+PLAN_VERSION = 1
+EndpointKind = Literal["embedded", "triton", "remote", "inprocess"]
+
+
+class RunPlan(BaseModel):
+    """One run, resolved: the profile with every default filled and the started servers' addresses in place
+    of 'embedded' / 'triton', where each region reaches each endpoint, the clock references, and the lead
+    time between the plan and the start instant."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan_version: int = PLAN_VERSION
+    run_id: str
+    run_dir: str
+    profile: Profile
+    endpoint_kinds: dict[str, EndpointKind]
+    region_urls: dict[str, dict[str, str]] = {}
+    ntp_servers: list[str]
+    models_dir: str
+    lead_s: float
+
+    # -- derived settings (one definition each) ----------------------------------------------------------
+    @property
+    def samples_per_request(self) -> int:
+        """The scenario's query / batch size, else the profile's inputs.batch_size."""
+        load = self.profile.load
+        return {"multi-stream": load.samples_per_query, "offline": load.offline_batch}.get(
+            load.scenario, self.profile.inputs.batch_size)
+
+    @property
+    def drain_s(self) -> float:
+        """How long a worker waits for its last responses: the longest endpoint timeout + 2 s."""
+        return max(e.timeout_ms for e in self.profile.endpoints) / 1000 + 2
+
+    @property
+    def run_seconds(self) -> float:
+        """How long the Locust master runs: lead + warm-up + duration + drain."""
+        load = self.profile.load
+        return self.lead_s + load.warmup_s + load.duration_s + self.drain_s + 3
+
+    def endpoint_url(self, region: str, endpoint: Endpoint) -> str:
+        """Where `region` sends `endpoint`'s requests (through its delay proxy when it has one)."""
+        return self.region_urls.get(region, {}).get(endpoint.name, endpoint.url)
+
+    def effective_settings(self) -> list[str]:
+        """The settings that shape the numbers, one line each, for the log (LoadGen's LogEffectiveSettings)."""
+        p, load, gen = self.profile, self.profile.load, self.profile.generator
+        lines = [f"run {self.run_id}: scenario {load.scenario}, rate {load.rate} req/s, seed {load.seed}, "
+                 f"warm-up {load.warmup_s:g} s, duration {load.duration_s:g} s, {len(load.phases)} phase change(s)",
+                 f"samples per request {self.samples_per_request}, inputs {p.inputs.dataset} ({p.inputs.selection})",
+                 f"generator: send-lag threshold {gen.send_lag_p99_ms:g} ms per {gen.window_s:g} s window, stall "
+                 f"{gen.stall_max_ms:g} ms, spin {gen.spin_ms:g} ms, chunks of {gen.chunk_rows} rows / "
+                 f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight}",
+                 f"clock: {', '.join(self.ntp_servers) or 'none'} every {p.clock.interval_s:g} s, "
+                 f"{p.clock.packets} packets"]
+        for e in p.endpoints:
+            lines.append(f"endpoint {e.name}: {e.protocol} {e.url} model {e.model} ({self.endpoint_kinds[e.name]}), "
+                         f"weight {e.weight:g}, timeout {e.timeout_ms:g} ms")
+        for r in p.regions:
+            via = ", ".join(f"{k}={v}" for k, v in self.region_urls.get(r.name, {}).items()) or "direct"
+            lines.append(f"region {r.name}: share {r.share:g}, {r.workers} worker(s), delay {r.delay_ms:g}±"
+                         f"{r.jitter_ms:g} ms, skew {r.clock_skew_ms:g} ms, via {via}")
+        return lines
+
+    # -- the file --------------------------------------------------------------------------------------
+    def write(self, layout: RunLayout) -> Path:
+        """plan.json, written once (temporary name + rename)."""
+        layout.root.mkdir(parents=True, exist_ok=True)
+        tmp = temporary(layout.plan)
+        tmp.write_text(self.model_dump_json(indent=2))
+        os.replace(tmp, layout.plan)
+        return layout.plan
+
+    @classmethod
+    def read(cls, path: Path) -> "RunPlan":
+        """Read plan.json; ProfileError names the file and the field."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()), str(path))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ProfileError(f"{path}: cannot read the run plan: {exc}") from None
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> "RunPlan":
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            raise ProfileError(f"{source}: {where}: {err['msg']}") from None
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, source: str) -> "RunPlan":
+        """The plan of a run directory's manifest. Manifests written before plan.json existed hold only the
+        profile: it is resolved here, through the same schema, so defaults still come from one place."""
+        if "plan" in manifest:
+            return cls.from_dict(manifest["plan"], f"{source}: plan")
+        profile = parse_profile(manifest.get("profile") or {}, f"{source}: profile")
+        return unresolved_plan(profile, manifest.get("run_id") or "", "")
+
+
+def endpoint_kind(endpoint: Endpoint) -> EndpointKind:
+    """Who serves an endpoint: a server tailrace starts, a remote one, or the worker itself."""
+    if endpoint.url == INPROCESS:
+        return "inprocess"
+    return {EMBEDDED: "embedded", TRITON: "triton"}.get(endpoint.url, "remote")
+
+
+def unresolved_plan(profile: Profile, run_id: str, run_dir: str, models_dir: str | None = None,
+                    lead_s: float = 0.0) -> RunPlan:
+    """A plan whose endpoints keep the profile's URLs (no servers started, no proxies)."""
+    return RunPlan(run_id=run_id, run_dir=run_dir, profile=profile,
+                   endpoint_kinds={e.name: endpoint_kind(e) for e in profile.endpoints},
+                   ntp_servers=list(profile.clock.servers), models_dir=models_dir or profile.embedded.models_dir,
+                   lead_s=lead_s)

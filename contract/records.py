@@ -1,0 +1,75 @@
+"""The request-log record schema: defined once, used by the recorder and by the analysis.
+
+No heavy imports here: field names, Arrow type names, and the typed rows built from them (a misspelt
+field is a TypeError where the row is made, never a silent null column).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# (column, arrow type name, meaning)
+REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("run_id", "string", "run identifier"),
+    ("trace_id", "string", "W3C trace ID, 32 hex"),
+    ("span_id", "string", "W3C span ID, 16 hex"),
+    ("region", "string", "generator region"),
+    ("worker", "string", "generator worker"),
+    ("endpoint", "string", "profile endpoint name"),
+    ("model", "string", "model name"),
+    ("protocol", "string", "kserve-http | kserve-grpc | inprocess"),
+    ("phase", "int32", "0 = warm-up, then 1.. per rate step"),
+    ("sample_index", "int64", "row of the held-out set sent"),
+    ("t_intended", "int64", "epoch ns, worker clock: when the schedule says to send"),
+    ("t_sent", "int64", "epoch ns, worker clock: when it was sent"),
+    ("t_done", "int64", "epoch ns, worker clock: when the response (or error) arrived"),
+    ("latency_ns", "int64", "t_done - t_intended (monotonic clock)"),
+    ("service_ns", "int64", "t_done - t_sent (what a closed-loop tool would report)"),
+    ("send_lag_ns", "int64", "t_sent - t_intended"),
+    ("status", "string", "ok | http_error | grpc_error | timeout | connection | bad_response"),
+    ("code", "string", "HTTP status or gRPC code name"),
+    ("error", "string", "short error text"),
+    ("server_queue_ns", "int64", "server-reported time in queue (-1 if not reported)"),
+    ("server_compute_ns", "int64", "server-reported compute time (-1 if not reported)"),
+    ("server_receive_ns", "int64", "server epoch ns at receive, server clock (-1 if not reported)"),
+    ("server_send_ns", "int64", "server epoch ns at send, server clock (-1 if not reported)"),
+    ("echoed_trace_id", "string", "trace ID the server echoed back ('' if none)"),
+    ("label", "int64", "true label of the sample sent"),
+    ("prediction", "int64", "predicted label (-1 if none)"),
+    ("correct", "bool", "prediction == label (first row of the batch)"),
+    ("batch_size", "int32", "samples in the request (multi-stream queries, offline batches)"),
+    ("correct_count", "int32", "predictions equal to their labels, of batch_size"),
+    ("bytes_out", "int64", "request bytes sent"),
+    ("bytes_in", "int64", "response bytes received"),
+    ("in_flight", "int32", "requests in flight at send time, this worker"),
+    ("clock_offset_ns", "int64", "current estimate of reference - worker clock"),
+    ("clock_uncertainty_ns", "int64", "its uncertainty (half the round-trip delay)"),
+)
+
+CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("worker", "string", "generator worker"),
+    ("region", "string", "generator region"),
+    ("server", "string", "NTP server host:port"),
+    ("local_ns", "int64", "worker clock (epoch ns) at the sample's midpoint"),
+    ("offset_ns", "int64", "reference - worker clock"),
+    ("delay_ns", "int64", "round-trip delay of the kept packet"),
+    ("packets", "int32", "packets sent for this sample"),
+    ("stage", "string", "before | during | after"),
+)
+
+STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response")
+REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
+# columns added after the first release: older run directories lack them and get these values
+OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None}
+
+_PYTHON_TYPES = {"string": str, "int64": int, "int32": int, "bool": bool}
+
+
+def _row_type(name: str, fields: tuple[tuple[str, str, str], ...]) -> type:
+    return NamedTuple(name, [(column, _PYTHON_TYPES[kind]) for column, kind, _ in fields])
+
+
+RequestRow = _row_type("RequestRow", REQUEST_FIELDS)
+"""One request's record: every field of REQUEST_FIELDS, by keyword."""
+
+ClockRow = _row_type("ClockRow", CLOCK_FIELDS)
+"""One clock sample's record: every field of CLOCK_FIELDS, by keyword."""

@@ -1,0 +1,234 @@
+"""`tailrace run`: one run on this machine.
+
+Starts (as needed) the SNTP reference, the servers the profile asks for, one delay proxy per emulated region,
+resolves the run plan once (contract/plan.py) and writes it, then starts a Locust master and one Locust worker
+per region worker; shows live progress; stops everything by PID at the end or on Ctrl-C; writes the manifest.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from contract.layout import RunLayout
+from contract.plan import RunPlan, endpoint_kind
+from contract.profile import EMBEDDED, Profile
+from harness.orchestration.processes import ManagedProcess, check_placement, free_port, start_process, tailrace_argv
+from harness.orchestration.region_proxies import proxied_regions, start_region_proxies
+from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
+from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
+from harness.orchestration.servers import Servers, start_servers
+from harness.orchestration.triton_server import TritonServer
+from harness.worker.identity import WorkerIdentity
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"
+PLAN_ENV = "TAILRACE_PLAN"  # read by harness/worker/locustfile.py in the master
+LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
+
+
+def describe_load(profile: Profile) -> str:
+    """One line: the scenario and its knobs."""
+    load = profile.load
+    if load.scenario == "server":
+        return f"Poisson {load.rate:g} req/s" + (f" with {len(load.phases)} phase change(s)" if load.phases else "")
+    if load.scenario == "single-stream":
+        return "single-stream (one request at a time per region)"
+    if load.scenario == "multi-stream":
+        return f"multi-stream ({load.samples_per_query} samples every {load.interval_ms:g} ms per region)"
+    return f"offline (batches of {load.offline_batch}, {load.offline_concurrency} in flight per worker)"
+
+
+def locust_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
+
+
+def master_argv(plan: RunPlan, bind: str, port: int, max_wait_s: int, *extra: str) -> list[str]:
+    """The Locust master of `plan`: one user per expected worker, for the plan's run time."""
+    n = sum(r.workers for r in plan.profile.regions)
+    return locust_argv("--master", "-u", str(n), "-r", str(n), "--expect-workers", str(n),
+                       "--expect-workers-max-wait", str(max_wait_s), "-t", f"{plan.run_seconds:.0f}s",
+                       "--master-bind-host", bind, "--master-bind-port", str(port), "--only-summary",
+                       "--exit-code-on-error", "0", *extra)
+
+
+def new_run_id(profile: Profile) -> str:
+    return f"{profile.name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(2)}"
+
+
+def log_effective_settings(plan: RunPlan, layout: RunLayout) -> None:
+    """logs/settings.log: the plan's effective settings, one per line."""
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    layout.log("settings").write_text("\n".join(plan.effective_settings()) + "\n")
+
+
+@dataclass
+class LocalRun:
+    """The processes of one local run, stopped in reverse order."""
+
+    profile: Profile
+    out: Path
+    servers: Servers | None = None  # given: shared across runs (capacity trials), not stopped here
+    quiet: bool = False
+    run_id: str = ""
+    layout: RunLayout | None = None
+    plan: RunPlan | None = None
+    record: RunRecord | None = None
+    stats: ServerStatsRecorder | None = None
+    processes: list[ManagedProcess] = field(default_factory=list)
+    workers: dict[str, ManagedProcess] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.layout.root
+
+    def log(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def start(self) -> None:
+        p = self.profile
+        check_placement(p)
+        self.run_id = new_run_id(p)
+        self.layout = RunLayout(self.out / self.run_id)
+        self.layout.root.mkdir(parents=True, exist_ok=False)
+        self._build_models_if_missing()
+        ntp_servers = self._start_sntp_if_asked()
+        if self.servers is None and (p.uses_embedded or p.uses_triton):
+            self.servers = start_servers(p, self.layout.logs, self.log)
+            self.processes.extend(s.process for s in self.servers.instances)
+        resolved = self.servers.resolve(p) if self.servers is not None else p
+        proxies, region_urls = start_region_proxies(resolved, self.layout)
+        self.processes.extend(proxies)
+        self.plan = RunPlan(run_id=self.run_id, run_dir=str(self.layout.root.resolve()), profile=resolved,
+                            endpoint_kinds={e.name: endpoint_kind(e) for e in p.endpoints},
+                            region_urls=region_urls, ntp_servers=ntp_servers,
+                            models_dir=str(Path(p.embedded.models_dir).resolve()), lead_s=LEAD_S)
+        self.plan.write(self.layout)
+        log_effective_settings(self.plan, self.layout)
+        self._write_cold_starts()
+        save_model_metadata(self.plan, self.layout)
+        targets = stats_targets(self.plan)
+        self.stats = ServerStatsRecorder(self.layout, targets, p.server_stats.interval_s)
+        self.stats.snapshot("before")
+        self.record = RunRecord(self.plan, self.layout, servers=[
+            {k: v for k, v in vars(t).items() if k != "auth"} for t in targets],
+            region_addresses=proxied_regions(resolved))
+        self._start_locust()
+
+    def _build_models_if_missing(self) -> None:
+        models_dir = Path(self.profile.embedded.models_dir)
+        if self.profile.uses_embedded and not (models_dir / "_data").exists():
+            from endpoints.model_build import build_repository
+
+            self.log(f"building models into {models_dir}")
+            build_repository(models_dir, self.profile.embedded.mm1_mean_ms or 2.0)
+
+    def _start_sntp_if_asked(self) -> list[str]:
+        """The profile's clock references, with 'embedded' replaced by an SNTP server this run starts."""
+        servers = list(self.profile.clock.servers)
+        if EMBEDDED not in servers:
+            return servers
+        port = free_port()
+        self.processes.append(start_process("sntp", tailrace_argv("sntp", "--port", str(port)),
+                                            self.layout.log("sntp")))
+        return [f"127.0.0.1:{port}" if s == EMBEDDED else s for s in servers]
+
+    def _start_locust(self) -> None:
+        p, layout = self.profile, self.layout
+        n_workers = sum(r.workers for r in p.regions)
+        master_port = free_port()
+        self.master = start_process("locust master", master_argv(
+            self.plan, "127.0.0.1", master_port, 60, "--headless", "--stop-timeout", "5", "--loglevel", "WARNING"),
+            layout.log("master"), env={PLAN_ENV: str(layout.plan)}, cpus=p.generator.cpus)
+        self.processes.append(self.master)
+        for r in p.regions:
+            for i in range(r.workers):
+                identity = WorkerIdentity(r.name, i, r.clock_skew_ms, metrics_port=free_port())
+                self.metrics_ports[identity.name] = identity.metrics_port
+                proc = start_process(f"worker {identity.name}", locust_argv(
+                    "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
+                    "--loglevel", "WARNING"), layout.log(f"worker-{identity.name}"), env=identity.env(),
+                    cpus=p.generator.cpus)
+                self.processes.append(proc)
+                self.workers[identity.name] = proc
+        self.log(f"run {self.run_id}: {n_workers} worker(s) in {len(p.regions)} region(s), "
+                 f"{describe_load(p)} for {p.load.duration_s:g} s (+{p.load.warmup_s:g} s warm-up) → {layout.root}")
+
+    @property
+    def triton(self) -> TritonServer | None:
+        """The local Triton of this run, if it has one."""
+        if self.servers is None:
+            return None
+        return next((s.triton for s in self.servers.instances if s.triton is not None), None)
+
+    def _write_cold_starts(self) -> None:
+        """endpoints/<name>/cold-start.json for endpoints whose server this run started (and timed)."""
+        if self.servers is None:
+            return
+        for ep in self.profile.endpoints:
+            server = self.servers.serving(self.plan.endpoint_kinds[ep.name], ep.model)
+            if server is not None and server.cold_start:
+                path = self.layout.cold_start(ep.name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(server.cold_start))
+
+    def wait(self, progress) -> int:
+        """Wait for the master to finish, showing progress; returns the master's exit code."""
+        deadline = time.monotonic() + self.plan.run_seconds + 90
+        while self.master.alive() and time.monotonic() < deadline:
+            progress(self)
+            if self.stats is not None and self.stats.due():
+                self.stats.periodic()
+            time.sleep(1.0)
+        if self.master.alive():
+            self.log("master did not finish in time; stopping it")
+            self.master.stop()
+        return self.master.popen.returncode
+
+    def stop(self) -> None:
+        """Stop every process we started, newest first, by PID (Triton with its children and shm segments)."""
+        if self.stats is not None:
+            self.stats.snapshot("after")
+            self.stats.close()
+        owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
+        for proc in reversed(self.processes):
+            if id(proc) in owned and owned[id(proc)].triton is not None:
+                owned[id(proc)].triton.stop()  # with its children and shared memory
+            else:
+                proc.stop(timeout=10)
+
+    def manifest(self, interrupted: bool) -> dict:
+        codes = {name: proc.popen.returncode for name, proc in self.workers.items()}
+        return self.record.manifest(interrupted, codes)
+
+
+def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, dict]:
+    """Run a profile locally end to end; returns (run_dir, manifest)."""
+    from harness.orchestration.progress import Progress
+
+    run = LocalRun(profile, out, quiet=quiet)
+    interrupted = False
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    progress = Progress(quiet)
+    try:
+        run.start()
+        run.wait(progress.update)
+    except KeyboardInterrupt:
+        interrupted = True
+        run.log("interrupted: stopping every process of this run")
+    finally:
+        progress.close()
+        run.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if run.record is None:
+        raise RuntimeError("run did not start")
+    manifest = run.manifest(interrupted)
+    write_manifest(run.layout, manifest)
+    return run.run_dir, manifest

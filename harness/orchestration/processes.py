@@ -1,0 +1,134 @@
+"""Starting and stopping the processes tailrace runs (by PID, bounded in time), and free loopback ports."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ManagedProcess:
+    """A child process we started; stopped by its PID only."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path | None = None
+    _log_handle: object = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout` s; returns the exit code."""
+        if self.popen.poll() is None:
+            try:
+                self.popen.send_signal(signal.SIGTERM)
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+            except ProcessLookupError:
+                pass
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        """SIGKILL at once (used to test crash safety)."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(5)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the process wrote (for error messages)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def check_cpus(cpus: list[int] | None, field: str) -> None:
+    """Raise ValueError naming `field` when a CPU of `cpus` is not one this process may run on."""
+    if not cpus:
+        return
+    available = sorted(os.sched_getaffinity(0))
+    missing = [c for c in cpus if c not in available]
+    if missing:
+        raise ValueError(f"{field}: CPU {', '.join(map(str, missing))} not available here "
+                         f"(this machine offers {', '.join(map(str, available))})")
+
+
+def check_placement(profile) -> None:
+    """Raise ValueError naming the field when the profile pins processes to CPUs this machine lacks."""
+    check_cpus(profile.embedded.cpus, "embedded.cpus")
+    check_cpus(profile.generator.cpus, "generator.cpus")
+
+
+def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
+                  cwd: Path | None = None, cpus: list[int] | None = None) -> ManagedProcess:
+    """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child
+    it starts) to those CPUs."""
+    handle = None
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(log_path, "ab")
+    full_env = {**os.environ, **(env or {})}
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # one syscall in the child before exec
+    popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
+                             cwd=cwd, start_new_session=True, preexec_fn=pin)
+    return ManagedProcess(name, popen, log_path, handle)
+
+
+def tailrace_argv(*args: str) -> list[str]:
+    """argv that runs the tailrace CLI with this interpreter."""
+    return [sys.executable, "-m", "tailrace.cli", *args]
+
+
+def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0) -> None:
+    """Poll `url` until it answers 200; raise RuntimeError with the process log if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if process is not None and not process.alive():
+            raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {timeout} s ({last})"
+                       + (f"\n{process.log_tail()}" if process else ""))
+
+
+def start_embedded_endpoint(models: Path, host: str, http_port: int, grpc_port: int, log_path: Path | None = None,
+                            extra: list[str] | None = None, timeout: float = 60.0,
+                            cpus: list[int] | None = None) -> ManagedProcess:
+    """Start `tailrace serve` (pinned to `cpus` if given) and wait until it is ready."""
+    argv = tailrace_argv("serve", "--models", str(models), "--host", host, "--http-port", str(http_port),
+                         "--grpc-port", str(grpc_port), *(extra or []))
+    proc = start_process(f"endpoint {host}:{http_port}", argv, log_path, cpus=cpus)
+    try:
+        wait_http_ok(f"http://{host}:{http_port}/v2/health/ready", proc, timeout)
+    except RuntimeError:
+        proc.stop()
+        raise
+    return proc

@@ -1,0 +1,155 @@
+"""The run's record: the manifest (resolved plan, seed, versions, host, git sha, start/end, workers, validity),
+the models' metadata, and the master's event log it is built from."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from contract.layout import RunLayout, temporary
+from contract.plan import RunPlan
+from harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
+
+_PACKAGES = ("tailrace", "locust", "gevent", "grpcio", "numpy", "scipy", "pandas", "pyarrow", "onnxruntime",
+             "tritonclient", "ntplib", "prometheus-client", "pydantic", "uvicorn", "starlette")
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of what a run depends on."""
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def host_info() -> dict:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "pid": os.getpid()}
+
+
+def git_sha(repo: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo or Path(__file__).resolve().parents[2],
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def read_master_events(layout: RunLayout) -> list[dict]:
+    path = layout.master_events
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line from a killed master
+    return events
+
+
+def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
+    """Per worker: when it joined, said hello, finished or left (epoch ns, master clock)."""
+    by_client: dict[str, str] = {}
+    joined: dict[str, int] = {}
+    out: dict[str, dict] = {w: {"joined_ns": None, "done_ns": None, "left_ns": None, "left_reason": None}
+                            for w in expected}
+    for e in events:
+        cid = e.get("client_id")
+        if e["event"] == "worker_joined":
+            joined[cid] = e["t_ns"]
+        elif e["event"] == "worker_hello":
+            by_client[cid] = e["worker"]
+            out.setdefault(e["worker"], {"joined_ns": None, "done_ns": None, "left_ns": None, "left_reason": None})
+            out[e["worker"]]["joined_ns"] = joined.get(cid, e["t_ns"])
+        elif e["event"] == "worker_done":
+            name = by_client.get(cid) or e.get("summary", {}).get("worker")
+            if name:
+                out.setdefault(name, {})["done_ns"] = e["t_ns"]
+        elif e["event"] == "worker_left":
+            name = by_client.get(cid) or e.get("worker")
+            if name and out.get(name, {}).get("left_ns") is None:
+                out.setdefault(name, {})["left_ns"] = e["t_ns"]
+                out[name]["left_reason"] = e.get("reason")
+    return out
+
+
+def write_manifest(layout: RunLayout, manifest: dict) -> None:
+    tmp = temporary(layout.manifest)
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, layout.manifest)
+
+
+def save_model_metadata(plan: RunPlan, layout: RunLayout) -> None:
+    """endpoints/<name>/model.json: the model's build metadata (size, parameters, accuracy, sha256), for the
+    endpoints whose model repository is on this machine."""
+    p = plan.profile
+    for ep in p.endpoints:
+        root = Path(p.triton.models_dir if plan.endpoint_kinds[ep.name] == "triton" else p.embedded.models_dir)
+        meta = root / ep.model / "metadata.json"
+        if meta.exists():
+            target = layout.model_metadata(ep.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(meta.read_text())
+
+
+def expected_workers(plan: RunPlan) -> list[str]:
+    return [f"{r.name}-w{i}" for r in plan.profile.regions for i in range(r.workers)]
+
+
+@dataclass
+class RunRecord:
+    """What the manifest needs beyond the plan: when the run started, the host's CPU at the start, the
+    servers snapshotted, and how each local worker process ended (unknown for remote workers)."""
+
+    plan: RunPlan
+    layout: RunLayout
+    started_ns: int = field(default_factory=time.time_ns)
+    cpu_at_start: CpuTimes | None = field(default_factory=read_cpu_times)
+    servers: list[dict] = field(default_factory=list)
+    region_addresses: dict[str, str] = field(default_factory=dict)
+
+    def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None) -> dict:
+        p, layout = self.plan.profile, self.layout
+        expected = expected_workers(self.plan)
+        events = read_master_events(layout)
+        timeline = worker_timeline(events, expected)
+        summaries, invalid, warnings = {}, [], []
+        for name in expected:
+            path = layout.worker(name.rsplit("-w", 1)[0], name).summary
+            if path.exists():
+                summaries[name] = json.loads(path.read_text())
+                invalid += summaries[name].get("invalid_reasons", [])
+                warnings += summaries[name].get("warnings", [])
+            else:
+                code = (worker_exit_codes or {}).get(name)
+                invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
+        if interrupted:
+            invalid.append("run interrupted (Ctrl-C) before the schedule finished")
+        cpu_now = read_cpu_times()
+        host_cpu = cpu_usage(self.cpu_at_start, cpu_now) if self.cpu_at_start and cpu_now else {}
+        steal = steal_warning(host_cpu)
+        if steal:
+            warnings.append(steal)
+        plan_sent = next((e for e in events if e["event"] == "plan_sent"), {})
+        return {
+            "run_id": self.plan.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
+            "plan": self.plan.model_dump(mode="json"),
+            "seed": p.load.seed, "versions": versions(), "host": host_info(), "git_sha": git_sha(),
+            "start_ns": self.started_ns, "end_ns": time.time_ns(), "start_ref_ns": plan_sent.get("start_ref_ns"),
+            "servers": self.servers,
+            "regions": [r.model_dump(mode="json") | {"address": self.region_addresses.get(r.name)} for r in p.regions],
+            "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},
+            "host_cpu": host_cpu,
+            "valid": not invalid, "invalid_reasons": invalid, "warnings": warnings, "interrupted": interrupted,
+        }

@@ -1,0 +1,146 @@
+"""Server-side statistics of the endpoints under test, saved into the run directory.
+
+For each endpoint that exposes them: the KServe/Triton statistics extension (`GET <stats>/v2/models/stats`)
+before and after the run and periodically, and the Prometheus metrics (Triton's port 8002, or the embedded
+endpoint's `/metrics`). Per endpoint (paths from contract/layout.py's RunLayout):
+
+    stats-before.json, stats-after.json   {t_ns, server, kind, model, model_stats: [...]}
+    stats-timeline.jsonl                  one such object per interval
+    metrics-before.prom, metrics-after.prom  the scrape, verbatim
+    metrics-timeline.jsonl                {t_ns, samples: {"name{labels}": value}} for its model
+
+A server that does not answer is skipped for that snapshot (an outage must not stop the run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from contract.layout import RunLayout
+from contract.plan import RunPlan
+
+
+@dataclass(frozen=True)
+class StatsTarget:
+    endpoint: str
+    model: str
+    kind: str  # "embedded" | "triton" | "remote"
+    stats_base: str | None  # http://host:port of the statistics extension
+    metrics_url: str | None
+    auth: tuple[str, str] | None = None  # (header, environment variable holding its value)
+
+    def headers(self) -> dict[str, str]:
+        """The auth header, read from the environment now (never stored)."""
+        if self.auth is None:
+            return {}
+        value = os.environ.get(self.auth[1])
+        return {self.auth[0]: value} if value else {}
+
+
+def stats_targets(plan: RunPlan) -> list[StatsTarget]:
+    """What to snapshot for each endpoint of the plan (its resolved addresses, never through a proxy)."""
+    targets = []
+    for ep in plan.profile.endpoints:
+        stats_base = ep.stats_url or (ep.url if ep.protocol == "kserve-http" else None)
+        auth = (ep.auth_header, ep.auth_env) if ep.auth_header and ep.auth_env else None
+        targets.append(StatsTarget(ep.name, ep.model, plan.endpoint_kinds[ep.name], stats_base, ep.metrics_url, auth))
+    return targets
+
+
+PROCESS_SAMPLES = ("process_resident_memory_bytes", "tailrace_server_peak_rss_bytes", "process_cpu_seconds_total",
+                   "nv_cpu_memory_used_bytes", "nv_cpu_utilization")
+
+
+def model_samples(prom_text: str, model: str) -> dict[str, float]:
+    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*), and the server's
+    process-wide memory / CPU samples, by name{labels}."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(prom_text):
+        for s in family.samples:
+            if s.labels.get("model") != model and s.name not in PROCESS_SAMPLES:
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "model")
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)
+    return out
+
+
+def _ensured(path: Path) -> Path:
+    """`path`, with its directory made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class ServerStatsRecorder:
+    """Takes the snapshots; `due()` tells the caller's loop when the next periodic one is wanted."""
+
+    def __init__(self, layout: RunLayout, targets: list[StatsTarget], interval_s: float) -> None:
+        self.layout, self.targets, self.interval_s = layout, targets, interval_s
+        self._next = time.monotonic() + interval_s
+        self._client = httpx.Client(timeout=2.0)
+
+
+    def _stats(self, target: StatsTarget) -> dict | None:
+        if not target.stats_base:
+            return None
+        try:
+            r = self._client.get(f"{target.stats_base}/v2/models/{target.model}/stats", headers=target.headers())
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        return {"t_ns": time.time_ns(), "server": target.stats_base, "kind": target.kind, "model": target.model,
+                "model_stats": r.json().get("model_stats", [])}
+
+    def _metrics(self, target: StatsTarget) -> str | None:
+        if not target.metrics_url:
+            return None
+        try:
+            r = self._client.get(target.metrics_url, headers=target.headers())
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
+    def _scrape(self) -> list[tuple[StatsTarget, dict | None, str | None]]:
+        """Statistics and metrics per target, asking each server once for endpoints that share it."""
+        stats_cache: dict[tuple, dict | None] = {}
+        metrics_cache: dict[str | None, str | None] = {}
+        out = []
+        for t in self.targets:
+            key = (t.stats_base, t.model)
+            if key not in stats_cache:
+                stats_cache[key] = self._stats(t)
+            if t.metrics_url not in metrics_cache:
+                metrics_cache[t.metrics_url] = self._metrics(t)
+            out.append((t, stats_cache[key], metrics_cache[t.metrics_url]))
+        return out
+
+    def snapshot(self, stage: str) -> None:
+        """`stage` is "before" or "after": full statistics and the verbatim metrics scrape."""
+        for t, stats, text in self._scrape():
+            if stats is not None:
+                _ensured(self.layout.stats_snapshot(t.endpoint, stage)).write_text(json.dumps(stats))
+            if text is not None:
+                _ensured(self.layout.metrics_scrape(t.endpoint, stage)).write_text(text)
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def periodic(self) -> None:
+        """Append one line per endpoint to its stats and metrics timelines."""
+        self._next = time.monotonic() + self.interval_s
+        for t, stats, text in self._scrape():
+            if stats is not None:
+                with open(_ensured(self.layout.stats_timeline(t.endpoint)), "a") as f:
+                    f.write(json.dumps(stats) + "\n")
+            if text is not None:
+                with open(_ensured(self.layout.metrics_timeline(t.endpoint)), "a") as f:
+                    f.write(json.dumps({"t_ns": time.time_ns(), "samples": model_samples(text, t.model)}) + "\n")
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,100 @@
+"""The request path of a worker: one arrival → its endpoint's sender → one typed record, metrics, saturation.
+
+This runs once per request on the worker's event loop: keep it short and free of anything heavy.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from contract.plan import RunPlan
+from contract.records import RequestRow
+from contract.trace_context import format_traceparent, new_ids
+from harness.worker.clock import WorkerClock
+from harness.worker.clock_sampler import ClockSampler
+from harness.worker.identity import WorkerIdentity
+from harness.worker.metrics import WorkerMetrics
+from harness.worker.recorder import ChunkWriter
+from harness.worker.saturation import SaturationMonitor
+from harness.worker.scenarios import Arrival
+from harness.worker.senders import Outcome, Sender
+
+
+@dataclass
+class RequestPath:
+    """Sends arrivals and records them; counts what was sent and what is in flight."""
+
+    plan: RunPlan
+    identity: WorkerIdentity
+    senders: list[Sender]
+    labels: np.ndarray
+    clock: WorkerClock
+    clocks: ClockSampler
+    recorder: ChunkWriter
+    saturation: SaturationMonitor
+    metrics: WorkerMetrics
+    start_mono: int = 0
+    in_flight: int = 0
+    sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.endpoints = self.plan.profile.endpoints
+        self.batch = self.plan.samples_per_request  # read per request: computed once
+        self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
+
+    def send(self, arrival: Arrival) -> None:
+        """Send one arrival and record it; never raises (a failure is an outcome)."""
+        trace_id, span_id = new_ids()
+        offset_ns = self.clocks.offset_ns
+        headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
+                   "x-tailrace-clock-offset-ns": str(offset_ns)}
+        sent = [0]
+        self.in_flight += 1
+        in_flight = self.in_flight
+
+        def on_sent() -> None:
+            sent[0] = time.perf_counter_ns()
+
+        try:
+            outcome = self.senders[arrival.endpoint].send(arrival.sample, headers, on_sent)
+        except Exception as exc:  # noqa: BLE001 - never stop the generator
+            outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
+        done = time.perf_counter_ns()
+        self.in_flight -= 1
+        self.sent += 1
+        t_sent = sent[0] or done
+        lag = t_sent - arrival.intended_mono
+        if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
+            self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, in_flight)
+        self.recorder.add(self.record(arrival, trace_id, span_id, t_sent, done, outcome, in_flight, offset_ns))
+        ep = self.endpoints[arrival.endpoint]
+        self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,
+                            self.in_flight)
+
+    def correct_count(self, outcome: Outcome, sample: int) -> int:
+        """Predictions equal to their labels, over the request's batch."""
+        if outcome.status != "ok" or outcome.predictions is None:
+            return 0
+        if self.batch == 1:
+            return int(outcome.prediction == self.labels[sample])
+        labels = np.take(self.labels, range(sample, sample + self.batch), mode="wrap")
+        return int(np.count_nonzero(outcome.predictions == labels))
+
+    def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
+               in_flight: int, offset_ns: int) -> RequestRow:
+        ep, clock, label = self.endpoints[a.endpoint], self.clock, int(self.labels[a.sample])
+        return RequestRow(
+            run_id=self.plan.run_id, trace_id=trace_id, span_id=span_id, region=self.identity.region,
+            worker=self.identity.name, endpoint=ep.name, model=ep.model, protocol=ep.protocol, phase=a.phase,
+            sample_index=a.sample, t_intended=clock.from_mono(a.intended_mono), t_sent=clock.from_mono(t_sent),
+            t_done=clock.from_mono(done), latency_ns=done - a.intended_mono, service_ns=done - t_sent,
+            send_lag_ns=t_sent - a.intended_mono, status=outcome.status, code=outcome.code, error=outcome.error,
+            server_queue_ns=outcome.server_queue_ns, server_compute_ns=outcome.server_compute_ns,
+            server_receive_ns=outcome.server_receive_ns, server_send_ns=outcome.server_send_ns,
+            echoed_trace_id=outcome.echoed_trace_id, label=label, prediction=outcome.prediction,
+            correct=outcome.status == "ok" and outcome.prediction == label, batch_size=self.batch,
+            correct_count=self.correct_count(outcome, a.sample), bytes_out=outcome.bytes_out,
+            bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
+            clock_uncertainty_ns=self.clocks.uncertainty_ns)

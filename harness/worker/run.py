@@ -1,0 +1,196 @@
+"""One generator worker's run, inside a Locust worker (gevent): set up from the run plan, wait for the common
+start instant, run the scenario through the request path, close the logs, write worker.json.
+
+The parts: harness/worker/scenarios.py (schedules and the issue loop), requester.py (the request path),
+senders.py (protocols), recorder.py + chunk_shipping.py (the log), clock_sampler.py, saturation.py, metrics.py.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from pathlib import Path
+
+import gevent
+import numpy as np
+
+from contract.layout import RunLayout, temporary
+from contract.plan import RunPlan
+from harness.worker.arrivals import Plan, worker_plan
+from harness.worker.chunk_shipping import ChunkShipper
+from harness.worker.clock import WorkerClock
+from harness.worker.clock_sampler import ClockSampler
+from harness.worker.identity import WorkerIdentity
+from harness.worker.metrics import WorkerMetrics
+from harness.worker.recorder import clock_writer, request_writer
+from harness.worker.requester import RequestPath
+from harness.worker.saturation import SaturationMonitor
+from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
+from harness.worker.senders import Sender, build_sender
+
+
+class WorkerRun:
+    """Everything one worker does for one run."""
+
+    def __init__(self, identity: WorkerIdentity, plan: RunPlan, start_ref_ns: int, client_id: str = "",
+                 senders: list[Sender] | None = None) -> None:
+        p = self.profile = plan.profile
+        self.identity, self.plan, self.start_ref_ns, self.client_id = identity, plan, start_ref_ns, client_id
+        regions = [r.name for r in p.regions]
+        if identity.region not in regions:
+            raise RuntimeError(f"worker region {identity.region!r} is not in the profile's regions {regions}")
+        self.region_index = regions.index(identity.region)
+        self.region = p.regions[self.region_index]
+        if identity.index >= self.region.workers:
+            raise RuntimeError(f"worker index {identity.index} but region {self.region.name} has "
+                               f"{self.region.workers} worker(s)")
+        run_dir = Path(identity.out_dir or (Path(p.generator.ship_dir) / plan.run_id if p.generator.ship_dir
+                                            else plan.run_dir))
+        self.layout = RunLayout(run_dir).worker(identity.region, identity.name)
+        self.models_dir = Path(identity.models_dir or plan.models_dir)
+        with np.load(self.models_dir / p.inputs.dataset) as data:
+            self.X, self.y = data["X"].astype(np.float32), data["y"].astype(np.int64)
+        self.clock = WorkerClock(identity.skew_ms)
+        gen = p.generator
+        self.requests = request_writer(self.layout, gen.chunk_rows, gen.chunk_seconds)
+        self.requests.warm_up()
+        label = f"tailrace worker {identity.name}"
+        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
+        self.clock_chunks = ChunkShipper(clock_writer(self.layout), label)
+        self.clocks = ClockSampler(self.clock, plan.ntp_servers, p.clock.packets, identity.name, identity.region,
+                                   self.clock_chunks.writer.add, self.log)
+        self.saturation = SaturationMonitor(identity.name, int(gen.send_lag_p99_ms * 1e6), gen.max_in_flight,
+                                            stall_max_ns=int(gen.stall_max_ms * 1e6))
+        self.path = RequestPath(plan, identity, senders if senders is not None else self._senders(), self.y,
+                                self.clock, self.clocks, self.requests, self.saturation,
+                                WorkerMetrics(identity.metrics_port))
+        self.loop = IssueLoop(self.path.send, int(gen.spin_ms * 1e6), plan.drain_s)
+        self.planned = 0
+        self.scenario_stats: dict = {"scenario": p.load.scenario}
+        self.started_ns = self.clock.now_ns()
+        self.finished_ns = 0
+        self._done = False
+        self._background: list[gevent.Greenlet] = []
+
+    def log(self, message: str) -> None:
+        print(f"tailrace worker {self.identity.name}: {message}", flush=True)
+
+    def _senders(self) -> list[Sender]:
+        stride = self.plan.samples_per_request if self.profile.load.scenario == "offline" else 1
+        pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
+        overrides = self.identity.endpoint_urls or {}
+        return [build_sender(ep, overrides.get(ep.name) or self.plan.endpoint_url(self.region.name, ep), self.X,
+                             self.plan.samples_per_request, stride, pool, self.models_dir)
+                for ep in self.profile.endpoints]
+
+    # -- background -----------------------------------------------------------------------------
+    def sample_clock(self, stage: str) -> None:
+        self.clocks.sample(stage)
+        self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
+
+    def _clock_loop(self) -> None:
+        while not self._done:
+            gevent.sleep(self.profile.clock.interval_s)
+            if not self._done:
+                self.sample_clock("during")
+
+    def _flush_loop(self) -> None:
+        gen = self.profile.generator
+        while not self._done:
+            gevent.sleep(min(0.25, gen.chunk_seconds))
+            if self.requests.due() or len(self.requests.rows) >= gen.chunk_rows // 2:
+                self.request_chunks.ship_open_chunk()
+
+    def _saturation_loop(self, start_mono: int) -> None:
+        window, k = self.profile.generator.window_s, 0
+        while not self._done:
+            k += 1
+            gevent.sleep(max(0.0, (start_mono + int(k * window * 1e9) - time.perf_counter_ns()) / 1e9))
+            self.saturation.close_window()
+
+    def warm_up(self) -> None:
+        """Open connections before the start instant, so that connecting is not counted as send lag."""
+        for sender in self.path.senders:
+            try:
+                sender.warm_up()
+            except Exception as exc:  # noqa: BLE001 - an unreachable endpoint shows up as errors in the run
+                self.log(f"warm-up failed: {exc}")
+
+    # -- the run --------------------------------------------------------------------------------
+    def schedule(self) -> Plan | None:
+        """The server scenario's arrivals for this worker (None for the closed-loop scenarios)."""
+        p = self.profile
+        if p.load.scenario != "server":
+            return None
+        return worker_plan(
+            rate=p.load.rate, phases=list(p.load.phases), warmup_s=p.load.warmup_s, duration_s=p.load.duration_s,
+            seed=p.load.seed, region_shares=[r.share for r in p.regions], region_index=self.region_index,
+            workers_in_region=self.region.workers, worker_index=self.identity.index,
+            endpoint_weights=[e.weight for e in p.endpoints], n_samples=len(self.X),
+            sequential=p.inputs.selection == "sequential")
+
+    def run(self) -> None:
+        """Sample the clock, wait for the common start instant, run the scenario, drain, finish."""
+        load = self.profile.load
+        self.sample_clock("before")
+        schedule = self.schedule()
+        self.warm_up()
+        # Setup objects (datasets, pre-encoded requests) never need the cyclic collector again, and the
+        # per-request garbage is acyclic: fewer, younger collections keep GC pauses out of the send path.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 1000)
+        # the start instant is given in reference time; on this clock it is start_ref − offset
+        start_mono = self.path.start_mono = self.clock.to_mono(self.start_ref_ns - self.clocks.offset_ns)
+        if start_mono < time.perf_counter_ns():
+            self.log(f"start instant already passed by {(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; "
+                     "late arrivals count as send lag")
+        self._background = [gevent.spawn(self._flush_loop), gevent.spawn(self._clock_loop),
+                            gevent.spawn(self._saturation_loop, start_mono)]
+        window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
+                        int(load.warmup_s * 1e9))
+        self.scenario_stats = run_scenario(
+            self.loop, self.plan, window, schedule,
+            lambda stream: draws(self.plan, self.region_index, self.identity.index, len(self.X), stream))
+        self.planned = len(schedule.offsets_ns) if schedule is not None else self.loop.counts.issued
+        self.finish()
+
+    def finish(self) -> dict:
+        """Stop background work, close the last chunks, write worker.json; idempotent."""
+        if self._done:
+            return self.summary()
+        self._done = True
+        flusher, *others = self._background or [None]
+        for g in others:
+            g.kill(block=False)
+        if flusher is not None:
+            flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
+        self.saturation.close_window(final=True)
+        self.request_chunks.ship_open_chunk()
+        self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
+        try:
+            self.sample_clock("after")
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"final clock sample failed: {exc}")
+        self.clock_chunks.close()
+        for s in self.path.senders:
+            s.close()
+        self.finished_ns = self.clock.now_ns()
+        summary = self.summary()
+        tmp = temporary(self.layout.summary)
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, self.layout.summary)
+        return summary
+
+    def summary(self) -> dict:
+        reasons, warnings = self.saturation.verdict()
+        sat = self.saturation
+        return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
+                "planned": self.planned, "sent": self.path.sent, "rows_written": self.requests.rows_written,
+                "chunks": self.requests.chunks_written, "clock_skew_ms_emulated": self.identity.skew_ms,
+                "last_offset_ns": self.clocks.offset.offset_ns if self.clocks.offset else None,
+                "max_send_lag_p99_ms": sat.max_lag_p99_ns / 1e6, "peak_in_flight": sat.peak_in_flight,
+                "invalid_reasons": reasons, "warnings": warnings, "send_lag_windows": len(sat.windows),
+                "lagging_windows": [w.as_dict() for w in sat.windows if w.lagging],
+                "scenario": self.scenario_stats, "started_ns": self.started_ns, "finished_ns": self.finished_ns}

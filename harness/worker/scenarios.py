@@ -1,0 +1,179 @@
+"""The four scenarios (after MLPerf Inference) as schedules of arrivals, fed to one issue loop.
+
+- server: the worker's part of the seeded global Poisson process (harness/worker/arrivals.py), open loop;
+- single-stream: one request at a time, the next the moment the previous completes (closed loop);
+- multi-stream: a query every interval; a tick that finds the previous query in flight is missed;
+- offline: `offline_concurrency` closed-loop streams of large batches.
+
+Latency is always measured from an arrival's intended instant (perf_counter_ns, this process).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import gevent
+import numpy as np
+from gevent.pool import Group
+
+from contract.plan import RunPlan
+from harness.worker.arrivals import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request to issue: when (perf_counter_ns), to which endpoint (index), in which phase, which sample."""
+
+    intended_mono: int
+    endpoint: int
+    phase: int
+    sample: int
+
+
+@dataclass
+class IssueCounts:
+    """What an issue loop did: arrivals issued and missed, in all and in the measured phases."""
+
+    issued: int = 0
+    missed: int = 0
+    issued_measured: int = 0
+    missed_measured: int = 0
+
+    def count(self, arrival: Arrival, missed: bool) -> None:
+        measured = arrival.phase > 0
+        if missed:
+            self.missed += 1
+            self.missed_measured += measured
+        else:
+            self.issued += 1
+            self.issued_measured += measured
+
+
+class IssueLoop:
+    """Issues arrivals through `send` (the request path): open loop at their instants, or closed loop."""
+
+    def __init__(self, send: Callable[[Arrival], None], spin_ns: int, drain_s: float) -> None:
+        self.send, self.spin_ns, self.drain_s = send, spin_ns, drain_s
+        self.counts = IssueCounts()
+
+    def wait_until(self, mono_ns: int) -> None:
+        """Sleep, then yield-spin the last stretch: gevent timers wake ~1 ms late, and each sleep(0) lets the
+        hub handle ready responses, so precision does not starve I/O."""
+        wait_ns = mono_ns - time.perf_counter_ns() - self.spin_ns
+        if wait_ns > 0:
+            gevent.sleep(wait_ns / 1e9)
+        while time.perf_counter_ns() < mono_ns:
+            gevent.sleep(0)
+
+    def open_loop(self, arrivals: Iterable[Arrival], limit: int | None = None) -> None:
+        """Send each arrival at its instant without waiting for responses. With `limit`, an arrival that finds
+        `limit` requests of this loop still in flight is missed (counted, nothing sent)."""
+        group = Group()
+        active = [0]
+
+        def tracked(arrival: Arrival) -> None:
+            try:
+                self.send(arrival)
+            finally:
+                active[0] -= 1
+
+        for arrival in arrivals:
+            self.wait_until(arrival.intended_mono)
+            missed = limit is not None and active[0] >= limit
+            self.counts.count(arrival, missed)
+            if not missed:
+                active[0] += 1
+                group.spawn(tracked, arrival)
+        group.join(timeout=self.drain_s)
+
+    def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
+        """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""
+        for arrival in arrivals:
+            self.counts.count(arrival, False)
+            self.send(arrival)
+
+    def closed_streams(self, streams: list[Iterable[Arrival]], end_mono: int) -> None:
+        """Several closed loops side by side, joined at `end_mono` + the drain time."""
+        group = Group()
+        for stream in streams:
+            group.spawn(self.closed_loop, stream)
+        group.join(timeout=max(0.0, (end_mono - time.perf_counter_ns()) / 1e9) + self.drain_s)
+
+
+def poisson_arrivals(plan: Plan, start_mono: int) -> Iterator[Arrival]:
+    """server: the worker's planned arrivals, at start + offset."""
+    for offset, endpoint, phase, sample in zip(plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
+                                               plan.phase_index.tolist(), plan.sample_index.tolist()):
+        yield Arrival(start_mono + offset, endpoint, phase, sample)
+
+
+def draws(plan: RunPlan, region_index: int, worker_index: int, n_samples: int, stream: int = 0
+          ) -> Iterator[tuple[int, int]]:
+    """A seeded stream of (endpoint index, sample index) for the closed-loop scenarios."""
+    p = plan.profile
+    rng = np.random.default_rng([p.load.seed, 2, region_index, worker_index, stream])
+    weights = np.asarray([e.weight for e in p.endpoints]) / sum(e.weight for e in p.endpoints)
+    sequential = p.inputs.selection == "sequential"
+    stride = plan.samples_per_request if p.load.scenario == "offline" else 1
+    k = 0
+    while True:
+        endpoints = rng.choice(len(weights), size=1024, p=weights)
+        samples = (np.arange(k, k + 1024) * stride if sequential
+                   else rng.integers(0, max(1, n_samples // stride), size=1024) * stride) % n_samples
+        k += 1024
+        yield from zip(endpoints.tolist(), samples.tolist())
+
+
+@dataclass(frozen=True)
+class Window:
+    """The scenario's time window (perf_counter_ns) and its warm-up."""
+
+    start_mono: int
+    end_mono: int
+    warmup_ns: int
+
+    def phase(self, mono_ns: int) -> int:
+        return 0 if mono_ns - self.start_mono < self.warmup_ns else 1
+
+
+def back_to_back(choices: Iterator[tuple[int, int]], window: Window) -> Iterator[Arrival]:
+    """Closed loop: each arrival is due the moment it is asked for, until the window ends."""
+    while (now := time.perf_counter_ns()) < window.end_mono:
+        endpoint, sample = next(choices)
+        yield Arrival(now, endpoint, window.phase(now), sample)
+
+
+def interval_ticks(choices: Iterator[tuple[int, int]], window: Window, interval_ns: int) -> Iterator[Arrival]:
+    """multi-stream: one arrival per interval from the start instant."""
+    tick = window.start_mono
+    while tick < window.end_mono:
+        endpoint, sample = next(choices)
+        yield Arrival(tick, endpoint, window.phase(tick), sample)
+        tick += interval_ns
+
+
+def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Plan | None,
+                 choices: Callable[[int], Iterator[tuple[int, int]]]) -> dict:
+    """Run the plan's scenario on `loop`; returns its scenario statistics for the worker summary.
+    `choices(stream)` gives the seeded draws of one closed-loop stream."""
+    load = plan.profile.load
+    stats: dict = {"scenario": load.scenario}
+    if load.scenario == "server":
+        loop.open_loop(poisson_arrivals(schedule, window.start_mono))
+    elif load.scenario == "single-stream":
+        loop.wait_until(window.start_mono)
+        loop.closed_loop(back_to_back(choices(0), window))
+    elif load.scenario == "multi-stream":
+        loop.open_loop(interval_ticks(choices(0), window, int(load.interval_ms * 1e6)), limit=1)
+        c = loop.counts
+        stats.update({"intervals": c.issued + c.missed, "missed_intervals": c.missed,
+                      "intervals_measured": c.issued_measured + c.missed_measured,
+                      "missed_measured": c.missed_measured, "interval_ms": load.interval_ms,
+                      "samples_per_query": load.samples_per_query})
+    else:
+        loop.wait_until(window.start_mono)
+        loop.closed_streams([back_to_back(choices(i + 1), window) for i in range(load.offline_concurrency)],
+                            window.end_mono)
+        stats.update({"batch": load.offline_batch, "concurrency": load.offline_concurrency})
+    return stats

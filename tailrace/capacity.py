@@ -1,0 +1,242 @@
+"""`tailrace capacity PROFILE`: the highest Poisson rate at which every latency SLO still PASSES.
+
+Servers the profile asks for ('embedded' / 'triton') are started once and reused by every trial; each trial
+is a full run (Locust master + workers, region proxies, clock reference) at one rate, analysed like any
+other. Output, in <out>/<capacity-id>/: capacity.json, trials.csv, latency_vs_load.svg, index.html, and
+trials/<run-id>/ for each trial's run directory.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plots
+from analysis.capacity_search import (
+    FAIL,
+    GENERATOR_LIMIT,
+    UNDECIDED,
+    SearchState,
+    classify_trial,
+    recommendation,
+    retry_duration_s,
+    trial_duration_s,
+)
+from contract.layout import RunLayout
+from contract.profile import Profile
+from harness.orchestration.local_run import LEAD_S, LocalRun
+from harness.orchestration.run_record import write_manifest
+from harness.orchestration.servers import Servers, start_servers
+
+TRIAL_OVERHEAD_S = LEAD_S + 12  # process start, clock samples, drain, analysis: what a trial costs beyond its load
+
+
+class CapacityError(Exception):
+    """A profile that cannot drive a capacity search (the message says which field)."""
+
+
+def check_profile(profile: Profile) -> None:
+    if profile.load.scenario != "server":
+        raise CapacityError(f"load.scenario: capacity search sends Poisson load (scenario 'server'), "
+                            f"not {profile.load.scenario!r}")
+    if not any(s.metric == "latency" for s in profile.slos):
+        raise CapacityError("slos: capacity search needs at least one latency SLO (percentile + threshold_ms)")
+
+
+def _trial_profile(profile: Profile, rate: float, duration_s: float, index: int) -> Profile:
+    c = profile.capacity
+    load = profile.load.model_copy(update={"rate": rate, "duration_s": duration_s, "warmup_s": c.trial_warmup_s,
+                                           "phases": [], "seed": profile.load.seed + index})
+    return profile.model_copy(update={"load": load})
+
+
+def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
+    run = LocalRun(profile, out, quiet=True, servers=servers)
+    try:
+        run.start()
+        run.wait(lambda _r: None)
+    finally:
+        run.stop()
+    write_manifest(run.layout, run.manifest(interrupted=False))
+    return run.run_dir
+
+
+def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
+    from analysis.analyze import analyze_run
+    from analysis.report_cli import write_outputs
+
+    a = analyze_run(run_dir)
+    write_outputs(a, RunLayout(run_dir).report)
+    s = a.summary
+    outcome, why = classify_trial(s["slos"], s["valid"], s["invalid_reasons"])
+    overall = next(r for r in s["latency"] if r["endpoint"] == "*" and r["region"] == "*")
+    row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall["achieved_rate"],
+           "count": overall["count"], "errors": overall["errors"], "mean_ms": overall["mean_ms"],
+           "outcome": outcome, "why": why, "run_id": s["run_id"]}
+    for p in ("p50", "p95", "p99"):
+        est = overall["percentiles"][p]
+        row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est["value"], est["ci_low"], est["ci_high"]
+    queueing = s.get("queueing") or []
+    row["utilization"] = max((q["utilization"] for q in queueing), default=None)
+    busiest = max(queueing, key=lambda q: q["utilization"], default=None)
+    row["mean_service_ms"] = busiest["mean_service_ms"] if busiest else None
+    row["slots"] = busiest["slots"] if busiest else 1
+    return row
+
+
+def _log(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(msg, flush=True)
+
+
+def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: float | None = None) -> tuple[Path, dict]:
+    """Search, write the outputs; returns (capacity directory, result)."""
+    check_profile(profile)
+    c = profile.capacity
+    budget = budget_s or c.budget_s
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    cap_dir = out / f"{profile.name}-capacity-{stamp}-{secrets.token_hex(2)}"
+    (cap_dir / "trials").mkdir(parents=True)
+    slos = [s.model_dump(mode="json") for s in profile.slos]
+    profile_dict = profile.model_dump(mode="json")
+    state = SearchState(c.start_rate, c.growth, c.tolerance)
+    rows: list[dict] = []
+    started = time.monotonic()
+    budget_spent = False
+    servers = None
+    if profile.uses_embedded or profile.uses_triton:
+        servers = start_servers(profile, cap_dir / "logs", lambda m: _log(quiet, m))
+    try:
+        while (rate := state.next_rate()) is not None:
+            rate = round(rate, 3)
+            duration = trial_duration_s(rate, slos, profile_dict, c.min_trial_s, c.max_trial_s, c.samples_margin)
+            if time.monotonic() - started + duration + c.trial_warmup_s + TRIAL_OVERHEAD_S > budget:
+                budget_spent = True
+                break
+            generator_retried = False
+            while True:
+                index = len(rows) + 1
+                _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
+                run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
+                row = _trial_row(index, rate, duration, run_dir)
+                rows.append(row)
+                retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried)
+                if retry is None or (time.monotonic() - started + retry + c.trial_warmup_s + TRIAL_OVERHEAD_S
+                                     > budget):
+                    break
+                if row["outcome"] == GENERATOR_LIMIT:
+                    generator_retried = True
+                    _log(quiet, f"trial {index}: {rate:g} req/s → generator-limit ({row['why']}); once more "
+                                "before the search trusts it")
+                duration = retry
+            state.record(rate, FAIL if row["outcome"] == UNDECIDED else row["outcome"])
+            _log(quiet, f"trial {index}: {rate:g} req/s → {row['outcome']} (p99 "
+                        f"{row['p99_ms'] if row['p99_ms'] is None else round(row['p99_ms'], 2)} ms, "
+                        f"ρ {row['utilization'] if row['utilization'] is None else round(row['utilization'], 2)}): "
+                        f"{row['why']}")
+    finally:
+        if servers is not None:
+            servers.stop()
+    result = summarize(state, rows, profile, budget_spent, time.monotonic() - started)
+    write_capacity_report(cap_dir, result, rows, profile)
+    return cap_dir, result
+
+
+def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spent: bool, elapsed_s: float) -> dict:
+    """The search's answer, its bracket, how it ended, and the provisioning recommendation."""
+    c = profile.capacity
+    lo, hi = state.highest_pass, state.lowest_fail
+    if state.generator_limited:
+        status = "at-least"
+        note = (f"the generators could not sustain a higher rate (saturated): capacity is at least {lo:g} req/s"
+                if lo else "the generators saturated before any rate passed")
+    elif state.converged():
+        status = "found"
+        note = f"capacity {lo:g} req/s (next failing rate {hi:g}, within {c.tolerance:.0%})"
+    elif lo is None:
+        status = "none"
+        note = "no tried rate passed every latency SLO"
+    else:
+        status = "budget"
+        note = (f"time budget spent before the bracket closed: capacity between {lo:g} and {hi:g} req/s" if hi
+                else f"time budget spent while every rate passed: capacity is at least {lo:g} req/s")
+    result = {"profile": profile.name, "status": status, "note": note, "capacity_rps": lo,
+              "bracket": [lo, hi], "tolerance": c.tolerance, "trials": len(rows), "elapsed_s": elapsed_s,
+              "slos": [s.model_dump(mode="json") for s in profile.slos if s.metric == "latency"]}
+    best = next((r for r in reversed(rows) if r["rate"] == lo), None)
+    if lo and best:
+        result["recommendation"] = recommendation(lo, best["mean_service_ms"], best["slots"], best["mean_ms"],
+                                                  c.headroom, c.max_utilization, c.peak_rate)
+    result["exit_code"] = {"found": 0, "at-least": 4, "budget": 3, "none": 1}[status]
+    return result
+
+
+def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile: Profile) -> None:
+    """capacity.json, trials.csv, latency_vs_load.svg and index.html of one capacity search."""
+    import html
+
+    (cap_dir / "capacity.json").write_text(json.dumps({**result, "trial_rows": rows}, indent=2, default=str))
+    pd.DataFrame(rows).to_csv(cap_dir / "trials.csv", index=False)
+    svg = plots.latency_vs_load_svg(rows, result) if rows else ""
+    (cap_dir / "latency_vs_load.svg").write_text(svg)
+    cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
+            "p99_ci_low", "p99_ci_high", "utilization", "outcome", "why"]
+    table = pd.DataFrame(rows, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
+                                                     classes="trials", border=0)
+    rec = result.get("recommendation") or {}
+    rec_rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(round(v, 3) if isinstance(v, float) else v))}"
+                       f"</td></tr>" for k, v in rec.items())
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>capacity {html.escape(profile.name)}"
+            f"</title><style>body{{font-family:sans-serif;margin:2em;font-size:14px}}"
+            f"td,th{{padding:2px 8px;text-align:right;white-space:nowrap}}table{{border-collapse:collapse}}"
+            f"td:last-child{{text-align:left;white-space:normal;min-width:20em}}"
+            f"</style></head><body><h1>Capacity search — {html.escape(profile.name)}</h1>"
+            f"<p id='answer'><b>{html.escape(result['status'])}</b>: {html.escape(result['note'])}</p>"
+            f"<h2>Latency vs offered load</h2>{svg}<h2>Trials</h2>{table}"
+            f"<h2>Recommendation</h2><table>{rec_rows}</table>"
+            f"<p>Planned rate per instance = min(capacity / headroom, max_utilization × slots / S); by Little's law "
+            f"L = λ·W requests are in flight at that rate (size pools and queues for it).</p></body></html>")
+    (cap_dir / "index.html").write_text(page)
+
+
+def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title="capacity trials")
+    for col in ("rate", "s", "achieved", "p50", "p95", "p99 [95% CI]", "ρ", "outcome"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        f = (lambda v: "–" if v is None or v != v else f"{v:.2f}")
+        t.add_row(f"{r['rate']:g}", f"{r['duration_s']:g}", f(r["achieved_rate"]), f(r["p50_ms"]), f(r["p95_ms"]),
+                  f"{f(r['p99_ms'])} [{f(r['p99_ci_low'])}, {f(r['p99_ci_high'])}]", f(r["utilization"]), r["outcome"])
+    console.print(t)
+    colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result["status"]]
+    console.print(f"[bold {colour}]{result['status']}[/]: {result['note']}")
+    rec = result.get("recommendation")
+    if rec:
+        console.print(f"plan ≤ {rec['planned_rate_per_instance']:.1f} req/s per instance (limited by "
+                      f"{rec['limited_by']}; headroom ×{rec['headroom']:g}, ρ ≤ {rec['max_utilization']:g})"
+                      + (f"; peak {rec['peak_rate']:g}/s needs {rec['instances_for_peak']} instance(s)"
+                         if rec.get("peak_rate") else ""))
+    console.print(f"capacity report: {cap_dir / 'index.html'}")
+
+
+def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float | None) -> int:
+    """CLI entry: 0 found, 3 budget spent before the bracket closed, 4 generator-limited (at least), 1 none, 2 usage."""
+    import sys
+
+    try:
+        cap_dir, result = run_capacity(profile, out, quiet, budget_s)
+    except CapacityError as exc:
+        print(f"tailrace capacity: {exc}", file=sys.stderr)
+        return 2
+    rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
+    print_result(result, rows, cap_dir)
+    return result["exit_code"]
+

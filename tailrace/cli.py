@@ -1,0 +1,285 @@
+"""`tailrace` command line: one CLI with subcommands. Usage errors exit 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _model_int(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected MODEL=N with N >= 1, got {text!r}")
+    return name, int(value)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, got {text!r}")
+    return int(text)
+
+
+def _cmd_models_build(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from endpoints.model_build import build_repository
+
+    built = build_repository(args.out, args.mm1_mean_ms)
+    table = Table(title=f"model repository {args.out}")
+    for col in ("model", "held-out accuracy", "size", "parameters", "sha256"):
+        table.add_column(col)
+    for m in built:
+        table.add_row(m.name, f"{m.accuracy:.4f}", f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
+    Console().print(table)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from endpoints.server import is_loopback, serve
+    from endpoints.server_core import ServerOptions
+
+    if not is_loopback(args.host) and not args.expose:
+        parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
+    options = ServerOptions(repository=args.models, slots=dict(args.slots), queue_depth=dict(args.queue_depth),
+                            max_body_bytes=args.max_body_bytes, service_time_mean_ms=args.mm1_mean_ms,
+                            fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
+                            max_batch=dict(args.max_batch))
+    try:
+        return serve(options, args.host, args.http_port, args.grpc_port)
+    except (ValueError, OSError) as exc:
+        print(f"tailrace serve: {exc}", file=sys.stderr)
+        return 2
+
+
+def _profile_or_none(path: Path):
+    """The validated profile, or None after printing why not (the caller exits 2: nothing starts). CPU pinning
+    is checked against this machine, where the pinned processes start."""
+    from contract.profile import ProfileError, load_profile
+    from harness.orchestration.processes import check_placement
+
+    try:
+        profile = load_profile(path)
+        check_placement(profile)
+        return profile
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+    except ValueError as exc:
+        print(f"profile {path}: {exc}", file=sys.stderr)
+    return None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tailrace.run_command import run_and_report
+
+    profile = _profile_or_none(args.profile)
+    if profile is None:
+        return 2
+    return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from tailrace.capacity import capacity_command
+
+    profile = _profile_or_none(args.profile)
+    if profile is None:
+        return 2
+    return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
+
+
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from harness.orchestration.delay_proxy import main_proxy
+
+    return main_proxy(args.route, args.delay_ms, args.jitter_ms, args.seed)
+
+
+def _cmd_sntp(args: argparse.Namespace) -> int:
+    from harness.orchestration.sntp_server import serve_sntp
+
+    serve_sntp(args.host, args.port)
+    return 0
+
+
+def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from endpoints.server import is_loopback
+    from harness.orchestration.remote import run_master
+
+    if not is_loopback(args.bind) and not args.expose:
+        parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
+                     "use an SSH tunnel, or pass --expose on a private network")
+    profile = _profile_or_none(args.profile)
+    if profile is None:
+        return 2
+    return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models, args.web_ui)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from harness.orchestration.remote import run_worker
+
+    return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
+                      args.models, args.metrics_port)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tailrace.demo import DEMO_PROFILE, run_demo
+
+    args.profile = args.profile or DEMO_PROFILE
+    return run_demo(args)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_command
+
+    return compare_command(args.run_a, args.run_b, args.out)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from analysis.report_cli import analyze_and_report
+
+    return analyze_and_report(args.run_dir, args.out, quiet=args.quiet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="tailrace", description=(
+        "Distributed open-loop load testing for model-serving endpoints (KServe v2 over HTTP and gRPC)."))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    models = sub.add_parser("models", help="build the model repository", description="Model repository tools.")
+    models_sub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
+    build = models_sub.add_parser("build", help="build the digits and synthetic models (deterministic)",
+                                  description="Build a Triton-layout model repository: digits_logreg_fp32, "
+                                              "digits_mlp_fp32, digits_mlp_int8, synthetic_mm1, and _data/.")
+    build.add_argument("--out", type=Path, default=Path("build/models"), help="repository directory")
+    build.add_argument("--mm1-mean-ms", type=_positive_float, default=2.0,
+                       help="mean exponential service time of synthetic_mm1 (default 2 ms)")
+    build.set_defaults(func=lambda a, p: _cmd_models_build(a))
+
+    serve = sub.add_parser("serve", help="run the embedded KServe v2 endpoint (HTTP + gRPC)",
+                           description="Serve a model repository over KServe v2 HTTP and gRPC with onnxruntime.")
+    serve.add_argument("--models", type=Path, required=True, help="model repository directory")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--expose", action="store_true", help="allow binding a non-loopback --host")
+    serve.add_argument("--http-port", type=_port, default=8000)
+    serve.add_argument("--grpc-port", type=_port, default=8001)
+    serve.add_argument("--model", action="append", metavar="NAME", help="serve only this model (repeatable)")
+    serve.add_argument("--slots", type=_model_int, action="append", default=[], metavar="MODEL=N",
+                       help="execution slots for a model (default: config.pbtxt instance_group count)")
+    serve.add_argument("--queue-depth", type=_model_int, action="append", default=[], metavar="MODEL=N",
+                       help="bounded queue length for a model; beyond it requests get 503 / UNAVAILABLE")
+    serve.add_argument("--max-batch", type=_model_int, action="append", default=[], metavar="MODEL=N",
+                       help="dynamic batching over HTTP: run up to N waiting rows as one batch (default 1: off)")
+    serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
+    serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
+                       help="override synthetic_mm1's mean service time")
+    serve.add_argument("--enable-fault-injection", action="store_true",
+                       help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
+    serve.set_defaults(func=_cmd_serve)
+
+    run = sub.add_parser("run", help="run a profile locally: endpoints, region proxies, Locust master+workers",
+                         description="Run a scenario profile end to end on this machine and analyse it. Exit code: "
+                                     "0 all SLOs pass, 1 any SLO fails, 2 bad profile/usage, 3 inconclusive, "
+                                     "4 run INVALID (generator saturated or a worker lost).")
+    run.add_argument("profile", type=Path, help="profiles/*.toml")
+    run.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
+    run.add_argument("--quiet", action="store_true", help="no live progress table")
+    run.set_defaults(func=lambda a, p: _cmd_run(a))
+
+    capacity = sub.add_parser(
+        "capacity", help="find the highest Poisson rate at which every latency SLO passes",
+        description="Capacity search: exponential growth then bisection over short trials (each a full run, "
+                    "long enough for the SLO percentile to be decidable), until the bracket is within the profile's "
+                    "capacity.tolerance or capacity.budget_s is spent. Exit code: 0 found, 1 no rate passed, "
+                    "2 bad profile/usage, 3 budget spent before the bracket closed, 4 generator-limited "
+                    "(the answer is 'at least').")
+    capacity.add_argument("profile", type=Path, help="profiles/*.toml with at least one latency SLO")
+    capacity.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
+    capacity.add_argument("--budget-s", type=_positive_float, default=None, help="override capacity.budget_s")
+    capacity.add_argument("--quiet", action="store_true", help="no per-trial lines")
+    capacity.set_defaults(func=lambda a, p: _cmd_capacity(a))
+
+    master = sub.add_parser("master", help="run a Locust master for workers on other machines",
+                            description="Coordinate workers in other regions (they connect with `tailrace worker`).")
+    master.add_argument("profile", type=Path)
+    master.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    master.add_argument("--expose", action="store_true", help="allow a non-loopback --bind")
+    master.add_argument("--port", type=_port, default=5557)
+    master.add_argument("--out", type=Path, default=None)
+    master.add_argument("--models", type=Path, default=None, help="models dir with the held-out data")
+    master.add_argument("--web-ui", type=_port, default=None, metavar="PORT",
+                        help="also serve Locust's web UI on 127.0.0.1:PORT (the run still starts by itself)")
+    master.set_defaults(func=_cmd_master)
+
+    worker = sub.add_parser("worker", help="run a Locust worker for one region",
+                            description="Join a master as one region's worker. Settings travel by environment "
+                                        "variables, since Locust overwrites a worker's arguments with the master's.")
+    worker.add_argument("--master", required=True, metavar="HOST:PORT")
+    worker.add_argument("--region", required=True)
+    worker.add_argument("--index", type=int, default=0, help="worker index within the region")
+    worker.add_argument("--clock-skew-ms", type=float, default=0.0, help="emulate a skewed clock (tests)")
+    worker.add_argument("--endpoint-url", action="append", default=[], metavar="NAME=URL",
+                        help="reach an endpoint at another address from this region")
+    worker.add_argument("--out-dir", default=None, help="where to write chunks (shared storage), default: master's")
+    worker.add_argument("--models", default=None, help="models dir holding the held-out data")
+    worker.add_argument("--metrics-port", type=int, default=None, help="Prometheus port on 127.0.0.1")
+    worker.set_defaults(func=lambda a, p: _cmd_worker(a))
+
+    proxy = sub.add_parser("proxy", help="userspace TCP delay proxy (region emulation)",
+                           description="Forward TCP adding one-way delay and jitter in each direction.")
+    proxy.add_argument("--route", action="append", required=True, metavar="LHOST:LPORT=THOST:TPORT")
+    proxy.add_argument("--delay-ms", type=float, default=0.0)
+    proxy.add_argument("--jitter-ms", type=float, default=0.0)
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.set_defaults(func=lambda a, p: _cmd_proxy(a))
+
+    sntp = sub.add_parser("sntp", help="minimal SNTP time reference on loopback",
+                          description="Answer SNTP queries with this machine's clock (when no NTP server is at hand).")
+    sntp.add_argument("--host", default="127.0.0.1")
+    sntp.add_argument("--port", type=_port, default=12300)
+    sntp.set_defaults(func=lambda a, p: _cmd_sntp(a))
+
+    analyze = sub.add_parser("analyze", help="analyse a run directory: report, summary.json, tables, verdict",
+                             description="Merge a run's regional logs into the report. Exit code: 0 all SLOs pass, "
+                                         "1 any SLO fails, 2 unreadable run dir, 3 inconclusive, 4 run INVALID.")
+    analyze.add_argument("run_dir", type=Path)
+    analyze.add_argument("--out", type=Path, default=None, help="report directory (default RUN_DIR/report)")
+    analyze.add_argument("--quiet", action="store_true", help="no terminal summary")
+    analyze.set_defaults(func=lambda a, p: _cmd_analyze(a))
+
+    compare = sub.add_parser("compare", help="compare two runs per endpoint × region",
+                             description="Differences of p50/p95/p99 (B − A) with bootstrap CIs, Mann–Whitney U "
+                                         "p-value, Cohen's d and a verdict per endpoint × region.")
+    compare.add_argument("run_a", type=Path)
+    compare.add_argument("run_b", type=Path)
+    compare.add_argument("--out", type=Path, default=None, help="also write compare.json / compare.csv here")
+    compare.set_defaults(func=lambda a, p: _cmd_compare(a))
+
+    demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
+                          description="The main job on embedded defaults (what `make demo` runs).")
+    demo.add_argument("--workdir", type=Path, default=Path("build"), help="runs go to WORKDIR/runs")
+    demo.add_argument("--profile", type=Path, default=None, help="profile to run (default profiles/demo.toml)")
+    demo.set_defaults(func=lambda a, p: _cmd_demo(a))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `tailrace` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sub = next((a for a in parser._subparsers._group_actions[0].choices.values()  # noqa: SLF001
+                if a.prog.split()[-1] == args.command), parser)
+    return int(args.func(args, sub) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""`tailrace run`: run locally, then analyse and exit with the verdict's code."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from contract.profile import Profile
+from harness.orchestration.local_run import run_local
+
+
+def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
+    """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid)."""
+    try:
+        run_dir, manifest = run_local(profile, out, quiet=quiet)
+    except (RuntimeError, OSError) as exc:
+        print(f"tailrace run: {exc}", file=sys.stderr)
+        return 1
+    from analysis.report_cli import analyze_and_report
+
+    return analyze_and_report(run_dir, None, quiet=quiet)

@@ -1,0 +1,186 @@
+"""A real Triton Inference Server (tritonserver 2.51 via PyTriton, CPU) as the target of tailrace runs."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from analysis.analyze import analyze_run
+from analysis.report_html import render
+from harness.orchestration.processes import ManagedProcess
+from harness.orchestration.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
+from tests.support import IN_CI, make_profile, run_with, sleep_until_measuring
+
+ENDPOINTS = [
+    {"name": "triton-http", "url": "triton", "protocol": "kserve-http", "model": "digits_mlp_fp32"},
+    {"name": "triton-grpc", "url": "triton", "protocol": "kserve-grpc", "model": "digits_mlp_fp32"},
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pytriton_installed():
+    try:
+        triton_python()
+    except TritonUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"PyTriton must be installed in CI (make test creates .venv-triton): {exc}")
+        pytest.skip(str(exc))
+
+
+def triton_profile(model_repo: Path, regions: list[dict], rate: float, duration: float, seed: int):
+    return make_profile(model_repo, endpoints=ENDPOINTS, regions=regions,
+                        load={"rate": rate, "duration_s": duration, "warmup_s": 1, "seed": seed},
+                        triton={"models_dir": str(model_repo)}, server_stats={"interval_s": 1})
+
+
+def family_of(process: ManagedProcess) -> dict[int, str]:
+    """PID → name of a process and all its descendants."""
+    try:
+        procs = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    return {p.pid: p.name() for p in procs}
+
+
+def still_running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(scope="module")
+def triton_run(model_repo, tmp_path_factory):
+    """2 regions (behind delay proxies) over HTTP and gRPC against Triton; remembers Triton's processes."""
+    profile = triton_profile(model_repo, [{"name": "near", "share": 0.5, "delay_ms": 2},
+                                          {"name": "far", "share": 0.5, "delay_ms": 10, "jitter_ms": 1}],
+                             rate=100, duration=8, seed=5)
+    seen: dict = {}
+
+    def during(run):
+        seen["family"] = family_of(run.triton.process)
+        seen["pid"] = run.triton.process.pid
+
+    run, manifest = run_with(profile, tmp_path_factory.mktemp("triton-runs"), during)
+    return run, manifest, analyze_run(run.run_dir), seen
+
+
+def test_triton_run_accuracy_and_no_errors(triton_run):
+    _, manifest, a, _ = triton_run
+    df = a.requests
+    assert manifest["valid"], manifest["invalid_reasons"]
+    assert set(df["endpoint"]) == {"triton-http", "triton-grpc"} and set(df["region"]) == {"near", "far"}
+    assert (df["status"] == "ok").all(), df[df.status != "ok"][["status", "code", "error"]].head()
+    assert df["correct"].mean() > 0.95  # predictions checked against the labels of the samples sent
+
+
+def test_triton_statistics_deltas_equal_requests_sent(triton_run):
+    run, _, a, _ = triton_run
+    [row] = a.summary["endpoint_statistics"]
+    assert row["kind"] == "triton" and sorted(row["endpoints"]) == ["triton-grpc", "triton-http"]
+    assert row["success"] == row["client_ok"] == len(a.requests)
+    assert row["fail"] == 0 and row["execution_count"] <= row["inference_count"] == len(a.requests)
+    assert row["mean_queue_ms"] is not None and row["mean_compute_infer_ms"] > 0
+    # Triton's Prometheus metrics were saved and agree with the statistics extension
+    def success_count(stage: str) -> float:
+        text = run.layout.metrics_scrape("triton-http", stage).read_text()
+        line = next(ln for ln in text.splitlines()
+                    if ln.startswith('nv_inference_request_success{model="digits_mlp_fp32"'))
+        return float(line.rsplit(" ", 1)[1])
+    assert success_count("after") - success_count("before") == len(a.requests)
+    timeline = a.summary["server_timeline"]["triton-http"]
+    assert timeline and sum(r["success_per_s"] * r["interval_s"] for r in timeline) <= len(a.requests)
+
+
+def test_trace_ids_arrive_at_triton(triton_run):
+    run, _, a, _ = triton_run
+    received = run.triton.trace_ids()
+    sent = set(a.requests["trace_id"])
+    assert sent <= received, f"{len(sent - received)} trace IDs never reached Triton"
+
+
+def test_triton_processes_and_shared_memory_cleaned_up(triton_run):
+    _, _, _, seen = triton_run
+    assert "tritonserver" in seen["family"].values()  # it did spawn a real tritonserver
+    alive = {pid: name for pid, name in seen["family"].items() if still_running(pid)}
+    assert not alive, alive
+    assert not list(SHM_DIR.glob(f"pytrtion{seen['pid']}-*"))
+
+
+def test_report_shows_triton_queue_vs_compute(triton_run):
+    _, _, a, _ = triton_run
+    page = render(a)
+    assert "server-statistics" in page and "triton-grpc + triton-http" in page
+
+
+@pytest.fixture(scope="module")
+def outage_run(model_repo, tmp_path_factory):
+    """Triton's server process is SIGKILLed mid-run, then started again on the same ports."""
+    profile = triton_profile(model_repo, [{"name": "near", "share": 0.5},  # direct: connection refused
+                                          {"name": "far", "share": 0.5, "delay_ms": 5}],  # via proxy: closed
+                             rate=100, duration=14, seed=6)
+    marks: dict = {}
+    restarted: list = []
+
+    def during(run):
+        sleep_until_measuring(run, 3.0)
+        t = run.triton
+        marks["killed_pids"] = t.kill_server()
+        marks["killed_ns"] = time.time_ns()
+        time.sleep(2.0)
+        restarted.append(start_triton(Path(run.profile.triton.models_dir), run.layout.logs,
+                                      options=TritonOptions(models=("digits_mlp_fp32",)),
+                                      ports=(t.http_port, t.grpc_port, t.metrics_port)))
+        marks["ready_ns"] = time.time_ns()
+
+    try:
+        run, manifest = run_with(profile, tmp_path_factory.mktemp("triton-outage"), during)
+    finally:
+        for server in restarted:
+            server.stop()
+    return run, manifest, analyze_run(run.run_dir), marks
+
+
+def test_outage_errors_are_classified_and_the_generator_keeps_going(outage_run):
+    _, _, a, marks = outage_run
+    assert marks["killed_pids"], "no tritonserver process was found to kill"
+    df = a.requests
+    errors = df[df.status != "ok"]
+    assert len(errors) > 50
+    http, grpc_ = errors[errors.endpoint == "triton-http"], errors[errors.endpoint == "triton-grpc"]
+    # while down: refused (direct region) or closed (in flight, or via the region's proxy); while the restarted
+    # server loads the model: 404 / NOT_FOUND. Nothing unclassified, and nothing outside the outage.
+    http_classes = set(zip(http["status"], http["code"]))
+    assert {("connection", "refused"), ("connection", "ConnectionClosed")} <= http_classes, http_classes
+    assert http_classes <= {("connection", "refused"), ("connection", "ConnectionClosed"), ("connection", "reset"),
+                            ("connection", "closed"), ("timeout", "timeout"), ("http_error", "404")}, http_classes
+    assert "UNAVAILABLE" in set(grpc_["code"])
+    assert set(grpc_["code"]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND"}, set(grpc_["code"])
+    assert errors["t_intended"].min() > marks["killed_ns"] - 0.5e9
+    assert errors["t_intended"].max() < marks["ready_ns"] + 1e9
+    # the generator never stopped: requests were sent through the outage and succeeded after it
+    after = df[df["t_intended"] > marks["ready_ns"] + 1e9]
+    assert len(after) > 100 and (after["status"] == "ok").mean() > 0.99
+    measured = df[df.phase > 0]
+    assert abs(len(measured) - 100 * 14) < 0.1 * 100 * 14
+
+
+def test_report_shows_the_outage_window(outage_run):
+    _, _, a, marks = outage_run
+    windows = {w["endpoint"]: w for w in a.summary["outages"]}
+    assert set(windows) == {"triton-http", "triton-grpc"}, a.summary["outages"]
+    for w in windows.values():
+        assert w["recovered"]
+        assert abs(w["start_ref_ns"] - marks["killed_ns"]) < 0.5e9  # the reference here is this host's clock
+        assert marks["ready_ns"] - 1e9 < w["end_ref_ns"] < marks["ready_ns"] + 3e9
+    page = render(a)
+    assert "id='outages'" in page and "not recovered" not in page
+
+
+def test_pytriton_rejects_a_bad_model_repository(tmp_path):
+    with pytest.raises(TritonUnavailable, match="not a tailrace model repository"):
+        start_triton(tmp_path, tmp_path / "logs", timeout=60)
+    assert os.listdir(tmp_path / "logs")

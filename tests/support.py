@@ -1,0 +1,249 @@
+"""Test support, in one module: fixtures (registered by tests/conftest.py), profiles written on the fly, runs
+driven through LocalRun, run directories with known truth, real endpoint and chronyd processes, a fake sender."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contract.layout import RunLayout
+from contract.profile import Profile, parse_profile
+from contract.records import ClockRow, RequestRow
+from endpoints.model_build import build_repository
+from harness.orchestration.local_run import LocalRun
+from harness.orchestration.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
+from harness.orchestration.run_record import read_master_events, write_manifest
+from harness.worker.clock import WorkerClock, measure_offset
+from harness.worker.recorder import clock_writer, request_writer
+from harness.worker.senders import Outcome
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+# -- fixtures: one model repository and one endpoint per session ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def model_repo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("models")
+    build_repository(out)
+    return out
+
+
+class Endpoint:
+    def __init__(self, proc, host: str, http_port: int, grpc_port: int) -> None:
+        self.proc, self.host, self.http_port, self.grpc_port = proc, host, http_port, grpc_port
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def http_addr(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+
+def start_endpoint(repo: Path, log_dir: Path, extra: list[str] | None = None, host: str = "127.0.0.1") -> Endpoint:
+    http_port, grpc_port = free_port(host), free_port(host)
+    proc = start_embedded_endpoint(repo, host, http_port, grpc_port, log_dir / f"endpoint-{http_port}.log", extra)
+    return Endpoint(proc, host, http_port, grpc_port)
+
+
+@pytest.fixture(scope="session")
+def endpoint(model_repo, tmp_path_factory):
+    ep = start_endpoint(model_repo, tmp_path_factory.mktemp("endpoint-logs"),
+                        ["--max-body-bytes", "65536", "--enable-fault-injection"])
+    yield ep
+    ep.proc.stop()
+
+
+# -- profiles and runs ------------------------------------------------------------------------------
+def split_cpus() -> tuple[list[int] | None, list[int] | None]:
+    """(endpoint CPUs, generator CPUs): the last CPU for the endpoint, the first for the generators, so that
+    they do not delay each other on a small machine; (None, None) on a single CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[-1:], cpus[:1]) if len(cpus) >= 2 else (None, None)
+
+
+def make_profile(models_dir: Path, **overrides) -> Profile:
+    data = {
+        "name": "test",
+        "endpoints": [
+            {"name": "mlp-http", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32"},
+            {"name": "mlp-grpc", "url": "embedded", "protocol": "kserve-grpc", "model": "digits_mlp_fp32"},
+        ],
+        "regions": [{"name": "near", "share": 0.5, "delay_ms": 2},
+                    {"name": "far", "share": 0.5, "delay_ms": 10, "jitter_ms": 1}],
+        "load": {"rate": 150, "duration_s": 10, "warmup_s": 1, "seed": 42},
+        "clock": {"servers": ["embedded"], "interval_s": 2},
+        "embedded": {"models_dir": str(models_dir)},
+    }
+    for key, value in overrides.items():
+        node = data
+        parts = key.split("__")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return parse_profile(data, "test profile")
+
+
+def run_with(profile: Profile, out: Path, during=None) -> tuple[LocalRun, dict]:
+    """Run a profile; `during(run)` is called in a thread once the processes are up."""
+    run = LocalRun(profile, out, quiet=True)
+    thread = None
+    try:
+        run.start()
+        if during is not None:
+            thread = threading.Thread(target=during, args=(run,), daemon=True)
+            thread.start()
+        run.wait(lambda _r: None)
+    finally:
+        run.stop()
+        if thread is not None:
+            thread.join(timeout=30)
+    manifest = run.manifest(interrupted=False)
+    write_manifest(run.layout, manifest)
+    return run, manifest
+
+
+def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: float = 90.0) -> None:
+    """Sleep until `seconds_into_measured` s after warm-up ends, using the start instant the master announced."""
+    deadline = time.time() + timeout
+    start_ref_ns = None
+    while start_ref_ns is None and time.time() < deadline:
+        plan = next((e for e in read_master_events(run.layout) if e["event"] == "plan_sent"), None)
+        start_ref_ns = plan["start_ref_ns"] if plan else None
+        time.sleep(0.1)
+    if start_ref_ns is None:
+        raise RuntimeError("the master never announced a start instant")
+    target = start_ref_ns / 1e9 + run.profile.load.warmup_s + seconds_into_measured
+    time.sleep(max(0.0, target - time.time()))
+
+
+# -- run directories with known truth (analysis tests) ----------------------------------------------
+BASE_NS = 1_790_000_000_000_000_000
+
+
+def profile_dict(rate: float, duration_s: float, regions=("r1", "r2"), endpoints=("e1",), slos=None) -> dict:
+    return {"name": "synthetic", "load": {"rate": rate, "duration_s": duration_s, "warmup_s": 0, "seed": 0,
+                                          "phases": []},
+            "regions": [{"name": r, "share": 1 / len(regions)} for r in regions],
+            "endpoints": [{"name": e, "url": "http://127.0.0.1:1", "protocol": "kserve-http", "model": "m",
+                           "weight": 1.0} for e in endpoints],
+            "slos": slos or [], "embedded": {"slots": {}}}
+
+
+def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: bool = True, seed: int = 0,
+              chunk_rows: int = 500, warnings: list[str] | None = None) -> dict:
+    """workers: name → {region, offset_ms (reference − local), latency_ms (array-like or callable(n, rng)),
+    rate, duration_s, errors (fraction)}. Returns the truth (true reference send times per trace)."""
+    rng = np.random.default_rng(seed)
+    truth = {}
+    for name, w in workers.items():
+        d = RunLayout(run_dir).worker(w["region"], name)
+        n = int(w["rate"] * w["duration_s"])
+        t_ref = BASE_NS + np.sort(rng.uniform(0, w["duration_s"], n) * 1e9).astype(np.int64)
+        offset_ns = int(w.get("offset_ms", 0) * 1e6)
+        local = t_ref - offset_ns
+        lat = w["latency_ms"](n, rng) if callable(w["latency_ms"]) else np.full(n, float(w["latency_ms"]))
+        lat_ns = (np.asarray(lat) * 1e6).astype(np.int64)
+        errors = rng.random(n) < w.get("errors", 0.0)
+        writer = request_writer(d, chunk_rows, 1e9)
+        for i in range(n):
+            trace = f"{rng.integers(0, 2**63):016x}{i:016x}"
+            truth[trace] = int(t_ref[i])
+            writer.add(RequestRow(
+                run_id="syn", trace_id=trace, span_id=f"{i:016x}", region=w["region"], worker=name,
+                endpoint=w.get("endpoint", "e1"), model="m", protocol="kserve-http", phase=1, sample_index=i,
+                t_intended=int(local[i]), t_sent=int(local[i]) + 100_000, t_done=int(local[i] + lat_ns[i]),
+                latency_ns=int(lat_ns[i]), service_ns=int(lat_ns[i]) - 100_000, send_lag_ns=100_000,
+                status="connection" if errors[i] else "ok", code="refused" if errors[i] else "200",
+                error="ConnectionRefusedError" if errors[i] else "", server_queue_ns=-1, server_compute_ns=-1,
+                server_receive_ns=-1, server_send_ns=-1, echoed_trace_id=trace, label=1, prediction=1,
+                correct=not errors[i], batch_size=1, correct_count=int(not errors[i]), bytes_out=100, bytes_in=100,
+                in_flight=1, clock_offset_ns=offset_ns, clock_uncertainty_ns=50_000))
+        writer.flush()
+        clock = clock_writer(d)
+        for k, t in enumerate(np.linspace(0, w["duration_s"], 8)):
+            delay = int(rng.uniform(60_000, 120_000))
+            # one sample in three took a slow path: larger delay, offset biased by the asymmetry
+            bias = int(rng.uniform(2e6, 8e6)) if k % 3 == 1 else 0
+            clock.add(ClockRow(worker=name, region=w["region"], server="ref:123",
+                               local_ns=int(BASE_NS + t * 1e9 - offset_ns),
+                               offset_ns=offset_ns + bias + int(rng.normal(0, 20_000)), delay_ns=delay + 2 * bias,
+                               packets=4, stage="during"))
+        clock.flush()
+    manifest = {"run_id": run_dir.name, "profile": profile, "valid": valid,
+                "invalid_reasons": [] if valid else ["w1: send lag p99 9.0 ms > 5 ms (generator saturated)"],
+                "warnings": warnings or [],
+                "versions": {"python": "3"}, "host": {}, "seed": 0, "workers": {}}
+    RunLayout(run_dir).manifest.write_text(json.dumps(manifest))
+    return truth
+
+
+# -- chronyd as a loopback NTP reference (always -x: never touches the system clock) ----------------
+def chronyd_path() -> str | None:
+    return shutil.which("chronyd") or (str(Path("/usr/sbin/chronyd")) if Path("/usr/sbin/chronyd").exists() else None)
+
+
+def start_chronyd(port: int, workdir: Path, timeout: float = 20.0) -> ManagedProcess:
+    """chronyd -x -d serving the local clock (stratum 10) on 127.0.0.1:port; waits until it answers."""
+    binary = chronyd_path()
+    if binary is None:
+        raise FileNotFoundError("chronyd is not installed (Debian: apt-get install chrony)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "chrony.conf"
+    conf.write_text("\n".join([
+        f"port {port}", "bindaddress 127.0.0.1", "allow 127.0.0.1", "local stratum 10", "cmdport 0",
+        f"pidfile {workdir / 'chronyd.pid'}", f"driftfile {workdir / 'chrony.drift'}", "user root", ""]))
+    proc = start_process("chronyd", [binary, "-x", "-d", "-f", str(conf)], workdir / "chronyd.log")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"chronyd exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+        try:
+            measure_offset(f"127.0.0.1:{port}", WorkerClock(0), packets=1, timeout=0.5)
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.stop()
+    raise RuntimeError(f"chronyd did not answer on 127.0.0.1:{port} within {timeout} s:\n{proc.log_tail()}")
+
+
+# -- a fake sender for worker unit tests ------------------------------------------------------------------
+class FakeSender:
+    """A Sender (harness/worker/senders.py) that answers at once with `label_of(sample)`, or fails with
+    `status` for the samples in `failing`; records what it was asked to send."""
+
+    def __init__(self, label_of=lambda sample: 0, failing: frozenset[int] = frozenset(), status: str = "timeout",
+                 raise_on: frozenset[int] = frozenset()) -> None:
+        self.label_of, self.failing, self.status, self.raise_on = label_of, failing, status, raise_on
+        self.sent: list[tuple[int, dict[str, str]]] = []
+        self.warmed = self.closed = False
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        self.sent.append((sample, dict(headers)))
+        if sample in self.raise_on:
+            raise RuntimeError("sender bug")
+        on_sent()
+        if sample in self.failing:
+            return Outcome(status=self.status, code="deadline", error="fake failure")
+        label = self.label_of(sample)
+        return Outcome(code="200", prediction=label, predictions=np.array([label]), server_queue_ns=1_000,
+                       server_compute_ns=2_000, bytes_out=10, bytes_in=20)
+
+    def warm_up(self) -> None:
+        self.warmed = True
+
+    def close(self) -> None:
+        self.closed = True

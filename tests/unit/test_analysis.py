@@ -1,0 +1,188 @@
+"""Analysis: statistics, clock correction, corrupt chunks, SLO verdicts, exit codes, the report in a browser."""
+
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis.analyze import analyze_run
+from analysis.clock_correction import fit_all
+from analysis.rundir import load_run
+from analysis.stats import cohens_d, min_samples_for, percentile_ci, proportion_verdict
+from tests.support import profile_dict, write_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("n", [400, 1000, 3001])
+@pytest.mark.parametrize("p", [50, 90, 95, 99])
+def test_percentile_is_numpys(n, p):
+    x = np.random.default_rng(n).exponential(3.0, n)
+    assert percentile_ci(x, p).value == np.percentile(x, p)
+
+
+def test_p99_ci_coverage_at_95_nominal():
+    rng = np.random.default_rng(7)
+    true_p99 = float(np.exp(sps.norm.ppf(0.99)))  # lognormal(0, 1)
+    hits = 0
+    for _ in range(200):
+        est = percentile_ci(rng.lognormal(0, 1, 2000), 99)
+        hits += est.ci_low <= true_p99 <= est.ci_high
+    assert hits / 200 >= 0.93, hits
+
+
+def test_percentile_not_reported_below_min_samples():
+    est = percentile_ci(np.arange(1000.0), 99.9)
+    assert est.value is None and est.min_samples == min_samples_for(0.999) == 3688
+    assert "p99.9 needs ≥ 3688 samples" == est.as_dict()["note"]
+
+
+@pytest.mark.parametrize("k,n,bound,verdict", [(10, 5000, 0.01, "PASS"), (120, 5000, 0.01, "FAIL"),
+                                               (52, 5000, 0.01, "INCONCLUSIVE"), (0, 100, 0.01, "INCONCLUSIVE"),
+                                               (0, 1000, 0.01, "PASS"), (3, 100, 0.001, "FAIL")])
+def test_proportion_verdicts(k, n, bound, verdict):
+    v = proportion_verdict(k, n, bound)
+    assert v.verdict == verdict
+    if verdict == "INCONCLUSIVE":
+        assert v.more_samples_needed and v.more_samples_needed > 0
+        # the promised sample count does decide it when the observed proportion holds
+        m = n + v.more_samples_needed
+        assert proportion_verdict(round(k / n * m), m, bound).verdict != "INCONCLUSIVE"
+
+
+def test_cohens_d_sign_and_size():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(10, 1, 5000), rng.normal(11, 1, 5000)
+    assert 0.9 < cohens_d(a, b) < 1.1
+
+
+def test_skewed_clocks_merged_into_one_timeline(tmp_path):
+    """Two workers with clocks ±50 ms off: offsets recovered within 1 ms, the order of events restored."""
+    profile = profile_dict(100, 20)
+    truth = write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "offset_ms": -50, "latency_ms": 5, "rate": 50, "duration_s": 20},
+        "r2-w0": {"region": "r2", "offset_ms": +50, "latency_ms": 5, "rate": 50, "duration_s": 20}})
+    data = load_run(tmp_path)
+    models = fit_all(data.clock)
+    assert abs(models["r1-w0"].intercept_ns / 1e6 + 50) < 1
+    assert abs(models["r2-w0"].intercept_ns / 1e6 - 50) < 1
+    a = analyze_run(tmp_path)
+    df = a.requests
+    true = df["trace_id"].map(truth).to_numpy()
+    assert np.max(np.abs(df["t_intended_ref"].to_numpy() - true)) < 1e6  # within 1 ms
+    by_truth = np.argsort(true, kind="stable")
+    true_gap = np.diff(true[by_truth])
+    resolvable = true_gap > 1e6  # events further apart than the clock uncertainty bound (1 ms)
+    raw = df["t_intended"].to_numpy()[by_truth]
+    ref = df["t_intended_ref"].to_numpy()[by_truth]
+    assert (np.diff(raw)[resolvable] < 0).sum() > 50  # the ±50 ms skew misorders many events ...
+    assert (np.diff(ref)[resolvable] > 0).all()  # ... and the correction restores their order
+
+
+def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0, warnings=None):
+    slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"},
+            {"metric": "error_rate", "threshold": 0.01, "endpoint": "*", "region": "*"}]
+    write_run(path, profile=profile_dict(n_rate, duration, regions=("r1",), slos=slos), valid=valid, warnings=warnings,
+              workers={"r1-w0": {"region": "r1", "latency_ms": latency, "rate": n_rate, "duration_s": duration,
+                                 "errors": errors}})
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_000):
+    import pandas as pd
+
+    n = len(statuses)
+    return pd.DataFrame({"endpoint": endpoint, "t_intended_ref": np.arange(n, dtype=np.int64) * gap_ns,
+                         "status": statuses, "code": ["c"] * n, "region": ["r"] * n,
+                         "trace_id": [f"{i:032x}" for i in range(n)]})
+
+
+def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
+    from analysis.outages import outage_windows
+
+    # 0.1 s apart: 7 failures, 1 stray success, 6 failures (one outage), 20 ok, 3 failures (too few), 6 failures
+    statuses = ["ok"] * 10 + ["connection"] * 7 + ["ok"] + ["http_error"] * 6 + ["ok"] * 20 + ["timeout"] * 3 + \
+        ["ok"] * 20 + ["connection"] * 6
+    windows = outage_windows(_requests(statuses))
+    assert len(windows) == 2
+    first, last = windows
+    assert (first["failed"], first["succeeded"], first["start_s"], first["end_s"]) == (13, 1, 1.0, 2.4)
+    assert first["errors"] == {"connection/c": 7, "http_error/c": 6} and first["recovered"]
+    assert last["end_s"] is None and not last["recovered"] and last["failed"] == 6
+    assert outage_windows(_requests(["ok"] * 50)) == []
+
+
+def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    receive = np.cumsum(rng.exponential(1e9 / rate, int(rate * seconds))).astype(np.int64) + 10**18
+    compute = np.full(len(receive), int(compute_ms * 1e6))
+    return pd.DataFrame({"endpoint": "e", "model": "m", "status": "ok", "server_receive_ns": receive,
+                         "server_send_ns": receive + compute + 50_000, "server_compute_ns": compute,
+                         "server_queue_ns": 10_000})
+
+
+def test_utilization_counts_a_batch_execution_once():
+    """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
+    at 4 requests per execution the slot is busy only a fifth of the time."""
+    from analysis.queueing import queueing_table
+    from analysis.triton_stats import requests_per_execution
+
+    df = _server_side(400, 20, 2.0)
+    unbatched = queueing_table(df, {}, set())[0]
+    assert unbatched["utilization"] == pytest.approx(0.8, rel=0.05) and unbatched["requests_per_execution"] == 1
+    per_exec = requests_per_execution([{"endpoints": ["e"], "success": 8000, "execution_count": 2000}])
+    batched = queueing_table(df, {}, set(), per_exec)[0]
+    assert per_exec == {"e": 4.0}
+    assert batched["utilization"] == pytest.approx(unbatched["utilization"] / 4)
+    # requests of 128 samples each, one execution per request: no correction
+    assert requests_per_execution([{"endpoints": ["e"], "success": 50, "execution_count": 50,
+                                    "inference_count": 6400}]) == {"e": 1.0}
+
+
+def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_deterministic():
+    from analysis.queueing import mg1_mean_wait, mm1
+
+    lam, s = 800.0, 0.001
+    assert mg1_mean_wait(lam, s, 2 * s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"])
+    assert mg1_mean_wait(lam, s, s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"] / 2)  # M/D/1
+    assert mg1_mean_wait(1000.0, s, 2 * s ** 2) == float("inf")
+
+
+def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_with_burstiness():
+    from analysis.queueing import gg1_mean_wait, interarrival_cv2, mg1_mean_wait
+
+    lam, s = 400.0, 0.002
+    for cs2 in (0.0, 1.0, 1.5):
+        assert gg1_mean_wait(lam, s, 1.0, cs2) == pytest.approx(mg1_mean_wait(lam, s, (cs2 + 1) * s ** 2))
+    assert gg1_mean_wait(lam, s, 1.4, 1.0) == pytest.approx(1.2 * gg1_mean_wait(lam, s, 1.0, 1.0))
+    assert gg1_mean_wait(600.0, s, 1.0, 1.0) == float("inf")
+    rng = np.random.default_rng(1)
+    poisson = np.cumsum(rng.exponential(2.5e6, 200_000)).astype(np.int64)
+    assert interarrival_cv2(poisson) == pytest.approx(1.0, abs=0.02)
+    assert interarrival_cv2(np.arange(0, 10**9, 10**6)) == pytest.approx(0.0)  # a metronome
+    # the same arrivals delivered in pairs (two per wake-up of a busy server): burstier
+    assert interarrival_cv2(poisson[1::2].repeat(2)) > 1.9
+    assert interarrival_cv2(np.array([5])) is None
+
+
+def test_a_percentile_that_reaches_the_errors_is_infinite_not_nan():
+    from analysis.stats import percentile_ci
+
+    ok = np.linspace(1.0, 100.0, 990)
+    with_errors = np.concatenate([ok, np.full(10, np.inf)])  # 1% errors: infinitely slow
+    assert percentile_ci(with_errors, 99.5).value == float("inf")
+    assert percentile_ci(np.concatenate([ok, np.full(20, np.inf)]), 99).value == float("inf")
+    # below the errors, numpy's own linear percentile (type 7), unchanged
+    assert percentile_ci(with_errors, 50).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 50)
+    assert percentile_ci(with_errors, 98.9).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 98.9)
+    assert percentile_ci(ok, 99).value == np.percentile(ok, 99)
