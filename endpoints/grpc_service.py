@@ -10,16 +10,8 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from contract.trace_context import parse_traceparent
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import V2_DATATYPE, decode_grpc
-from endpoints.scheduler import Timings
-from endpoints.server_core import (
-    EXTENSIONS,
-    SERVER_NAME,
-    SERVER_VERSION,
-    InferenceServer,
-    RequestClock,
-    server_timing_header,
-    timing_parameters,
-)
+from endpoints.pipeline import InferCall
+from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_header
 
 
 def _abort(context: grpc.ServicerContext, exc: InferenceError):
@@ -87,22 +79,17 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         ids = parse_traceparent(metadata.get("traceparent"))
         if ids:
             context.send_initial_metadata((("traceparent", metadata["traceparent"]),))
+        call = InferCall(self.server, name, "grpc", clock, ids[0] if ids else None)
         try:
-            spec = self.server.spec(name)
-            self.server.check_version(name, request.model_version)
-            self.server.schedulers[name].statistics.count_request("grpc")
-            raw_size = sum(len(r) for r in request.raw_input_contents)
-            limit = self.server.options.max_body_bytes
-            if raw_size > limit:
-                raise InferenceError(f"request tensors of {raw_size} bytes exceed the limit of {limit} bytes")
-            decoded = decode_grpc(spec, request)
-            timings = Timings()
-            outputs = self.server.schedulers[name].infer_blocking(decoded.inputs, timings, decoded.batch_size,
-                                                                  clock.receive_mono_ns)
+            call.admit(request.model_version)
+            call.bound(sum(len(r) for r in request.raw_input_contents), "request tensors")
+            decoded = call.decode(lambda spec: decode_grpc(spec, request))
+            outputs = call.run_blocking()
         except InferenceError as exc:
-            self.server.record_failure(name, clock, exc)
+            call.failed(exc)
             _abort(context, exc)
-        params = timing_parameters(clock, timings, ids[0] if ids else None)
+        params = call.parameters()
+        spec = call.spec
         response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
         for out_name in decoded.requested_outputs:
             arr = outputs[out_name]

@@ -16,16 +16,8 @@ from starlette.routing import Route
 from contract.trace_context import parse_traceparent
 from endpoints.errors import InferenceError
 from endpoints.kserve_codec import decode_http, encode_http
-from endpoints.scheduler import Timings
-from endpoints.server_core import (
-    EXTENSIONS,
-    SERVER_NAME,
-    SERVER_VERSION,
-    InferenceServer,
-    RequestClock,
-    server_timing_value,
-    timing_parameters,
-)
+from endpoints.pipeline import InferCall
+from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_value
 
 _JSON = "application/json"
 _JSON_BYTES, _BINARY = b"application/json", b"application/octet-stream"
@@ -82,23 +74,19 @@ class InferRoute:
         if scope["method"] != "POST":
             await _send(send, 405, b'{"error":"infer takes POST"}', _echo(traceparent, ids))
             return
-        server = self.server
+        call = InferCall(self.server, name, "http", clock, ids[0] if ids else None)
         try:
-            spec = server.spec(name)
-            if version is not None:
-                server.check_version(name, version)
-            scheduler = server.schedulers[name]
-            scheduler.statistics.count_request("http")
+            call.admit(version)
             body = await self._read_body(receive, declared)
             if body is None:
                 return
-            decoded = decode_http(spec, body, header_len.decode("latin-1") if header_len is not None else None)
-            timings = Timings()
-            outputs = await scheduler.infer_async(decoded.inputs, timings, decoded.batch_size, clock.receive_mono_ns)
-            params = timing_parameters(clock, timings, ids[0] if ids else None)
-            payload, json_len = encode_http(spec, decoded, outputs, params)
+            decoded = call.decode(lambda spec: decode_http(spec, body, header_len.decode("latin-1")
+                                                           if header_len is not None else None))
+            outputs = await call.run_async()
+            params = call.parameters()
+            payload, json_len = encode_http(call.spec, decoded, outputs, params)
         except InferenceError as exc:
-            server.record_failure(name, clock, exc)
+            call.failed(exc)
             await _send(send, exc.http_status, orjson.dumps({"error": exc.message}), _echo(traceparent, ids))
             return
         headers = [(b"content-type", _JSON_BYTES if json_len is None else _BINARY),

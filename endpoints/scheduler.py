@@ -143,23 +143,30 @@ class SlotPool:
 
 
 @dataclass(slots=True)
-class _Job:
-    inputs: dict[str, np.ndarray]
-    timings: Timings
-    future: Future
-    enqueued_ns: int
-    rows: int
-    received_ns: int
-
-
-@dataclass(slots=True)
 class _Pending:
+    """A request waiting for (or holding) a slot: its inputs, its timings to fill in, and the future its caller
+    waits on (a concurrent Future for slot threads, an asyncio Future on the event loop)."""
+
     inputs: dict[str, np.ndarray]
     timings: Timings
-    future: asyncio.Future
+    future: Future | asyncio.Future
     enqueued_ns: int
     rows: int
     received_ns: int
+
+
+def _deliver(batch: list[_Pending], results: list) -> None:
+    """Resolve each request's future with its outputs or the InferenceError its execution failed with."""
+    for item, result in zip(batch, results):
+        if isinstance(result, InferenceError):
+            item.future.set_exception(result)
+        else:
+            item.future.set_result(result)
+
+
+def shutting_down() -> InferenceError:
+    """The refusal of a request that arrives, or still waits, while the server stops."""
+    return unavailable("server is shutting down")
 
 
 class ModelScheduler:
@@ -197,6 +204,10 @@ class ModelScheduler:
             for t in self._threads:
                 t.start()
 
+    def _stall_remaining(self) -> float:
+        """Seconds of injected stall still ahead (0 when none)."""
+        return max(0.0, self._stall_until - time.monotonic())
+
     def infer_async(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
                     received_ns: int | None = None) -> Awaitable[dict[str, np.ndarray]]:
         """Queue and execute on the event loop (HTTP); await the result for the outputs. The success is counted
@@ -220,8 +231,7 @@ class ModelScheduler:
             stats.in_flight -= 1
             raise
         try:
-            pause = self._stall_until - time.monotonic()
-            if pause > 0:
+            if pause := self._stall_remaining():
                 await asyncio.sleep(pause)
             return self._execute_granted(inputs, timings, enqueued, rows, received)
         finally:
@@ -244,8 +254,7 @@ class ModelScheduler:
             stats.in_flight -= 1
             raise
         try:
-            pause = self._stall_until - time.monotonic()
-            if pause > 0:
+            if pause := self._stall_remaining():
                 time.sleep(pause)
             return self._execute_granted(inputs, timings, enqueued, rows, received)
         finally:
@@ -266,7 +275,7 @@ class ModelScheduler:
 
     def _submit(self, inputs, timings: Timings, rows: int, received: int) -> Future:
         """Queue a job for the slot threads, or refuse it at once when the queue is full."""
-        job = _Job(inputs, timings, Future(), time.perf_counter_ns(), rows, received)
+        job = _Pending(inputs, timings, Future(), time.perf_counter_ns(), rows, received)
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
@@ -274,7 +283,7 @@ class ModelScheduler:
         self.statistics.in_flight += 1
         return job.future
 
-    def _take_batch(self, first: _Job, carry: list) -> tuple[list[_Job], bool]:
+    def _take_batch(self, first: _Pending, carry: list) -> tuple[list[_Pending], bool]:
         """`first` and the jobs already waiting, up to max_batch rows; (batch, stop requested). A job that
         does not fit is carried over to the next batch."""
         batch, rows = [first], first.rows
@@ -294,7 +303,7 @@ class ModelScheduler:
 
     def _slot_loop(self) -> None:
         free_since = time.perf_counter_ns()  # when this slot finished its previous execution
-        carry: list[_Job] = []
+        carry: list[_Pending] = []
         stop = False
         while not stop:
             first = carry.pop() if carry else self._jobs.get()
@@ -306,8 +315,7 @@ class ModelScheduler:
             if not live:
                 continue
             batch = live
-            pause = self._stall_until - time.monotonic()
-            if pause > 0:
+            if pause := self._stall_remaining():
                 time.sleep(pause)
                 free_since = time.perf_counter_ns()
             # A job's queueing ends when the slot is free for it: max(arrival, end of the previous job).
@@ -316,16 +324,10 @@ class ModelScheduler:
             # it held the slot.
             granted = max(free_since, *(b.enqueued_ns for b in batch))
             results, free_since = self._execute_batch(batch, granted)
-            for job, result in zip(batch, results):
-                self.statistics.in_flight -= 1
-                if isinstance(result, InferenceError):
-                    job.future.set_exception(result)
-                else:
-                    job.future.set_result(result)
-        for job in carry:  # stopping: a job taken but not run is refused like the queued ones
-            self.statistics.in_flight -= 1
-            if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(unavailable("server is shutting down"))
+            self.statistics.in_flight -= len(batch)
+            _deliver(batch, results)
+        self.statistics.in_flight -= len(carry)
+        self._refuse(carry)  # stopping: a job taken but not run is refused like the queued ones
 
     # -- dynamic batching on the event loop (inline models) --------------------------------------------
 
@@ -352,8 +354,7 @@ class ModelScheduler:
 
     def _run_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         """Holding the slot: run one batch of what is pending, release, and line up again if more waits."""
-        pause = self._stall_until - time.monotonic()
-        if pause > 0:  # fault injection: the slot stays held through the stall
+        if pause := self._stall_remaining():  # fault injection: the slot stays held through the stall
             loop.call_later(pause, self._run_pending, loop)
             return
         try:
@@ -366,13 +367,9 @@ class ModelScheduler:
                     batch.append(item)
                     rows += item.rows
             if batch:
-                granted = time.perf_counter_ns()
-                for item, result in zip(batch, self._execute_batch(batch, granted)[0]):
-                    stats.in_flight -= 1
-                    if isinstance(result, InferenceError):
-                        item.future.set_exception(result)
-                    else:
-                        item.future.set_result(result)
+                results, _ = self._execute_batch(batch, time.perf_counter_ns())
+                stats.in_flight -= len(batch)
+                _deliver(batch, results)
         finally:
             self._pool.release()
         if self._pending:  # the next batch lines up again (a callback, not a recursion: the backlog may be long)
@@ -425,21 +422,30 @@ class ModelScheduler:
         self._stall_until = time.monotonic() + seconds
 
     def stop(self) -> None:
-        """Refuse new requests; let running ones finish."""
+        """Refuse new requests and the queued ones; let running ones finish."""
         self._accepting = False
+        queued = []
         while True:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
                 break
-            if job is not None and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(unavailable("server is shutting down"))
+            if job is not None:
+                queued.append(job)
+        self._refuse(queued)
         for _ in self._threads:
             self._jobs.put(None)
 
+    @staticmethod
+    def _refuse(jobs: list[_Pending]) -> None:
+        """Refuse slot-thread jobs that will not run (their callers see UNAVAILABLE)."""
+        for job in jobs:
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(shutting_down())
+
     def _check_accepting(self) -> None:
         if not self._accepting:
-            raise unavailable("server is shutting down")
+            raise shutting_down()
 
     def _execute(self, inputs: dict[str, np.ndarray], t: Timings, granted_ns: int | None = None
                  ) -> dict[str, np.ndarray]:
