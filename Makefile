@@ -9,7 +9,7 @@ TRITON_VENV := .venv-triton
 TRITON_STAMP := $(TRITON_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test install triton models bench clean
+.PHONY: demo test test-fast lint install triton models bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,16 @@ models: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tailrace demo
 
-test: $(STAMP) $(TRITON_STAMP)
+# Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, chronyd, Chromium).
+test: $(STAMP) $(TRITON_STAMP) lint
 	$(BIN)/python -m pytest -q tests
+
+# The unit tier only: pure tests, no processes (under 2 minutes).
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

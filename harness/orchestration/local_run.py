@@ -122,12 +122,15 @@ class LocalRun:
         self._start_locust()
 
     def _build_models_if_missing(self) -> None:
+        """`tailrace models build` into the embedded models_dir when the profile needs it and it is empty."""
         models_dir = Path(self.profile.embedded.models_dir)
         if self.profile.uses_embedded and not (models_dir / "_data").exists():
-            from endpoints.model_build import build_repository
-
             self.log(f"building models into {models_dir}")
-            build_repository(models_dir, self.profile.embedded.mm1_mean_ms or 2.0)
+            build = start_process("models build", tailrace_argv(
+                "models", "build", "--out", str(models_dir), "--mm1-mean-ms",
+                str(self.profile.embedded.mm1_mean_ms or 2.0)), self.layout.log("models-build"))
+            if build.popen.wait() != 0:
+                raise RuntimeError(f"building models into {models_dir} failed:\n{build.log_tail()}")
 
     def _start_sntp_if_asked(self) -> list[str]:
         """The profile's clock references, with 'embedded' replaced by an SNTP server this run starts."""

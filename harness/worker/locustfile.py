@@ -23,7 +23,6 @@ import sys  # noqa: E402
 sys.setswitchinterval(0.0002)
 
 import gevent  # noqa: E402
-from gevent.event import Event  # noqa: E402
 from locust import User, events, task  # noqa: E402
 from locust.exception import StopUser  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
@@ -33,6 +32,7 @@ from contract.layout import RunLayout  # noqa: E402
 from contract.plan import RunPlan  # noqa: E402
 from harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
 from harness.worker.identity import WorkerIdentity  # noqa: E402
+from harness.worker.plan_inbox import PlanInbox  # noqa: E402
 from harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
 
 PLAN_ENV = "TAILRACE_PLAN"
@@ -42,10 +42,9 @@ PLAN_ENV = "TAILRACE_PLAN"
 class _WorkerState:
     """This worker process's one run: the plan message once it arrives, and the run once it starts."""
 
-    plan: messages.Plan | None = None
+    inbox: PlanInbox = field(default_factory=PlanInbox)
     run: WorkerRun | None = None
     claimed: bool = False
-    plan_event: Event = field(default_factory=Event)
 
 
 _state = _WorkerState()
@@ -141,9 +140,7 @@ def _init_master(environment) -> None:
 
 
 def _on_plan(environment, msg, **_kw) -> None:
-    if _state.plan is None:
-        _state.plan = messages.PLAN.decode(msg.data)
-        _state.plan_event.set()
+    _state.inbox.offer(msg.data)
 
 
 @events.quitting.add_listener
@@ -170,12 +167,13 @@ class OpenLoopUser(User):
             raise StopUser()
         _state.claimed = True
         client_id = getattr(runner, "client_id", "")
-        if not _state.plan_event.wait(timeout=60):
+        message = _state.inbox.wait(timeout_s=60)
+        if message is None:
             raise RuntimeError(f"no {messages.PLAN.name} message from the master within 60 s")
         identity = WorkerIdentity.from_env()
         try:
-            plan = RunPlan.from_dict(_state.plan.plan, f"{messages.PLAN.name} message")
-            run = WorkerRun(identity, plan, _state.plan.start_ref_ns, client_id)
+            plan = RunPlan.from_dict(message.plan, f"{messages.PLAN.name} message")
+            run = WorkerRun(identity, plan, message.start_ref_ns, client_id)
         except Exception as exc:
             _send(runner, messages.ERROR, messages.Error(client_id, str(exc)))
             print(f"tailrace worker {identity.name}: {exc}", flush=True)

@@ -1,0 +1,78 @@
+"""The contract: typed rows, the resolved run plan, the run-directory layout, the message catalogue."""
+from __future__ import annotations
+
+import pytest
+
+from contract import messages
+from contract.layout import RunLayout, chunk_name
+from contract.plan import RunPlan, unresolved_plan
+from contract.profile import ProfileError, parse_profile
+from contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
+from harness.worker.plan_inbox import PlanInbox
+
+PROFILE = {"name": "c", "endpoints": [{"name": "a", "url": "embedded", "protocol": "kserve-http", "model": "m"},
+                                      {"name": "b", "url": "inprocess", "protocol": "inprocess", "model": "m"}],
+           "regions": [{"name": "r", "share": 1.0, "workers": 2}], "load": {"rate": 10, "duration_s": 5}}
+
+
+def test_a_misspelt_record_field_is_an_error_not_a_null_column():
+    assert RequestRow._fields == REQUEST_COLUMNS
+    with pytest.raises(TypeError, match="latncy_ns"):
+        RequestRow(**({c: None for c in REQUEST_COLUMNS if c != "latency_ns"} | {"latncy_ns": 1}))
+    with pytest.raises(TypeError):
+        ClockRow(worker="w")  # every field is required
+
+
+def test_the_plan_round_trips_through_plan_json_with_every_default(tmp_path):
+    plan = unresolved_plan(parse_profile(PROFILE, "p"), "run-7", str(tmp_path), lead_s=6)
+    layout = RunLayout(tmp_path)
+    plan.write(layout)
+    again = RunPlan.read(layout.plan)
+    assert again == plan
+    assert again.profile.cold_start.first_k == 20 and again.profile.endpoints[0].weight == 1.0
+    assert again.endpoint_kinds == {"a": "embedded", "b": "inprocess"}
+    assert again.run_seconds == pytest.approx(6 + 0 + 5 + (5 + 2) + 3)
+    assert any("endpoint a" in line for line in again.effective_settings())
+
+
+def test_an_old_manifest_without_a_plan_is_resolved_through_the_same_schema():
+    plan = RunPlan.from_manifest({"run_id": "old", "profile": PROFILE}, "manifest.json")
+    assert plan.run_id == "old" and plan.profile.generator.send_lag_p99_ms == 5
+    with pytest.raises(ProfileError, match="manifest.json: profile"):
+        RunPlan.from_manifest({}, "manifest.json")
+
+
+def test_a_bad_plan_file_names_the_file_and_the_field(tmp_path):
+    (tmp_path / "plan.json").write_text('{"run_id": 3}')
+    with pytest.raises(ProfileError, match="plan.json"):
+        RunPlan.read(tmp_path / "plan.json")
+
+
+def test_the_layout_spells_every_path_once(tmp_path):
+    layout = RunLayout(tmp_path)
+    worker = layout.worker("eu", "eu-w0")
+    assert worker.chunk("requests", 12) == tmp_path / "regions/eu/eu-w0" / chunk_name("requests", 12)
+    assert chunk_name("clock", 3) == "clock-00003.parquet"
+    worker.dir.mkdir(parents=True)
+    for name in ("requests-00001.parquet", "requests-00000.parquet", "clock-00000.parquet"):
+        (worker.dir / name).touch()
+    assert [p.name for p in layout.request_chunks()] == ["requests-00000.parquet", "requests-00001.parquet"]
+    assert [p.name for p in layout.clock_chunks()] == ["clock-00000.parquet"]
+    assert layout.stats_snapshot("a", "after").parent == layout.endpoint("a")
+    assert layout.endpoint_names() == []
+
+
+def test_messages_decode_their_declared_payload_and_refuse_a_misspelt_key():
+    hello = messages.Hello("c1", "eu-w0", "eu")
+    assert messages.HELLO.decode(messages.wire(hello)) == hello
+    with pytest.raises(TypeError):
+        messages.HELLO.decode({"client_id": "c1", "worker": "eu-w0", "regoin": "eu"})
+    assert len({m.name for m in messages.CATALOGUE}) == len(messages.CATALOGUE)
+
+
+def test_the_worker_keeps_the_first_plan_message_only():
+    inbox, first = PlanInbox(), messages.Plan({"run_id": "one"}, 1)
+    assert inbox.wait(timeout_s=0.01) is None
+    inbox.offer(messages.wire(first))
+    inbox.offer(messages.wire(messages.Plan({"run_id": "two"}, 2)))  # the master re-sends while workers register
+    assert inbox.wait(timeout_s=0.01) == first

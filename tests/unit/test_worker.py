@@ -1,0 +1,129 @@
+"""The worker's request path and issue loop with a fake sender (no network, no processes)."""
+from __future__ import annotations
+
+import time
+
+import gevent
+import numpy as np
+import pytest
+
+from contract.layout import WorkerLayout
+from contract.plan import unresolved_plan
+from contract.profile import parse_profile
+from contract.trace_context import parse_traceparent
+from harness.worker.clock import WorkerClock
+from harness.worker.clock_sampler import ClockSampler
+from harness.worker.identity import WorkerIdentity
+from harness.worker.metrics import WorkerMetrics
+from harness.worker.recorder import request_writer
+from harness.worker.requester import RequestPath
+from harness.worker.saturation import SaturationMonitor
+from harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks
+from tests.support import FakeSender
+
+PROFILE = {"name": "unit", "endpoints": [{"name": "a", "url": "http://127.0.0.1:1", "protocol": "kserve-http",
+                                          "model": "m"}],
+           "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 1}}
+
+
+def _path(tmp_path, sender, batch: int = 1, labels=None) -> RequestPath:
+    profile = parse_profile(PROFILE | ({"inputs": {"batch_size": batch}} if batch > 1 else {}), "unit profile")
+    plan = unresolved_plan(profile, "run-1", str(tmp_path))
+    clock = WorkerClock(0)
+    identity = WorkerIdentity("r", 0)
+    clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
+    recorder = request_writer(WorkerLayout(tmp_path), max_rows=10**6, max_seconds=1e9)
+    labels = np.arange(10) % 3 if labels is None else labels
+    return RequestPath(plan, identity, [sender], labels, clock, clocks, recorder,
+                       SaturationMonitor("r-w0", 5_000_000, 100), WorkerMetrics(None))
+
+
+def test_every_arrival_is_sent_at_its_instant_and_recorded_with_its_trace(tmp_path):
+    sender = FakeSender(label_of=lambda s: s % 3)
+    path = _path(tmp_path, sender)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1)
+    start = time.perf_counter_ns() + 20_000_000
+    arrivals = [Arrival(start + k * 5_000_000, 0, 1, k) for k in range(10)]
+    loop.open_loop(iter(arrivals))
+    rows = path.recorder.rows
+    assert len(rows) == 10 and path.sent == 10 and loop.counts.issued == 10
+    for row, (sample, headers) in zip(sorted(rows, key=lambda r: r.sample_index), sorted(sender.sent)):
+        assert row.sample_index == sample
+        assert parse_traceparent(headers["traceparent"]) == (row.trace_id, row.span_id)
+        assert headers["x-tailrace-run"] == "run-1" and headers["x-tailrace-region"] == "r"
+        assert row.send_lag_ns >= 0 and row.latency_ns >= row.service_ns >= 0
+        assert row.latency_ns == row.t_done - row.t_intended  # from the intended instant, one clock
+        assert row.status == "ok" and row.correct and row.correct_count == 1
+
+
+def test_a_sender_that_raises_becomes_a_bad_response_and_the_loop_goes_on(tmp_path):
+    path = _path(tmp_path, FakeSender(raise_on=frozenset({2})))
+    loop = IssueLoop(path.send, spin_ns=0, drain_s=1)
+    now = time.perf_counter_ns()
+    loop.open_loop(Arrival(now, 0, 1, k) for k in range(4))
+    by_sample = {r.sample_index: r for r in path.recorder.rows}
+    assert by_sample[2].status == "bad_response" and "sender bug" in by_sample[2].error
+    assert [by_sample[k].status for k in (0, 1, 3)] == ["ok"] * 3
+
+
+def test_failures_are_recorded_with_their_class_and_never_counted_correct(tmp_path):
+    path = _path(tmp_path, FakeSender(failing=frozenset({1}), status="timeout"))
+    IssueLoop(path.send, spin_ns=0, drain_s=1).closed_loop([Arrival(time.perf_counter_ns(), 0, 1, 1)])
+    (row,) = path.recorder.rows
+    assert (row.status, row.correct, row.correct_count) == ("timeout", False, 0)
+
+
+def test_batched_correctness_counts_every_row_of_the_batch(tmp_path):
+    labels = np.array([0, 1, 2, 0, 1])
+
+    class Batch(FakeSender):
+        def send(self, sample, headers, on_sent):
+            out = super().send(sample, headers, on_sent)
+            out.predictions = np.array([0, 1, 2])  # rows 3, 4, 0 (wrapping) have labels 0, 1, 0: two of three right
+            return out
+
+    path = _path(tmp_path, Batch(), batch=3, labels=labels)
+    IssueLoop(path.send, spin_ns=0, drain_s=1).closed_loop([Arrival(time.perf_counter_ns(), 0, 1, 3)])
+    (row,) = path.recorder.rows
+    assert (row.batch_size, row.correct_count) == (3, 2)
+
+
+def test_multi_stream_ticks_that_find_the_query_in_flight_are_missed(tmp_path):
+    class Slow(FakeSender):
+        def send(self, sample, headers, on_sent):
+            gevent.sleep(0.025)  # each query takes 2.5 intervals
+            return super().send(sample, headers, on_sent)
+
+    path = _path(tmp_path, Slow())
+    loop = IssueLoop(path.send, spin_ns=1_000_000, drain_s=1)
+    start = time.perf_counter_ns() + 5_000_000
+    window = Window(start, start + 200_000_000, 0)
+    loop.open_loop(interval_ticks(iter([(0, 0)] * 100), window, 10_000_000), limit=1)
+    c = loop.counts
+    assert c.issued + c.missed == 20
+    assert 5 <= c.issued <= 8 and c.missed >= 12  # one query per ~3 ticks
+    assert path.in_flight == 0
+
+
+def test_closed_loop_stops_at_the_end_of_its_window(tmp_path):
+    path = _path(tmp_path, FakeSender())
+    loop = IssueLoop(path.send, spin_ns=0, drain_s=1)
+    now = time.perf_counter_ns()
+    window = Window(now, now + 30_000_000, 10_000_000)
+
+    def choices():
+        while True:
+            gevent.sleep(0.001)
+            yield 0, 0
+
+    loop.closed_loop(back_to_back(choices(), window))
+    phases = [r.phase for r in path.recorder.rows]
+    assert 5 < len(phases) < 40 and phases[0] == 0 and phases[-1] == 1  # warm-up first, then measured
+    assert time.perf_counter_ns() >= window.end_mono
+
+
+def test_worker_identity_travels_through_its_environment():
+    me = WorkerIdentity("eu", 2, 30.0, {"a": "http://127.9.9.9:1"}, "/out", None, 9100)
+    assert WorkerIdentity.from_env(me.env()) == me
+    with pytest.raises(RuntimeError, match="TAILRACE_REGION"):
+        WorkerIdentity.from_env({})
