@@ -1,7 +1,6 @@
 """tailrace analyze / compare as a user runs them: exit codes, messages, the report in headless Chromium."""
 
 
-
 from __future__ import annotations
 
 import json
@@ -126,21 +125,3 @@ def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path)
     assert r.returncode == 0 and (tmp_path / "cmp" / "compare.csv").exists()
 
 
-def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_000):
-    import pandas as pd
-
-    n = len(statuses)
-    return pd.DataFrame({"endpoint": endpoint, "t_intended_ref": np.arange(n, dtype=np.int64) * gap_ns,
-                         "status": statuses, "code": ["c"] * n, "region": ["r"] * n,
-                         "trace_id": [f"{i:032x}" for i in range(n)]})
-
-
-def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    receive = np.cumsum(rng.exponential(1e9 / rate, int(rate * seconds))).astype(np.int64) + 10**18
-    compute = np.full(len(receive), int(compute_ms * 1e6))
-    return pd.DataFrame({"endpoint": "e", "model": "m", "status": "ok", "server_receive_ns": receive,
-                         "server_send_ns": receive + compute + 50_000, "server_compute_ns": compute,
-                         "server_queue_ns": 10_000})

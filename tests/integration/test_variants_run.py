@@ -1,7 +1,6 @@
 """The variants profile run for real: the decision section from measured endpoints."""
 
 
-
 from __future__ import annotations
 
 import pytest
@@ -10,10 +9,6 @@ import pytest
 def variant(name, p95, acc, mem, cap, samples=2000):
     return {"name": name, "model": name, "p95_ms": p95, "accuracy": acc, "memory_mb": mem, "capacity_rps": cap,
             "samples": samples, "correct": int(round(acc * samples))}
-
-
-ROWS = [variant("fast", 10.0, 0.95, 300.0, 900.0), variant("accurate", 30.0, 0.99, 400.0, 300.0),
-        variant("middling", 30.0, 0.95, 500.0, 250.0), variant("lean", 12.0, 0.96, 100.0, 800.0)]
 
 
 @pytest.fixture(scope="module")

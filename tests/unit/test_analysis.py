@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +14,6 @@ from analysis.clock_correction import fit_all
 from analysis.rundir import load_run
 from analysis.stats import cohens_d, min_samples_for, percentile_ci, proportion_verdict
 from tests.support import profile_dict, write_run
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("n", [400, 1000, 3001])
@@ -82,14 +79,6 @@ def test_skewed_clocks_merged_into_one_timeline(tmp_path):
     ref = df["t_intended_ref"].to_numpy()[by_truth]
     assert (np.diff(raw)[resolvable] < 0).sum() > 50  # the ±50 ms skew misorders many events ...
     assert (np.diff(ref)[resolvable] > 0).all()  # ... and the correction restores their order
-
-
-def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0, warnings=None):
-    slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"},
-            {"metric": "error_rate", "threshold": 0.01, "endpoint": "*", "region": "*"}]
-    write_run(path, profile=profile_dict(n_rate, duration, regions=("r1",), slos=slos), valid=valid, warnings=warnings,
-              workers={"r1-w0": {"region": "r1", "latency_ms": latency, "rate": n_rate, "duration_s": duration,
-                                 "errors": errors}})
 
 
 def chromium() -> str | None:
