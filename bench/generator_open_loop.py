@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, write_section  # noqa: E402
+from contract.layout import RunLayout  # noqa: E402
 from endpoints.model_build import build_repository  # noqa: E402
 from harness.orchestration.processes import free_port, start_process, tailrace_argv  # noqa: E402
 
@@ -104,10 +105,11 @@ max_in_flight = 20000
     run_dir = max((work / "runs").glob(f"bench-{rate:g}-*"))
     import pandas as pd
 
-    df = pd.concat([pd.read_parquet(f) for f in run_dir.glob("regions/*/*/requests-*.parquet")])
+    layout = RunLayout(run_dir)
+    df = pd.concat([pd.read_parquet(f) for f in layout.request_chunks()])
     df = df[df.phase > 0]
     lag = df["send_lag_ns"].to_numpy() / 1e6
-    summary = json.loads(next(run_dir.glob("regions/*/*/worker.json")).read_text())
+    summary = json.loads(layout.worker("bench", "bench-w0").summary.read_text())
     achieved = len(df) / seconds
     return {"rate": rate, "achieved": achieved, "lag_p50": float(np.percentile(lag, 50)),
             "lag_p99": float(np.percentile(lag, 99)), "ok": float((df.status == "ok").mean()),
