@@ -96,9 +96,6 @@ class Phase(_Strict):
         return self
 
 
-SCENARIOS = ("server", "single-stream", "multi-stream", "offline")
-
-
 class Load(_Strict):
     """What traffic to send, after MLPerf Inference's scenarios."""
 

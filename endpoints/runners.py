@@ -14,6 +14,8 @@ from endpoints.synthetic import nearest_centroid
 class Runner(Protocol):
     """Runs one inference: input arrays by name → output arrays by name."""
 
+    compute_only: bool  # short CPU work that may run inline on the event loop (else: on a slot thread)
+
     def run(self, inputs: dict[str, np.ndarray], started_ns: int | None = None) -> dict[str, np.ndarray]:
         """`started_ns`: perf_counter_ns() when the request took its slot."""
 

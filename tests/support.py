@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -247,3 +248,11 @@ class FakeSender:
 
     def close(self) -> None:
         self.closed = True
+
+
+def kill_triton_server(triton) -> list[int]:
+    """SIGKILL a local Triton's tritonserver child (an outage as a crash would cause); returns the PIDs killed."""
+    pids = triton.server_pids()
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids

@@ -8,7 +8,6 @@ a new session), then its shared-memory segments in /dev/shm are removed.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,13 +91,6 @@ class TritonServer:
         except psutil.NoSuchProcess:
             return []
         return [c.pid for c in children if _name(c) == "tritonserver"]
-
-    def kill_server(self) -> list[int]:
-        """SIGKILL the tritonserver child (an outage as a crash would cause); returns the PIDs killed."""
-        pids = self.server_pids()
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        return pids
 
     def trace_ids(self) -> set[str]:
         """Trace IDs of the requests Triton forwarded `traceparent` for (flushed about once a second)."""

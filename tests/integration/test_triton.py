@@ -12,7 +12,7 @@ from analysis.analyze import analyze_run
 from analysis.report_html import render
 from harness.orchestration.processes import ManagedProcess
 from harness.orchestration.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
-from tests.support import IN_CI, make_profile, run_with, sleep_until_measuring
+from tests.support import IN_CI, kill_triton_server, make_profile, run_with, sleep_until_measuring
 
 ENDPOINTS = [
     {"name": "triton-http", "url": "triton", "protocol": "kserve-http", "model": "digits_mlp_fp32"},
@@ -128,7 +128,7 @@ def outage_run(model_repo, tmp_path_factory):
     def during(run):
         sleep_until_measuring(run, 3.0)
         t = run.triton
-        marks["killed_pids"] = t.kill_server()
+        marks["killed_pids"] = kill_triton_server(t)
         marks["killed_ns"] = time.time_ns()
         time.sleep(2.0)
         restarted.append(start_triton(Path(run.profile.triton.models_dir), run.layout.logs,
