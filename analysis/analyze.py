@@ -31,6 +31,14 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
+def notices(summary: dict) -> list[tuple[str, str]]:
+    """What the reader must see before the numbers, as (kind, text): why the run is INVALID, warnings, and
+    chunks that could not be read. Kinds: "invalid", "warning", "skipped"."""
+    return ([("invalid", reason) for reason in summary["invalid_reasons"]]
+            + [("warning", warning) for warning in summary.get("warnings", [])]
+            + [("skipped", f"{sk['path']}: {sk['reason']}") for sk in summary["input"]["chunks_skipped"]])
+
+
 def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
     """Add the client's own count of successful requests (all phases) to each server-side statistics row."""
     for row in rows:

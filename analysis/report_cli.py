@@ -41,16 +41,15 @@ def print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from analysis.analyze import notices
+
     console = Console()
     colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
     console.print(f"[bold {colour}]{summary['verdict']}[/] run {summary['run_id']} — "
                   f"{summary['input']['rows_read']:,} requests")
-    for reason in summary["invalid_reasons"]:
-        console.print(f"[magenta]INVALID[/]: {reason}")
-    for warning in summary.get("warnings", []):
-        console.print(f"[yellow]warning[/]: {warning}")
-    for sk in summary["input"]["chunks_skipped"]:
-        console.print(f"[red]skipped[/] {sk['path']}: {sk['reason']}")
+    labels = {"invalid": "[magenta]INVALID[/]:", "warning": "[yellow]warning[/]:", "skipped": "[red]skipped[/]"}
+    for kind, text in notices(summary):
+        console.print(f"{labels[kind]} {text}")
     lat = Table(title="latency from intended send time (ms)")
     for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
         lat.add_column(col, justify="right")

@@ -5,7 +5,7 @@ import html
 import json
 
 from analysis import plots
-from analysis.analyze import Analysis
+from analysis.analyze import Analysis, notices
 from analysis.scenarios import phase_boundaries_s
 
 _CSS = """
@@ -142,12 +142,10 @@ def render(analysis: Analysis) -> str:
              f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
              f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
              f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
-    for reason in s["invalid_reasons"]:
-        parts.append(f"<p class='flag'>INVALID: {html.escape(reason)}</p>")
-    for warning in s.get("warnings", []):
-        parts.append(f"<p class='warn'>warning: {html.escape(warning)}</p>")
-    for sk in s["input"]["chunks_skipped"]:
-        parts.append(f"<p class='flag'>skipped {html.escape(sk['path'])}: {html.escape(sk['reason'])}</p>")
+    labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
+    for kind, text in notices(s):
+        css, label = labels[kind]
+        parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
 
     parts.append("<h2>SLO verdicts</h2>")
     parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
