@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -15,13 +17,38 @@ STARTED_BY_RUN = (EMBEDDED, TRITON)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a number must be a number ("100" is refused), no silent coercion
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
+SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc",)}
+
+
+def check_url(url: str, schemes: tuple[str, ...]) -> str:
+    """A network address `scheme://host[:port][/path]` with a host, no blanks, and a port in 1-65535."""
+    if re.search(r"\s", url):
+        raise ValueError(f"{url!r} contains blanks")
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
+        raise ValueError(f"{url!r}: the scheme must be {' or '.join(s + '://' for s in schemes)}")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r}: the port must be a number from 1 to 65535") from None
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"{url!r}: the port must be a number from 1 to 65535")
+    if port is None and parts.scheme == "grpc":
+        raise ValueError(f"{url!r}: a gRPC address needs a port")
+    return url
 
 
 class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=NAME)
     url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc", "inprocess"] = Field(
@@ -40,14 +67,14 @@ class Endpoint(_Strict):
     def _url(cls, v: str) -> str:
         if v not in (*STARTED_BY_RUN, INPROCESS) and not v.startswith(("http://", "https://", "grpc://")):
             raise ValueError("must be 'embedded', 'triton', 'inprocess' or start with http://, https:// or grpc://")
-        return v
+        return v if v in (*STARTED_BY_RUN, INPROCESS) else check_url(v, ("http", "https", "grpc"))
 
     @field_validator("stats_url", "metrics_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
-        return v
+        return v if v is None else check_url(v, ("http", "https"))
 
     @model_validator(mode="after")
     def _auth(self) -> "Endpoint":
@@ -55,6 +82,10 @@ class Endpoint(_Strict):
             raise ValueError("auth_header and auth_env go together")
         if (self.protocol == "inprocess") != (self.url == INPROCESS):
             raise ValueError("protocol 'inprocess' and url 'inprocess' go together")
+        scheme = urlsplit(self.url).scheme
+        if self.protocol in SCHEMES and scheme and scheme not in SCHEMES[self.protocol]:
+            raise ValueError(f"url: protocol {self.protocol!r} needs a "
+                             f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
         return self
 
     def auth_value(self) -> str | None:
@@ -65,7 +96,7 @@ class Endpoint(_Strict):
 class Region(_Strict):
     """A load-generator region: its share of the total rate and, for local emulation, its network and clock."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=NAME)
     share: float = Field(gt=0, le=1)
     delay_ms: float = Field(0, ge=0, le=5000, description="emulated one-way delay each direction")
     jitter_ms: float = Field(0, ge=0, le=1000)
@@ -106,7 +137,7 @@ class Load(_Strict):
     rate: float | None = Field(None, gt=0, le=100_000, description="server: total arrival rate, requests/s")
     duration_s: float = Field(gt=0, le=86_400)
     warmup_s: float = Field(0, ge=0, le=3600)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63, description="the arrival process's seed (0 ≤ seed < 2^63)")
     phases: list[Phase] = Field(default_factory=list)
     samples_per_query: int = Field(8, ge=1, le=1024, description="multi-stream: samples (batch) per query")
     interval_ms: float = Field(50, gt=0, le=60_000, description="multi-stream: query interval")
@@ -258,7 +289,7 @@ class Generator(_Strict):
 class Profile(_Strict):
     """A scenario profile."""
 
-    name: str
+    name: str = Field(pattern=NAME)
     description: str = ""
     output_dir: str = "runs"
     endpoints: list[Endpoint] = Field(min_length=1)

@@ -200,6 +200,23 @@ BAD_PROFILES = [
     ("single-stream-two-workers", _with_many(("load.scenario", "single-stream"), ("regions.0.workers", 2)),
      "set workers = 1 for a"),
     ("inprocess-url-mismatch", _with("endpoints.0.protocol", "inprocess"), "go together"),
+    ("url-with-blanks", _with("endpoints.0.url", "http://127.0.0.1: 80 00/ x"),
+     "endpoints[0].url: 'http://127.0.0.1: 80 00/ x' contains blanks"),
+    ("port-out-of-range", _with("endpoints.0.url", "http://127.0.0.1:70000"), "the port must be a number from 1 to 65535"),
+    ("port-zero", _with("endpoints.0.url", "http://127.0.0.1:0"), "the port must be a number from 1 to 65535"),
+    ("no-host", _with("endpoints.0.url", "http://:8000"), "names no host"),
+    ("grpc-url-for-http", _with("endpoints.0.url", "grpc://127.0.0.1:8001"),
+     "protocol 'kserve-http' needs a http:// or https:// URL"),
+    ("http-url-for-grpc", _with("endpoints.0.protocol", "kserve-grpc"), "protocol 'kserve-grpc' needs a grpc:// URL"),
+    ("grpc-without-port", _with_many(("endpoints.0.protocol", "kserve-grpc"), ("endpoints.0.url", "grpc://h")), "needs a port"),
+    ("stats-url-port", _with("endpoints.0.stats_url", "http://127.0.0.1:99999"), "endpoints[0].stats_url:"),
+    ("huge-seed", _with("load.seed", 10**20), "load.seed: Input should be less than"),
+    ("negative-seed", _with("load.seed", -1), "load.seed:"),
+    ("rate-as-string", _with("load.rate", "100"), "load.rate: Input should be a valid number"),
+    ("workers-as-float", _with("regions.0.workers", 1.0), "regions[0].workers: Input should be a valid integer"),
+    ("long-endpoint-name", _with("endpoints.0.name", "e" * 5000), "endpoints[0].name: String should match pattern"),
+    ("long-profile-name", _with("name", "n" * 65), "name: String should match pattern"),
+    ("profile-name-with-slash", _with("name", "a/b"), "name: String should match pattern"),
 ]
 
 
