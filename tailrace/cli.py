@@ -62,15 +62,19 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
 
 
-def _profile_or_none(path: Path):
-    """The validated profile, or None after printing why not (the caller exits 2: nothing starts). CPU pinning
-    is checked against this machine, where the pinned processes start."""
+def _profile_or_none(path: Path, out: Path | None = None, local: bool = True):
+    """The validated profile, or None after printing why not (the caller exits 2: nothing starts). A local run
+    is checked against this machine (CPUs, output directory, model repositories); a master only for CPUs."""
     from contract.profile import ProfileError, load_profile
-    from harness.orchestration.processes import check_placement
+    from harness.orchestration.preflight import check_local, check_output, check_placement
 
     try:
         profile = load_profile(path)
-        check_placement(profile)
+        if local:
+            check_local(profile, out or Path(profile.output_dir))
+        else:
+            check_placement(profile)
+            check_output(out or Path(profile.output_dir))
         return profile
     except ProfileError as exc:
         print(exc, file=sys.stderr)
@@ -82,7 +86,7 @@ def _profile_or_none(path: Path):
 def _cmd_run(args: argparse.Namespace) -> int:
     from tailrace.run_command import run_and_report
 
-    profile = _profile_or_none(args.profile)
+    profile = _profile_or_none(args.profile, args.out)
     if profile is None:
         return 2
     return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
@@ -91,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from tailrace.capacity import capacity_command
 
-    profile = _profile_or_none(args.profile)
+    profile = _profile_or_none(args.profile, args.out)
     if profile is None:
         return 2
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
@@ -117,7 +121,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
                      "use an SSH tunnel, or pass --expose on a private network")
-    profile = _profile_or_none(args.profile)
+    profile = _profile_or_none(args.profile, args.out, local=False)
     if profile is None:
         return 2
     return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models, args.web_ui)

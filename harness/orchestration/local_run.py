@@ -18,7 +18,8 @@ from pathlib import Path
 from contract.layout import RunLayout
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, Profile
-from harness.orchestration.processes import ManagedProcess, check_placement, free_port, start_process, tailrace_argv
+from harness.orchestration.preflight import check_local
+from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
 from harness.orchestration.region_proxies import proxied_regions, start_region_proxies
 from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
@@ -93,7 +94,7 @@ class LocalRun:
 
     def start(self) -> None:
         p = self.profile
-        check_placement(p)
+        check_local(p, self.out)
         self.run_id = new_run_id(p)
         self.layout = RunLayout(self.out / self.run_id)
         self.layout.root.mkdir(parents=True, exist_ok=False)

@@ -65,23 +65,6 @@ class ManagedProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def check_cpus(cpus: list[int] | None, field: str) -> None:
-    """Raise ValueError naming `field` when a CPU of `cpus` is not one this process may run on."""
-    if not cpus:
-        return
-    available = sorted(os.sched_getaffinity(0))
-    missing = [c for c in cpus if c not in available]
-    if missing:
-        raise ValueError(f"{field}: CPU {', '.join(map(str, missing))} not available here "
-                         f"(this machine offers {', '.join(map(str, available))})")
-
-
-def check_placement(profile) -> None:
-    """Raise ValueError naming the field when the profile pins processes to CPUs this machine lacks."""
-    check_cpus(profile.embedded.cpus, "embedded.cpus")
-    check_cpus(profile.generator.cpus, "generator.cpus")
-
-
 def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
                   cwd: Path | None = None, cpus: list[int] | None = None) -> ManagedProcess:
     """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child

@@ -44,7 +44,25 @@ BAD_TOML = [
     ("cpu-not-here", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
      '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\ncpus=[4096]\n',
      "embedded.cpus: CPU 4096 not available here"),
+    ("models-dir-missing", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\nmodels_dir="/nonexistent/models"\n',
+     "embedded.models_dir: /nonexistent/models does not exist (build it with `tailrace models build"),
+    ("url-with-blanks", 'name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1: 80 00/ x"\nprotocol="kserve-http"\n'
+     'model="m"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n', "contains blanks"),
+    ("huge-seed", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\nseed=100000000000000000000\n', "load.seed"),
 ]
+
+
+def test_an_output_directory_that_is_a_file_exits_2(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1:9"\nprotocol="kserve-http"\n'
+                    'model="m"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n')
+    runs = tmp_path / "runs"
+    runs.write_text("a file")
+    r = tailrace("run", str(path), "--out", str(runs))
+    assert r.returncode == 2 and f"output_dir: {runs} is a file, not a directory" in r.stderr, r.stderr
+    assert runs.read_text() == "a file"
 
 
 @pytest.mark.parametrize("command", ["run", "capacity"])

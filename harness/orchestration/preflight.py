@@ -1,0 +1,53 @@
+"""Checks of a profile against this machine before a local run starts anything: each failure is a ValueError
+naming the profile field, so the CLI exits 2 with one line and nothing is left running."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from contract.profile import Embedded, Profile
+
+DEFAULT_MODELS_DIR = Embedded.model_fields["models_dir"].default  # built on first use (documented in README)
+
+
+def check_cpus(cpus: list[int] | None, field: str) -> None:
+    """Raise ValueError naming `field` when a CPU of `cpus` is not one this process may run on."""
+    if not cpus:
+        return
+    available = sorted(os.sched_getaffinity(0))
+    missing = [c for c in cpus if c not in available]
+    if missing:
+        raise ValueError(f"{field}: CPU {', '.join(map(str, missing))} not available here "
+                         f"(this machine offers {', '.join(map(str, available))})")
+
+
+def check_placement(profile: Profile) -> None:
+    """Raise ValueError naming the field when the profile pins processes to CPUs this machine lacks."""
+    check_cpus(profile.embedded.cpus, "embedded.cpus")
+    check_cpus(profile.generator.cpus, "generator.cpus")
+
+
+def check_output(out: Path) -> None:
+    """The runs directory must be a directory (or not exist yet)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output_dir: {out} is a file, not a directory")
+
+
+def check_local(profile: Profile, out: Path) -> None:
+    """Everything a local run needs from this machine: CPUs, an output directory, the model repositories and
+    the inputs its endpoints use. Only the default repository (build/models) is built on demand."""
+    check_placement(profile)
+    check_output(out)
+    models = Path(profile.embedded.models_dir)
+    if profile.uses_embedded and not models.exists() and profile.embedded.models_dir != DEFAULT_MODELS_DIR:
+        raise ValueError(f"embedded.models_dir: {models} does not exist (build it with "
+                         f"`tailrace models build --out {models}`)")
+    if profile.uses_triton and not Path(profile.triton.models_dir).is_dir():
+        raise ValueError(f"triton.models_dir: {profile.triton.models_dir} does not exist (build it with "
+                         f"`tailrace models build --out {profile.triton.models_dir}`)")
+    if models.is_dir() and not (models / profile.inputs.dataset).is_file():
+        raise ValueError(f"inputs.dataset: {models / profile.inputs.dataset} not found")
+    for i, ep in enumerate(profile.endpoints):
+        onnx = models / ep.model / "1" / "model.onnx"
+        if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():
+            raise ValueError(f"endpoints[{i}].model: inprocess needs {onnx} (an ONNX model)")
