@@ -31,6 +31,15 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
+def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
+    """A warning for each worker that sent requests but left no clock samples: its timestamps are merged with
+    the offset stamped on each row (0 when it never measured one), not a fitted clock model."""
+    sampled = set(clock["worker"].unique()) if len(clock) else set()
+    return [f"{w}: no clock samples (clock-*.parquet missing); its timestamps are not clock-corrected, so its "
+            f"network legs and cross-region timeline may be off by its clock error"
+            for w in sorted(set(requests["worker"].unique()) - sampled)]
+
+
 def notices(summary: dict) -> list[tuple[str, str]]:
     """What the reader must see before the numbers, as (kind, text): why the run is INVALID, warnings, and
     chunks that could not be read. Kinds: "invalid", "warning", "skipped"."""
@@ -68,7 +77,8 @@ def analyze_run(run_dir: Path) -> Analysis:
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
     queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
-    verdicts = evaluate_slos(measured, [slo.model_dump() for slo in profile.slos])
+    verdicts = evaluate_slos(measured, [slo.model_dump() for slo in profile.slos],
+                             [e.name for e in profile.endpoints], [r.name for r in profile.regions])
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors = (df[df.status != "ok"].groupby(["status", "code"]).agg(
@@ -90,7 +100,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
-        "warnings": manifest.get("warnings", []),
+        "warnings": manifest.get("warnings", []) + clock_warnings(df, data.clock),
         "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from contract.layout import STATS_STAGES, RunLayout
 from contract.plan import RunPlan
 from contract.profile import ProfileError
-from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_COLUMNS
+from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema
 
 
 @dataclass
@@ -43,8 +43,25 @@ class RunDirError(Exception):
     """A run directory that cannot be analysed at all (names the path)."""
 
 
-def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[SkippedChunk],
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order and types: an integer column of another width is widened; any
+    other type (latency as strings, say) is a ValueError naming the column."""
+    columns = []
+    for want in schema:
+        column = table.column(want.name)
+        if column.type != want.type:
+            if not ((pa.types.is_integer(column.type) and pa.types.is_integer(want.type))
+                    or pa.types.is_null(column.type)):
+                raise ValueError(f"column {want.name} is {column.type}, expected {want.type}")
+            column = column.cast(want.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk],
                  optional: dict[str, object] | None = None) -> tuple[pd.DataFrame, int]:
+    schema = arrow_schema(fields)
+    columns = tuple(schema.names)
     tables = []
     for f in files:
         try:
@@ -55,7 +72,7 @@ def _read_chunks(files: list[Path], columns: tuple[str, ...], skipped: list[Skip
             missing = [c for c in columns if c not in table.column_names]
             if missing:
                 raise ValueError(f"missing column(s) {', '.join(missing)}")
-            tables.append(table.select(list(columns)))
+            tables.append(_conform(table, schema))
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             skipped.append(SkippedChunk(str(f), str(exc).splitlines()[0][:200]))
     if not tables:
@@ -69,8 +86,11 @@ def load_run(run_dir: Path) -> RunData:
     layout = RunLayout(run_dir)
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory")
+    if not layout.manifest.exists():
+        raise RunDirError(f"{run_dir}: no manifest.json — not a tailrace run directory, or its run never started; "
+                          f"without the run's plan there is nothing to check its results against")
     try:
-        manifest = json.loads(layout.manifest.read_text()) if layout.manifest.exists() else {}
+        manifest = json.loads(layout.manifest.read_text())
     except json.JSONDecodeError as exc:
         raise RunDirError(f"{layout.manifest}: not valid JSON: {exc}") from None
     try:
@@ -82,11 +102,11 @@ def load_run(run_dir: Path) -> RunData:
     clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
-    requests, n_req = _read_chunks(request_files, REQUEST_COLUMNS, skipped, OPTIONAL_DEFAULTS)
+    requests, n_req = _read_chunks(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS)
     if len(requests):
         requests["batch_size"] = requests["batch_size"].fillna(1).astype(int)
         requests["correct_count"] = requests["correct_count"].fillna(requests["correct"].astype(int)).astype(int)
-    clock, _ = _read_chunks(clock_files, tuple(n for n, _, _ in CLOCK_FIELDS), skipped)
+    clock, _ = _read_chunks(clock_files, CLOCK_FIELDS, skipped)
     endpoints = layout.endpoint_names()
     stats: dict[str, dict[str, dict]] = {}
     for name in endpoints:

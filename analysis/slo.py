@@ -6,15 +6,19 @@ import pandas as pd
 from analysis.stats import percentile_ci, proportion_verdict
 
 
-def _matching(df: pd.DataFrame, slo: dict) -> list[tuple[str, str, pd.DataFrame]]:
-    """The groups an SLO applies to: each endpoint × region it names ('*' = each one)."""
-    endpoints = sorted(df["endpoint"].unique()) if slo["endpoint"] == "*" else [slo["endpoint"]]
-    regions = sorted(df["region"].unique()) if slo["region"] == "*" else [slo["region"]]
+def _matching(df: pd.DataFrame, slo: dict, endpoints: list[str], regions: list[str]
+              ) -> list[tuple[str, str, pd.DataFrame]]:
+    """The groups an SLO applies to: each endpoint × region it names ('*' = each one the plan has, whether or
+    not it has rows: a group that sent nothing is never silently absent from the verdict)."""
+    endpoints = sorted(set(endpoints) | set(df["endpoint"].unique())) if slo["endpoint"] == "*" else [slo["endpoint"]]
+    regions = sorted(set(regions) | set(df["region"].unique())) if slo["region"] == "*" else [slo["region"]]
     return [(e, r, df[(df["endpoint"] == e) & (df["region"] == r)]) for e in endpoints for r in regions]
 
 
-def evaluate_slos(df: pd.DataFrame, slos: list[dict]) -> list[dict]:
-    """One verdict per SLO × endpoint × region, on the measured phases.
+def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = ()
+                  ) -> list[dict]:
+    """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
+    measured phases. A group with no measured requests is INCONCLUSIVE.
 
     Latency SLO "p<q> < T ms": k = requests slower than T (errors count as slower: a failed request
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
@@ -22,7 +26,7 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict]) -> list[dict]:
     """
     out = []
     for i, slo in enumerate(slos):
-        for endpoint, region, g in _matching(df, slo):
+        for endpoint, region, g in _matching(df, slo, list(endpoints), list(regions)):
             n = int(len(g))
             if slo["metric"] == "latency":
                 q = slo["percentile"]

@@ -73,3 +73,11 @@ RequestRow = _row_type("RequestRow", REQUEST_FIELDS)
 
 ClockRow = _row_type("ClockRow", CLOCK_FIELDS)
 """One clock sample's record: every field of CLOCK_FIELDS, by keyword."""
+
+
+def arrow_schema(fields: tuple[tuple[str, str, str], ...]):
+    """The Arrow schema of a field list (pyarrow is imported here, on first use, not with the contract)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind, _ in fields])

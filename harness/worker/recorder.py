@@ -13,14 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from contract.layout import CLOCK, REQUESTS, WorkerLayout, temporary
-from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow
-
-_TYPES = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_()}
-
-
-def arrow_schema(fields) -> pa.Schema:
-    """The Arrow schema for a field table of record_schema."""
-    return pa.schema([(name, _TYPES[kind]) for name, kind, _ in fields])
+from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
 
 
 class ChunkWriter:

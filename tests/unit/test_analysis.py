@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from analysis.analyze import analyze_run
 from analysis.clock_correction import fit_all
-from analysis.rundir import load_run
+from analysis.rundir import RunDirError, load_run
 from analysis.stats import cohens_d, min_samples_for, percentile_ci, proportion_verdict
 from tests.support import profile_dict, write_run
 
@@ -175,3 +175,52 @@ def test_a_percentile_that_reaches_the_errors_is_infinite_not_nan():
     assert percentile_ci(with_errors, 50).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 50)
     assert percentile_ci(with_errors, 98.9).value == np.percentile(with_errors[:-10].tolist() + [1e9] * 10, 98.9)
     assert percentile_ci(ok, 99).value == np.percentile(ok, 99)
+
+
+def _two_regions(tmp_path, slos=None):
+    profile = profile_dict(100, 20, slos=slos or [{"metric": "latency", "percentile": 50, "threshold_ms": 50,
+                                                   "endpoint": "*", "region": "*"}])
+    write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 20}})  # r2 sent nothing
+    return profile
+
+
+def test_a_region_that_sent_nothing_is_in_the_verdict_not_missing(tmp_path):
+    _two_regions(tmp_path)
+    s = analyze_run(tmp_path).summary
+    by_region = {v["region"]: v for v in s["slos"]}
+    assert by_region["r1"]["verdict"] == "PASS"
+    assert by_region["r2"]["n"] == 0 and by_region["r2"]["verdict"] == "INCONCLUSIVE"
+    assert s["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_chunk_with_a_wrongly_typed_column_is_skipped_with_its_reason(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _two_regions(tmp_path)
+    chunk = sorted(tmp_path.glob("regions/r1/r1-w0/requests-*.parquet"))[0]
+    table = pq.read_table(chunk)
+    bad = table.set_column(table.schema.get_field_index("latency_ns"), "latency_ns",
+                           pa.array([str(v) for v in table.column("latency_ns").to_pylist()]))
+    pq.write_table(bad, chunk.with_name("requests-00999.parquet"))
+    s = analyze_run(tmp_path).summary
+    (skipped,) = s["input"]["chunks_skipped"]
+    assert skipped["path"].endswith("requests-00999.parquet")
+    assert skipped["reason"] == "column latency_ns is string, expected int64"
+    assert s["input"]["rows_read"] == 1000
+
+
+def test_a_worker_without_clock_samples_is_named_in_a_warning(tmp_path):
+    _two_regions(tmp_path)
+    for f in tmp_path.glob("regions/r1/r1-w0/clock-*.parquet"):
+        f.unlink()
+    s = analyze_run(tmp_path).summary
+    assert any(w.startswith("r1-w0: no clock samples") for w in s["warnings"]), s["warnings"]
+
+
+def test_a_run_directory_without_manifest_is_refused(tmp_path):
+    _two_regions(tmp_path)
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(RunDirError, match="no manifest.json"):
+        load_run(tmp_path)
