@@ -21,7 +21,7 @@ from contract.profile import EMBEDDED, Profile
 from harness.orchestration.preflight import check_local
 from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
 from harness.orchestration.region_proxies import proxied_regions, start_region_proxies
-from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
+from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
 from harness.orchestration.servers import Servers, start_servers
 from harness.orchestration.triton_server import TritonServer
@@ -83,6 +83,7 @@ class LocalRun:
     processes: list[ManagedProcess] = field(default_factory=list)
     workers: dict[str, ManagedProcess] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    master_lost_s: float | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -98,6 +99,7 @@ class LocalRun:
         self.run_id = new_run_id(p)
         self.layout = RunLayout(self.out / self.run_id)
         self.layout.root.mkdir(parents=True, exist_ok=False)
+        write_manifest(self.layout, started_manifest(p, self.run_id))  # replaced when the run ends
         self._build_models_if_missing()
         ntp_servers = self._start_sntp_if_asked()
         if self.servers is None and (p.uses_embedded or p.uses_triton):
@@ -183,33 +185,46 @@ class LocalRun:
                 path.write_text(json.dumps(server.cold_start))
 
     def wait(self, progress) -> int:
-        """Wait for the master to finish, showing progress; returns the master's exit code."""
-        deadline = time.monotonic() + self.plan.run_seconds + 90
+        """Wait for the master to finish, showing progress; returns the master's exit code. A master that
+        exits with an error before the run's end is recorded (the run is then INVALID)."""
+        started = time.monotonic()
+        deadline = started + self.plan.run_seconds + 90
         while self.master.alive() and time.monotonic() < deadline:
             progress(self)
             if self.stats is not None and self.stats.due():
                 self.stats.periodic()
-            time.sleep(1.0)
+            time.sleep(0.5)
         if self.master.alive():
             self.log("master did not finish in time; stopping it")
             self.master.stop()
-        return self.master.popen.returncode
+        code = self.master.popen.returncode
+        if code != 0:
+            self.master_lost_s = (time.time_ns() - self.record.started_ns) / 1e9
+            self.log(f"the Locust master exited with {code} after {self.master_lost_s:.0f} s: stopping the run")
+        return code
 
     def stop(self) -> None:
-        """Stop every process we started, newest first, by PID (Triton with its children and shm segments)."""
-        if self.stats is not None:
-            self.stats.snapshot("after")
-            self.stats.close()
-        owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
-        for proc in reversed(self.processes):
-            if id(proc) in owned and owned[id(proc)].triton is not None:
-                owned[id(proc)].triton.stop()  # with its children and shared memory
-            else:
-                proc.stop(timeout=10)
+        """Stop every process we started, newest first, by PID (Triton with its children and shm segments) —
+        whatever else fails: a last statistics snapshot that cannot be written (a full disk) is reported, and
+        the processes are stopped all the same."""
+        try:
+            if self.stats is not None:
+                self.stats.snapshot("after")
+                self.stats.close()
+        except OSError as exc:
+            print(f"tailrace run: the last server statistics were not saved: {exc}", file=sys.stderr, flush=True)
+        finally:
+            owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
+            for proc in reversed(self.processes):
+                if id(proc) in owned and owned[id(proc)].triton is not None:
+                    owned[id(proc)].triton.stop()  # with its children and shared memory
+                else:
+                    proc.stop(timeout=10)
 
     def manifest(self, interrupted: bool) -> dict:
         codes = {name: proc.popen.returncode for name, proc in self.workers.items()}
-        return self.record.manifest(interrupted, codes)
+        return self.record.manifest(interrupted, codes, self.master_lost_s,
+                                    self.master.popen.returncode if self.master_lost_s is not None else None)
 
 
 def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, dict]:

@@ -52,18 +52,21 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     stats.snapshot("before")
     record = RunRecord(plan, layout, servers=[{k: v for k, v in vars(t).items() if k != "auth"} for t in targets])
     master = subprocess.Popen(master_argv(plan, bind, port, 600, *ui), env={**os.environ, PLAN_ENV: str(layout.plan)})
+    interrupted = False
     try:
         while master.poll() is None:
             if stats.due():
                 stats.periodic()
             time.sleep(0.5)
     except KeyboardInterrupt:
+        interrupted = True
         master.send_signal(signal.SIGINT)
         master.wait(30)
     code = master.returncode
     stats.snapshot("after")
     stats.close()
-    write_manifest(layout, record.manifest(interrupted=code not in (0, None)))
+    lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not interrupted else None
+    write_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code))
     return code
 
 

@@ -85,9 +85,24 @@ def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
 
 
 def write_manifest(layout: RunLayout, manifest: dict) -> None:
+    """Write manifest.json atomically (temporary name + rename); an OSError names the file."""
     tmp = temporary(layout.manifest)
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, layout.manifest)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, layout.manifest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {layout.manifest}: {exc.strerror}") from None
+
+
+def started_manifest(profile, run_id: str) -> dict:
+    """The manifest a run directory holds while its run is under way: should tailrace stop before it writes
+    the final one (killed, out of disk), the directory still says what it is, and that the run did not end."""
+    return {"run_id": run_id, "profile_name": profile.name, "profile": profile.model_dump(mode="json"),
+            "seed": profile.load.seed, "start_ns": time.time_ns(), "end_ns": None, "state": "running",
+            "versions": versions(), "host": host_info(), "git_sha": git_sha(), "workers": {},
+            "valid": False, "invalid_reasons": ["the run did not end: tailrace stopped before writing its end"],
+            "warnings": []}
 
 
 def save_model_metadata(plan: RunPlan, layout: RunLayout) -> None:
@@ -107,6 +122,19 @@ def expected_workers(plan: RunPlan) -> list[str]:
     return [f"{r.name}-w{i}" for r in plan.profile.regions for i in range(r.workers)]
 
 
+SHORTFALL_TOLERANCE = 0.001  # of a worker's planned requests (at least one request)
+
+
+def shortfalls(summaries: dict[str, dict]) -> list[str]:
+    """Why the run did not happen as planned: each worker that sent fewer requests than its schedule planned."""
+    out = []
+    for name, s in sorted(summaries.items()):
+        planned, sent = s.get("planned") or 0, s.get("sent") or 0
+        if planned - sent > max(1.0, SHORTFALL_TOLERANCE * planned):
+            out.append(f"{name}: sent {sent:,} of {planned:,} planned requests ({sent / planned:.1%})")
+    return out
+
+
 @dataclass
 class RunRecord:
     """What the manifest needs beyond the plan: when the run started, the host's CPU at the start, the
@@ -119,7 +147,10 @@ class RunRecord:
     servers: list[dict] = field(default_factory=list)
     region_addresses: dict[str, str] = field(default_factory=dict)
 
-    def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None) -> dict:
+    def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None,
+                 master_lost_s: float | None = None, master_code: int | None = None) -> dict:
+        """The manifest as the run ended. `master_lost_s`: when the Locust master exited before the run's end
+        (seconds after the run started), with `master_code`."""
         p, layout = self.plan.profile, self.layout
         expected = expected_workers(self.plan)
         events = read_master_events(layout)
@@ -134,6 +165,12 @@ class RunRecord:
             else:
                 code = (worker_exit_codes or {}).get(name)
                 invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
+        invalid += shortfalls(summaries)
+        if master_lost_s is not None:
+            planned = sum(s.get("planned", 0) for s in summaries.values())
+            sent = sum(s.get("sent", 0) for s in summaries.values())
+            invalid.append(f"master lost at +{master_lost_s:.0f} s (Locust master exited with {master_code}); "
+                           f"{sent:,} of {planned:,} planned requests sent")
         if interrupted:
             invalid.append("run interrupted (Ctrl-C) before the schedule finished")
         cpu_now = read_cpu_times()
@@ -152,4 +189,5 @@ class RunRecord:
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},
             "host_cpu": host_cpu,
             "valid": not invalid, "invalid_reasons": invalid, "warnings": warnings, "interrupted": interrupted,
+            "state": "ended",
         }

@@ -66,7 +66,7 @@ class WorkerRun:
                                 self.clock, self.clocks, self.requests, self.saturation,
                                 WorkerMetrics(identity.metrics_port))
         self.loop = IssueLoop(self.path.send, int(gen.spin_ms * 1e6), plan.drain_s)
-        self.planned = 0
+        self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}
         self.started_ns = self.clock.now_ns()
         self.finished_ns = 0
@@ -150,10 +150,10 @@ class WorkerRun:
                             gevent.spawn(self._saturation_loop, start_mono)]
         window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                         int(load.warmup_s * 1e9))
+        self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
         self.scenario_stats = run_scenario(
             self.loop, self.plan, window, schedule,
             lambda stream: draws(self.plan, self.region_index, self.identity.index, len(self.X), stream))
-        self.planned = len(schedule.offsets_ns) if schedule is not None else self.loop.counts.issued
         self.finish()
 
     def finish(self) -> dict:
@@ -186,8 +186,9 @@ class WorkerRun:
     def summary(self) -> dict:
         reasons, warnings = self.saturation.verdict()
         sat = self.saturation
+        planned = self.loop.counts.issued if self.planned is None else self.planned
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
-                "planned": self.planned, "sent": self.path.sent, "rows_written": self.requests.rows_written,
+                "planned": planned, "sent": self.path.sent, "rows_written": self.requests.rows_written,
                 "chunks": self.requests.chunks_written, "clock_skew_ms_emulated": self.identity.skew_ms,
                 "last_offset_ns": self.clocks.offset.offset_ns if self.clocks.offset else None,
                 "max_send_lag_p99_ms": sat.max_lag_p99_ns / 1e6, "peak_in_flight": sat.peak_in_flight,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import IN_CI, profile_dict, write_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_corrupt_chunk_is_skipped_and_the_rest_analysed(tmp_path):

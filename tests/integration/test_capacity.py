@@ -1,4 +1,6 @@
 """Capacity search: the pure search / trial logic, and a real search on synthetic_mm1 against M/M/1 theory."""
+
+
 from __future__ import annotations
 
 import json
@@ -7,106 +9,15 @@ import math
 import pytest
 
 from analysis.capacity_search import (
-    FAIL,
-    GENERATOR_LIMIT,
     PASS,
-    UNDECIDED,
-    SearchState,
-    classify_trial,
-    recommendation,
-    retry_duration_s,
-    trial_duration_s,
 )
 from contract.profile import parse_profile
 from tailrace.capacity import CapacityError, run_capacity
 from tests.support import split_cpus
 
-
-def drive(state: SearchState, capacity: float, generator_limit: float = math.inf) -> list[float]:
-    """Run the search against a fake system that passes below `capacity`."""
-    tried = []
-    while (rate := state.next_rate()) is not None:
-        tried.append(rate)
-        state.record(rate, GENERATOR_LIMIT if rate > generator_limit else (PASS if rate <= capacity else FAIL))
-        assert len(tried) < 50
-    return tried
-
-
-def test_search_grows_then_bisects_to_the_tolerance():
-    state = SearchState(start_rate=100, growth=2, tolerance=0.05)
-    tried = drive(state, capacity=410)
-    assert tried[:4] == [100, 200, 400, 800]
-    assert state.converged() and state.highest_pass <= 410 < state.lowest_fail
-    assert state.lowest_fail / state.highest_pass - 1 <= 0.05
-
-
-def test_search_shrinks_when_the_first_rate_fails():
-    state = SearchState(start_rate=1000, growth=2, tolerance=0.05)
-    tried = drive(state, capacity=90)
-    assert tried[:5] == [1000, 500, 250, 125, 62.5]
-    assert state.converged() and state.highest_pass <= 90 < state.lowest_fail
-
-
-def test_search_stops_at_the_generator_limit_with_an_at_least_answer():
-    state = SearchState(start_rate=100, growth=2, tolerance=0.05)
-    tried = drive(state, capacity=10_000, generator_limit=1000)
-    assert tried == [100, 200, 400, 800, 1600] and state.generator_limited and state.highest_pass == 800
-
-
-def _verdict(metric, verdict, endpoint="e", region="r"):
-    return {"metric": metric, "verdict": verdict, "description": f"{metric} slo", "endpoint": endpoint,
-            "region": region}
-
-
-@pytest.mark.parametrize("verdicts,valid,reasons,outcome", [
-    ([_verdict("latency", "PASS"), _verdict("error_rate", "INCONCLUSIVE")], True, [], PASS),
-    ([_verdict("latency", "PASS"), _verdict("latency", "INCONCLUSIVE", region="r2")], True, [], UNDECIDED),
-    ([_verdict("latency", "FAIL")], False, ["w: send lag p99 9 ms > 5 ms (generator saturated)"], FAIL),
-    ([_verdict("latency", "PASS")], False, ["w: send lag p99 9 ms > 5 ms (generator saturated)"], GENERATOR_LIMIT),
-    ([_verdict("latency", "PASS"), _verdict("error_rate", "FAIL")], True, [], FAIL),
-    ([_verdict("latency", "PASS")], False, ["w: no worker summary"], FAIL),
-])
-def test_trial_outcome(verdicts, valid, reasons, outcome):
-    assert classify_trial(verdicts, valid, reasons)[0] == outcome
-
-
-@pytest.mark.parametrize("outcome, duration, retried, expected", [
-    (UNDECIDED, 8, False, 16),      # too few samples: twice as long
-    (UNDECIDED, 40, False, 60),     # ... up to max_s
-    (UNDECIDED, 60, False, None),   # already at max_s: accept (counted as not passing)
-    (GENERATOR_LIMIT, 8, False, 8),  # one stall must not end the search: once more, same length
-    (GENERATOR_LIMIT, 8, True, None),  # twice saturated: the generator limit is real
-    (PASS, 8, False, None),
-    (FAIL, 8, False, None),
-])
-def test_which_trials_run_again(outcome, duration, retried, expected):
-    assert retry_duration_s(outcome, duration, 60, retried) == expected
-
-
-def test_trial_long_enough_for_the_percentile_of_the_smallest_group():
-    profile = {"regions": [{"name": "a", "share": 0.75}, {"name": "b", "share": 0.25}],
-               "endpoints": [{"name": "x"}, {"name": "y"}]}
-    slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"}]
-    # p99 needs 368 samples; smallest group gets 0.25 × 0.5 of 200/s = 25/s; margin 3 → 44.16 s
-    assert trial_duration_s(200, slos, profile, 5, 600, 3) == 45
-    assert trial_duration_s(200, slos, profile, 5, 30, 3) == 30
-    assert trial_duration_s(1e6, slos, profile, 5, 600, 3) == 5
-
-
-def test_recommendation_follows_littles_law_and_the_utilization_bound():
-    rec = recommendation(capacity_rps=400, mean_service_ms=2.0, slots=1, mean_latency_ms=10.0, headroom=1.5,
-                         max_utilization=0.7, peak_rate=1000)
-    assert rec["rate_by_slo_headroom"] == pytest.approx(266.67, rel=1e-3)
-    assert rec["rate_by_utilization"] == pytest.approx(350)
-    assert rec["planned_rate_per_instance"] == pytest.approx(266.67, rel=1e-3) and rec["limited_by"] == "latency SLO"
-    assert rec["in_flight_at_planned"] == pytest.approx(2.667, rel=1e-3)  # L = λ W
-    assert rec["instances_for_peak"] == 4
-    slow = recommendation(400, 4.0, 1, 10.0, 1.5, 0.7, None)
-    assert slow["planned_rate_per_instance"] == pytest.approx(175) and slow["limited_by"] == "utilization"
-
-
 MM1_S_MS, SLO_MS = 2.0, 50.0
-# the endpoint on one CPU, the generator on another, as in the M/M/1 test: sharing both, they delay each other
+
+
 ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = [[], ["models"], ["models", "build"], ["serve"], ["run"], ["master"], ["worker"], ["proxy"], ["sntp"],
             ["demo"], ["analyze"], ["compare"], ["capacity"]]
 

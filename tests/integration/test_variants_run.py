@@ -19,7 +19,7 @@ def variants_run(model_repo, tmp_path_factory):
     from contract.profile import load_profile
     from tests.support import run_with
 
-    profile = load_profile(Path(__file__).resolve().parent.parent / "profiles" / "variants.toml")
+    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "variants.toml")
     profile = profile.model_copy(update={
         "load": profile.load.model_copy(update={"rate": 150, "duration_s": 8, "warmup_s": 1}),
         "embedded": profile.embedded.model_copy(update={"models_dir": str(model_repo)}),
