@@ -64,8 +64,11 @@ def check_shape(spec: ModelSpec, name: object, datatype: object, shape: object) 
     if len(shape) != len(want_shape):
         raise _bad(f"input '{name}': shape {list(shape)} has rank {len(shape)}, the model expects "
                    f"rank {len(want_shape)} {list(want_shape)}")
-    for got, want in zip(shape, want_shape):
-        if got < 0 or (want >= 0 and got != want):
+    for axis, (got, want) in enumerate(zip(shape, want_shape)):
+        if got < 0:
+            raise _bad(f"input '{name}': shape {list(shape)} has {got} in dimension {axis}: a request must give "
+                       f"concrete sizes (-1 in the model's {list(want_shape)} means any size)")
+        if want >= 0 and got != want:
             raise _bad(f"input '{name}': shape {list(shape)} does not match the model's {list(want_shape)}")
     if shape and shape[0] == 0:
         raise _bad(f"input '{name}': batch dimension must be at least 1")

@@ -28,6 +28,8 @@ class ServerOptions:
     fault_injection: bool = False
     models: tuple[str, ...] = ()
     max_batch: dict[str, int] = field(default_factory=dict)
+    header_timeout_s: float = 10.0  # a new connection must send a complete request header by then
+    idle_timeout_s: float = 30.0  # an idle keep-alive connection is closed after this
 
 
 def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelSpec]:

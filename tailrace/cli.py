@@ -54,7 +54,8 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     options = ServerOptions(repository=args.models, slots=dict(args.slots), queue_depth=dict(args.queue_depth),
                             max_body_bytes=args.max_body_bytes, service_time_mean_ms=args.mm1_mean_ms,
                             fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
-                            max_batch=dict(args.max_batch))
+                            max_batch=dict(args.max_batch), header_timeout_s=args.header_timeout_s,
+                            idle_timeout_s=args.idle_timeout_s)
     try:
         return serve(options, args.host, args.http_port, args.grpc_port)
     except (ValueError, OSError) as exc:
@@ -186,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
     serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
                        help="override synthetic_mm1's mean service time")
+    serve.add_argument("--header-timeout-s", type=_positive_float, default=10.0,
+                       help="close a connection that sends no complete request header within this time (slowloris)")
+    serve.add_argument("--idle-timeout-s", type=_positive_float, default=30.0,
+                       help="close an idle keep-alive connection after this time")
     serve.add_argument("--enable-fault-injection", action="store_true",
                        help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
     serve.set_defaults(func=_cmd_serve)

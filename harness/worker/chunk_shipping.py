@@ -19,6 +19,7 @@ class ChunkShipper:
 
     def __init__(self, writer: ChunkWriter, label: str, yield_fn=None) -> None:
         self.writer, self.label, self.yield_fn = writer, label, yield_fn
+        self.failures: list[str] = []  # chunks that could not be written (a full disk): their rows are lost
         # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
         encode_frame(writer.to_table([]), 0)
         try:
@@ -44,7 +45,12 @@ class ChunkShipper:
             except (BrokenPipeError, OSError) as exc:
                 print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
                 self.process = None
-        self.writer.write_table(table, index)
+        try:
+            self.writer.write_table(table, index)
+        except OSError as exc:
+            if not self.failures:
+                print(f"{self.label}: {exc.strerror}", flush=True)
+            self.failures.append(f"{exc.strerror} ({table.num_rows} rows lost)")
 
     def ship_open_chunk(self) -> None:
         self.ship(self.writer.take())

@@ -5,15 +5,14 @@ chunk. (An OS crash can lose recent chunks: they are not fsynced — see write_t
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from contract.layout import CLOCK, REQUESTS, WorkerLayout, temporary
+from contract.layout import CLOCK, REQUESTS, WorkerLayout
 from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
+from harness.worker.chunk_writer_process import write_chunk
 
 
 class ChunkWriter:
@@ -89,17 +88,10 @@ class ChunkWriter:
 
     def write_table(self, table: pa.Table, index: int) -> Path:
         """Write an already converted chunk under a reserved number."""
-        rows = table.num_rows
         final = self.layout.chunk(self.prefix, index)
-        tmp = temporary(final)
-        # no dictionary pages or column statistics: ~2× faster to write, and the analysis reads it all anyway
-        pq.write_table(table, tmp, use_dictionary=False, write_statistics=False, compression="snappy")
-        # The rename makes the chunk appear complete or not at all; once written, its bytes are in the
-        # kernel's page cache and survive the death of this process (the crash-safety contract). No
-        # fsync: durability across an OS crash is not promised, and fsync stalls the sender for ms.
-        os.replace(tmp, final)
+        write_chunk(table, final)
         self.chunks_written += 1
-        self.rows_written += rows
+        self.rows_written += table.num_rows
         return final
 
 

@@ -179,12 +179,19 @@ class WorkerRun:
         self.finished_ns = self.clock.now_ns()
         summary = self.summary()
         tmp = temporary(self.layout.summary)
-        tmp.write_text(json.dumps(summary, indent=2))
-        os.replace(tmp, self.layout.summary)
+        try:
+            tmp.write_text(json.dumps(summary, indent=2))
+            os.replace(tmp, self.layout.summary)
+        except OSError as exc:  # a full disk: the manifest then says this worker left no summary
+            self.log(f"cannot write {self.layout.summary}: {exc.strerror}")
         return summary
 
     def summary(self) -> dict:
         reasons, warnings = self.saturation.verdict()
+        for shipper in (self.request_chunks, self.clock_chunks):
+            if shipper.failures:
+                reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
+                               f"rows are lost (first: {shipper.failures[0]})")
         sat = self.saturation
         planned = self.loop.counts.issued if self.planned is None else self.planned
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,

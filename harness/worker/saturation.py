@@ -1,16 +1,20 @@
-"""Is a generator keeping up? Send lag per window, told apart from the host's transient stalls.
+"""Is a generator keeping up? Its backlog's trend, told apart from the host's stalls and jitter.
 
-A generator that cannot sustain its rate falls behind and stays behind: its send lag is high window after
-window, and late sends follow each other for as long as the overload lasts. A shared or busy host also
-stalls every process now and then for a few to tens of ms; the sends due in that moment go out late
-together, and the next window is clean again. Both raise one window's p99. The first makes the run
-INVALID (the offered load was not the planned one); the second is reported as a warning (its lag is
-already in the latencies, which are measured from the intended send time).
+A generator that cannot sustain its rate falls further and further behind: the lag of its latest sends (its
+backlog) is above the threshold at the end of window after window, and grows. A shared or busy host stalls
+every process now and then for a few to tens of ms; the sends due then go out late together and the
+generator catches up: its backlog is back near zero by the window's end. Both raise a window's send-lag
+p99. Only the first makes the run INVALID (the offered load was not the planned one); the second is a
+warning, because its lag is already inside the latencies, which are measured from the intended send time.
 
-A window lags when its send-lag p99 exceeds the threshold. A lagging window means saturation when the
-window next to it lags too, or when the late sends inside it form one episode of at least `stall_max_ms`
-(a single window may be the whole run). An episode is a run of consecutive late sends (in intended order),
-from the first one's intended time to the last one's actual send.
+Per window: the p99 send lag, the longest episode of late sends (consecutive late sends in intended order,
+from the first one's intended time to the last one's actual send), and the backlog (the median lag of the
+window's last sends). The verdict:
+- saturated (INVALID): the backlog is above the threshold at the end of two or more consecutive windows and
+  grew across them, or is at least `stall_max_ms` at the end of the run;
+- paused / stalled (INVALID): one block of late sends lasting `stall_max_ms` or more that the generator then
+  caught up on — the process was stopped or starved (SIGSTOP, a long host stall), not overloaded;
+- a lagging window otherwise (p99 above the threshold): a warning, never INVALID.
 """
 from __future__ import annotations
 
@@ -30,11 +34,16 @@ class LagWindow:
     late_sends: int
     longest_episode_ns: int
     lagging: bool
+    backlog_ns: int = 0  # the median lag of the window's last sends: how far behind it ended
+
+    def behind(self, threshold_ns: int) -> bool:
+        return self.backlog_ns > threshold_ns
 
     def as_dict(self) -> dict:
         return {"start_s": round(self.start_s, 3), "end_s": round(self.end_s, 3), "sends": self.sends,
                 "p99_ms": self.p99_ns / 1e6, "late_sends": self.late_sends,
-                "longest_episode_ms": self.longest_episode_ns / 1e6, "lagging": self.lagging}
+                "longest_episode_ms": self.longest_episode_ns / 1e6, "backlog_ms": self.backlog_ns / 1e6,
+                "lagging": self.lagging}
 
 
 def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int) -> tuple[int, int]:
@@ -51,44 +60,74 @@ def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_
     return int(late.sum()), int(durations.max())
 
 
+def backlog(intended_ns: np.ndarray, lag_ns: np.ndarray) -> int:
+    """How far behind the window ended: the median lag of its last 10% of sends (at least 5), by intended time."""
+    order = np.argsort(intended_ns, kind="stable")
+    tail = max(5, len(order) // 10)
+    return int(np.median(lag_ns[order][-tail:]))
+
+
 def summarize_window(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int) -> LagWindow:
-    """Close one window: its p99 send lag and its longest episode of late sends."""
+    """Close one window: its p99 send lag, its longest episode of late sends, its backlog at the end."""
     p99 = int(np.percentile(lag_ns, 99))
     late, longest = longest_late_episode(intended_ns, lag_ns, threshold_ns)
     return LagWindow(start_s=float(intended_ns.min()) / 1e9, end_s=float(intended_ns.max()) / 1e9,
                      sends=int(len(lag_ns)), p99_ns=p99, late_sends=late, longest_episode_ns=longest,
-                     lagging=p99 > threshold_ns)
+                     lagging=p99 > threshold_ns, backlog_ns=backlog(intended_ns, lag_ns))
+
+
+def _streaks(flags: list[bool]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True."""
+    out, i = [], 0
+    while i < len(flags):
+        if flags[i]:
+            j = i
+            while j + 1 < len(flags) and flags[j + 1]:
+                j += 1
+            out.append((i, j))
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def saturation_reasons(worker: str, windows: list[LagWindow], threshold_ns: int, stall_max_ns: int) -> list[str]:
+    """A growing backlog over consecutive windows, or a run that ends far behind: the generator saturated."""
+    reasons = []
+    for i, j in _streaks([w.behind(threshold_ns) for w in windows]):
+        first, last = windows[i], windows[j]
+        span = f"{first.start_s:.1f}–{last.end_s:.1f} s"
+        if j > i and last.backlog_ns >= first.backlog_ns:
+            reasons.append(f"{worker}: falling behind — the backlog grew from {first.backlog_ns / 1e6:.1f} to "
+                           f"{last.backlog_ns / 1e6:.1f} ms over {j - i + 1} consecutive windows ({span} into the "
+                           f"run; generator saturated)")
+        elif j == len(windows) - 1 and last.backlog_ns >= stall_max_ns:
+            reasons.append(f"{worker}: {last.backlog_ns / 1e6:.0f} ms behind schedule when the run ended "
+                           f"({span} into the run; generator saturated)")
+    return reasons
 
 
 def judge_windows(worker: str, windows: list[LagWindow], threshold_ns: int,
                   stall_max_ns: int) -> tuple[list[str], list[str]]:
     """(invalid reasons, warnings) for a worker's closed windows, in order."""
-    reasons, warnings = [], []
+    reasons = saturation_reasons(worker, windows, threshold_ns, stall_max_ns)
+    warnings = []
     limit = f"{threshold_ns / 1e6:g} ms"
-    i = 0
-    while i < len(windows):
-        if not windows[i].lagging:
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(windows) and windows[j + 1].lagging:
-            j += 1
-        streak = windows[i:j + 1]
-        worst = max(streak, key=lambda w: w.p99_ns)
-        longest = max(w.longest_episode_ns for w in streak)
-        span = f"{streak[0].start_s:.1f}–{streak[-1].end_s:.1f} s"
-        if len(streak) > 1:
-            reasons.append(f"{worker}: send lag p99 up to {worst.p99_ns / 1e6:.1f} ms > {limit} in {len(streak)} "
-                           f"consecutive windows ({span} into the run; generator saturated)")
-        elif longest >= stall_max_ns:
-            reasons.append(f"{worker}: send lag p99 {worst.p99_ns / 1e6:.1f} ms > {limit} in the window {span} "
-                           f"into the run, late for {longest / 1e6:.0f} ms on end (generator saturated)")
-        else:
-            warnings.append(f"{worker}: transient stall — send lag p99 {worst.p99_ns / 1e6:.1f} ms > {limit} in "
-                            f"the window {span} into the run ({worst.late_sends} late sends, the longest run of "
-                            f"them {longest / 1e6:.0f} ms; the windows around it kept up). Its lag is part of "
-                            f"the measured latencies.")
-        i = j + 1
+    if not reasons:  # a saturated generator's late episodes are its backlog, not pauses
+        for w in windows:
+            if w.longest_episode_ns >= stall_max_ns:
+                reasons.append(f"{worker}: generator paused or stalled for {w.longest_episode_ns / 1e9:.2f} s "
+                               f"({w.start_s:.1f}–{w.end_s:.1f} s into the run): one block of {w.late_sends} late "
+                               f"sends that it then caught up on — the process was stopped or starved, not "
+                               f"overloaded; the planned arrivals were not sent as planned")
+    lagging = [w for w in windows if w.lagging and w.longest_episode_ns < stall_max_ns]
+    if lagging and not reasons:
+        worst = max(lagging, key=lambda w: w.p99_ns)
+        longest = max(w.longest_episode_ns for w in lagging)
+        warnings.append(f"{worker}: transient stalls — send lag p99 up to {worst.p99_ns / 1e6:.1f} ms > {limit} in "
+                        f"{len(lagging)} of {len(windows)} windows (worst {worst.start_s:.1f}–{worst.end_s:.1f} s "
+                        f"into the run; the longest run of late sends {longest / 1e6:.0f} ms); the generator kept "
+                        f"up (no growing backlog). Their lag is part of the measured latencies.")
     return reasons, warnings
 
 

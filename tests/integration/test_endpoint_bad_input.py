@@ -1,12 +1,17 @@
 """Bad input never crashes the endpoint nor returns 5xx: a table of malformed requests, and a fuzzer."""
 from __future__ import annotations
 
+import socket
+import time
+
 import grpc
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.support import start_endpoint
 
 ROW = [0.0] * 64
 GOOD_INPUT = {"name": "input", "datatype": "FP32", "shape": [1, 64], "data": ROW}
@@ -30,7 +35,7 @@ MALFORMED = [
     ("unknown-datatype", "digits_mlp_fp32", _body(datatype="FLOAT"), {}, 400, ["datatype"]),
     ("wrong-rank", "digits_mlp_fp32", _body(shape=[64]), {}, 400, ["rank"]),
     ("wrong-dim", "digits_mlp_fp32", _body(shape=[1, 63], data=ROW[:63]), {}, 400, ["shape", "63"]),
-    ("negative-dim", "digits_mlp_fp32", _body(shape=[-1, 64]), {}, 400, ["shape"]),
+    ("negative-dim", "digits_mlp_fp32", _body(shape=[-1, 64]), {}, 400, ["-1 in dimension 0", "concrete sizes"]),
     ("zero-batch", "digits_mlp_fp32", _body(shape=[0, 64], data=[]), {}, 400, ["batch"]),
     ("shape-not-ints", "digits_mlp_fp32", _body(shape=["1", 64]), {}, 400, ["shape"]),
     ("too-few-elements", "digits_mlp_fp32", _body(data=ROW[:10]), {}, 400, ["10 elements", "64"]),
@@ -80,6 +85,7 @@ GRPC_MALFORMED = [
     ("unknown-model", _grpc_request(model="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
     ("wrong-datatype", _grpc_request(datatype="FP64"), grpc.StatusCode.INVALID_ARGUMENT, "datatype"),
     ("wrong-shape", _grpc_request(shape=[1, 32]), grpc.StatusCode.INVALID_ARGUMENT, "shape"),
+    ("dynamic-dim", _grpc_request(shape=[-1, 64]), grpc.StatusCode.INVALID_ARGUMENT, "concrete sizes"),
     ("short-raw", _grpc_request(raw=bytes(100)), grpc.StatusCode.INVALID_ARGUMENT, "100 bytes"),
     ("unknown-input", _grpc_request(name="x"), grpc.StatusCode.INVALID_ARGUMENT, "no input"),
     ("oversize", _grpc_request(shape=[300, 64], raw=bytes(300 * 256)), grpc.StatusCode.INVALID_ARGUMENT,
@@ -142,3 +148,25 @@ def _json_safe(value) -> bool:
 def test_server_up_after_fuzzing(endpoint):
     assert endpoint.proc.alive()
     assert httpx.get(f"{endpoint.http_url}/v2/health/ready").status_code == 200
+
+
+def test_connections_that_send_no_request_are_closed_after_the_header_timeout(model_repo, tmp_path):
+    """Slowloris: idle and trickling connections are closed; the endpoint keeps answering everyone else."""
+    ep = start_endpoint(model_repo, tmp_path, ["--header-timeout-s", "1", "--idle-timeout-s", "2"])
+    try:
+        idle = [socket.create_connection((ep.host, ep.http_port), timeout=5) for _ in range(50)]
+        trickle = socket.create_connection((ep.host, ep.http_port), timeout=5)
+        trickle.sendall(b"POST /v2/models/digits_mlp_fp32/infer HTTP/1.1\r\nHost: x\r\n")  # never finishes
+        assert httpx.get(f"{ep.http_url}/v2/health/ready").status_code == 200
+        started = time.monotonic()
+        for s in [*idle, trickle]:
+            assert s.recv(1) == b""  # closed by the server
+        assert time.monotonic() - started < 4
+        kept = socket.create_connection((ep.host, ep.http_port), timeout=10)  # one request, then idle
+        kept.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        idle_from = time.monotonic()
+        assert kept.recv(1) == b""  # closed after the idle timeout
+        assert 1.5 < time.monotonic() - idle_from < 5
+    finally:
+        ep.proc.stop()

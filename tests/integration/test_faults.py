@@ -11,7 +11,7 @@ import time
 import psutil
 
 from analysis.analyze import analyze_run
-from tests.support import make_profile, run_with, sleep_until_measuring
+from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
 
 
 def test_a_master_killed_mid_run_makes_the_run_invalid_with_the_numbers(model_repo, tmp_path):
@@ -105,3 +105,81 @@ models_dir = "{model_repo}"
     (run_dir,) = runs.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["interrupted"] and not manifest["valid"]
+
+
+def test_a_jittery_host_is_a_warning_not_invalid_and_a_long_pause_is_named(model_repo, tmp_path):
+    """A worker at a low rate, paused for 60 ms five times and sharing its core with a CPU hog, keeps up: VALID
+    with a warning. The other worker, paused once for 1.5 s, is INVALID as paused — not 'saturated'."""
+    endpoint_cpus, generator_cpus = split_cpus()
+    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 10, "warmup_s": 1, "seed": 9},
+                           embedded={"models_dir": str(model_repo), "cpus": endpoint_cpus},
+                           generator={"cpus": generator_cpus})
+
+    def during(run):
+        near, far = run.workers["near-w0"], run.workers["far-w0"]
+        sleep_until_measuring(run, 1)
+        hog = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 4\nwhile time.time() < end: pass"],
+                               preexec_fn=(lambda: os.sched_setaffinity(0, generator_cpus)) if generator_cpus else None)
+        for _ in range(5):
+            os.kill(near.pid, signal.SIGSTOP)
+            time.sleep(0.06)
+            os.kill(near.pid, signal.SIGCONT)
+            time.sleep(0.6)
+        hog.wait(10)
+        os.kill(far.pid, signal.SIGSTOP)
+        time.sleep(1.5)
+        os.kill(far.pid, signal.SIGCONT)
+
+    run, manifest = run_with(profile, tmp_path, during=during)
+    reasons = manifest["invalid_reasons"]
+    assert not any(r.startswith("near-w0") for r in reasons), reasons
+    near = manifest["workers"]["near-w0"]["summary"]
+    assert near["warnings"] and "kept up" in near["warnings"][0], near
+    far = [r for r in reasons if r.startswith("far-w0")]
+    assert far and "paused or stalled for 1." in far[0] and "saturated" not in far[0], reasons
+
+
+def test_a_full_disk_ends_the_run_cleanly_invalid_and_names_the_file(model_repo, tmp_path):
+    """The runs directory on a small tmpfs that fills during the run: no traceback, a message naming a file, a
+    run directory that says the run is INVALID, and no process left running."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "ballast").write_bytes(b"\0" * (4 * 2**20 - 400 * 2**10))  # 400 kB left: full within seconds
+        profile = tmp_path / "p.toml"
+        profile.write_text(f"""
+name = "full"
+[[endpoints]]
+name = "mlp"
+url = "embedded"
+protocol = "kserve-http"
+model = "digits_mlp_fp32"
+[[regions]]
+name = "solo"
+share = 1.0
+[load]
+rate = 300
+duration_s = 12
+[embedded]
+models_dir = "{model_repo}"
+""")
+        proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(disk / "runs"),
+                                 "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen: dict[int, psutil.Process] = {}
+        while proc.poll() is None:
+            for child in _descendants(proc.pid):
+                seen[child.pid] = child
+            time.sleep(0.2)
+        out, err = proc.communicate()
+        assert proc.returncode in (1, 4), (proc.returncode, out, err)
+        assert "Traceback" not in err and "Traceback" not in out, err
+        alive = [p for p in seen.values() if _alive(p)]
+        assert alive == [], [_cmd(p) for p in alive]
+        (run_dir,) = (disk / "runs").iterdir()
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert not manifest["valid"], manifest
+        text = err + out + " ".join(manifest["invalid_reasons"])
+        assert "No space left on device" in text and str(run_dir) in text, text
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -209,7 +209,7 @@ def test_a_generator_that_cannot_keep_up_makes_the_run_invalid(model_repo, tmp_p
                            generator={"window_s": 0.5})
     run, manifest = run_with(profile, tmp_path)
     assert not manifest["valid"]
-    assert any(r.startswith("solo-w0: send lag p99") and "generator saturated" in r
+    assert any(r.startswith("solo-w0: ") and "generator saturated" in r
                for r in manifest["invalid_reasons"]), manifest["invalid_reasons"]
     summary = manifest["workers"]["solo-w0"]["summary"]
     assert len(summary["lagging_windows"]) >= 2 and summary["max_send_lag_p99_ms"] > 100
