@@ -51,3 +51,8 @@ def check_local(profile: Profile, out: Path) -> None:
         onnx = models / ep.model / "1" / "model.onnx"
         if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():
             raise ValueError(f"endpoints[{i}].model: inprocess needs {onnx} (an ONNX model)")
+        repository = {"embedded": models, "triton": Path(profile.triton.models_dir)}.get(ep.url)
+        if repository is not None and repository.is_dir() and not (repository / ep.model).is_dir():
+            served = sorted(d.name for d in repository.iterdir() if d.is_dir() and not d.name.startswith("_"))
+            raise ValueError(f"endpoints[{i}].model: no model {ep.model!r} in {repository} "
+                             f"(models: {', '.join(served)})")
