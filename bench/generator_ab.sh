@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The generator benchmark of two commits side by side: OLD_REV and the working tree, alternating rounds, so that
+# machine noise falls on both alike. Usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE]
+set -euo pipefail
+old_rev=${1:?usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE]}
+rounds=${2:-2}
+rate=${3:-2000}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d /tmp/tailrace-ab-XXXXXX)
+git -C "$root" worktree add -q -f "$work/old" "$old_rev"
+mkdir "$work/new" && cp -r "$root"/{bench,contract,harness,endpoints,analysis,tailrace} "$work/new/" 2>/dev/null || true
+trap 'git -C "$root" worktree remove --force "$work/old"; rm -rf "$work"' EXIT
+for round in $(seq "$rounds"); do
+  for tree in old new; do
+    echo "== $tree ($([ $tree = old ] && echo "$old_rev" || echo "working tree")) round $round"
+    (cd "$work/$tree" && PYTHONPATH="$work/$tree" "$root/.venv/bin/python" bench/generator_open_loop.py --seconds 10 \
+      --rates "$rate" --users 64 --repeats 3 | grep -E "closed-loop|open loop")
+  done
+done
