@@ -15,6 +15,7 @@ absent (written under a temporary name, then renamed).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,30 @@ def chunk_name(prefix: str, index: int) -> str:
 def temporary(path: Path) -> Path:
     """The name a file is written under before the rename that makes it appear whole."""
     return path.with_name("." + path.name + ".tmp")
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all (temporary name + rename), making its directory; an OSError
+    (a full disk) names the file and leaves no temporary file behind."""
+    tmp = temporary(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a log (JSON lines); an OSError names the file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True)

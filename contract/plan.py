@@ -5,13 +5,12 @@ worker and the analysis. Nobody downstream re-spells a profile default or re-res
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contract.layout import RunLayout, temporary
+from contract.layout import RunLayout, write_atomic
 from contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
 
 PLAN_VERSION = 1
@@ -81,11 +80,7 @@ class RunPlan(BaseModel):
     # -- the file --------------------------------------------------------------------------------------
     def write(self, layout: RunLayout) -> Path:
         """plan.json, written once (temporary name + rename)."""
-        layout.root.mkdir(parents=True, exist_ok=True)
-        tmp = temporary(layout.plan)
-        tmp.write_text(self.model_dump_json(indent=2))
-        os.replace(tmp, layout.plan)
-        return layout.plan
+        return write_atomic(layout.plan, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, path: Path) -> "RunPlan":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from contract.layout import RunLayout
+from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, Profile
 from harness.orchestration.preflight import check_local
@@ -63,8 +63,7 @@ def new_run_id(profile: Profile) -> str:
 
 def log_effective_settings(plan: RunPlan, layout: RunLayout) -> None:
     """logs/settings.log: the plan's effective settings, one per line."""
-    layout.logs.mkdir(parents=True, exist_ok=True)
-    layout.log("settings").write_text("\n".join(plan.effective_settings()) + "\n")
+    write_atomic(layout.log("settings"), "\n".join(plan.effective_settings()) + "\n")
 
 
 @dataclass
@@ -180,9 +179,7 @@ class LocalRun:
         for ep in self.profile.endpoints:
             server = self.servers.serving(self.plan.endpoint_kinds[ep.name], ep.model)
             if server is not None and server.cold_start:
-                path = self.layout.cold_start(ep.name)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(server.cold_start))
+                write_atomic(self.layout.cold_start(ep.name), json.dumps(server.cold_start))
 
     def wait(self, progress) -> int:
         """Wait for the master to finish, showing progress; returns the master's exit code. A master that

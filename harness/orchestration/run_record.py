@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from contract.layout import RunLayout, temporary
+from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
 
@@ -86,13 +86,7 @@ def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
 
 def write_manifest(layout: RunLayout, manifest: dict) -> None:
     """Write manifest.json atomically (temporary name + rename); an OSError names the file."""
-    tmp = temporary(layout.manifest)
-    try:
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, layout.manifest)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"cannot write {layout.manifest}: {exc.strerror}") from None
+    write_atomic(layout.manifest, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
 
 def started_manifest(profile, run_id: str) -> dict:
@@ -113,9 +107,7 @@ def save_model_metadata(plan: RunPlan, layout: RunLayout) -> None:
         root = Path(p.triton.models_dir if plan.endpoint_kinds[ep.name] == "triton" else p.embedded.models_dir)
         meta = root / ep.model / "metadata.json"
         if meta.exists():
-            target = layout.model_metadata(ep.name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(meta.read_text())
+            write_atomic(layout.model_metadata(ep.name), meta.read_text())
 
 
 def expected_workers(plan: RunPlan) -> list[str]:

@@ -17,12 +17,11 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from contract.layout import RunLayout
+from contract.layout import RunLayout, append_line, write_atomic
 from contract.plan import RunPlan
 
 
@@ -68,12 +67,6 @@ def model_samples(prom_text: str, model: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "model")
             out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)
     return out
-
-
-def _ensured(path: Path) -> Path:
-    """`path`, with its directory made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 class ServerStatsRecorder:
@@ -124,9 +117,9 @@ class ServerStatsRecorder:
         """`stage` is "before" or "after": full statistics and the verbatim metrics scrape."""
         for t, stats, text in self._scrape():
             if stats is not None:
-                _ensured(self.layout.stats_snapshot(t.endpoint, stage)).write_text(json.dumps(stats))
+                write_atomic(self.layout.stats_snapshot(t.endpoint, stage), json.dumps(stats))
             if text is not None:
-                _ensured(self.layout.metrics_scrape(t.endpoint, stage)).write_text(text)
+                write_atomic(self.layout.metrics_scrape(t.endpoint, stage), text)
 
     def due(self) -> bool:
         return time.monotonic() >= self._next
@@ -136,11 +129,10 @@ class ServerStatsRecorder:
         self._next = time.monotonic() + self.interval_s
         for t, stats, text in self._scrape():
             if stats is not None:
-                with open(_ensured(self.layout.stats_timeline(t.endpoint)), "a") as f:
-                    f.write(json.dumps(stats) + "\n")
+                append_line(self.layout.stats_timeline(t.endpoint), json.dumps(stats))
             if text is not None:
-                with open(_ensured(self.layout.metrics_timeline(t.endpoint)), "a") as f:
-                    f.write(json.dumps({"t_ns": time.time_ns(), "samples": model_samples(text, t.model)}) + "\n")
+                append_line(self.layout.metrics_timeline(t.endpoint),
+                            json.dumps({"t_ns": time.time_ns(), "samples": model_samples(text, t.model)}))
 
     def close(self) -> None:
         self._client.close()

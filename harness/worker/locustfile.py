@@ -28,7 +28,7 @@ from locust.exception import StopUser  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
 from contract import messages  # noqa: E402
-from contract.layout import RunLayout  # noqa: E402
+from contract.layout import RunLayout, append_line  # noqa: E402
 from contract.plan import RunPlan  # noqa: E402
 from harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
 from harness.worker.identity import WorkerIdentity  # noqa: E402
@@ -65,8 +65,7 @@ class _MasterLog:
         layout.root.mkdir(parents=True, exist_ok=True)
 
     def write(self, event: str, **data) -> None:
-        with self.path.open("a") as fh:
-            fh.write(json.dumps({"event": event, "t_ns": time.time_ns(), **data}) + "\n")
+        append_line(self.path, json.dumps({"event": event, "t_ns": time.time_ns(), **data}))
 
 
 @events.init.add_listener

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import time
 from pathlib import Path
 
 import gevent
 import numpy as np
 
-from contract.layout import RunLayout, temporary
+from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from harness.worker.arrivals import Plan, worker_plan
 from harness.worker.chunk_shipping import ChunkShipper
@@ -178,12 +177,10 @@ class WorkerRun:
             s.close()
         self.finished_ns = self.clock.now_ns()
         summary = self.summary()
-        tmp = temporary(self.layout.summary)
         try:
-            tmp.write_text(json.dumps(summary, indent=2))
-            os.replace(tmp, self.layout.summary)
+            write_atomic(self.layout.summary, json.dumps(summary, indent=2))
         except OSError as exc:  # a full disk: the manifest then says this worker left no summary
-            self.log(f"cannot write {self.layout.summary}: {exc.strerror}")
+            self.log(exc.strerror)
         return summary
 
     def summary(self) -> dict:
