@@ -54,13 +54,17 @@ def latency_cdfs(df: pd.DataFrame) -> str:
         x = np.sort(g["latency_ns"].to_numpy() / 1e6)
         y = 1 - (np.arange(1, len(x) + 1) - 0.5) / len(x)
         ax.plot(x, y, label=region, lw=1.4)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if ok.empty:
+        _no_data(ax, "no successful request in the measured phases")
+    else:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
     ax.set_xlabel("latency from intended send (ms)")
     ax.set_ylabel("fraction slower (1 − CDF)")
     for q in (0.5, 0.1, 0.01, 0.001):
         ax.axhline(q, color="grey", lw=0.5, ls=":")
-    ax.legend()
+    if not ok.empty:
+        ax.legend()
     return _svg(fig)
 
 
@@ -90,12 +94,20 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
         ax2.plot(edges[:-1], counts, lw=1, color="red", ls=":", label="errors")
         ax2.legend(fontsize=7)
     ax1.set_ylabel("p99 per second (ms)")
-    ax1.set_yscale("log")
+    if (df["status"] == "ok").any():
+        ax1.set_yscale("log")
+    else:
+        _no_data(ax1, "no successful request: no latency to plot")
     ax2.set_ylabel("requests / s")
     ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts; "
                    "shaded: outages")
     ax1.legend(fontsize=7)
     return _svg(fig)
+
+
+def _no_data(ax, text: str) -> None:
+    """Say on the plot why it is empty (a run in which every request failed still gets its report)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="red")
 
 
 def _mark_phases(axes, phase_starts_s: list[float]) -> None:

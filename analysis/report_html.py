@@ -147,6 +147,13 @@ def render(analysis: Analysis) -> str:
         css, label = labels[kind]
         parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
 
+    errors_section = "<h2>Errors</h2>" + _table(
+        [e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
+        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
+         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error", "example_trace_ids"})
+    all_failed = len(df) > 0 and not (df["status"] == "ok").any()
+    if all_failed:  # what went wrong comes first when nothing went right
+        parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
     parts.append("<h2>SLO verdicts</h2>")
     parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
                                     ("n", "n"), ("exceeding", "exceeding"), ("measured", "measured"),
@@ -263,11 +270,8 @@ def render(analysis: Analysis) -> str:
                      "Shaded on the time plot.</p>")
     else:
         parts.append("<p class='note'>none: no endpoint had 5 consecutive failures</p>")
-    parts.append("<h2>Errors</h2>")
-    parts.append(_table([e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
-                        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
-                         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error",
-                                                                   "example_trace_ids"}))
+    if not all_failed:
+        parts.append(errors_section)
     parts.append("<h2>Slowest requests</h2>")
     parts.append(_table(s["slowest"], [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
                                        ("status", "status"), ("latency_ms", "latency ms"),

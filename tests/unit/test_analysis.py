@@ -224,3 +224,17 @@ def test_a_run_directory_without_manifest_is_refused(tmp_path):
     (tmp_path / "manifest.json").unlink()
     with pytest.raises(RunDirError, match="no manifest.json"):
         load_run(tmp_path)
+
+
+def test_a_run_in_which_every_request_failed_gets_its_full_report(tmp_path):
+    from analysis.report_html import render
+
+    profile = profile_dict(100, 10, slos=[{"metric": "latency", "percentile": 99, "threshold_ms": 50,
+                                           "endpoint": "*", "region": "*"}])
+    write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": 1.0},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": 1.0}})
+    a = analyze_run(tmp_path)
+    assert a.summary["verdict"] == "FAIL" and a.summary["errors"][0]["count"] == 1000
+    page = render(a)
+    assert "no successful request" in page and page.index("<h2>Errors</h2>") < page.index("<h2>SLO verdicts</h2>")
