@@ -142,6 +142,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from contract.profile import check_url
+    from tailrace.probe import run_probe
+
+    try:
+        check_url(args.url, ("http", "https", "grpc"))
+    except ValueError as exc:
+        parser.error(f"URL: {exc}")
+    return run_probe(args.url, args.model, args.protocol, args.requests, args.batch_size, args.timeout_ms,
+                     args.models, args.dataset)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import compare_command
 
@@ -272,6 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", type=Path)
     compare.add_argument("--out", type=Path, default=None, help="also write compare.json / compare.csv here")
     compare.set_defaults(func=lambda a, p: _cmd_compare(a))
+
+    probe = sub.add_parser("probe", help="check one endpoint and model before a run: metadata, the request "
+                                         "tailrace sends, a few requests",
+                           description="Prints the server's and the model's metadata, the request tailrace would "
+                                       "send and whether the model takes it, then sends a few requests. Exit 0 when "
+                                       "all worked, 1 on a mismatch or a failed request, 2 when unreachable.")
+    probe.add_argument("url", help="http://host:port or grpc://host:port")
+    probe.add_argument("--model", required=True)
+    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc"], default=None,
+                       help="default: from the URL scheme")
+    probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
+    probe.add_argument("--batch-size", type=int, default=1)
+    probe.add_argument("--timeout-ms", type=_positive_float, default=5000)
+    probe.add_argument("--models", type=Path, default=Path("build/models"),
+                       help="model repository holding the held-out rows (default build/models)")
+    probe.add_argument("--dataset", default="_data/digits_test.npz", help="npz with X, relative to --models")
+    probe.set_defaults(func=lambda a, p: _cmd_probe(a, probe))
 
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
                           description="The main job on embedded defaults (what `make demo` runs).")

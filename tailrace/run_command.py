@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from contract.profile import Profile
+from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import run_local
 
 
@@ -12,6 +13,9 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid)."""
     try:
         run_dir, manifest = run_local(profile, out, quiet=quiet)
+    except EndpointCheckError as exc:
+        print(f"tailrace run: an endpoint cannot take the run's requests; no load was sent:\n{exc}", file=sys.stderr)
+        return 2
     except (RuntimeError, OSError) as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
         return 1

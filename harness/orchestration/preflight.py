@@ -45,8 +45,10 @@ def check_local(profile: Profile, out: Path) -> None:
     if profile.uses_triton and not Path(profile.triton.models_dir).is_dir():
         raise ValueError(f"triton.models_dir: {profile.triton.models_dir} does not exist (build it with "
                          f"`tailrace models build --out {profile.triton.models_dir}`)")
-    if models.is_dir() and not (models / profile.inputs.dataset).is_file():
-        raise ValueError(f"inputs.dataset: {models / profile.inputs.dataset} not found")
+    will_build = profile.uses_embedded and not models.exists()  # only the default location gets here
+    if not will_build and not (models / profile.inputs.dataset).is_file():
+        raise ValueError(f"inputs.dataset: {models / profile.inputs.dataset} not found (the workers send its rows; "
+                         f"`tailrace models build --out {models}` writes the default one)")
     for i, ep in enumerate(profile.endpoints):
         onnx = models / ep.model / "1" / "model.onnx"
         if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():

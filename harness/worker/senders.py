@@ -38,6 +38,14 @@ class Outcome:
     predictions: np.ndarray | None = None  # one label per row of the batch
 
 
+INPUT, OUTPUT = "input", "label"  # the tensors the senders exchange with the model (FP32 rows in, INT64 labels out)
+
+
+def request_signature(n_features: int, batch_size: int) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[str]]:
+    """What one request sends (input name, datatype, shape) and which outputs it asks for."""
+    return [(INPUT, "FP32", (batch_size, n_features))], [OUTPUT]
+
+
 class Sender(Protocol):
     """What the worker's request path needs of a protocol: send one pre-encoded request, classified."""
 
@@ -112,9 +120,9 @@ class HttpSender:
 
     def _body(self, X: np.ndarray, i: int) -> bytes:
         rows = batch_rows(X, i, self.batch_size)
-        return orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(rows.shape),
+        return orjson.dumps({"inputs": [{"name": INPUT, "datatype": "FP32", "shape": list(rows.shape),
                                          "data": rows.ravel().tolist()}],
-                             "outputs": [{"name": "label", "parameters": {"binary_data": False}}]})
+                             "outputs": [{"name": OUTPUT, "parameters": {"binary_data": False}}]})
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         body = self.bodies[sample // self.stride]
@@ -158,7 +166,7 @@ class HttpSender:
         try:
             doc = orjson.loads(payload)
             outputs = {o["name"]: o for o in doc["outputs"]}
-            _set_labels(out, outputs["label"]["data"], self.batch_size)
+            _set_labels(out, outputs[OUTPUT]["data"], self.batch_size)
             _apply_parameters(out, doc.get("parameters") or {})
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             out.status, out.code, out.error = "bad_response", out.code, f"{type(exc).__name__}: {exc}"[:200]
@@ -202,8 +210,8 @@ class GrpcSender:
         for i in encoded_starts(len(X), stride):
             rows = batch_rows(X, i, batch_size)
             req = service_pb2.ModelInferRequest(model_name=model)
-            req.inputs.add(name="input", datatype="FP32", shape=list(rows.shape))
-            req.outputs.add(name="label")
+            req.inputs.add(name=INPUT, datatype="FP32", shape=list(rows.shape))
+            req.outputs.add(name=OUTPUT)
             req.raw_input_contents.append(rows.tobytes())
             self.requests.append(req)
 
@@ -223,7 +231,7 @@ class GrpcSender:
         out.bytes_in = response.ByteSize()
         try:
             names = [o.name for o in response.outputs]
-            raw = response.raw_output_contents[names.index("label")]
+            raw = response.raw_output_contents[names.index(OUTPUT)]
             _set_labels(out, np.frombuffer(raw, dtype=np.int64), self.batch_size)
             params = {k: (v.int64_param if v.WhichOneof("parameter_choice") == "int64_param" else v.string_param)
                       for k, v in response.parameters.items()}
