@@ -36,7 +36,7 @@ from harness.orchestration.servers import Servers, start_servers
 TRIAL_OVERHEAD_S = LEAD_S + 12  # process start, clock samples, drain, analysis: what a trial costs beyond its load
 
 
-class CapacityError(Exception):
+class CapacityError(ValueError):
     """A profile that cannot drive a capacity search (the message says which field)."""
 
 

@@ -63,7 +63,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
 
 
-def _profile_or_none(path: Path, out: Path | None = None, local: bool = True):
+def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None):
     """The validated profile, or None after printing why not (the caller exits 2: nothing starts). A local run
     is checked against this machine (CPUs, output directory, model repositories); a master only for CPUs."""
     from contract.profile import ProfileError, load_profile
@@ -76,6 +76,8 @@ def _profile_or_none(path: Path, out: Path | None = None, local: bool = True):
         else:
             check_placement(profile)
             check_output(out or Path(profile.output_dir))
+        if check is not None:  # what the command itself needs of the profile
+            check(profile)
         return profile
     except ProfileError as exc:
         print(exc, file=sys.stderr)
@@ -94,9 +96,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
-    from tailrace.capacity import capacity_command
+    from tailrace.capacity import capacity_command, check_profile
 
-    profile = _profile_or_none(args.profile, args.out)
+    profile = _profile_or_none(args.profile, args.out, check=check_profile)
     if profile is None:
         return 2
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)

@@ -89,10 +89,11 @@ def test_bad_profile_exits_2_names_file_and_field_and_starts_nothing(case, comma
     assert not runs.exists()
 
 
-def test_capacity_refuses_a_profile_without_latency_slo(tmp_path):
+def test_capacity_refuses_a_profile_without_latency_slo(tmp_path, model_repo):
     path = tmp_path / "noslo.toml"
-    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
-                    '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n')
+    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\n'
+                    'model="digits_mlp_fp32"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n'
+                    f'[embedded]\nmodels_dir="{model_repo}"\n')
     runs = tmp_path / "runs"
     r = tailrace("capacity", str(path), "--out", str(runs))
     assert r.returncode == 2 and "slos: capacity search needs at least one latency SLO" in r.stderr, r.stderr
