@@ -12,8 +12,10 @@ from the first one's intended time to the last one's actual send), and the backl
 window's last sends). The verdict:
 - saturated (INVALID): the backlog is above the threshold at the end of two or more consecutive windows and
   grew across them, or is at least `stall_max_ms` at the end of the run;
-- paused / stalled (INVALID): one block of late sends lasting `stall_max_ms` or more that the generator then
-  caught up on — the process was stopped or starved (SIGSTOP, a long host stall), not overloaded;
+- paused / stalled (INVALID): a send that went out `stall_max_ms` or more late, in a block the generator then
+  caught up on — the process was stopped or starved (SIGSTOP, a long host stall), not overloaded. Judged by
+  the largest lag, not by how long a block lasts: a core shared with a CPU hog makes many consecutive sends
+  a few ms late (a long block of small lags), which is jitter, not a pause;
 - a lagging window otherwise (p99 above the threshold): a warning, never INVALID.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ class LagWindow:
     longest_episode_ns: int
     lagging: bool
     backlog_ns: int = 0  # the median lag of the window's last sends: how far behind it ended
+    max_lag_ns: int = 0  # the latest send: a process stopped for T sends the first arrival due T late
 
     def behind(self, threshold_ns: int) -> bool:
         return self.backlog_ns > threshold_ns
@@ -43,7 +46,7 @@ class LagWindow:
         return {"start_s": round(self.start_s, 3), "end_s": round(self.end_s, 3), "sends": self.sends,
                 "p99_ms": self.p99_ns / 1e6, "late_sends": self.late_sends,
                 "longest_episode_ms": self.longest_episode_ns / 1e6, "backlog_ms": self.backlog_ns / 1e6,
-                "lagging": self.lagging}
+                "max_lag_ms": self.max_lag_ns / 1e6, "lagging": self.lagging}
 
 
 def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int) -> tuple[int, int]:
@@ -73,7 +76,8 @@ def summarize_window(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: 
     late, longest = longest_late_episode(intended_ns, lag_ns, threshold_ns)
     return LagWindow(start_s=float(intended_ns.min()) / 1e9, end_s=float(intended_ns.max()) / 1e9,
                      sends=int(len(lag_ns)), p99_ns=p99, late_sends=late, longest_episode_ns=longest,
-                     lagging=p99 > threshold_ns, backlog_ns=backlog(intended_ns, lag_ns))
+                     lagging=p99 > threshold_ns, backlog_ns=backlog(intended_ns, lag_ns),
+                     max_lag_ns=int(lag_ns.max()))
 
 
 def _streaks(flags: list[bool]) -> list[tuple[int, int]]:
@@ -115,12 +119,12 @@ def judge_windows(worker: str, windows: list[LagWindow], threshold_ns: int,
     limit = f"{threshold_ns / 1e6:g} ms"
     if not reasons:  # a saturated generator's late episodes are its backlog, not pauses
         for w in windows:
-            if w.longest_episode_ns >= stall_max_ns:
-                reasons.append(f"{worker}: generator paused or stalled for {w.longest_episode_ns / 1e9:.2f} s "
-                               f"({w.start_s:.1f}–{w.end_s:.1f} s into the run): one block of {w.late_sends} late "
-                               f"sends that it then caught up on — the process was stopped or starved, not "
-                               f"overloaded; the planned arrivals were not sent as planned")
-    lagging = [w for w in windows if w.lagging and w.longest_episode_ns < stall_max_ns]
+            if w.max_lag_ns >= stall_max_ns:
+                reasons.append(f"{worker}: generator paused or stalled for {w.max_lag_ns / 1e9:.2f} s "
+                               f"({w.start_s:.1f}–{w.end_s:.1f} s into the run): a send went out that late, in a "
+                               f"block of {w.late_sends} late sends that it then caught up on — the process was "
+                               f"stopped or starved, not overloaded; the planned arrivals were not sent as planned")
+    lagging = [w for w in windows if w.lagging and w.max_lag_ns < stall_max_ns]
     if lagging and not reasons:
         worst = max(lagging, key=lambda w: w.p99_ns)
         longest = max(w.longest_episode_ns for w in lagging)

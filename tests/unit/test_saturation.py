@@ -100,6 +100,19 @@ def test_a_pause_it_catches_up_on_is_named_a_pause_not_saturation():
     assert len(reasons) == 1 and "paused or stalled for 0.60 s" in reasons[0] and "saturated" not in reasons[0]
 
 
+def test_a_long_block_of_slightly_late_sends_is_jitter_not_a_pause():
+    """A core shared with a CPU hog: 300 consecutive sends 6-9 ms late (a 0.6 s block), none far behind."""
+    m = monitor()
+    feed(m, 0, clean())
+    lags = clean()
+    lags[100:400] = np.random.default_rng(1).uniform(6, 9, 300)
+    feed(m, 1, lags)
+    feed(m, 2, clean())
+    reasons, warnings = m.verdict()
+    assert m.windows[1].longest_episode_ns > 250 * MS and m.windows[1].max_lag_ns < 10 * MS
+    assert reasons == [] and len(warnings) == 1 and "transient stalls" in warnings[0]
+
+
 def test_windows_hold_at_least_min_samples_except_the_last():
     m = monitor()
     for k in range(499):
