@@ -7,9 +7,10 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from contract.tensors import datatype_of, to_raw
 from contract.trace_context import parse_traceparent
 from endpoints.errors import InferenceError
-from endpoints.kserve_codec import V2_DATATYPE, decode_grpc
+from endpoints.kserve_codec import decode_grpc
 from endpoints.pipeline import InferCall
 from endpoints.server_core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_header
 
@@ -93,8 +94,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
         for out_name in decoded.requested_outputs:
             arr = outputs[out_name]
-            response.outputs.add(name=out_name, datatype=V2_DATATYPE[arr.dtype], shape=list(arr.shape))
-            response.raw_output_contents.append(arr.tobytes())
+            datatype = datatype_of(arr)
+            response.outputs.add(name=out_name, datatype=datatype, shape=list(arr.shape))
+            response.raw_output_contents.append(to_raw(arr, datatype))
         for key, value in params.items():
             if isinstance(value, int):
                 response.parameters[key].int64_param = value

@@ -6,28 +6,20 @@ and what is wrong with it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
 
+from contract.tensors import datatype_of, from_json_data, from_raw, to_json_data, to_raw
 from endpoints.errors import InferenceError
 from endpoints.model_config import ModelSpec
-
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64), "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16), "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
-}
-V2_DATATYPE = {v: k for k, v in NUMPY_DTYPES.items()}
 
 # gRPC InferTensorContents field per datatype.
 GRPC_CONTENTS_FIELD = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
 
 
@@ -75,31 +67,18 @@ def check_shape(spec: ModelSpec, name: object, datatype: object, shape: object) 
     return datatype, tuple(shape)
 
 
-def _element_count(shape: tuple[int, ...]) -> int:
-    return math.prod(shape) if shape else 1
-
-
 def _array_from_json_data(name: str, datatype: str, shape: tuple[int, ...], data: object) -> np.ndarray:
-    if type(data) is not list:
-        raise _bad(f"input '{name}': 'data' must be a list, got {type(data).__name__}")
     try:
-        arr = np.array(data, dtype=NUMPY_DTYPES[datatype])
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise _bad(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
-    try:
-        return arr.reshape(shape)  # row-major, flat or nested: only the element count must agree
-    except ValueError:
-        raise _bad(f"input '{name}': {arr.size} elements given, shape {list(shape)} needs "
-                   f"{_element_count(shape)}") from None
+        return from_json_data(name, datatype, shape, data)
+    except ValueError as exc:
+        raise _bad(str(exc).replace("tensor ", "input ", 1)) from None
 
 
 def _array_from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> np.ndarray:
-    dtype = NUMPY_DTYPES[datatype]
-    expected = _element_count(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise _bad(f"input '{name}': {len(raw)} bytes of binary data, shape {list(shape)} of {datatype} "
-                   f"needs {expected}")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    try:
+        return from_raw(name, datatype, shape, raw)
+    except ValueError as exc:
+        raise _bad(str(exc).replace("tensor ", "input ", 1)) from None
 
 
 def _check_complete(spec: ModelSpec, inputs: dict[str, np.ndarray]) -> int:
@@ -191,11 +170,14 @@ def encode_http(spec: ModelSpec, decoded: DecodedRequest, outputs: dict[str, np.
     blobs = []
     for name in decoded.requested_outputs:
         arr = outputs[name]
-        entry = {"name": name, "datatype": V2_DATATYPE[arr.dtype], "shape": arr.shape}
+        datatype = datatype_of(arr)
+        entry = {"name": name, "datatype": datatype, "shape": arr.shape}
         if name in decoded.binary_outputs:
-            raw = arr.tobytes()
+            raw = to_raw(arr, datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
+        elif datatype in ("BYTES", "FP16", "BF16"):
+            entry["data"] = to_json_data(arr, datatype)
         else:
             entry["data"] = arr.ravel()  # flat, row-major; orjson writes numpy arrays natively
         out_entries.append(entry)
@@ -227,6 +209,8 @@ def decode_grpc(spec: ModelSpec, request) -> DecodedRequest:
             if field_name is None:
                 raise _bad(f"input '{tensor.name}': datatype {datatype} needs raw_input_contents")
             values = list(getattr(tensor.contents, field_name))
+            if datatype == "BYTES":
+                values = [v.decode("latin-1") for v in values]  # from_json_data takes strings; latin-1 keeps bytes
             inputs[tensor.name] = _array_from_json_data(tensor.name, datatype, shape, values)
     batch = _check_complete(spec, inputs)
     requested = [o.name for o in request.outputs] or [o.name for o in spec.outputs]

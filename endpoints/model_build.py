@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from endpoints.model_config import ModelSpec, TensorSpec, write_config
+from contract.tensors import TensorSpec
+from endpoints.model_config import ModelSpec, write_config
 
 SEED = 20261121
 N_FEATURES = 64

@@ -1,4 +1,11 @@
-"""Triton `config.pbtxt` read/write through Triton's own ModelConfig protobuf (shipped by tritonclient)."""
+"""Triton `config.pbtxt` read/write through Triton's own ModelConfig protobuf (shipped by tritonclient), and
+the config of an ONNX model completed from its graph when `config.pbtxt` is absent or names no tensors (as
+Triton's onnxruntime backend does: names, datatypes, shapes; `max_batch_size` when every tensor's first
+dimension is dynamic; ONNX string tensors are BYTES).
+
+A `ModelSpec`'s tensor shapes are the full request shapes: with `max_batch_size` > 0 they begin with the
+batch dimension (-1), which Triton's config leaves out of `dims`.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,6 +13,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
+
+from contract.tensors import TensorSpec
 
 # Triton's config datatype enum names → KServe v2 datatype strings.
 _CONFIG_TO_V2 = {
@@ -16,15 +25,11 @@ _CONFIG_TO_V2 = {
 }
 _V2_TO_CONFIG = {v: k for k, v in _CONFIG_TO_V2.items()}
 QUEUE_PARAMETER = "max_queue_size"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output: name, KServe v2 datatype, shape (-1 = any size)."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
+DEFAULT_MAX_BATCH = 4  # Triton's onnxruntime backend's default-max-batch-size for a completed config
+ONNX_BACKENDS = ("onnxruntime", "onnxruntime_onnx")
+# ONNX TensorProto element types → KServe v2 datatypes
+_ONNX_TO_V2 = {1: "FP32", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64", 8: "BYTES",
+               9: "BOOL", 10: "FP16", 11: "FP64", 12: "UINT32", 13: "UINT64", 16: "BF16"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     instance_count: int = 1
+    max_batch_size: int = 0  # > 0: every tensor's first dimension is the batch (at most this many rows)
     max_queue_size: int = 0
     parameters: dict[str, str] = field(default_factory=dict)
     directory: Path | None = None
@@ -49,18 +55,18 @@ class ModelSpec:
         return self._inputs_by_name.get(name)
 
 
-def write_config(path: Path, spec: ModelSpec) -> None:
-    """Write `spec` as a Triton config.pbtxt."""
+def to_config(spec: ModelSpec) -> model_config_pb2.ModelConfig:
+    """`spec` as Triton's ModelConfig message."""
     cfg = model_config_pb2.ModelConfig()
     cfg.name = spec.name
     cfg.backend = spec.backend
-    cfg.max_batch_size = 0
+    cfg.max_batch_size = spec.max_batch_size
     for src, dst in ((spec.inputs, cfg.input), (spec.outputs, cfg.output)):
         for t in src:
             entry = dst.add()
             entry.name = t.name
             entry.data_type = model_config_pb2.DataType.Value(_V2_TO_CONFIG[t.datatype])
-            entry.dims.extend(t.shape)
+            entry.dims.extend(t.shape[1:] if spec.max_batch_size > 0 else t.shape)
     group = cfg.instance_group.add()
     group.count = spec.instance_count
     group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
@@ -71,7 +77,12 @@ def write_config(path: Path, spec: ModelSpec) -> None:
         params[QUEUE_PARAMETER] = str(spec.max_queue_size)
     for key, value in sorted(params.items()):
         cfg.parameters[key].string_value = value
-    path.write_text(text_format.MessageToString(cfg))
+    return cfg
+
+
+def write_config(path: Path, spec: ModelSpec) -> None:
+    """Write `spec` as a Triton config.pbtxt."""
+    path.write_text(text_format.MessageToString(to_config(spec)))
 
 
 def read_config(path: Path) -> ModelSpec:
@@ -81,13 +92,15 @@ def read_config(path: Path) -> ModelSpec:
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a valid Triton model config: {exc}") from exc
 
+    batch = (-1,) if cfg.max_batch_size > 0 else ()
+
     def tensors(entries) -> tuple[TensorSpec, ...]:
         out = []
         for e in entries:
             type_name = model_config_pb2.DataType.Name(e.data_type)
             if type_name not in _CONFIG_TO_V2:
                 raise ValueError(f"{path}: tensor {e.name!r} has unsupported data_type {type_name}")
-            out.append(TensorSpec(e.name, _CONFIG_TO_V2[type_name], tuple(int(d) for d in e.dims)))
+            out.append(TensorSpec(e.name, _CONFIG_TO_V2[type_name], batch + tuple(int(d) for d in e.dims)))
         return tuple(out)
 
     name = cfg.name or path.parent.name
@@ -99,22 +112,78 @@ def read_config(path: Path) -> ModelSpec:
             queue = int(params.pop(QUEUE_PARAMETER))
         except ValueError as exc:
             raise ValueError(f"{path}: parameter {QUEUE_PARAMETER} must be an integer") from exc
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         backend=cfg.backend or cfg.platform,
         inputs=tensors(cfg.input),
         outputs=tensors(cfg.output),
         instance_count=count,
+        max_batch_size=int(cfg.max_batch_size),
         max_queue_size=int(queue),
         parameters=params,
         directory=path.parent,
     )
+    onnx_file = path.parent / "1" / "model.onnx"
+    if not spec.inputs and spec.backend in ONNX_BACKENDS and onnx_file.is_file():
+        completed = spec_from_onnx(onnx_file, name)
+        spec = ModelSpec(name=name, backend=spec.backend, inputs=completed.inputs, outputs=completed.outputs,
+                         instance_count=count, max_batch_size=completed.max_batch_size, max_queue_size=int(queue),
+                         parameters=params, directory=path.parent)
+    return spec
+
+
+def spec_from_onnx(onnx_file: Path, name: str) -> ModelSpec:
+    """A model's config completed from its ONNX graph: inputs (graph inputs that are not initializers) and
+    outputs with their datatypes and shapes (a symbolic or missing dimension is -1); max_batch_size
+    DEFAULT_MAX_BATCH when every tensor's first dimension is dynamic, else 0."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(onnx_file), load_external_data=False).graph
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: a damaged file
+        raise ValueError(f"{onnx_file}: not a readable ONNX model: {exc}") from None
+    initializers = {t.name for t in graph.initializer}
+
+    def tensors(values) -> tuple[TensorSpec, ...]:
+        out = []
+        for v in values:
+            if v.name in initializers:
+                continue
+            t = v.type.tensor_type
+            if t.elem_type not in _ONNX_TO_V2:
+                raise ValueError(f"{onnx_file}: tensor {v.name!r} has ONNX element type {t.elem_type}, which has "
+                                 f"no KServe v2 datatype")
+            dims = tuple(int(d.dim_value) if d.HasField("dim_value") else -1 for d in t.shape.dim)
+            out.append(TensorSpec(v.name, _ONNX_TO_V2[t.elem_type], dims))
+        return tuple(out)
+
+    inputs, outputs = tensors(graph.input), tensors(graph.output)
+    batched = all(t.shape and t.shape[0] == -1 for t in inputs + outputs)
+    return ModelSpec(name=name, backend="onnxruntime", inputs=inputs, outputs=outputs,
+                     max_batch_size=DEFAULT_MAX_BATCH if batched else 0, directory=onnx_file.parent.parent)
+
+
+def model_spec(model_dir: Path) -> ModelSpec:
+    """The spec of one model directory: its config.pbtxt, or completed from `1/model.onnx` without one."""
+    config = model_dir / "config.pbtxt"
+    if config.is_file():
+        return read_config(config)
+    return spec_from_onnx(model_dir / "1" / "model.onnx", model_dir.name)
 
 
 def config_as_json(spec: ModelSpec) -> dict:
-    """The model config in the JSON shape Triton's `/v2/models/{m}/config` returns."""
+    """The model config in the JSON shape Triton's `/v2/models/{m}/config` returns (the file as written, its
+    tensors completed from the graph when it names none)."""
     from google.protobuf.json_format import MessageToDict
 
-    cfg = text_format.Parse((spec.directory / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()) \
-        if spec.directory else model_config_pb2.ModelConfig(name=spec.name)
+    config = spec.directory / "config.pbtxt" if spec.directory else None
+    if config is not None and config.is_file():
+        cfg = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+        if not cfg.input:
+            completed = to_config(spec)
+            cfg.max_batch_size = completed.max_batch_size
+            cfg.input.extend(completed.input)
+            cfg.output.extend(completed.output)
+    else:
+        cfg = to_config(spec)
     return MessageToDict(cfg, preserving_proto_field_name=True)

@@ -36,9 +36,16 @@ class OnnxRunner:
         self._session = ort.InferenceSession(str(spec.directory / "1" / "model.onnx"), sess_options=opts,
                                              providers=["CPUExecutionProvider"])
         self._outputs = [o.name for o in spec.outputs]
+        self._strings = {t.name for t in spec.inputs if t.datatype == "BYTES"}
 
     def run(self, inputs: dict[str, np.ndarray], started_ns: int | None = None) -> dict[str, np.ndarray]:
+        for name in self._strings:  # ONNX string tensors hold str; KServe BYTES hold bytes
+            inputs[name] = np.vectorize(_text, otypes=[object])(inputs[name])
         return dict(zip(self._outputs, self._session.run(self._outputs, inputs)))
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class SyntheticRunner:

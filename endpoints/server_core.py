@@ -7,7 +7,7 @@ from pathlib import Path
 
 from endpoints.errors import InferenceError, not_found
 from endpoints.metrics import ServerMetrics
-from endpoints.model_config import ModelSpec, read_config
+from endpoints.model_config import ModelSpec, model_spec
 from endpoints.runners import load_runner
 from endpoints.scheduler import ModelScheduler, Timings
 
@@ -37,15 +37,18 @@ def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelS
     if not repository.is_dir():
         raise ValueError(f"model repository {repository} does not exist (build it: tailrace models build --out DIR)")
     specs = {}
-    for config in sorted(repository.glob("*/config.pbtxt")):
-        spec = read_config(config)
-        if not only or spec.name in only:
-            specs[spec.name] = spec
+    dirs = sorted({c.parent for c in repository.glob("*/config.pbtxt")} | {m.parent.parent for m in
+                                                                            repository.glob("*/1/model.onnx")})
+    for model_dir in dirs:
+        if only and model_dir.name not in only:
+            continue
+        spec = model_spec(model_dir)
+        specs[spec.name] = spec
     missing = set(only) - set(specs)
     if missing:
         raise ValueError(f"model repository {repository} has no model(s) {', '.join(sorted(missing))}")
     if not specs:
-        raise ValueError(f"model repository {repository} holds no model (no */config.pbtxt)")
+        raise ValueError(f"model repository {repository} holds no model (no */config.pbtxt or */1/model.onnx)")
     return specs
 
 
