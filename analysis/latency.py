@@ -26,12 +26,14 @@ def intended_rate(profile: Profile, region: str | None, endpoint: str | None) ->
     return rate
 
 
-def _accuracy(ok: pd.DataFrame) -> float | None:
-    """Correct predictions over samples sent, counting every row of batched requests."""
+def accuracy_of(ok: pd.DataFrame) -> float | None:
+    """Right answers over the rows of checked requests, counting every row of batched requests; None when no
+    request was checked (correct_count -1: the endpoint has no check)."""
     if ok.empty:
         return None
-    if "correct_count" in ok and "batch_size" in ok:
-        return float(ok["correct_count"].sum() / ok["batch_size"].sum())
+    if "correct_count" in ok and "batch_size" in ok and ok["correct_count"].notna().all():
+        checked = ok[ok["correct_count"] >= 0]
+        return float(checked["correct_count"].sum() / checked["batch_size"].sum()) if len(checked) else None
     return float(ok["correct"].mean())
 
 
@@ -42,7 +44,7 @@ def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
     out = {"count": int(len(g)), "ok": int(ok.sum()), "errors": int((~ok).sum()),
            "error_rate": float((~ok).mean()) if len(g) else 0.0,
            "achieved_rate": float(len(g) / duration_s) if duration_s else None,
-           "accuracy": _accuracy(g[ok]),
+           "accuracy": accuracy_of(g[ok]),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
            "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
            "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"], 99) / 1e6) if len(g) else None,

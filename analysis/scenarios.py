@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.latency import accuracy_of
 from analysis.stats import percentile_ci
 from contract.profile import Profile
 from contract.rates import Segment, rate_segments
@@ -111,6 +112,6 @@ def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[
                               "batches": int(len(g)),
                               "p50_batch_ms": float(np.percentile(g["latency_ns"], 50) / 1e6) if len(g) else None}
                              for region, g in ok.groupby("region", sort=True)]
-        out["accuracy"] = float(ok["correct_count"].sum() / ok["batch_size"].sum()) if len(ok) else None
+        out["accuracy"] = accuracy_of(ok)
         out["batch"], out["concurrency_per_worker"] = load.offline_batch, load.offline_concurrency
     return out

@@ -28,7 +28,7 @@ def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
 
 def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
     """Held-out sample → whether the variant answered it correctly (batch-1 requests; deterministic per model)."""
-    single = ok[ok["batch_size"] == 1]
+    single = ok[(ok["batch_size"] == 1) & (ok["correct_count"] >= 0)]
     return {int(k): bool(v) for k, v in single.groupby("sample_index")["correct"].first().items()}
 
 
@@ -54,9 +54,10 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     measured = g[g["phase"] > 0]
     ok = measured[measured["status"] == "ok"]
     lat = ok["latency_ns"].to_numpy(dtype=float) / 1e6
-    samples, correct = int(ok["batch_size"].sum()), int(ok["correct_count"].sum())
+    checked = ok[ok["correct_count"] >= 0]  # -1: the endpoint has no check
+    samples, correct = int(checked["batch_size"].sum()), int(checked["correct_count"].sum())
     row = {"name": name, "model": endpoint.model, "protocol": endpoint.protocol, "requests": int(len(measured)),
-           "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct,
+           "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct if samples else None,
            "accuracy": correct / samples if samples else None}
     for p in (50, 95, 99):
         est = percentile_ci(lat, p)

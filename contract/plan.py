@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.layout import RunLayout, write_atomic
 from contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
+from contract.requests import RequestSpec
 
 PLAN_VERSION = 1
 EndpointKind = Literal["embedded", "triton", "remote", "inprocess"]
@@ -33,6 +34,8 @@ class RunPlan(BaseModel):
     ntp_servers: list[str]
     models_dir: str
     lead_s: float
+    requests: dict[str, RequestSpec] = {}  # per endpoint: the request resolved from the model before the start
+    data_root: str = ""  # relative data paths are read from here (the orchestrator's directory; "" = each worker's)
 
     # -- derived settings (one definition each) ----------------------------------------------------------
     @property
@@ -41,6 +44,23 @@ class RunPlan(BaseModel):
         load = self.profile.load
         return {"multi-stream": load.samples_per_query, "offline": load.offline_batch}.get(
             load.scenario, self.profile.inputs.batch_size)
+
+    def batch_size(self, endpoint: Endpoint) -> int:
+        """Rows per request of `endpoint`: the scenario's query / batch size, else its resolved request's."""
+        load = self.profile.load
+        if load.scenario in ("multi-stream", "offline"):
+            return self.samples_per_request
+        spec = self.requests.get(endpoint.name)
+        return spec.batch_size if spec is not None else (endpoint.batch_size or self.profile.inputs.batch_size)
+
+    def data_source(self, endpoint: Endpoint) -> str:
+        """'random', 'zero' or a data file's path (older profiles: inputs.dataset under the models directory)."""
+        if endpoint.data is not None:
+            if endpoint.data in ("random", "zero") or Path(endpoint.data).is_absolute() or not self.data_root:
+                return endpoint.data
+            return str(Path(self.data_root) / endpoint.data)
+        dataset = self.profile.inputs.dataset
+        return str(Path(self.models_dir) / dataset) if dataset else "random"
 
     @property
     def drain_s(self) -> float:
@@ -62,7 +82,8 @@ class RunPlan(BaseModel):
         p, load, gen = self.profile, self.profile.load, self.profile.generator
         lines = [f"run {self.run_id}: scenario {load.scenario}, rate {load.rate} req/s, seed {load.seed}, "
                  f"warm-up {load.warmup_s:g} s, duration {load.duration_s:g} s, {len(load.phases)} phase change(s)",
-                 f"samples per request {self.samples_per_request}, inputs {p.inputs.dataset} ({p.inputs.selection})",
+                 f"samples per request {self.samples_per_request}, selection {p.inputs.selection}, at most "
+                 f"{p.inputs.max_samples} samples / {p.inputs.max_encoded_mb:g} MB of requests per endpoint",
                  f"generator: send-lag threshold {gen.send_lag_p99_ms:g} ms per {gen.window_s:g} s window, stall "
                  f"{gen.stall_max_ms:g} ms, spin {gen.spin_ms:g} ms, chunks of {gen.chunk_rows} rows / "
                  f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight}",
@@ -70,7 +91,10 @@ class RunPlan(BaseModel):
                  f"{p.clock.packets} packets"]
         for e in p.endpoints:
             lines.append(f"endpoint {e.name}: {e.protocol} {e.url} model {e.model} ({self.endpoint_kinds[e.name]}), "
-                         f"weight {e.weight:g}, timeout {e.timeout_ms:g} ms")
+                         f"weight {e.weight:g}, timeout {e.timeout_ms:g} ms, data {self.data_source(e)}")
+            spec = self.requests.get(e.name)
+            if spec is not None:
+                lines.append(f"  request ({spec.source}): {'; '.join(spec.describe())}")
         for r in p.regions:
             via = ", ".join(f"{k}={v}" for k, v in self.region_urls.get(r.name, {}).items()) or "direct"
             lines.append(f"region {r.name}: share {r.share:g}, {r.workers} worker(s), delay {r.delay_ms:g}±"
@@ -117,9 +141,9 @@ def endpoint_kind(endpoint: Endpoint) -> EndpointKind:
 
 
 def unresolved_plan(profile: Profile, run_id: str, run_dir: str, models_dir: str | None = None,
-                    lead_s: float = 0.0) -> RunPlan:
-    """A plan whose endpoints keep the profile's URLs (no servers started, no proxies)."""
+                    lead_s: float = 0.0, data_root: str = "") -> RunPlan:
+    """A plan whose endpoints keep the profile's URLs (no servers started, no proxies, no requests resolved)."""
     return RunPlan(run_id=run_id, run_dir=run_dir, profile=profile,
                    endpoint_kinds={e.name: endpoint_kind(e) for e in profile.endpoints},
                    ntp_servers=list(profile.clock.servers), models_dir=models_dir or profile.embedded.models_dir,
-                   lead_s=lead_s)
+                   lead_s=lead_s, data_root=data_root)

@@ -45,6 +45,44 @@ def check_url(url: str, schemes: tuple[str, ...]) -> str:
     return url
 
 
+DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64",
+             "BF16", "BYTES")
+
+
+class DeclaredTensor(_Strict):
+    """A model input as the server's metadata would give it (for servers that expose none)."""
+
+    name: str = Field(min_length=1)
+    datatype: Literal[DATATYPES]
+    shape: list[int] = Field(description="as in model metadata: -1 for a dynamic dimension; a leading -1 on every "
+                                         "input is the batch dimension")
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, v: list[int]) -> list[int]:
+        if any(d < -1 or d == 0 for d in v):
+            raise ValueError(f"{v}: each dimension is a size >= 1 or -1 (dynamic)")
+        return v
+
+
+class Check(_Strict):
+    """Are the answers right? `label`: the output's value per row equals the data's label; `argmax`: the index of
+    the output row's largest value equals it; `validation`: every output equals the data file's
+    validation_data within rtol / atol."""
+
+    kind: Literal["label", "argmax", "validation"] = "label"
+    output: str | None = Field(None, description="the output compared with the labels (label / argmax)")
+    labels: str = Field("labels", description="the data's label array (.npz) or key (.jsonl)")
+    rtol: float = Field(1e-3, ge=0)
+    atol: float = Field(1e-5, ge=0)
+
+    @model_validator(mode="after")
+    def _output(self) -> "Check":
+        if self.kind in ("label", "argmax") and not self.output:
+            raise ValueError(f"output: a {self.kind!r} check names the output it compares")
+        return self
+
+
 class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint."""
 
@@ -61,6 +99,32 @@ class Endpoint(_Strict):
     stats_url: str | None = Field(None, description="http://host:port of the server's statistics extension "
                                                     "(default: url for kserve-http; a Triton's HTTP port for gRPC)")
     metrics_url: str | None = Field(None, description="Prometheus metrics, e.g. http://triton:8002/metrics")
+    model_version: str = Field("", description="the model version to ask for (default: the server's choice)")
+    data: str | None = Field(None, description="'random', 'zero', or a data file: perf_analyzer input-data JSON, "
+                                               ".npz, .jsonl, or a directory (one file per sample, one BYTES input); "
+                                               "default: inputs.dataset, else 'random'")
+    shapes: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(
+        default_factory=dict, description="an input's shape without the batch dimension, fixing dynamic sizes "
+                                          "(like perf_analyzer --shape)")
+    ranges: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict, description="random data: [low, high) per input")
+    batch_size: int | None = Field(None, ge=1, le=1024, description="rows per request when the model has a batch "
+                                                                  "dimension (default inputs.batch_size)")
+    outputs: list[str] | None = Field(None, min_length=1, description="outputs to ask for (default: all the model "
+                                                                      "declares)")
+    binary: bool | Literal["auto"] = Field("auto", description="HTTP binary tensor extension: 'auto' (tensors over "
+                                                               "1 kB and every BYTES tensor), true, false")
+    check: Check | None = None
+    inputs: list[DeclaredTensor] | None = Field(None, min_length=1, description="the model's inputs, for servers "
+                                                                                "whose metadata says none")
+
+    @field_validator("ranges")
+    @classmethod
+    def _ranges(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        for name, (low, high) in v.items():
+            if not low < high:
+                raise ValueError(f"{name}: [low, high) needs low < high, got [{low:g}, {high:g}]")
+        return v
 
     @field_validator("url")
     @classmethod
@@ -173,9 +237,16 @@ class Clock(_Strict):
 
 
 class Inputs(_Strict):
-    dataset: str = Field("_data/digits_test.npz", description="npz with X and y, relative to models_dir")
+    """How samples are chosen and bounded, for every endpoint."""
+
+    dataset: str | None = Field(None, description="older profiles: a data file relative to embedded.models_dir, "
+                                                  "the default of every endpoint's `data`")
     selection: Literal["random", "sequential"] = "random"
-    batch_size: int = Field(1, ge=1, le=1024)
+    batch_size: int = Field(1, ge=1, le=1024, description="default of every endpoint's batch_size")
+    max_samples: int = Field(1024, ge=1, le=1_000_000, description="samples read from a data file (or made up "
+                                                                   "for random / zero), cycled through")
+    max_encoded_mb: float = Field(64, gt=0, description="bound on one endpoint's pre-encoded requests per worker; "
+                                                         "fewer samples are kept when they would exceed it")
 
 
 class Slo(_Strict):

@@ -26,6 +26,9 @@ DATATYPES = tuple(NUMPY_DTYPES)
 V2_DATATYPE = {v: k for k, v in NUMPY_DTYPES.items() if k != "BYTES"}
 FLOATS = ("FP16", "FP32", "FP64", "BF16")
 _LENGTH = struct.Struct("<I")
+# ONNX TensorProto element types → KServe v2 datatypes (ONNX string tensors are BYTES)
+ONNX_TO_V2 = {1: "FP32", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64", 8: "BYTES",
+              9: "BOOL", 10: "FP16", 11: "FP64", 12: "UINT32", 13: "UINT64", 16: "BF16"}
 
 
 @dataclass(frozen=True)
@@ -173,3 +176,30 @@ def _flatten(data: list) -> list:
         else:
             stack.pop()
     return out
+
+
+def onnx_tensors(onnx_file) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs) of an ONNX file's graph: graph inputs that are not initializers, with their datatypes
+    and shapes (a symbolic or missing dimension is -1); ValueError naming the file when it cannot be read."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(onnx_file), load_external_data=False).graph
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: a damaged file
+        raise ValueError(f"{onnx_file}: not a readable ONNX model: {exc}") from None
+    initializers = {t.name for t in graph.initializer}
+
+    def tensors(values) -> tuple[TensorSpec, ...]:
+        out = []
+        for v in values:
+            if v.name in initializers:
+                continue
+            t = v.type.tensor_type
+            if t.elem_type not in ONNX_TO_V2:
+                raise ValueError(f"{onnx_file}: tensor {v.name!r} has ONNX element type {t.elem_type}, which has no "
+                                 f"KServe v2 datatype")
+            dims = tuple(int(d.dim_value) if d.HasField("dim_value") else -1 for d in t.shape.dim)
+            out.append(TensorSpec(v.name, ONNX_TO_V2[t.elem_type], dims))
+        return tuple(out)
+
+    return tensors(graph.input), tensors(graph.output)

@@ -17,6 +17,8 @@ import numpy as np
 
 from contract.tensors import TensorSpec
 from endpoints.model_config import ModelSpec, write_config
+from endpoints.model_zoo import ZOO_MODELS, build_zoo
+from endpoints.onnx_tools import dedupe_opsets, onnx_parameter_count
 
 SEED = 20261121
 N_FEATURES = 64
@@ -24,7 +26,7 @@ N_CLASSES = 10
 DATA_FILE = Path("_data") / "digits_test.npz"
 ONNX_MODELS = ("digits_logreg_fp32", "digits_mlp_fp32", "digits_mlp_int8")
 SYNTHETIC_MODEL = "synthetic_mm1"
-ALL_MODELS = ONNX_MODELS + (SYNTHETIC_MODEL,)
+ALL_MODELS = ONNX_MODELS + (SYNTHETIC_MODEL,) + ZOO_MODELS
 
 _DIGITS_INPUTS = (TensorSpec("input", "FP32", (-1, N_FEATURES)),)
 _DIGITS_OUTPUTS = (TensorSpec("label", "INT64", (-1,)), TensorSpec("probabilities", "FP32", (-1, N_CLASSES)))
@@ -62,17 +64,6 @@ def _to_onnx(model) -> "onnx.ModelProto":  # noqa: F821
     return dedupe_opsets(onx)
 
 
-def dedupe_opsets(onx):
-    """Drop repeated opset_import entries for one domain (skl2onnx 1.20 writes the default twice)."""
-    seen: dict[str, int] = {}
-    for entry in onx.opset_import:
-        seen[entry.domain] = max(seen.get(entry.domain, 0), entry.version)
-    del onx.opset_import[:]
-    for domain, version in seen.items():
-        onx.opset_import.add(domain=domain, version=version)
-    return onx
-
-
 def _quantize_int8(fp32_path: Path, out_path: Path) -> None:
     import logging
 
@@ -90,18 +81,6 @@ def onnx_accuracy(path: Path, X: np.ndarray, y: np.ndarray) -> float:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     labels = sess.run(["label"], {"input": X})[0]
     return float(np.mean(labels == y))
-
-
-def onnx_parameter_count(path: Path) -> int:
-    """Number of learned scalars: initializer elements plus float attributes of ML operators
-    (skl2onnx stores LinearClassifier and Scaler weights as node attributes)."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path))
-    in_initializers = sum(numpy_helper.to_array(t).size for t in model.graph.initializer)
-    in_attributes = sum(len(a.floats) for node in model.graph.node for a in node.attribute)
-    return int(in_initializers + in_attributes)
 
 
 def sha256_of(path: Path) -> str:
@@ -219,7 +198,7 @@ def build_repository(out: Path, mm1_mean_ms: float = 2.0) -> list[BuiltModel]:
     X_train, X_test, y_train, y_test = load_split()
     (out / DATA_FILE).parent.mkdir(parents=True, exist_ok=True)
     with (out / DATA_FILE).open("wb") as fh:
-        np.savez(fh, X=X_test, y=y_test)
+        np.savez(fh, input=X_test, labels=y_test)  # one array per model input, and the labels
 
     logreg = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=SEED))
     logreg.fit(X_train, y_train)
@@ -237,6 +216,7 @@ def build_repository(out: Path, mm1_mean_ms: float = 2.0) -> list[BuiltModel]:
                                    out / "digits_mlp_fp32" / "1" / "model.onnx",
                                    "digits_mlp_fp32 with dynamic INT8 weight quantization (onnxruntime)"))
     built.append(_build_synthetic(out, X_train, X_test, y_train, y_test, mm1_mean_ms))
+    built += build_zoo(out, out / "digits_mlp_fp32" / "1" / "model.onnx", X_test, y_test, _write_metadata)
     return built
 
 
@@ -244,4 +224,4 @@ def load_heldout(repository: Path) -> tuple[np.ndarray, np.ndarray]:
     """The held-out inputs and labels the harness sends."""
     path = repository / DATA_FILE
     with np.load(path) as data:
-        return data["X"].astype(np.float32), data["y"].astype(np.int64)
+        return data["input"].astype(np.float32), data["labels"].astype(np.int64)

@@ -14,7 +14,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from contract.tensors import TensorSpec
+from contract.tensors import TensorSpec, onnx_tensors
 
 # Triton's config datatype enum names → KServe v2 datatype strings.
 _CONFIG_TO_V2 = {
@@ -27,9 +27,7 @@ _V2_TO_CONFIG = {v: k for k, v in _CONFIG_TO_V2.items()}
 QUEUE_PARAMETER = "max_queue_size"
 DEFAULT_MAX_BATCH = 4  # Triton's onnxruntime backend's default-max-batch-size for a completed config
 ONNX_BACKENDS = ("onnxruntime", "onnxruntime_onnx")
-# ONNX TensorProto element types → KServe v2 datatypes
-_ONNX_TO_V2 = {1: "FP32", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64", 8: "BYTES",
-               9: "BOOL", 10: "FP16", 11: "FP64", 12: "UINT32", 13: "UINT64", 16: "BF16"}
+
 
 
 @dataclass(frozen=True)
@@ -133,31 +131,9 @@ def read_config(path: Path) -> ModelSpec:
 
 
 def spec_from_onnx(onnx_file: Path, name: str) -> ModelSpec:
-    """A model's config completed from its ONNX graph: inputs (graph inputs that are not initializers) and
-    outputs with their datatypes and shapes (a symbolic or missing dimension is -1); max_batch_size
+    """A model's config completed from its ONNX graph (contract/tensors.py's onnx_tensors); max_batch_size
     DEFAULT_MAX_BATCH when every tensor's first dimension is dynamic, else 0."""
-    import onnx
-
-    try:
-        graph = onnx.load(str(onnx_file), load_external_data=False).graph
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: a damaged file
-        raise ValueError(f"{onnx_file}: not a readable ONNX model: {exc}") from None
-    initializers = {t.name for t in graph.initializer}
-
-    def tensors(values) -> tuple[TensorSpec, ...]:
-        out = []
-        for v in values:
-            if v.name in initializers:
-                continue
-            t = v.type.tensor_type
-            if t.elem_type not in _ONNX_TO_V2:
-                raise ValueError(f"{onnx_file}: tensor {v.name!r} has ONNX element type {t.elem_type}, which has "
-                                 f"no KServe v2 datatype")
-            dims = tuple(int(d.dim_value) if d.HasField("dim_value") else -1 for d in t.shape.dim)
-            out.append(TensorSpec(v.name, _ONNX_TO_V2[t.elem_type], dims))
-        return tuple(out)
-
-    inputs, outputs = tensors(graph.input), tensors(graph.output)
+    inputs, outputs = onnx_tensors(onnx_file)
     batched = all(t.shape and t.shape[0] == -1 for t in inputs + outputs)
     return ModelSpec(name=name, backend="onnxruntime", inputs=inputs, outputs=outputs,
                      max_batch_size=DEFAULT_MAX_BATCH if batched else 0, directory=onnx_file.parent.parent)

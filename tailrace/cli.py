@@ -145,15 +145,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from contract.profile import check_url
-    from tailrace.probe import run_probe
+    from contract.profile import ProfileError, check_url
+    from tailrace.probe import parse_shapes, probe_endpoint, protocol_of, run_probe
 
     try:
         check_url(args.url, ("http", "https", "grpc"))
     except ValueError as exc:
         parser.error(f"URL: {exc}")
-    return run_probe(args.url, args.model, args.protocol, args.requests, args.batch_size, args.timeout_ms,
-                     args.models, args.dataset)
+    binary = {"auto": "auto", "true": True, "false": False}[args.binary]
+    check = {"kind": args.check_kind, "output": args.check} if args.check else None
+    try:
+        endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
+                                  args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check)
+    except ProfileError as exc:
+        print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
+        return 2
+    return run_probe(args.url, endpoint, args.requests)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -296,12 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--model", required=True)
     probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc"], default=None,
                        help="default: from the URL scheme")
+    probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")
+    probe.add_argument("--data", default="random", help="'random' (default), 'zero', or a data file as in a profile's "
+                                                        "`data`: perf_analyzer JSON, .npz, .jsonl, a directory")
+    probe.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
+                       help="an input's shape without the batch dimension (repeat per input), like a profile's shapes")
     probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
     probe.add_argument("--batch-size", type=int, default=1)
+    probe.add_argument("--binary", choices=["auto", "true", "false"], default="auto",
+                       help="HTTP binary tensor extension (default auto: tensors over 1 kB)")
+    probe.add_argument("--check", default=None, metavar="OUTPUT", help="compare this output with the data's labels")
+    probe.add_argument("--check-kind", choices=["label", "argmax"], default="label")
     probe.add_argument("--timeout-ms", type=_positive_float, default=5000)
-    probe.add_argument("--models", type=Path, default=Path("build/models"),
-                       help="model repository holding the held-out rows (default build/models)")
-    probe.add_argument("--dataset", default="_data/digits_test.npz", help="npz with X, relative to --models")
     probe.set_defaults(func=lambda a, p: _cmd_probe(a, probe))
 
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",

@@ -1,7 +1,8 @@
 """`tailrace probe URL --model M`: the first command to run against a staging endpoint. It prints the server's
-and the model's metadata, the request tailrace would send, whether the model takes it, then sends a few
-requests and prints their latency, the server's timing and the answers. Exit 0 when every step worked, 1 on a
-mismatch or a failed request, 2 when the endpoint or the model cannot be reached."""
+and the model's metadata, the request tailrace would send (each input's name, datatype, shape, bytes) from the
+given data, then sends a few requests and prints their latency, the server's timing and the outputs' shapes.
+Exit 0 when every step worked, 1 on a mismatch or a failed request, 2 when the endpoint or the model cannot be
+reached or the options are wrong."""
 from __future__ import annotations
 
 import sys
@@ -10,8 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.orchestration.endpoint_check import EndpointCheckError, Tensor, mismatches, model_info
-from harness.worker.senders import GrpcSender, HttpSender, request_signature
+from contract.plan import unresolved_plan
+from contract.profile import Endpoint, ProfileError, parse_profile
+from contract.requests import RequestSpec, RequestSpecError
+from harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
+from harness.worker.payloads import AnswerCheck, wanted_outputs
+from harness.worker.request_data import DataError, SampleSet, samples_for
+from harness.worker.senders import GrpcSender, HttpSender, Sender
 
 
 def protocol_of(url: str, protocol: str | None) -> str:
@@ -19,63 +25,133 @@ def protocol_of(url: str, protocol: str | None) -> str:
     return protocol or ("kserve-grpc" if url.startswith("grpc://") else "kserve-http")
 
 
-def probe_data(models: Path, dataset: str, n_features: int) -> tuple[np.ndarray, str]:
-    """Rows to send: the held-out set when it is there, else zero rows as wide as the model's input."""
-    path = models / dataset
-    if path.is_file():
-        with np.load(path) as data:
-            return data["X"].astype(np.float32), str(path)
-    return np.zeros((8, max(1, n_features)), dtype=np.float32), "zeros (no held-out set at " + str(path) + ")"
+def probe_endpoint(url: str, model: str, protocol: str, version: str, data: str, shapes: dict[str, list[int]],
+                   batch_size: int, timeout_ms: float, binary: bool | str, check: dict | None) -> Endpoint:
+    """The endpoint a probe talks to, validated like a profile's (ProfileError names the option)."""
+    entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "model_version": version,
+             "data": data, "shapes": shapes, "batch_size": batch_size, "timeout_ms": timeout_ms, "binary": binary}
+    if check:
+        entry["check"] = check
+    profile = parse_profile({"name": "probe", "endpoints": [entry], "regions": [{"name": "here", "share": 1.0}],
+                             "load": {"rate": 1, "duration_s": 1}}, "tailrace probe")
+    return profile.endpoints[0]
 
 
-def run_probe(url: str, model: str, protocol: str | None, requests: int, batch_size: int, timeout_ms: float,
-              models: Path, dataset: str) -> int:
-    protocol = protocol_of(url, protocol)
+def describe(request: RequestSpec, samples: SampleSet) -> list[str]:
+    """The request tailrace sends, one line per input (datatype, shape, bytes of its first sample)."""
+    lines = []
+    for spec in request.inputs:
+        first = samples.inputs[spec.name][0]
+        size = sum(len(v) for v in first.reshape(-1)) if first.dtype == object else first.nbytes
+        shape = request.input_shape(spec) if -1 not in spec.shape else [request.batch_size, *first.shape] \
+            if request.batched else list(first.shape)
+        lines.append(f"  input  {spec.name} {spec.datatype} {shape}: {size * request.batch_size:,} bytes of tensor "
+                     f"data per request")
+    return lines + [f"  asks for {', '.join(request.outputs)}; data: {samples.source} ({len(samples)} samples)"]
+
+
+def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     try:
-        info = model_info(url, protocol, model, timeout_s=timeout_ms / 1000)
+        info = model_info(url, endpoint.protocol, endpoint.model, endpoint.model_version,
+                          timeout_s=endpoint.timeout_ms / 1000)
     except EndpointCheckError as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return 2
     server = info.server
-    print(f"server {server.get('name', '?')} {server.get('version', '')} ({protocol} {url}); extensions: "
+    print(f"server {server.get('name', '?')} {server.get('version', '')} ({endpoint.protocol} {url}); extensions: "
           f"{', '.join(server.get('extensions') or []) or 'none'}")
+    batch = "none" if not info.max_batch_size else f"max_batch_size {info.max_batch_size}"
     print(f"model {info.name} versions {info.versions} platform {info.platform or '?'}: "
-          f"{'ready' if info.ready else 'NOT READY'}")
+          f"{'ready' if info.ready else 'NOT READY'} (batch dimension: "
+          f"{'unknown, no config' if info.max_batch_size is None else batch})")
     for kind, tensors in (("input", info.inputs), ("output", info.outputs)):
         for t in tensors:
             print(f"  {kind:6} {t}")
-    width = info.inputs[0].shape[-1] if info.inputs and info.inputs[0].shape else -1
-    X, source = probe_data(models, dataset, width)
-    sends, reads = request_signature(X.shape[1], batch_size)
-    for name, datatype, shape in sends:
-        print(f"tailrace sends {name} {datatype} {list(shape)} ({int(np.prod(shape)) * 4:,} bytes of tensor data, "
-              f"rows from {source}); asks for {', '.join(reads)}")
-    problems = mismatches(info, [Tensor(*s) for s in sends], reads)
+    plan = unresolved_plan(parse_profile({"name": "probe", "endpoints": [endpoint.model_dump()],
+                                          "regions": [{"name": "here", "share": 1.0}],
+                                          "load": {"rate": 1, "duration_s": 1}}, "tailrace probe"),
+                           "probe", "", data_root=str(Path.cwd()))
+    try:
+        request = endpoint_request(endpoint, info, endpoint.batch_size or 1)
+        samples = samples_for(plan, endpoint, request)
+    except (RequestSpecError, DataError) as exc:
+        print(f"MISMATCH: {exc}")
+        return 1
+    print(f"tailrace sends ({request.source}):")
+    for line in describe(request, samples):
+        print(line)
+    problems = readiness(info)
     for p in problems:
         print(f"MISMATCH: {p}")
     if problems:
         return 1
-    return _send_some(url, protocol, model, X, requests, batch_size, timeout_ms)
+    return _send_some(url, endpoint, request, samples, requests)
 
 
-def _send_some(url: str, protocol: str, model: str, X: np.ndarray, requests: int, batch_size: int,
-               timeout_ms: float) -> int:
+def _sender(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, wanted: tuple[str, ...]) -> Sender:
+    timeout_s = endpoint.timeout_ms / 1000
+    if endpoint.protocol == "kserve-grpc":
+        return GrpcSender(url, endpoint.model, samples, request, timeout_s, None, version=endpoint.model_version,
+                          wanted=wanted)
+    return HttpSender(url, endpoint.model, samples, request, timeout_s, 4, None, binary=endpoint.binary,
+                      version=endpoint.model_version, wanted=wanted)
+
+
+def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, requests: int) -> int:
     """Send `requests` requests one after another and print each outcome; 1 if any failed."""
-    if protocol == "kserve-grpc":
-        sender = GrpcSender(url, model, X, batch_size, timeout_ms / 1000, None)
-    else:
-        sender = HttpSender(url, model, X, batch_size, timeout_ms / 1000, 4, None)
+    sender = _sender(url, endpoint, request, samples, tuple(request.outputs))
+    check = AnswerCheck(endpoint.check, samples, request.batched)
+    checked = set(wanted_outputs(endpoint.check, samples))
     failed = 0
     try:
         for k in range(requests):
+            sample = k * request.batch_size
             start = time.perf_counter_ns()
-            out = sender.send(k % len(X), {}, lambda: None)
+            out = sender.send(sample, {}, lambda: None)
             ms = (time.perf_counter_ns() - start) / 1e6
             timing = (f"server queue {out.server_queue_ns / 1e6:.2f} ms, compute {out.server_compute_ns / 1e6:.2f} ms"
                       if out.server_compute_ns >= 0 else "no server timing")
-            answer = f"prediction {out.prediction}" if out.status == "ok" else f"{out.code} {out.error}"
-            print(f"request {k + 1}: {out.status} in {ms:.2f} ms ({timing}); {answer}")
-            failed += out.status != "ok"
+            print(f"request {k + 1}: {out.status} in {ms:.2f} ms ({timing}; {out.bytes_out:,} B out, "
+                  f"{out.bytes_in:,} B in)")
+            if out.status != "ok":
+                print(f"  {out.code} {out.error}")
+                failed += 1
+                continue
+            for name, arr in (out.outputs or {}).items():
+                print(f"  output {name} {_datatype(arr)} {list(arr.shape)}: {_preview(arr)}")
+            if checked:
+                first = sender.payloads.first_row(sample)
+                right, prediction = check.score({n: out.outputs[n] for n in checked}, first, request.batch_size)
+                label = check.label(first)
+                print(f"  check: {right} of {request.batch_size} right" +
+                      (f" (answered {prediction}, label {label})" if label >= 0 else ""))
     finally:
         sender.close()
     return 1 if failed else 0
+
+
+def _datatype(arr: np.ndarray) -> str:
+    from contract.tensors import datatype_of
+
+    return datatype_of(arr)
+
+
+def _preview(arr: np.ndarray, n: int = 6) -> str:
+    flat = arr.reshape(-1)
+    items = [repr(v[:24]) if isinstance(v, bytes) else f"{v:.4g}" if isinstance(v, float | np.floating) else str(v)
+             for v in flat[:n].tolist()]
+    return "[" + ", ".join(items) + (", …]" if flat.size > n else "]")
+
+
+def parse_shapes(values: list[str]) -> dict[str, list[int]]:
+    """`NAME=D1,D2` options (perf_analyzer's --shape NAME:D1,D2 also accepted) → {NAME: [D1, D2]}."""
+    out = {}
+    for v in values:
+        name, sep, dims = v.replace(":", "=", 1).partition("=") if "=" not in v else v.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise ProfileError(f"--shape {v!r}: expected NAME=D1,D2,… (integers)") from None
+    return out

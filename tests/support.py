@@ -16,12 +16,16 @@ import pytest
 from contract.layout import RunLayout
 from contract.profile import Profile, parse_profile
 from contract.records import ClockRow, RequestRow
+from contract.requests import InputSpec, RequestSpec
+from endpoints.model_build import DATA_FILE as DIGITS_DATA
 from endpoints.model_build import build_repository
 from harness.orchestration.local_run import LocalRun
 from harness.orchestration.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
 from harness.orchestration.run_record import read_master_events, write_manifest
 from harness.worker.clock import WorkerClock, measure_offset
+from harness.worker.payloads import Payloads
 from harness.worker.recorder import clock_writer, request_writer
+from harness.worker.request_data import SampleSet
 from harness.worker.senders import Outcome
 
 IN_CI = os.environ.get("CI") == "true"
@@ -77,6 +81,8 @@ def split_cpus() -> tuple[list[int] | None, list[int] | None]:
 
 
 def make_profile(models_dir: Path, **overrides) -> Profile:
+    """A two-region profile on the embedded endpoint; `a__b=v` overrides nested keys. Endpoints of the digits
+    models get their held-out data and a label check unless they set `data`."""
     data = {
         "name": "test",
         "endpoints": [
@@ -95,6 +101,10 @@ def make_profile(models_dir: Path, **overrides) -> Profile:
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
+    for ep in data["endpoints"]:  # the digits models' held-out set, checked against their labels
+        if ep["model"].startswith(("digits_", "synthetic_mm1")) and "data" not in ep:
+            ep.setdefault("check", {"output": "label"})
+            ep["data"] = str(Path(models_dir) / DIGITS_DATA)
     return parse_profile(data, "test profile")
 
 
@@ -227,8 +237,13 @@ class FakeSender:
     `status` for the samples in `failing`; records what it was asked to send."""
 
     def __init__(self, label_of=lambda sample: 0, failing: frozenset[int] = frozenset(), status: str = "timeout",
-                 raise_on: frozenset[int] = frozenset()) -> None:
+                 raise_on: frozenset[int] = frozenset(), labels: np.ndarray | None = None, batch: int = 1) -> None:
         self.label_of, self.failing, self.status, self.raise_on = label_of, failing, status, raise_on
+        labels = np.arange(10) % 3 if labels is None else labels
+        samples = SampleSet({"input": [np.zeros(1, np.float32)] * len(labels)}, "fake", labels)
+        request = RequestSpec(inputs=[InputSpec(name="input", datatype="FP32", shape=[1])], outputs=["label"],
+                              output_datatypes={"label": "INT64"}, batched=True, batch_size=batch, source="fake")
+        self.payloads = Payloads(samples, request, 1, [None] * len(labels))
         self.sent: list[tuple[int, dict[str, str]]] = []
         self.warmed = self.closed = False
 
@@ -239,8 +254,7 @@ class FakeSender:
         on_sent()
         if sample in self.failing:
             return Outcome(status=self.status, code="deadline", error="fake failure")
-        label = self.label_of(sample)
-        return Outcome(code="200", prediction=label, predictions=np.array([label]), server_queue_ns=1_000,
+        return Outcome(code="200", outputs={"label": np.array([self.label_of(sample)])}, server_queue_ns=1_000,
                        server_compute_ns=2_000, bytes_out=10, bytes_in=20)
 
     def warm_up(self) -> None:

@@ -1,9 +1,11 @@
 """Serve a tailrace model repository on a real Triton Inference Server, through PyTriton.
 
 Runs in its own virtualenv (`.venv-triton`: nvidia-pytriton pins numpy<2), so it imports nothing from
-tailrace. Each model of the repository is bound under the same name, with the same inputs and outputs
-as the embedded endpoint, to an onnxruntime session on the same ONNX file (`synthetic_mm1` to the same
-nearest-centroid + exponential-service-time computation as its Python-backend model.py).
+tailrace. Each ONNX model of the repository is bound under the same name to an onnxruntime session on the
+same ONNX file, with the inputs and outputs its graph declares (any number, any datatype; ONNX strings are
+BYTES); a model whose every input and output has a dynamic first dimension is batched (dynamic batching up to
+--max-batch), others take one request at a time. `synthetic_mm1` is bound to the same nearest-centroid +
+exponential-service-time computation as its Python-backend model.py.
 
 Triton's HTTP, gRPC and metrics servers bind the given address (127.0.0.1 by default); the statistics API
 is not restricted; `traceparent` and the x-tailrace-* headers are forwarded into the request parameters.
@@ -82,51 +84,85 @@ class TraceLog:
             self._file.close()
 
 
-def batched(compute, trace_log: TraceLog):
-    """A PyTriton callable: concatenates the requests' `input`, runs `compute`, splits the outputs back."""
+def batched(compute, input_names: list[str], output_names: list[str], trace_log: TraceLog):
+    """A PyTriton callable: concatenates the requests' inputs along the batch dimension, runs `compute`,
+    splits the outputs back (rank-1 outputs as [n, 1], PyTriton's shape for a per-row scalar)."""
 
     def infer(requests):
         sizes = []
         for request in requests:
             trace_log.record(request.parameters)
-            sizes.append(request["input"].shape[0])
-        x = requests[0]["input"] if len(requests) == 1 else np.concatenate([r["input"] for r in requests])
-        label, probabilities = compute(x.astype(np.float32, copy=False))
-        label = np.asarray(label, dtype=np.int64).reshape(-1, 1)
-        probabilities = np.asarray(probabilities, dtype=np.float32)
+            sizes.append(request[input_names[0]].shape[0])
+        feed = {n: requests[0][n] if len(requests) == 1 else np.concatenate([r[n] for r in requests])
+                for n in input_names}
+        results = [np.asarray(r) for r in compute(feed)]
+        results = [r.reshape(-1, 1) if r.ndim == 1 else r for r in results]
         out, at = [], 0
         for n in sizes:
-            out.append({"label": label[at:at + n], "probabilities": probabilities[at:at + n]})
+            out.append({name: r[at:at + n] for name, r in zip(output_names, results)})
             at += n
         return out
 
     return infer
 
 
-def onnx_compute(path: Path, threads: int):
-    """X → (label, probabilities) on an onnxruntime session for the ONNX model at `path`."""
+def unbatched(compute, input_names: list[str], output_names: list[str], trace_log: TraceLog):
+    """A PyTriton callable for a model without a batch dimension: one request per execution."""
+
+    def infer(requests):
+        out = []
+        for request in requests:
+            trace_log.record(request.parameters)
+            out.append(dict(zip(output_names, (np.asarray(r) for r in compute({n: request[n] for n in input_names})))))
+        return out
+
+    return infer
+
+
+ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+                "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
+                "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
+                "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_, "tensor(string)": np.bytes_}
+
+
+def _dims(shape) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else -1 for d in shape)
+
+
+def onnx_model(path: Path, threads: int):
+    """(compute, inputs, outputs, batched) for the ONNX model at `path`: `compute(feed) → outputs` on an
+    onnxruntime session; the tensors as (name, numpy dtype, shape with -1 for dynamic dimensions)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
-    output_names = [o.name for o in session.get_outputs()]
+    inputs = [(i.name, ORT_TO_NUMPY[i.type], _dims(i.shape)) for i in session.get_inputs()]
+    outputs = [(o.name, ORT_TO_NUMPY[o.type], _dims(o.shape)) for o in session.get_outputs()]
+    strings_in = {n for n, dtype, _ in inputs if dtype is np.bytes_}
+    output_names = [n for n, _, _ in outputs]
 
-    def compute(x: np.ndarray):
-        return session.run(output_names, {input_name: x})
+    def compute(feed: dict[str, np.ndarray]):
+        for n in strings_in:  # Triton hands BYTES as bytes; ONNX string tensors hold str
+            feed[n] = np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b),
+                                   otypes=[object])(feed[n])
+        results = session.run(output_names, feed)
+        return [np.vectorize(lambda v: v.encode(), otypes=[object])(r) if r.dtype == object else r for r in results]
 
-    return compute
+    is_batched = all(shape and shape[0] == -1 for _, _, shape in inputs + outputs)
+    return compute, inputs, outputs, is_batched
 
 
 def synthetic_compute(model_dir: Path):
-    """The synthetic M/M/1 model: nearest centroid, then sleep so each execution takes Exp(mean) in total."""
+    """The synthetic M/M/1 model (feed {input} → [label, probabilities]): nearest centroid, then sleep so each
+    execution takes Exp(mean) in total."""
     config_text = (model_dir / "config.pbtxt").read_text()
     mean_s = float(_pbtxt_parameter(config_text, "service_time_mean_ms", "2")) / 1000.0
     rng = np.random.default_rng(int(_pbtxt_parameter(config_text, "seed", "0")))
     centroids = np.load(model_dir / "1" / "centroids.npy")
 
-    def compute(x: np.ndarray):
+    def compute(feed: dict[str, np.ndarray]):
         start = time.perf_counter()
+        x = feed["input"].astype(np.float32, copy=False)
         d = ((x[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
         label = d.argmin(axis=1).astype(np.int64)
         proba = np.exp(-(d - d.min(axis=1, keepdims=True)) / 1000.0).astype(np.float32)
@@ -134,7 +170,7 @@ def synthetic_compute(model_dir: Path):
         remaining = rng.exponential(mean_s) - (time.perf_counter() - start)
         if remaining > 0:
             time.sleep(remaining)
-        return label, proba
+        return [label, proba]
 
     return compute
 
@@ -154,34 +190,53 @@ def _pbtxt_parameter(text: str, key: str, default: str) -> str:
 
 def discover_models(root: Path, only: list[str]) -> dict[str, Path]:
     """Model name → model directory, for every model the repository holds (or the `only` subset)."""
-    found = {d.name: d for d in sorted(root.iterdir()) if d.is_dir() and (d / "config.pbtxt").exists()}
+    found = {d.name: d for d in sorted(root.iterdir()) if d.is_dir() and
+             ((d / "config.pbtxt").exists() or (d / "1" / "model.onnx").exists())}
     missing = [m for m in only if m not in found]
     if missing:
         raise SystemExit(f"--model: not in {root}: {', '.join(missing)} (has {', '.join(found)})")
     return {m: found[m] for m in (only or found)}
 
 
-def model_config(args: argparse.Namespace) -> ModelConfig:
+def model_config(args: argparse.Namespace, is_batched: bool = True) -> ModelConfig:
+    if not is_batched:
+        return ModelConfig(batching=False)
     batcher = None if args.no_dynamic_batching else DynamicBatcher(max_queue_delay_microseconds=args.queue_delay_us)
     return ModelConfig(batching=True, max_batch_size=args.max_batch, batcher=batcher)
+
+
+def _tensors(specs, is_batched: bool) -> list[Tensor]:
+    """PyTriton tensors: with batching the batch dimension is left out, and a per-row scalar is shape (1,)."""
+    out = []
+    for name, dtype, shape in specs:
+        dims = shape[1:] if is_batched else shape
+        out.append(Tensor(name=name, dtype=dtype, shape=dims or (1,)))
+    return out
+
+
+DIGITS_INPUTS = [("input", np.float32, (-1, 64))]
+DIGITS_OUTPUTS = [("label", np.int64, (-1,)), ("probabilities", np.float32, (-1, 10))]
 
 
 def bind_models(triton: Triton, models: dict[str, Path], args: argparse.Namespace, trace_log: TraceLog) -> None:
     for name, model_dir in models.items():
         onnx_path = model_dir / "1" / "model.onnx"
         if onnx_path.exists():
-            functions = [batched(onnx_compute(onnx_path, args.threads), trace_log) for _ in range(args.instances)]
-        elif (model_dir / "1" / "centroids.npy").exists():
-            functions = [batched(synthetic_compute(model_dir), trace_log)]  # one slot: M/M/1 by construction
+            parts = [onnx_model(onnx_path, args.threads) for _ in range(args.instances)]
+            _, inputs, outputs, is_batched = parts[0]
+        elif (model_dir / "1" / "centroids.npy").exists():  # one slot: M/M/1 by construction
+            parts = [(synthetic_compute(model_dir), DIGITS_INPUTS, DIGITS_OUTPUTS, True)]
+            inputs, outputs, is_batched = DIGITS_INPUTS, DIGITS_OUTPUTS, True
         else:
             LOG.warning("skipping %s: neither 1/model.onnx nor a synthetic model", name)
             continue
-        triton.bind(model_name=name, infer_func=functions,
-                    inputs=[Tensor(name="input", dtype=np.float32, shape=(64,))],
-                    outputs=[Tensor(name="label", dtype=np.int64, shape=(1,)),
-                             Tensor(name="probabilities", dtype=np.float32, shape=(10,))],
-                    config=model_config(args), strict=True)
-        LOG.info("bound %s (%d instance(s), max_batch %d)", name, len(functions), args.max_batch)
+        wrap = batched if is_batched else unbatched
+        in_names, out_names = [n for n, _, _ in inputs], [n for n, _, _ in outputs]
+        functions = [wrap(compute, in_names, out_names, trace_log) for compute, *_ in parts]
+        triton.bind(model_name=name, infer_func=functions, inputs=_tensors(inputs, is_batched),
+                    outputs=_tensors(outputs, is_batched), config=model_config(args, is_batched), strict=True)
+        LOG.info("bound %s (%d instance(s), %s): inputs %s, outputs %s", name, len(functions),
+                 f"max_batch {args.max_batch}" if is_batched else "no batching", inputs, outputs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,23 +1,23 @@
-"""Before any load: is each endpoint reachable, its model present and ready, and does the model take the request
-the generator will send? Asked over the endpoint's own protocol (KServe v2 HTTP: /v2/models/{m}, /ready;
-gRPC: ServerReady, ModelMetadata, ModelReady). Every problem is one line naming the endpoint, the input and
-what differs; `tailrace run` and `tailrace master` exit 2 on any, and `tailrace probe` prints them."""
+"""Before any load: is each endpoint reachable, its model present and ready, and what request does it take?
+Asked over the endpoint's own protocol (KServe v2 HTTP: /v2/models/{m}, /config, /ready; gRPC: ServerMetadata,
+ModelMetadata, ModelConfig, ModelReady), once. The answer becomes the endpoint's resolved request
+(contract/requests.py) in the run plan, and the endpoint's data is read and checked against it. Every problem
+is one line naming the endpoint, the input and what differs; `tailrace run` and `tailrace master` exit 2 on
+any, and `tailrace probe` prints them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.datatype} {list(self.shape)}"
+from contract.plan import RunPlan
+from contract.profile import Endpoint
+from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
+from contract.tensors import TensorSpec, onnx_tensors
+from harness.worker.request_data import DataError, samples_for
+from harness.worker.senders import inprocess_model
 
 
 @dataclass
@@ -28,22 +28,24 @@ class ModelInfo:
     name: str = ""
     versions: list[str] = field(default_factory=list)
     platform: str = ""
-    inputs: list[Tensor] = field(default_factory=list)
-    outputs: list[Tensor] = field(default_factory=list)
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
     ready: bool = False
+    max_batch_size: int | None = None  # from the model's config; None when the server gives none
 
 
 class EndpointCheckError(Exception):
     """An endpoint that cannot take the run's requests; the message names the endpoint and what is wrong."""
 
 
-def _tensors(items) -> list[Tensor]:
-    return [Tensor(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items]
+def _tensors(items) -> list[TensorSpec]:
+    return [TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items]
 
 
 def model_info_http(url: str, model: str, version: str = "", timeout_s: float = 5.0,
                     headers: dict[str, str] | None = None) -> ModelInfo:
-    """Server and model metadata over KServe v2 HTTP; EndpointCheckError when unreachable or unknown."""
+    """Server and model metadata (and config, when the server has one) over KServe v2 HTTP; EndpointCheckError
+    when unreachable or unknown."""
     base = url.rstrip("/")
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
     try:
@@ -51,15 +53,22 @@ def model_info_http(url: str, model: str, version: str = "", timeout_s: float = 
             server = client.get(f"{base}/v2")
             meta = client.get(f"{base}{path}")
             ready = client.get(f"{base}{path}/ready")
+            config = client.get(f"{base}{path}/config") if meta.status_code == 200 else None
     except httpx.HTTPError as exc:
         raise EndpointCheckError(f"cannot reach {base}: {exc}") from None
     if meta.status_code != 200:
         raise EndpointCheckError(f"model {model!r} is not on {base} (HTTP {meta.status_code}: {_said(meta)})")
     doc = meta.json()
+    max_batch = None
+    if config is not None and config.status_code == 200:
+        try:
+            max_batch = int(config.json().get("max_batch_size", 0))
+        except (ValueError, TypeError, AttributeError):
+            max_batch = None
     return ModelInfo(server=server.json() if server.status_code == 200 else {}, name=doc.get("name", model),
                      versions=list(doc.get("versions") or []), platform=doc.get("platform", ""),
                      inputs=_tensors(doc.get("inputs") or []), outputs=_tensors(doc.get("outputs") or []),
-                     ready=ready.status_code == 200)
+                     ready=ready.status_code == 200, max_batch_size=max_batch)
 
 
 def _said(response: httpx.Response) -> str:
@@ -91,10 +100,16 @@ def model_info_grpc(url: str, model: str, version: str = "", timeout_s: float = 
         except grpc.RpcError as exc:
             raise EndpointCheckError(f"model {model!r} is not on {target} ({exc.code().name}: "
                                      f"{exc.details()})") from None
-    tensors = lambda ts: [Tensor(t.name, t.datatype, tuple(t.shape)) for t in ts]  # noqa: E731
+        try:
+            max_batch = int(stub.ModelConfig(service_pb2.ModelConfigRequest(name=model, version=version),
+                                             timeout=timeout_s, metadata=metadata).config.max_batch_size)
+        except grpc.RpcError:  # a server without the configuration extension
+            max_batch = None
+    tensors = lambda ts: [TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in ts]  # noqa: E731
     return ModelInfo(server={"name": server.name, "version": server.version, "extensions": list(server.extensions)},
                      name=meta.name, versions=list(meta.versions), platform=meta.platform,
-                     inputs=tensors(meta.inputs), outputs=tensors(meta.outputs), ready=ready)
+                     inputs=tensors(meta.inputs), outputs=tensors(meta.outputs), ready=ready,
+                     max_batch_size=max_batch)
 
 
 def model_info(url: str, protocol: str, model: str, version: str = "", timeout_s: float = 5.0,
@@ -103,46 +118,63 @@ def model_info(url: str, protocol: str, model: str, version: str = "", timeout_s
     return fetch(url, model, version, timeout_s, headers)
 
 
-def mismatches(info: ModelInfo, sends: list[Tensor], reads: list[str]) -> list[str]:
-    """What differs between the request the generator sends (`sends`: inputs with the shape of one request, -1
-    where not known here; `reads`: the outputs it asks for) and the model; [] when the model takes it."""
-    problems = [] if info.ready else ["the model is not ready"]
-    model_inputs = {t.name: t for t in info.inputs}
-    for sent in sends:
-        want = model_inputs.get(sent.name)
-        if want is None:
-            problems.append(f"input {sent.name!r}: the model has no such input (its inputs: "
-                            f"{', '.join(map(str, info.inputs)) or 'none'})")
-            continue
-        if sent.datatype != want.datatype:
-            problems.append(f"input {sent.name!r}: tailrace sends {sent.datatype}, the model takes {want.datatype}")
-        if len(sent.shape) != len(want.shape) or any(w >= 0 and 0 <= s != w for s, w in zip(sent.shape, want.shape)):
-            problems.append(f"input {sent.name!r}: tailrace sends shape {list(sent.shape)}, the model takes "
-                            f"{list(want.shape)}")
-    for name in sorted(set(model_inputs) - {t.name for t in sends}):
-        problems.append(f"input {name!r}: the model needs it and tailrace does not send it")
-    outputs = {t.name for t in info.outputs}
-    problems += [f"output {name!r}: the model has no such output (its outputs: "
-                 f"{', '.join(map(str, info.outputs)) or 'none'})" for name in reads if name not in outputs]
-    return problems
+def readiness(info: ModelInfo) -> list[str]:
+    return [] if info.ready else ["the model is not ready"]
 
 
-def check_endpoints(plan_profile, n_features: int, batch_size: int, urls: dict[str, str] | None = None) -> None:
-    """Check every network endpoint of a (resolved) profile; EndpointCheckError lists every problem, one line
-    each, naming the endpoint. `urls`: where to reach each endpoint from here (default: its url)."""
-    from harness.worker.senders import request_signature
+def endpoint_request(ep: Endpoint, info: ModelInfo | None, default_batch: int) -> RequestSpec:
+    """The request `ep` sends: from the profile's declared inputs, else from the server's metadata and config."""
+    declared = declared_request(ep, default_batch)
+    if declared is not None:
+        return declared
+    source = "server metadata + config" if info.max_batch_size is not None else "server metadata"
+    return resolve_request(ep, info.inputs, info.outputs, info.max_batch_size, default_batch, source)
 
-    sends, reads = request_signature(n_features, batch_size)
-    tensors = [Tensor(name, datatype, shape) for name, datatype, shape in sends]
-    problems = []
-    for ep in plan_profile.network_endpoints:
+
+def check_data(plan: RunPlan, ep: Endpoint, request: RequestSpec, here: bool = True) -> str | None:
+    """Read the endpoint's data and check it against the request (DataError on a mismatch). `here=False`
+    (a master whose workers hold the data): a file this host lacks is left to the workers; says so."""
+    source = plan.data_source(ep)
+    if not here and source not in ("random", "zero") and not Path(source).exists():
+        return f"endpoint {ep.name}: data {source} is not on this host; each worker checks it before the start"
+    samples_for(plan, ep, scenario_request(request, plan.batch_size(ep)))
+    return None
+
+
+def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_here: bool = True
+                     ) -> tuple[dict[str, RequestSpec], list[str]]:
+    """Check every endpoint of a plan (network endpoints over their protocol, inprocess ones from their ONNX
+    file) and resolve its request; EndpointCheckError lists every problem, one line each, naming the
+    endpoint. Returns the requests and notes (data left to the workers)."""
+    profile = plan.profile
+    default_batch = profile.inputs.batch_size
+    requests, problems, notes = {}, [], []
+    for ep in profile.endpoints:
         url = (urls or {}).get(ep.name, ep.url)
-        auth = {ep.auth_header: ep.auth_value() or ""} if ep.auth_header else None
+        where = f"endpoint {ep.name} ({ep.model} on {url})"
         try:
-            info = model_info(url, ep.protocol, ep.model, timeout_s=min(10.0, ep.timeout_ms / 1000), headers=auth)
+            if ep.protocol == "inprocess":
+                inputs, outputs = onnx_tensors(inprocess_model(Path(plan.models_dir), ep))
+                info = ModelInfo(name=ep.model, inputs=list(inputs), outputs=list(outputs), ready=True)
+            else:
+                auth = {ep.auth_header: ep.auth_value() or ""} if ep.auth_header else None
+                info = model_info(url, ep.protocol, ep.model, ep.model_version,
+                                  timeout_s=min(10.0, ep.timeout_ms / 1000), headers=auth)
         except EndpointCheckError as exc:
             problems.append(f"endpoint {ep.name}: {exc}")
             continue
-        problems += [f"endpoint {ep.name} ({ep.model} on {url}): {p}" for p in mismatches(info, tensors, reads)]
+        except ValueError as exc:  # an unreadable ONNX file
+            problems.append(f"endpoint {ep.name}: {exc}")
+            continue
+        problems += [f"{where}: {p}" for p in readiness(info)]
+        try:
+            request = endpoint_request(ep, info, default_batch)
+            requests[ep.name] = request
+            note = check_data(plan, ep, request, data_here)
+            if note:
+                notes.append(note)
+        except (RequestSpecError, DataError) as exc:
+            problems.append(f"{where}: {exc}")
     if problems:
         raise EndpointCheckError("\n".join(problems))
+    return requests, notes

@@ -18,7 +18,7 @@ from pathlib import Path
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, Profile
-from harness.orchestration.endpoint_check import check_endpoints
+from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.preflight import check_local
 from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
 from harness.orchestration.region_proxies import proxied_regions, start_region_proxies
@@ -60,19 +60,6 @@ def master_argv(plan: RunPlan, bind: str, port: int, max_wait_s: int, *extra: st
 
 def new_run_id(profile: Profile) -> str:
     return f"{profile.name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(2)}"
-
-
-def request_size(profile: Profile, models_dir: Path | None = None, with_features: bool = True) -> tuple[int, int]:
-    """(features per row, rows per request) of the requests the workers will send (-1 features when not asked)."""
-    import numpy as np
-
-    from contract.plan import unresolved_plan
-
-    n_features = -1
-    if with_features:
-        with np.load(Path(models_dir or profile.embedded.models_dir) / profile.inputs.dataset) as data:
-            n_features = int(data["X"].shape[1])
-    return n_features, unresolved_plan(profile, "", "").samples_per_request
 
 
 def log_effective_settings(plan: RunPlan, layout: RunLayout) -> None:
@@ -119,13 +106,14 @@ class LocalRun:
             self.servers = start_servers(p, self.layout.logs, self.log)
             self.processes.extend(s.process for s in self.servers.instances)
         resolved = self.servers.resolve(p) if self.servers is not None else p
-        check_endpoints(resolved, *request_size(p))  # no load before every endpoint takes the requests
+        plan = RunPlan(run_id=self.run_id, run_dir=str(self.layout.root.resolve()), profile=resolved,
+                       endpoint_kinds={e.name: endpoint_kind(e) for e in p.endpoints}, ntp_servers=ntp_servers,
+                       models_dir=str(Path(p.embedded.models_dir).resolve()), lead_s=LEAD_S,
+                       data_root=str(Path.cwd()))
+        requests, _ = resolve_requests(plan)  # no load before every endpoint takes the requests and its data fits
         proxies, region_urls = start_region_proxies(resolved, self.layout)
         self.processes.extend(proxies)
-        self.plan = RunPlan(run_id=self.run_id, run_dir=str(self.layout.root.resolve()), profile=resolved,
-                            endpoint_kinds={e.name: endpoint_kind(e) for e in p.endpoints},
-                            region_urls=region_urls, ntp_servers=ntp_servers,
-                            models_dir=str(Path(p.embedded.models_dir).resolve()), lead_s=LEAD_S)
+        self.plan = plan.model_copy(update={"requests": requests, "region_urls": region_urls})
         self.plan.write(self.layout)
         log_effective_settings(self.plan, self.layout)
         self._write_cold_starts()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from contract.plan import unresolved_plan
 from contract.profile import Embedded, Profile
 
 DEFAULT_MODELS_DIR = Embedded.model_fields["models_dir"].default  # built on first use (documented in README)
@@ -46,9 +47,14 @@ def check_local(profile: Profile, out: Path) -> None:
         raise ValueError(f"triton.models_dir: {profile.triton.models_dir} does not exist (build it with "
                          f"`tailrace models build --out {profile.triton.models_dir}`)")
     will_build = profile.uses_embedded and not models.exists()  # only the default location gets here
-    if not will_build and not (models / profile.inputs.dataset).is_file():
-        raise ValueError(f"inputs.dataset: {models / profile.inputs.dataset} not found (the workers send its rows; "
-                         f"`tailrace models build --out {models}` writes the default one)")
+    plan = unresolved_plan(profile, "", "", data_root=str(Path.cwd()))
+    for i, ep in enumerate(profile.endpoints):
+        source = plan.data_source(ep)
+        field = f"endpoints[{i}].data" if ep.data is not None else "inputs.dataset"
+        built_later = will_build and Path(source).resolve().is_relative_to(models.resolve())
+        if source not in ("random", "zero") and not built_later and not Path(source).exists():
+            raise ValueError(f"{field}: {source} not found (the workers send its samples; `tailrace models build "
+                             f"--out {models}` writes the digits one)")
     for i, ep in enumerate(profile.endpoints):
         onnx = models / ep.model / "1" / "model.onnx"
         if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():

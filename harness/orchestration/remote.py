@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.layout import RunLayout
 from contract.plan import unresolved_plan
 from contract.profile import EMBEDDED, Profile
-from harness.orchestration.endpoint_check import EndpointCheckError, check_endpoints
+from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
 from harness.orchestration.local_run import (
     LEAD_S,
     PLAN_ENV,
@@ -23,7 +23,6 @@ from harness.orchestration.local_run import (
     log_effective_settings,
     master_argv,
     new_run_id,
-    request_size,
 )
 from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
@@ -37,21 +36,20 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
               "`tailrace run`; name real endpoint URLs and NTP servers", file=sys.stderr)
         return 2
-    try:
-        n_features, batch = request_size(profile, models)
-    except OSError:  # the inputs live on the workers' hosts: check everything but the row width
-        n_features, batch = -1, request_size(profile, None, with_features=False)[1]
-    try:
-        check_endpoints(profile, n_features, batch)
+    run_id = new_run_id(profile)
+    models_dir = str((models or Path(profile.embedded.models_dir)).resolve())
+    plan = unresolved_plan(profile, run_id, str((out / run_id).resolve()), models_dir, LEAD_S)
+    try:  # data files live on the workers' hosts: relative paths are read from each worker's directory
+        requests, notes = resolve_requests(plan, data_here=False)
     except EndpointCheckError as exc:
         print(f"tailrace master: an endpoint cannot take the run's requests; no load was sent:\n{exc}",
               file=sys.stderr)
         return 2
-    run_id = new_run_id(profile)
+    for note in notes:
+        print(f"tailrace master: {note}")
+    plan = plan.model_copy(update={"requests": requests})
     layout = RunLayout(out / run_id)
     layout.root.mkdir(parents=True)
-    models_dir = str((models or Path(profile.embedded.models_dir)).resolve())
-    plan = unresolved_plan(profile, run_id, str(layout.root.resolve()), models_dir, LEAD_S)
     plan.write(layout)
     log_effective_settings(plan, layout)
     n = sum(r.workers for r in profile.regions)

@@ -4,12 +4,12 @@ inference of each model (a real sample from the held-out set).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from contract.plan import endpoint_kind
 from contract.profile import EMBEDDED, TRITON, Profile
@@ -65,16 +65,33 @@ class Servers:
                 server.process.stop(timeout=10)
 
 
-def _probe_first_inference(base: str, model: str, x: np.ndarray, timeout_s: float = 60.0) -> dict:
-    """Send one real inference until it succeeds; when it did and how long that request took."""
-    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, x.size], "data": x.ravel().tolist()}]}
+def zero_request(metadata: dict) -> dict:
+    """A JSON infer body of zeros (empty strings for BYTES) for every input of a model's metadata, each dynamic
+    dimension 1: a request any model takes, whatever its inputs."""
+    inputs = []
+    for t in metadata.get("inputs") or []:
+        shape = [1 if d < 0 else d for d in t["shape"]]
+        zero = {"BYTES": "", "BOOL": False}.get(t["datatype"], 0)
+        inputs.append({"name": t["name"], "datatype": t["datatype"], "shape": shape,
+                       "data": [zero] * math.prod(shape)})
+    return {"inputs": inputs}
+
+
+def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> dict:
+    """Send one real inference (zeros, from the model's metadata) until it succeeds; when it did and how long
+    that request took."""
     deadline = time.monotonic() + timeout_s
-    attempts, last = 0, ""
+    attempts, last, body = 0, "", None
     with httpx.Client(timeout=10.0) as client:
         while time.monotonic() < deadline:
             attempts += 1
-            sent = time.time_ns()
             try:
+                if body is None:
+                    meta = client.get(f"{base}/v2/models/{model}")
+                    if meta.status_code != 200:
+                        raise httpx.HTTPError(f"metadata: HTTP {meta.status_code}")
+                    body = zero_request(meta.json())
+                sent = time.time_ns()
                 r = client.post(f"{base}/v2/models/{model}/infer", json=body)
                 if r.status_code == 200:
                     done = time.time_ns()
@@ -87,9 +104,9 @@ def _probe_first_inference(base: str, model: str, x: np.ndarray, timeout_s: floa
     return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
 
 
-def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str, x: np.ndarray) -> dict:
+def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str) -> dict:
     ready_ns = time.time_ns()
-    probes = [_probe_first_inference(http_url, m, x) for m in models]
+    probes = [_probe_first_inference(http_url, m) for m in models]
     firsts = [p["first_ok_ns"] for p in probes if p["first_ok_ns"]]
     return {"kind": kind, "models": list(models), "spawn_ns": spawn_ns, "ready_ns": ready_ns,
             "ready_s": (ready_ns - spawn_ns) / 1e9,
@@ -115,8 +132,6 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
     """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started."""
     servers = Servers()
     models_dir = Path(profile.embedded.models_dir)
-    with np.load(models_dir / profile.inputs.dataset) as data:
-        x = data["X"][0].astype(np.float32)
     try:
         embedded_models = tuple(sorted({e.model for e in profile.endpoints if e.url == EMBEDDED}))
         groups = [(m,) for m in embedded_models] if profile.embedded.process_per_model else \
@@ -134,7 +149,7 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))
-            servers.instances[-1].cold_start = _timed("embedded", models, spawn, base, x)
+            servers.instances[-1].cold_start = _timed("embedded", models, spawn, base)
         triton_models = tuple(sorted({e.model for e in profile.endpoints if e.url == TRITON}))
         if triton_models:
             t = profile.triton
@@ -145,7 +160,7 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
                 instances=t.instances, models=triton_models), python=t.python)
             servers.instances.append(ServerInstance("triton", triton_models, triton.http_url, triton.grpc_url,
                                                     triton.metrics_url, triton.process, triton))
-            servers.instances[-1].cold_start = _timed("triton", triton_models, spawn, triton.http_url, x)
+            servers.instances[-1].cold_start = _timed("triton", triton_models, spawn, triton.http_url)
             log(f"Triton ready on {triton.http_url} (HTTP) / {triton.grpc_url} (gRPC) / {triton.metrics_url}")
     except BaseException:
         servers.stop()

@@ -13,18 +13,25 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
+_HEADER_LENGTH = b"inference-header-content-length"
+
 
 class HttpResponse:
-    __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser")
+    __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser", "header_length")
 
     def __init__(self) -> None:
         self.status = 0
+        self.header_length: str | None = None  # Inference-Header-Content-Length (binary tensor extension)
         self.body = b""
         self.complete = False
         self.keep_alive = True
         self._chunks: list[bytes] = []
 
     # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == len(_HEADER_LENGTH) and name.lower() == _HEADER_LENGTH:
+            self.header_length = value.decode("latin-1")
+
     def on_headers_complete(self) -> None:
         self.keep_alive = self.parser.should_keep_alive()  # only meaningful before the message completes
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from contract.plan import RunPlan
 from contract.records import RequestRow
 from contract.trace_context import format_traceparent, new_ids
@@ -16,6 +14,7 @@ from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
+from harness.worker.payloads import AnswerCheck
 from harness.worker.recorder import ChunkWriter
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import Arrival
@@ -29,7 +28,7 @@ class RequestPath:
     plan: RunPlan
     identity: WorkerIdentity
     senders: list[Sender]
-    labels: np.ndarray
+    checks: list[AnswerCheck]  # per endpoint, like senders
     clock: WorkerClock
     clocks: ClockSampler
     recorder: ChunkWriter
@@ -41,7 +40,7 @@ class RequestPath:
 
     def __post_init__(self) -> None:
         self.endpoints = self.plan.profile.endpoints
-        self.batch = self.plan.samples_per_request  # read per request: computed once
+        self.batches = [self.plan.batch_size(e) for e in self.endpoints]  # read per request: computed once
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
 
     def send(self, arrival: Arrival) -> None:
@@ -73,28 +72,20 @@ class RequestPath:
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,
                             self.in_flight)
 
-    def correct_count(self, outcome: Outcome, sample: int) -> int:
-        """Predictions equal to their labels, over the request's batch."""
-        if outcome.status != "ok" or outcome.predictions is None:
-            return 0
-        if self.batch == 1:
-            return int(outcome.prediction == self.labels[sample])
-        labels = np.take(self.labels, range(sample, sample + self.batch), mode="wrap")
-        return int(np.count_nonzero(outcome.predictions == labels))
-
     def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
                in_flight: int, offset_ns: int) -> RequestRow:
-        ep, clock, label = self.endpoints[a.endpoint], self.clock, int(self.labels[a.sample])
+        ep, clock, batch, check = self.endpoints[a.endpoint], self.clock, self.batches[a.endpoint], self.checks[a.endpoint]
+        first = self.senders[a.endpoint].payloads.first_row(a.sample)
+        right, prediction = check.score(outcome.outputs if outcome.status == "ok" else None, first, batch)
         return RequestRow(
             run_id=self.plan.run_id, trace_id=trace_id, span_id=span_id, region=self.identity.region,
             worker=self.identity.name, endpoint=ep.name, model=ep.model, protocol=ep.protocol, phase=a.phase,
-            sample_index=a.sample, t_intended=clock.from_mono(a.intended_mono), t_sent=clock.from_mono(t_sent),
+            sample_index=first, t_intended=clock.from_mono(a.intended_mono), t_sent=clock.from_mono(t_sent),
             t_done=clock.from_mono(done), latency_ns=done - a.intended_mono, service_ns=done - t_sent,
             send_lag_ns=t_sent - a.intended_mono, status=outcome.status, code=outcome.code, error=outcome.error,
             server_queue_ns=outcome.server_queue_ns, server_compute_ns=outcome.server_compute_ns,
             server_receive_ns=outcome.server_receive_ns, server_send_ns=outcome.server_send_ns,
-            echoed_trace_id=outcome.echoed_trace_id, label=label, prediction=outcome.prediction,
-            correct=outcome.status == "ok" and outcome.prediction == label, batch_size=self.batch,
-            correct_count=self.correct_count(outcome, a.sample), bytes_out=outcome.bytes_out,
+            echoed_trace_id=outcome.echoed_trace_id, label=check.label(first), prediction=prediction,
+            correct=right == batch, batch_size=batch, correct_count=right, bytes_out=outcome.bytes_out,
             bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
             clock_uncertainty_ns=self.clocks.uncertainty_ns)

@@ -12,17 +12,19 @@ import time
 from pathlib import Path
 
 import gevent
-import numpy as np
 
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
+from contract.requests import scenario_request
 from harness.worker.arrivals import Plan, worker_plan
 from harness.worker.chunk_shipping import ChunkShipper
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
+from harness.worker.payloads import AnswerCheck, wanted_outputs
 from harness.worker.recorder import clock_writer, request_writer
+from harness.worker.request_data import samples_for
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
@@ -48,8 +50,6 @@ class WorkerRun:
                                             else plan.run_dir))
         self.layout = RunLayout(run_dir).worker(identity.region, identity.name)
         self.models_dir = Path(identity.models_dir or plan.models_dir)
-        with np.load(self.models_dir / p.inputs.dataset) as data:
-            self.X, self.y = data["X"].astype(np.float32), data["y"].astype(np.int64)
         self.clock = WorkerClock(identity.skew_ms)
         gen = p.generator
         self.requests = request_writer(self.layout, gen.chunk_rows, gen.chunk_seconds)
@@ -61,9 +61,12 @@ class WorkerRun:
                                    self.clock_chunks.writer.add, self.log)
         self.saturation = SaturationMonitor(identity.name, int(gen.send_lag_p99_ms * 1e6), gen.max_in_flight,
                                             stall_max_ns=int(gen.stall_max_ms * 1e6))
-        self.path = RequestPath(plan, identity, senders if senders is not None else self._senders(), self.y,
-                                self.clock, self.clocks, self.requests, self.saturation,
-                                WorkerMetrics(identity.metrics_port))
+        senders = senders if senders is not None else self._senders()
+        checks = [AnswerCheck(ep.check, s.payloads.samples, s.payloads.request.batched)
+                  for ep, s in zip(p.endpoints, senders)]
+        self.n_samples = max(len(s.payloads.samples) for s in senders)
+        self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
+                                self.saturation, WorkerMetrics(identity.metrics_port))
         self.loop = IssueLoop(self.path.send, int(gen.spin_ms * 1e6), plan.drain_s)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}
@@ -76,12 +79,22 @@ class WorkerRun:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)
 
     def _senders(self) -> list[Sender]:
+        """One sender per endpoint, its requests encoded from its samples (read and checked here, once)."""
         stride = self.plan.samples_per_request if self.profile.load.scenario == "offline" else 1
         pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
         overrides = self.identity.endpoint_urls or {}
-        return [build_sender(ep, overrides.get(ep.name) or self.plan.endpoint_url(self.region.name, ep), self.X,
-                             self.plan.samples_per_request, stride, pool, self.models_dir)
-                for ep in self.profile.endpoints]
+        senders = []
+        for ep in self.profile.endpoints:
+            request = self.plan.requests.get(ep.name)
+            if request is None:
+                raise RuntimeError(f"endpoint {ep.name}: the run plan has no resolved request (the orchestration "
+                                   f"checks every endpoint before the start)")
+            request = scenario_request(request, self.plan.batch_size(ep))
+            samples = samples_for(self.plan, ep, request)
+            url = overrides.get(ep.name) or self.plan.endpoint_url(self.region.name, ep)
+            senders.append(build_sender(ep, url, samples, request, stride, pool, self.models_dir,
+                                        wanted_outputs(ep.check, samples)))
+        return senders
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str) -> None:
@@ -126,7 +139,7 @@ class WorkerRun:
             rate=p.load.rate, phases=list(p.load.phases), warmup_s=p.load.warmup_s, duration_s=p.load.duration_s,
             seed=p.load.seed, region_shares=[r.share for r in p.regions], region_index=self.region_index,
             workers_in_region=self.region.workers, worker_index=self.identity.index,
-            endpoint_weights=[e.weight for e in p.endpoints], n_samples=len(self.X),
+            endpoint_weights=[e.weight for e in p.endpoints], n_samples=self.n_samples,
             sequential=p.inputs.selection == "sequential")
 
     def run(self) -> None:
@@ -152,7 +165,7 @@ class WorkerRun:
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
         self.scenario_stats = run_scenario(
             self.loop, self.plan, window, schedule,
-            lambda stream: draws(self.plan, self.region_index, self.identity.index, len(self.X), stream))
+            lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
         self.finish()
 
     def finish(self) -> dict:

@@ -2,8 +2,9 @@
 after httpx's BaseTransport): plain HTTP through harness/worker/http1.py's keep-alive pool, HTTPS through
 geventhttpclient, gRPC through grpcio, and the model run inside the worker (no network) as a baseline.
 
-Each sender pre-encodes one request body per held-out sample, sends it with the trace headers, and
-returns what the record needs: status, code, error, prediction, server timings, echoed trace ID, bytes.
+Each sender sends requests encoded before the run (harness/worker/payloads.py) with the trace headers, and
+returns what the record needs: status, code, error, the outputs a check reads, server timings, echoed trace
+ID, bytes.
 """
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ import numpy as np
 import orjson
 
 from contract.profile import Endpoint
+from contract.requests import RequestSpec
 from harness.worker.classify import classify_exception, classify_http_status
+from harness.worker.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
+from harness.worker.request_data import SampleSet
 
 
 @dataclass
@@ -27,7 +31,6 @@ class Outcome:
     status: str = "ok"
     code: str = ""
     error: str = ""
-    prediction: int = -1
     server_queue_ns: int = -1
     server_compute_ns: int = -1
     server_receive_ns: int = -1
@@ -35,23 +38,17 @@ class Outcome:
     echoed_trace_id: str = ""
     bytes_out: int = 0
     bytes_in: int = 0
-    predictions: np.ndarray | None = None  # one label per row of the batch
-
-
-INPUT, OUTPUT = "input", "label"  # the tensors the senders exchange with the model (FP32 rows in, INT64 labels out)
-
-
-def request_signature(n_features: int, batch_size: int) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[str]]:
-    """What one request sends (input name, datatype, shape) and which outputs it asks for."""
-    return [(INPUT, "FP32", (batch_size, n_features))], [OUTPUT]
+    outputs: dict[str, np.ndarray] | None = None  # the outputs a check reads (None: not read or failed)
 
 
 class Sender(Protocol):
     """What the worker's request path needs of a protocol: send one pre-encoded request, classified."""
 
+    payloads: Payloads
+
     def send(self, sample: int, headers: dict[str, str], on_sent: Callable[[], None]) -> "Outcome":
-        """Send the request for held-out row `sample` with `headers`; call `on_sent` just before the bytes
-        leave; never raise for a failed request (it is an Outcome with a status class)."""
+        """Send the request for sample `sample` (payloads.index) with `headers`; call `on_sent` just before the
+        bytes leave; never raise for a failed request (it is an Outcome with a status class)."""
 
     def warm_up(self) -> None:
         """Open and check connections before the start instant (raises if the endpoint is unreachable)."""
@@ -71,32 +68,18 @@ def _apply_parameters(outcome: Outcome, params: dict) -> None:
         outcome.echoed_trace_id = trace
 
 
-def _set_labels(out: Outcome, values, rows: int) -> None:
-    """The batch's predicted labels (ValueError if the output has fewer than one per row)."""
-    arr = np.asarray(values, dtype=np.int64).reshape(-1)
-    if arr.size < rows:
-        raise ValueError(f"label output has {arr.size} values for {rows} rows")
-    out.predictions = arr[:rows]
-    out.prediction = int(arr[0])
-
-
-def batch_rows(X: np.ndarray, start: int, batch_size: int) -> np.ndarray:
-    """Rows start, start+1, … of X (wrapping around), as float32."""
-    return np.ascontiguousarray(np.take(X, range(start, start + batch_size), axis=0, mode="wrap"), dtype=np.float32)
-
-
-def encoded_starts(n_samples: int, stride: int) -> range:
-    """The sample indices a sender pre-encodes: every `stride`-th (large batches start at multiples of it)."""
-    return range(0, n_samples, stride)
+def _model_path(model: str, version: str) -> str:
+    return f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
 
 
 class HttpSender:
-    """POST /v2/models/{model}/infer with JSON tensors, asking for the label output as JSON."""
+    """POST /v2/models/{model}[/versions/{v}]/infer: JSON tensors, or the binary tensor extension."""
 
-    def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float, pool: int,
-                 auth: tuple[str, str] | None, stride: int = 1) -> None:
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float, pool: int,
+                 auth: tuple[str, str] | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
+                 wanted: tuple[str, ...] = ()) -> None:
         parsed = urlparse(url)
-        self.path = f"{parsed.path.rstrip('/')}/v2/models/{model}/infer"
+        self.path = f"{parsed.path.rstrip('/')}{_model_path(model, version)}/infer"
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self.tls = parsed.scheme == "https"
         if self.tls:  # TLS endpoints use geventhttpclient; plain HTTP uses the lean pool below
@@ -108,8 +91,8 @@ class HttpSender:
             from harness.worker.http1 import Http1Pool
 
             self.client = Http1Pool(parsed.hostname, port, timeout_s)
-        self.batch_size, self.stride = batch_size, stride
-        self.bodies = [self._body(X, i) for i in encoded_starts(len(X), stride)]
+        self.wanted = wanted
+        self.payloads = Payloads.build(samples, request, stride, lambda arrays: http_body(arrays, request, binary))
         self.auth = auth
         self.warm_connections = min(16, pool)
         static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
@@ -118,14 +101,10 @@ class HttpSender:
             static.append(f"{auth[0]}: {auth[1]}")
         self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
 
-    def _body(self, X: np.ndarray, i: int) -> bytes:
-        rows = batch_rows(X, i, self.batch_size)
-        return orjson.dumps({"inputs": [{"name": INPUT, "datatype": "FP32", "shape": list(rows.shape),
-                                         "data": rows.ravel().tolist()}],
-                             "outputs": [{"name": OUTPUT, "parameters": {"binary_data": False}}]})
-
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        body = self.bodies[sample // self.stride]
+        body, header_length = self.payloads.encoded[self.payloads.index(sample)]
+        if header_length is not None:
+            headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
         if self.tls:
             return self._send_tls(body, headers, on_sent)
         raw = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
@@ -137,7 +116,7 @@ class HttpSender:
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             out.status, out.code, out.error = classify_exception(exc)
             return out
-        return self._parse(out, response.status, response.body)
+        return self._parse(out, response.status, response.body, response.header_length)
 
     def _send_tls(self, body: bytes, headers: dict[str, str], on_sent) -> Outcome:
         hdrs = {"Content-Type": "application/json", **headers}
@@ -151,9 +130,9 @@ class HttpSender:
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             out.status, out.code, out.error = classify_exception(exc)
             return out
-        return self._parse(out, response.status_code, payload)
+        return self._parse(out, response.status_code, payload, response.get("inference-header-content-length"))
 
-    def _parse(self, out: Outcome, status: int, payload: bytes) -> Outcome:
+    def _parse(self, out: Outcome, status: int, payload: bytes, header_length: str | None) -> Outcome:
         out.bytes_in = len(payload)
         out.code = str(status)
         out.status = classify_http_status(status)
@@ -164,10 +143,9 @@ class HttpSender:
                 out.error = payload[:200].decode("utf-8", "replace")
             return out
         try:
-            doc = orjson.loads(payload)
-            outputs = {o["name"]: o for o in doc["outputs"]}
-            _set_labels(out, outputs[OUTPUT]["data"], self.batch_size)
-            _apply_parameters(out, doc.get("parameters") or {})
+            out.outputs, params = decode_http_outputs(payload, int(header_length) if header_length else None,
+                                                      self.wanted)
+            _apply_parameters(out, params)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             out.status, out.code, out.error = "bad_response", out.code, f"{type(exc).__name__}: {exc}"[:200]
         return out
@@ -191,10 +169,10 @@ class HttpSender:
 class GrpcSender:
     """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
 
-    def __init__(self, url: str, model: str, X: np.ndarray, batch_size: int, timeout_s: float,
-                 auth: tuple[str, str] | None, stride: int = 1) -> None:
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float,
+                 auth: tuple[str, str] | None, stride: int = 1, version: str = "", wanted: tuple[str, ...] = ()) -> None:
         import grpc
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
+        from tritonclient.grpc import service_pb2_grpc
 
         target = urlparse(url).netloc
         # Reconnect within ~0.5 s of a server coming back (gRPC's default backoff grows to 120 s): an outage
@@ -204,19 +182,12 @@ class GrpcSender:
             ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.timeout_s = timeout_s
-        self.batch_size, self.stride = batch_size, stride
-        self.auth = auth
-        self.requests = []
-        for i in encoded_starts(len(X), stride):
-            rows = batch_rows(X, i, batch_size)
-            req = service_pb2.ModelInferRequest(model_name=model)
-            req.inputs.add(name=INPUT, datatype="FP32", shape=list(rows.shape))
-            req.outputs.add(name=OUTPUT)
-            req.raw_input_contents.append(rows.tobytes())
-            self.requests.append(req)
+        self.auth, self.wanted = auth, wanted
+        self.payloads = Payloads.build(samples, request, stride,
+                                       lambda arrays: grpc_request(arrays, request, model, version))
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        req = self.requests[sample // self.stride]
+        req = self.payloads.encoded[self.payloads.index(sample)]
         metadata = [(k.lower(), v) for k, v in headers.items()]
         if self.auth:
             metadata.append((self.auth[0].lower(), self.auth[1]))
@@ -230,9 +201,7 @@ class GrpcSender:
         out.code = "OK"
         out.bytes_in = response.ByteSize()
         try:
-            names = [o.name for o in response.outputs]
-            raw = response.raw_output_contents[names.index(OUTPUT)]
-            _set_labels(out, np.frombuffer(raw, dtype=np.int64), self.batch_size)
+            out.outputs = decode_grpc_outputs(response, self.wanted)
             params = {k: (v.int64_param if v.WhichOneof("parameter_choice") == "int64_param" else v.string_param)
                       for k, v in response.parameters.items()}
             _apply_parameters(out, params)
@@ -254,51 +223,60 @@ class InProcessSender:
     """The same ONNX file run inside the worker with onnxruntime: no network, no server — the model's own cost,
     to separate it from serving cost. Blocks the worker's event loop while it computes (keep its rate low)."""
 
-    def __init__(self, model_path: str, X: np.ndarray, batch_size: int, stride: int = 1) -> None:
+    def __init__(self, model_path: str, samples: SampleSet, request: RequestSpec, stride: int = 1,
+                 wanted: tuple[str, ...] = ()) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
-        self.input_name = self.session.get_inputs()[0].name
-        names = [o.name for o in self.session.get_outputs()]
-        self.outputs = [names[0]]
-        self.batch_size, self.stride = batch_size, stride
-        self.inputs = [batch_rows(X, i, batch_size) for i in encoded_starts(len(X), stride)]
+        self.outputs = list(request.outputs)
+        self.wanted = wanted
+        strings = {s.name for s in request.inputs if s.datatype == "BYTES"}
+        self.payloads = Payloads.build(samples, request, stride, lambda arrays: {
+            k: (np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(v) if k in strings else v)
+            for k, v in arrays.items()})
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         import time
 
-        x = self.inputs[sample // self.stride]
-        out = Outcome(code="OK", bytes_out=x.nbytes)
+        feed = self.payloads.encoded[self.payloads.index(sample)]
+        out = Outcome(code="OK", bytes_out=sum(v.nbytes for v in feed.values()))
         on_sent()
         start = time.perf_counter_ns()
         try:
-            (labels,) = self.session.run(self.outputs, {self.input_name: x})
-            _set_labels(out, labels, self.batch_size)
+            results = dict(zip(self.outputs, self.session.run(self.outputs, feed)))
+            out.outputs = {k: results[k] for k in self.wanted}
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             out.status, out.code, out.error = "bad_response", "exception", f"{type(exc).__name__}: {exc}"[:200]
         out.server_queue_ns, out.server_compute_ns = 0, time.perf_counter_ns() - start
         return out
 
     def warm_up(self) -> None:
-        self.session.run(self.outputs, {self.input_name: self.inputs[0]})
+        self.session.run(self.outputs, self.payloads.encoded[0])
 
     def close(self) -> None:
         self.session = None
 
 
-def build_sender(endpoint: Endpoint, url: str, X: np.ndarray, batch_size: int, stride: int, pool: int,
-                 models_dir: Path) -> Sender:
-    """The sender for one endpoint of the plan, reaching it at `url`."""
+def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: int,
+                 models_dir: Path, wanted: tuple[str, ...] = ()) -> Sender:
+    """The sender for one endpoint of the plan, reaching it at `url`, with its requests encoded."""
     auth = (endpoint.auth_header, endpoint.auth_value() or "") if endpoint.auth_header else None
     timeout_s = endpoint.timeout_ms / 1000
     if endpoint.protocol == "kserve-http":
-        return HttpSender(url, endpoint.model, X, batch_size, timeout_s, pool, auth, stride)
+        return HttpSender(url, endpoint.model, samples, request, timeout_s, pool, auth, stride, endpoint.binary,
+                          endpoint.model_version, wanted)
     if endpoint.protocol == "kserve-grpc":
-        return GrpcSender(url, endpoint.model, X, batch_size, timeout_s, auth, stride)
-    path = models_dir / endpoint.model / "1" / "model.onnx"
+        return GrpcSender(url, endpoint.model, samples, request, timeout_s, auth, stride, endpoint.model_version,
+                          wanted)
+    path = inprocess_model(models_dir, endpoint)
     if not path.exists():
         raise RuntimeError(f"endpoint {endpoint.name}: inprocess needs {path} (an ONNX model)")
-    return InProcessSender(str(path), X, batch_size, stride)
+    return InProcessSender(str(path), samples, request, stride, wanted)
+
+
+def inprocess_model(models_dir: Path, endpoint: Endpoint) -> Path:
+    """The ONNX file an inprocess endpoint runs."""
+    return models_dir / endpoint.model / "1" / "model.onnx"

@@ -7,7 +7,8 @@ import numpy as np
 import onnx
 
 from endpoints.model_build import ALL_MODELS, DATA_FILE, build_repository, load_heldout, onnx_accuracy
-from endpoints.model_config import read_config
+from endpoints.model_config import DEFAULT_MAX_BATCH, config_as_json, model_spec, read_config, spec_from_onnx
+from endpoints.model_zoo import ZOO_MODELS
 
 
 def test_build_is_deterministic(model_repo, tmp_path):
@@ -20,7 +21,12 @@ def test_triton_layout_and_metadata(model_repo):
     for name in ALL_MODELS:
         spec = read_config(model_repo / name / "config.pbtxt")
         assert spec.name == name
-        assert [t.name for t in spec.inputs] == ["input"]
+        onnx_file = model_repo / name / "1" / "model.onnx"
+        if onnx_file.exists():  # the config written agrees with the graph (names, datatypes, ranks)
+            graph = spec_from_onnx(onnx_file, name)
+            for ours, theirs in ((spec.inputs, graph.inputs), (spec.outputs, graph.outputs)):
+                assert [(t.name, t.datatype, len(t.shape)) for t in ours] == \
+                    [(t.name, t.datatype, len(t.shape)) for t in theirs], name
         meta = json.loads((model_repo / name / "metadata.json").read_text())
         assert meta["size_bytes"] == (model_repo / name / meta["artifact"]).stat().st_size
         assert meta["parameters"] > 0 and len(meta["sha256"]) == 64
@@ -46,3 +52,22 @@ def test_int8_accuracy_close_to_fp32_and_smaller(model_repo):
     import onnxruntime as ort
     p = lambda n: ort.InferenceSession(str(model_repo / n / "1" / "model.onnx")).run(["probabilities"], {"input": X})[0]  # noqa
     assert not np.array_equal(p("digits_mlp_fp32"), p("digits_mlp_int8"))
+
+
+def test_an_onnx_model_without_config_is_completed_from_its_graph(model_repo, tmp_path):
+    """As Triton's onnxruntime backend does: names, datatypes, shapes; max_batch_size when every first dimension
+    is dynamic; ONNX strings are BYTES."""
+    for name in ("text_tfidf", "tokens_int64"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes((model_repo / name / "1" / "model.onnx").read_bytes())
+    text = model_spec(tmp_path / "text_tfidf")
+    assert [(t.name, t.datatype, t.shape) for t in text.inputs] == [("text", "BYTES", (-1, 1))]
+    assert text.max_batch_size == DEFAULT_MAX_BATCH and text.output_names == ["label", "probabilities"]
+    tokens = model_spec(tmp_path / "tokens_int64")
+    assert [(t.name, t.datatype, t.shape) for t in tokens.inputs] == [("input_ids", "INT64", (-1, -1)),
+                                                                      ("attention_mask", "INT64", (-1, -1))]
+    as_json = config_as_json(tokens)
+    assert as_json["max_batch_size"] == DEFAULT_MAX_BATCH
+    assert [(i["name"], i["data_type"], i["dims"]) for i in as_json["input"]] == [
+        ("input_ids", "TYPE_INT64", ["-1"]), ("attention_mask", "TYPE_INT64", ["-1"])]
+    assert set(ZOO_MODELS) <= set(ALL_MODELS)

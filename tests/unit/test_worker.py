@@ -9,12 +9,13 @@ import pytest
 
 from contract.layout import WorkerLayout
 from contract.plan import unresolved_plan
-from contract.profile import parse_profile
+from contract.profile import Check, parse_profile
 from contract.trace_context import parse_traceparent
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
+from harness.worker.payloads import AnswerCheck
 from harness.worker.recorder import request_writer
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
@@ -26,15 +27,15 @@ PROFILE = {"name": "unit", "endpoints": [{"name": "a", "url": "http://127.0.0.1:
            "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 1}}
 
 
-def _path(tmp_path, sender, batch: int = 1, labels=None) -> RequestPath:
+def _path(tmp_path, sender, batch: int = 1) -> RequestPath:
     profile = parse_profile(PROFILE | ({"inputs": {"batch_size": batch}} if batch > 1 else {}), "unit profile")
     plan = unresolved_plan(profile, "run-1", str(tmp_path))
+    check = AnswerCheck(Check(output="label"), sender.payloads.samples, batched=True)
     clock = WorkerClock(0)
     identity = WorkerIdentity("r", 0)
     clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
     recorder = request_writer(WorkerLayout(tmp_path), max_rows=10**6, max_seconds=1e9)
-    labels = np.arange(10) % 3 if labels is None else labels
-    return RequestPath(plan, identity, [sender], labels, clock, clocks, recorder,
+    return RequestPath(plan, identity, [sender], [check], clock, clocks, recorder,
                        SaturationMonitor("r-w0", 5_000_000, 100), WorkerMetrics(None))
 
 
@@ -79,10 +80,10 @@ def test_batched_correctness_counts_every_row_of_the_batch(tmp_path):
     class Batch(FakeSender):
         def send(self, sample, headers, on_sent):
             out = super().send(sample, headers, on_sent)
-            out.predictions = np.array([0, 1, 2])  # rows 3, 4, 0 (wrapping) have labels 0, 1, 0: two of three right
+            out.outputs = {"label": np.array([0, 1, 2])}  # rows 3, 4, 0 (wrapping) have labels 0, 1, 0: two right
             return out
 
-    path = _path(tmp_path, Batch(), batch=3, labels=labels)
+    path = _path(tmp_path, Batch(labels=labels, batch=3), batch=3)
     IssueLoop(path.send, spin_ns=0, drain_s=1).closed_loop([Arrival(time.perf_counter_ns(), 0, 1, 3)])
     (row,) = path.recorder.rows
     assert (row.batch_size, row.correct_count) == (3, 2)
