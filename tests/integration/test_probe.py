@@ -1,11 +1,22 @@
-"""`tailrace probe` against the real embedded endpoint, and `tailrace run` refusing an endpoint before any load."""
+"""`tailrace probe` against the real embedded endpoint (every model of the zoo, its data, both protocols), and
+`tailrace run` refusing an endpoint before any load."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
 
-from tests.support import free_port
+import pytest
+
+from tests.support import free_port, start_endpoint
+
+# model → (data file in the repository's _data, probe options, what the output shows)
+ZOO = {
+    "image_cnn_fp32": ("images.npz", ["--check", "label"], "input  image FP32 [1, 3, 224, 224]: 602,112 bytes"),
+    "text_tfidf": ("text.jsonl", ["--check", "label", "--batch-size", "2"], "input  text BYTES [2, 1]"),
+    "tokens_int64": ("tokens.json", [], "input  input_ids INT64 [1, 32]: 256 bytes"),
+    "digits_mlp_fp16": ("digits_test.npz", ["--check", "label"], "input  input FP16 [1, 64]: 128 bytes"),
+}
 
 
 def tailrace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -15,11 +26,43 @@ def tailrace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_probe_prints_metadata_the_request_and_answers_over_http_and_grpc(endpoint, model_repo):
     for url in (endpoint.http_url, f"grpc://{endpoint.grpc_addr}"):
-        r = tailrace("probe", url, "--model", "digits_mlp_fp32", "--models", str(model_repo), "--requests", "2")
+        r = tailrace("probe", url, "--model", "digits_mlp_fp32", "--data", str(model_repo / "_data/digits_test.npz"),
+                     "--check", "label", "--requests", "2")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "model digits_mlp_fp32 versions ['1'] platform onnxruntime_onnx: ready" in r.stdout
-        assert "input  input FP32 [-1, 64]" in r.stdout and "tailrace sends input FP32 [1, 64]" in r.stdout
+        assert "input  input FP32 [-1, 64]" in r.stdout and "input  input FP32 [1, 64]: 256 bytes" in r.stdout
         assert r.stdout.count(": ok in ") == 2 and "server queue" in r.stdout
+        assert r.stdout.count("check: 1 of 1 right") == 2
+
+
+@pytest.fixture(scope="module")
+def roomy_endpoint(model_repo, tmp_path_factory):
+    """The embedded endpoint with its default 8 MB body limit (the shared one refuses over 64 kB: 602 kB images)."""
+    ep = start_endpoint(model_repo, tmp_path_factory.mktemp("roomy-endpoint"))
+    yield ep
+    ep.proc.stop()
+
+
+@pytest.mark.parametrize("model", sorted(ZOO))
+def test_probe_sends_each_models_own_data_and_checks_the_answers(roomy_endpoint, model_repo, model):
+    data, options, shown = ZOO[model]
+    endpoint = roomy_endpoint
+    for url in (endpoint.http_url, f"grpc://{endpoint.grpc_addr}"):
+        r = tailrace("probe", url, "--model", model, "--data", str(model_repo / "_data" / data), "--requests", "3",
+                     *options)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert shown in r.stdout and r.stdout.count(": ok in ") == 3
+        batch = 2 if "--batch-size" in options else 1
+        assert r.stdout.count(f"check: {batch} of {batch} right") == 3, r.stdout  # labels or validation_data
+
+
+def test_probe_with_random_data_needs_the_dynamic_dimensions(endpoint):
+    r = tailrace("probe", endpoint.http_url, "--model", "tokens_int64", "--requests", "1")
+    assert r.returncode == 1 and "input 'input_ids' has a dynamic shape [-1]; give it with shapes" in r.stdout
+    r = tailrace("probe", endpoint.http_url, "--model", "tokens_int64", "--shape", "input_ids=16",
+                 "--shape", "attention_mask=16", "--batch-size", "4", "--requests", "1")
+    assert r.returncode == 0 and "input  input_ids INT64 [4, 16]" in r.stdout, r.stdout + r.stderr
+    assert "output logits FP32 [4, 2]" in r.stdout
 
 
 def test_probe_of_a_missing_model_or_server_exits_2_with_the_reason(endpoint):
@@ -54,3 +97,32 @@ models_dir = "{model_repo}"
     assert r.returncode == 2, r.stderr
     assert "no load was sent" in r.stderr and "endpoint staging: model 'resnet50' is not on" in r.stderr
     assert time.monotonic() - started < 30  # refused at once, not after a 60 s run of 404s
+
+
+def test_run_refuses_data_that_does_not_fit_the_model_before_any_load(endpoint, model_repo, tmp_path):
+    """A two-input INT64 model given the digits file: exit 2 naming the endpoint and the input; nothing sent."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(f"""
+name = "wrong-data"
+[[endpoints]]
+name = "tokens"
+url = "grpc://{endpoint.grpc_addr}"
+protocol = "kserve-grpc"
+model = "tokens_int64"
+data = "{model_repo / '_data' / 'digits_test.npz'}"
+[[regions]]
+name = "a"
+share = 1.0
+[load]
+rate = 50
+duration_s = 60
+[clock]
+servers = []
+[embedded]
+models_dir = "{model_repo}"
+""")
+    r = tailrace("run", str(profile), "--out", str(tmp_path / "runs"), "--quiet")
+    assert r.returncode == 2, r.stderr
+    assert "endpoint tokens (tokens_int64 on grpc://" in r.stderr
+    assert "input 'input_ids': the model needs it and the file has no such array (arrays: input)" in r.stderr
+    assert not list((tmp_path / "runs").rglob("requests-*.parquet"))  # nothing was sent
