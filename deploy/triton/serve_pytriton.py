@@ -146,7 +146,10 @@ def onnx_model(path: Path, threads: int):
             feed[n] = np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b),
                                    otypes=[object])(feed[n])
         results = session.run(output_names, feed)
-        return [np.vectorize(lambda v: v.encode(), otypes=[object])(r) if r.dtype == object else r for r in results]
+        # strings back to bytes; numbers to the declared type (onnxruntime may hand int64 as numpy's longlong,
+        # which PyTriton's output check does not take for int64)
+        return [np.vectorize(lambda v: v.encode(), otypes=[object])(r) if r.dtype == object else r.astype(dtype)
+                for r, (_, dtype, _) in zip(results, outputs)]
 
     is_batched = all(shape and shape[0] == -1 for _, _, shape in inputs + outputs)
     return compute, inputs, outputs, is_batched

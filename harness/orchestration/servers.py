@@ -4,15 +4,18 @@ inference of each model (a real sample from the held-out set).
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 from contract.plan import endpoint_kind
 from contract.profile import EMBEDDED, TRITON, Profile
+from contract.tensors import NUMPY_DTYPES, to_raw
 from harness.orchestration.processes import ManagedProcess, free_port, start_embedded_endpoint
 from harness.orchestration.triton_server import TritonOptions, TritonServer, start_triton
 
@@ -65,16 +68,24 @@ class Servers:
                 server.process.stop(timeout=10)
 
 
-def zero_request(metadata: dict) -> dict:
-    """A JSON infer body of zeros (empty strings for BYTES) for every input of a model's metadata, each dynamic
-    dimension 1: a request any model takes, whatever its inputs."""
-    inputs = []
+def zero_request(metadata: dict) -> tuple[bytes, dict[str, str]]:
+    """An infer body of zeros (empty strings for BYTES) for every input of a model's metadata, each dynamic
+    dimension 1, in the binary tensor extension both ways (Triton takes and gives FP16 / BF16 only so): a
+    request any model takes, whatever its inputs. Returns (body, headers)."""
+    inputs, blobs = [], []
     for t in metadata.get("inputs") or []:
         shape = [1 if d < 0 else d for d in t["shape"]]
-        zero = {"BYTES": "", "BOOL": False}.get(t["datatype"], 0)
+        if t["datatype"] == "BYTES":
+            zeros = np.full(math.prod(shape), b"", dtype=object)
+        else:
+            zeros = np.zeros(math.prod(shape), dtype=NUMPY_DTYPES[t["datatype"]])
+        raw = to_raw(zeros, t["datatype"])
         inputs.append({"name": t["name"], "datatype": t["datatype"], "shape": shape,
-                       "data": [zero] * math.prod(shape)})
-    return {"inputs": inputs}
+                       "parameters": {"binary_data_size": len(raw)}})
+        blobs.append(raw)
+    header = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return header + b"".join(blobs), {"Inference-Header-Content-Length": str(len(header)),
+                                      "Content-Type": "application/octet-stream"}
 
 
 def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> dict:
@@ -90,9 +101,9 @@ def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> di
                     meta = client.get(f"{base}/v2/models/{model}")
                     if meta.status_code != 200:
                         raise httpx.HTTPError(f"metadata: HTTP {meta.status_code}")
-                    body = zero_request(meta.json())
+                    body, headers = zero_request(meta.json())
                 sent = time.time_ns()
-                r = client.post(f"{base}/v2/models/{model}/infer", json=body)
+                r = client.post(f"{base}/v2/models/{model}/infer", content=body, headers=headers)
                 if r.status_code == 200:
                     done = time.time_ns()
                     return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,

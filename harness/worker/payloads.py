@@ -18,6 +18,7 @@ from contract.tensors import from_json_data, from_raw, to_json_data, to_raw
 from harness.worker.request_data import SampleSet
 
 BINARY_AUTO_BYTES = 1024  # binary = "auto": tensors over 1 kB go binary
+ALWAYS_BINARY = ("BYTES", "FP16", "BF16")  # "auto" sends these binary (Triton takes FP16 / BF16 only so)
 
 
 def batch_arrays(samples: SampleSet, request: RequestSpec, start: int) -> dict[str, np.ndarray]:
@@ -33,7 +34,7 @@ def batch_arrays(samples: SampleSet, request: RequestSpec, start: int) -> dict[s
 
 def _binary(datatype: str, raw_size: int, binary: bool | str) -> bool:
     if binary == "auto":
-        return datatype == "BYTES" or raw_size > BINARY_AUTO_BYTES
+        return datatype in ALWAYS_BINARY or raw_size > BINARY_AUTO_BYTES
     return bool(binary)
 
 
