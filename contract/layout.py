@@ -16,6 +16,7 @@ absent (written under a temporary name, then renamed).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,18 +30,29 @@ def chunk_name(prefix: str, index: int) -> str:
     return f"{prefix}-{index:05d}.parquet"
 
 
+SHIPPED_NAME = re.compile(rf"^(?:(?:{REQUESTS}|{CLOCK})-\d{{5}}\.parquet|worker\.json)$")
+
+
+def shippable(name: str) -> bool:
+    """A file a worker sends its master: a closed chunk or worker.json (never a path, never a temporary)."""
+    return bool(SHIPPED_NAME.match(name))
+
+
 def temporary(path: Path) -> Path:
     """The name a file is written under before the rename that makes it appear whole."""
     return path.with_name("." + path.name + ".tmp")
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` whole or not at all (temporary name + rename), making its directory; an OSError
-    (a full disk) names the file and leaves no temporary file behind."""
+def write_atomic(path: Path, text: str | bytes) -> Path:
+    """Write `text` (or bytes) to `path` whole or not at all (temporary name + rename), making its directory; an
+    OSError (a full disk) names the file and leaves no temporary file behind."""
     tmp = temporary(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -71,6 +83,15 @@ class WorkerLayout:
     def summary(self) -> Path:
         return self.dir / "worker.json"
 
+    def shipped_files(self) -> list[Path]:
+        """The files of this directory a worker sends its master (closed chunks, worker.json), by name."""
+        return sorted(p for p in self.dir.iterdir() if shippable(p.name)) if self.dir.is_dir() else []
+
+    @property
+    def acked(self) -> Path:
+        """The names the master acknowledged, one per line (a spool's own record)."""
+        return self.dir / "acked.txt"
+
 
 @dataclass(frozen=True)
 class RunLayout:
@@ -99,6 +120,12 @@ class RunLayout:
 
     def worker(self, region: str, worker: str) -> WorkerLayout:
         return WorkerLayout(self.root / "regions" / region / worker)
+
+    def workers(self) -> list[tuple[str, str, WorkerLayout]]:
+        """(region, worker, layout) of every worker directory present."""
+        base = self.root / "regions"
+        return [(w.parent.name, w.name, WorkerLayout(w)) for w in sorted(base.glob("*/*")) if w.is_dir()] \
+            if base.is_dir() else []
 
     def request_chunks(self) -> list[Path]:
         return sorted(self.root.glob(f"regions/*/*/{REQUESTS}-*.parquet"))

@@ -44,6 +44,42 @@ class Error:
 
 
 @dataclass(frozen=True)
+class Join:
+    """worker → master, as soon as it connects: who it is, and proof of the run's token (an HMAC of its client
+    id under the token: the token itself never travels). The master admits it or refuses it (REFUSED)."""
+
+    client_id: str
+    worker: str
+    region: str
+    index: int
+    proof: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """master → one worker: why it may not take part (wrong token, unknown region, a duplicate); it exits."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """worker → master: one closed file of its run directory (a request or clock chunk, worker.json), by name
+    within its own directory; the master writes it once (idempotent) and answers ACK."""
+
+    client_id: str
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Ack:
+    """master → one worker: this file is in the run directory; the worker may stop re-sending it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Message(Generic[P]):
     """One message type: its Locust name, who sends it, and its payload."""
 
@@ -65,4 +101,9 @@ HELLO = Message("tailrace_hello", "worker → master", Hello)
 DONE = Message("tailrace_done", "worker → master", Done)
 ERROR = Message("tailrace_error", "worker → master", Error)
 
-CATALOGUE = (PLAN, HELLO, DONE, ERROR)
+JOIN = Message("tailrace_join", "worker → master", Join)
+REFUSED = Message("tailrace_refused", "master → one worker", Refused)
+CHUNK = Message("tailrace_chunk", "worker → master", Chunk)
+ACK = Message("tailrace_ack", "master → one worker", Ack)
+
+CATALOGUE = (PLAN, HELLO, DONE, ERROR, JOIN, REFUSED, CHUNK, ACK)

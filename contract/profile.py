@@ -14,6 +14,7 @@ EMBEDDED = "embedded"
 TRITON = "triton"
 INPROCESS = "inprocess"
 STARTED_BY_RUN = (EMBEDDED, TRITON)
+MASTER_CLOCK = "master"  # clock.servers: the SNTP reference `tailrace master` answers on its host
 
 
 class _Strict(BaseModel):
@@ -231,7 +232,8 @@ class Load(_Strict):
 
 class Clock(_Strict):
     servers: list[str] = Field(default_factory=lambda: [EMBEDDED],
-                               description="host:port NTP servers, or 'embedded' (tailrace run's SNTP reference)")
+                               description="host:port NTP servers, 'embedded' (tailrace run's SNTP reference) "
+                                           "or 'master' (tailrace master's, for workers on other hosts)")
     interval_s: float = Field(5, gt=0, le=3600)
     packets: int = Field(4, ge=1, le=16, description="packets per sample; the minimum-delay one is kept")
 

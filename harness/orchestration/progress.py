@@ -89,3 +89,65 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+class ChunkProgress:
+    """The live per-region table of a master whose workers are on other hosts: read from the request chunks
+    as they arrive in the run directory (their metrics ports are not reachable from here)."""
+
+    def __init__(self, layout, quiet: bool, recent: int = 5000) -> None:
+        self.layout, self.quiet, self.recent = layout, quiet, recent
+        self._seen: set = set()
+        self._per_region: dict[str, dict] = {}
+        self._live = None
+        self._t0 = time.monotonic()
+        self._last_update = 0.0
+
+    def _read_new(self) -> None:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        for path in self.layout.request_chunks():
+            if path in self._seen:
+                continue
+            self._seen.add(path)
+            try:
+                table = pq.read_table(path, columns=["region", "status", "latency_ns"])
+            except (OSError, ValueError):
+                continue
+            regions = table.column("region").to_numpy(zero_copy_only=False)
+            status = table.column("status").to_numpy(zero_copy_only=False)
+            latency = table.column("latency_ns").to_numpy()
+            for region in set(regions.tolist()):
+                mine = regions == region
+                agg = self._per_region.setdefault(region, {"n": 0, "errors": 0, "latencies": np.empty(0)})
+                agg["n"] += int(mine.sum())
+                agg["errors"] += int((mine & (status != "ok")).sum())
+                agg["latencies"] = np.concatenate([agg["latencies"], latency[mine & (status == "ok")]])[-self.recent:]
+
+    def update(self, run_id: str) -> None:
+        if self.quiet or time.monotonic() - self._last_update < 1.0:
+            return
+        self._last_update = time.monotonic()
+        import numpy as np
+        from rich.live import Live
+        from rich.table import Table
+
+        self._read_new()
+        table = Table(title=f"tailrace master {run_id}  {time.monotonic() - self._t0:.0f} s (results received)")
+        for col in ("region", "requests", "errors", "p99 (recent)"):
+            table.add_column(col, justify="right")
+        for region, agg in sorted(self._per_region.items()):
+            lat = agg["latencies"]
+            table.add_row(region, f"{agg['n']:,}", f"{agg['errors']:,}",
+                          f"{np.percentile(lat, 99) / 1e6:.1f} ms" if len(lat) else "-")
+        if self._live is None:
+            self._live = Live(table, refresh_per_second=1, transient=False)
+            self._live.start()
+        else:
+            self._live.update(table)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

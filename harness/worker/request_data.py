@@ -278,8 +278,10 @@ def _from_npz(path: Path, request: RequestSpec, endpoint: Endpoint) -> SampleSet
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError) as exc:
         raise DataError(f"data {path}: not a readable .npz: {exc}") from None
-    labels = _labels_from(arrays.pop(label_key), str(path)) if label_key in arrays else None
     names = [s.name for s in request.inputs]
+    if label_key == "labels" and "labels" not in arrays and set(arrays) == {"X", "y"} and len(names) == 1:
+        arrays = {names[0]: arrays["X"], "labels": arrays["y"]}  # a digits file of an older tailrace (X, y)
+    labels = _labels_from(arrays.pop(label_key), str(path)) if label_key in arrays else None
     if len(names) == 1 and names[0] not in arrays and len(arrays) == 1:
         arrays = {names[0]: next(iter(arrays.values()))}
     inputs = {}

@@ -4,6 +4,9 @@ Triton (PyTriton) in one run, each with its data file (npz, jsonl, perf_analyzer
 answer checked."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from analysis.analyze import analyze_run
@@ -45,12 +48,22 @@ def zoo_run(model_repo, tmp_path_factory):
     profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "here", "share": 1.0, "delay_ms": 1}],
                            load={"rate": 120, "duration_s": 6, "warmup_s": 1, "seed": 3},
                            triton={"models_dir": str(model_repo)})
-    run, manifest = run_with(profile, tmp_path_factory.mktemp("zoo-runs"))
-    return run, manifest, analyze_run(run.run_dir), servers
+    probes = {}
+
+    def during(run):  # `tailrace probe` against each started server while it serves the run
+        for server in run.servers.instances:
+            for url in (server.http_url, server.grpc_url):
+                probes[url] = subprocess.run(
+                    [sys.executable, "-m", "tailrace.cli", "probe", url, "--model", "text_tfidf", "--data",
+                     str(model_repo / "_data" / "text.jsonl"), "--check", "label", "--batch-size", "2",
+                     "--requests", "3"], capture_output=True, text=True, timeout=60)
+
+    run, manifest = run_with(profile, tmp_path_factory.mktemp("zoo-runs"), during)
+    return run, manifest, analyze_run(run.run_dir), servers, probes
 
 
 def test_every_model_answers_every_request_over_both_protocols_on_both_servers(zoo_run):
-    run, manifest, a, servers = zoo_run
+    run, manifest, a, servers, _ = zoo_run
     df = a.requests
     assert manifest["valid"], manifest["invalid_reasons"]
     names = {e.name for e in run.plan.profile.endpoints}
@@ -60,7 +73,7 @@ def test_every_model_answers_every_request_over_both_protocols_on_both_servers(z
 
 
 def test_answers_are_checked_against_labels_and_validation_data(zoo_run):
-    _, _, a, _ = zoo_run
+    _, _, a, _, _ = zoo_run
     df = a.requests
     checked = df[df["correct_count"] >= 0]
     accuracy = checked.groupby("endpoint")["correct_count"].sum() / checked.groupby("endpoint")["batch_size"].sum()
@@ -74,7 +87,7 @@ def test_answers_are_checked_against_labels_and_validation_data(zoo_run):
 
 
 def test_the_request_was_resolved_from_the_servers_and_large_tensors_went_binary(zoo_run):
-    run, _, a, servers = zoo_run
+    run, _, a, servers, _ = zoo_run
     requests = run.plan.requests
     image = requests["image-embedded-http"]
     assert image.batched and [(i.name, i.datatype, i.shape) for i in image.inputs] == [("image", "FP32", [3, 224, 224])]
@@ -86,3 +99,13 @@ def test_the_request_was_resolved_from_the_servers_and_large_tensors_went_binary
     # the binary extension: ~602 kB of tensor bytes plus a short JSON header, not ~1.5 MB of JSON numbers
     assert image_http["bytes_out"].between(602_112, 604_000).all(), image_http["bytes_out"].describe()
     assert (df.loc[df.endpoint == "tokens-random", "batch_size"] == 4).all()
+
+
+def test_probe_against_each_server_sends_the_data_and_checks_the_answers(zoo_run):
+    run, _, _, servers, probes = zoo_run
+    assert len(probes) == 2 * len(servers)
+    for url, r in probes.items():
+        assert r.returncode == 0, f"{url}: {r.stdout}{r.stderr}"
+        assert "input  text BYTES [2, 1]" in r.stdout and r.stdout.count("check: 2 of 2 right") == 3, r.stdout
+    on_triton = [r for r in probes.values() if r.stdout.startswith("server triton")]
+    assert len(on_triton) == (2 if "triton" in servers else 0)  # HTTP and gRPC against the real Triton

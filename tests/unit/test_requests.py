@@ -82,6 +82,9 @@ def test_npz_arrays_must_match_the_inputs_by_name(tmp_path):
     np.savez(narrow, input=np.ones((5, 32), np.float32))
     with pytest.raises(DataError, match=r"sample 0, input 'input': shape \[32\] does not fit the model's \[64\]"):
         load_samples(str(narrow), endpoint(), spec, 0, 100, 1e9)
+    legacy = tmp_path / "old.npz"  # the digits file of an older model build: X and y
+    np.savez(legacy, X=np.ones((3, 64), np.float32), y=np.array([7, 8, 9]))
+    assert load_samples(str(legacy), ep, spec, 0, 100, 1e9).labels.tolist() == [7, 8, 9]
     unlabelled = tmp_path / "u.npz"
     np.savez(unlabelled, input=np.ones((2, 64), np.float32))
     with pytest.raises(DataError, match="check.kind 'label' needs labels"):

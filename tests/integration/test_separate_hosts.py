@@ -1,0 +1,296 @@
+"""Regional generators on separate hosts, for real on this machine: network namespaces joined by a bridge that
+lives only in a namespace this test creates (10.203.0.0/16 inside them only, no default route), one namespace
+for the master, one for the endpoint, one per region worker. Each process runs in its namespace with the
+commands a deployment runs (`tailrace serve`, `tailrace master`, `tailrace worker`); each worker's spool is its
+own directory; region delay is the userspace delay proxy inside the region's namespace. Everything is torn
+down at the end."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from contract.layout import RunLayout
+from harness.orchestration.processes import ManagedProcess, start_process
+from tests.support import IN_CI
+
+MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"
+REGION_IPS = {"eu": "10.203.0.11", "us": "10.203.0.12", "stray": "10.203.0.13"}
+MASTER_PORT, SNTP_PORT = 5557, 12300
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30)
+
+
+@dataclass
+class Network:
+    """Namespaces `<prefix>-<host>` plus `<prefix>-br` holding the bridge; veth pairs host ↔ bridge."""
+
+    prefix: str
+    hosts: dict[str, str]  # host → its address
+    created: list[str] = field(default_factory=list)
+
+    def ns(self, host: str) -> str:
+        return f"{self.prefix}-{host}"
+
+    def up(self) -> None:
+        bridge = self.ns("br")
+        sh("ip", "netns", "add", bridge)
+        self.created.append(bridge)
+        sh("ip", "netns", "exec", bridge, "ip", "link", "add", "br0", "type", "bridge")
+        sh("ip", "netns", "exec", bridge, "ip", "link", "set", "br0", "up")
+        for i, (host, address) in enumerate(self.hosts.items()):
+            ns = self.ns(host)
+            sh("ip", "netns", "add", ns)
+            self.created.append(ns)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            # the pair is created inside the bridge namespace and one end moved: nothing touches the host's links
+            sh("ip", "netns", "exec", bridge, "ip", "link", "add", f"p{i}", "type", "veth", "peer", "name", f"h{i}")
+            sh("ip", "netns", "exec", bridge, "ip", "link", "set", f"h{i}", "netns", ns)
+            sh("ip", "netns", "exec", bridge, "ip", "link", "set", f"p{i}", "master", "br0")
+            sh("ip", "netns", "exec", bridge, "ip", "link", "set", f"p{i}", "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", f"h{i}", "name", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/16", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+
+    def down(self) -> None:
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        self.created.clear()
+
+    def start(self, host: str, name: str, args: list[str], log: Path, env: dict | None = None,
+              cwd: Path | None = None) -> ManagedProcess:
+        return start_process(name, ["ip", "netns", "exec", self.ns(host), sys.executable, "-m", "tailrace.cli", *args],
+                             log, env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def network():
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("separate hosts need network namespaces: run the tests as root (CI does)")
+        pytest.skip("network namespaces need root")
+    net = Network(f"tr{os.getpid() % 100000}", {"m": MASTER_IP, "e": ENDPOINT_IP, "eu": REGION_IPS["eu"],
+                                                 "us": REGION_IPS["us"], "stray": REGION_IPS["stray"]})
+    try:
+        net.up()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        net.down()
+        pytest.fail(f"cannot create network namespaces here: {getattr(exc, 'stderr', '') or exc}")
+    yield net
+    net.down()
+    assert not [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if n.startswith(net.prefix)]
+
+
+@pytest.fixture(scope="module")
+def served(network, model_repo, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("hosts")
+    endpoint = network.start("e", "endpoint", ["serve", "--models", str(model_repo), "--host", ENDPOINT_IP, "--expose",
+                                               "--http-port", "8000", "--grpc-port", "8001"], logs / "endpoint.log")
+    proxies = [network.start(region, f"proxy {region}", [
+        "proxy", "--route", f"127.0.0.1:18000={ENDPOINT_IP}:8000", "--route", f"127.0.0.1:18001={ENDPOINT_IP}:8001",
+        "--delay-ms", delay, "--jitter-ms", "0.5"], logs / f"proxy-{region}.log")
+        for region, delay in (("eu", "3"), ("us", "12"))]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        probe = subprocess.run(["ip", "netns", "exec", network.ns("m"), sys.executable, "-m", "tailrace.cli", "probe",
+                                f"http://{ENDPOINT_IP}:8000", "--model", "digits_mlp_fp32", "--requests", "1"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"endpoint in its namespace never answered: {probe.stdout}{probe.stderr}")
+    yield logs
+    for p in [endpoint, *proxies]:
+        p.stop()
+
+
+def profile_text(model_repo: Path, duration_s: float) -> str:
+    data = model_repo / "_data" / "digits_test.npz"
+    endpoints = "".join(f"""
+[[endpoints]]
+name = "{name}"
+url = "{url}"
+protocol = "{protocol}"
+model = "digits_mlp_fp32"
+data = "{data}"
+check = {{ output = "label" }}
+""" for name, url, protocol in (("mlp-http", f"http://{ENDPOINT_IP}:8000", "kserve-http"),
+                                ("mlp-grpc", f"grpc://{ENDPOINT_IP}:8001", "kserve-grpc")))
+    return f"""name = "hosts"
+{endpoints}
+[[regions]]
+name = "eu"
+share = 0.5
+[[regions]]
+name = "us"
+share = 0.5
+[load]
+rate = 80
+duration_s = {duration_s}
+warmup_s = 1
+seed = 4
+[clock]
+servers = ["master"]
+interval_s = 2
+[[slos]]
+metric = "error_rate"
+threshold = 0.05
+"""
+
+
+@dataclass
+class Deployment:
+    master: ManagedProcess
+    workers: dict[str, ManagedProcess]
+    spools: dict[str, Path]
+    out: Path
+    logs: Path
+
+    def run_dir(self) -> Path:
+        [run] = [p for p in self.out.iterdir() if p.is_dir()]
+        return run
+
+
+def deploy(network, model_repo, root: Path, duration_s: float, stray: bool = False) -> Deployment:
+    root.mkdir(parents=True)
+    token = root / "token"
+    token.write_text(secrets.token_urlsafe(16))
+    profile = root / "hosts.toml"
+    profile.write_text(profile_text(model_repo, duration_s))
+    out, logs = root / "runs", root / "logs"
+    master = network.start("m", "master", ["master", str(profile), "--bind", MASTER_IP, "--expose", "--port",
+                                           str(MASTER_PORT), "--token-file", str(token), "--sntp-port", str(SNTP_PORT),
+                                           "--out", str(out), "--wait-s", "60", "--quiet"], logs / "master.log")
+    time.sleep(2)
+    workers, spools = {}, {}
+    if stray:  # a process with a wrong token, there first: refused, and the run goes on without it
+        wrong = root / "wrong-token"
+        wrong.write_text("not-the-token")
+        workers["stray"] = network.start("stray", "stray worker", [
+            "worker", "--master", f"{MASTER_IP}:{MASTER_PORT}", "--region", "us", "--token-file", str(wrong),
+            "--spool", str(root / "spool-stray")], logs / "stray.log")
+        time.sleep(2)
+    for region in ("eu", "us"):
+        spools[region] = root / f"spool-{region}"
+        workers[region] = network.start(region, f"worker {region}", [
+            "worker", "--master", f"{MASTER_IP}:{MASTER_PORT}", "--region", region, "--token-file", str(token),
+            "--spool", str(spools[region]), "--endpoint-url", "mlp-http=http://127.0.0.1:18000",
+            "--endpoint-url", "mlp-grpc=grpc://127.0.0.1:18001"], logs / f"worker-{region}.log")
+    return Deployment(master, workers, spools, out, logs)
+
+
+def stop_all(d: Deployment) -> None:
+    for p in [*d.workers.values(), d.master]:
+        p.stop(timeout=15)
+
+
+def rows_in(paths) -> int:
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def spool_chunks(spool: Path) -> list[Path]:
+    return sorted(spool.glob("*/regions/*/*/requests-*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def clean_run(network, served, model_repo, tmp_path_factory):
+    d = deploy(network, model_repo, tmp_path_factory.mktemp("clean") / "d", duration_s=8, stray=True)
+    try:
+        code = d.master.popen.wait(timeout=180)
+    finally:
+        stop_all(d)
+    return d, code
+
+
+def test_the_master_collects_every_workers_rows_and_finishes_the_run(clean_run):
+    d, code = clean_run
+    run = d.run_dir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["valid"], manifest["invalid_reasons"]
+    assert code == 0, (d.logs / "master.log").read_text()[-3000:]  # the verdict's code: the error SLO passes
+    assert (run / "report" / "index.html").is_file() and (run / "summary.json").is_file()
+    layout = RunLayout(run)
+    sent = {r: json.loads(layout.worker(r, f"{r}-w0").summary.read_text())["sent"] for r in ("eu", "us")}
+    assert rows_in(layout.request_chunks()) == sum(sent.values()) > 0
+    trace_ids = [t for p in layout.request_chunks() for t in pq.read_table(p, columns=["trace_id"]).column(0).to_pylist()]
+    assert len(trace_ids) == len(set(trace_ids))
+    # nothing of the run is written on the workers' side but their spools
+    assert not list(d.spools["eu"].parent.glob("spool-*/*/manifest.json"))
+    for region in ("eu", "us"):
+        assert rows_in(spool_chunks(d.spools[region])) == sent[region]  # the spool keeps what it sent
+
+
+def test_clocks_are_measured_against_the_masters_sntp(clean_run):
+    d, _ = clean_run
+    clock = [pq.read_table(p).to_pylist() for p in RunLayout(d.run_dir()).clock_chunks()]
+    servers = {row["server"] for rows in clock for row in rows}
+    assert servers == {f"{MASTER_IP}:{SNTP_PORT}"}
+    assert all(abs(row["offset_ns"]) < 50_000_000 for rows in clock for row in rows)  # same host clock: ~0
+
+
+def test_a_worker_with_the_wrong_token_is_refused_and_the_run_goes_on(clean_run):
+    d, _ = clean_run
+    assert d.workers["stray"].popen.returncode == 2
+    assert "the master refused this worker: wrong run token" in (d.logs / "stray.log").read_text()
+    events = [json.loads(line) for line in (d.run_dir() / "master-events.jsonl").read_text().splitlines()]
+    assert [e["reason"] for e in events if e["event"] == "worker_refused"] == [
+        "wrong run token (set TAILRACE_RUN_TOKEN or --token-file to the master's)"]
+    plan_sent = next(e for e in events if e["event"] == "plan_sent")
+    assert plan_sent["workers"] == ["eu-w0", "us-w0"]  # the plan went to the admitted workers only
+
+
+def test_a_worker_killed_mid_run_loses_nothing_it_closed(network, served, model_repo, tmp_path):
+    d = deploy(network, model_repo, tmp_path / "d", duration_s=10)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(spool_chunks(d.spools["us"])) < 8:
+            time.sleep(0.2)
+        d.workers["us"].kill()
+        code = d.master.popen.wait(timeout=180)
+    finally:
+        stop_all(d)
+    run = d.run_dir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert code == 4 and not manifest["valid"]
+    assert any(r.startswith("us-w0") for r in manifest["invalid_reasons"]), manifest["invalid_reasons"]
+    closed = {p.name for p in spool_chunks(d.spools["us"])}
+    collected = subprocess.run([sys.executable, "-m", "tailrace.cli", "collect", str(d.spools["us"]), str(run)],
+                               capture_output=True, text=True, timeout=60)
+    assert collected.returncode == 0, collected.stderr
+    at_master = {p.name for p in RunLayout(run).worker("us", "us-w0").dir.glob("requests-*.parquet")}
+    assert closed and closed <= at_master  # nothing it closed is missing
+    again = subprocess.run([sys.executable, "-m", "tailrace.cli", "collect", str(d.spools["us"]), str(run)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "0 file(s) added" in again.stdout  # idempotent
+
+
+def test_workers_stop_within_10_s_of_losing_their_master_and_keep_their_spools(network, served, model_repo,
+                                                                                tmp_path):
+    d = deploy(network, model_repo, tmp_path / "d", duration_s=30)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(spool_chunks(s) for s in d.spools.values()):
+            time.sleep(0.2)
+        os.kill(d.master.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        for region in ("eu", "us"):
+            d.workers[region].popen.wait(timeout=20)
+        stopped_after = time.monotonic() - killed
+    finally:
+        stop_all(d)
+    assert stopped_after < 10, f"workers ran on for {stopped_after:.1f} s"
+    for region in ("eu", "us"):
+        assert spool_chunks(d.spools[region])  # their results are kept for `tailrace collect`
