@@ -119,7 +119,7 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from endpoints.server import is_loopback
-    from harness.orchestration.remote import run_master
+    from harness.orchestration.remote import read_token, run_master
 
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
@@ -127,14 +127,42 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     profile = _profile_or_none(args.profile, args.out, local=False)
     if profile is None:
         return 2
-    return run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models, args.web_ui)
+    try:
+        token = read_token(args.token_file)
+    except ValueError as exc:
+        print(f"tailrace master: {exc}", file=sys.stderr)
+        return 2
+    run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
+                               args.web_ui, token, args.sntp_port, args.wait_s, args.quiet)
+    if run_dir is None:
+        return code
+    from analysis.report_cli import analyze_and_report
+
+    return analyze_and_report(run_dir, None, quiet=args.quiet)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from harness.orchestration.remote import run_worker
+    from harness.orchestration.remote import read_token, run_worker
 
+    try:
+        token = read_token(args.token_file)
+    except ValueError as exc:
+        print(f"tailrace worker: {exc}", file=sys.stderr)
+        return 2
     return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
-                      args.models, args.metrics_port)
+                      args.models, args.metrics_port, args.spool, token)
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from harness.orchestration.collect import CollectError, collect
+
+    try:
+        done = collect(args.spool, args.run_dir)
+    except (CollectError, OSError) as exc:
+        print(f"tailrace collect: {exc}", file=sys.stderr)
+        return 2
+    print(f"tailrace collect: {done.describe()} → {args.run_dir}; analyse again with `tailrace analyze {args.run_dir}`")
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -248,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--models", type=Path, default=None, help="models dir with the held-out data")
     master.add_argument("--web-ui", type=_port, default=None, metavar="PORT",
                         help="also serve Locust's web UI on 127.0.0.1:PORT (the run still starts by itself)")
+    master.add_argument("--token-file", type=Path, default=None,
+                        help="the run token (default $TAILRACE_RUN_TOKEN; without either, one is made and printed)")
+    master.add_argument("--sntp-port", type=_port, default=12300,
+                        help="where the master answers SNTP when clock.servers names \"master\" (default 12300)")
+    master.add_argument("--wait-s", type=_positive_float, default=600.0,
+                        help="how long to wait for the profile's workers (default 600)")
+    master.add_argument("--quiet", action="store_true", help="no live table, no terminal summary")
     master.set_defaults(func=_cmd_master)
 
     worker = sub.add_parser("worker", help="run a Locust worker for one region",
@@ -259,10 +294,21 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--clock-skew-ms", type=float, default=0.0, help="emulate a skewed clock (tests)")
     worker.add_argument("--endpoint-url", action="append", default=[], metavar="NAME=URL",
                         help="reach an endpoint at another address from this region")
-    worker.add_argument("--out-dir", default=None, help="where to write chunks (shared storage), default: master's")
+    worker.add_argument("--spool", default=None, help="this worker's own directory for its results until the master "
+                                                      "has them (default ./tailrace-spool)")
+    worker.add_argument("--token-file", type=Path, default=None, help="the run token (default $TAILRACE_RUN_TOKEN)")
+    worker.add_argument("--out-dir", default=None, help="older setups: write chunks into this shared directory "
+                                                        "instead of sending them to the master")
     worker.add_argument("--models", default=None, help="models dir holding the held-out data")
     worker.add_argument("--metrics-port", type=int, default=None, help="Prometheus port on 127.0.0.1")
     worker.set_defaults(func=lambda a, p: _cmd_worker(a))
+
+    collect_cmd = sub.add_parser("collect", help="add a worker's spooled results to a run directory",
+                                 description="Copy the closed chunks a worker kept in its spool (never acknowledged "
+                                             "by the master) into the run directory; idempotent.")
+    collect_cmd.add_argument("spool", type=Path, help="the worker's spool directory (tailrace worker --spool)")
+    collect_cmd.add_argument("run_dir", type=Path)
+    collect_cmd.set_defaults(func=lambda a, p: _cmd_collect(a))
 
     proxy = sub.add_parser("proxy", help="userspace TCP delay proxy (region emulation)",
                            description="Forward TCP adding one-way delay and jitter in each direction.")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan, endpoint_kind
-from contract.profile import EMBEDDED, Profile
+from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.preflight import check_local
 from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
@@ -26,7 +26,7 @@ from harness.orchestration.run_record import RunRecord, save_model_metadata, sta
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
 from harness.orchestration.servers import Servers, start_servers
 from harness.orchestration.triton_server import TritonServer
-from harness.worker.identity import WorkerIdentity
+from harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"
 PLAN_ENV = "TAILRACE_PLAN"  # read by harness/worker/locustfile.py in the master
@@ -140,20 +140,21 @@ class LocalRun:
     def _start_sntp_if_asked(self) -> list[str]:
         """The profile's clock references, with 'embedded' replaced by an SNTP server this run starts."""
         servers = list(self.profile.clock.servers)
-        if EMBEDDED not in servers:
+        if EMBEDDED not in servers and MASTER_CLOCK not in servers:
             return servers
-        port = free_port()
+        port = free_port()  # on one machine, the master's reference and the embedded one are the same thing
         self.processes.append(start_process("sntp", tailrace_argv("sntp", "--port", str(port)),
                                             self.layout.log("sntp")))
-        return [f"127.0.0.1:{port}" if s == EMBEDDED else s for s in servers]
+        return [f"127.0.0.1:{port}" if s in (EMBEDDED, MASTER_CLOCK) else s for s in servers]
 
     def _start_locust(self) -> None:
         p, layout = self.profile, self.layout
         n_workers = sum(r.workers for r in p.regions)
         master_port = free_port()
+        token = secrets.token_urlsafe(16)  # this run's: only its own workers are admitted
         self.master = start_process("locust master", master_argv(
             self.plan, "127.0.0.1", master_port, 60, "--headless", "--stop-timeout", "5", "--loglevel", "WARNING"),
-            layout.log("master"), env={PLAN_ENV: str(layout.plan)}, cpus=p.generator.cpus)
+            layout.log("master"), env={PLAN_ENV: str(layout.plan), TOKEN_ENV: token}, cpus=p.generator.cpus)
         self.processes.append(self.master)
         for r in p.regions:
             for i in range(r.workers):
@@ -161,8 +162,8 @@ class LocalRun:
                 self.metrics_ports[identity.name] = identity.metrics_port
                 proc = start_process(f"worker {identity.name}", locust_argv(
                     "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
-                    "--loglevel", "WARNING"), layout.log(f"worker-{identity.name}"), env=identity.env(),
-                    cpus=p.generator.cpus)
+                    "--loglevel", "WARNING"), layout.log(f"worker-{identity.name}"),
+                    env={**identity.env(), TOKEN_ENV: token}, cpus=p.generator.cpus)
                 self.processes.append(proc)
                 self.workers[identity.name] = proc
         self.log(f"run {self.run_id}: {n_workers} worker(s) in {len(p.regions)} region(s), "

@@ -1,11 +1,20 @@
 """`tailrace master` and `tailrace worker`: the same engine across machines.
 
-The master binds 127.0.0.1 unless told otherwise: Locust's channel is unauthenticated, so reach it from
-other regions through an SSH tunnel or a private network (see README).
+The master runs the whole run: it checks the endpoints, waits for the profile's workers per region (printing
+which are missing), admits only workers that prove the run's token, announces the plan, answers SNTP for them
+when the profile's clock names "master", writes the files they send into the run directory
+(harness/worker/uplink.py), and writes the manifest; `tailrace master` then analyses the run and exits with
+the verdict's code. A worker keeps its results in a spool on its own disk until the master has them.
+
+The master binds 127.0.0.1 unless told otherwise: Locust's channel is unauthenticated (the token keeps
+strangers out of a run, not eavesdroppers), so reach it from other regions through an SSH tunnel or a private
+network (see README).
 """
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -14,7 +23,7 @@ from pathlib import Path
 
 from contract.layout import RunLayout
 from contract.plan import unresolved_plan
-from contract.profile import EMBEDDED, Profile
+from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
 from harness.orchestration.local_run import (
     LEAD_S,
@@ -24,27 +33,87 @@ from harness.orchestration.local_run import (
     master_argv,
     new_run_id,
 )
+from harness.orchestration.processes import start_process, tailrace_argv
+from harness.orchestration.progress import ChunkProgress
 from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
-from harness.worker.identity import WorkerIdentity
+from harness.worker.identity import TOKEN_ENV, WorkerIdentity
+
+WAIT_FOR_WORKERS_S = 600
 
 
-def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None,
-               web_port: int | None = None) -> int:
-    """Run a Locust master that waits for the profile's workers; writes the manifest at the end."""
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL when this process dies (Linux), so a killed `tailrace master` never leaves
+    a Locust master behind that its workers would keep sending to."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass  # not Linux: the workers then notice when the Locust master itself ends
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """The run token: --token-file's first line, else $TAILRACE_RUN_TOKEN; None when neither is given."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"--token-file {token_file}: {exc.strerror}") from None
+        if not token:
+            raise ValueError(f"--token-file {token_file}: the file is empty")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def waiting_for(profile: Profile, admitted: list[dict]) -> list[str]:
+    """Regions still short of workers, as 'region (k of n)'."""
+    have: dict[str, int] = {}
+    for event in admitted:
+        have[event["region"]] = have.get(event["region"], 0) + 1
+    return [f"{r.name} ({have.get(r.name, 0)} of {r.workers})" for r in profile.regions if have.get(r.name, 0) < r.workers]
+
+
+def _events(layout: RunLayout) -> list[dict]:
+    try:
+        lines = layout.master_events.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line being written
+    return out
+
+
+def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None, web_port: int | None = None,
+               token: str | None = None, sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
+               quiet: bool = False) -> tuple[Path | None, int]:
+    """Run a Locust master for the profile's workers; writes the run directory on this host. Returns (run
+    directory, code): code 2 when nothing could start, else the Locust master's exit code."""
     if profile.uses_embedded or profile.uses_triton or EMBEDDED in profile.clock.servers:
         print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
-              "`tailrace run`; name real endpoint URLs and NTP servers", file=sys.stderr)
-        return 2
+              "`tailrace run`; name real endpoint URLs, and NTP servers or \"master\"", file=sys.stderr)
+        return None, 2
+    if token is None:
+        token = secrets.token_urlsafe(24)
+        print(f"tailrace master: no run token given; this run's token is {token}\n"
+              f"  give it to each worker: TAILRACE_RUN_TOKEN=... or --token-file FILE")
     run_id = new_run_id(profile)
     models_dir = str((models or Path(profile.embedded.models_dir)).resolve())
     plan = unresolved_plan(profile, run_id, str((out / run_id).resolve()), models_dir, LEAD_S)
+    if MASTER_CLOCK in profile.clock.servers:  # the workers resolve "master" to the host they reached us at
+        plan = plan.model_copy(update={"ntp_servers": [f"{MASTER_CLOCK}:{sntp_port}" if s == MASTER_CLOCK else s
+                                                       for s in plan.ntp_servers]})
     try:  # data files live on the workers' hosts: relative paths are read from each worker's directory
         requests, notes = resolve_requests(plan, data_here=False)
     except EndpointCheckError as exc:
         print(f"tailrace master: an endpoint cannot take the run's requests; no load was sent:\n{exc}",
               file=sys.stderr)
-        return 2
+        return None, 2
     for note in notes:
         print(f"tailrace master: {note}")
     plan = plan.model_copy(update={"requests": requests})
@@ -52,37 +121,71 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     layout.root.mkdir(parents=True)
     plan.write(layout)
     log_effective_settings(plan, layout)
+    sntp = None
+    if MASTER_CLOCK in profile.clock.servers:
+        sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
+                             layout.log("sntp"))
     n = sum(r.workers for r in profile.regions)
     ui = ["--autostart", "--autoquit", "5", "--web-host", "127.0.0.1", "--web-port", str(web_port)] if web_port \
         else ["--headless"]
-    print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; chunks → {layout.root}")
+    print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; results → {layout.root}")
     targets = stats_targets(plan)
     stats = ServerStatsRecorder(layout, targets, profile.server_stats.interval_s)
     save_model_metadata(plan, layout)
     stats.snapshot("before")
     record = RunRecord(plan, layout, servers=[{k: v for k, v in vars(t).items() if k != "auth"} for t in targets])
-    master = subprocess.Popen(master_argv(plan, bind, port, 600, *ui), env={**os.environ, PLAN_ENV: str(layout.plan)})
-    interrupted = False
+    # --stop-timeout: a worker's last files reach the master after its schedule (harness/worker/uplink.py)
+    master = subprocess.Popen(master_argv(plan, bind, port, int(wait_s), *ui, "--stop-timeout", "40",
+                                          "--loglevel", "WARNING"),
+                              env={**os.environ, PLAN_ENV: str(layout.plan), TOKEN_ENV: token},
+                              stdout=open(layout.log("master"), "ab"), stderr=subprocess.STDOUT,
+                              preexec_fn=die_with_parent)
+    progress = ChunkProgress(layout, quiet)
+    interrupted, last_wait, reported = False, 0.0, set()
     try:
         while master.poll() is None:
+            events = _events(layout)
+            started = any(e["event"] == "plan_sent" for e in events)
+            for e in events:
+                key = (e["event"], e.get("client_id"), e.get("t_ns"))
+                if e["event"] == "worker_refused" and key not in reported:
+                    reported.add(key)
+                    print(f"tailrace master: refused worker {e.get('worker')} ({e.get('region')}): {e['reason']}")
+            if not started and time.monotonic() - last_wait > 5:
+                missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
+                if missing:
+                    print(f"tailrace master: waiting for {', '.join(missing)}", flush=True)
+                last_wait = time.monotonic()
+            if started:
+                progress.update(run_id)
             if stats.due():
                 stats.periodic()
             time.sleep(0.5)
     except KeyboardInterrupt:
         interrupted = True
         master.send_signal(signal.SIGINT)
-        master.wait(30)
+        master.wait(timeout=30)
+    finally:
+        progress.close()
+        if sntp is not None:
+            sntp.stop()
     code = master.returncode
     stats.snapshot("after")
     stats.close()
+    events = _events(layout)
+    if not any(e["event"] == "plan_sent" for e in events) and not interrupted:
+        missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
+        print(f"tailrace master: gave up after {wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; "
+              f"no load was sent", file=sys.stderr)
     lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not interrupted else None
     write_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code))
-    return code
+    return layout.root, code
 
 
 def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_urls: list[str], out_dir: str | None,
-               models: str | None, metrics_port: int | None) -> int:
-    """Exec a Locust worker with this region's settings in its environment."""
+               models: str | None, metrics_port: int | None, spool: str | None = None,
+               token: str | None = None) -> int:
+    """Exec a Locust worker with this region's settings (and the run token) in its environment."""
     host, _, port = master.rpartition(":")
     if not host or not port.isdigit():
         print(f"tailrace worker: --master must be HOST:PORT, got {master!r}", file=sys.stderr)
@@ -94,7 +197,12 @@ def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_ur
             print(f"tailrace worker: --endpoint-url must be NAME=URL, got {item!r}", file=sys.stderr)
             return 2
         urls[name] = url
-    identity = WorkerIdentity(region, index, skew_ms, urls or None, out_dir, models, metrics_port)
+    if token is None:
+        print("tailrace worker: no run token: set TAILRACE_RUN_TOKEN or pass --token-file (the master prints or "
+              "reads it)", file=sys.stderr)
+        return 2
+    spool = None if out_dir else str(Path(spool or "tailrace-spool").resolve())
+    identity = WorkerIdentity(region, index, skew_ms, urls or None, out_dir, models, metrics_port, spool, host)
     argv = locust_argv("--worker", "--master-host", host, "--master-port", port)
-    os.execvpe(argv[0], argv, {**os.environ, **identity.env()})
+    os.execvpe(argv[0], argv, {**os.environ, **identity.env(), TOKEN_ENV: token})
     return 0  # not reached

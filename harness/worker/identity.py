@@ -13,12 +13,17 @@ ENDPOINT_URLS = "TAILRACE_ENDPOINT_URLS"
 METRICS_PORT = "TAILRACE_METRICS_PORT"
 OUT_DIR = "TAILRACE_OUT_DIR"
 MODELS_DIR = "TAILRACE_MODELS_DIR"
+SPOOL = "TAILRACE_SPOOL"
+TOKEN_ENV = "TAILRACE_RUN_TOKEN"  # the run's token (master and workers); never written to the run directory
+MASTER_HOST = "TAILRACE_MASTER_HOST"
 
 
 @dataclass(frozen=True)
 class WorkerIdentity:
     """A worker's region and index, and what differs on its host: emulated clock skew, endpoint URL
-    overrides (how this host reaches an endpoint), its metrics port, and local output / model directories."""
+    overrides (how this host reaches an endpoint), its metrics port, local output / model directories, and
+    for a worker on another host than its master: its spool (results go to the master from there) and the
+    master's host (clock.servers "master" is the master's SNTP answer)."""
 
     region: str
     index: int = 0
@@ -27,6 +32,8 @@ class WorkerIdentity:
     out_dir: str | None = None
     models_dir: str | None = None
     metrics_port: int | None = None
+    spool: str | None = None
+    master_host: str | None = None
 
     @property
     def name(self) -> str:
@@ -37,7 +44,8 @@ class WorkerIdentity:
         env = {REGION: self.region, WORKER_INDEX: str(self.index), CLOCK_SKEW_MS: str(self.skew_ms)}
         optional = {ENDPOINT_URLS: json.dumps(self.endpoint_urls) if self.endpoint_urls else None,
                     METRICS_PORT: str(self.metrics_port) if self.metrics_port else None,
-                    OUT_DIR: self.out_dir, MODELS_DIR: self.models_dir}
+                    OUT_DIR: self.out_dir, MODELS_DIR: self.models_dir, SPOOL: self.spool,
+                    MASTER_HOST: self.master_host}
         return env | {k: v for k, v in optional.items() if v}
 
     @classmethod
@@ -50,6 +58,7 @@ class WorkerIdentity:
                        skew_ms=float(env.get(CLOCK_SKEW_MS, "0")),
                        endpoint_urls=json.loads(env.get(ENDPOINT_URLS) or "{}") or None,
                        out_dir=env.get(OUT_DIR) or None, models_dir=env.get(MODELS_DIR) or None,
-                       metrics_port=int(env[METRICS_PORT]) if env.get(METRICS_PORT) else None)
+                       metrics_port=int(env[METRICS_PORT]) if env.get(METRICS_PORT) else None,
+                       spool=env.get(SPOOL) or None, master_host=env.get(MASTER_HOST) or None)
         except (ValueError, json.JSONDecodeError) as exc:
             raise RuntimeError(f"bad TAILRACE_* environment: {exc}") from exc

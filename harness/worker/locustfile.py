@@ -1,8 +1,12 @@
 """The Locust side of tailrace: one user per worker, and the messages of contract/messages.py.
 
-Master: reads the run plan (plan.json, named by $TAILRACE_PLAN), announces it with the start instant in
-reference time at test start, and records which workers joined, said hello, finished and left
-(master-events.jsonl). Worker: runs harness/worker/run.py's WorkerRun inside its single user.
+Master: reads the run plan (plan.json, named by $TAILRACE_PLAN); admits a worker that proves the run's token
+($TAILRACE_RUN_TOKEN) for a region and index of the profile (JOIN), and refuses any other (REFUSED, then
+Locust's quit); announces the plan with the start instant in reference time to the admitted workers only;
+writes the files remote workers send (CHUNK) into the run directory once and acknowledges them (ACK); records
+which workers joined, were admitted or refused, said hello, finished and left (master-events.jsonl).
+Worker: proves the token as it connects, runs harness/worker/run.py's WorkerRun inside its single user, and
+(remote workers) sends its closed files through harness/worker/uplink.py.
 """
 from __future__ import annotations
 
@@ -24,14 +28,16 @@ sys.setswitchinterval(0.0002)
 
 import gevent  # noqa: E402
 from locust import User, events, task  # noqa: E402
+from locust import runners as locust_runners  # noqa: E402
 from locust.exception import StopUser  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
 from contract import messages  # noqa: E402
-from contract.layout import RunLayout, append_line  # noqa: E402
+from contract.layout import RunLayout, append_line, shippable, write_atomic  # noqa: E402
 from contract.plan import RunPlan  # noqa: E402
+from harness.worker.admission import Admission, token_proof  # noqa: E402
 from harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
-from harness.worker.identity import WorkerIdentity  # noqa: E402
+from harness.worker.identity import TOKEN_ENV, WorkerIdentity  # noqa: E402
 from harness.worker.plan_inbox import PlanInbox  # noqa: E402
 from harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
 
@@ -45,6 +51,7 @@ class _WorkerState:
     inbox: PlanInbox = field(default_factory=PlanInbox)
     run: WorkerRun | None = None
     claimed: bool = False
+    runner: object = None
 
 
 _state = _WorkerState()
@@ -75,14 +82,78 @@ def _on_init(environment, **_kwargs) -> None:
         _init_master(environment)
     elif isinstance(runner, WorkerRunner):
         runner.register_message(messages.PLAN.name, _on_plan)
+        runner.register_message(messages.REFUSED.name, _on_refused)
+        runner.register_message(messages.ACK.name, _on_ack)
+        _state.runner = runner
+        identity = WorkerIdentity.from_env()
+        _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
+                                                   token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
+        gevent.spawn(_watch_master, runner)
+
+
+def _watch_master(runner) -> None:
+    """A master that stops answering heartbeats is gone: close this worker's files (its spool keeps them for
+    `tailrace collect`) and end the process, so nothing is sent to a run nobody records."""
+    while True:
+        gevent.sleep(1)
+        if _master_lost(runner):
+            print("tailrace worker: master lost (no heartbeat for "
+                  f"{locust_runners.MASTER_HEARTBEAT_TIMEOUT} s); stopping", file=sys.stderr, flush=True)
+            if _state.run is not None:
+                _state.run.finish(master_lost=True)
+            os._exit(3)
+
 
 
 def _init_master(environment) -> None:
     plan = _master_plan()
-    log = _MasterLog(RunLayout(Path(plan.run_dir)))
+    layout = RunLayout(Path(plan.run_dir))
+    log = _MasterLog(layout)
     runner = environment.runner
     names: dict[str, str] = {}
     seen_states: dict[str, str] = {}
+    admission = Admission(plan, os.environ.get(TOKEN_ENV, ""))
+    announced: list[dict] = []  # the PLAN payload once sent: a worker admitted later gets it at once
+
+    def on_join(msg, **_kw) -> None:
+        join = messages.JOIN.decode(msg.data)
+        reason = admission.refusal(join)
+        if reason is not None:
+            log.write("worker_refused", client_id=join.client_id, worker=join.worker, region=join.region,
+                      reason=reason)
+            runner.send_message(messages.REFUSED.name, messages.wire(messages.Refused(reason)), client_id=join.client_id)
+            # forget it at once: it takes no user and is not counted among the expected workers (a Locust "quit"
+            # would make a master whose only connected worker it was stop the whole run)
+            client = runner.clients.get(join.client_id)
+            if client is not None:
+                del runner.clients[join.client_id]
+                if runner._users_dispatcher is not None:
+                    runner._users_dispatcher.remove_worker(client)
+            return
+        admission.admit(join)
+        names[join.client_id] = join.worker
+        log.write("worker_admitted", client_id=join.client_id, worker=join.worker, region=join.region)
+        if announced:
+            runner.send_message(messages.PLAN.name, announced[0], client_id=join.client_id)
+
+    def on_chunk(msg, **_kw) -> None:
+        chunk = messages.CHUNK.decode(msg.data)
+        join = admission.admitted.get(chunk.client_id)
+        if join is None or not shippable(chunk.name):
+            log.write("chunk_refused", client_id=chunk.client_id, name=chunk.name[:80],
+                      reason="not an admitted worker" if join is None else "not a file a worker sends")
+            return
+        target = layout.worker(join.region, join.worker).dir / chunk.name
+        try:
+            if target == layout.worker(join.region, join.worker).summary or not target.exists():  # chunks: once
+                write_atomic(target, chunk.data)
+        except OSError as exc:
+            log.write("chunk_not_written", worker=join.worker, name=chunk.name, error=exc.strerror)
+            return  # no ACK: the worker keeps it and sends it again
+        runner.send_message(messages.ACK.name, messages.wire(messages.Ack(chunk.name)), client_id=chunk.client_id)
+
+    runner.register_message(messages.JOIN.name, on_join)
+    runner.register_message(messages.CHUNK.name, on_chunk)
 
     def on_hello(msg, **_kw) -> None:
         hello = messages.HELLO.decode(msg.data)
@@ -130,11 +201,14 @@ def _init_master(environment) -> None:
             except OSError:
                 continue
         start_ref_ns = time.time_ns() + offset + int(plan.lead_s * 1e9)
-        log.write("plan_sent", start_ref_ns=start_ref_ns, master_offset_ns=offset)
+        log.write("plan_sent", start_ref_ns=start_ref_ns, master_offset_ns=offset,
+                  workers=sorted(j.worker for j in admission.admitted.values()))
         payload = messages.wire(messages.Plan(plan.model_dump(mode="json"), start_ref_ns))
-        # workers may still be registering: send again shortly after (a worker keeps the first plan)
+        announced.append(payload)
+        # to the admitted workers only; again shortly after, for one whose JOIN is still on its way
         for _ in range(3):
-            runner.send_message(messages.PLAN.name, payload)
+            for client_id in list(admission.admitted):
+                runner.send_message(messages.PLAN.name, payload, client_id=client_id)
             gevent.sleep(0.5)
 
 
@@ -142,10 +216,32 @@ def _on_plan(environment, msg, **_kw) -> None:
     _state.inbox.offer(msg.data)
 
 
+def _on_refused(environment, msg, **_kw) -> None:
+    refused = messages.REFUSED.decode(msg.data)
+    print(f"tailrace worker: the master refused this worker: {refused.reason}", file=sys.stderr, flush=True)
+    gevent.spawn_later(0.2, os._exit, 2)  # the master has dropped it; nothing here will run
+
+
+def _on_ack(environment, msg, **_kw) -> None:
+    ack = messages.ACK.decode(msg.data)
+    if _state.run is not None and _state.run.uplink is not None:
+        _state.run.uplink.ack(ack.name)
+
+
+# A worker notices a lost master within this many seconds (Locust's default, 60 s, would keep it sending to a
+# run nobody records); the master answers every heartbeat within ~1 s.
+locust_runners.MASTER_HEARTBEAT_TIMEOUT = 6
+
+
+def _master_lost(runner) -> bool:
+    last = getattr(runner, "last_heartbeat_timestamp", None)
+    return bool(last) and time.time() - last > locust_runners.MASTER_HEARTBEAT_TIMEOUT - 1
+
+
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
-    if _state.run is not None:
-        _state.run.finish()  # close files even if the user greenlet was killed
+    if _state.run is not None:  # close files even if the user greenlet was killed
+        _state.run.finish(master_lost=_master_lost(environment.runner))
 
 
 def _send(runner, message: messages.Message, payload) -> None:
@@ -172,7 +268,11 @@ class OpenLoopUser(User):
         identity = WorkerIdentity.from_env()
         try:
             plan = RunPlan.from_dict(message.plan, f"{messages.PLAN.name} message")
-            run = WorkerRun(identity, plan, message.start_ref_ns, client_id)
+            ship = None
+            if identity.spool:
+                def ship(name: str, data: bytes) -> None:
+                    _send(runner, messages.CHUNK, messages.Chunk(client_id, name, data))
+            run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship)
         except Exception as exc:
             _send(runner, messages.ERROR, messages.Error(client_id, str(exc)))
             print(f"tailrace worker {identity.name}: {exc}", flush=True)

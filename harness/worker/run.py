@@ -15,6 +15,7 @@ import gevent
 
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
+from contract.profile import MASTER_CLOCK
 from contract.requests import scenario_request
 from harness.worker.arrivals import Plan, worker_plan
 from harness.worker.chunk_shipping import ChunkShipper
@@ -29,13 +30,21 @@ from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
 from harness.worker.senders import Sender, build_sender
+from harness.worker.uplink import ChunkUplink
+
+UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
+
+
+def _read_off_loop(path: Path) -> bytes:
+    """A file's bytes, read on gevent's thread pool (never on the sending loop)."""
+    return gevent.get_hub().threadpool.apply(Path.read_bytes, (path,))
 
 
 class WorkerRun:
     """Everything one worker does for one run."""
 
     def __init__(self, identity: WorkerIdentity, plan: RunPlan, start_ref_ns: int, client_id: str = "",
-                 senders: list[Sender] | None = None) -> None:
+                 senders: list[Sender] | None = None, ship=None) -> None:
         p = self.profile = plan.profile
         self.identity, self.plan, self.start_ref_ns, self.client_id = identity, plan, start_ref_ns, client_id
         regions = [r.name for r in p.regions]
@@ -46,8 +55,11 @@ class WorkerRun:
         if identity.index >= self.region.workers:
             raise RuntimeError(f"worker index {identity.index} but region {self.region.name} has "
                                f"{self.region.workers} worker(s)")
-        run_dir = Path(identity.out_dir or (Path(p.generator.ship_dir) / plan.run_id if p.generator.ship_dir
-                                            else plan.run_dir))
+        if identity.spool:  # on its own host: its spool, sent to the master (harness/worker/uplink.py)
+            run_dir = Path(identity.spool) / plan.run_id
+        else:
+            run_dir = Path(identity.out_dir or (Path(p.generator.ship_dir) / plan.run_id if p.generator.ship_dir
+                                                else plan.run_dir))
         self.layout = RunLayout(run_dir).worker(identity.region, identity.name)
         self.models_dir = Path(identity.models_dir or plan.models_dir)
         self.clock = WorkerClock(identity.skew_ms)
@@ -57,8 +69,11 @@ class WorkerRun:
         label = f"tailrace worker {identity.name}"
         self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
         self.clock_chunks = ChunkShipper(clock_writer(self.layout), label)
-        self.clocks = ClockSampler(self.clock, plan.ntp_servers, p.clock.packets, identity.name, identity.region,
+        servers = [s.replace(MASTER_CLOCK + ":", f"{identity.master_host or '127.0.0.1'}:", 1)
+                   if s.startswith(MASTER_CLOCK + ":") else s for s in plan.ntp_servers]
+        self.clocks = ClockSampler(self.clock, servers, p.clock.packets, identity.name, identity.region,
                                    self.clock_chunks.writer.add, self.log)
+        self.uplink = ChunkUplink(self.layout, ship, read=_read_off_loop) if ship is not None else None
         self.saturation = SaturationMonitor(identity.name, int(gen.send_lag_p99_ms * 1e6), gen.max_in_flight,
                                             stall_max_ns=int(gen.stall_max_ms * 1e6))
         senders = senders if senders is not None else self._senders()
@@ -114,6 +129,12 @@ class WorkerRun:
             if self.requests.due() or len(self.requests.rows) >= gen.chunk_rows // 2:
                 self.request_chunks.ship_open_chunk()
 
+    def _uplink_loop(self) -> None:
+        while not self._done:
+            gevent.sleep(0.5)
+            if not self._done:
+                self.uplink.poll()
+
     def _saturation_loop(self, start_mono: int) -> None:
         window, k = self.profile.generator.window_s, 0
         while not self._done:
@@ -160,6 +181,8 @@ class WorkerRun:
                      "late arrivals count as send lag")
         self._background = [gevent.spawn(self._flush_loop), gevent.spawn(self._clock_loop),
                             gevent.spawn(self._saturation_loop, start_mono)]
+        if self.uplink is not None:
+            self._background.append(gevent.spawn(self._uplink_loop))
         window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                         int(load.warmup_s * 1e9))
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
@@ -168,8 +191,9 @@ class WorkerRun:
             lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
         self.finish()
 
-    def finish(self) -> dict:
-        """Stop background work, close the last chunks, write worker.json; idempotent."""
+    def finish(self, master_lost: bool = False) -> dict:
+        """Stop background work, close the last chunks, write worker.json, and (remote) send what the master
+        lacks — unless the master is gone: then the spool keeps it; idempotent."""
         if self._done:
             return self.summary()
         self._done = True
@@ -194,6 +218,13 @@ class WorkerRun:
             write_atomic(self.layout.summary, json.dumps(summary, indent=2))
         except OSError as exc:  # a full disk: the manifest then says this worker left no summary
             self.log(exc.strerror)
+        if self.uplink is not None and master_lost:
+            self.log(f"master lost: results kept in {self.layout.dir} (tailrace collect)")
+        elif self.uplink is not None:
+            unacked = self.uplink.drain(UPLINK_DRAIN_S, sleep=gevent.sleep)
+            self.log(f"sent {self.uplink.files_sent} file(s), {self.uplink.bytes_sent:,} bytes to the master" +
+                     (f"; {len(unacked)} not acknowledged, kept in {self.layout.dir} (tailrace collect)"
+                      if unacked else ""))
         return summary
 
     def summary(self) -> dict:

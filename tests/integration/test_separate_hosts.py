@@ -221,7 +221,7 @@ def test_the_master_collects_every_workers_rows_and_finishes_the_run(clean_run):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["valid"], manifest["invalid_reasons"]
     assert code == 0, (d.logs / "master.log").read_text()[-3000:]  # the verdict's code: the error SLO passes
-    assert (run / "report" / "index.html").is_file() and (run / "summary.json").is_file()
+    assert (run / "report" / "index.html").is_file() and (run / "report" / "summary.json").is_file()
     layout = RunLayout(run)
     sent = {r: json.loads(layout.worker(r, f"{r}-w0").summary.read_text())["sent"] for r in ("eu", "us")}
     assert rows_in(layout.request_chunks()) == sum(sent.values()) > 0
