@@ -68,6 +68,9 @@ def _apply_parameters(outcome: Outcome, params: dict) -> None:
         outcome.echoed_trace_id = trace
 
 
+LARGE_BODY = 64 * 1024  # above this, a request's head and body leave in one gather write, never joined
+
+
 def _model_path(model: str, version: str) -> str:
     return f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
 
@@ -107,9 +110,11 @@ class HttpSender:
             headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
         if self.tls:
             return self._send_tls(body, headers, on_sent)
-        raw = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
-                        b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n", body))
-        out = Outcome(bytes_out=len(raw))
+        head = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+        # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
+        raw = (head, body) if len(body) > LARGE_BODY else head + body
+        out = Outcome(bytes_out=len(head) + len(body))
         on_sent()
         try:
             response = self.client.request(raw)
