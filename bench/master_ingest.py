@@ -8,7 +8,7 @@ rows each, as a worker closes them) at a fixed offered rate and count the ACKs. 
 heartbeats would mark workers missing (master-events.jsonl: worker_left) — the measured rate counts only when
 none was. Target: ≥ 20,000 rows/s per master core.
 
-    .venv/bin/python bench/master_ingest.py [--rates 20000,40000,80000] [--seconds 10]
+    .venv/bin/python bench/master_ingest.py [--rates 20000,100000,400000] [--seconds 10]
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from contract.layout import RunLayout  # noqa: E402
 from contract.plan import unresolved_plan  # noqa: E402
 from contract.profile import parse_profile  # noqa: E402
 from contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
+from contract.trace_context import new_ids  # noqa: E402
 from harness.orchestration.processes import free_port  # noqa: E402
 from harness.worker.admission import token_proof  # noqa: E402
 from harness.worker.chunk_writer_process import write_chunk  # noqa: E402
@@ -55,7 +56,8 @@ def chunk_bytes(tmp: Path) -> tuple[bytes, int]:
     rows = []
     for i in range(CHUNK_ROWS):
         lat = int(rng.exponential(3e6))
-        rows.append(RequestRow(run_id="bench-run", trace_id=f"{rng.integers(2**63):032x}", span_id=f"{i:016x}",
+        trace_id, span_id = new_ids()  # random 128-bit trace ids, as a worker makes them: they do not compress
+        rows.append(RequestRow(run_id="bench-run", trace_id=trace_id, span_id=span_id,
                                region="r0", worker="r0-w0", endpoint="mlp-http", model="digits_mlp_fp32",
                                protocol="kserve-http", phase=1, sample_index=i % 540, t_intended=10**18 + i * 10**6,
                                t_sent=10**18 + i * 10**6 + 50_000, t_done=10**18 + i * 10**6 + lat, latency_ns=lat,
@@ -71,17 +73,18 @@ def chunk_bytes(tmp: Path) -> tuple[bytes, int]:
 
 def fake_worker(host: str, port: int, region: str, data: bytes, chunks_per_s: float, seconds: float, acks: list) -> None:
     """A stand-in worker on Locust's protocol: ready, JOIN, heartbeats, CHUNKs at a fixed rate, ACKs counted."""
-    from locust import __version__, rpc
+    from locust import __version__
+    from locust.rpc import Message, rpc
 
     client_id = f"bench-{region}"
     client = rpc.Client(host, port, client_id)
-    client.send(rpc.Message("client_ready", __version__, client_id))
+    client.send(Message("client_ready", __version__, client_id))
     join = messages.Join(client_id, f"{region}-w0", region, 0, token_proof(TOKEN, client_id))
-    client.send(rpc.Message(messages.JOIN.name, messages.wire(join), client_id))
+    client.send(Message(messages.JOIN.name, messages.wire(join), client_id))
 
     def heartbeat():
         while True:
-            client.send(rpc.Message("heartbeat", {"state": "running", "current_cpu_usage": 1.0,
+            client.send(Message("heartbeat", {"state": "running", "current_cpu_usage": 1.0,
                                                   "current_memory_usage": 1}, client_id))
             gevent.sleep(1)
 
@@ -98,7 +101,7 @@ def fake_worker(host: str, port: int, region: str, data: bytes, chunks_per_s: fl
         due = start + k / chunks_per_s
         gevent.sleep(max(0.0, due - time.monotonic()))
         chunk = messages.Chunk(client_id, f"requests-{k:05d}.parquet", data)
-        client.send(rpc.Message(messages.CHUNK.name, messages.wire(chunk), client_id))
+        client.send(Message(messages.CHUNK.name, messages.wire(chunk), client_id))
         k += 1
     gevent.sleep(3)
     gevent.killall(greenlets)
@@ -122,7 +125,7 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
                                "-t", f"{seconds + 20:.0f}s", "--master-bind-host", "127.0.0.1", "--master-bind-port",
                                str(port), "--loglevel", "ERROR"], env={**os.environ, PLAN_ENV: str(run / "plan.json"),
                                                                        TOKEN_ENV: TOKEN},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=open(work / "master.log", "ab"), stderr=subprocess.STDOUT)
     time.sleep(2)
     proc = psutil.Process(master.pid)
     acks: list[float] = []
@@ -136,7 +139,10 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
     gevent.joinall(workers, timeout=30)
     master.terminate()
     master.wait(30)
-    events = [json.loads(line) for line in (run / "master-events.jsonl").read_text().splitlines()]
+    log = run / "master-events.jsonl"
+    if not log.exists():
+        raise SystemExit(f"the master logged nothing: {(work / 'master.log').read_text()[-2000:]}")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
     written = len(RunLayout(run).request_chunks())
     cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0)
     return {"offered": rows_per_s, "ingested": (n1 - n0) * CHUNK_ROWS / (t1 - t0), "master_cpu": cpu,
@@ -145,7 +151,7 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="20000,40000,80000")
+    ap.add_argument("--rates", default="20000,100000,400000")
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
     os.sched_setaffinity(0, {0})
