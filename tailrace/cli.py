@@ -133,7 +133,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(f"tailrace master: {exc}", file=sys.stderr)
         return 2
     run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
-                               args.web_ui, token, args.sntp_port, args.wait_s, args.quiet)
+                               token, args.sntp_port, args.wait_s, args.quiet)
     if run_dir is None:
         return code
     from analysis.report_cli import analyze_and_report
@@ -274,8 +274,6 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--port", type=_port, default=5557)
     master.add_argument("--out", type=Path, default=None)
     master.add_argument("--models", type=Path, default=None, help="models dir with the held-out data")
-    master.add_argument("--web-ui", type=_port, default=None, metavar="PORT",
-                        help="also serve Locust's web UI on 127.0.0.1:PORT (the run still starts by itself)")
     master.add_argument("--token-file", type=Path, default=None,
                         help="the run token (default $TAILRACE_RUN_TOKEN; without either, one is made and printed)")
     master.add_argument("--sntp-port", type=_port, default=12300,

@@ -89,8 +89,8 @@ def _events(layout: RunLayout) -> list[dict]:
     return out
 
 
-def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None, web_port: int | None = None,
-               token: str | None = None, sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
+def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None, token: str | None = None,
+               sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
                quiet: bool = False) -> tuple[Path | None, int]:
     """Run a Locust master for the profile's workers; writes the run directory on this host. Returns (run
     directory, code): code 2 when nothing could start, else the Locust master's exit code."""
@@ -126,8 +126,8 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
                              layout.log("sntp"))
     n = sum(r.workers for r in profile.regions)
-    ui = ["--autostart", "--autoquit", "5", "--web-host", "127.0.0.1", "--web-port", str(web_port)] if web_port \
-        else ["--headless"]
+    # headless: Locust's own statistics would be empty (tailrace records requests itself); the live table is ours
+    ui = ["--headless"]
     print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; results → {layout.root}")
     targets = stats_targets(plan)
     stats = ServerStatsRecorder(layout, targets, profile.server_stats.interval_s)
