@@ -93,7 +93,8 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
                sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
                quiet: bool = False) -> tuple[Path | None, int]:
     """Run a Locust master for the profile's workers; writes the run directory on this host. Returns (run
-    directory, code): code 2 when nothing could start, else the Locust master's exit code."""
+    directory to analyse, code): (None, 2) when nothing could start, (None, 4) when the workers never came,
+    else the Locust master's exit code."""
     if profile.uses_embedded or profile.uses_triton or EMBEDDED in profile.clock.servers:
         print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
               "`tailrace run`; name real endpoint URLs, and NTP servers or \"master\"", file=sys.stderr)
@@ -175,8 +176,10 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     events = _events(layout)
     if not any(e["event"] == "plan_sent" for e in events) and not interrupted:
         missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
-        print(f"tailrace master: gave up after {wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; "
-              f"no load was sent", file=sys.stderr)
+        reason = f"gave up after {wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; no load was sent"
+        print(f"tailrace master: {reason}", file=sys.stderr)
+        write_manifest(layout, record.manifest(False, never_started=reason))
+        return None, 4  # INVALID, and nothing to analyse
     lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not interrupted else None
     write_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code))
     return layout.root, code

@@ -140,9 +140,10 @@ class RunRecord:
     region_addresses: dict[str, str] = field(default_factory=dict)
 
     def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None,
-                 master_lost_s: float | None = None, master_code: int | None = None) -> dict:
+                 master_lost_s: float | None = None, master_code: int | None = None,
+                 never_started: str | None = None) -> dict:
         """The manifest as the run ended. `master_lost_s`: when the Locust master exited before the run's end
-        (seconds after the run started), with `master_code`."""
+        (seconds after the run started), with `master_code`. `never_started`: why no load was sent at all."""
         p, layout = self.plan.profile, self.layout
         expected = expected_workers(self.plan)
         events = read_master_events(layout)
@@ -158,7 +159,9 @@ class RunRecord:
                 code = (worker_exit_codes or {}).get(name)
                 invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
         invalid += shortfalls(summaries)
-        if master_lost_s is not None:
+        if never_started is not None:
+            invalid.append(never_started)
+        elif master_lost_s is not None:
             planned = sum(s.get("planned", 0) for s in summaries.values())
             sent = sum(s.get("sent", 0) for s in summaries.values())
             invalid.append(f"master lost at +{master_lost_s:.0f} s (Locust master exited with {master_code}); "

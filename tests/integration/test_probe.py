@@ -2,6 +2,7 @@
 `tailrace run` refusing an endpoint before any load."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -126,3 +127,38 @@ models_dir = "{model_repo}"
     assert "endpoint tokens (tokens_int64 on grpc://" in r.stderr
     assert "input 'input_ids': the model needs it and the file has no such array (arrays: input)" in r.stderr
     assert not list((tmp_path / "runs").rglob("requests-*.parquet"))  # nothing was sent
+
+
+def test_a_master_whose_workers_never_come_gives_up_naming_the_regions(endpoint, model_repo, tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(f"""
+name = "lonely"
+[[endpoints]]
+name = "staging"
+url = "{endpoint.http_url}"
+protocol = "kserve-http"
+model = "digits_mlp_fp32"
+data = "{model_repo / '_data' / 'digits_test.npz'}"
+[[regions]]
+name = "eu"
+share = 0.5
+[[regions]]
+name = "us"
+share = 0.5
+workers = 2
+[load]
+rate = 50
+duration_s = 60
+[clock]
+servers = []
+""")
+    started = time.monotonic()
+    r = tailrace("master", str(profile), "--port", str(free_port()), "--wait-s", "3", "--out", str(tmp_path / "runs"),
+                 "--quiet")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "gave up after 3 s waiting for eu (0 of 1), us (0 of 2); no load was sent" in r.stderr
+    assert "no run token given; this run's token is" in r.stdout  # made and printed for the workers
+    [run] = list((tmp_path / "runs").iterdir())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert not manifest["valid"] and manifest["invalid_reasons"][-1].startswith("gave up after 3 s")
+    assert time.monotonic() - started < 60

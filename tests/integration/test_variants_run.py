@@ -20,7 +20,9 @@ def variants_run(model_repo, tmp_path_factory):
     from tests.support import run_with
 
     profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "variants.toml")
+    data = str(model_repo / "_data" / "digits_test.npz")  # the shipped profile names build/models' copy
     profile = profile.model_copy(update={
+        "endpoints": [e.model_copy(update={"data": data}) for e in profile.endpoints],
         "load": profile.load.model_copy(update={"rate": 150, "duration_s": 8, "warmup_s": 1}),
         "embedded": profile.embedded.model_copy(update={"models_dir": str(model_repo)}),
         "server_stats": profile.server_stats.model_copy(update={"interval_s": 1})})
