@@ -54,7 +54,7 @@ def check_local(profile: Profile, out: Path) -> None:
         built_later = will_build and Path(source).resolve().is_relative_to(models.resolve())
         if source not in ("random", "zero") and not built_later and not Path(source).exists():
             raise ValueError(f"{field}: {source} not found (the workers send its samples; `tailrace models build "
-                             f"--out {models}` writes the digits one)")
+                             f"--out {models}` writes the built-in models' data files)")
     for i, ep in enumerate(profile.endpoints):
         onnx = models / ep.model / "1" / "model.onnx"
         if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():
