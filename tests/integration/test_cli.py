@@ -65,6 +65,17 @@ def test_a_model_missing_from_the_repository_exits_2_before_any_server_starts(mo
     assert "digits_mlp_fp32" in r.stderr and not (tmp_path / "runs").exists()
 
 
+def test_a_missing_data_file_exits_2_naming_the_field_before_anything_starts(model_repo, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(f'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\n'
+                    f'model="digits_mlp_fp32"\ndata="{tmp_path / "nope.npz"}"\n'
+                    f'[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\n'
+                    f'models_dir="{model_repo}"\n')
+    r = tailrace("run", str(path), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 2, r.stderr
+    assert f"endpoints[0].data: {tmp_path / 'nope.npz'} not found" in r.stderr and not (tmp_path / "runs").exists()
+
+
 def test_an_output_directory_that_is_a_file_exits_2(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1:9"\nprotocol="kserve-http"\n'
