@@ -51,7 +51,6 @@ class _WorkerState:
     inbox: PlanInbox = field(default_factory=PlanInbox)
     run: WorkerRun | None = None
     claimed: bool = False
-    runner: object = None
 
 
 _state = _WorkerState()
@@ -84,8 +83,11 @@ def _on_init(environment, **_kwargs) -> None:
         runner.register_message(messages.PLAN.name, _on_plan)
         runner.register_message(messages.REFUSED.name, _on_refused)
         runner.register_message(messages.ACK.name, _on_ack)
-        _state.runner = runner
-        identity = WorkerIdentity.from_env()
+        try:
+            identity = WorkerIdentity.from_env()
+        except RuntimeError as exc:
+            print(f"tailrace worker: {exc}", file=sys.stderr, flush=True)
+            os._exit(2)
         _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
                                                    token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
         gevent.spawn(_watch_master, runner)
