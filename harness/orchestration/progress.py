@@ -38,12 +38,33 @@ def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
     return items[-1][0]
 
 
+class LiveScreen:
+    """One rich Live table on the terminal, replaced in place."""
+
+    def __init__(self) -> None:
+        self._live = None
+
+    def show(self, table) -> None:
+        from rich.live import Live
+
+        if self._live is None:
+            self._live = Live(table, refresh_per_second=2, transient=False)
+            self._live.start()
+        else:
+            self._live.update(table)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
 class Progress:
     """A rich live table, refreshed once a second."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
-        self._live = None
+        self._screen = LiveScreen()
         self._last: dict[str, tuple[float, float]] = {}
         self._t0 = time.monotonic()
         self._latest: dict[str, dict] = {}  # last good scrape per worker (workers exit before the last frame)
@@ -51,7 +72,6 @@ class Progress:
     def update(self, run) -> None:
         if self.quiet or not run.metrics_ports:
             return
-        from rich.live import Live
         from rich.table import Table
 
         per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)})
@@ -79,16 +99,10 @@ class Progress:
             p99 = bucket_quantile(agg["buckets"], 0.99)
             table.add_row(region, f"{total:,.0f}", f"{rate:,.0f}", f"{agg['errors']:,.0f}",
                           "-" if p99 is None else ("> 10 s" if p99 == float("inf") else f"{p99 * 1000:g} ms"))
-        if self._live is None:
-            self._live = Live(table, refresh_per_second=2, transient=False)
-            self._live.start()
-        else:
-            self._live.update(table)
+        self._screen.show(table)
 
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self._screen.close()
 
 
 class ChunkProgress:
@@ -99,7 +113,7 @@ class ChunkProgress:
         self.layout, self.quiet, self.recent = layout, quiet, recent
         self._seen: set = set()
         self._per_region: dict[str, dict] = {}
-        self._live = None
+        self._screen = LiveScreen()
         self._t0 = time.monotonic()
         self._last_update = 0.0
 
@@ -130,7 +144,6 @@ class ChunkProgress:
             return
         self._last_update = time.monotonic()
         import numpy as np
-        from rich.live import Live
         from rich.table import Table
 
         self._read_new()
@@ -141,13 +154,7 @@ class ChunkProgress:
             lat = agg["latencies"]
             table.add_row(region, f"{agg['n']:,}", f"{agg['errors']:,}",
                           f"{np.percentile(lat, 99) / 1e6:.1f} ms" if len(lat) else "-")
-        if self._live is None:
-            self._live = Live(table, refresh_per_second=1, transient=False)
-            self._live.start()
-        else:
-            self._live.update(table)
+        self._screen.show(table)
 
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self._screen.close()

@@ -229,14 +229,7 @@ def _from_perf_analyzer(path: Path, request: RequestSpec) -> SampleSet:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise DataError(f"data {path}: data[{i}] must be an object of inputs")
-        for name in entry:
-            if name not in specs:
-                raise DataError(f"data {path}: sample {i}, input {name!r}: the model has no such input (its "
-                                f"inputs: {', '.join(specs)})")
-        for name, spec in specs.items():
-            if name not in entry:
-                raise DataError(f"data {path}: sample {i}, input {name!r}: the model needs it and the sample has none")
-            inputs[name].append(_tensor(str(path), i, spec, entry[name]))
+        _add_sample(path, i, entry, specs, inputs)
     expected: dict[str, list[np.ndarray]] = {}
     validation = doc.get("validation_data")
     if validation is not None:
@@ -253,6 +246,19 @@ def _from_perf_analyzer(path: Path, request: RequestSpec) -> SampleSet:
                 value = value.get("content", value) if isinstance(value, dict) and "b64" not in value else value
                 expected.setdefault(name, []).append(_tensor(str(path), i, out_spec, value).reshape(-1))
     return SampleSet(inputs, str(path), None, expected)
+
+
+def _add_sample(path: Path, i: int, entry: dict, specs: dict[str, InputSpec], inputs: dict[str, list]) -> None:
+    """Sample `i`'s value of every input (perf_analyzer's value forms), appended; DataError for an input the model
+    lacks or one it needs and the sample lacks."""
+    for name in entry:
+        if name not in specs:
+            raise DataError(f"data {path}: sample {i}, input {name!r}: the model has no such input (its inputs: "
+                            f"{', '.join(specs)})")
+    for name, spec in specs.items():
+        if name not in entry:
+            raise DataError(f"data {path}: sample {i}, input {name!r}: the model needs it and the sample has none")
+        inputs[name].append(_tensor(str(path), i, spec, entry[name]))
 
 
 def _steps(data: list) -> list:
@@ -323,14 +329,7 @@ def _from_jsonl(path: Path, request: RequestSpec, endpoint: Endpoint) -> SampleS
             raise DataError(f"data {path}: line {i + 1} must be an object of inputs")
         if label_key in entry:
             labels.append(entry.pop(label_key))
-        for name in entry:
-            if name not in specs:
-                raise DataError(f"data {path}: sample {i}, input {name!r}: the model has no such input (its inputs: "
-                                f"{', '.join(specs)})")
-        for name, spec in specs.items():
-            if name not in entry:
-                raise DataError(f"data {path}: sample {i}, input {name!r}: the model needs it and the line has none")
-            inputs[name].append(_tensor(str(path), i, spec, entry[name]))
+        _add_sample(path, i, entry, specs, inputs)
     if labels and len(labels) != len(lines):
         raise DataError(f"data {path}: {len(labels)} of {len(lines)} lines have a label ({label_key!r}); all or none")
     return SampleSet(inputs, str(path), _labels_from(labels, str(path)) if labels else None)
