@@ -65,18 +65,37 @@ class ManagedProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a killed
+    orchestrator leaves no helper behind (a Locust master its workers would keep sending to, an SNTP server)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass  # not Linux: the helper then ends when it is stopped
+
+
 def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
-                  cwd: Path | None = None, cpus: list[int] | None = None) -> ManagedProcess:
+                  cwd: Path | None = None, cpus: list[int] | None = None, with_parent: bool = False) -> ManagedProcess:
     """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child
-    it starts) to those CPUs."""
+    it starts) to those CPUs; `with_parent`: it dies when this process dies, even by SIGKILL."""
     handle = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log_path, "ab")
     full_env = {**os.environ, **(env or {})}
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # one syscall in the child before exec
+
+    def before_exec() -> None:  # in the child: a syscall or two
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if with_parent:
+            die_with_parent()
+
     popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
-                             cwd=cwd, start_new_session=True, preexec_fn=pin)
+                             cwd=cwd, start_new_session=True,
+                             preexec_fn=before_exec if (cpus or with_parent) else None)
     return ManagedProcess(name, popen, log_path, handle)
 
 

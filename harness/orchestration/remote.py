@@ -33,25 +33,13 @@ from harness.orchestration.local_run import (
     master_argv,
     new_run_id,
 )
-from harness.orchestration.processes import start_process, tailrace_argv
+from harness.orchestration.processes import die_with_parent, start_process, tailrace_argv
 from harness.orchestration.progress import ChunkProgress
 from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
 from harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 WAIT_FOR_WORKERS_S = 600
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGKILL when this process dies (Linux), so a killed `tailrace master` never leaves
-    a Locust master behind that its workers would keep sending to."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass  # not Linux: the workers then notice when the Locust master itself ends
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -125,7 +113,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     sntp = None
     if MASTER_CLOCK in profile.clock.servers:
         sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
-                             layout.log("sntp"))
+                             layout.log("sntp"), with_parent=True)
     n = sum(r.workers for r in profile.regions)
     # headless: Locust's own statistics would be empty (tailrace records requests itself); the live table is ours
     ui = ["--headless"]

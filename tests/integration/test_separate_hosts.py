@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -292,5 +293,11 @@ def test_workers_stop_within_10_s_of_losing_their_master_and_keep_their_spools(n
     finally:
         stop_all(d)
     assert stopped_after < 10, f"workers ran on for {stopped_after:.1f} s"
+    # the killed master's helpers (its Locust master, its SNTP server) went with it
+    time.sleep(1)
+    marks = (f"--master-bind-host {MASTER_IP}", f"sntp --host {MASTER_IP}")
+    helpers = [cmd for p in psutil.process_iter(["cmdline"])
+               if (cmd := " ".join(p.info["cmdline"] or [])) and any(m in cmd for m in marks)]
+    assert helpers == []
     for region in ("eu", "us"):
         assert spool_chunks(d.spools[region])  # their results are kept for `tailrace collect`
