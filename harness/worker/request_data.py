@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,7 +283,7 @@ def _from_npz(path: Path, request: RequestSpec, endpoint: Endpoint) -> SampleSet
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a damaged or truncated file
         raise DataError(f"data {path}: not a readable .npz: {exc}") from None
     names = [s.name for s in request.inputs]
     if label_key == "labels" and "labels" not in arrays and set(arrays) == {"X", "y"} and len(names) == 1:

@@ -85,6 +85,10 @@ def test_npz_arrays_must_match_the_inputs_by_name(tmp_path):
     legacy = tmp_path / "old.npz"  # the digits file of an older model build: X and y
     np.savez(legacy, X=np.ones((3, 64), np.float32), y=np.array([7, 8, 9]))
     assert load_samples(str(legacy), ep, spec, 0, 100, 1e9).labels.tolist() == [7, 8, 9]
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(good.read_bytes()[:200])  # a truncated copy
+    with pytest.raises(DataError, match="damaged.npz: not a readable .npz"):
+        load_samples(str(damaged), endpoint(), spec, 0, 100, 1e9)
     unlabelled = tmp_path / "u.npz"
     np.savez(unlabelled, input=np.ones((2, 64), np.float32))
     with pytest.raises(DataError, match="check.kind 'label' needs labels"):
