@@ -89,6 +89,7 @@ class WorkerRun:
         self.finished_ns = 0
         self._done = False
         self._background: list[gevent.Greenlet] = []
+        self._finisher: gevent.Greenlet | None = None
 
     def log(self, message: str) -> None:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)
@@ -193,9 +194,15 @@ class WorkerRun:
 
     def finish(self, master_lost: bool = False) -> dict:
         """Stop background work, close the last chunks, write worker.json, and (remote) send what the master
-        lacks — unless the master is gone: then the spool keeps it; idempotent."""
-        if self._done:
-            return self.summary()
+        lacks — unless the master is gone: then the spool keeps it; idempotent. The work runs in a greenlet of
+        its own, so Locust killing the calling user (its stop timeout) never leaves worker.json unwritten;
+        a second caller waits for the first."""
+        if self._finisher is None:
+            self._finisher = gevent.spawn(self._finish, master_lost)
+        self._finisher.join()
+        return self.summary()
+
+    def _finish(self, master_lost: bool) -> None:
         self._done = True
         flusher, *others = self._background or [None]
         for g in others:
@@ -225,7 +232,6 @@ class WorkerRun:
             self.log(f"sent {self.uplink.files_sent} file(s), {self.uplink.bytes_sent:,} bytes to the master" +
                      (f"; {len(unacked)} not acknowledged, kept in {self.layout.dir} (tailrace collect)"
                       if unacked else ""))
-        return summary
 
     def summary(self) -> dict:
         reasons, warnings = self.saturation.verdict()
