@@ -13,13 +13,17 @@ from analysis.decomposition import decompose, decomposition_table
 from analysis.latency import flat_rows, latency_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
-from analysis.rundir import RunData, load_run
+from analysis.rundir import ANALYSIS_COLUMNS, RunData, load_run
 from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
+# the columns the statistics of the measured phases read (a narrow copy, never the whole table twice)
+MEASURED_COLUMNS = ("endpoint", "region", "model", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
+                    "batch_size", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns")
+SLOWEST = 20
 
 
 @dataclass
@@ -62,12 +66,13 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
 
 def analyze_run(run_dir: Path) -> Analysis:
     """Load and analyse a run directory."""
-    data = load_run(run_dir)
+    data = load_run(run_dir, ANALYSIS_COLUMNS)
     manifest, profile = data.manifest, data.plan.profile
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
     df = add_reference_times(data.requests, models)
-    measured = df[df["phase"] > 0]
+    in_measured = (df["phase"] > 0).to_numpy()
+    measured = df.loc[in_measured, list(MEASURED_COLUMNS)]
     duration = profile.load.duration_s
     latency_rows = latency_table(measured, profile, duration)
     per_phase = per_phase_table(df, profile)
@@ -81,18 +86,21 @@ def analyze_run(run_dir: Path) -> Analysis:
                              [e.name for e in profile.endpoints], [r.name for r in profile.regions])
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
-    errors = (df[df.status != "ok"].groupby(["status", "code"]).agg(
+    failed = df[(df["status"] != "ok").to_numpy()]
+    errors = (failed.groupby(["status", "code"], observed=True).agg(
         count=("trace_id", "size"), example_trace_ids=("trace_id", lambda s: list(s[:3])),
         example_error=("error", "first")).reset_index())
-    slowest = df[df.phase > 0].nlargest(20, "latency_ns")
+    for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
+        errors[column] = errors[column].astype(object)
+    slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
     slowest_rows = []
-    legs_by_trace = legs.set_index("trace_id") if not legs.empty else None
+    slow_legs = legs[legs.index.isin(slowest.index)]  # legs keep the request's row label
     for r in slowest.itertuples():
         row = {"trace_id": r.trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
                "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
                "t_intended_ref_ns": int(r.t_intended_ref)}
-        if legs_by_trace is not None and r.trace_id in legs_by_trace.index:
-            leg = legs_by_trace.loc[r.trace_id]
+        if r.Index in slow_legs.index:
+            leg = slow_legs.loc[r.Index]
             row.update({k + "_ms": float(leg[k]) for k in ("network_up", "server_queue", "server_compute",
                                                           "server_other", "network_down")})
         slowest_rows.append(row)

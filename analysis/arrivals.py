@@ -19,10 +19,10 @@ def _row(name: str, times_ns: np.ndarray) -> dict:
 def arrival_checks(df: pd.DataFrame) -> list[dict]:
     """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential."""
     rows = []
-    for phase, p in df.groupby("phase", sort=True):
+    for phase, p in df[["phase", "worker", "t_sent", "t_sent_ref"]].groupby("phase", sort=True):
         if phase == 0:
             continue
-        for worker, g in p.groupby("worker", sort=True):
+        for worker, g in p.groupby("worker", sort=True, observed=True):
             rows.append({"phase": int(phase), **_row(worker, g["t_sent"].to_numpy())})
         rows.append({"phase": int(phase), **_row("merged", p["t_sent_ref"].to_numpy())})
     return rows

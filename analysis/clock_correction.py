@@ -77,17 +77,20 @@ def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) 
 
     Workers without clock samples fall back to the offset stamped on each row.
     """
-    out = requests.copy()
-    for col in ("t_intended", "t_sent", "t_done"):
-        out[col + "_ref"] = np.int64(0)
-    out["clock_error_ns"] = np.float64(np.nan)
-    for worker, idx in out.groupby("worker").groups.items():
+    out = requests.copy(deep=False)  # the new columns only: the request columns are shared, never copied
+    columns = ("t_intended", "t_sent", "t_done")
+    refs = {col: np.zeros(len(out), dtype=np.int64) for col in columns}
+    error = np.full(len(out), np.nan)
+    for worker, idx in out.groupby("worker", observed=True, sort=False).indices.items():
         model = models.get(worker)
-        rows = out.loc[idx]
-        for col in ("t_intended", "t_sent", "t_done"):
+        for col in columns:
+            local = out[col].to_numpy()[idx]
             if model is not None and model.samples_used:
-                out.loc[idx, col + "_ref"] = model.to_reference(rows[col].to_numpy())
+                refs[col][idx] = model.to_reference(local)
             else:
-                out.loc[idx, col + "_ref"] = rows[col].to_numpy() + rows["clock_offset_ns"].to_numpy()
-        out.loc[idx, "clock_error_ns"] = model.uncertainty_ns if model is not None else np.nan
+                refs[col][idx] = local + out["clock_offset_ns"].to_numpy()[idx]
+        error[idx] = model.uncertainty_ns if model is not None else np.nan
+    for col in columns:
+        out[col + "_ref"] = refs[col]
+    out["clock_error_ns"] = error
     return out

@@ -13,10 +13,12 @@ LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_othe
 
 
 def decompose(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-request legs in ms (rows that report server timing)."""
-    d = df[(df["status"] == "ok") & (df["server_receive_ns"] > 0)]
+    """Per-request legs in ms (rows that report server timing), labelled by the request's row in `df`."""
+    columns = ["region", "endpoint", "send_lag_ns", "server_receive_ns", "server_send_ns", "server_queue_ns",
+               "server_compute_ns", "t_sent_ref", "t_done_ref", "latency_ns"]
+    d = df.loc[((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy(), columns]
     out = pd.DataFrame({
-        "region": d["region"], "endpoint": d["endpoint"], "trace_id": d["trace_id"],
+        "region": d["region"], "endpoint": d["endpoint"],
         "send_lag": d["send_lag_ns"] / 1e6,
         "network_up": (d["server_receive_ns"] - d["t_sent_ref"]) / 1e6,
         "server_queue": d["server_queue_ns"].clip(lower=0) / 1e6,

@@ -4,11 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.stats import percentile_ci
+from analysis.stats import percentiles_ci
 from contract.profile import Profile
 from contract.rates import rate_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
+ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
+LATENCY_COLUMNS = ("endpoint", "region", "status", "latency_ns", "send_lag_ns", *ACCURACY_COLUMNS)
 
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
@@ -44,19 +46,20 @@ def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
     out = {"count": int(len(g)), "ok": int(ok.sum()), "errors": int((~ok).sum()),
            "error_rate": float((~ok).mean()) if len(g) else 0.0,
            "achieved_rate": float(len(g) / duration_s) if duration_s else None,
-           "accuracy": accuracy_of(g[ok]),
+           "accuracy": accuracy_of(g.loc[ok, [c for c in ACCURACY_COLUMNS if c in g]]),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
            "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
            "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"], 99) / 1e6) if len(g) else None,
            "percentiles": {}}
-    for p in PERCENTILES:
-        out["percentiles"][f"p{p:g}"] = percentile_ci(lat_ms, p).as_dict()
+    for p, estimate in percentiles_ci(lat_ms, PERCENTILES).items():
+        out["percentiles"][f"p{p:g}"] = estimate.as_dict()
     return out
 
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list[dict]:
     """Rows per endpoint × region, per endpoint (all regions), and overall."""
     rows = []
+    df = df[[c for c in LATENCY_COLUMNS if c in df]]  # group only what the statistics read
     groups = [(("endpoint", "region"), df.groupby(["endpoint", "region"], sort=True)),
               (("endpoint",), df.groupby(["endpoint"], sort=True))]
     for keys, grouped in groups:

@@ -18,30 +18,36 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
     seconds since `t0_ns` (default: the first intended send). At most MAX_WINDOWS, the longest first."""
     if df.empty:
         return []
-    t0 = int(df["t_intended_ref"].min()) if t0_ns is None else t0_ns
+    all_times = df["t_intended_ref"].to_numpy()
+    all_failed = (df["status"] != "ok").to_numpy()
+    t0 = int(all_times.min()) if t0_ns is None else t0_ns
     windows = []
-    for endpoint, g in df.sort_values("t_intended_ref").groupby("endpoint", sort=True):
-        failed = (g["status"] != "ok").to_numpy()
-        times = g["t_intended_ref"].to_numpy()
+    by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
+    for endpoint in sorted(by_endpoint):
+        rows = by_endpoint[endpoint]
+        if all_failed[rows].sum() < min_failures:
+            continue
+        order = rows[np.argsort(all_times[rows], kind="stable")]
+        failed, times = all_failed[order], all_times[order]
         boundaries = np.flatnonzero(np.diff(failed.astype(np.int8))) + 1
-        for segment in np.split(np.arange(len(g)), boundaries):
-            first, last = int(segment[0]), int(segment[-1])
-            if not failed[first] or last - first + 1 < min_failures:
-                continue
-            start, end = int(times[first]), int(times[last + 1]) if last + 1 < len(g) else None
+        starts = np.concatenate([[0], boundaries])
+        lasts = np.concatenate([boundaries, [len(order)]]) - 1
+        runs = failed[starts] & (lasts - starts + 1 >= min_failures)
+        for first, last in zip(starts[runs].tolist(), lasts[runs].tolist()):
+            start, end = int(times[first]), int(times[last + 1]) if last + 1 < len(order) else None
             if windows and windows[-1]["endpoint"] == endpoint and windows[-1]["end_ref_ns"] is not None \
                     and start - windows[-1]["end_ref_ns"] < merge_gap_s * 1e9:
                 first = windows.pop()["_first"]
             start = int(times[first])
-            part = g.iloc[first:last + 1]
-            failed_part = part[part["status"] != "ok"]
-            classes = failed_part.groupby(["status", "code"]).size().sort_values(ascending=False)
+            part = df.iloc[order[first:last + 1]]
+            failed_part = part[failed[first:last + 1]]
+            classes = failed_part.groupby(["status", "code"], observed=True).size().sort_values(ascending=False)
             windows.append({
                 "_first": first, "endpoint": endpoint, "failed": len(failed_part),
                 "succeeded": len(part) - len(failed_part), "start_ref_ns": start, "end_ref_ns": end,
                 "start_s": (start - t0) / 1e9, "end_s": None if end is None else (end - t0) / 1e9,
                 "duration_s": None if end is None else (end - start) / 1e9, "recovered": end is not None,
-                "regions": sorted(part["region"].unique().tolist()),
+                "regions": sorted(str(r) for r in part["region"].unique()),
                 "errors": {f"{s}/{c}": int(n) for (s, c), n in classes.items()},
                 "example_trace_ids": failed_part["trace_id"].head(3).tolist()})
     for w in windows:

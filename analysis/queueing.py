@@ -59,8 +59,9 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     of a batch reports the batch's compute, so the slots are busy λ·S / (requests per execution).
     """
     rows = []
-    d = df[(df["status"] == "ok") & (df["server_receive_ns"] > 0)]
-    for (endpoint, model), g in d.groupby(["endpoint", "model"], sort=True):
+    d = df.loc[((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy(),
+               ["endpoint", "model", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns"]]
+    for (endpoint, model), g in d.groupby(["endpoint", "model"], sort=True, observed=True):
         t0, t1 = int(g["server_receive_ns"].min()), int(g["server_send_ns"].max())
         span = t1 - t0
         w0, w1 = t0 + span // 10, t1 - span // 10

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contract.layout import STATS_STAGES, RunLayout
@@ -58,30 +59,64 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk],
-                 optional: dict[str, object] | None = None) -> tuple[pd.DataFrame, int]:
+# what `tailrace analyze` reads: every column a statistic uses, nothing else (contract/records.py has them all)
+ANALYSIS_COLUMNS = ("trace_id", "region", "worker", "endpoint", "model", "protocol", "phase", "sample_index",
+                    "t_intended", "t_sent", "t_done", "latency_ns", "send_lag_ns", "status", "code", "error",
+                    "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "correct",
+                    "batch_size", "correct_count", "clock_offset_ns")
+# strings with few distinct values: pandas categoricals (one byte per row), never a Python object per row
+CATEGORICAL = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
+                         "server", "stage"})
+
+
+def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object]) -> pa.Table:
+    """One chunk's `schema` columns (only those read from disk), conformed; ValueError naming what is wrong."""
+    present = set(pq.read_schema(path).names)
+    table = pq.read_table(path, columns=[c for c in schema.names if c in present])
+    for name, default in optional.items():  # a column newer than the chunk
+        if name in schema.names and name not in present:
+            table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
+    missing = [c for c in schema.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    return _conform(table, schema)
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """A DataFrame whose low-cardinality strings are categoricals with sorted categories (so group-bys order
+    as they would on strings), and whose other strings stay in Arrow buffers."""
+    arrays = {}
+    for name in table.column_names:
+        column = table.column(name)
+        if name in CATEGORICAL and pa.types.is_string(column.type):
+            encoded = pc.dictionary_encode(column.combine_chunks())
+            categorical = pd.Categorical.from_codes(encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+                                                    encoded.dictionary.to_pylist())
+            arrays[name] = categorical.reorder_categories(sorted(categorical.categories))
+        else:
+            arrays[name] = column.to_pandas()
+    return pd.DataFrame(arrays, copy=False)
+
+
+def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optional: dict[str, object] | None = None,
+                 columns: tuple[str, ...] | None = None) -> tuple[pd.DataFrame, int]:
     schema = arrow_schema(fields)
-    columns = tuple(schema.names)
+    if columns is not None:
+        schema = pa.schema([f for f in schema if f.name in columns])
     tables = []
     for f in files:
         try:
-            table = pq.read_table(f)
-            for name, default in (optional or {}).items():  # a column newer than the chunk
-                if name not in table.column_names:
-                    table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
-            missing = [c for c in columns if c not in table.column_names]
-            if missing:
-                raise ValueError(f"missing column(s) {', '.join(missing)}")
-            tables.append(_conform(table, schema))
+            tables.append(_read_chunk(f, schema, optional or {}))
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             skipped.append(SkippedChunk(str(f), str(exc).splitlines()[0][:200]))
     if not tables:
-        return pd.DataFrame(columns=list(columns)), 0
-    return pa.concat_tables(tables).to_pandas(), len(tables)
+        return pd.DataFrame(columns=list(schema.names)), 0
+    return _to_pandas(pa.concat_tables(tables)), len(tables)
 
 
-def load_run(run_dir: Path) -> RunData:
-    """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats."""
+def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
+    """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats.
+    `columns`: the request columns to read (default: all of contract/records.py's)."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not run_dir.is_dir():
@@ -102,7 +137,7 @@ def load_run(run_dir: Path) -> RunData:
     clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
-    requests, n_req = _read_chunks(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS)
+    requests, n_req = _read_chunks(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns)
     if len(requests):
         requests["batch_size"] = requests["batch_size"].fillna(1).astype(int)
         requests["correct_count"] = requests["correct_count"].fillna(requests["correct"].astype(int)).astype(int)

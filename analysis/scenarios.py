@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.latency import accuracy_of
-from analysis.stats import percentile_ci
+from analysis.stats import percentile_ci, percentiles_ci
 from contract.profile import Profile
 from contract.rates import Segment, rate_segments
 
@@ -41,9 +41,9 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
     segments = phase_segments(profile)
     warm = profile.load.warmup_s > 0
     rows = []
-    for phase, g in df.groupby("phase", sort=True):
+    for phase, g in df[["phase", "status", "latency_ns"]].groupby("phase", sort=True):
         phase = int(phase)
-        ok = g[g.status == "ok"]["latency_ns"].to_numpy(dtype=float) / 1e6
+        ok = g.loc[(g["status"] == "ok").to_numpy(), "latency_ns"].to_numpy(dtype=float) / 1e6
         row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(g)),
                "errors": int((g.status != "ok").sum())}
         seg_index = phase - (0 if warm else 1)
@@ -51,8 +51,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
             seg = segments[seg_index]
             row.update({"start_s": seg.start_s, "end_s": seg.end_s, "intended_rate": seg.expected / seg.width_s,
                         "achieved_rate": len(g) / seg.width_s})
-        for p in (50, 95, 99):
-            est = percentile_ci(ok, p)
+        for p, est in percentiles_ci(ok, (50, 95, 99)).items():
             row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
         rows.append(row)
     return rows
@@ -83,8 +82,10 @@ def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[
     offline samples/s. `df` holds every row (phase 0 = warm-up); `worker_summaries` come from worker.json."""
     load = profile.load
     scenario = load.scenario
-    measured = df[df["phase"] > 0]
     out: dict = {"scenario": scenario}
+    if scenario == "server":  # open loop: its numbers are the latency table's
+        return out
+    measured = df[df["phase"] > 0]
     if scenario == "single-stream":
         out["p90"] = _percentile_rows(measured, 90)
         out["max_in_flight_per_region"] = {

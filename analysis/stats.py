@@ -58,7 +58,17 @@ def min_samples_for(q: float, alpha: float = ALPHA) -> int:
 
 def percentile_ci(values: np.ndarray, percentile: float, alpha: float = ALPHA) -> PercentileEstimate:
     """numpy's percentile of `values` with an order-statistic CI; not reported below the minimum n."""
+    return sorted_percentile_ci(np.sort(np.asarray(values, dtype=float)), percentile, alpha)
+
+
+def percentiles_ci(values: np.ndarray, percentiles, alpha: float = ALPHA) -> dict[float, PercentileEstimate]:
+    """`percentile_ci` for several percentiles of the same values, sorting them once."""
     x = np.sort(np.asarray(values, dtype=float))
+    return {p: sorted_percentile_ci(x, p, alpha) for p in percentiles}
+
+
+def sorted_percentile_ci(x: np.ndarray, percentile: float, alpha: float = ALPHA) -> PercentileEstimate:
+    """`percentile_ci` of values already sorted ascending (float)."""
     n = len(x)
     q = percentile / 100
     need = min_samples_for(q, alpha)
@@ -70,11 +80,13 @@ def percentile_ci(values: np.ndarray, percentile: float, alpha: float = ALPHA) -
 
 def sorted_percentile(x: np.ndarray, q: float) -> float:
     """numpy's default (linear) quantile q of sorted `x`, which may end in +inf (errors count as infinitely
-    slow): a quantile that reaches an infinite value is +inf (numpy's interpolation gives nan there)."""
-    if not np.isinf(x[-1]):
-        return float(np.quantile(x, q))
+    slow): a quantile that reaches an infinite value is +inf (numpy's interpolation gives nan there). Reads
+    only the two order statistics around q (numpy's own arithmetic on them), never the whole array again."""
     h = (len(x) - 1) * q
     i = int(np.floor(h))
+    pair = x[i:i + 2]
+    if not np.isinf(pair[-1]):
+        return float(np.quantile(pair, h - i if len(pair) == 2 else 0.0))
     a, b, t = x[i], x[min(i + 1, len(x) - 1)], h - i
     return float(a) if t == 0 or a == b else float(a + t * (b - a))
 
