@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,7 +64,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 # what `tailrace analyze` reads: every column a statistic uses, nothing else (contract/records.py has them all)
-ANALYSIS_COLUMNS = ("trace_id", "region", "worker", "endpoint", "model", "protocol", "phase", "sample_index",
+ANALYSIS_COLUMNS = ("trace_id", "region", "worker", "endpoint", "model", "phase", "sample_index",
                     "t_intended", "t_sent", "t_done", "latency_ns", "send_lag_ns", "status", "code", "error",
                     "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "correct",
                     "batch_size", "correct_count", "clock_offset_ns")
@@ -82,20 +86,50 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object]) -> p
     return _conform(table, schema)
 
 
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    """A DataFrame whose low-cardinality strings are categoricals with sorted categories (so group-bys order
-    as they would on strings), and whose other strings stay in Arrow buffers."""
-    arrays = {}
-    for name in table.column_names:
-        column = table.column(name)
-        if name in CATEGORICAL and pa.types.is_string(column.type):
+class _Column:
+    """One column of the DataFrame being read, filled chunk by chunk into a preallocated array (chunks in
+    parallel, each into its own rows): the whole table never exists twice, once in Arrow and once in pandas.
+    Strings with few values become categorical codes against categories shared by every chunk (sorted at the
+    end, so group-bys order as on strings); other strings stay in Arrow buffers."""
+
+    def __init__(self, field: pa.Field, capacity: int) -> None:
+        self.name, self.type = field.name, field.type
+        self.categorical = field.name in CATEGORICAL and pa.types.is_string(field.type)
+        self.pieces: dict[int, list[pa.Array]] = {}
+        self.categories: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if self.categorical:
+            self.values = np.empty(capacity, dtype=np.int32)
+        elif not pa.types.is_string(field.type):
+            self.values = np.empty(capacity, dtype=self.type.to_pandas_dtype())
+
+    def put(self, start: int, column: pa.ChunkedArray, order: int) -> None:
+        """Fill rows start… with `column`, the `order`-th chunk of the run."""
+        stop = start + len(column)
+        if self.categorical:
             encoded = pc.dictionary_encode(column.combine_chunks())
-            categorical = pd.Categorical.from_codes(encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False),
-                                                    encoded.dictionary.to_pylist())
-            arrays[name] = categorical.reorder_categories(sorted(categorical.categories))
+            with self._lock:
+                codes = np.array([self.categories.setdefault(v, len(self.categories))
+                                  for v in encoded.dictionary.to_pylist()] + [-1], dtype=np.int32)
+            self.values[start:stop] = codes[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+        elif pa.types.is_string(self.type):
+            self.pieces[order] = column.chunks
         else:
-            arrays[name] = column.to_pandas()
-    return pd.DataFrame(arrays, copy=False)
+            if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
+                with self._lock:
+                    if self.values.dtype.kind in "iub":
+                        self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
+            self.values[start:stop] = column.to_numpy()
+
+    def finish(self, keep: np.ndarray | None):
+        """The column's pandas values; `keep`: the rows to keep (None: all) when some chunk was unreadable."""
+        if pa.types.is_string(self.type) and not self.categorical:
+            return pa.chunked_array([c for order in sorted(self.pieces) for c in self.pieces[order]],
+                                    type=self.type).to_pandas()
+        values = self.values if keep is None else self.values[keep]
+        if self.categorical:
+            return pd.Categorical.from_codes(values, list(self.categories)).reorder_categories(sorted(self.categories))
+        return values
 
 
 def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optional: dict[str, object] | None = None,
@@ -103,15 +137,41 @@ def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optiona
     schema = arrow_schema(fields)
     if columns is not None:
         schema = pa.schema([f for f in schema if f.name in columns])
-    tables = []
+    starts, capacity = {}, 0
     for f in files:
         try:
-            tables.append(_read_chunk(f, schema, optional or {}))
-        except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            rows = pq.read_metadata(f).num_rows
+        except (pa.ArrowInvalid, OSError) as exc:
             skipped.append(SkippedChunk(str(f), str(exc).splitlines()[0][:200]))
-    if not tables:
+            continue
+        starts[f], capacity = capacity, capacity + rows
+    built = [_Column(field, capacity) for field in schema]
+
+    def read(order: int, f: Path) -> tuple[Path, str | None]:
+        try:
+            table = _read_chunk(f, schema, optional or {})
+            if table.num_rows != next_start.get(f, capacity) - starts[f]:
+                raise ValueError("its rows do not match its metadata")
+        except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            return f, str(exc).splitlines()[0][:200]
+        for column, values in zip(built, table.columns):
+            column.put(starts[f], values, order)
+        return f, None
+
+    ordered = list(starts)
+    next_start = {f: starts[g] for f, g in zip(ordered, ordered[1:])}
+    keep = np.ones(capacity, dtype=bool)
+    read_ok = 0
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
+        for f, error in pool.map(read, range(len(ordered)), ordered):
+            if error is None:
+                read_ok += 1
+            else:
+                skipped.append(SkippedChunk(str(f), error))
+                keep[starts[f]:next_start.get(f, capacity)] = False
+    if not read_ok:
         return pd.DataFrame(columns=list(schema.names)), 0
-    return _to_pandas(pa.concat_tables(tables)), len(tables)
+    return pd.DataFrame({c.name: c.finish(None if keep.all() else keep) for c in built}, copy=False), read_ok
 
 
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
