@@ -19,10 +19,13 @@ def _row(name: str, times_ns: np.ndarray) -> dict:
 def arrival_checks(df: pd.DataFrame) -> list[dict]:
     """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential."""
     rows = []
-    for phase, p in df[["phase", "worker", "t_sent", "t_sent_ref"]].groupby("phase", sort=True):
+    sent, sent_ref = df["t_sent"].to_numpy(), df["t_sent_ref"].to_numpy()
+    by_phase = df.groupby("phase", sort=False).indices
+    by_worker = df.groupby(["phase", "worker"], observed=True, sort=False).indices
+    for phase in sorted(by_phase):
         if phase == 0:
             continue
-        for worker, g in p.groupby("worker", sort=True, observed=True):
-            rows.append({"phase": int(phase), **_row(worker, g["t_sent"].to_numpy())})
-        rows.append({"phase": int(phase), **_row("merged", p["t_sent_ref"].to_numpy())})
+        for worker in sorted((w for p, w in by_worker if p == phase), key=str):
+            rows.append({"phase": int(phase), **_row(worker, sent[by_worker[(phase, worker)]])})
+        rows.append({"phase": int(phase), **_row("merged", sent_ref[by_phase[phase]])})
     return rows

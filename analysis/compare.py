@@ -13,10 +13,11 @@ from analysis.rundir import RunDirError, load_run
 from analysis.stats import bootstrap_diff_ci, cohens_d
 
 PERCENTILES = (50, 95, 99)
+COMPARE_COLUMNS = ("endpoint", "region", "phase", "status", "latency_ns")
 
 
 def _latencies(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["phase"] > 0) & (df["status"] == "ok")]
+    return df.loc[((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), ["endpoint", "region", "latency_ns"]]
 
 
 def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
@@ -40,11 +41,12 @@ def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
 
 def compare_runs(run_a: Path, run_b: Path) -> list[dict]:
     """One comparison row per endpoint × region present in both runs."""
-    a = _latencies(load_run(run_a).requests)
-    b = _latencies(load_run(run_b).requests)
+    a = _latencies(load_run(run_a, COMPARE_COLUMNS).requests)
+    b = _latencies(load_run(run_b, COMPARE_COLUMNS).requests)
     rows = []
-    for (endpoint, region), ga in a.groupby(["endpoint", "region"], sort=True):
-        gb = b[(b["endpoint"] == endpoint) & (b["region"] == region)]
+    groups_b = b.groupby(["endpoint", "region"], observed=True).indices
+    for (endpoint, region), ga in a.groupby(["endpoint", "region"], sort=True, observed=True):
+        gb = b.iloc[groups_b.get((endpoint, region), [])]
         if len(ga) < 20 or len(gb) < 20:
             continue
         rows.append({"endpoint": endpoint, "region": region,

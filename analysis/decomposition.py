@@ -14,32 +14,35 @@ LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_othe
 
 def decompose(df: pd.DataFrame) -> pd.DataFrame:
     """Per-request legs in ms (rows that report server timing), labelled by the request's row in `df`."""
-    columns = ["region", "endpoint", "send_lag_ns", "server_receive_ns", "server_send_ns", "server_queue_ns",
-               "server_compute_ns", "t_sent_ref", "t_done_ref", "latency_ns"]
-    d = df.loc[((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy(), columns]
-    out = pd.DataFrame({
-        "region": d["region"], "endpoint": d["endpoint"],
-        "send_lag": d["send_lag_ns"] / 1e6,
-        "network_up": (d["server_receive_ns"] - d["t_sent_ref"]) / 1e6,
-        "server_queue": d["server_queue_ns"].clip(lower=0) / 1e6,
-        "server_compute": d["server_compute_ns"].clip(lower=0) / 1e6,
-        "server_other": (d["server_send_ns"] - d["server_receive_ns"] - d["server_queue_ns"].clip(lower=0)
-                         - d["server_compute_ns"].clip(lower=0)) / 1e6,
-        "network_down": (d["t_done_ref"] - d["server_send_ns"]) / 1e6,
-        "latency": d["latency_ns"] / 1e6,
-    })
-    return out
+    has_legs = ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
+
+    def col(name: str) -> np.ndarray:
+        return df[name].to_numpy()[has_legs]
+
+    receive, send = col("server_receive_ns"), col("server_send_ns")
+    queue, compute = np.clip(col("server_queue_ns"), 0, None), np.clip(col("server_compute_ns"), 0, None)
+    return pd.DataFrame({
+        "region": df["region"][has_legs], "endpoint": df["endpoint"][has_legs],
+        "send_lag": col("send_lag_ns") / 1e6,
+        "network_up": (receive - col("t_sent_ref")) / 1e6,
+        "server_queue": queue / 1e6,
+        "server_compute": compute / 1e6,
+        "server_other": (send - receive - queue - compute) / 1e6,
+        "network_down": (col("t_done_ref") - send) / 1e6,
+        "latency": col("latency_ns") / 1e6,
+    }, index=df.index[has_legs])
 
 
 def decomposition_table(legs: pd.DataFrame) -> list[dict]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency."""
     rows = []
-    for (region, endpoint), g in legs.groupby(["region", "endpoint"], sort=True):
-        row = {"region": region, "endpoint": endpoint, "count": int(len(g))}
+    for (region, endpoint), idx in sorted(legs.groupby(["region", "endpoint"], observed=True, sort=False)
+                                          .indices.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        row = {"region": region, "endpoint": endpoint, "count": int(len(idx))}
         for leg in LEGS:
-            row[leg + "_ms"] = float(g[leg].mean())
+            row[leg + "_ms"] = float(legs[leg].to_numpy()[idx].mean())
         row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in LEGS))
-        row["latency_mean_ms"] = float(g["latency"].mean())
-        row["p99_server_queue_ms"] = float(np.percentile(g["server_queue"], 99))
+        row["latency_mean_ms"] = float(legs["latency"].to_numpy()[idx].mean())
+        row["p99_server_queue_ms"] = float(np.percentile(legs["server_queue"].to_numpy()[idx], 99))
         rows.append(row)
     return rows

@@ -4,13 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.stats import percentiles_ci
+from analysis.stats import sorted_percentile_ci
 from contract.profile import Profile
 from contract.rates import rate_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
-LATENCY_COLUMNS = ("endpoint", "region", "status", "latency_ns", "send_lag_ns", *ACCURACY_COLUMNS)
 
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
@@ -39,41 +38,62 @@ def accuracy_of(ok: pd.DataFrame) -> float | None:
     return float(ok["correct"].mean())
 
 
-def summarize_latency(g: pd.DataFrame, duration_s: float) -> dict:
-    """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of one group's rows."""
-    ok = g["status"] == "ok"
-    lat_ms = g.loc[ok, "latency_ns"].to_numpy(dtype=float) / 1e6
-    out = {"count": int(len(g)), "ok": int(ok.sum()), "errors": int((~ok).sum()),
-           "error_rate": float((~ok).mean()) if len(g) else 0.0,
-           "achieved_rate": float(len(g) / duration_s) if duration_s else None,
-           "accuracy": accuracy_of(g.loc[ok, [c for c in ACCURACY_COLUMNS if c in g]]),
+class _Rows:
+    """The columns one latency row reads, as arrays in row order."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self.ok = (df["status"] == "ok").to_numpy()
+        self.latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
+        self.send_lag_ns = df["send_lag_ns"].to_numpy()
+        self.accuracy = df[[c for c in ACCURACY_COLUMNS if c in df]]
+
+
+def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, duration_s: float) -> dict:
+    """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of the rows at positions `idx`
+    (ascending); `sorted_ok_ms`: their successful latencies, sorted."""
+    ok = rows.ok[idx]
+    lat_ms = rows.latency_ms[idx][ok]  # in row order: the mean sums as it always did
+    n = len(idx)
+    out = {"count": int(n), "ok": int(ok.sum()), "errors": int(n - ok.sum()),
+           "error_rate": float((~ok).mean()) if n else 0.0,
+           "achieved_rate": float(n / duration_s) if duration_s else None,
+           "accuracy": accuracy_of(rows.accuracy.iloc[idx[ok]]),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
-           "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
-           "send_lag_p99_ms": float(np.percentile(g["send_lag_ns"], 99) / 1e6) if len(g) else None,
+           "max_ms": float(sorted_ok_ms[-1]) if len(lat_ms) else None,
+           "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None,
            "percentiles": {}}
-    for p, estimate in percentiles_ci(lat_ms, PERCENTILES).items():
-        out["percentiles"][f"p{p:g}"] = estimate.as_dict()
+    for p in PERCENTILES:
+        out["percentiles"][f"p{p:g}"] = sorted_percentile_ci(sorted_ok_ms, p).as_dict()
     return out
 
 
+def _merged(parts: list[np.ndarray]) -> np.ndarray:
+    """Sorted arrays merged into one sorted array (timsort finds the runs: no full re-sort)."""
+    return np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0)
+
+
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list[dict]:
-    """Rows per endpoint × region, per endpoint (all regions), and overall."""
-    rows = []
-    df = df[[c for c in LATENCY_COLUMNS if c in df]]  # group only what the statistics read
-    groups = [(("endpoint", "region"), df.groupby(["endpoint", "region"], sort=True)),
-              (("endpoint",), df.groupby(["endpoint"], sort=True))]
-    for keys, grouped in groups:
-        for key, g in grouped:
-            key = key if isinstance(key, tuple) else (key,)
-            ident = dict(zip(keys, key))
-            row = {"endpoint": ident.get("endpoint", "*"), "region": ident.get("region", "*"),
-                   **summarize_latency(g, duration_s)}
-            row["intended_rate"] = intended_rate(profile, ident.get("region"), ident.get("endpoint"))
-            rows.append(row)
-    overall = {"endpoint": "*", "region": "*", **summarize_latency(df, duration_s),
-               "intended_rate": intended_rate(profile, None, None)}
-    rows.append(overall)
-    return rows
+    """Rows per endpoint × region, per endpoint (all regions), and overall. Each group's latencies are sorted
+    once; an endpoint's and the overall row merge their groups' sorted latencies."""
+    rows = _Rows(df)
+    groups = sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
+                    key=lambda kv: (str(kv[0][0]), str(kv[0][1])))
+    ok_sorted = {key: np.sort(rows.latency_ms[idx][rows.ok[idx]]) for key, idx in groups}
+    out = []
+    for (endpoint, region), idx in groups:
+        out.append({"endpoint": endpoint, "region": region,
+                    **summarize_latency(rows, idx, ok_sorted[(endpoint, region)], duration_s),
+                    "intended_rate": intended_rate(profile, region, endpoint)})
+    by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
+    for endpoint in sorted(by_endpoint, key=str):
+        merged = _merged([v for (e, _), v in ok_sorted.items() if e == endpoint])
+        out.append({"endpoint": endpoint, "region": "*",
+                    **summarize_latency(rows, by_endpoint[endpoint], merged, duration_s),
+                    "intended_rate": intended_rate(profile, None, endpoint)})
+    out.append({"endpoint": "*", "region": "*",
+                **summarize_latency(rows, np.arange(len(df)), _merged(list(ok_sorted.values())), duration_s),
+                "intended_rate": intended_rate(profile, None, None)})
+    return out
 
 
 def flat_rows(rows: list[dict]) -> pd.DataFrame:

@@ -59,42 +59,47 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     of a batch reports the batch's compute, so the slots are busy λ·S / (requests per execution).
     """
     rows = []
-    d = df.loc[((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy(),
-               ["endpoint", "model", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns"]]
-    for (endpoint, model), g in d.groupby(["endpoint", "model"], sort=True, observed=True):
-        t0, t1 = int(g["server_receive_ns"].min()), int(g["server_send_ns"].max())
+    served = ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
+    d = df.loc[served, ["endpoint", "model"]]
+    receive_all, send_all = df["server_receive_ns"].to_numpy()[served], df["server_send_ns"].to_numpy()[served]
+    queue_all, compute_all = df["server_queue_ns"].to_numpy()[served], df["server_compute_ns"].to_numpy()[served]
+    groups = d.groupby(["endpoint", "model"], observed=True, sort=False).indices
+    for endpoint, model in sorted(groups, key=lambda k: (str(k[0]), str(k[1]))):
+        idx = groups[(endpoint, model)]
+        receive, send = receive_all[idx], send_all[idx]
+        t0, t1 = int(receive.min()), int(send.max())
         span = t1 - t0
         w0, w1 = t0 + span // 10, t1 - span // 10
-        inside = g[(g["server_receive_ns"] >= w0) & (g["server_receive_ns"] < w1)]
-        if len(inside) < 20 or w1 <= w0:
+        inside = (receive >= w0) & (receive < w1)
+        if inside.sum() < 20 or w1 <= w0:
             continue
         T = (w1 - w0) / 1e9
-        lam = len(inside) / T
-        residence = (inside["server_send_ns"] - inside["server_receive_ns"]) / 1e9
+        lam = int(inside.sum()) / T
+        residence = (send[inside] - receive[inside]) / 1e9
         W = float(residence.mean())
-        L = time_average_in_system(g["server_receive_ns"].to_numpy(), g["server_send_ns"].to_numpy(), w0, w1)
-        S = float(inside["server_compute_ns"].mean() / 1e9)
+        L = time_average_in_system(receive, send, w0, w1)
+        S = float(compute_all[idx][inside].mean() / 1e9)
         n_slots = slots.get(model, 1)
         batch = (requests_per_execution or {}).get(endpoint) or 1.0
         rho = lam * S / (n_slots * batch)
-        wq = float(inside["server_queue_ns"].mean() / 1e9)
+        queue = queue_all[idx][inside]
+        wq = float(queue.mean() / 1e9)
         row = {"endpoint": endpoint, "model": model, "slots": n_slots, "arrival_rate": lam,
-               "throughput": float(((g["server_send_ns"] >= w0) & (g["server_send_ns"] < w1)).sum() / T),
+               "throughput": float(((send >= w0) & (send < w1)).sum() / T),
                "L_measured": L, "lambda_W": lam * W, "littles_gap": (L - lam * W) / (lam * W) if lam * W else None,
                "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "requests_per_execution": batch,
                "utilization": rho,
                "utilization_flag": rho > UTILIZATION_FLAG, "mean_queue_ms": wq * 1e3,
-               "p99_queue_ms": float(np.percentile(inside["server_queue_ns"], 99) / 1e6),
+               "p99_queue_ms": float(np.percentile(queue, 99) / 1e6),
                # the arrival process at the server: the generators send Poisson, but the path and the host
                # can bunch requests up on the way (c_a² > 1), which queues them longer
-               "arrival_cv2": interarrival_cv2(inside["server_receive_ns"].to_numpy())}
+               "arrival_cv2": interarrival_cv2(receive[inside])}
         # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
         if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
-            model_arrivals = d.loc[(d["model"] == model) & (d["server_receive_ns"] >= w0) & (d["server_receive_ns"] < w1),
-                                   "server_receive_ns"].to_numpy()
+            model_arrivals = receive_all[(d["model"] == model).to_numpy() & (receive_all >= w0) & (receive_all < w1)]
             lam_model = len(model_arrivals) / T
             pred = mm1(lam_model, S)
-            service_s = inside["server_compute_ns"].to_numpy(dtype=float) / 1e9
+            service_s = compute_all[idx][inside].astype(float) / 1e9
             second_moment = float(np.mean(service_s ** 2))
             pk_wait = mg1_mean_wait(lam_model, S, second_moment)
             service_cv2 = second_moment / S ** 2 - 1 if S else None

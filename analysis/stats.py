@@ -150,16 +150,35 @@ def _samples_to_decide(p: float, n: int, bound: float, alpha: float) -> int | No
     return max(0, hi_n - n)
 
 
+def bootstrap_percentiles(x_sorted: np.ndarray, percentile: float, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """`reps` bootstrap replicates of numpy's (linear) percentile of a sample, drawn without resampling it.
+
+    A resample of n values is x[⌊n·U_i⌋] for n uniforms U_i, so its k-th smallest value is x(⌊n·U_(k)⌋), with
+    U_(k) ~ Beta(k, n + 1 − k), and the next one lies at U_(k+1) = U_(k) + (1 − U_(k))·Beta(1, n − k). Drawing
+    those two order statistics gives each replicate exactly the distribution of the percentile of a resample
+    (the percentile bootstrap), in O(1) instead of O(n) per replicate.
+    """
+    n = len(x_sorted)
+    h = (n - 1) * percentile / 100
+    i = int(np.floor(h))
+    u = rng.beta(i + 1, n - i, size=reps)
+    lower = x_sorted[np.minimum((n * u).astype(np.int64), n - 1)]
+    if i + 1 >= n or h == i:
+        return lower
+    u_next = u + (1 - u) * rng.beta(1, n - i - 1, size=reps)
+    upper = x_sorted[np.minimum((n * u_next).astype(np.int64), n - 1)]
+    return lower + (h - i) * (upper - lower)
+
+
 def bootstrap_diff_ci(a: np.ndarray, b: np.ndarray, percentile: float, reps: int = 2000, seed: int = 0,
                       alpha: float = ALPHA) -> tuple[float, float, float]:
-    """Percentile(b) − percentile(a) and its percentile-bootstrap CI."""
+    """Percentile(b) − percentile(a) and its percentile-bootstrap CI (bootstrap_percentiles: memory and time
+    independent of the sample sizes, so two runs of millions of requests compare in seconds)."""
     rng = np.random.default_rng(seed)
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
+    a = np.sort(np.asarray(a, dtype=float))
+    b = np.sort(np.asarray(b, dtype=float))
     diff = float(np.percentile(b, percentile) - np.percentile(a, percentile))
-    ia = rng.integers(0, len(a), size=(reps, len(a)))
-    ib = rng.integers(0, len(b), size=(reps, len(b)))
-    boots = np.percentile(b[ib], percentile, axis=1) - np.percentile(a[ia], percentile, axis=1)
+    boots = bootstrap_percentiles(b, percentile, reps, rng) - bootstrap_percentiles(a, percentile, reps, rng)
     return diff, float(np.percentile(boots, 100 * alpha / 2)), float(np.percentile(boots, 100 * (1 - alpha / 2)))
 
 

@@ -238,3 +238,20 @@ def test_a_run_in_which_every_request_failed_gets_its_full_report(tmp_path):
     assert a.summary["verdict"] == "FAIL" and a.summary["errors"][0]["count"] == 1000
     page = render(a)
     assert "no successful request" in page and page.index("<h2>Errors</h2>") < page.index("<h2>SLO verdicts</h2>")
+
+
+def test_order_statistic_bootstrap_matches_resampling():
+    """bootstrap_percentiles draws a percentile's bootstrap replicates without resampling: their distribution is
+    the resampling bootstrap's (two-sample KS on 4,000 replicates each, for a median and a tail percentile)."""
+    from scipy import stats as sps
+
+    from analysis.stats import bootstrap_percentiles
+
+    rng = np.random.default_rng(11)
+    x = np.sort(rng.lognormal(0, 1, 400))
+    resamples = x[np.random.default_rng(2).integers(0, len(x), size=(4000, len(x)))]
+    for p in (50, 99):
+        fast = bootstrap_percentiles(x, p, 4000, np.random.default_rng(1))
+        assert sps.ks_2samp(fast, np.percentile(resamples, p, axis=1)).pvalue > 0.01, p
+    shifted = bootstrap_percentiles(np.sort(x * 1.1), 50, 4000, np.random.default_rng(1))
+    assert sps.ks_2samp(shifted, np.percentile(resamples, 50, axis=1)).pvalue < 1e-6  # it tells a 10% shift
