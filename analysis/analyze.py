@@ -13,7 +13,7 @@ from analysis.decomposition import decompose, decomposition_table
 from analysis.latency import flat_rows, latency_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
-from analysis.rundir import ANALYSIS_COLUMNS, RunData, load_run
+from analysis.rundir import RunData, load_run
 from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
@@ -64,9 +64,11 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def analyze_run(run_dir: Path) -> Analysis:
-    """Load and analyse a run directory."""
-    data = load_run(run_dir, ANALYSIS_COLUMNS)
+def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analysis:
+    """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
+    ANALYSIS_COLUMNS only (analysis/rundir.py), the Python API every column, so that `Analysis.requests`
+    holds the whole log."""
+    data = load_run(run_dir, columns)
     manifest, profile = data.manifest, data.plan.profile
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
@@ -86,17 +88,19 @@ def analyze_run(run_dir: Path) -> Analysis:
                              [e.name for e in profile.endpoints], [r.name for r in profile.regions])
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
-    failed = df[(df["status"] != "ok").to_numpy()]
-    errors = (failed.groupby(["status", "code"], observed=True).agg(
-        count=("trace_id", "size"), example_trace_ids=("trace_id", lambda s: list(s[:3])),
-        example_error=("error", "first")).reset_index())
+    failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
+    by_class = failed.groupby(["status", "code"], observed=True)
+    errors = by_class.agg(count=("status", "size"), example_error=("error", "first")).reset_index()
+    first_rows = {key: failed.index[rows[:3]] for key, rows in by_class.indices.items()}
+    errors.insert(3, "example_trace_ids", [data.trace_ids(first_rows[key]) for key in zip(errors["status"],
+                                                                                         errors["code"])])
     for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
         errors[column] = errors[column].astype(object)
     slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
     slowest_rows = []
     slow_legs = legs[legs.index.isin(slowest.index)]  # legs keep the request's row label
-    for r in slowest.itertuples():
-        row = {"trace_id": r.trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
+    for r, trace_id in zip(slowest.itertuples(), data.trace_ids(slowest.index)):
+        row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
                "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
                "t_intended_ref_ns": int(r.t_intended_ref)}
         if r.Index in slow_legs.index:
@@ -119,7 +123,7 @@ def analyze_run(run_dir: Path) -> Analysis:
         "endpoint_statistics": stat_rows,
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
-        "outages": outage_windows(df),
+        "outages": outage_windows(df, trace_ids=data.trace_ids),
         "decision": variant_decision(df, data, stat_rows),
         "cold_start": cold_start_table(df, data.cold_starts, profile.cold_start.first_k),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",

@@ -1,6 +1,8 @@
 """Outage windows: runs of consecutive failed requests to one endpoint, on the reference timeline (pure)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -10,12 +12,14 @@ MAX_WINDOWS = 20
 
 
 def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int = MIN_FAILURES,
-                   merge_gap_s: float = MERGE_GAP_S) -> list[dict]:
+                   merge_gap_s: float = MERGE_GAP_S, trace_ids: Callable[[pd.Index], list[str]] | None = None
+                   ) -> list[dict]:
     """Per endpoint, every run of >= `min_failures` consecutive failures (ordered by intended reference time,
     all regions merged). A window starts at its first failed request's intended time and ends at the intended
     time of the next successful one (None: not recovered before the run ended); windows less than
     `merge_gap_s` apart (a stray success while a server restarts) are one outage. Times are also given in
-    seconds since `t0_ns` (default: the first intended send). At most MAX_WINDOWS, the longest first."""
+    seconds since `t0_ns` (default: the first intended send). At most MAX_WINDOWS, the longest first.
+    `trace_ids`: rows of `df` → their trace ids, when `df` has no trace_id column (analysis/rundir.py)."""
     if df.empty:
         return []
     all_times = df["t_intended_ref"].to_numpy()
@@ -49,7 +53,8 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
                 "duration_s": None if end is None else (end - start) / 1e9, "recovered": end is not None,
                 "regions": sorted(str(r) for r in part["region"].unique()),
                 "errors": {f"{s}/{c}": int(n) for (s, c), n in classes.items()},
-                "example_trace_ids": failed_part["trace_id"].head(3).tolist()})
+                "example_trace_ids": (trace_ids(failed_part.index[:3]) if trace_ids is not None
+                                      else failed_part["trace_id"].head(3).tolist())})
     for w in windows:
         del w["_first"]
     windows.sort(key=lambda w: -(w["duration_s"] if w["duration_s"] is not None else float("inf")))

@@ -77,9 +77,10 @@ def print_summary(summary: dict) -> None:
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
     from analysis.analyze import analyze_run
+    from analysis.rundir import ANALYSIS_COLUMNS
 
     try:
-        analysis = analyze_run(Path(run_dir))
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads: any run size
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE

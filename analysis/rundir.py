@@ -1,6 +1,7 @@
 """Reading a run directory (contract/layout.py). Never imports locust, the harness or the endpoints."""
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -42,6 +43,24 @@ class RunData:
     cold_starts: dict[str, dict] = field(default_factory=dict)  # endpoint → its server's start timing
     metrics_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic metric samples
     models: dict[str, dict] = field(default_factory=dict)  # endpoint → its model's build metadata
+    sources: list[tuple[int, Path]] = field(default_factory=list)  # (first row in `requests`, its chunk)
+
+    def trace_ids(self, rows) -> list[str]:
+        """The trace ids of the requests at rows `rows` of `requests` — from its trace_id column, or, when it
+        was not read (tailrace analyze reads it only for the few rows it names), from those rows' chunks."""
+        rows = [int(r) for r in rows]
+        if "trace_id" in self.requests:
+            return [str(t) for t in self.requests["trace_id"].to_numpy()[rows]] if rows else []
+        starts = [start for start, _ in self.sources]
+        wanted: dict[int, list[int]] = {}
+        for r in rows:
+            wanted.setdefault(bisect.bisect_right(starts, r) - 1, []).append(r)
+        found = {}
+        for i, chunk_rows in wanted.items():
+            start, path = self.sources[i]
+            ids = pq.read_table(path, columns=["trace_id"]).column(0)
+            found.update({r: ids[r - start].as_py() for r in chunk_rows})
+        return [found[r] for r in rows]
 
 
 class RunDirError(Exception):
@@ -64,7 +83,8 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 # what `tailrace analyze` reads: every column a statistic uses, nothing else (contract/records.py has them all)
-ANALYSIS_COLUMNS = ("trace_id", "region", "worker", "endpoint", "model", "phase", "sample_index",
+# (trace ids are read only for the rows the report names: RunData.trace_ids)
+ANALYSIS_COLUMNS = ("region", "worker", "endpoint", "model", "phase", "sample_index",
                     "t_intended", "t_sent", "t_done", "latency_ns", "send_lag_ns", "status", "code", "error",
                     "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "correct",
                     "batch_size", "correct_count", "clock_offset_ns")
@@ -133,7 +153,8 @@ class _Column:
 
 
 def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optional: dict[str, object] | None = None,
-                 columns: tuple[str, ...] | None = None) -> tuple[pd.DataFrame, int]:
+                 columns: tuple[str, ...] | None = None) -> tuple[pd.DataFrame, list[tuple[int, Path]]]:
+    """The chunks' rows as one DataFrame, and where each chunk read begins in it: (first row, path)."""
     schema = arrow_schema(fields)
     if columns is not None:
         schema = pa.schema([f for f in schema if f.name in columns])
@@ -161,17 +182,19 @@ def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optiona
     ordered = list(starts)
     next_start = {f: starts[g] for f, g in zip(ordered, ordered[1:])}
     keep = np.ones(capacity, dtype=bool)
-    read_ok = 0
+    sources, row = [], 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
         for f, error in pool.map(read, range(len(ordered)), ordered):
+            rows = next_start.get(f, capacity) - starts[f]
             if error is None:
-                read_ok += 1
+                sources.append((row, f))
+                row += rows
             else:
                 skipped.append(SkippedChunk(str(f), error))
-                keep[starts[f]:next_start.get(f, capacity)] = False
-    if not read_ok:
-        return pd.DataFrame(columns=list(schema.names)), 0
-    return pd.DataFrame({c.name: c.finish(None if keep.all() else keep) for c in built}, copy=False), read_ok
+                keep[starts[f]:starts[f] + rows] = False
+    if not sources:
+        return pd.DataFrame(columns=list(schema.names)), []
+    return pd.DataFrame({c.name: c.finish(None if keep.all() else keep) for c in built}, copy=False), sources
 
 
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
@@ -197,9 +220,10 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
     clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
-    requests, n_req = _read_chunks(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns)
-    if len(requests):
+    requests, sources = _read_chunks(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns)
+    if len(requests) and "batch_size" in requests and requests["batch_size"].isna().any():
         requests["batch_size"] = requests["batch_size"].fillna(1).astype(int)
+    if len(requests) and "correct_count" in requests and requests["correct_count"].isna().any():
         requests["correct_count"] = requests["correct_count"].fillna(requests["correct"].astype(int)).astype(int)
     clock, _ = _read_chunks(clock_files, CLOCK_FIELDS, skipped)
     endpoints = layout.endpoint_names()
@@ -215,7 +239,8 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
                if layout.metrics_timeline(n).exists()}
     cold = {n: d for n in endpoints if (d := _read_json(layout.cold_start(n), skipped)) is not None}
     models = {n: d for n in endpoints if (d := _read_json(layout.model_metadata(n), skipped)) is not None}
-    return RunData(run_dir, manifest, plan, requests, clock, n_req, skipped, stats, timelines, cold, metrics, models)
+    return RunData(run_dir, manifest, plan, requests, clock, len(sources), skipped, stats, timelines, cold, metrics,
+                   models, sources)
 
 
 def _read_json(path: Path, skipped: list[SkippedChunk]) -> dict | None:

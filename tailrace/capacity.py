@@ -69,8 +69,9 @@ def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
 def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
     from analysis.analyze import analyze_run
     from analysis.report_cli import write_outputs
+    from analysis.rundir import ANALYSIS_COLUMNS
 
-    a = analyze_run(run_dir)
+    a = analyze_run(run_dir, ANALYSIS_COLUMNS)
     write_outputs(a, RunLayout(run_dir).report)
     s = a.summary
     outcome, why = classify_trial(s["slos"], s["valid"], s["invalid_reasons"])
