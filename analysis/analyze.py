@@ -10,6 +10,7 @@ from analysis.arrivals import arrival_checks
 from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
+from analysis.frames import take_rows
 from analysis.latency import flat_rows, latency_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
@@ -74,7 +75,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     models = fit_all(data.clock)
     df = add_reference_times(data.requests, models)
     in_measured = (df["phase"] > 0).to_numpy()
-    measured = df.loc[in_measured, list(MEASURED_COLUMNS)]
+    measured = take_rows(df, in_measured, MEASURED_COLUMNS)
     duration = profile.load.duration_s
     latency_rows = latency_table(measured, profile, duration)
     per_phase = per_phase_table(df, profile)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.frames import take_rows
 from analysis.rundir import RunDirError, load_run
 from analysis.stats import bootstrap_diff_ci, cohens_d
 
@@ -17,7 +18,7 @@ COMPARE_COLUMNS = ("endpoint", "region", "phase", "status", "latency_ns")
 
 
 def _latencies(df: pd.DataFrame) -> pd.DataFrame:
-    return df.loc[((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), ["endpoint", "region", "latency_ns"]]
+    return take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), ["endpoint", "region", "latency_ns"])
 
 
 def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frames import frame_of, take_column
+
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
 
@@ -21,8 +23,8 @@ def decompose(df: pd.DataFrame) -> pd.DataFrame:
 
     receive, send = col("server_receive_ns"), col("server_send_ns")
     queue, compute = np.clip(col("server_queue_ns"), 0, None), np.clip(col("server_compute_ns"), 0, None)
-    return pd.DataFrame({
-        "region": df["region"][has_legs], "endpoint": df["endpoint"][has_legs],
+    return frame_of({
+        "region": take_column(df["region"], has_legs), "endpoint": take_column(df["endpoint"], has_legs),
         "send_lag": col("send_lag_ns") / 1e6,
         "network_up": (receive - col("t_sent_ref")) / 1e6,
         "server_queue": queue / 1e6,
@@ -30,7 +32,7 @@ def decompose(df: pd.DataFrame) -> pd.DataFrame:
         "server_other": (send - receive - queue - compute) / 1e6,
         "network_down": (col("t_done_ref") - send) / 1e6,
         "latency": col("latency_ns") / 1e6,
-    }, index=df.index[has_legs])
+    }, df.index[has_legs])
 
 
 def decomposition_table(legs: pd.DataFrame) -> list[dict]:

@@ -1,6 +1,9 @@
 """Latency statistics per group (endpoint × region, per phase, overall)."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 
@@ -45,7 +48,17 @@ class _Rows:
         self.ok = (df["status"] == "ok").to_numpy()
         self.latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
         self.send_lag_ns = df["send_lag_ns"].to_numpy()
-        self.accuracy = df[[c for c in ACCURACY_COLUMNS if c in df]]
+        self.accuracy = {c: df[c].to_numpy() for c in ACCURACY_COLUMNS if c in df}
+
+    def accuracy_of(self, rows: np.ndarray) -> float | None:
+        """accuracy_of the successful requests at positions `rows`, on arrays."""
+        if len(rows) == 0:
+            return None
+        count, batch = self.accuracy.get("correct_count"), self.accuracy.get("batch_size")
+        if count is not None and batch is not None and not pd.isna(count[rows]).any():
+            checked = rows[count[rows] >= 0]
+            return float(count[checked].sum() / batch[checked].sum()) if len(checked) else None
+        return float(self.accuracy["correct"][rows].mean())
 
 
 def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, duration_s: float) -> dict:
@@ -57,7 +70,7 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, du
     out = {"count": int(n), "ok": int(ok.sum()), "errors": int(n - ok.sum()),
            "error_rate": float((~ok).mean()) if n else 0.0,
            "achieved_rate": float(n / duration_s) if duration_s else None,
-           "accuracy": accuracy_of(rows.accuracy.iloc[idx[ok]]),
+           "accuracy": rows.accuracy_of(idx[ok]),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
            "max_ms": float(sorted_ok_ms[-1]) if len(lat_ms) else None,
            "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None,
@@ -78,7 +91,9 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list
     rows = _Rows(df)
     groups = sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
                     key=lambda kv: (str(kv[0][0]), str(kv[0][1])))
-    ok_sorted = {key: np.sort(rows.latency_ms[idx][rows.ok[idx]]) for key, idx in groups}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # numpy's sort releases the GIL
+        ok_sorted = dict(zip((key for key, _ in groups),
+                             pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
     out = []
     for (endpoint, region), idx in groups:
         out.append({"endpoint": endpoint, "region": region,

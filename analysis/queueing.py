@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.frames import take_rows
+
 UTILIZATION_FLAG = 0.7
 
 
@@ -60,7 +62,7 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     """
     rows = []
     served = ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
-    d = df.loc[served, ["endpoint", "model"]]
+    d = take_rows(df, served, ["endpoint", "model"])
     receive_all, send_all = df["server_receive_ns"].to_numpy()[served], df["server_send_ns"].to_numpy()[served]
     queue_all, compute_all = df["server_queue_ns"].to_numpy()[served], df["server_compute_ns"].to_numpy()[served]
     groups = d.groupby(["endpoint", "model"], observed=True, sort=False).indices

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 ALPHA = 0.05
 
@@ -208,5 +208,8 @@ def ks_exponential(gaps_s: np.ndarray) -> tuple[float, float] | None:
     g = np.asarray(gaps_s, dtype=float)
     if len(g) < 20:
         return None
-    res = stats.kstest(g, "expon", args=(0, g.mean()))
+    scale = g.mean()
+    # the exponential's CDF as scipy's expon computes it, without its per-call argument machinery (seconds at
+    # millions of gaps): same statistic, same p-value
+    res = stats.kstest(g, lambda x: -special.expm1(-(x / scale)))
     return float(res.statistic), float(res.pvalue)

@@ -1,0 +1,62 @@
+"""DataFrames of many rows without the copies pandas makes by default (pure helpers).
+
+`pd.DataFrame(dict_of_arrays)` stacks same-typed columns into one block (a copy of them all) and a boolean
+`df.loc[mask, columns]` goes through pandas' generic take; at ten million rows each costs seconds and a copy of
+the table. These keep one array per column and take rows with numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def frame_of(columns: dict[str, object], index: pd.Index | None = None) -> pd.DataFrame:
+    """A DataFrame holding `columns` (arrays, Categoricals or Series) as they are: no block stacking, no copy."""
+    series = [value.rename(name) if isinstance(value, pd.Series) else pd.Series(value, name=name, copy=False)
+              for name, value in columns.items()]
+    if not series:
+        return pd.DataFrame(index=index)
+    out = pd.concat(series, axis=1, copy=False) if len(series) > 1 else series[0].to_frame()
+    if index is not None:
+        out.index = index
+    return out
+
+
+def _runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
+    """Ascending positions as [start, stop) runs, when there are few of them (then copying slices beats
+    gathering row by row); None otherwise."""
+    if len(rows) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1)
+    if len(breaks) > max(64, len(rows) // 256):
+        return None
+    starts = np.concatenate([[rows[0]], rows[breaks + 1]])
+    stops = np.concatenate([rows[breaks], [rows[-1]]]) + 1
+    return list(zip(starts.tolist(), stops.tolist()))
+
+
+def _take(values: np.ndarray, rows: np.ndarray, runs: list[tuple[int, int]] | None) -> np.ndarray:
+    if runs is None:
+        return values[rows]
+    return np.concatenate([values[a:b] for a, b in runs]) if runs else values[:0].copy()
+
+
+def take_column(column: pd.Series, rows: np.ndarray, runs: list[tuple[int, int]] | None = None) -> object:
+    """The values of `column` at ascending positions `rows` (a Categorical stays categorical, by its codes);
+    `runs`: the same positions as runs (_runs), when known."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.Categorical.from_codes(_take(column.cat.codes.to_numpy(), rows, runs), dtype=column.dtype)
+    if isinstance(column.dtype, np.dtype):
+        return _take(column.to_numpy(), rows, runs)
+    return column.array.take(rows)
+
+
+def take_rows(df: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
+    """`columns` (default all) of `df` at positions `rows` (ascending int array or boolean mask), keeping
+    their row labels. Rows in long runs (a phase of each worker's time-ordered log) are copied as slices."""
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    runs = _runs(rows)
+    names = list(df.columns) if columns is None else list(columns)
+    return frame_of({name: take_column(df[name], rows, runs) for name in names}, df.index[rows])
+
