@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.frames import take_rows
-from analysis.rundir import RunDirError, load_run
+from analysis.rundir import COMPARE_BYTES_PER_ROW, RunDirError, check_fits, load_run
 from analysis.stats import bootstrap_diff_ci, cohens_d
 
 PERCENTILES = (50, 95, 99)
@@ -61,6 +61,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None) -> int:
     from rich.table import Table
 
     try:
+        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare")
         rows = compare_runs(run_a, run_b)
     except RunDirError as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ def frame_of(columns: dict[str, object], index: pd.Index | None = None) -> pd.Da
               for name, value in columns.items()]
     if not series:
         return pd.DataFrame(index=index)
-    out = pd.concat(series, axis=1, copy=False) if len(series) > 1 else series[0].to_frame()
+    out = pd.concat(series, axis=1) if len(series) > 1 else series[0].to_frame()  # lazy copies: none made
     if index is not None:
         out.index = index
     return out

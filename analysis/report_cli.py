@@ -77,10 +77,11 @@ def print_summary(summary: dict) -> None:
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
     from analysis.analyze import analyze_run
-    from analysis.rundir import ANALYSIS_COLUMNS
+    from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, check_fits
 
     try:
-        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads: any run size
+        check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW, "analyse")
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE

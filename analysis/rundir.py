@@ -205,6 +205,39 @@ def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optiona
     return frame_of({c.name: c.finish(None if keep.all() else keep) for c in built}), sources
 
 
+# peak memory per request row, measured on 10 M-row synthetic runs (docs/BENCHMARKS.md, "Analysis at scale")
+ANALYZE_BYTES_PER_ROW = 384
+COMPARE_BYTES_PER_ROW = 80
+
+
+def _available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> None:
+    """RunDirError, before anything is read, when analysing the request rows of `run_dirs` would need more memory
+    than this machine has available (the kernel would kill the analysis, or the machine, half-way)."""
+    rows = 0
+    for run_dir in run_dirs:
+        for f in RunLayout(Path(run_dir)).request_chunks():
+            try:
+                rows += pq.read_metadata(f).num_rows
+            except (pa.ArrowInvalid, OSError):
+                continue  # reported as skipped when read
+    need, available = rows * bytes_per_row, _available_bytes()
+    if available is not None and need > available:
+        raise RunDirError(f"{', '.join(str(d) for d in run_dirs)}: {rows:,} request rows need about "
+                          f"{need / 2**30:.1f} GiB to {what}; this machine has {available / 2**30:.1f} GiB available "
+                          "— use a machine with more memory (the run directory is left as it is)")
+
+
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> RunData:
     """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats.
     `columns`: the request columns to read (default: all of contract/records.py's)."""

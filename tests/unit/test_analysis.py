@@ -255,3 +255,23 @@ def test_order_statistic_bootstrap_matches_resampling():
         assert sps.ks_2samp(fast, np.percentile(resamples, p, axis=1)).pvalue > 0.01, p
     shifted = bootstrap_percentiles(np.sort(x * 1.1), 50, 4000, np.random.default_rng(1))
     assert sps.ks_2samp(shifted, np.percentile(resamples, 50, axis=1)).pvalue < 1e-6  # it tells a 10% shift
+
+
+def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, monkeypatch, capsys):
+    """The analysis would need more memory than is available: exit 2 naming the rows and the memory, no report
+    written, the run directory untouched — never the kernel killing the analysis half-way."""
+    import analysis.rundir as rundir
+    from analysis.compare import compare_command
+    from analysis.report_cli import analyze_and_report
+
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
+    assert analyze_and_report(tmp_path, None, quiet=True) == 2
+    err = capsys.readouterr().err
+    assert "200 request rows need about" in err and "GiB available" in err and "Traceback" not in err
+    assert compare_command(tmp_path, tmp_path, None) == 2
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 2**40)
+    assert analyze_and_report(tmp_path, None, quiet=True) == 0
