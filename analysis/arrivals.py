@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
+from analysis.frames import take
 from analysis.stats import index_of_dispersion, ks_exponential
 
 
@@ -30,8 +31,8 @@ def arrival_checks(df: pd.DataFrame) -> list[dict]:
         if phase == 0:
             continue
         for worker in sorted((w for p, w in by_worker if p == phase), key=str):
-            tasks.append((int(phase), worker, sent[by_worker[(phase, worker)]]))
-        tasks.append((int(phase), "merged", sent_ref[by_phase[phase]]))
+            tasks.append((int(phase), worker, take(sent, by_worker[(phase, worker)])))
+        tasks.append((int(phase), "merged", take(sent_ref, by_phase[phase])))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sorts release the GIL
         rows = list(pool.map(lambda t: {"phase": t[0], **_row(t[1], t[2])}, tasks))
     return rows

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.frames import as_slice
+
 
 @dataclass(frozen=True)
 class OffsetModel:
@@ -81,7 +83,8 @@ def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) 
     columns = ("t_intended", "t_sent", "t_done")
     refs = {col: np.zeros(len(out), dtype=np.int64) for col in columns}
     error = np.full(len(out), np.nan)
-    for worker, idx in out.groupby("worker", observed=True, sort=False).indices.items():
+    for worker, rows in out.groupby("worker", observed=True, sort=False).indices.items():
+        idx = as_slice(rows)  # one worker's chunks are read one after another: usually contiguous
         model = models.get(worker)
         for col in columns:
             local = out[col].to_numpy()[idx]

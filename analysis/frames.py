@@ -35,10 +35,23 @@ def _runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
     return list(zip(starts.tolist(), stops.tolist()))
 
 
+def as_slice(rows: np.ndarray) -> slice | np.ndarray:
+    """Ascending positions as a slice when they are contiguous (a worker's rows: indexing is then a view, not a
+    gather), else as they are."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def _take(values: np.ndarray, rows: np.ndarray, runs: list[tuple[int, int]] | None) -> np.ndarray:
     if runs is None:
         return values[rows]
     return np.concatenate([values[a:b] for a, b in runs]) if runs else values[:0].copy()
+
+
+def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """values[rows] for ascending `rows`, copied as slices when they run contiguously."""
+    return _take(values, rows, _runs(rows))
 
 
 def take_column(column: pd.Series, rows: np.ndarray, runs: list[tuple[int, int]] | None = None) -> object:

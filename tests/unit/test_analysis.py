@@ -275,3 +275,20 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 2**40)
     assert analyze_and_report(tmp_path, None, quiet=True) == 0
+
+
+def test_frames_take_rows_like_pandas_without_its_copies():
+    """take_rows / take / as_slice give what pandas' boolean indexing gives, for scattered and contiguous rows."""
+    import pandas as pd
+
+    from analysis.frames import as_slice, frame_of, take, take_rows
+
+    rng = np.random.default_rng(4)
+    n = 5000
+    df = frame_of({"a": np.arange(n), "c": pd.Categorical(rng.choice(["x", "y", "z"], n)), "f": rng.random(n),
+                   "s": pd.array([f"t{i}" for i in range(n)], dtype="str")})
+    for mask in (rng.random(n) < 0.3, np.arange(n) % 1000 > 10, np.zeros(n, bool), np.ones(n, bool)):
+        assert take_rows(df, mask).equals(df[mask])
+        assert np.array_equal(take(df["f"].to_numpy(), np.flatnonzero(mask)), df["f"].to_numpy()[mask])
+    assert as_slice(np.arange(10, 20)) == slice(10, 20)
+    assert isinstance(as_slice(np.array([1, 2, 4])), np.ndarray)
