@@ -143,11 +143,11 @@ class _Column:
         elif pa.types.is_string(self.type):
             self.pieces[order] = column.chunks
         else:
-            if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
-                with self._lock:
-                    if self.values.dtype.kind in "iub":
-                        self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
-            self.values[start:stop] = column.to_numpy()
+            values = column.to_numpy()
+            with self._lock:  # a widening below replaces the array: no write may go to the old one meanwhile
+                if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
+                    self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
+                self.values[start:stop] = values
 
     def finish(self, keep: np.ndarray | None):
         """The column's pandas values; `keep`: the rows to keep (None: all) when some chunk was unreadable."""

@@ -292,3 +292,23 @@ def test_frames_take_rows_like_pandas_without_its_copies():
         assert np.array_equal(take(df["f"].to_numpy(), np.flatnonzero(mask)), df["f"].to_numpy()[mask])
     assert as_slice(np.arange(10, 20)) == slice(10, 20)
     assert isinstance(as_slice(np.array([1, 2, 4])), np.ndarray)
+
+
+def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
+    """Chunks written before batch_size / correct_count existed (contract/records.py OPTIONAL_DEFAULTS), mixed
+    with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
+    import pyarrow.parquet as pq
+
+    from contract.layout import RunLayout
+
+    write_run(tmp_path, profile=profile_dict(400, 5), chunk_rows=100, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2}})
+    chunks = RunLayout(tmp_path).request_chunks()
+    for path in chunks[::2]:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["batch_size", "correct_count"]), path)
+    df = load_run(tmp_path).requests
+    assert len(df) == 2000 and len(chunks) == 20
+    assert (df["batch_size"] == 1).all()
+    assert (df["correct_count"] == df["correct"].astype(int)).all() and (~df["correct"]).sum() > 100
