@@ -11,19 +11,21 @@ from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
 from analysis.frames import take_rows
-from analysis.latency import flat_rows, latency_table
+from analysis.latency import add_goodput, flat_rows, latency_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
 from analysis.scenarios import per_phase_table, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
+from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
 # the columns the statistics of the measured phases read (a narrow copy, never the whole table twice)
 MEASURED_COLUMNS = ("endpoint", "region", "model", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
-                    "batch_size", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns")
+                    "batch_size", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns",
+                    "t_intended_ref", "phase")
 SLOWEST = 20
 
 
@@ -85,8 +87,12 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
     queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
-    verdicts = evaluate_slos(measured, [slo.model_dump() for slo in profile.slos],
-                             [e.name for e in profile.endpoints], [r.name for r in profile.regions])
+    groups = groups_of(measured)
+    slos = [slo.model_dump() for slo in profile.slos]
+    verdicts = evaluate_slos(measured, slos, [e.name for e in profile.endpoints], [r.name for r in profile.regions],
+                             groups)
+    validity = validity_rows(groups)
+    add_goodput(latency_rows, measured, slos, duration)
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
@@ -118,7 +124,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
         "decomposition": decomposition_table(legs) if not legs.empty else [],
-        "queueing": queueing, "arrivals": arrival_checks(df),
+        "queueing": queueing, "arrivals": arrival_checks(df, profile), "validity": validity,
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
         "endpoint_statistics": stat_rows,
@@ -134,7 +140,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
               "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(
                   [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
                    for q in queueing]),
-              "arrivals": pd.DataFrame(summary["arrivals"]), "phases": pd.DataFrame(per_phase),
+              "arrivals": pd.DataFrame(summary["arrivals"]), "validity": pd.DataFrame(validity), "phases": pd.DataFrame(per_phase),
               "errors": errors, "outages": pd.DataFrame(summary["outages"]),
               "cold_start": pd.DataFrame(summary["cold_start"]),
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),

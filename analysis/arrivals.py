@@ -1,4 +1,6 @@
-"""Was the load really Poisson? KS test and index of dispersion of the actual send gaps, per worker and merged."""
+"""Was the load really Poisson? Per worker and merged (reference time), per constant-rate phase: KS and
+Anderson–Darling tests of the send gaps against the exponential, the achieved vs intended rate, and the index
+of dispersion of counts per second — with what a failure means for the numbers in the report."""
 from __future__ import annotations
 
 import os
@@ -6,33 +8,107 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from analysis.frames import take
-from analysis.stats import index_of_dispersion, ks_exponential
+from analysis.stats import dispersion_pvalue, index_of_dispersion, ks_exponential
+from contract.profile import Profile
+
+P_MIN = 0.001  # KS and dispersion: a row runs several tests and a report many rows; a chance failure is rare
+AD_P_MIN = 0.01  # scipy's interpolated Anderson–Darling p-values stop at 0.01
 
 
-def _row(name: str, times_ns: np.ndarray) -> dict:
+def anderson_exponential(gaps_s: np.ndarray) -> tuple[float, float] | None:
+    """Anderson–Darling statistic and (table-interpolated, 0.01–0.15) p-value of gaps against the exponential
+    with their own mean: more weight in the tails than KS, where bunched or spread-out sends show."""
+    g = np.asarray(gaps_s, dtype=float)
+    if len(g) < 20:
+        return None
+    result = stats.anderson(g, dist="expon", method="interpolate")
+    return float(result.statistic), float(result.pvalue)
+
+
+def poisson_checks(times_ns: np.ndarray) -> dict:
+    """KS and Anderson–Darling on the gaps, Fisher's dispersion test on counts per second, and whether all
+    three accept a Poisson process at P_MIN."""
     t = np.sort(times_ns) / 1e9
     gaps = np.diff(t)
-    ks = ks_exponential(gaps)
-    return {"source": name, "count": int(len(t)), "rate": float(len(t) / (t[-1] - t[0])) if len(t) > 1 else None,
+    ks, ad = ks_exponential(gaps), anderson_exponential(gaps)
+    dispersion_p = dispersion_pvalue(t)
+    tested = ks is not None
+    return {"count": int(len(t)), "rate": float(len(t) / (t[-1] - t[0])) if len(t) > 1 else None,
             "ks_statistic": ks[0] if ks else None, "ks_pvalue": ks[1] if ks else None,
-            "poisson_ok": bool(ks and ks[1] > 0.01), "index_of_dispersion": index_of_dispersion(t)}
+            "ad_statistic": ad[0] if ad else None, "ad_pvalue": ad[1] if ad else None,
+            "index_of_dispersion": index_of_dispersion(t), "dispersion_pvalue": dispersion_p,
+            "poisson_ok": not _failed_tests(ks[1] if ks else None, ad[1] if ad else None, dispersion_p) and tested}
 
 
-def arrival_checks(df: pd.DataFrame) -> list[dict]:
+def _failed_tests(ks_p: float | None, ad_p: float | None, dispersion_p: float | None) -> list[str]:
+    """The names of the checks that reject a Poisson process."""
+    return [name for name, p, floor in (("KS", ks_p, P_MIN), ("Anderson–Darling", ad_p, AD_P_MIN),
+                                        ("dispersion", dispersion_p, P_MIN)) if p is not None and p <= floor]
+
+
+def interpret(row: dict) -> str:
+    """What one row's checks say, in words, and whether it matters for the latency numbers: the schedule
+    (intended send times) is the load tailrace offered; the actual sends are what the endpoint received."""
+    if row["ks_pvalue"] is None:
+        return "too few sends to test"
+    rate = f" at {row['rate'] / row['intended_rate']:.0%} of the intended rate" if row.get("intended_rate") else ""
+    if not row["schedule_poisson_ok"]:
+        return (f"the schedule itself is not Poisson{rate} ({', '.join(row['schedule_failed'])}): the rate changed "
+                "inside this phase or the profile's phases do not match the run — the latencies are those of this "
+                "non-Poisson load")
+    if row["poisson_ok"]:
+        return f"Poisson{rate}: the schedule and the actual sends pass every check"
+    failed = _failed_tests(row["ks_pvalue"], row["ad_pvalue"], row["dispersion_pvalue"])
+    return (f"the schedule is Poisson{rate}, the actual sends are not ({', '.join(failed)}): sends "
+            f"fell behind by up to {row['send_lag_max_ms']:.0f} ms (p99 {row['send_lag_p99_ms']:.1f} ms) and caught "
+            "up in bursts. The latencies count from the intended times, so they are the scheduled load's; the "
+            "endpoint's queue saw burstier arrivals than Poisson (its c_a² in the queueing table)")
+
+
+def _row(name: str, sent_ns: np.ndarray, intended_ns: np.ndarray, intended_rate: float | None) -> dict:
+    schedule = poisson_checks(intended_ns)
+    lag_ms = (sent_ns - intended_ns) / 1e6 if len(sent_ns) else np.zeros(1)
+    row = {"source": name, **poisson_checks(sent_ns), "intended_rate": intended_rate,
+           "schedule_ks_pvalue": schedule["ks_pvalue"], "schedule_poisson_ok": schedule["poisson_ok"],
+           "schedule_failed": _failed_tests(schedule["ks_pvalue"], schedule["ad_pvalue"], schedule["dispersion_pvalue"]),
+           "send_lag_p99_ms": float(np.percentile(lag_ms, 99)), "send_lag_max_ms": float(lag_ms.max())}
+    row["interpretation"] = interpret(row)
+    return row
+
+
+def _intended_rates(profile: Profile | None) -> tuple[dict[int, float], dict[str, float]]:
+    """(phase → the whole load's intended rate, region → the fraction one of its workers sends)."""
+    if profile is None or profile.load.scenario != "server":
+        return {}, {}
+    from analysis.scenarios import phase_segments  # scenarios imports latency; keep this module's imports light
+
+    warm = profile.load.warmup_s > 0
+    rates = {i + (0 if warm else 1): s.expected / s.width_s for i, s in enumerate(phase_segments(profile))
+             if s.width_s > 0}
+    return rates, {r.name: r.share / r.workers for r in profile.regions}
+
+
+def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dict]:
     """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential."""
-    rows = []
     sent, sent_ref = df["t_sent"].to_numpy(), df["t_sent_ref"].to_numpy()
+    intended, intended_ref = df["t_intended"].to_numpy(), df["t_intended_ref"].to_numpy()
     by_phase = df.groupby("phase", sort=False).indices
     by_worker = df.groupby(["phase", "worker"], observed=True, sort=False).indices
+    region = df["region"].to_numpy()
+    phase_rate, worker_fraction = _intended_rates(profile)
     tasks = []
     for phase in sorted(by_phase):
         if phase == 0:
             continue
+        rate = phase_rate.get(int(phase))
         for worker in sorted((w for p, w in by_worker if p == phase), key=str):
-            tasks.append((int(phase), worker, take(sent, by_worker[(phase, worker)])))
-        tasks.append((int(phase), "merged", take(sent_ref, by_phase[phase])))
+            rows = by_worker[(phase, worker)]
+            fraction = worker_fraction.get(str(region[rows[0]]))
+            tasks.append((int(phase), worker, take(sent, rows), take(intended, rows),
+                          rate * fraction if rate and fraction else None))
+        tasks.append((int(phase), "merged", take(sent_ref, by_phase[phase]), take(intended_ref, by_phase[phase]), rate))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sorts release the GIL
-        rows = list(pool.map(lambda t: {"phase": t[0], **_row(t[1], t[2])}, tasks))
-    return rows
+        return list(pool.map(lambda t: {"phase": t[0], **_row(*t[1:])}, tasks))

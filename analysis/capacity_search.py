@@ -3,7 +3,9 @@ means, and what to provision (Little's law and a utilization bound).
 
 The search grows the rate geometrically while trials PASS, then bisects the bracket [highest pass, lowest
 fail] until hi / lo − 1 ≤ tolerance. A trial passes when every latency SLO PASSES (an INCONCLUSIVE one is
-not a pass: too few samples or too close to call) and no error-rate SLO FAILS. A trial whose generators
+not a pass: too few samples or too close to call) and no error-rate SLO FAILS. A trial whose latency rose
+through it (a growing backlog: analysis/validity.py) fails whatever its SLO verdicts, since it is above
+capacity and a longer trial would only be slower. A trial whose generators
 saturated — and whose latency SLOs did not clearly fail anyway — ends the search: the answer is then
 "at least" the highest passing rate.
 """
@@ -87,6 +89,10 @@ def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[
     saturated = not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
     if failed:
         return FAIL, "; ".join(sorted({v["description"] + f" ({v['endpoint']}/{v['region']})" for v in failed}))[:300]
+    backlog = [v for v in latency if v.get("trend") == "rising"]
+    if backlog:  # latency rose through the trial: the queue grows, so a longer trial would only get slower
+        return FAIL, "backlog growing — " + "; ".join(sorted({f"{v['endpoint']}/{v['region']}: {v['reason']}"
+                                                              for v in backlog}))[:280]
     if saturated:
         return GENERATOR_LIMIT, "; ".join(invalid_reasons)[:300]
     if not valid:

@@ -7,12 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-from analysis.stats import sorted_percentile_ci
+from analysis.correlation import correlated_percentiles_ci, time_order
 from contract.profile import Profile
 from contract.rates import rate_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
+TIME_COLUMN = "t_intended_ref"  # the order the correlation of neighbouring requests is measured in
 
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
@@ -48,6 +49,7 @@ class _Rows:
         self.ok = (df["status"] == "ok").to_numpy()
         self.latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
         self.send_lag_ns = df["send_lag_ns"].to_numpy()
+        self.time = df[TIME_COLUMN if TIME_COLUMN in df else "t_intended"].to_numpy()
         self.accuracy = {c: df[c].to_numpy() for c in ACCURACY_COLUMNS if c in df}
 
     def accuracy_of(self, rows: np.ndarray) -> float | None:
@@ -63,20 +65,22 @@ class _Rows:
 
 def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, duration_s: float) -> dict:
     """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of the rows at positions `idx`
-    (ascending); `sorted_ok_ms`: their successful latencies, sorted."""
+    (ascending); `sorted_ok_ms`: their successful latencies, sorted. The CIs count the independent samples the
+    time-ordered latencies are worth (analysis/correlation.py)."""
     ok = rows.ok[idx]
     lat_ms = rows.latency_ms[idx][ok]  # in row order: the mean sums as it always did
     n = len(idx)
+    ok_idx = idx[ok]
+    in_time = rows.latency_ms[ok_idx[time_order(rows.time[ok_idx])]]
     out = {"count": int(n), "ok": int(ok.sum()), "errors": int(n - ok.sum()),
            "error_rate": float((~ok).mean()) if n else 0.0,
            "achieved_rate": float(n / duration_s) if duration_s else None,
-           "accuracy": rows.accuracy_of(idx[ok]),
+           "accuracy": rows.accuracy_of(ok_idx),
            "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
            "max_ms": float(sorted_ok_ms[-1]) if len(lat_ms) else None,
            "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None,
-           "percentiles": {}}
-    for p in PERCENTILES:
-        out["percentiles"][f"p{p:g}"] = sorted_percentile_ci(sorted_ok_ms, p).as_dict()
+           "percentiles": {f"p{p:g}": est.as_dict() for p, est in
+                           correlated_percentiles_ci(in_time, PERCENTILES, sorted_ok_ms).items()}}
     return out
 
 
@@ -94,21 +98,16 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # numpy's sort releases the GIL
         ok_sorted = dict(zip((key for key, _ in groups),
                              pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
-    out = []
-    for (endpoint, region), idx in groups:
-        out.append({"endpoint": endpoint, "region": region,
-                    **summarize_latency(rows, idx, ok_sorted[(endpoint, region)], duration_s),
-                    "intended_rate": intended_rate(profile, region, endpoint)})
-    by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
-    for endpoint in sorted(by_endpoint, key=str):
-        merged = _merged([v for (e, _), v in ok_sorted.items() if e == endpoint])
-        out.append({"endpoint": endpoint, "region": "*",
-                    **summarize_latency(rows, by_endpoint[endpoint], merged, duration_s),
-                    "intended_rate": intended_rate(profile, None, endpoint)})
-    out.append({"endpoint": "*", "region": "*",
-                **summarize_latency(rows, np.arange(len(df)), _merged(list(ok_sorted.values())), duration_s),
-                "intended_rate": intended_rate(profile, None, None)})
-    return out
+        by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
+        tasks = [({"endpoint": e, "region": r}, idx, ok_sorted[(e, r)], intended_rate(profile, r, e))
+                 for (e, r), idx in groups]
+        tasks += [({"endpoint": e, "region": "*"}, by_endpoint[e],
+                   _merged([v for (g, _), v in ok_sorted.items() if g == e]), intended_rate(profile, None, e))
+                  for e in sorted(by_endpoint, key=str)]
+        tasks.append(({"endpoint": "*", "region": "*"}, np.arange(len(df)), _merged(list(ok_sorted.values())),
+                      intended_rate(profile, None, None)))
+        return list(pool.map(lambda t: {**t[0], **summarize_latency(rows, t[1], t[2], duration_s),
+                                        "intended_rate": t[3]}, tasks))
 
 
 def flat_rows(rows: list[dict]) -> pd.DataFrame:
@@ -122,3 +121,24 @@ def flat_rows(rows: list[dict]) -> pd.DataFrame:
             f[f"{name}_ci_high_ms"] = est["ci_high"]
         flat.append(f)
     return pd.DataFrame(flat)
+
+
+def _met_threshold_ns(slos: list[dict], endpoint: str, region: str) -> float:
+    """The tightest latency threshold among the latency SLOs that apply to an endpoint × region (inf: none)."""
+    thresholds = [s["threshold_ms"] * 1e6 for s in slos if s["metric"] == "latency"
+                  and s["endpoint"] in ("*", endpoint) and s["region"] in ("*", region)]
+    return min(thresholds, default=np.inf)
+
+
+def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s: float) -> None:
+    """Add `goodput_rps` to each latency row: the rate of requests that succeeded within every latency SLO that
+    applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases."""
+    ok = (df["status"] == "ok").to_numpy()
+    latency = df["latency_ns"].to_numpy()
+    good: dict[tuple[str, str], int] = {}
+    for (endpoint, region), idx in df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items():
+        limit = _met_threshold_ns(slos, str(endpoint), str(region))
+        good[(str(endpoint), str(region))] = int((ok[idx] & (latency[idx] <= limit)).sum())
+    for row in rows:
+        count = sum(v for (e, r), v in good.items() if row["endpoint"] in ("*", e) and row["region"] in ("*", r))
+        row["goodput_rps"] = count / duration_s if duration_s else None

@@ -1,79 +1,70 @@
 """SLO verdicts from the profile's [[slos]]: PASS / FAIL / INCONCLUSIVE (with the samples still needed)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
-from analysis.stats import proportion_verdict, sorted_percentile_ci
+from analysis.correlation import correlated_percentiles_ci, integrated_time
+from analysis.stats import proportion_verdict
+from analysis.validity import Group, groups_of
 
 
-class _Group:
-    """One endpoint × region's measured rows, as the verdicts read them (sorted latencies made once)."""
-
-    def __init__(self, latency_ns: np.ndarray, ok: np.ndarray) -> None:
-        self.latency_ns, self.ok = latency_ns, ok
-        self._sorted_ms: np.ndarray | None = None
-
-    @property
-    def n(self) -> int:
-        return len(self.latency_ns)
-
-    def sorted_ms(self) -> np.ndarray:
-        """Latencies in ms, errors as +inf (a failed request never met a latency goal), sorted."""
-        if self._sorted_ms is None:
-            self._sorted_ms = np.sort(np.where(self.ok, self.latency_ns / 1e6, np.inf))
-        return self._sorted_ms
-
-
-def _groups(df: pd.DataFrame) -> dict[tuple[str, str], _Group]:
-    latency = df["latency_ns"].to_numpy()
-    ok = (df["status"] == "ok").to_numpy()
-    return {(str(e), str(r)): _Group(latency[idx], ok[idx])
-            for (e, r), idx in df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items()}
-
-
-def _matching(groups: dict[tuple[str, str], _Group], slo: dict, endpoints: list[str], regions: list[str]
-              ) -> list[tuple[str, str, _Group]]:
+def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[str], regions: list[str]
+              ) -> list[tuple[str, str, Group]]:
     """The groups an SLO applies to: each endpoint × region it names ('*' = each one the plan has, whether or
     not it has rows: a group that sent nothing is never silently absent from the verdict)."""
     present_e, present_r = {e for e, _ in groups}, {r for _, r in groups}
     endpoints = sorted(set(endpoints) | present_e) if slo["endpoint"] == "*" else [slo["endpoint"]]
     regions = sorted(set(regions) | present_r) if slo["region"] == "*" else [slo["region"]]
-    empty = _Group(np.empty(0, dtype=np.int64), np.empty(0, dtype=bool))
+    empty = Group(*(np.empty(0, dtype=np.int64),) * 2, np.empty(0, dtype=bool), np.empty(0, dtype=np.int32))
     return [(e, r, groups.get((e, r), empty)) for e in endpoints for r in regions]
 
 
-def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = ()
-                  ) -> list[dict]:
+def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),
+                  groups: dict[tuple[str, str], Group] | None = None) -> list[dict]:
     """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
-    measured phases. A group with no measured requests is INCONCLUSIVE.
+    measured phases. A group with no measured requests is INCONCLUSIVE. `groups`: groups_of(df)
+    (analysis/validity.py), when the caller has it.
 
     Latency SLO "p<q> < T ms": k = requests slower than T (errors count as slower: a failed request
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
-    the bound, i.e. the percentile's distribution-free CI lies below T. Error-rate SLO: k = errors.
+    the bound, i.e. the percentile's distribution-free CI lies below T. Error-rate SLO: k = errors. Both
+    count the independent samples the time-ordered requests are worth (analysis/correlation.py). A latency
+    PASS on a group whose latency trended through a phase is INCONCLUSIVE, with the reason.
     """
     out = []
-    groups = _groups(df)
+    groups = groups_of(df) if groups is None else groups
+    trends = {key: g.stationarity() for key, g in groups.items()}
     for i, slo in enumerate(slos):
         for endpoint, region, g in _matching(groups, slo, list(endpoints), list(regions)):
             n = g.n
+            reason, trend = None, None
             if slo["metric"] == "latency":
                 q = slo["percentile"]
-                threshold_ns = slo["threshold_ms"] * 1e6
-                k = int(((g.latency_ns > threshold_ns) | ~g.ok).sum())
-                v = proportion_verdict(k, n, 1 - q / 100)
-                est = sorted_percentile_ci(g.sorted_ms(), q) if n else None
+                exceeding = (g.latency_ns > slo["threshold_ms"] * 1e6) | ~g.ok
+                k = int(exceeding.sum())
+                v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
+                est = correlated_percentiles_ci(np.where(g.ok, g.latency_ns / 1e6, np.inf), (q,))[q] if n else None
                 desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
                 measured = est.value if est and est.reportable else None
                 ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
+                phase, st = trends.get((endpoint, region), (None, None))
+                if st is not None and st.stationary is False:
+                    trend = "rising" if st.change > 0 else "falling"
+                    reason = f"phase {phase}: {st.reason()}"
+                    if v.verdict == "PASS":
+                        v = replace(v, verdict="INCONCLUSIVE")
             else:
                 k = int((~g.ok).sum())
-                v = proportion_verdict(k, n, slo["threshold"])
+                v = proportion_verdict(k, n, slo["threshold"], tau=integrated_time(~g.ok))
                 desc = f"error rate < {slo['threshold']:.3%}"
                 measured, ci = v.observed, (v.ci_low, v.ci_high)
             out.append({"slo": i, "description": desc, "metric": slo["metric"], "endpoint": endpoint,
-                        "region": region, "n": n, "exceeding": k, "verdict": v.verdict, "measured": measured,
-                        "ci_low": ci[0], "ci_high": ci[1], "more_samples_needed": v.more_samples_needed})
+                        "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
+                        "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
+                        "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason})
     return out
 
 

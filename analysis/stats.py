@@ -27,6 +27,7 @@ class PercentileEstimate:
     ci_low: float | None
     ci_high: float | None
     min_samples: int
+    effective_n: int | None = None  # independent samples the n are worth (None: treated as independent)
 
     @property
     def reportable(self) -> bool:
@@ -34,8 +35,14 @@ class PercentileEstimate:
 
     def as_dict(self) -> dict:
         return {"percentile": self.percentile, "n": self.n, "value": self.value, "ci_low": self.ci_low,
-                "ci_high": self.ci_high, "min_samples": self.min_samples,
-                "note": None if self.reportable else f"p{self.percentile:g} needs ≥ {self.min_samples} samples"}
+                "ci_high": self.ci_high, "min_samples": self.min_samples, "effective_n": self.effective_n,
+                "note": None if self.reportable else self._note()}
+
+    def _note(self) -> str:
+        if self.effective_n is not None and self.effective_n < self.n:
+            return (f"p{self.percentile:g} needs ≥ {self.min_samples} independent samples; the {self.n} correlated "
+                    f"ones are worth {self.effective_n}")
+        return f"p{self.percentile:g} needs ≥ {self.min_samples} samples"
 
 
 def order_statistic_ranks(n: int, q: float, alpha: float = ALPHA) -> tuple[int, int]:
@@ -67,15 +74,22 @@ def percentiles_ci(values: np.ndarray, percentiles, alpha: float = ALPHA) -> dic
     return {p: sorted_percentile_ci(x, p, alpha) for p in percentiles}
 
 
-def sorted_percentile_ci(x: np.ndarray, percentile: float, alpha: float = ALPHA) -> PercentileEstimate:
-    """`percentile_ci` of values already sorted ascending (float)."""
+def sorted_percentile_ci(x: np.ndarray, percentile: float, alpha: float = ALPHA,
+                         effective_n: int | None = None) -> PercentileEstimate:
+    """`percentile_ci` of values already sorted ascending (float). `effective_n` (analysis/correlation.py): the
+    number of independent samples correlated ones are worth; the interval then spans the quantile levels
+    the order-statistic interval of `effective_n` samples spans, read off these n values. With
+    effective_n = n (independent samples) it is exactly the order-statistic interval."""
     n = len(x)
+    m = n if effective_n is None else min(n, effective_n)
     q = percentile / 100
     need = min_samples_for(q, alpha)
-    if n < need:
-        return PercentileEstimate(percentile, n, None, None, None, need)
-    lo, hi = order_statistic_ranks(n, q, alpha)
-    return PercentileEstimate(percentile, n, sorted_percentile(x, q), float(x[lo - 1]), float(x[hi - 1]), need)
+    if m < need:
+        return PercentileEstimate(percentile, n, None, None, None, need, m)
+    lo, hi = order_statistic_ranks(m, q, alpha)
+    if m < n:  # the same levels, lo/m and hi/m, among n values
+        lo, hi = max(1, int(math.floor(lo * n / m))), min(n, int(math.ceil(hi * n / m)))
+    return PercentileEstimate(percentile, n, sorted_percentile(x, q), float(x[lo - 1]), float(x[hi - 1]), need, m)
 
 
 def sorted_percentile(x: np.ndarray, q: float) -> float:
@@ -91,8 +105,8 @@ def sorted_percentile(x: np.ndarray, q: float) -> float:
     return float(a) if t == 0 or a == b else float(a + t * (b - a))
 
 
-def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
-    """Exact binomial CI of a proportion k/n."""
+def clopper_pearson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
+    """Exact binomial CI of a proportion k/n (the beta form, which also takes an effective, fractional n)."""
     if n == 0:
         return 0.0, 1.0
     lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
@@ -109,22 +123,30 @@ class Verdict:
     bound: float  # the allowed fraction
     n: int
     more_samples_needed: int | None
+    effective_n: int | None = None  # independent samples the n are worth
 
 
-def proportion_verdict(k: int, n: int, bound: float, alpha: float = ALPHA) -> Verdict:
+def proportion_verdict(k: int, n: int, bound: float, alpha: float = ALPHA, tau: float = 1.0) -> Verdict:
     """PASS if the CI of k/n lies below `bound`, FAIL if above, else INCONCLUSIVE with the samples needed.
 
     For a latency SLO "p99 < T", k counts samples above T and bound = 0.01: this is the order-statistic
-    test of the percentile against T (the early-stopping idea of MLPerf LoadGen). The samples needed
-    assume the observed proportion holds as the run gets longer.
+    test of the percentile against T (the early-stopping idea of MLPerf LoadGen). `tau` (≥ 1): the integrated
+    autocorrelation time of the time-ordered exceedances (analysis/correlation.py); the CI is that of n / tau
+    independent samples with the same proportion. The samples needed assume the observed proportion (and
+    tau) hold as the run gets longer.
     """
-    lo, hi = clopper_pearson(k, n, alpha)
+    tau = max(1.0, tau)
+    m = n / tau
+    lo, hi = clopper_pearson(k / tau, m, alpha) if tau > 1 else clopper_pearson(k, n, alpha)
     p = k / n if n else 0.0
+    effective = int(m) if n else 0
     if n and hi < bound:
-        return Verdict("PASS", p, lo, hi, bound, n, None)
+        return Verdict("PASS", p, lo, hi, bound, n, None, effective)
     if n and lo > bound:
-        return Verdict("FAIL", p, lo, hi, bound, n, None)
-    return Verdict("INCONCLUSIVE", p, lo, hi, bound, n, _samples_to_decide(p, n, bound, alpha))
+        return Verdict("FAIL", p, lo, hi, bound, n, None, effective)
+    more = _samples_to_decide(p, max(1, int(m)), bound, alpha)
+    return Verdict("INCONCLUSIVE", p, lo, hi, bound, n, None if more is None else int(math.ceil(more * tau)),
+                   effective)
 
 
 def _samples_to_decide(p: float, n: int, bound: float, alpha: float) -> int | None:
@@ -190,8 +212,7 @@ def cohens_d(a: np.ndarray, b: np.ndarray) -> float:
     return float((b.mean() - a.mean()) / pooled) if pooled > 0 else 0.0
 
 
-def index_of_dispersion(event_times_s: np.ndarray, bin_s: float = 1.0) -> float | None:
-    """Variance / mean of counts in fixed bins (1 for a Poisson process)."""
+def _bin_counts(event_times_s: np.ndarray, bin_s: float) -> np.ndarray | None:
     t = np.asarray(event_times_s, dtype=float)
     if len(t) < 2:
         return None
@@ -199,8 +220,26 @@ def index_of_dispersion(event_times_s: np.ndarray, bin_s: float = 1.0) -> float 
     if len(edges) < 3:
         return None
     counts, _ = np.histogram(t, bins=edges)
-    counts = counts[:-1] if len(counts) > 2 else counts  # the last bin is partial
-    return float(counts.var(ddof=1) / counts.mean()) if counts.mean() > 0 else None
+    return counts[:-1] if len(counts) > 2 else counts  # the last bin is partial
+
+
+def index_of_dispersion(event_times_s: np.ndarray, bin_s: float = 1.0) -> float | None:
+    """Variance / mean of counts in fixed bins (1 for a Poisson process)."""
+    counts = _bin_counts(event_times_s, bin_s)
+    if counts is None or counts.mean() <= 0:
+        return None
+    return float(counts.var(ddof=1) / counts.mean())
+
+
+def dispersion_pvalue(event_times_s: np.ndarray, bin_s: float = 1.0) -> float | None:
+    """Two-sided p-value of the index of dispersion against Poisson counting: (k − 1)·index ~ χ²(k − 1) for k
+    bins (Fisher's dispersion test). With 25 one-second bins an index of 0.5 or 1.5 is still ordinary."""
+    counts = _bin_counts(event_times_s, bin_s)
+    if counts is None or len(counts) < 3 or counts.mean() <= 0:
+        return None
+    statistic = (len(counts) - 1) * counts.var(ddof=1) / counts.mean()
+    cdf = stats.chi2.cdf(statistic, len(counts) - 1)
+    return float(min(1.0, 2 * min(cdf, 1 - cdf)))
 
 
 def ks_exponential(gaps_s: np.ndarray) -> tuple[float, float] | None:

@@ -1,0 +1,155 @@
+"""Pure statistics for latencies that are not independent: queueing makes neighbouring requests' latencies
+correlated, so n requests carry less information than n independent samples.
+
+The information a time-ordered series carries about its q-quantile is that of the indicator series
+z_t = 1{x_t ≤ x̂_q}: the sample quantile's variance is Var(mean z) / f(x_q)². Batch means estimate
+Var(mean z) whatever the correlation (Law & Kelton, ch. 9): split the series into k batches of b requests;
+when the batches are long enough to be nearly independent, Var(mean z) ≈ Var(batch means) / k. The ratio to
+the independent variance q(1 − q)/n is the integrated autocorrelation time τ, and n / τ the effective sample
+size. Batches are lengthened (k halved) while their means are still correlated at lag 1, as Fishman's
+batch-size rules do; the estimate is inflated by (t_{k−1} / z)² for the batch variance's own uncertainty.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from analysis.stats import sorted_percentile, sorted_percentile_ci
+
+MAX_BATCHES = 64
+MIN_BATCHES = 16
+MIN_BATCH_SIZE = 8
+ALPHA = 0.05
+# stationarity: windows of the measured phase, and what counts as a trend worth reporting
+WINDOWS = 20
+MIN_PER_WINDOW = 20
+TREND_ALPHA = 0.001
+TREND_MIN_CHANGE = 0.2
+
+
+def lag1_autocorrelation(x: np.ndarray) -> float | None:
+    """Lag-1 autocorrelation of a time-ordered series (None below 3 values or when constant)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 3:
+        return None
+    d = x - x.mean()
+    denominator = float(np.dot(d, d))
+    return float(np.dot(d[:-1], d[1:]) / denominator) if denominator > 0 else None
+
+
+def integrated_time(z: np.ndarray, alpha: float = ALPHA) -> float:
+    """τ ≥ 1 of a time-ordered series by batch means: n / τ of its samples are worth independent ones.
+    1 when the series is too short to tell (fewer than MIN_BATCHES × MIN_BATCH_SIZE values) or constant."""
+    z = np.asarray(z, dtype=float)
+    n = len(z)
+    if n < MIN_BATCHES * MIN_BATCH_SIZE:
+        return 1.0
+    variance = float(z.var())
+    if variance <= 0:
+        return 1.0
+    k = MAX_BATCHES
+    while n // k < MIN_BATCH_SIZE:
+        k //= 2
+    while True:
+        b = n // k
+        means = z[n - b * k:].reshape(k, b).mean(axis=1)  # the last k·b values: the end of a run is kept
+        r1 = lag1_autocorrelation(means)
+        if k // 2 < MIN_BATCHES or r1 is None or r1 <= 2 / math.sqrt(k):
+            break
+        k //= 2
+    z_crit = stats.norm.ppf(1 - alpha / 2)
+    inflation = (stats.t.ppf(1 - alpha / 2, k - 1) / z_crit) ** 2
+    return max(1.0, b * float(means.var(ddof=1)) / variance * inflation)
+
+
+def effective_size(n: int, tau: float) -> int:
+    """The number of independent samples n correlated ones are worth (at least 1 when n ≥ 1)."""
+    return max(min(n, 1), int(n / max(tau, 1.0)))
+
+
+def quantile_tau(x_time_ordered: np.ndarray, value: float) -> float:
+    """τ of the indicator series 1{x_t ≤ value}: the correlation that matters for a quantile at `value`."""
+    return integrated_time(np.asarray(x_time_ordered) <= value)
+
+
+@dataclass(frozen=True)
+class Stationarity:
+    """Did a time-ordered series keep one level over the measured phase? A Mann–Kendall test (Kendall's τ
+    against time) on windowed medians, reported as non-stationary only when significant at TREND_ALPHA and
+    the Theil–Sen line changes by more than TREND_MIN_CHANGE of the first window's median across the run."""
+
+    stationary: bool | None  # None: too few samples to tell
+    trend_pvalue: float | None
+    first_ms: float | None  # the fitted median at the start and at the end of the series
+    last_ms: float | None
+    windows: int
+
+    @property
+    def change(self) -> float | None:
+        if self.first_ms is None or self.last_ms is None or self.first_ms <= 0:
+            return None
+        return self.last_ms / self.first_ms - 1
+
+    def reason(self) -> str | None:
+        """Why the series is not stationary, in words; None when it is (or cannot be told)."""
+        if self.stationary is not False:
+            return None
+        direction = "rose" if self.change > 0 else "fell"
+        cause = ("backlog growing: the endpoint did not keep up with the offered load" if self.change > 0
+                 else "the system was still settling (a longer warm-up may be needed)")
+        return (f"latency {direction} through the run: the median went from {self.first_ms:.3g} ms to "
+                f"{self.last_ms:.3g} ms (trend p = {self.trend_pvalue:.2g}) — {cause}")
+
+    def as_dict(self) -> dict:
+        return {"stationary": self.stationary, "trend_pvalue": self.trend_pvalue, "first_median_ms": self.first_ms,
+                "last_median_ms": self.last_ms, "change": self.change, "windows": self.windows,
+                "reason": self.reason()}
+
+
+def stationarity(times: np.ndarray, values_ms: np.ndarray, windows: int = WINDOWS) -> Stationarity:
+    """Stationarity of `values_ms` over `times` (both in time order): medians of `windows` equal-time windows,
+    a trend test on them (a level shift part-way is a monotone change too, so it is caught the same way)."""
+    times = np.asarray(times, dtype=float)
+    values = np.asarray(values_ms, dtype=float)
+    finite = np.isfinite(values)
+    times, values = times[finite], values[finite]
+    if len(values) < windows * MIN_PER_WINDOW or times[-1] <= times[0]:
+        return Stationarity(None, None, None, None, 0)
+    edges = np.linspace(times[0], times[-1], windows + 1)
+    cut = np.searchsorted(times, edges[1:-1])
+    parts = np.split(values, cut)
+    if min(len(p) for p in parts) < MIN_PER_WINDOW:
+        return Stationarity(None, None, None, None, 0)
+    medians = np.array([np.median(p) for p in parts])
+    centre = np.arange(windows, dtype=float)
+    tau = stats.kendalltau(centre, medians)
+    slope, intercept, _, _ = stats.theilslopes(medians, centre)
+    first, last = float(intercept), float(intercept + slope * (windows - 1))
+    pvalue = float(tau.pvalue) if np.isfinite(tau.pvalue) else 1.0
+    base = max(abs(first), 1e-9)
+    stationary = not (pvalue < TREND_ALPHA and abs(last - first) / base > TREND_MIN_CHANGE)
+    return Stationarity(stationary, pvalue, first, last, windows)
+
+
+def time_order(times: np.ndarray) -> np.ndarray:
+    """Positions that put `times` in ascending order (stable: a worker's rows arrive nearly sorted)."""
+    return np.argsort(times, kind="stable")
+
+
+def correlated_percentiles_ci(time_ordered: np.ndarray, percentiles, sorted_values: np.ndarray | None = None,
+                              alpha: float = ALPHA) -> dict:
+    """numpy's percentiles of a time-ordered series, each with the order-statistic interval of the independent
+    samples the series is worth for that percentile (its indicator's τ). `sorted_values`: the same values
+    sorted, when the caller has them."""
+    x = np.sort(np.asarray(time_ordered, dtype=float)) if sorted_values is None else sorted_values
+    out = {}
+    for p in percentiles:
+        tau = 1.0
+        if len(x):
+            value = sorted_percentile(x, p / 100)
+            tau = quantile_tau(time_ordered, value) if np.isfinite(value) else 1.0
+        out[p] = sorted_percentile_ci(x, p, alpha, effective_size(len(x), tau))
+    return out

@@ -1,0 +1,88 @@
+"""Is each endpoint × region's sample fit for the numbers drawn from it? After Lancet (Kogias et al., USENIX ATC
+2019), which tests stationarity, independence and the arrival process before it reports a percentile:
+
+- stationarity: did latency keep one level through each measured phase (analysis/correlation.py)? A trend
+  turns a latency SLO's PASS into INCONCLUSIVE, and fails a capacity trial when latency rises (backlog);
+- independence: the lag-1 autocorrelation of the time-ordered latencies and the effective sample size of
+  their p99, which the intervals and verdicts already use;
+- arrivals: analysis/arrivals.py (KS, Anderson–Darling, dispersion of the send gaps).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.correlation import Stationarity, effective_size, lag1_autocorrelation, quantile_tau, stationarity, time_order
+from analysis.stats import sorted_percentile
+
+CHECKS = {
+    "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "
+                    "(Mann–Kendall, p < 0.001, and a change of more than 20%) means the numbers describe a "
+                    "moving target: a passing SLO becomes INCONCLUSIVE.",
+    "independence": "Neighbouring requests' latencies are correlated when they queue behind each other; the "
+                    "intervals and verdicts count the independent samples the requests are worth (effective n, "
+                    "from batch means), so a correlated run gets honestly wider intervals.",
+    "arrivals": "Were the send gaps exponential at the profile's rate (KS and Anderson–Darling on the gaps, "
+                "after rescaling by the intended rate), and were counts per second Poisson (dispersion ≈ 1)?",
+}
+
+
+class Group:
+    """One endpoint × region's measured rows in time order."""
+
+    def __init__(self, time_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, phase: np.ndarray) -> None:
+        order = time_order(time_ns)
+        self.time_ns, self.latency_ns, self.ok, self.phase = (a[order] for a in (time_ns, latency_ns, ok, phase))
+
+    @property
+    def n(self) -> int:
+        return len(self.latency_ns)
+
+    def stationarity(self) -> tuple[int | None, Stationarity]:
+        """(phase, result): the first measured phase whose latency trends, else the first one that could be
+        tested (phase None when none had enough requests)."""
+        tested: tuple[int | None, Stationarity] = (None, Stationarity(None, None, None, None, 0))
+        for phase in np.unique(self.phase[self.phase > 0]):
+            rows = (self.phase == phase) & self.ok
+            result = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
+            if result.stationary is False:
+                return int(phase), result
+            if result.stationary is not None and tested[0] is None:
+                tested = (int(phase), result)
+        return tested
+
+
+def groups_of(measured: pd.DataFrame) -> dict[tuple[str, str], Group]:
+    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed)."""
+    time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
+    arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
+    ok = (measured["status"] == "ok").to_numpy()
+    return {(str(e), str(r)): Group(arrays[time_column][idx], arrays["latency_ns"][idx], ok[idx],
+                                    arrays["phase"][idx])
+            for (e, r), idx in measured.groupby(["endpoint", "region"], observed=True, sort=True).indices.items()}
+
+
+def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:
+    """One row per endpoint × region: stationarity (per phase, the worst), independence, effective n of p99."""
+    rows = []
+    for (endpoint, region), g in sorted(groups.items()):
+        latency_ms = g.latency_ns[g.ok] / 1e6
+        phase, st = g.stationarity()
+        tau = 1.0
+        if len(latency_ms):
+            tau = quantile_tau(latency_ms, sorted_percentile(np.sort(latency_ms), 0.99))
+        r1 = lag1_autocorrelation(latency_ms)
+        rows.append({"endpoint": endpoint, "region": region, "n": int(len(latency_ms)),
+                     "lag1_autocorrelation": r1, "tau_p99": tau, "effective_n_p99": effective_size(len(latency_ms), tau),
+                     "independence": _independence_words(len(latency_ms), tau, r1),
+                     "phase": phase, **st.as_dict()})
+    return rows
+
+
+def _independence_words(n: int, tau: float, r1: float | None) -> str:
+    if n == 0:
+        return "no successful requests"
+    if tau <= 1.0:
+        return "no correlation that matters for p99: intervals as for independent samples"
+    return (f"correlated (lag-1 r = {r1:.2f}): for p99 the {n:,} requests are worth {effective_size(n, tau):,} "
+            f"independent ones; intervals and verdicts use that")
