@@ -1,4 +1,10 @@
-"""`tailrace compare RUN_A RUN_B`: per endpoint × region, is B faster, slower, or not significantly different?"""
+"""`tailrace compare RUN_A RUN_B`: per endpoint × region, is B faster, slower, or not significantly different?
+
+When both runs share the seed and the load (the same schedule), requests are paired by their place in it —
+the k-th request a worker scheduled in A with the k-th in B (common random numbers) — and the differences of
+p50 / p95 / p99 get paired intervals (analysis/correlation.py), with the Wilcoxon signed-rank test. Otherwise
+the runs are compared as independent samples: bootstrap intervals and Mann–Whitney U.
+"""
 from __future__ import annotations
 
 import json
@@ -9,70 +15,142 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.correlation import paired_quantile_difference
 from analysis.frames import take_rows
-from analysis.rundir import COMPARE_BYTES_PER_ROW, RunDirError, check_fits, load_run
+from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run
 from analysis.stats import bootstrap_diff_ci, cohens_d
 
 PERCENTILES = (50, 95, 99)
-COMPARE_COLUMNS = ("endpoint", "region", "phase", "status", "latency_ns")
+COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
+GROUP = ["endpoint", "region"]
+MIN_SAMPLES = 20
+PAIRED_MATCH = 0.99  # the share of pairs whose sent sample must agree for the schedules to count as one
 
 
 def _latencies(df: pd.DataFrame) -> pd.DataFrame:
     return take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), ["endpoint", "region", "latency_ns"])
 
 
+def _verdict(significant: bool, p50_diff: float) -> str:
+    if not significant:
+        return "no significant difference"
+    return "B slower" if p50_diff > 0 else "B faster"
+
+
 def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
-    """Differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value, Cohen's d, verdict."""
-    out = {"n_a": int(len(a)), "n_b": int(len(b))}
+    """Independent samples: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value, Cohen's d."""
+    out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
     for p in PERCENTILES:
         d, lo, hi = bootstrap_diff_ci(a, b, p, seed=seed)
         out[f"p{p}_a_ms"] = float(np.percentile(a, p))
         out[f"p{p}_b_ms"] = float(np.percentile(b, p))
         out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi
-    mw = stats.mannwhitneyu(a, b, alternative="two-sided")
-    out["mann_whitney_p"] = float(mw.pvalue)
+    out["test"], out["test_p"] = "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     out["cohens_d"] = cohens_d(a, b)
-    significant = mw.pvalue < 0.05 and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0)
-    if not significant:
-        out["verdict"] = "no significant difference"
-    else:
-        out["verdict"] = "B slower" if out["p50_diff_ms"] > 0 else "B faster"
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0),
+                              out["p50_diff_ms"])
     return out
 
 
-def compare_runs(run_a: Path, run_b: Path) -> list[dict]:
-    """One comparison row per endpoint × region present in both runs."""
-    a = _latencies(load_run(run_a, COMPARE_COLUMNS).requests)
-    b = _latencies(load_run(run_b, COMPARE_COLUMNS).requests)
+def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
+    """Paired samples in schedule order (a[t], b[t]: one scheduled request): differences B − A (ms) with paired
+    intervals, the Wilcoxon signed-rank p-value, Cohen's d."""
+    out = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
+    for p in PERCENTILES:
+        out[f"p{p}_a_ms"] = float(np.percentile(a, p))
+        out[f"p{p}_b_ms"] = float(np.percentile(b, p))
+        out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = paired_quantile_difference(a, b, p)
+    differences = b - a
+    out["test"] = "Wilcoxon signed-rank"
+    out["test_p"] = float(stats.wilcoxon(differences).pvalue) if np.any(differences) else 1.0
+    out["cohens_d"] = cohens_d(a, b)
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0),
+                              out["p50_diff_ms"])
+    return out
+
+
+def same_schedule(a: RunData, b: RunData) -> bool:
+    """Whether two runs drew one schedule: the same seed, load, regions and endpoints (names and weights)."""
+    pa, pb = a.plan.profile, b.plan.profile
+    def shape(p):
+        return ([(r.name, r.share, r.workers) for r in p.regions], [(e.name, e.weight) for e in p.endpoints])
+    return (a.manifest.get("seed") is not None and a.manifest.get("seed") == b.manifest.get("seed")
+            and pa.load.model_dump() == pb.load.model_dump() and shape(pa) == shape(pb))
+
+
+def _schedule_positions(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...)."""
+    rows = df.loc[(df["phase"] > 0).to_numpy(), ["endpoint", "region", "worker", "t_intended", "sample_index",
+                                                  "status", "latency_ns"]]
+    rows = rows.sort_values(["endpoint", "region", "worker", "t_intended"], kind="stable")
+    rows["position"] = rows.groupby(["endpoint", "region", "worker"], observed=True).cumcount()
+    return rows
+
+
+def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
+    """A's and B's measured requests paired by schedule position, both successful, in schedule order (columns
+    endpoint, region, latency_a_ms, latency_b_ms); None when the sent samples disagree, i.e. the schedules
+    were not the same after all."""
+    key = ["endpoint", "region", "worker", "position"]
+    pa, pb = _schedule_positions(a), _schedule_positions(b)
+    for frame in (pa, pb):
+        for column in ("endpoint", "region", "worker"):
+            frame[column] = frame[column].astype(str)
+    pairs = pa.merge(pb, on=key, suffixes=("_a", "_b"))
+    if len(pairs) == 0 or (pairs["sample_index_a"] == pairs["sample_index_b"]).mean() < PAIRED_MATCH:
+        return None
+    pairs = pairs[(pairs["status_a"] == "ok").to_numpy() & (pairs["status_b"] == "ok").to_numpy()]
+    pairs = pairs.sort_values(["endpoint", "region", "t_intended_a"], kind="stable")
+    return pd.DataFrame({"endpoint": pairs["endpoint"], "region": pairs["region"],
+                         "latency_a_ms": pairs["latency_ns_a"].to_numpy() / 1e6,
+                         "latency_b_ms": pairs["latency_ns_b"].to_numpy() / 1e6})
+
+
+def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[dict]:
+    """One comparison row per endpoint × region present in both runs. `paired`: None pairs the requests when the
+    runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs."""
+    data_a, data_b = load_run(run_a, COMPARE_COLUMNS), load_run(run_b, COMPARE_COLUMNS)
+    pairs = None
+    if paired is not False and same_schedule(data_a, data_b):
+        pairs = pair_requests(data_a.requests, data_b.requests)
+    if paired and pairs is None:
+        raise RunDirError(f"{run_b}: not the schedule of {run_a} (seed, load, regions or endpoints differ, or the "
+                          "sent samples disagree): the requests cannot be paired")
+    if pairs is not None:
+        return [{"endpoint": e, "region": r, **compare_paired(g["latency_a_ms"].to_numpy(), g["latency_b_ms"].to_numpy())}
+                for (e, r), g in pairs.groupby(GROUP, sort=True) if len(g) >= MIN_SAMPLES]
+    a, b = _latencies(data_a.requests), _latencies(data_b.requests)
     rows = []
-    groups_b = b.groupby(["endpoint", "region"], observed=True).indices
-    for (endpoint, region), ga in a.groupby(["endpoint", "region"], sort=True, observed=True):
+    groups_b = b.groupby(GROUP, observed=True).indices
+    for (endpoint, region), ga in a.groupby(GROUP, sort=True, observed=True):
         gb = b.iloc[groups_b.get((endpoint, region), [])]
-        if len(ga) < 20 or len(gb) < 20:
+        if len(ga) < MIN_SAMPLES or len(gb) < MIN_SAMPLES:
             continue
         rows.append({"endpoint": endpoint, "region": region,
                      **compare_groups(ga["latency_ns"].to_numpy() / 1e6, gb["latency_ns"].to_numpy() / 1e6)})
     return rows
 
 
-def compare_command(run_a: Path, run_b: Path, out: Path | None) -> int:
+def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given); exit 2 on unreadable runs."""
     from rich.console import Console
     from rich.table import Table
 
     try:
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare")
-        rows = compare_runs(run_a, run_b)
+        rows = compare_runs(run_a, run_b, paired)
     except RunDirError as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
         return 2
-    table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% bootstrap CI)")
-    for col in ("endpoint", "region", "Δp50", "Δp95", "Δp99", "Mann–Whitney p", "Cohen's d", "verdict"):
+    how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
+           if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
+    table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% CI; {how})")
+    for col in ("endpoint", "region", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
         table.add_column(col, justify="right")
     for r in rows:
         cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]" for p in PERCENTILES]
-        table.add_row(r["endpoint"], r["region"], *cells, f"{r['mann_whitney_p']:.3g}", f"{r['cohens_d']:+.2f}",
-                      r["verdict"])
+        table.add_row(r["endpoint"], r["region"], f"{min(r['n_a'], r['n_b']):,}", *cells, f"{r['test_p']:.3g}",
+                      f"{r['cohens_d']:+.2f}", r["verdict"])
     Console().print(table)
     if out:
         out.mkdir(parents=True, exist_ok=True)

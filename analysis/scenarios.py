@@ -4,10 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.correlation import correlated_percentiles_ci, time_order
 from analysis.latency import accuracy_of
-from analysis.stats import percentile_ci, percentiles_ci
 from contract.profile import Profile
 from contract.rates import Segment, rate_segments
+
+_TIME = "t_intended_ref"
+
+
+def _in_time_ms(rows: pd.DataFrame) -> np.ndarray:
+    """The rows' latencies (ms) in intended-send order: the order their correlation is measured in."""
+    latency = rows["latency_ns"].to_numpy(dtype=float) / 1e6
+    return latency[time_order(rows[_TIME].to_numpy())] if _TIME in rows else latency
 
 
 def phase_segments(profile: Profile) -> list[Segment]:
@@ -41,9 +49,9 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
     segments = phase_segments(profile)
     warm = profile.load.warmup_s > 0
     rows = []
-    for phase, g in df[["phase", "status", "latency_ns"]].groupby("phase", sort=True):
+    for phase, g in df[["phase", "status", "latency_ns", _TIME]].groupby("phase", sort=True):
         phase = int(phase)
-        ok = g.loc[(g["status"] == "ok").to_numpy(), "latency_ns"].to_numpy(dtype=float) / 1e6
+        ok = _in_time_ms(g.loc[(g["status"] == "ok").to_numpy()])
         row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(g)),
                "errors": int((g.status != "ok").sum())}
         seg_index = phase - (0 if warm else 1)
@@ -51,7 +59,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
             seg = segments[seg_index]
             row.update({"start_s": seg.start_s, "end_s": seg.end_s, "intended_rate": seg.expected / seg.width_s,
                         "achieved_rate": len(g) / seg.width_s})
-        for p, est in percentiles_ci(ok, (50, 95, 99)).items():
+        for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
             row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
         rows.append(row)
     return rows
@@ -70,7 +78,7 @@ def _percentile_rows(measured: pd.DataFrame, percentile: float) -> list[dict]:
     rows = []
     for (endpoint, region), g in measured.groupby(["endpoint", "region"], sort=True):
         ok = g[g.status == "ok"]
-        est = percentile_ci(ok["latency_ns"].to_numpy(dtype=float) / 1e6, percentile)
+        est = correlated_percentiles_ci(_in_time_ms(ok), (percentile,))[percentile]
         rows.append({"endpoint": endpoint, "region": region, "queries": int(len(g)), "errors": int(len(g) - len(ok)),
                      f"p{percentile:g}_ms": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high,
                      "note": est.as_dict()["note"]})

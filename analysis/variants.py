@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.correlation import correlated_percentiles_ci, time_order
 from analysis.decision import decide
-from analysis.stats import percentile_ci
 from analysis.triton_stats import requests_per_execution
 from contract.plan import RunPlan
 from contract.profile import Endpoint
@@ -54,13 +54,14 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     measured = g[g["phase"] > 0]
     ok = measured[measured["status"] == "ok"]
     lat = ok["latency_ns"].to_numpy(dtype=float) / 1e6
+    if "t_intended_ref" in ok:
+        lat = lat[time_order(ok["t_intended_ref"].to_numpy())]
     checked = ok[ok["correct_count"] >= 0]  # -1: the endpoint has no check
     samples, correct = int(checked["batch_size"].sum()), int(checked["correct_count"].sum())
     row = {"name": name, "model": endpoint.model, "protocol": endpoint.protocol, "requests": int(len(measured)),
            "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct if samples else None,
            "accuracy": correct / samples if samples else None}
-    for p in (50, 95, 99):
-        est = percentile_ci(lat, p)
+    for p, est in correlated_percentiles_ci(lat, (50, 95, 99)).items():
         row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]

@@ -194,7 +194,7 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import compare_command
 
-    return compare_command(args.run_a, args.run_b, args.out)
+    return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing])
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_a", type=Path)
     compare.add_argument("run_b", type=Path)
     compare.add_argument("--out", type=Path, default=None, help="also write compare.json / compare.csv here")
+    compare.add_argument("--pairing", choices=("auto", "paired", "unpaired"), default="auto",
+                         help="pair requests by schedule position (runs with one seed and load: common random "
+                              "numbers); auto pairs when the runs share a schedule (default: %(default)s)")
     compare.set_defaults(func=lambda a, p: _cmd_compare(a))
 
     probe = sub.add_parser("probe", help="check one endpoint and model before a run: metadata, the request "

@@ -197,7 +197,7 @@ def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: 
     manifest = {"run_id": run_dir.name, "profile": profile, "valid": valid,
                 "invalid_reasons": [] if valid else ["w1: send lag p99 9.0 ms > 5 ms (generator saturated)"],
                 "warnings": warnings or [],
-                "versions": {"python": "3"}, "host": {}, "seed": 0, "workers": {}}
+                "versions": {"python": "3"}, "host": {}, "seed": seed, "workers": {}}
     RunLayout(run_dir).manifest.write_text(json.dumps(manifest))
     return truth
 

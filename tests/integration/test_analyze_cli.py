@@ -125,3 +125,30 @@ def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path)
     assert r.returncode == 0 and (tmp_path / "cmp" / "compare.csv").exists()
 
 
+
+
+def test_runs_with_one_schedule_are_compared_pair_by_pair_and_pairing_narrows_the_interval(tmp_path):
+    from analysis.compare import compare_runs
+
+    def run(path, slow_factor, seed=3):
+        # one seed: the same schedule and the same draws — B's e1 requests are A's, 5% slower (common random numbers)
+        write_run(path, profile=profile_dict(200, 20, regions=("r1",), endpoints=("e1", "e2")), seed=seed, workers={
+            "r1-w0": {"region": "r1", "endpoint": "e1", "rate": 100, "duration_s": 20,
+                      "latency_ms": lambda n, rng: rng.lognormal(np.log(10), 0.5, n) * slow_factor},
+            "r1-w1": {"region": "r1", "endpoint": "e2", "rate": 100, "duration_s": 20,
+                      "latency_ms": lambda n, rng: rng.lognormal(np.log(10), 0.5, n)}})
+
+    run(tmp_path / "a", 1.0)
+    run(tmp_path / "b", 1.05)
+    paired = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
+    unpaired = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b", paired=False)}
+    assert paired["e1"]["paired"] and not unpaired["e1"]["paired"]
+    width = {k: rows["e1"]["p99_ci_high"] - rows["e1"]["p99_ci_low"] for k, rows in (("paired", paired),
+                                                                                    ("unpaired", unpaired))}
+    print(f"5% slower p99: paired CI width {width['paired']:.3f} ms, unpaired {width['unpaired']:.3f} ms")
+    assert paired["e1"]["p99_ci_low"] > 0 and unpaired["e1"]["p99_ci_low"] < 0 < unpaired["e1"]["p99_ci_high"]
+    assert paired["e1"]["verdict"] == "B slower" and paired["e2"]["verdict"] == "no significant difference"
+    run(tmp_path / "c", 1.0, seed=4)  # another seed: another schedule
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(tmp_path / "a"), str(tmp_path / "c"),
+                        "--pairing", "paired"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "cannot be paired" in r.stderr and "Traceback" not in r.stderr
