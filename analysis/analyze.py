@@ -15,7 +15,7 @@ from analysis.latency import add_goodput, flat_rows, latency_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
-from analysis.scenarios import per_phase_table, scenario_summary
+from analysis.scenarios import per_phase_table, phase_names, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
@@ -92,6 +92,11 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     verdicts = evaluate_slos(measured, slos, [e.name for e in profile.endpoints], [r.name for r in profile.regions],
                              groups)
     validity = validity_rows(groups)
+    names = phase_names(profile)
+    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrival_checks(df, profile)]
+    for row in validity:
+        row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
+        row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
     add_goodput(latency_rows, measured, slos, duration)
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
@@ -124,7 +129,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
         "decomposition": decomposition_table(legs) if not legs.empty else [],
-        "queueing": queueing, "arrivals": arrival_checks(df, profile), "validity": validity,
+        "queueing": queueing, "arrivals": arrivals, "validity": validity,
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
         "endpoint_statistics": stat_rows,
@@ -134,7 +139,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
         "decision": variant_decision(df, data, stat_rows),
         "cold_start": cold_start_table(df, data.cold_starts, profile.cold_start.first_k),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
-                                                  "workers")},
+                                                  "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
     tables = {"latency": flat_rows(latency_rows), "scenario": _scenario_table(scenario), "slos": pd.DataFrame(verdicts),
               "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(

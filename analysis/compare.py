@@ -133,8 +133,9 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[d
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given); exit 2 on unreadable runs."""
-    from rich.console import Console
     from rich.table import Table
+
+    from contract.terminal import console
 
     try:
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare")
@@ -151,7 +152,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]" for p in PERCENTILES]
         table.add_row(r["endpoint"], r["region"], f"{min(r['n_a'], r['n_b']):,}", *cells, f"{r['test_p']:.3g}",
                       f"{r['cohens_d']:+.2f}", r["verdict"])
-    Console().print(table)
+    console().print(table)
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(json.dumps(rows, indent=2))

@@ -25,6 +25,7 @@ MIN_BATCH_SIZE = 8
 ALPHA = 0.05
 # stationarity: windows of the measured phase, and what counts as a trend worth reporting
 WINDOWS = 20
+MIN_WINDOWS = 8
 MIN_PER_WINDOW = 20
 TREND_ALPHA = 0.001
 TREND_MIN_CHANGE = 0.2
@@ -110,13 +111,15 @@ class Stationarity:
 
 
 def stationarity(times: np.ndarray, values_ms: np.ndarray, windows: int = WINDOWS) -> Stationarity:
-    """Stationarity of `values_ms` over `times` (both in time order): medians of `windows` equal-time windows,
-    a trend test on them (a level shift part-way is a monotone change too, so it is caught the same way)."""
+    """Stationarity of `values_ms` over `times` (both in time order): medians of up to `windows` equal-time
+    windows of at least MIN_PER_WINDOW values each (MIN_WINDOWS at least), a trend test on them (a level shift
+    part-way is a monotone change too, so it is caught the same way)."""
     times = np.asarray(times, dtype=float)
     values = np.asarray(values_ms, dtype=float)
     finite = np.isfinite(values)
     times, values = times[finite], values[finite]
-    if len(values) < windows * MIN_PER_WINDOW or times[-1] <= times[0]:
+    windows = min(windows, len(values) // (MIN_PER_WINDOW + MIN_PER_WINDOW // 2))  # slack for uneven windows
+    if windows < MIN_WINDOWS or times[-1] <= times[0]:
         return Stationarity(None, None, None, None, 0)
     edges = np.linspace(times[0], times[-1], windows + 1)
     cut = np.searchsorted(times, edges[1:-1])

@@ -37,14 +37,34 @@ def heatmap_p99(latency_rows: list[dict]) -> str | None:
             grid[regions.index(r["region"]), endpoints.index(r["endpoint"])] = v
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(endpoints), 0.8 + 0.55 * len(regions)))
     im = ax.imshow(grid, cmap="YlOrRd", aspect="auto")
+    cmap, norm = im.get_cmap(), im.norm
     ax.set_xticks(range(len(endpoints)), endpoints, rotation=20, ha="right")
     ax.set_yticks(range(len(regions)), regions)
     ax.grid(False)
     for i in range(len(regions)):
         for j in range(len(endpoints)):
-            ax.text(j, i, "n/a" if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}", ha="center", va="center")
+            value = grid[i, j]
+            ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.1f}", ha="center", va="center",
+                    color="black" if np.isnan(value) else _readable_on(cmap(norm(value))))
     fig.colorbar(im, ax=ax, label="p99 latency (ms)")
     return _svg(fig)
+
+
+def _readable_on(rgba) -> str:
+    """Black or white, whichever reads better on a cell of colour `rgba` (WCAG relative luminance)."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in rgba[:3])
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.179 else "white"
+
+
+def _plain_ms_ticks(axis) -> None:
+    """Log-scaled axes labelled in plain numbers (2, 5, 20, 50 ms), never 2×10¹."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 CDF_POINTS = 2000  # per curve: every one of the slowest CDF_POINTS requests, log-spaced ranks below them
@@ -72,6 +92,7 @@ def latency_cdfs(df: pd.DataFrame) -> str:
     else:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _plain_ms_ticks(ax.xaxis)
     ax.set_xlabel("latency from intended send (ms)")
     ax.set_ylabel("fraction slower (1 − CDF)")
     for q in (0.5, 0.1, 0.01, 0.001):
@@ -86,15 +107,17 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
     df = df[["region", "t_intended_ref", "status", "latency_ns"]]
     t0 = df["t_intended_ref"].min()
+    whole_s = int((df["t_intended_ref"].max() - t0) // 1e9)  # complete seconds: a last partial one is not a drop
+    edges = np.arange(0, whole_s + 1, 1.0)
     for region, g in df.groupby("region", observed=True):
-        t = (g["t_intended_ref"] - t0) / 1e9
-        bins = np.arange(0, t.max() + 1, 1.0)
-        ok = g["status"] == "ok"
-        idx = np.digitize(t, bins)
-        p99 = pd.Series(g["latency_ns"].to_numpy() / 1e6).where(ok.to_numpy()).groupby(idx).quantile(0.99)
-        ax1.plot(bins[p99.index.to_numpy() - 1], p99.to_numpy(), label=f"{region} p99", lw=1)
-        counts, _ = np.histogram(t, bins=np.append(bins, bins[-1] + 1))
-        ax2.plot(bins, counts, lw=1, label=region)
+        t = ((g["t_intended_ref"] - t0) / 1e9).to_numpy()
+        inside = t < whole_s
+        second = np.floor(t[inside]).astype(np.int64)
+        ok = (g["status"] == "ok").to_numpy()[inside]
+        p99 = pd.Series(g["latency_ns"].to_numpy()[inside] / 1e6).where(ok).groupby(second).quantile(0.99)
+        ax1.plot(p99.index.to_numpy() + 0.5, p99.to_numpy(), label=f"{region} p99", lw=1)
+        counts, _ = np.histogram(t[inside], bins=edges)
+        ax2.plot(edges[:-1] + 0.5, counts, lw=1, label=region)
     _mark_phases((ax1, ax2), phase_starts_s)
     t_end = (df["t_intended_ref"].max() - t0) / 1e9
     for o in outages:
@@ -104,12 +127,13 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
     errors = df[df["status"] != "ok"]
     if not errors.empty:
         t = (errors["t_intended_ref"] - t0) / 1e9
-        counts, edges = np.histogram(t, bins=np.arange(0, t_end + 2, 1.0))
-        ax2.plot(edges[:-1], counts, lw=1, color="red", ls=":", label="errors")
-        ax2.legend(fontsize=7)
+        counts, _ = np.histogram(t, bins=edges)
+        ax2.plot(edges[:-1] + 0.5, counts, lw=1, color="red", ls=":", label="errors")
+    ax2.legend(fontsize=7, ncol=4)
     ax1.set_ylabel("p99 per second (ms)")
     if (df["status"] == "ok").any():
         ax1.set_yscale("log")
+        _plain_ms_ticks(ax1.yaxis)
     else:
         _no_data(ax1, "no successful request: no latency to plot")
     ax2.set_ylabel("requests / s")
@@ -165,8 +189,14 @@ def decomposition_bars(rows: list[dict]) -> str | None:
     return _svg(fig)
 
 
+MIN_UTILIZATION_TO_PLOT = 0.1
+
+
 def queue_vs_utilization(points: list[dict]) -> str | None:
-    if not points:
+    """Mean queue delay against utilization, one point per endpoint; None when every endpoint ran under
+    MIN_UTILIZATION_TO_PLOT (points huddled at ρ ≈ 0 say nothing: the report says so in words instead)."""
+    points = [p for p in points if p.get("utilization") is not None and p.get("mean_queue_ms") is not None]
+    if not points or max(p["utilization"] for p in points) < MIN_UTILIZATION_TO_PLOT:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for p in points:

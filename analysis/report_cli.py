@@ -38,12 +38,12 @@ def _jsonable(value):
 
 def print_summary(summary: dict) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
-    from rich.console import Console
     from rich.table import Table
 
     from analysis.analyze import notices
+    from contract.terminal import console as terminal_console
 
-    console = Console()
+    console = terminal_console()
     colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
     console.print(f"[bold {colour}]{summary['verdict']}[/] run {summary['run_id']} — "
                   f"{summary['input']['rows_read']:,} requests")

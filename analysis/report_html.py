@@ -7,6 +7,7 @@ import json
 from analysis import plots
 from analysis.analyze import Analysis, notices
 from analysis.scenarios import phase_boundaries_s
+from analysis.validity import CHECKS
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -16,7 +17,8 @@ th{background:#f4f4f4} td.l,th.l{text-align:left} .mono{font-family:ui-monospace
 .badge{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:600}
 .PASS{background:#2e7d32}.FAIL{background:#c62828}.INCONCLUSIVE{background:#ef6c00}.INVALID{background:#6a1b9a}
 td.PASS,td.FAIL,td.INCONCLUSIVE{color:#fff;text-align:center} .flag{color:#c62828;font-weight:600} .warn{color:#8d6e00}
-.note{color:#666;font-size:13px} svg{max-width:100%;height:auto}
+.note{color:#666;font-size:13px} svg{max-width:100%;height:auto} .scroll{overflow-x:auto;max-width:100%}
+details{margin:8px 0} .nowrap{white-space:nowrap} td ul{margin:0;padding-left:18px} summary{cursor:pointer;color:#444}
 """
 
 
@@ -40,14 +42,23 @@ def _table(rows: list[dict], columns: list[tuple[str, str]], left: set[str] = fr
             cls = ("l " if k in left else "") + ((css or {}).get(k, lambda _r: "")(r))
             cells.append(f"<td class='{cls.strip()}'>{_fmt(r.get(k))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
 def _pct(row: dict, name: str) -> str:
     est = row["percentiles"][name]
     if est["value"] is None:
-        return f"<span class='note'>needs ≥ {est['min_samples']}</span>"
+        worth = est.get("effective_n")
+        extra = f" independent; worth {worth:,}" if worth is not None and worth < est["n"] else ""
+        return f"<span class='note'>needs ≥ {est['min_samples']:,}{extra}</span>"
     return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
+
+
+def _p(value) -> str | None:
+    """A p-value as read: two significant digits, '< 0.0001' below that."""
+    if value is None:
+        return None
+    return "< 0.0001" if value < 1e-4 else f"{value:.2g}"
 
 
 def _ci(pair) -> str:
@@ -134,6 +145,102 @@ def _decision_section(d: dict) -> str:
     return "".join(parts)
 
 
+def _validity_section(s: dict) -> str:
+    """Stationarity and independence per endpoint × region, each check explained in one sentence."""
+    rows = [v | {"stationarity": ("trend: " + v["reason"]) if v["stationary"] is False else
+                 "stable" if v["stationary"] else "too few requests to test",
+                 "median": (f"{v['first_median_ms']:.3g} → {v['last_median_ms']:.3g} ms"
+                            if v["first_median_ms"] is not None else None)} for v in s.get("validity", [])]
+    return ("<h2 id='validity'>Are these numbers trustworthy?</h2>"
+            f"<p class='note'><b>Stationarity.</b> {html.escape(CHECKS['stationarity'])} "
+            f"<b>Independence.</b> {html.escape(CHECKS['independence'])} "
+            "<b>Arrivals</b>: see 'Was the load Poisson?' below.</p>" +
+            _table(rows, [("endpoint", "endpoint"), ("region", "region"), ("n", "n"),
+                          ("phases", "phases tested"), ("median", "median first → last (fitted)"),
+                          ("stationarity", "stationarity"), ("lag1_autocorrelation", "lag-1 r"),
+                          ("effective_n_p99", "worth for p99"), ("independence", "independence")],
+                   left={"endpoint", "region", "phases", "median", "stationarity", "independence"}))
+
+
+_QUEUE_CORE = [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"), ("arrival_rate", "λ /s"),
+               ("throughput", "X /s"), ("L_measured", "L measured"), ("lambda_W", "λ·W"), ("littles_gap", "Little gap"),
+               ("mean_service_ms", "S ms"), ("rho", "ρ"), ("mean_queue_ms", "Wq ms"),
+               ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival c_a²")]
+_QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), ("mm1_service_cv2", "service c_s²"),
+                 ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"), ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
+                 ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
+
+
+def _queueing_section(queueing: list[dict]) -> str:
+    """Little's law and utilization for every endpoint; the queueing-model predictions only for the endpoints
+    they apply to (a synthetic exponential service), said in words for the rest."""
+    if not queueing:
+        return ("<p class='note'>No server timings: the endpoints did not report when they received and answered "
+                "each request (Triton and the embedded endpoint do), so there is no server-side queueing to "
+                "show.</p>")
+    rows = [q | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()} |
+            {"rho": (f"{q['utilization']:.2f} > 0.7" if q["utilization_flag"] else q["utilization"])
+             if q.get("utilization") is not None else None} for q in queueing]
+    core = [c for c in _QUEUE_CORE if any(r.get(c[0]) is not None for r in rows) or c[0] == "endpoint"]
+    parts = [_table(rows, core, left={"endpoint", "model"})]
+    modelled = [r for r in rows if r.get("mm1")]
+    if modelled:
+        parts.append("<p class='note'>Queueing models for the endpoints with a known service process "
+                     "(synthetic exponential service):</p>")
+        parts.append(_table(modelled, [c for c in _QUEUE_MODELS if any(r.get(c[0]) is not None for r in modelled)],
+                            left={"endpoint"}))
+    others = [r["endpoint"] for r in rows if not r.get("mm1")]
+    if others:
+        parts.append(f"<p class='note'>No queueing-model prediction for {html.escape(', '.join(others))}: their "
+                     "service time is the model's own, not a known distribution; Little's law and utilization "
+                     "above still hold.</p>")
+    plot = plots.queue_vs_utilization(queueing)
+    if plot:
+        parts.append(plot)
+    elif queueing:
+        parts.append(f"<p class='note'>Every endpoint ran under {plots.MIN_UTILIZATION_TO_PLOT:.0%} utilization: "
+                     "requests almost never queued behind each other, so there is no queue-delay curve to draw.</p>")
+    parts.append("<p class='note'>ρ = λ·S / slots (flagged above 0.7, where queue delay climbs steeply); Little gap: "
+                 "how far the time-average number in the server L is from λ·W (small = consistent timestamps); "
+                 "c_a²: the squared coefficient of variation of the gaps between arrivals at the server "
+                 "(1 = Poisson).</p>")
+    return "".join(parts)
+
+
+def _iso(ns) -> str | None:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC" \
+        if ns else None
+
+
+def _manifest_section(s: dict) -> str:
+    """The manifest as a readable table, the raw JSON folded away."""
+    m = s["manifest"]
+    host_cpu = m.get("host_cpu") or {}
+    versions = m.get("versions") or {}
+    host = m.get("host") or {}
+    items = [("run", s["run_id"]), ("profile", s["profile"]), ("valid", m.get("valid")),
+             ("started", _iso(m.get("start_ns"))), ("ended", _iso(m.get("end_ns"))),
+             ("duration s", (m["end_ns"] - m["start_ns"]) / 1e9 if m.get("start_ns") and m.get("end_ns") else None),
+             ("seed", m.get("seed")), ("git commit", m.get("git_sha")),
+             ("host", ", ".join(f"{k} {v}" for k, v in host.items()) or None),
+             ("host CPU busy / steal", f"{host_cpu.get('busy_fraction', 0):.1%} / {host_cpu.get('steal_fraction', 0):.2%}"
+              if host_cpu else None),
+             ("workers", ", ".join(sorted(m.get("workers") or {})) or None),
+             ("invalid because", "; ".join(m.get("invalid_reasons") or []) or "–"),
+             ("warnings", m.get("warnings") or "–"),
+             ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or None)]
+    def cell(v) -> str:
+        return ("<ul>" + "".join(f"<li>{html.escape(str(x))}</li>" for x in v) + "</ul>") if isinstance(v, list) \
+            else _fmt(v)
+    table = "<table>" + "".join(f"<tr><th class='l nowrap'>{html.escape(k)}</th><td class='l'>{cell(v)}</td></tr>"
+                                for k, v in items) + "</table>"
+    raw = html.escape(json.dumps(m, indent=1, default=str)[:20000])
+    return (f"<h2 id='manifest'>Manifest</h2>{table}<details><summary>raw manifest (JSON)</summary>"
+            f"<pre class='mono'>{raw}</pre></details>")
+
+
 def render(analysis: Analysis) -> str:
     """The whole page."""
     s = analysis.summary
@@ -156,19 +263,24 @@ def render(analysis: Analysis) -> str:
         parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
     parts.append("<h2>SLO verdicts</h2>")
     parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
-                                    ("n", "n"), ("exceeding", "exceeding"), ("measured", "measured"),
-                                    ("ci_low", "CI low"), ("ci_high", "CI high"), ("verdict", "verdict"),
-                                    ("more_samples_needed", "more samples needed")],
-                        left={"description", "endpoint", "region"}, css={"verdict": lambda r: r["verdict"]}))
+                                    ("n", "n"), ("effective_n", "worth (independent)"), ("exceeding", "exceeding"),
+                                    ("measured", "measured"), ("ci_low", "CI low"), ("ci_high", "CI high"),
+                                    ("verdict", "verdict"), ("more_samples_needed", "more samples needed"),
+                                    ("reason", "why not PASS")],
+                        left={"description", "endpoint", "region", "reason"}, css={"verdict": lambda r: r["verdict"]}))
     parts.append("<p class='note'>PASS: the 95% distribution-free CI of the percentile (or the exact binomial CI of "
-                 "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — the last "
-                 "column says how many more samples would decide, if the observed proportion holds.</p>")
+                 "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — 'more samples "
+                 "needed' says how many more would decide, if the observed proportion holds — or latency trended "
+                 "through a phase ('why not PASS'). Requests that queue behind each other are correlated: the CIs "
+                 "count the independent samples they are worth ('worth'), never more than n.</p>")
 
     parts.append(_scenario_section(s["scenario"]))
     if s.get("decision"):
         parts.append(_decision_section(s["decision"]))
     parts.append("<h2>p99 latency by region × endpoint</h2>")
     parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
+    parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
+                 "latency table).</p>")
     parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))
     starts = phase_boundaries_s(analysis.data.plan.profile)
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
@@ -187,17 +299,21 @@ def render(analysis: Analysis) -> str:
                      "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
                                                                else "closed loop"), "errors": r["errors"],
                      "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
-                     "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"]})
+                     "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"],
+                     "goodput": r.get("goodput_rps")})
     cols = [("endpoint", "endpoint"), ("region", "region"), ("count", "n"), ("rate", "rate achieved / intended"),
-            ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
-            ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
+            ("goodput", "goodput /s"), ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
+            ("p99", "p99"), ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
     table = _table(rows, cols, left={"endpoint", "region"})
     for r in rows:  # percentile cells hold markup
         for k in ("p50", "p90", "p99", "p99.9"):
             table = table.replace(html.escape(r[k]), r[k], 1)
     parts.append(table)
     parts.append("<p class='note'>Percentiles use numpy's default (linear) definition; CIs are order-statistic "
-                 "(binomial) intervals; a percentile is shown only with enough samples for both CI ends.</p>")
+                 "(binomial) intervals for the independent samples the requests are worth (batch means over "
+                 "time-ordered requests); a percentile is shown only with enough samples for both CI ends. Goodput: "
+                 "requests per second that succeeded within every latency SLO that applies to them.</p>")
+    parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")
     parts.append(plots.decomposition_bars(s["decomposition"]) or "<p class='note'>no server timings</p>")
@@ -208,21 +324,7 @@ def render(analysis: Analysis) -> str:
                                              ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
                         left={"region", "endpoint"}))
 
-    parts.append("<h2>Queueing and utilization</h2>")
-    q_rows = [q | {"flag": "ρ > 0.7" if q["utilization_flag"] else ""} | {
-        f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()} for q in s["queueing"]]
-    parts.append(_table(q_rows, [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"),
-                                 ("arrival_rate", "λ /s"), ("throughput", "X /s"), ("L_measured", "L measured"),
-                                 ("lambda_W", "λ·W"), ("littles_gap", "Little gap"), ("mean_service_ms", "S ms"),
-                                 ("utilization", "ρ"), ("flag", ""), ("mean_queue_ms", "Wq ms"),
-                                 ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival CV²"),
-                                 ("mm1_mean_wait_ms", "M/M/1 Wq ms"),
-                                 ("mm1_service_cv2", "service CV²"), ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"),
-                                 ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
-                                 ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"),
-                                 ("mm1_measured_p99_sojourn_ms", "measured p99 ms")],
-                        left={"endpoint", "model"}, css={"flag": lambda r: "flag"}))
-    parts.append(plots.queue_vs_utilization(s["queueing"]) or "")
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"]))
     if s["endpoint_statistics"]:
         parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
                      "statistics extension, Triton's or the embedded endpoint's)</h3>")
@@ -249,14 +351,22 @@ def render(analysis: Analysis) -> str:
         parts.append("<p class='note'>For servers this run started itself: spawn to readiness, to the first "
                      "successful inference (a real sample), and the run's first K requests per endpoint against "
                      "the measured phase (profile <code>cold_start.first_k</code>).</p>")
-    parts.append("<h2>Was the load Poisson?</h2>")
-    parts.append(_table(s["arrivals"], [("phase", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),
-                                        ("ks_statistic", "KS D"), ("ks_pvalue", "KS p"), ("poisson_ok", "p > 0.01"),
-                                        ("index_of_dispersion", "dispersion (1 = Poisson)")], left={"source"}))
+    parts.append("<h2 id='arrivals'>Was the load Poisson?</h2>")
+    parts.append(f"<p class='note'>{html.escape(CHECKS['arrivals'])} The schedule (intended send times) is the load "
+                 "tailrace offered; the actual sends are what the endpoint received.</p>")
+    parts.append(_table([a | {k: _p(a[k]) for k in ("ks_pvalue", "ad_pvalue", "dispersion_pvalue")}
+                         for a in s["arrivals"]], [("phase_name", "phase"), ("source", "worker"), ("count", "n"),
+                                        ("rate", "rate /s"), ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"),
+                                        ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
+                                        ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
+                        left={"source", "phase_name", "interpretation"}))
     parts.append("<h2>Clocks</h2>" + (plots.clock_offsets(analysis.data.clock) or "<p class='note'>no samples</p>"))
     parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
                                      ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
                                      ("samples_total", "of")], left={"worker"}))
+    parts.append("<p class='note'>Offset = reference clock − worker clock, added to the worker's timestamps to put "
+                 "them on the reference clock. A worker whose clock runs 40 ms ahead (a profile's "
+                 "<code>clock_skew_ms = 40</code>) has an offset of −40 ms: the sign is the opposite of the skew.</p>")
     parts.append("<h2 id='outages'>Outages</h2>")
     if s["outages"]:
         parts.append(_table([o | {"errors": ", ".join(f"{k}: {v}" for k, v in o["errors"].items()),
@@ -278,8 +388,7 @@ def render(analysis: Analysis) -> str:
                                        ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
                                        ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
                                        ("network_down_ms", "net down")], left={"trace_id", "region", "endpoint"}))
-    parts.append("<h2>Manifest</h2><pre class='mono'>" +
-                 html.escape(json.dumps(s["manifest"], indent=1, default=str)[:20000]) + "</pre>")
+    parts.append(_manifest_section(s))
     script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
               "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tailrace {html.escape(str(s['run_id']))}"

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, integrated_time
-from analysis.stats import proportion_verdict
+from analysis.stats import proportion_verdict, sorted_percentile
 from analysis.validity import Group, groups_of
 
 
@@ -46,9 +46,10 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
                 exceeding = (g.latency_ns > slo["threshold_ms"] * 1e6) | ~g.ok
                 k = int(exceeding.sum())
                 v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
-                est = correlated_percentiles_ci(np.where(g.ok, g.latency_ns / 1e6, np.inf), (q,))[q] if n else None
+                in_time_ms = np.where(g.ok, g.latency_ns / 1e6, np.inf)
+                est = correlated_percentiles_ci(in_time_ms, (q,))[q] if n else None
                 desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
-                measured = est.value if est and est.reportable else None
+                measured = sorted_percentile(np.sort(in_time_ms), q / 100) if n else None  # with or without a CI
                 ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
                 phase, st = trends.get((endpoint, region), (None, None))
                 if st is not None and st.stationary is False:

@@ -23,7 +23,8 @@ CHECKS = {
                     "intervals and verdicts count the independent samples the requests are worth (effective n, "
                     "from batch means), so a correlated run gets honestly wider intervals.",
     "arrivals": "Were the send gaps exponential at the profile's rate (KS and Anderson–Darling on the gaps, "
-                "after rescaling by the intended rate), and were counts per second Poisson (dispersion ≈ 1)?",
+                "within each constant-rate phase, against the achieved and the intended rate), and were counts per "
+                "second Poisson (Fisher's dispersion test: index ≈ 1)?",
 }
 
 
@@ -38,18 +39,23 @@ class Group:
     def n(self) -> int:
         return len(self.latency_ns)
 
+    def per_phase(self) -> dict[int, Stationarity]:
+        """The stationarity of each measured phase's successful latencies."""
+        out = {}
+        for phase in np.unique(self.phase[self.phase > 0]):
+            rows = (self.phase == phase) & self.ok
+            out[int(phase)] = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
+        return out
+
     def stationarity(self) -> tuple[int | None, Stationarity]:
         """(phase, result): the first measured phase whose latency trends, else the first one that could be
         tested (phase None when none had enough requests)."""
-        tested: tuple[int | None, Stationarity] = (None, Stationarity(None, None, None, None, 0))
-        for phase in np.unique(self.phase[self.phase > 0]):
-            rows = (self.phase == phase) & self.ok
-            result = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
+        results = self.per_phase()
+        for phase, result in results.items():
             if result.stationary is False:
-                return int(phase), result
-            if result.stationary is not None and tested[0] is None:
-                tested = (int(phase), result)
-        return tested
+                return phase, result
+        tested = [(p, r) for p, r in results.items() if r.stationary is not None]
+        return tested[0] if tested else (None, Stationarity(None, None, None, None, 0))
 
 
 def groups_of(measured: pd.DataFrame) -> dict[tuple[str, str], Group]:
@@ -67,6 +73,7 @@ def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:
     rows = []
     for (endpoint, region), g in sorted(groups.items()):
         latency_ms = g.latency_ns[g.ok] / 1e6
+        per_phase = g.per_phase()
         phase, st = g.stationarity()
         tau = 1.0
         if len(latency_ms):
@@ -75,7 +82,8 @@ def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:
         rows.append({"endpoint": endpoint, "region": region, "n": int(len(latency_ms)),
                      "lag1_autocorrelation": r1, "tau_p99": tau, "effective_n_p99": effective_size(len(latency_ms), tau),
                      "independence": _independence_words(len(latency_ms), tau, r1),
-                     "phase": phase, **st.as_dict()})
+                     "phase": phase, "phases_tested": [p for p, r in per_phase.items() if r.stationary is not None],
+                     **st.as_dict()})
     return rows
 
 

@@ -206,10 +206,11 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
 
 
 def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from contract.terminal import console as terminal_console
+
+    console = terminal_console()
     t = Table(title="capacity trials")
     for col in ("rate", "s", "achieved", "p50", "p95", "p99 [95% CI]", "ρ", "outcome"):
         t.add_column(col, justify="right")

@@ -30,9 +30,9 @@ def _port(text: str) -> int:
 
 
 def _cmd_models_build(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from contract.terminal import console
     from endpoints.model_build import build_repository
 
     built = build_repository(args.out, args.mm1_mean_ms)
@@ -41,7 +41,7 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
         table.add_column(col)
     for m in built:
         table.add_row(m.name, f"{m.accuracy:.4f}", f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
-    Console().print(table)
+    console().print(table)
     return 0
 
 

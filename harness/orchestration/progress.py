@@ -38,6 +38,12 @@ def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
     return items[-1][0]
 
 
+def _p99_text(p99_s: float | None) -> str:
+    if p99_s is None:
+        return "-"
+    return "> 10 s" if p99_s == float("inf") else f"{p99_s * 1000:g} ms"
+
+
 class LiveScreen:
     """One rich Live table on the terminal, replaced in place."""
 
@@ -48,7 +54,9 @@ class LiveScreen:
         from rich.live import Live
 
         if self._live is None:
-            self._live = Live(table, refresh_per_second=2, transient=False)
+            from contract.terminal import console
+
+            self._live = Live(table, refresh_per_second=2, transient=False, console=console())
             self._live.start()
         else:
             self._live.update(table)
@@ -68,38 +76,54 @@ class Progress:
         self._last: dict[str, tuple[float, float]] = {}
         self._t0 = time.monotonic()
         self._latest: dict[str, dict] = {}  # last good scrape per worker (workers exit before the last frame)
+        self._first: dict[str, float] = {}  # region → when its first request was counted
+        self._last_fresh: dict[str, float] = {}  # region → when one of its workers last answered
 
     def update(self, run) -> None:
         if self.quiet or not run.metrics_ports:
             return
         from rich.table import Table
 
-        per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)})
+        per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float),
+                                                            "fresh": False})
+        now = time.monotonic()
         for name, port in run.metrics_ports.items():
             region = name.rsplit("-w", 1)[0]
-            s = scrape(port) or self._latest.get(name)
+            fresh = scrape(port)
+            s = fresh or self._latest.get(name)
             if s is None:
                 continue
             self._latest[name] = s
             agg = per_region[region]
+            agg["fresh"] = agg["fresh"] or fresh is not None
             agg["ok"] += s["ok"]
             agg["errors"] += s["errors"]
             for le, v in s["buckets"].items():
                 agg["buckets"][le] += v
-        elapsed = time.monotonic() - self._t0
-        table = Table(title=f"tailrace run {run.run_id}  {elapsed:.0f} s")
+        elapsed = now - self._t0
+        table = Table(title=f"tailrace run {run.run_id}  {elapsed:.0f} s",
+                      caption="rate: requests/s over the last second (the run's mean once a region's workers have "
+                              "finished); p99 ≤: the upper edge of the latency histogram bucket that holds the 99th "
+                              "percentile, a live estimate — the report computes exact percentiles")
         for col in ("region", "requests", "rate /s", "errors", "p99 ≤"):
             table.add_column(col, justify="right")
-        now = time.monotonic()
         for region, agg in sorted(per_region.items()):
             total = agg["ok"] + agg["errors"]
-            last_t, last_n = self._last.get(region, (now, total))
-            rate = (total - last_n) / (now - last_t) if now > last_t else 0.0
-            self._last[region] = (now, total)
-            p99 = bucket_quantile(agg["buckets"], 0.99)
-            table.add_row(region, f"{total:,.0f}", f"{rate:,.0f}", f"{agg['errors']:,.0f}",
-                          "-" if p99 is None else ("> 10 s" if p99 == float("inf") else f"{p99 * 1000:g} ms"))
+            if total > 0:
+                self._first.setdefault(region, now)
+            table.add_row(region, f"{total:,.0f}", self._rate(region, total, now, agg["fresh"]),
+                          f"{agg['errors']:,.0f}", _p99_text(bucket_quantile(agg["buckets"], 0.99)))
         self._screen.show(table)
+
+    def _rate(self, region: str, total: float, now: float, fresh: bool) -> str:
+        """The last second's rate while the region's workers answer; the mean over its sending time after."""
+        if not fresh:
+            first, last = self._first.get(region), self._last_fresh.get(region)
+            return f"{total / (last - first):,.0f} mean" if first is not None and last and last > first else "-"
+        last_t, last_n = self._last.get(region, (now, total))
+        self._last[region] = (now, total)
+        self._last_fresh[region] = now
+        return f"{(total - last_n) / (now - last_t):,.0f}" if now > last_t else "0"
 
     def close(self) -> None:
         self._screen.close()
