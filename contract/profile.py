@@ -167,6 +167,11 @@ class Region(_Strict):
     jitter_ms: float = Field(0, ge=0, le=1000)
     clock_skew_ms: float = Field(0, ge=-600_000, le=600_000, description="emulated worker clock error")
     workers: int = Field(1, ge=1, le=16)
+    cluster: str | None = Field(None, pattern=NAME, description="deployments: the cluster this region's generators "
+                                                                "run in (default: the region's name)")
+    node_selector: dict[str, str] | None = Field(
+        None, description="deployments: labels of the nodes this region's generators run on (default: "
+                          "topology.kubernetes.io/region = the region's name)")
 
 
 class Phase(_Strict):

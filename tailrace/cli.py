@@ -197,6 +197,30 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing])
 
 
+def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
+    from contract.profile import ProfileError, load_profile
+    from tailrace.kubernetes import DeployError, Resources, render, warnings, write
+
+    try:
+        profile = load_profile(args.profile)
+        rendered = render(profile, args.profile, args.image, namespace=args.namespace, per_cluster=args.per_cluster,
+                          master_cluster=args.master_cluster, master_address=args.master_address,
+                          worker_source_ranges=args.worker_source_range, wait_s=args.wait_s,
+                          resources=Resources(args.worker_cpus, args.worker_memory, args.master_cpus,
+                                              args.master_memory, args.results_storage))
+    except ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except DeployError as exc:
+        print(f"tailrace deploy kubernetes: {exc}", file=sys.stderr)
+        return 2
+    for path in write(rendered, args.out):
+        print(path)
+    for warning in warnings(profile):
+        print(f"tailrace deploy kubernetes: warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.report_cli import analyze_and_report
 
@@ -340,6 +364,34 @@ def build_parser() -> argparse.ArgumentParser:
                          help="pair requests by schedule position (runs with one seed and load: common random "
                               "numbers); auto pairs when the runs share a schedule (default: %(default)s)")
     compare.set_defaults(func=lambda a, p: _cmd_compare(a))
+
+    deploy = sub.add_parser("deploy", help="render deployments of a profile's master and regional workers",
+                            description="Render what runs a profile on a platform.")
+    deploy_sub = deploy.add_subparsers(dest="deploy_command", metavar="PLATFORM", required=True)
+    k8s = deploy_sub.add_parser(
+        "kubernetes", help="Kubernetes manifests from the profile: master Job + Service, a worker Job per region",
+        description="Render Kubernetes manifests from a profile (namespace, profile ConfigMap, master Job and "
+                    "Service, NetworkPolicy, a worker Job per region, a reader Pod for the results). Secrets are "
+                    "referenced, never written: create tailrace-run-token (key token) and, when endpoints have "
+                    "auth_env, tailrace-endpoint-credentials (one key per variable).")
+    k8s.add_argument("profile", type=Path)
+    k8s.add_argument("--image", required=True, help="the tailrace image (deploy/container/Dockerfile)")
+    k8s.add_argument("--out", type=Path, required=True, help="directory for the manifests")
+    k8s.add_argument("--namespace", default="tailrace")
+    k8s.add_argument("--per-cluster", action="store_true", help="one directory per cluster (regions' `cluster`)")
+    k8s.add_argument("--master-cluster", default=None, help="the cluster the master runs in (default: the first "
+                                                              "region's)")
+    k8s.add_argument("--master-address", default=None, metavar="HOST[:PORT]",
+                     help="--per-cluster: the master's LoadBalancer address the other clusters' workers dial")
+    k8s.add_argument("--worker-source-range", action="append", default=[], metavar="CIDR",
+                     help="--per-cluster: the workers' egress addresses the master's LoadBalancer admits (repeatable)")
+    k8s.add_argument("--worker-cpus", type=int, default=1, help="whole CPUs per worker pod (requests = limits)")
+    k8s.add_argument("--worker-memory", default="1Gi")
+    k8s.add_argument("--master-cpus", type=int, default=1)
+    k8s.add_argument("--master-memory", default="2Gi")
+    k8s.add_argument("--results-storage", default="5Gi", help="size of the master's results volume")
+    k8s.add_argument("--wait-s", type=_positive_float, default=600.0, help="how long the master waits for workers")
+    k8s.set_defaults(func=lambda a, p: _cmd_deploy_kubernetes(a))
 
     probe = sub.add_parser("probe", help="check one endpoint and model before a run: metadata, the request "
                                          "tailrace sends, a few requests",

@@ -22,6 +22,7 @@ import pytest
 
 from contract.layout import RunLayout
 from harness.orchestration.processes import ManagedProcess, start_process
+from tailrace.commands import master_args, worker_args
 from tests.support import IN_CI
 
 MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"
@@ -172,24 +173,24 @@ def deploy(network, model_repo, root: Path, duration_s: float, stray: bool = Fal
     profile = root / "hosts.toml"
     profile.write_text(profile_text(model_repo, duration_s))
     out, logs = root / "runs", root / "logs"
-    master = network.start("m", "master", ["master", str(profile), "--bind", MASTER_IP, "--expose", "--port",
-                                           str(MASTER_PORT), "--token-file", str(token), "--sntp-port", str(SNTP_PORT),
-                                           "--out", str(out), "--wait-s", "60", "--quiet"], logs / "master.log")
+    master = network.start("m", "master", master_args(str(profile), bind=MASTER_IP, port=MASTER_PORT, sntp_port=SNTP_PORT,
+                                                      out=str(out), wait_s=60, token_file=str(token), quiet=True),
+                           logs / "master.log")
     time.sleep(2)
     workers, spools = {}, {}
     if stray:  # a process with a wrong token, there first: refused, and the run goes on without it
         wrong = root / "wrong-token"
         wrong.write_text("not-the-token")
-        workers["stray"] = network.start("stray", "stray worker", [
-            "worker", "--master", f"{MASTER_IP}:{MASTER_PORT}", "--region", "us", "--token-file", str(wrong),
-            "--spool", str(root / "spool-stray")], logs / "stray.log")
+        workers["stray"] = network.start("stray", "stray worker", worker_args(
+            master=f"{MASTER_IP}:{MASTER_PORT}", region="us", token_file=str(wrong), spool=str(root / "spool-stray")),
+            logs / "stray.log")
         time.sleep(2)
     for region in ("eu", "us"):
         spools[region] = root / f"spool-{region}"
-        workers[region] = network.start(region, f"worker {region}", [
-            "worker", "--master", f"{MASTER_IP}:{MASTER_PORT}", "--region", region, "--token-file", str(token),
-            "--spool", str(spools[region]), "--endpoint-url", "mlp-http=http://127.0.0.1:18000",
-            "--endpoint-url", "mlp-grpc=grpc://127.0.0.1:18001"], logs / f"worker-{region}.log")
+        workers[region] = network.start(region, f"worker {region}", worker_args(
+            master=f"{MASTER_IP}:{MASTER_PORT}", region=region, token_file=str(token), spool=str(spools[region]),
+            endpoint_urls={"mlp-http": "http://127.0.0.1:18000", "mlp-grpc": "grpc://127.0.0.1:18001"}),
+            logs / f"worker-{region}.log")
     return Deployment(master, workers, spools, out, logs)
 
 
