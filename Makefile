@@ -14,7 +14,7 @@ MODELS := build/models
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[all,test]'
 	touch $(STAMP)
 
 install: $(STAMP)

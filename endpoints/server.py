@@ -1,7 +1,6 @@
 """Run the embedded endpoint: KServe v2 over HTTP (uvicorn) and gRPC (grpcio) in one process."""
 from __future__ import annotations
 
-import ipaddress
 import logging
 import sys
 
@@ -11,16 +10,6 @@ from endpoints.grpc_service import start_grpc_server
 from endpoints.http_app import build_app
 from endpoints.http_guard import guarded_protocol
 from endpoints.server_core import InferenceServer, ServerOptions
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and 'localhost'."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | None) -> int:

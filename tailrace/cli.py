@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+EXIT_NOT_ANALYSED = 3  # INCONCLUSIVE: no verdict was computed (a master without tailrace[analysis])
+
 
 def _model_int(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
@@ -46,7 +48,8 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from endpoints.server import is_loopback, serve
+    from contract.addresses import is_loopback
+    from endpoints.server import serve
     from endpoints.server_core import ServerOptions
 
     if not is_loopback(args.host) and not args.expose:
@@ -118,7 +121,7 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
 
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from endpoints.server import is_loopback
+    from contract.addresses import is_loopback
     from harness.orchestration.remote import read_token, run_master
 
     if not is_loopback(args.bind) and not args.expose:
@@ -136,8 +139,13 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                                token, args.sntp_port, args.wait_s, args.quiet)
     if run_dir is None:
         return code
-    from analysis.report_cli import analyze_and_report
-
+    try:
+        from analysis.report_cli import analyze_and_report
+    except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
+        print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
+              f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
+              file=sys.stderr)
+        return EXIT_NOT_ANALYSED
     return analyze_and_report(run_dir, None, quiet=args.quiet)
 
 

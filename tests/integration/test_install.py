@@ -1,0 +1,95 @@
+"""Installs that fit their job: a generator-only install (`pip install tailrace`, no extras) runs a real worker
+and a real master end to end; the master, lacking tailrace[analysis], leaves a complete run directory and says how
+to analyse it (exit 3); the full install analyses it."""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.orchestration.processes import free_port, start_process
+from tailrace.commands import master_args, worker_args
+from tests.support import start_endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn", "uvicorn", "starlette", "onnx")
+PROFILE = """
+name = "generator-only"
+[[endpoints]]
+name = "mlp-http"
+url = "{url}"
+protocol = "kserve-http"
+model = "digits_mlp_fp32"
+data = "{data}"
+check = {{ output = "label", kind = "label" }}
+[[regions]]
+name = "eu"
+share = 1.0
+[load]
+rate = 40
+duration_s = 6
+warmup_s = 1
+seed = 5
+[clock]
+servers = ["master"]
+interval_s = 2
+[[slos]]
+metric = "error_rate"
+threshold = 0.05
+"""
+
+
+@pytest.fixture(scope="module")
+def generator_venv(tmp_path_factory) -> Path:
+    """A fresh venv with tailrace's base install only (from this checkout, dependencies from PyPI)."""
+    venv = tmp_path_factory.mktemp("generator") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    build = tmp_path_factory.mktemp("build")
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(ROOT)], capture_output=True, text=True,
+                       timeout=900, env=os.environ | {"TMPDIR": str(build)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return venv
+
+
+@pytest.mark.timeout(1200)
+def test_a_generator_only_install_runs_a_worker_and_a_master_end_to_end(generator_venv, model_repo, tmp_path):
+    python, tailrace = generator_venv / "bin" / "python", generator_venv / "bin" / "tailrace"
+    for module in NOT_IN_THE_GENERATOR:  # the worker below runs without any of these
+        r = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True)
+        assert r.returncode != 0, f"{module} is in the generator-only install"
+    endpoint = start_endpoint(model_repo, tmp_path / "logs")
+    profile = tmp_path / "generator-only.toml"
+    profile.write_text(PROFILE.format(url=endpoint.http_url, data=model_repo / "_data" / "digits_test.npz"))
+    token = tmp_path / "token"
+    token.write_text(secrets.token_urlsafe(16))
+    port, sntp = free_port(), free_port()
+    out = tmp_path / "runs"
+    master = start_process("master (generator-only)", [str(tailrace), *master_args(
+        str(profile), bind="127.0.0.1", port=port, sntp_port=sntp, out=str(out), wait_s=60, token_file=str(token),
+        quiet=True)], tmp_path / "logs" / "master.log", cwd=tmp_path)
+    worker = None
+    try:
+        time.sleep(2)
+        worker = start_process("worker (generator-only)", [str(tailrace), *worker_args(
+            master=f"127.0.0.1:{port}", region="eu", spool=str(tmp_path / "spool"), token_file=str(token))],
+            tmp_path / "logs" / "worker.log", cwd=tmp_path)
+        code = master.popen.wait(timeout=180)
+    finally:
+        for p in (worker, master, endpoint.proc):
+            if p is not None:
+                p.stop(timeout=15)
+    log = (tmp_path / "logs" / "master.log").read_text()
+    assert code == 3, log[-3000:]
+    assert "needs tailrace[analysis]" in log and "Traceback" not in log, log[-3000:]
+    assert "Traceback" not in (tmp_path / "logs" / "worker.log").read_text()
+    [run_dir] = [p for p in out.iterdir() if p.is_dir()]
+    analysed = subprocess.run([sys.executable, "-m", "tailrace.cli", "analyze", str(run_dir), "--quiet"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert analysed.returncode == 0, analysed.stderr[-2000:]
+    summary = (run_dir / "report" / "summary.json").read_text()
+    assert '"verdict": "PASS"' in summary and '"rows_read": 0' not in summary
