@@ -3,8 +3,8 @@ and a real master end to end; the master, lacking tailrace[analysis], leaves a c
 to analyse it (exit 3); the full install analyses it."""
 from __future__ import annotations
 
-import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -49,9 +49,10 @@ def generator_venv(tmp_path_factory) -> Path:
     """A fresh venv with tailrace's base install only (from this checkout, dependencies from PyPI)."""
     venv = tmp_path_factory.mktemp("generator") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    build = tmp_path_factory.mktemp("build")
-    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(ROOT)], capture_output=True, text=True,
-                       timeout=900, env=os.environ | {"TMPDIR": str(build)})
+    source = tmp_path_factory.mktemp("source") / "tailrace"  # a copy: setuptools builds in the source tree
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "runs", "__pycache__"))
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(source)], capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return venv
 
