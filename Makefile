@@ -9,7 +9,7 @@ TRITON_VENV := .venv-triton
 TRITON_STAMP := $(TRITON_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint install triton models bench clean
+.PHONY: demo test test-fast lint install triton models bench clean lock image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,20 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# Refresh the lock files (with hashes) from pyproject.toml: the image's (the generator + [analysis]) and every
+# extra's, for reproducible installs (`pip install --require-hashes -r deploy/requirements-all.lock`).
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --quiet
+lock: $(STAMP)
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra analysis $(LOCK_FLAGS) -o deploy/container/requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --all-extras $(LOCK_FLAGS) -o deploy/requirements-all.lock
+
+# The container image, offline from the lock's wheels (IMAGE=… BASE=… to choose; podman by default).
+IMAGE ?= localhost/tailrace:0.1.0
+BASE ?= docker.io/library/python:3.11-slim-bookworm
+image: $(STAMP)
+	$(BIN)/python deploy/container/build_image.py --tag $(IMAGE) --base $(BASE)
 
 clean:
 	rm -rf build runs .pytest_cache
