@@ -18,7 +18,7 @@ from scipy import stats
 from analysis.correlation import paired_quantile_difference
 from analysis.frames import take_rows
 from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run
-from analysis.stats import bootstrap_diff_ci, cohens_d
+from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for
 
 PERCENTILES = (50, 95, 99)
 COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
@@ -37,19 +37,54 @@ def _verdict(significant: bool, p50_diff: float) -> str:
     return "B slower" if p50_diff > 0 else "B faster"
 
 
+def _too_few(out: dict, p: float, n: int) -> bool:
+    """Leave percentile p out (None, with a note) when either run has fewer samples than `tailrace analyze`
+    needs to report it (the order-statistic interval's minimum)."""
+    need = min_samples_for(p / 100)
+    if n >= need:
+        return False
+    for key in ("a_ms", "b_ms", "diff_ms", "ci_low", "ci_high"):
+        out[f"p{p}_{key}"] = None
+    out.setdefault("notes", []).append(f"p{p:g} needs ≥ {need} samples per run")
+    return True
+
+
 def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
     """Independent samples: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value, Cohen's d."""
     out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
     for p in PERCENTILES:
+        if _too_few(out, p, min(len(a), len(b))):
+            continue
         d, lo, hi = bootstrap_diff_ci(a, b, p, seed=seed)
         out[f"p{p}_a_ms"] = float(np.percentile(a, p))
         out[f"p{p}_b_ms"] = float(np.percentile(b, p))
         out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi
     out["test"], out["test_p"] = "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     out["cohens_d"] = cohens_d(a, b)
-    out["verdict"] = _verdict(out["test_p"] < 0.05 and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0),
-                              out["p50_diff_ms"])
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
+                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
     return out
+
+
+def slower_than_allowed(row: dict, percentile: float, margin: float) -> bool:
+    """B is significantly slower than A at `percentile` by more than `margin` (a fraction of A's value): the
+    whole interval of the difference lies above margin × A."""
+    low, base = row.get(f"p{percentile:g}_ci_low"), row.get(f"p{percentile:g}_a_ms")
+    return low is not None and base is not None and low > margin * base
+
+
+def parse_gate(text: str) -> tuple[float, float]:
+    """`p99:5%` → (99, 0.05); ValueError naming the flag when it is not one of PERCENTILES with a margin."""
+    name, sep, margin = text.partition(":")
+    try:
+        percentile = float(name.strip().lower().removeprefix("p"))
+        value = float(margin.strip().removesuffix("%")) / (100 if margin.strip().endswith("%") else 1)
+    except ValueError:
+        raise ValueError(f"--fail-if-slower {text!r}: expected PERCENTILE:MARGIN, e.g. p99:5%") from None
+    if not sep or percentile not in PERCENTILES or value < 0:
+        raise ValueError(f"--fail-if-slower {text!r}: the percentile is one of "
+                         f"{', '.join(f'p{p}' for p in PERCENTILES)} and the margin ≥ 0 (e.g. p99:5%)")
+    return percentile, value
 
 
 def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
@@ -57,6 +92,8 @@ def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
     intervals, the Wilcoxon signed-rank p-value, Cohen's d."""
     out = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
     for p in PERCENTILES:
+        if _too_few(out, p, len(a)):
+            continue
         out[f"p{p}_a_ms"] = float(np.percentile(a, p))
         out[f"p{p}_b_ms"] = float(np.percentile(b, p))
         out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = paired_quantile_difference(a, b, p)
@@ -64,8 +101,8 @@ def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
     out["test"] = "Wilcoxon signed-rank"
     out["test_p"] = float(stats.wilcoxon(differences).pvalue) if np.any(differences) else 1.0
     out["cohens_d"] = cohens_d(a, b)
-    out["verdict"] = _verdict(out["test_p"] < 0.05 and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0),
-                              out["p50_diff_ms"])
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
+                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
     return out
 
 
@@ -131,17 +168,27 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[d
     return rows
 
 
-def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None) -> int:
-    """Print the comparison (and write it as JSON/CSV when --out is given); exit 2 on unreadable runs."""
+EXIT_SLOWER = 1
+
+
+def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
+                    fail_if_slower: list[str] = ()) -> int:
+    """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
+    runs with no endpoint × region in common; 1 when a --fail-if-slower gate trips (a CI regression gate)."""
     from rich.table import Table
 
     from contract.terminal import console
 
     try:
+        gates = [parse_gate(g) for g in fail_if_slower]
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare")
         rows = compare_runs(run_a, run_b, paired)
-    except RunDirError as exc:
+    except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"tailrace compare: {run_a} and {run_b} have no endpoint × region in common with ≥ {MIN_SAMPLES} "
+              "successful measured requests each: nothing to compare", file=sys.stderr)
         return 2
     how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
            if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
@@ -149,7 +196,8 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
     for col in ("endpoint", "region", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
         table.add_column(col, justify="right")
     for r in rows:
-        cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]" for p in PERCENTILES]
+        cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]"
+                 if r[f"p{p}_diff_ms"] is not None else f"needs ≥ {min_samples_for(p / 100)}" for p in PERCENTILES]
         table.add_row(r["endpoint"], r["region"], f"{min(r['n_a'], r['n_b']):,}", *cells, f"{r['test_p']:.3g}",
                       f"{r['cohens_d']:+.2f}", r["verdict"])
     console().print(table)
@@ -157,4 +205,9 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(json.dumps(rows, indent=2))
         pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
-    return 0
+    tripped = [f"{r['endpoint']}/{r['region']}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
+               f"[{r[f'p{p:g}_ci_low']:+.2f}, {r[f'p{p:g}_ci_high']:+.2f}] > {margin:.0%} of {r[f'p{p:g}_a_ms']:.2f} ms"
+               for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
+    for line in tripped:
+        print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
+    return EXIT_SLOWER if tripped else 0

@@ -11,7 +11,8 @@ EXIT_USAGE = 2
 
 
 def write_outputs(analysis, out: Path) -> None:
-    """report/index.html, summary.json and tables/*.csv."""
+    """report/index.html, summary.json, junit.xml and tables/*.csv."""
+    from analysis.junit import junit_xml
     from analysis.report_html import render
 
     out.mkdir(parents=True, exist_ok=True)
@@ -19,6 +20,7 @@ def write_outputs(analysis, out: Path) -> None:
     (out / "summary.json").write_text(json.dumps(analysis.summary, indent=2, default=_jsonable))
     for name, table in analysis.tables.items():
         table.to_csv(out / "tables" / f"{name}.csv", index=False)
+    (out / "junit.xml").write_text(junit_xml(analysis.summary))
     (out / "index.html").write_text(render(analysis))
 
 

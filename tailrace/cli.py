@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_NOT_ANALYSED = 3  # INCONCLUSIVE: no verdict was computed (a master without tailrace[analysis])
+from tailrace.exit_codes import INCONCLUSIVE, INTERNAL
 
 
 def _model_int(text: str) -> tuple[str, int]:
@@ -145,7 +145,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
               file=sys.stderr)
-        return EXIT_NOT_ANALYSED
+        return INCONCLUSIVE  # no verdict was computed
     return analyze_and_report(run_dir, None, quiet=args.quiet)
 
 
@@ -202,7 +202,8 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import compare_command
 
-    return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing])
+    return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
+                           args.fail_if_slower)
 
 
 def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
@@ -371,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--pairing", choices=("auto", "paired", "unpaired"), default="auto",
                          help="pair requests by schedule position (runs with one seed and load: common random "
                               "numbers); auto pairs when the runs share a schedule (default: %(default)s)")
+    compare.add_argument("--fail-if-slower", action="append", default=[], metavar="PERCENTILE:MARGIN",
+                         help="exit 1 when B is significantly slower than A at this percentile by more than the "
+                              "margin (the whole interval above it), e.g. p99:5%% — a CI regression gate (repeatable)")
     compare.set_defaults(func=lambda a, p: _cmd_compare(a))
 
     deploy = sub.add_parser("deploy", help="render deployments of a profile's master and regional workers",
@@ -438,7 +442,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sub = next((a for a in parser._subparsers._group_actions[0].choices.values()  # noqa: SLF001
                 if a.prog.split()[-1] == args.command), parser)
-    return int(args.func(args, sub) or 0)
+    try:
+        return int(args.func(args, sub) or 0)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 — tailrace itself failed: say so with its own exit code, keep the trace
+        return internal_error(args.command, exc)
+
+
+def internal_error(command: str, exc: BaseException) -> int:
+    """A failure of tailrace itself (not an SLO, not bad input): one line on stderr naming the file that holds the
+    traceback, and exit code INTERNAL (5) — so a CI job never mistakes a crash for a failed SLO (1)."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix=f"tailrace-{command}-crash-", suffix=".txt")
+    with open(fd, "w") as handle:
+        traceback.print_exception(exc, file=handle)
+    print(f"tailrace {command}: internal error ({type(exc).__name__}: {exc}); tailrace itself failed — the "
+          f"traceback is in {path}", file=sys.stderr)
+    return INTERNAL
 
 
 if __name__ == "__main__":

@@ -7,18 +7,19 @@ from pathlib import Path
 from contract.profile import Profile
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import run_local
+from tailrace.exit_codes import INTERNAL
 
 
 def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
-    """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid)."""
+    """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid, 5 tailrace failed)."""
     try:
         run_dir, manifest = run_local(profile, out, quiet=quiet)
     except EndpointCheckError as exc:
         print(f"tailrace run: an endpoint cannot take the run's requests; no load was sent:\n{exc}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return 1
+        return INTERNAL
     from analysis.report_cli import analyze_and_report
 
     return analyze_and_report(run_dir, None, quiet=quiet)
