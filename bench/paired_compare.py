@@ -128,9 +128,10 @@ def main() -> int:
         lines.append(f"| {i + 1} ({101 + i}) | {r['pairs']:,} | {r['change']:+.1%} | {shown(r['paired_n'])} | "
                      f"{shown(r['unpaired_n'])} |")
     found = [r["paired_n"] for r in results if r["paired_n"]]
-    lines += ["", f"Paired detection from a median of {statistics.median(found):,.0f} requests" if found else
-              "Paired: not detected", "; unpaired: " + (", ".join(shown(r["unpaired_n"]) for r in results)) + ". "
-              "\"Detected from N\": the 95% interval of Δp99 lies above 0 at N and at every larger prefix."]
+    paired = (f"Paired: detected in {len(found)} of {len(results)} repeats, from a median of "
+              f"{statistics.median(found):,.0f} requests" if found else "Paired: not detected")
+    lines += ["", paired + "; unpaired: " + ", ".join(shown(r["unpaired_n"]) for r in results) + ". \"Detected from "
+              "N\": the 95% interval of Δp99 lies above 0 at N and at every larger prefix of the run."]
     write_section("Paired comparison (common random numbers)", "\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -383,6 +383,9 @@ class Profile(_Strict):
     capacity: Capacity = Field(default_factory=Capacity)
     decision: Decision | None = None
     generator: Generator = Field(default_factory=Generator)
+    overrides: list[str] = Field(default_factory=list, description="set by tailrace from --set / --rate / --duration "
+                                                                   "and TAILRACE_SET_* (contract/overrides.py), never "
+                                                                   "in a profile file: the manifest records them")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Profile":
@@ -460,12 +463,23 @@ def parse_profile(data: dict, source: str) -> Profile:
         raise ProfileError("\n".join(lines)) from None
 
 
-def load_profile(path: Path) -> Profile:
-    """Read and validate a TOML profile."""
+def load_profile(path: Path, overrides: list[str] = ()) -> Profile:
+    """Read and validate a TOML profile, with `overrides` (contract/overrides.py: `field.path=value`) applied
+    before validation, so they are checked like the file; the profile records them."""
+    from contract.overrides import OverrideError, apply
+
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
-    return parse_profile(data, str(path))
+    if "overrides" in data:
+        raise ProfileError(f"{path}: overrides: set by --set and TAILRACE_SET_*, not in a profile file")
+    if not overrides:
+        return parse_profile(data, str(path))
+    try:
+        data = apply(data, list(overrides))
+    except OverrideError as exc:
+        raise ProfileError(f"{path}: {exc}") from None
+    return parse_profile(data | {"overrides": list(overrides)}, f"{path} (with {', '.join(overrides)})")

@@ -24,10 +24,15 @@ class _StatisticsCollector:
         failures = CounterMetricFamily("tailrace_server_failures", "Inference requests that failed",
                                        labels=["model", "reason"])
         success = CounterMetricFamily("tailrace_server_success", "Inference requests executed", labels=["model"])
-        durations = CounterMetricFamily("tailrace_server_duration_seconds",
-                                        "Cumulative time per stage (queue, compute_input, compute_infer, "
-                                        "compute_output, success = whole request)", labels=["model", "stage"])
-        in_flight = GaugeMetricFamily("tailrace_server_in_flight", "Requests queued or executing", labels=["model"])
+        stages = CounterMetricFamily("tailrace_server_stage_duration_seconds",
+                                     "Cumulative time per stage of a request (queue, compute_input, compute_infer, "
+                                     "compute_output): they add up to at most the whole request's time",
+                                     labels=["model", "stage"])
+        whole = CounterMetricFamily("tailrace_server_request_duration_seconds",
+                                    "Cumulative time of whole successful requests (never summed with the stages)",
+                                    labels=["model"])
+        in_flight = GaugeMetricFamily("tailrace_server_in_flight_requests", "Requests queued or executing",
+                                      labels=["model"])
         for stats in self._models():
             for protocol, n in stats.requests.items():
                 requests.add_metric([stats.name, protocol], n)
@@ -36,13 +41,15 @@ class _StatisticsCollector:
             counts, ns = stats.snapshot()
             success.add_metric([stats.name], counts[0])
             for i, stage in enumerate(STAGES[:6]):
-                if stage != "fail":
-                    durations.add_metric([stats.name, stage], ns[i] / 1e9)
+                if stage == "success":
+                    whole.add_metric([stats.name], ns[i] / 1e9)
+                elif stage != "fail":
+                    stages.add_metric([stats.name, stage], ns[i] / 1e9)
             in_flight.add_metric([stats.name], stats.in_flight)
         peak = GaugeMetricFamily("tailrace_server_peak_rss_bytes", "Peak resident set size of the server process "
                                  "(getrusage ru_maxrss)")
         peak.add_metric([], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        yield from (requests, failures, success, durations, in_flight, peak)
+        yield from (requests, failures, success, stages, whole, in_flight, peak)
 
 
 class ServerMetrics:

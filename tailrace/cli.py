@@ -66,14 +66,38 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
 
 
-def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None):
-    """The validated profile, or None after printing why not (the caller exits 2: nothing starts). A local run
-    is checked against this machine (CPUs, output directory, model repositories); a master only for CPUs."""
+def overrides_of(args: argparse.Namespace) -> list[str]:
+    """The profile overrides of a command: TAILRACE_SET_* first, then --set in order, then --rate / --duration."""
+    from contract.overrides import from_environment
+
+    out = from_environment() + list(getattr(args, "set", None) or [])
+    if getattr(args, "rate", None) is not None:
+        out.append(f"load.rate={args.rate!r}")
+    if getattr(args, "duration", None) is not None:
+        out.append(f"load.duration_s={args.duration!r}")
+    return out
+
+
+def _add_overrides(parser: argparse.ArgumentParser, shorthands: bool = True) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a profile field, validated like the file (repeatable; e.g. load.rate=500, "
+                             "regions.0.share=0.5); TAILRACE_SET_LOAD__RATE=500 in the environment does the same")
+    if shorthands:
+        parser.add_argument("--rate", type=_positive_float, default=None, help="shorthand for --set load.rate=…")
+        parser.add_argument("--duration", type=_positive_float, default=None,
+                            help="shorthand for --set load.duration_s=… (seconds)")
+
+
+def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None,
+                     overrides: list[str] = ()):
+    """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
+    starts). A local run is checked against this machine (CPUs, output directory, model repositories); a master
+    only for CPUs."""
     from contract.profile import ProfileError, load_profile
     from harness.orchestration.preflight import check_local, check_output, check_placement
 
     try:
-        profile = load_profile(path)
+        profile = load_profile(path, overrides)
         if local:
             check_local(profile, out or Path(profile.output_dir))
         else:
@@ -92,16 +116,18 @@ def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, ch
 def _cmd_run(args: argparse.Namespace) -> int:
     from tailrace.run_command import run_and_report
 
-    profile = _profile_or_none(args.profile, args.out)
+    profile = _profile_or_none(args.profile, args.out, overrides=overrides_of(args))
     if profile is None:
         return 2
+    if profile.overrides and not args.quiet:
+        print(f"profile {profile.name}: overridden {', '.join(profile.overrides)}")
     return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from tailrace.capacity import capacity_command, check_profile
 
-    profile = _profile_or_none(args.profile, args.out, check=check_profile)
+    profile = _profile_or_none(args.profile, args.out, check=check_profile, overrides=overrides_of(args))
     if profile is None:
         return 2
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
@@ -127,7 +153,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
                      "use an SSH tunnel, or pass --expose on a private network")
-    profile = _profile_or_none(args.profile, args.out, local=False)
+    profile = _profile_or_none(args.profile, args.out, local=False, overrides=overrides_of(args))
     if profile is None:
         return 2
     try:
@@ -158,7 +184,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(f"tailrace worker: {exc}", file=sys.stderr)
         return 2
     return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
-                      args.models, args.metrics_port, args.spool, token)
+                      args.models, args.metrics_port, args.spool, token, args.metrics_bind)
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -211,7 +237,7 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
     from tailrace.kubernetes import DeployError, Resources, render, warnings, write
 
     try:
-        profile = load_profile(args.profile)
+        profile = load_profile(args.profile, overrides_of(args))
         rendered = render(profile, args.profile, args.image, namespace=args.namespace, per_cluster=args.per_cluster,
                           master_cluster=args.master_cluster, master_address=args.master_address,
                           worker_source_ranges=args.worker_source_range, wait_s=args.wait_s,
@@ -284,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("profile", type=Path, help="profiles/*.toml")
     run.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
     run.add_argument("--quiet", action="store_true", help="no live progress table")
+    _add_overrides(run)
     run.set_defaults(func=lambda a, p: _cmd_run(a))
 
     capacity = sub.add_parser(
@@ -297,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
     capacity.add_argument("--budget-s", type=_positive_float, default=None, help="override capacity.budget_s")
     capacity.add_argument("--quiet", action="store_true", help="no per-trial lines")
+    _add_overrides(capacity, shorthands=False)  # each trial sets its own rate and length
     capacity.set_defaults(func=lambda a, p: _cmd_capacity(a))
 
     master = sub.add_parser("master", help="run a Locust master for workers on other machines",
@@ -314,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--wait-s", type=_positive_float, default=600.0,
                         help="how long to wait for the profile's workers (default 600)")
     master.add_argument("--quiet", action="store_true", help="no live table, no terminal summary")
+    _add_overrides(master)
     master.set_defaults(func=_cmd_master)
 
     worker = sub.add_parser("worker", help="run a Locust worker for one region",
@@ -331,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--out-dir", default=None, help="older setups: write chunks into this shared directory "
                                                         "instead of sending them to the master")
     worker.add_argument("--models", default=None, help="models dir holding the held-out data")
-    worker.add_argument("--metrics-port", type=int, default=None, help="Prometheus port on 127.0.0.1")
+    worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    worker.add_argument("--metrics-bind", default="127.0.0.1", help="address the metrics port binds (default "
+                                                                     "127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
     worker.set_defaults(func=lambda a, p: _cmd_worker(a))
 
     collect_cmd = sub.add_parser("collect", help="add a worker's spooled results to a run directory",
@@ -403,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     k8s.add_argument("--master-memory", default="2Gi")
     k8s.add_argument("--results-storage", default="5Gi", help="size of the master's results volume")
     k8s.add_argument("--wait-s", type=_positive_float, default=600.0, help="how long the master waits for workers")
+    _add_overrides(k8s)
     k8s.set_defaults(func=lambda a, p: _cmd_deploy_kubernetes(a))
 
     probe = sub.add_parser("probe", help="check one endpoint and model before a run: metadata, the request "

@@ -9,14 +9,18 @@ SNTP_PORT = 12300
 
 
 def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: int = SNTP_PORT, out: str,
-                wait_s: float = 600.0, token_file: str | None = None, quiet: bool = False) -> list[str]:
-    """`tailrace master …` arguments (after the program name): binds `bind` (exposed when not loopback)."""
+                wait_s: float = 600.0, token_file: str | None = None, quiet: bool = False,
+                overrides: list[str] = ()) -> list[str]:
+    """`tailrace master …` arguments (after the program name): binds `bind` (exposed when not loopback); the
+    profile's `overrides` as --set (the workers get the resolved plan from the master)."""
     args = ["master", profile, "--bind", bind]
     if not bind.startswith("127."):
         args.append("--expose")
     args += ["--port", str(port), "--sntp-port", str(sntp_port), "--out", out, "--wait-s", f"{wait_s:g}"]
     if token_file:
         args += ["--token-file", token_file]
+    for override in overrides:
+        args += ["--set", override]
     return args + (["--quiet"] if quiet else [])
 
 

@@ -138,7 +138,8 @@ def master_docs(profile: Profile, image: str, namespace: str, res: Resources, da
     volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": "tailrace-results"}})
     mounts.append({"name": "results", "mountPath": RESULTS})
     container = {"name": "master", "image": image, "imagePullPolicy": "IfNotPresent",
-                 "args": master_args(PROFILE_PATH, bind="0.0.0.0", out=RESULTS, wait_s=wait_s, quiet=True),
+                 "args": master_args(PROFILE_PATH, bind="0.0.0.0", out=RESULTS, wait_s=wait_s, quiet=True,
+                                     overrides=profile.overrides),
                  "env": _env(profile),
                  "ports": [{"name": "locust", "containerPort": MASTER_PORT, "protocol": "TCP"},
                            {"name": "sntp", "containerPort": SNTP_PORT, "protocol": "UDP"}],

@@ -93,7 +93,8 @@ def started_manifest(profile, run_id: str) -> dict:
     """The manifest a run directory holds while its run is under way: should tailrace stop before it writes
     the final one (killed, out of disk), the directory still says what it is, and that the run did not end."""
     return {"run_id": run_id, "profile_name": profile.name, "profile": profile.model_dump(mode="json"),
-            "seed": profile.load.seed, "start_ns": time.time_ns(), "end_ns": None, "state": "running",
+            "seed": profile.load.seed, "overrides": list(profile.overrides), "start_ns": time.time_ns(), "end_ns": None,
+            "state": "running",
             "versions": versions(), "host": host_info(), "git_sha": git_sha(), "workers": {},
             "valid": False, "invalid_reasons": ["the run did not end: tailrace stopped before writing its end"],
             "warnings": []}
@@ -177,8 +178,9 @@ class RunRecord:
         return {
             "run_id": self.plan.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
             "plan": self.plan.model_dump(mode="json"),
-            "seed": p.load.seed, "versions": versions(), "host": host_info(), "git_sha": git_sha(),
-            "start_ns": self.started_ns, "end_ns": time.time_ns(), "start_ref_ns": plan_sent.get("start_ref_ns"),
+            "seed": p.load.seed, "overrides": list(p.overrides), "versions": versions(), "host": host_info(),
+            "git_sha": git_sha(), "start_ns": self.started_ns, "end_ns": time.time_ns(),
+            "start_ref_ns": plan_sent.get("start_ref_ns"),
             "servers": self.servers,
             "regions": [r.model_dump(mode="json") | {"address": self.region_addresses.get(r.name)} for r in p.regions],
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},

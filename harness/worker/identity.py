@@ -11,6 +11,7 @@ WORKER_INDEX = "TAILRACE_WORKER_INDEX"
 CLOCK_SKEW_MS = "TAILRACE_CLOCK_SKEW_MS"
 ENDPOINT_URLS = "TAILRACE_ENDPOINT_URLS"
 METRICS_PORT = "TAILRACE_METRICS_PORT"
+METRICS_BIND = "TAILRACE_METRICS_BIND"
 OUT_DIR = "TAILRACE_OUT_DIR"
 MODELS_DIR = "TAILRACE_MODELS_DIR"
 SPOOL = "TAILRACE_SPOOL"
@@ -32,6 +33,7 @@ class WorkerIdentity:
     out_dir: str | None = None
     models_dir: str | None = None
     metrics_port: int | None = None
+    metrics_bind: str | None = None  # default 127.0.0.1 (harness/worker/metrics.py)
     spool: str | None = None
     master_host: str | None = None
 
@@ -44,6 +46,7 @@ class WorkerIdentity:
         env = {REGION: self.region, WORKER_INDEX: str(self.index), CLOCK_SKEW_MS: str(self.skew_ms)}
         optional = {ENDPOINT_URLS: json.dumps(self.endpoint_urls) if self.endpoint_urls else None,
                     METRICS_PORT: str(self.metrics_port) if self.metrics_port else None,
+                    METRICS_BIND: self.metrics_bind,
                     OUT_DIR: self.out_dir, MODELS_DIR: self.models_dir, SPOOL: self.spool,
                     MASTER_HOST: self.master_host}
         return env | {k: v for k, v in optional.items() if v}
@@ -59,6 +62,7 @@ class WorkerIdentity:
                        endpoint_urls=json.loads(env.get(ENDPOINT_URLS) or "{}") or None,
                        out_dir=env.get(OUT_DIR) or None, models_dir=env.get(MODELS_DIR) or None,
                        metrics_port=int(env[METRICS_PORT]) if env.get(METRICS_PORT) else None,
+                       metrics_bind=env.get(METRICS_BIND) or None,
                        spool=env.get(SPOOL) or None, master_host=env.get(MASTER_HOST) or None)
         except (ValueError, json.JSONDecodeError) as exc:
             raise RuntimeError(f"bad TAILRACE_* environment: {exc}") from exc

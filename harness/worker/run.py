@@ -81,7 +81,7 @@ class WorkerRun:
                   for ep, s in zip(p.endpoints, senders)]
         self.n_samples = max(len(s.payloads.samples) for s in senders)
         self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
-                                self.saturation, WorkerMetrics(identity.metrics_port))
+                                self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
         self.loop = IssueLoop(self.path.send, int(gen.spin_ms * 1e6), plan.drain_s)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}

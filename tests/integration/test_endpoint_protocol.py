@@ -176,8 +176,11 @@ def test_prometheus_metrics(endpoint, clients, heldout):
     client, mod = clients["http"]
     _infer(client, mod, "digits_mlp_fp32", heldout[0][:1])
     text = httpx.get(f"{endpoint.http_url}/metrics").text
-    for name in ("tailrace_server_requests_total", 'tailrace_server_duration_seconds_total{model="digits_mlp_fp32",stage="queue"}',
-                 'stage="compute_infer"', "tailrace_server_success_total", "tailrace_server_in_flight",
+    for name in ("tailrace_server_requests_total",
+                 'tailrace_server_stage_duration_seconds_total{model="digits_mlp_fp32",stage="queue"}',
+                 'stage="compute_infer"', 'tailrace_server_request_duration_seconds_total{model="digits_mlp_fp32"}',
+                 "tailrace_server_success_total", "tailrace_server_in_flight_requests",
                  "tailrace_server_failures_total", "process_resident_memory_bytes"):
         assert name in text, name
+    assert 'stage="success"' not in text  # the whole request is its own metric, never summed with its stages
     assert 'model="digits_mlp_fp32"' in text

@@ -1,0 +1,72 @@
+"""tailrace from Python (notebooks, scripts): run a profile, load a run's requests into one DataFrame on the
+reference clock, analyse, compare. docs/API.md shows each call; tests/integration/test_api.py runs those
+examples as written. These names are the stable surface; everything else may move."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["RunResult", "analyze", "compare", "load_requests", "run"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: where it is, its verdict and exit code (README "Exit codes"), and summary.json's content."""
+
+    run_dir: Path
+    verdict: str
+    exit_code: int
+    summary: dict
+
+
+def run(profile: str | Path, out: str | Path | None = None, overrides: list[str] = (),
+        quiet: bool = True) -> RunResult:
+    """Run a profile on this machine (as `tailrace run` does: its endpoints, region proxies, Locust master and
+    workers), analyse it and write its report. `overrides`: `field.path=value` (as `--set`). Raises
+    contract.profile.ProfileError (the message names the field) for a bad profile or override, before anything
+    starts."""
+    from contract.profile import load_profile
+    from harness.orchestration.local_run import run_local
+    from harness.orchestration.preflight import check_local
+
+    loaded = load_profile(Path(profile), list(overrides))
+    out_dir = Path(out) if out is not None else Path(loaded.output_dir)
+    check_local(loaded, out_dir)
+    run_dir, _ = run_local(loaded, out_dir, quiet=quiet)
+    summary = analyze(run_dir, write_report=True).summary
+    return RunResult(run_dir, summary["verdict"], summary["exit_code"], summary)
+
+
+def analyze(run_dir: str | Path, write_report: bool = False):
+    """The analysis of a run directory (analysis/analyze.py's `Analysis`: `.summary` — summary.json's content —
+    `.tables` — the report's tables as DataFrames — and `.requests`); `write_report` also writes RUN_DIR/report."""
+    from analysis.analyze import analyze_run
+    from analysis.report_cli import write_outputs
+
+    analysis = analyze_run(Path(run_dir))
+    if write_report:
+        write_outputs(analysis, Path(run_dir) / "report")
+    return analysis
+
+
+def load_requests(run_dir: str | Path) -> pd.DataFrame:
+    """Every request of a run in one DataFrame: the request log's columns (contract/records.py) plus the worker
+    clock's timestamps moved to the reference clock (`t_intended_ref`, `t_sent_ref`, `t_done_ref`, …: each
+    worker's fitted offset and drift applied, so regions line up on one timeline)."""
+    from analysis.clock_correction import add_reference_times, fit_all
+    from analysis.rundir import load_run
+
+    data = load_run(Path(run_dir))
+    return add_reference_times(data.requests, fit_all(data.clock))
+
+
+def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> pd.DataFrame:
+    """B − A per endpoint × region (p50/p95/p99 differences with 95% intervals, a test's p-value, Cohen's d, a
+    verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs
+    share a seed and load), "paired" or "unpaired"."""
+    from analysis.compare import compare_runs
+
+    paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
+    return pd.DataFrame(compare_runs(Path(run_a), Path(run_b), paired))
