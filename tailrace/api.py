@@ -36,7 +36,7 @@ def run(profile: str | Path, out: str | Path | None = None, overrides: list[str]
     check_local(loaded, out_dir)
     run_dir, _ = run_local(loaded, out_dir, quiet=quiet)
     summary = analyze(run_dir, write_report=True).summary
-    return RunResult(run_dir, summary["verdict"], summary["exit_code"], summary)
+    return RunResult(Path(run_dir).resolve(), summary["verdict"], summary["exit_code"], summary)
 
 
 def analyze(run_dir: str | Path, write_report: bool = False):
