@@ -83,7 +83,6 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     per_phase = per_phase_table(df, profile)
     scenario = scenario_summary(df, profile, {n: (w or {}).get("summary") or {} for n, w in
                                               (manifest.get("workers") or {}).items()})
-    legs = decompose(df)
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
     queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
@@ -92,12 +91,18 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     verdicts = evaluate_slos(measured, slos, [e.name for e in profile.endpoints], [r.name for r in profile.regions],
                              groups)
     validity = validity_rows(groups)
+    add_goodput(latency_rows, measured, slos, duration)
+    del groups, measured  # a large run's time-ordered groups and measured copy: not needed past here
+    slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
+    legs = decompose(df)
+    decomposition = decomposition_table(legs) if not legs.empty else []
+    slow_legs = legs[legs.index.isin(slowest.index)]  # legs keep the request's row label
+    del legs
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrival_checks(df, profile)]
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
-    add_goodput(latency_rows, measured, slos, duration)
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
@@ -108,9 +113,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
                                                                                          errors["code"])])
     for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
         errors[column] = errors[column].astype(object)
-    slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
     slowest_rows = []
-    slow_legs = legs[legs.index.isin(slowest.index)]  # legs keep the request's row label
     for r, trace_id in zip(slowest.itertuples(), data.trace_ids(slowest.index)):
         row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
                "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
@@ -128,7 +131,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
         "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
-        "decomposition": decomposition_table(legs) if not legs.empty else [],
+        "decomposition": decomposition,
         "queueing": queueing, "arrivals": arrivals, "validity": validity,
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,

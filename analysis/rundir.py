@@ -207,7 +207,7 @@ def _read_chunks(files: list[Path], fields, skipped: list[SkippedChunk], optiona
 
 # peak memory per request row, measured on 10 M-row synthetic runs (docs/BENCHMARKS.md, "Analysis at scale")
 ANALYZE_BYTES_PER_ROW = 384
-COMPARE_BYTES_PER_ROW = 80
+COMPARE_BYTES_PER_ROW = 120  # with the columns that pair requests by schedule position
 
 
 def _available_bytes() -> int | None:
