@@ -141,6 +141,21 @@ def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: 
     time.sleep(max(0.0, target - time.time()))
 
 
+def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Path]], regions: dict[str, float], *,
+                        rate: float, duration_s: float, seed: int, warmup_s: float = 1) -> str:
+    """A profile for a master and workers started by hand (tailrace master / worker): the master is the clock
+    reference, one error-rate SLO; `endpoints` are (name, url, protocol, model, data file), each label-checked."""
+    text = f'name = "{name}"\n'
+    for endpoint, url, protocol, model, data in endpoints:
+        text += (f'[[endpoints]]\nname = "{endpoint}"\nurl = "{url}"\nprotocol = "{protocol}"\nmodel = "{model}"\n'
+                 f'data = "{data}"\ncheck = {{ output = "label" }}\n')
+    for region, share in regions.items():
+        text += f'[[regions]]\nname = "{region}"\nshare = {share}\n'
+    return text + (f"[load]\nrate = {rate}\nduration_s = {duration_s}\nwarmup_s = {warmup_s}\nseed = {seed}\n"
+                   '[clock]\nservers = ["master"]\ninterval_s = 2\n'
+                   '[[slos]]\nmetric = "error_rate"\nthreshold = 0.05\n')
+
+
 # -- run directories with known truth (analysis tests) ----------------------------------------------
 BASE_NS = 1_790_000_000_000_000_000
 

@@ -16,36 +16,12 @@ import pytest
 from deploy.container.build_image import build, engine_argv
 from harness.orchestration.processes import free_port, start_process
 from tailrace.commands import master_args, worker_args
-from tests.support import IN_CI, start_endpoint
+from tests.support import IN_CI, remote_profile_toml, start_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE, TAG = "localhost/tailrace-base:bookworm", "localhost/tailrace:test"
 PODMAN = engine_argv("podman")
 RUN = [*PODMAN, "run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
-PROFILE = """
-name = "from-the-image"
-[[endpoints]]
-name = "mlp-grpc"
-url = "grpc://127.0.0.1:{grpc_port}"
-protocol = "kserve-grpc"
-model = "digits_mlp_int8"
-data = "{data}"
-check = {{ output = "label", kind = "label" }}
-[[regions]]
-name = "eu"
-share = 1.0
-[load]
-rate = 40
-duration_s = 5
-warmup_s = 1
-seed = 9
-[clock]
-servers = ["master"]
-interval_s = 2
-[[slos]]
-metric = "error_rate"
-threshold = 0.05
-"""
 
 
 def _have(tool: str) -> bool:
@@ -88,7 +64,9 @@ def test_the_image_runs_as_a_non_root_worker_of_a_real_run(image, model_repo, tm
     shutil.copy(model_repo / "_data" / "digits_test.npz", data / "digits_test.npz")
     data.chmod(0o755)
     (data / "digits_test.npz").chmod(0o644)
-    profile.write_text(PROFILE.format(grpc_port=endpoint.grpc_port, data=data / "digits_test.npz"))
+    profile.write_text(remote_profile_toml(
+        "from-the-image", [("mlp-grpc", f"grpc://127.0.0.1:{endpoint.grpc_port}", "kserve-grpc", "digits_mlp_int8",
+                            data / "digits_test.npz")], {"eu": 1.0}, rate=40, duration_s=5, seed=9))
     token = secrets.token_urlsafe(16)
     port, sntp = free_port(), free_port()
     spool = tmp_path / "spool"

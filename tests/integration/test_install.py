@@ -14,34 +14,10 @@ import pytest
 
 from harness.orchestration.processes import free_port, start_process
 from tailrace.commands import master_args, worker_args
-from tests.support import start_endpoint
+from tests.support import remote_profile_toml, start_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn", "uvicorn", "starlette", "onnx")
-PROFILE = """
-name = "generator-only"
-[[endpoints]]
-name = "mlp-http"
-url = "{url}"
-protocol = "kserve-http"
-model = "digits_mlp_fp32"
-data = "{data}"
-check = {{ output = "label", kind = "label" }}
-[[regions]]
-name = "eu"
-share = 1.0
-[load]
-rate = 40
-duration_s = 6
-warmup_s = 1
-seed = 5
-[clock]
-servers = ["master"]
-interval_s = 2
-[[slos]]
-metric = "error_rate"
-threshold = 0.05
-"""
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +41,9 @@ def test_a_generator_only_install_runs_a_worker_and_a_master_end_to_end(generato
         assert r.returncode != 0, f"{module} is in the generator-only install"
     endpoint = start_endpoint(model_repo, tmp_path / "logs")
     profile = tmp_path / "generator-only.toml"
-    profile.write_text(PROFILE.format(url=endpoint.http_url, data=model_repo / "_data" / "digits_test.npz"))
+    profile.write_text(remote_profile_toml(
+        "generator-only", [("mlp-http", endpoint.http_url, "kserve-http", "digits_mlp_fp32",
+                            model_repo / "_data" / "digits_test.npz")], {"eu": 1.0}, rate=40, duration_s=6, seed=5))
     token = tmp_path / "token"
     token.write_text(secrets.token_urlsafe(16))
     port, sntp = free_port(), free_port()

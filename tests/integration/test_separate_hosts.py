@@ -23,7 +23,7 @@ import pytest
 from contract.layout import RunLayout
 from harness.orchestration.processes import ManagedProcess, start_process
 from tailrace.commands import master_args, worker_args
-from tests.support import IN_CI
+from tests.support import IN_CI, remote_profile_toml
 
 MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"
 REGION_IPS = {"eu": "10.203.0.11", "us": "10.203.0.12", "stray": "10.203.0.13"}
@@ -121,36 +121,9 @@ def served(network, model_repo, tmp_path_factory):
 
 def profile_text(model_repo: Path, duration_s: float) -> str:
     data = model_repo / "_data" / "digits_test.npz"
-    endpoints = "".join(f"""
-[[endpoints]]
-name = "{name}"
-url = "{url}"
-protocol = "{protocol}"
-model = "digits_mlp_fp32"
-data = "{data}"
-check = {{ output = "label" }}
-""" for name, url, protocol in (("mlp-http", f"http://{ENDPOINT_IP}:8000", "kserve-http"),
-                                ("mlp-grpc", f"grpc://{ENDPOINT_IP}:8001", "kserve-grpc")))
-    return f"""name = "hosts"
-{endpoints}
-[[regions]]
-name = "eu"
-share = 0.5
-[[regions]]
-name = "us"
-share = 0.5
-[load]
-rate = 80
-duration_s = {duration_s}
-warmup_s = 1
-seed = 4
-[clock]
-servers = ["master"]
-interval_s = 2
-[[slos]]
-metric = "error_rate"
-threshold = 0.05
-"""
+    return remote_profile_toml("hosts", [("mlp-http", f"http://{ENDPOINT_IP}:8000", "kserve-http", "digits_mlp_fp32", data),
+                                         ("mlp-grpc", f"grpc://{ENDPOINT_IP}:8001", "kserve-grpc", "digits_mlp_fp32", data)],
+                               {"eu": 0.5, "us": 0.5}, rate=80, duration_s=duration_s, seed=4)
 
 
 @dataclass
