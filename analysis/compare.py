@@ -19,6 +19,7 @@ from analysis.correlation import paired_quantile_difference
 from analysis.frames import take_rows
 from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run
 from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for
+from contract import exit_codes
 
 PERCENTILES = (50, 95, 99)
 COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
@@ -168,8 +169,6 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[d
     return rows
 
 
-EXIT_SLOWER = 1
-
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
                     fail_if_slower: list[str] = ()) -> int:
@@ -185,11 +184,11 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         rows = compare_runs(run_a, run_b, paired)
     except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     if not rows:
         print(f"tailrace compare: {run_a} and {run_b} have no endpoint × region in common with ≥ {MIN_SAMPLES} "
               "successful measured requests each: nothing to compare", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
            if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
     table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% CI; {how})")
@@ -202,12 +201,16 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                       f"{r['cohens_d']:+.2f}", r["verdict"])
     console().print(table)
     if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.json").write_text(json.dumps(rows, indent=2))
-        pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "compare.json").write_text(json.dumps(rows, indent=2))
+            pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
+        except OSError as exc:  # the table above is printed: nothing measured is lost
+            print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
+            return exit_codes.INTERNAL
     tripped = [f"{r['endpoint']}/{r['region']}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
                f"[{r[f'p{p:g}_ci_low']:+.2f}, {r[f'p{p:g}_ci_high']:+.2f}] > {margin:.0%} of {r[f'p{p:g}_a_ms']:.2f} ms"
                for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
     for line in tripped:
         print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
-    return EXIT_SLOWER if tripped else 0
+    return exit_codes.FAIL if tripped else exit_codes.PASS

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from analysis.rundir import RunDirError
-
-EXIT_USAGE = 2
+from contract.exit_codes import INTERNAL, INVALID, USAGE
 
 
 def write_outputs(analysis, out: Path) -> None:
@@ -86,11 +85,19 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> 
         analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return USAGE
     for s in analysis.data.skipped:
         print(f"tailrace analyze: skipped {s.path}: {s.reason}", file=sys.stderr)
     out = out or Path(run_dir) / "report"
-    write_outputs(analysis, out)
+    try:
+        write_outputs(analysis, out)
+    except OSError as exc:  # a full or read-only disk: the verdict is still printed, nothing measured is lost
+        if not quiet:
+            print_summary(analysis.summary)
+        print(f"tailrace analyze: the report could not be written to {out} ({exc}); the run directory is "
+              f"unchanged — tailrace analyze {run_dir} --out DIR writes it elsewhere", file=sys.stderr)
+        code = analysis.summary["exit_code"]
+        return code if code == INVALID else INTERNAL  # an INVALID run stays INVALID; otherwise the machine failed
     if not quiet:
         print_summary(analysis.summary)
         print(f"report: {out / 'index.html'}")

@@ -9,6 +9,7 @@ import pandas as pd
 from analysis.correlation import correlated_percentiles_ci, integrated_time
 from analysis.stats import proportion_verdict, sorted_percentile
 from analysis.validity import Group, groups_of
+from contract import exit_codes
 
 
 def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[str], regions: list[str]
@@ -72,10 +73,10 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
 def overall_verdict(verdicts: list[dict], valid: bool) -> tuple[str, int]:
     """(verdict, exit code): INVALID 4, FAIL 1, INCONCLUSIVE 3, PASS 0."""
     if not valid:
-        return "INVALID", 4
+        return "INVALID", exit_codes.INVALID
     kinds = {v["verdict"] for v in verdicts}
     if "FAIL" in kinds:
-        return "FAIL", 1
+        return "FAIL", exit_codes.FAIL
     if "INCONCLUSIVE" in kinds:
-        return "INCONCLUSIVE", 3
-    return "PASS", 0
+        return "INCONCLUSIVE", exit_codes.INCONCLUSIVE
+    return "PASS", exit_codes.PASS

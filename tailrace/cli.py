@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tailrace.exit_codes import INCONCLUSIVE, INTERNAL
+from contract.exit_codes import INCONCLUSIVE, INTERNAL
 
 
 def _model_int(text: str) -> tuple[str, int]:

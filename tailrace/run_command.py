@@ -4,10 +4,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from contract.exit_codes import INTERNAL
 from contract.profile import Profile
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import run_local
-from tailrace.exit_codes import INTERNAL
 
 
 def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:

@@ -84,6 +84,7 @@ class LocalRun:
     workers: dict[str, ManagedProcess] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
     master_lost_s: float | None = None
+    write_errors: list[str] = field(default_factory=list)  # the run directory could not be written (a full disk)
 
     @property
     def run_dir(self) -> Path:
@@ -193,13 +194,20 @@ class LocalRun:
         while self.master.alive() and time.monotonic() < deadline:
             progress(self)
             if self.stats is not None and self.stats.due():
-                self.stats.periodic()
+                try:
+                    self.stats.periodic()
+                except OSError as exc:  # a full disk: what is measured so far stays, the run ends INVALID
+                    self.write_errors.append(str(exc))
+                    print(f"tailrace run: the run directory cannot be written ({exc}): stopping the run",
+                          file=sys.stderr, flush=True)
+                    break
             time.sleep(0.5)
         if self.master.alive():
-            self.log("master did not finish in time; stopping it")
+            if not self.write_errors:
+                self.log("master did not finish in time; stopping it")
             self.master.stop()
         code = self.master.popen.returncode
-        if code != 0:
+        if code != 0 and not self.write_errors:  # stopped by us for a full disk: that reason is recorded instead
             self.master_lost_s = (time.time_ns() - self.record.started_ns) / 1e9
             self.log(f"the Locust master exited with {code} after {self.master_lost_s:.0f} s: stopping the run")
         return code
@@ -213,6 +221,7 @@ class LocalRun:
                 self.stats.snapshot("after")
                 self.stats.close()
         except OSError as exc:
+            self.write_errors.append(str(exc))
             print(f"tailrace run: the last server statistics were not saved: {exc}", file=sys.stderr, flush=True)
         finally:
             owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
@@ -225,7 +234,8 @@ class LocalRun:
     def manifest(self, interrupted: bool) -> dict:
         codes = {name: proc.popen.returncode for name, proc in self.workers.items()}
         return self.record.manifest(interrupted, codes, self.master_lost_s,
-                                    self.master.popen.returncode if self.master_lost_s is not None else None)
+                                    self.master.popen.returncode if self.master_lost_s is not None else None,
+                                    write_errors=self.write_errors)
 
 
 def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, dict]:
@@ -250,5 +260,9 @@ def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, d
     if run.record is None:
         raise RuntimeError("run did not start")
     manifest = run.manifest(interrupted)
-    write_manifest(run.layout, manifest)
+    try:
+        write_manifest(run.layout, manifest)
+    except OSError as exc:  # the manifest written at the start stays: it marks the run as not ended (INVALID)
+        print(f"tailrace run: the final manifest was not written ({exc}); {run.layout.manifest} still says the run "
+              "did not end", file=sys.stderr, flush=True)
     return run.run_dir, manifest

@@ -142,9 +142,10 @@ class RunRecord:
 
     def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None,
                  master_lost_s: float | None = None, master_code: int | None = None,
-                 never_started: str | None = None) -> dict:
+                 never_started: str | None = None, write_errors: list[str] | None = None) -> dict:
         """The manifest as the run ended. `master_lost_s`: when the Locust master exited before the run's end
-        (seconds after the run started), with `master_code`. `never_started`: why no load was sent at all."""
+        (seconds after the run started), with `master_code`. `never_started`: why no load was sent at all.
+        `write_errors`: files of the run directory the orchestrator could not write (a full disk)."""
         p, layout = self.plan.profile, self.layout
         expected = expected_workers(self.plan)
         events = read_master_events(layout)
@@ -169,6 +170,7 @@ class RunRecord:
                            f"{sent:,} of {planned:,} planned requests sent")
         if interrupted:
             invalid.append("run interrupted (Ctrl-C) before the schedule finished")
+        invalid += [f"the run directory could not be written: {e}" for e in write_errors or []]
         cpu_now = read_cpu_times()
         host_cpu = cpu_usage(self.cpu_at_start, cpu_now) if self.cpu_at_start and cpu_now else {}
         steal = steal_warning(host_cpu)

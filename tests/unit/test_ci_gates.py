@@ -1,5 +1,5 @@
 """tailrace in CI pipelines: report/junit.xml (analysis/junit.py), `compare --fail-if-slower` as a regression gate,
-`compare` with nothing in common, and the exit code of tailrace itself failing (tailrace/exit_codes.py)."""
+`compare` with nothing in common, and the exit code of tailrace itself failing (contract/exit_codes.py)."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -10,7 +10,8 @@ import numpy as np
 from analysis.analyze import analyze_run
 from analysis.compare import compare_command
 from analysis.junit import junit_xml
-from tailrace import cli, exit_codes
+from contract import exit_codes
+from tailrace import cli
 from tests.support import profile_dict, write_run
 
 

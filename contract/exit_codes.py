@@ -1,4 +1,5 @@
-"""Every command's exit codes, in one place (README "Exit codes")."""
+"""Every command's exit codes, in one place (README "Exit codes"). A report that cannot be written (a full disk)
+keeps an INVALID run INVALID and is INTERNAL otherwise."""
 from __future__ import annotations
 
 PASS = 0  # every SLO passes
