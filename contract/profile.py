@@ -1,7 +1,6 @@
 """Scenario profiles (TOML): schema, validation with errors that name the file and the field path."""
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -23,7 +22,8 @@ class _Strict(BaseModel):
 
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
-SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc",)}
+SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs")}
+TLS_SCHEMES = ("https", "grpcs")
 
 
 def check_url(url: str, schemes: tuple[str, ...]) -> str:
@@ -41,7 +41,7 @@ def check_url(url: str, schemes: tuple[str, ...]) -> str:
         raise ValueError(f"{url!r}: the port must be a number from 1 to 65535") from None
     if port is not None and not 0 < port < 65536:
         raise ValueError(f"{url!r}: the port must be a number from 1 to 65535")
-    if port is None and parts.scheme == "grpc":
+    if port is None and parts.scheme in ("grpc", "grpcs"):
         raise ValueError(f"{url!r}: a gRPC address needs a port")
     return url
 
@@ -84,11 +84,29 @@ class Check(_Strict):
         return self
 
 
+class Tls(_Strict):
+    """TLS of an https:// or grpcs:// endpoint: the CA bundle that signs the server's certificate (default: the
+    system's), a client certificate and key for mutual TLS, and the name the server's certificate must carry
+    (default: the URL's host). Paths are on the generator's machine."""
+
+    ca: str | None = Field(None, min_length=1, description="PEM CA bundle (default: the system's trust store)")
+    cert: str | None = Field(None, min_length=1, description="PEM client certificate (mutual TLS)")
+    key: str | None = Field(None, min_length=1, description="PEM private key of the client certificate")
+    server_name: str | None = Field(None, min_length=1, description="the name checked in the server's certificate "
+                                                                    "(and sent as SNI)")
+
+    @model_validator(mode="after")
+    def _pair(self) -> "Tls":
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("cert and key go together (mutual TLS needs both)")
+        return self
+
+
 class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint."""
 
     name: str = Field(pattern=NAME)
-    url: str = Field(description="http://host:port, grpc://host:port, or 'embedded' / 'triton' (tailrace run "
+    url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc", "inprocess"] = Field(
         description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network baseline")
@@ -97,6 +115,9 @@ class Endpoint(_Strict):
     timeout_ms: float = Field(5000, gt=0)
     auth_header: str | None = Field(None, description="header / metadata key to send, e.g. Authorization")
     auth_env: str | None = Field(None, description="environment variable holding its value (never logged)")
+    auth_file: str | None = Field(None, min_length=1, description="a file holding its value, re-read when it changes "
+                                                                  "(a mounted Kubernetes Secret; never logged)")
+    tls: Tls | None = Field(None, description="https:// / grpcs:// only: CA, client certificate, server name")
     stats_url: str | None = Field(None, description="http://host:port of the server's statistics extension "
                                                     "(default: url for kserve-http; a Triton's HTTP port for gRPC)")
     metrics_url: str | None = Field(None, description="Prometheus metrics, e.g. http://triton:8002/metrics")
@@ -130,9 +151,10 @@ class Endpoint(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if v not in (*STARTED_BY_RUN, INPROCESS) and not v.startswith(("http://", "https://", "grpc://")):
-            raise ValueError("must be 'embedded', 'triton', 'inprocess' or start with http://, https:// or grpc://")
-        return v if v in (*STARTED_BY_RUN, INPROCESS) else check_url(v, ("http", "https", "grpc"))
+        if v not in (*STARTED_BY_RUN, INPROCESS) and not v.startswith(("http://", "https://", "grpc://", "grpcs://")):
+            raise ValueError("must be 'embedded', 'triton', 'inprocess' or start with http://, https://, grpc:// or "
+                             "grpcs://")
+        return v if v in (*STARTED_BY_RUN, INPROCESS) else check_url(v, ("http", "https", "grpc", "grpcs"))
 
     @field_validator("stats_url", "metrics_url")
     @classmethod
@@ -143,19 +165,23 @@ class Endpoint(_Strict):
 
     @model_validator(mode="after")
     def _auth(self) -> "Endpoint":
-        if (self.auth_header is None) != (self.auth_env is None):
-            raise ValueError("auth_header and auth_env go together")
+        if (self.auth_header is None) != (self.auth_env is None and self.auth_file is None):
+            raise ValueError("auth_header goes with auth_env or auth_file")
+        if self.auth_env is not None and self.auth_file is not None:
+            raise ValueError("auth_env and auth_file: give one (where the value is read from)")
         if (self.protocol == "inprocess") != (self.url == INPROCESS):
             raise ValueError("protocol 'inprocess' and url 'inprocess' go together")
         scheme = urlsplit(self.url).scheme
         if self.protocol in SCHEMES and scheme and scheme not in SCHEMES[self.protocol]:
             raise ValueError(f"url: protocol {self.protocol!r} needs a "
                              f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
+        if self.tls is not None and scheme not in TLS_SCHEMES:
+            raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
         return self
 
-    def auth_value(self) -> str | None:
-        """The secret from the environment (read at send time, never written anywhere)."""
-        return os.environ.get(self.auth_env) if self.auth_env else None
+    @property
+    def uses_tls(self) -> bool:
+        return urlsplit(self.url).scheme in TLS_SCHEMES
 
 
 class Region(_Strict):

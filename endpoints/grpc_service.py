@@ -106,15 +106,17 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
 
-def start_grpc_server(server: InferenceServer, host: str, port: int, max_workers: int = 64) -> grpc.Server:
-    """Start the gRPC server on host:port; returns the running grpc.Server."""
+def start_grpc_server(server: InferenceServer, host: str, port: int, credentials=None, interceptors=(),
+                      max_workers: int = 64) -> grpc.Server:
+    """Start the gRPC server on host:port (TLS with `credentials`, grpc.ServerCredentials); returns it running."""
     limit = server.options.max_body_bytes
     grpc_server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"), interceptors=list(interceptors),
         options=[("grpc.max_receive_message_length", 2 * limit + 65536),
                  ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), grpc_server)
-    bound = grpc_server.add_insecure_port(f"{host}:{port}")
+    bound = (grpc_server.add_secure_port(f"{host}:{port}", credentials) if credentials is not None
+             else grpc_server.add_insecure_port(f"{host}:{port}"))
     if bound == 0:
         raise OSError(f"cannot bind gRPC to {host}:{port}")
     grpc_server.start()

@@ -1,29 +1,83 @@
-"""Run the embedded endpoint: KServe v2 over HTTP (uvicorn) and gRPC (grpcio) in one process."""
+"""Run the embedded endpoint: KServe v2 over HTTP (uvicorn) and gRPC (grpcio) in one process, plain or over TLS
+(one-way, or mutual with a client CA) on both."""
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
+from contract.credentials import Credential
+from endpoints.auth import CredentialInterceptor, require_credential
 from endpoints.grpc_service import start_grpc_server
 from endpoints.http_app import build_app
 from endpoints.http_guard import guarded_protocol
 from endpoints.server_core import InferenceServer, ServerOptions
 
 
-def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | None) -> int:
-    """Serve until SIGINT/SIGTERM; returns the process exit code."""
+@dataclass(frozen=True)
+class ServerTls:
+    """The server's certificate and key (PEM) and, for mutual TLS, the CA that client certificates must chain to."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def check(self) -> None:
+        """ValueError naming the flag when a file cannot be read or the pair does not load."""
+        for flag, path in (("--tls-cert", self.cert), ("--tls-key", self.key), ("--tls-client-ca", self.client_ca)):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{flag} {path}: no such file")
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.cert, self.key)
+            if self.client_ca is not None:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_verify_locations(self.client_ca)
+        except ssl.SSLError as exc:
+            raise ValueError(f"--tls-cert {self.cert} / --tls-key {self.key} / --tls-client-ca: {exc.reason or exc}"
+                             ) from None
+
+    def uvicorn_options(self) -> dict:
+        return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key),
+                **({"ssl_ca_certs": str(self.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED} if self.client_ca else {})}
+
+    def grpc_credentials(self):
+        import grpc
+
+        return grpc.ssl_server_credentials(
+            [(Path(self.key).read_bytes(), Path(self.cert).read_bytes())],
+            root_certificates=Path(self.client_ca).read_bytes() if self.client_ca else None,
+            require_client_auth=self.client_ca is not None)
+
+
+def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | None,
+          tls: ServerTls | None = None, credential: Credential | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; returns the process exit code. `credential`: every request must carry it
+    (endpoints/auth.py)."""
+    if tls is not None:
+        tls.check()
+    if credential is not None:
+        credential.value()  # CredentialError (a ValueError naming the file) before anything is bound
     server = InferenceServer(options)
-    grpc_server = start_grpc_server(server, host, grpc_port) if grpc_port else None
-    config = uvicorn.Config(build_app(server), host=host, port=http_port, loop="uvloop",
+    interceptors = [CredentialInterceptor(credential)] if credential else []
+    grpc_server = start_grpc_server(server, host, grpc_port, tls.grpc_credentials() if tls else None,
+                                    interceptors) if grpc_port else None
+    app = build_app(server)
+    config = uvicorn.Config(require_credential(app, credential) if credential else app, host=host, port=http_port,
+                            loop="uvloop",
                             http=guarded_protocol(options.header_timeout_s), interface="asgi3", access_log=False,
                             log_level="warning", lifespan="off", backlog=4096,
-                            timeout_keep_alive=options.idle_timeout_s, proxy_headers=False, server_header=False)
+                            timeout_keep_alive=options.idle_timeout_s, proxy_headers=False, server_header=False,
+                            **(tls.uvicorn_options() if tls else {}))
     http_server = uvicorn.Server(config)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     models = ", ".join(f"{n}(slots={s.slots}, queue={s.queue_depth})" for n, s in server.schedulers.items())
-    print(f"tailrace serve: http://{host}:{http_port}" + (f" grpc {host}:{grpc_port}" if grpc_port else "")
+    mutual = (" (mutual TLS)" if tls and tls.client_ca else "") + (f" (requires {credential.header})" if credential
+                                                                   else "")
+    print(f"tailrace serve: http{'s' if tls else ''}://{host}:{http_port}"
+          + (f" grpc{'s' if tls else ''}://{host}:{grpc_port}" if grpc_port else "") + mutual
           + f" models: {models}", flush=True)
     try:
         http_server.run()

@@ -49,7 +49,8 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from contract.addresses import is_loopback
-    from endpoints.server import serve
+    from contract.credentials import Credential
+    from endpoints.server import ServerTls, serve
     from endpoints.server_core import ServerOptions
 
     if not is_loopback(args.host) and not args.expose:
@@ -59,8 +60,15 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                             fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
                             max_batch=dict(args.max_batch), header_timeout_s=args.header_timeout_s,
                             idle_timeout_s=args.idle_timeout_s)
+    if (args.tls_cert is None) != (args.tls_key is None) or (args.tls_client_ca and not args.tls_cert):
+        parser.error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
+    tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    if (args.auth_header is None) != (args.auth_file is None):
+        parser.error("--auth-header and --auth-file go together")
+    # the server looks at its file on every request (a stat; re-read when it changed): a rotation applies at once
+    credential = Credential(args.auth_header, file=str(args.auth_file), recheck_s=0) if args.auth_file else None
     try:
-        return serve(options, args.host, args.http_port, args.grpc_port)
+        return serve(options, args.host, args.http_port, args.grpc_port, tls, credential)
     except (ValueError, OSError) as exc:
         print(f"tailrace serve: {exc}", file=sys.stderr)
         return 2
@@ -211,14 +219,19 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from tailrace.probe import parse_shapes, probe_endpoint, protocol_of, run_probe
 
     try:
-        check_url(args.url, ("http", "https", "grpc"))
+        check_url(args.url, ("http", "https", "grpc", "grpcs"))
     except ValueError as exc:
         parser.error(f"URL: {exc}")
     binary = {"auto": "auto", "true": True, "false": False}[args.binary]
     check = {"kind": args.check_kind, "output": args.check} if args.check else None
+    tls = {k: v for k, v in (("ca", args.tls_ca), ("cert", args.tls_cert), ("key", args.tls_key),
+                             ("server_name", args.tls_server_name)) if v is not None}
+    auth = {k: v for k, v in (("auth_header", args.auth_header), ("auth_env", args.auth_env),
+                              ("auth_file", args.auth_file)) if v is not None}
     try:
         endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
-                                  args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check)
+                                  args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check,
+                                  tls, auth)
     except ProfileError as exc:
         print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
         return 2
@@ -299,6 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="close a connection that sends no complete request header within this time (slowloris)")
     serve.add_argument("--idle-timeout-s", type=_positive_float, default=30.0,
                        help="close an idle keep-alive connection after this time")
+    serve.add_argument("--tls-cert", type=Path, default=None, metavar="PEM",
+                       help="serve HTTPS and gRPC over TLS with this certificate (chain) ...")
+    serve.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="... and its private key")
+    serve.add_argument("--tls-client-ca", type=Path, default=None, metavar="PEM",
+                       help="mutual TLS: require client certificates signed by this CA")
+    serve.add_argument("--auth-header", default=None, help="require this header (gRPC: metadata key) on every "
+                                                           "request, like a staging gateway ...")
+    serve.add_argument("--auth-file", type=Path, default=None, metavar="FILE",
+                       help="... with this file's content (re-read when it changes); else 401 / UNAUTHENTICATED")
     serve.add_argument("--enable-fault-injection", action="store_true",
                        help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
     serve.set_defaults(func=_cmd_serve)
@@ -442,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Prints the server's and the model's metadata, the request tailrace would "
                                        "send and whether the model takes it, then sends a few requests. Exit 0 when "
                                        "all worked, 1 on a mismatch or a failed request, 2 when unreachable.")
-    probe.add_argument("url", help="http://host:port or grpc://host:port")
+    probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
     probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc"], default=None,
                        help="default: from the URL scheme")
@@ -458,6 +480,13 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--check", default=None, metavar="OUTPUT", help="compare this output with the data's labels")
     probe.add_argument("--check-kind", choices=["label", "argmax"], default="label")
     probe.add_argument("--timeout-ms", type=_positive_float, default=5000)
+    probe.add_argument("--tls-ca", default=None, metavar="PEM", help="https/grpcs: the CA bundle (like tls.ca)")
+    probe.add_argument("--tls-cert", default=None, metavar="PEM", help="client certificate for mutual TLS")
+    probe.add_argument("--tls-key", default=None, metavar="PEM", help="its private key")
+    probe.add_argument("--tls-server-name", default=None, help="the name checked in the server's certificate")
+    probe.add_argument("--auth-header", default=None, help="header to send a credential in, e.g. Authorization")
+    probe.add_argument("--auth-env", default=None, metavar="VAR", help="environment variable holding its value")
+    probe.add_argument("--auth-file", default=None, metavar="FILE", help="file holding its value")
     probe.set_defaults(func=lambda a, p: _cmd_probe(a, probe))
 
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",

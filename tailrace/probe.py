@@ -11,27 +11,34 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.credentials import Credential, CredentialError
 from contract.plan import unresolved_plan
 from contract.profile import Endpoint, ProfileError, parse_profile
 from contract.requests import RequestSpec, RequestSpecError
 from harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
 from harness.worker.payloads import AnswerCheck, wanted_outputs
 from harness.worker.request_data import DataError, SampleSet, samples_for
-from harness.worker.senders import GrpcSender, HttpSender, Sender
+from harness.worker.senders import build_sender
+from harness.worker.tls import sender_tls
 
 
 def protocol_of(url: str, protocol: str | None) -> str:
-    """The protocol given, or the URL scheme's (grpc:// → kserve-grpc, else kserve-http)."""
-    return protocol or ("kserve-grpc" if url.startswith("grpc://") else "kserve-http")
+    """The protocol given, or the URL scheme's (grpc:// and grpcs:// → kserve-grpc, else kserve-http)."""
+    return protocol or ("kserve-grpc" if url.startswith(("grpc://", "grpcs://")) else "kserve-http")
 
 
 def probe_endpoint(url: str, model: str, protocol: str, version: str, data: str, shapes: dict[str, list[int]],
-                   batch_size: int, timeout_ms: float, binary: bool | str, check: dict | None) -> Endpoint:
-    """The endpoint a probe talks to, validated like a profile's (ProfileError names the option)."""
+                   batch_size: int, timeout_ms: float, binary: bool | str, check: dict | None,
+                   tls: dict | None = None, auth: dict | None = None) -> Endpoint:
+    """The endpoint a probe talks to, validated like a profile's (ProfileError names the option). `tls`: the
+    profile's tls table; `auth`: auth_header with auth_env or auth_file."""
     entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "model_version": version,
-             "data": data, "shapes": shapes, "batch_size": batch_size, "timeout_ms": timeout_ms, "binary": binary}
+             "data": data, "shapes": shapes, "batch_size": batch_size, "timeout_ms": timeout_ms, "binary": binary,
+             **(auth or {})}
     if check:
         entry["check"] = check
+    if tls:
+        entry["tls"] = tls
     profile = parse_profile({"name": "probe", "endpoints": [entry], "regions": [{"name": "here", "share": 1.0}],
                              "load": {"rate": 1, "duration_s": 1}}, "tailrace probe")
     return profile.endpoints[0]
@@ -52,9 +59,11 @@ def describe(request: RequestSpec, samples: SampleSet) -> list[str]:
 
 def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     try:
+        credential = Credential.of(endpoint)
         info = model_info(url, endpoint.protocol, endpoint.model, endpoint.model_version,
-                          timeout_s=endpoint.timeout_ms / 1000)
-    except EndpointCheckError as exc:
+                          timeout_s=endpoint.timeout_ms / 1000, tls=sender_tls(endpoint),
+                          headers=credential.headers() if credential else None)
+    except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return 2
     server = info.server
@@ -88,18 +97,10 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     return _send_some(url, endpoint, request, samples, requests)
 
 
-def _sender(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, wanted: tuple[str, ...]) -> Sender:
-    timeout_s = endpoint.timeout_ms / 1000
-    if endpoint.protocol == "kserve-grpc":
-        return GrpcSender(url, endpoint.model, samples, request, timeout_s, None, version=endpoint.model_version,
-                          wanted=wanted)
-    return HttpSender(url, endpoint.model, samples, request, timeout_s, 4, None, binary=endpoint.binary,
-                      version=endpoint.model_version, wanted=wanted)
-
-
 def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, requests: int) -> int:
     """Send `requests` requests one after another and print each outcome; 1 if any failed."""
-    sender = _sender(url, endpoint, request, samples, tuple(request.outputs))
+    sender = build_sender(endpoint, url, samples, request, stride=1, pool=4, models_dir=Path("."),
+                          wanted=tuple(request.outputs))
     check = AnswerCheck(endpoint.check, samples, request.batched)
     checked = set(wanted_outputs(endpoint.check, samples))
     failed = 0

@@ -12,12 +12,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from contract.credentials import Credential, CredentialError
 from contract.plan import RunPlan
-from contract.profile import Endpoint
+from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from contract.tensors import TensorSpec, onnx_tensors
 from harness.worker.request_data import DataError, samples_for
 from harness.worker.senders import inprocess_model
+from harness.worker.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
 
 
 @dataclass
@@ -42,20 +44,39 @@ def _tensors(items) -> list[TensorSpec]:
     return [TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items]
 
 
+def _unreachable(where: str, exc: BaseException) -> EndpointCheckError:
+    """'cannot reach …' with the TLS setting to look at when the handshake failed."""
+    cause = exc
+    while cause is not None and describe_tls_failure(cause) is None:
+        cause = cause.__cause__ or cause.__context__
+    return EndpointCheckError(f"cannot reach {where}: " + (describe_tls_failure(cause) if cause is not None
+                                                          else str(exc)))
+
+
 def model_info_http(url: str, model: str, version: str = "", timeout_s: float = 5.0,
-                    headers: dict[str, str] | None = None) -> ModelInfo:
-    """Server and model metadata (and config, when the server has one) over KServe v2 HTTP; EndpointCheckError
-    when unreachable or unknown."""
+                    headers: dict[str, str] | None = None, tls: Tls | None = None) -> ModelInfo:
+    """Server and model metadata (and config, when the server has one) over KServe v2 HTTP(S); EndpointCheckError
+    when unreachable, refused by TLS or unknown."""
     base = url.rstrip("/")
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+    verify = ssl_context(tls) if base.startswith("https://") else True
+    extensions = {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
     try:
-        with httpx.Client(timeout=timeout_s, headers=headers or {}) as client:
-            server = client.get(f"{base}/v2")
-            meta = client.get(f"{base}{path}")
-            ready = client.get(f"{base}{path}/ready")
-            config = client.get(f"{base}{path}/config") if meta.status_code == 200 else None
+        with httpx.Client(timeout=timeout_s, headers=headers or {}, verify=verify) as client:
+            get = lambda u: client.get(u, extensions=extensions)  # noqa: E731
+            server = get(f"{base}/v2")
+            meta = get(f"{base}{path}")
+            ready = get(f"{base}{path}/ready")
+            config = get(f"{base}{path}/config") if meta.status_code == 200 else None
+    except httpx.RemoteProtocolError as exc:
+        hint = ("; a server that asks for a client certificate closes such connections: set tls.cert and tls.key"
+                if base.startswith("https://") and (tls is None or tls.cert is None) else "")
+        raise EndpointCheckError(f"cannot reach {base}: {str(exc).rstrip('.')}{hint}") from None
     except httpx.HTTPError as exc:
-        raise EndpointCheckError(f"cannot reach {base}: {exc}") from None
+        raise _unreachable(base, exc) from None
+    if meta.status_code in (401, 403):
+        raise EndpointCheckError(f"{base} refused the credential (HTTP {meta.status_code}: {_said(meta)}): check "
+                                 "auth_header and auth_env / auth_file")
     if meta.status_code != 200:
         raise EndpointCheckError(f"model {model!r} is not on {base} (HTTP {meta.status_code}: {_said(meta)})")
     doc = meta.json()
@@ -79,25 +100,36 @@ def _said(response: httpx.Response) -> str:
 
 
 def model_info_grpc(url: str, model: str, version: str = "", timeout_s: float = 5.0,
-                    headers: dict[str, str] | None = None) -> ModelInfo:
-    """Server and model metadata over KServe v2 gRPC; EndpointCheckError when unreachable or unknown."""
+                    headers: dict[str, str] | None = None, tls: Tls | None = None) -> ModelInfo:
+    """Server and model metadata over KServe v2 gRPC (grpcs: TLS); EndpointCheckError when unreachable, refused
+    by TLS or unknown."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
     target = urlsplit(url).netloc
     metadata = [(k.lower(), v) for k, v in (headers or {}).items()]
-    with grpc.insecure_channel(target) as channel:
+    with grpc_channel(url, tls) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         try:
             server = stub.ServerMetadata(service_pb2.ServerMetadataRequest(), timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:
-            raise EndpointCheckError(f"cannot reach {target}: {exc.code().name} {exc.details()}") from None
+            details = exc.details() or ""
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise EndpointCheckError(f"{target} refused the credential ({exc.code().name}: {details}): check "
+                                         "auth_header and auth_env / auth_file") from None
+            hint = (": the TLS handshake failed — check tls.ca (the CA that signed the server's certificate), "
+                    "tls.server_name, and tls.cert / tls.key when the server asks for a client certificate"
+                    if url.startswith("grpcs://") and exc.code() == grpc.StatusCode.UNAVAILABLE else "")
+            raise EndpointCheckError(f"cannot reach {target}: {exc.code().name} {details}{hint}") from None
         try:
             meta = stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=model, version=version),
                                       timeout=timeout_s, metadata=metadata)
             ready = stub.ModelReady(service_pb2.ModelReadyRequest(name=model, version=version),
                                     timeout=timeout_s, metadata=metadata).ready
         except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise EndpointCheckError(f"{target} refused the credential ({exc.code().name}: {exc.details()}): "
+                                         "check auth_header and auth_env / auth_file") from None
             raise EndpointCheckError(f"model {model!r} is not on {target} ({exc.code().name}: "
                                      f"{exc.details()})") from None
         try:
@@ -113,9 +145,12 @@ def model_info_grpc(url: str, model: str, version: str = "", timeout_s: float = 
 
 
 def model_info(url: str, protocol: str, model: str, version: str = "", timeout_s: float = 5.0,
-               headers: dict[str, str] | None = None) -> ModelInfo:
+               headers: dict[str, str] | None = None, tls: Tls | None = None) -> ModelInfo:
     fetch = model_info_grpc if protocol == "kserve-grpc" else model_info_http
-    return fetch(url, model, version, timeout_s, headers)
+    try:
+        return fetch(url, model, version, timeout_s, headers, tls)
+    except TlsError as exc:
+        raise EndpointCheckError(str(exc)) from None
 
 
 def readiness(info: ModelInfo) -> list[str]:
@@ -157,10 +192,11 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                 inputs, outputs = onnx_tensors(inprocess_model(Path(plan.models_dir), ep))
                 info = ModelInfo(name=ep.model, inputs=list(inputs), outputs=list(outputs), ready=True)
             else:
-                auth = {ep.auth_header: ep.auth_value() or ""} if ep.auth_header else None
+                credential = Credential.of(ep)
                 info = model_info(url, ep.protocol, ep.model, ep.model_version,
-                                  timeout_s=min(10.0, ep.timeout_ms / 1000), headers=auth)
-        except EndpointCheckError as exc:
+                                  timeout_s=min(10.0, ep.timeout_ms / 1000),
+                                  headers=credential.headers() if credential else None, tls=sender_tls(ep))
+        except (EndpointCheckError, CredentialError) as exc:
             problems.append(f"endpoint {ep.name}: {exc}")
             continue
         except ValueError as exc:  # an unreadable ONNX file

@@ -123,7 +123,7 @@ class LocalRun:
         self.stats = ServerStatsRecorder(self.layout, targets, p.server_stats.interval_s)
         self.stats.snapshot("before")
         self.record = RunRecord(self.plan, self.layout, servers=[
-            {k: v for k, v in vars(t).items() if k != "auth"} for t in targets],
+            t.describe() for t in targets],
             region_addresses=proxied_regions(resolved))
         self._start_locust()
 

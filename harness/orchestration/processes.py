@@ -104,15 +104,16 @@ def tailrace_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "tailrace.cli", *args]
 
 
-def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0) -> None:
-    """Poll `url` until it answers 200; raise RuntimeError with the process log if it dies or times out."""
+def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0, verify=True) -> None:
+    """Poll `url` until it answers 200 (`verify`: httpx's, e.g. an ssl context for https); raise RuntimeError with
+    the process log if it dies or times out."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         if process is not None and not process.alive():
             raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}")
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError as exc:
             last = str(exc)

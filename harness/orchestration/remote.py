@@ -122,7 +122,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     stats = ServerStatsRecorder(layout, targets, profile.server_stats.interval_s)
     save_model_metadata(plan, layout)
     stats.snapshot("before")
-    record = RunRecord(plan, layout, servers=[{k: v for k, v in vars(t).items() if k != "auth"} for t in targets])
+    record = RunRecord(plan, layout, servers=[t.describe() for t in targets])
     # --stop-timeout: a worker's last files reach the master after its schedule (harness/worker/uplink.py)
     master = subprocess.Popen(master_argv(plan, bind, port, int(wait_s), *ui, "--stop-timeout", "40",
                                           "--loglevel", "WARNING"),

@@ -14,15 +14,17 @@ A server that does not answer is skipped for that snapshot (an outage must not s
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from contract.credentials import Credential, CredentialError
 from contract.layout import RunLayout, append_line, write_atomic
 from contract.plan import RunPlan
+from contract.profile import Tls
+from harness.worker.tls import ssl_context
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,23 @@ class StatsTarget:
     endpoint: str
     model: str
     kind: str  # "embedded" | "triton" | "remote"
-    stats_base: str | None  # http://host:port of the statistics extension
+    stats_base: str | None  # http(s)://host:port of the statistics extension
     metrics_url: str | None
-    auth: tuple[str, str] | None = None  # (header, environment variable holding its value)
+    auth: Credential | None = None  # read at each request, never stored in the run directory
+    tls: Tls | None = None  # the endpoint's tls, for https:// statistics and metrics
 
     def headers(self) -> dict[str, str]:
-        """The auth header, read from the environment now (never stored)."""
+        """The auth header, read now; none when the credential cannot be read (the snapshot is then skipped)."""
         if self.auth is None:
             return {}
-        value = os.environ.get(self.auth[1])
-        return {self.auth[0]: value} if value else {}
+        try:
+            return self.auth.headers()
+        except CredentialError:
+            return {}
+
+    def describe(self) -> dict:
+        """What the manifest records of this target: no credential, no TLS files."""
+        return {k: v for k, v in vars(self).items() if k not in ("auth", "tls")}
 
 
 def stats_targets(plan: RunPlan) -> list[StatsTarget]:
@@ -47,8 +56,8 @@ def stats_targets(plan: RunPlan) -> list[StatsTarget]:
     targets = []
     for ep in plan.profile.endpoints:
         stats_base = ep.stats_url or (ep.url if ep.protocol == "kserve-http" else None)
-        auth = (ep.auth_header, ep.auth_env) if ep.auth_header and ep.auth_env else None
-        targets.append(StatsTarget(ep.name, ep.model, plan.endpoint_kinds[ep.name], stats_base, ep.metrics_url, auth))
+        targets.append(StatsTarget(ep.name, ep.model, plan.endpoint_kinds[ep.name], stats_base, ep.metrics_url,
+                                   Credential.of(ep), ep.tls))
     return targets
 
 
@@ -75,14 +84,22 @@ class ServerStatsRecorder:
     def __init__(self, layout: RunLayout, targets: list[StatsTarget], interval_s: float) -> None:
         self.layout, self.targets, self.interval_s = layout, targets, interval_s
         self._next = time.monotonic() + interval_s
-        self._client = httpx.Client(timeout=2.0)
+        self._clients: dict[Tls | None, httpx.Client] = {}
+
+    def _client(self, target: StatsTarget, url: str) -> httpx.Client:
+        """One client per TLS setting (httpx verifies per client); plain http:// ones share the first."""
+        tls = target.tls if url.startswith("https://") else None
+        if tls not in self._clients:
+            self._clients[tls] = httpx.Client(timeout=2.0, verify=ssl_context(tls) if tls is not None else True)
+        return self._clients[tls]
 
 
     def _stats(self, target: StatsTarget) -> dict | None:
         if not target.stats_base:
             return None
         try:
-            r = self._client.get(f"{target.stats_base}/v2/models/{target.model}/stats", headers=target.headers())
+            url = f"{target.stats_base}/v2/models/{target.model}/stats"
+            r = self._client(target, url).get(url, headers=target.headers())
         except httpx.HTTPError:
             return None
         if r.status_code != 200:
@@ -94,7 +111,7 @@ class ServerStatsRecorder:
         if not target.metrics_url:
             return None
         try:
-            r = self._client.get(target.metrics_url, headers=target.headers())
+            r = self._client(target, target.metrics_url).get(target.metrics_url, headers=target.headers())
         except httpx.HTTPError:
             return None
         return r.text if r.status_code == 200 else None
@@ -135,4 +152,5 @@ class ServerStatsRecorder:
                             json.dumps({"t_ns": time.time_ns(), "samples": model_samples(text, t.model)}))
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients.values():
+            client.close()

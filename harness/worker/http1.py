@@ -1,4 +1,5 @@
-"""A lean keep-alive HTTP/1.1 client for the generator's hot path (gevent sockets + httptools' llhttp).
+"""A lean keep-alive HTTP/1.1 client for the generator's hot path (gevent sockets + httptools' llhttp), plain or
+over TLS.
 
 Why not a general client: an open-loop generator sends one pre-encoded request shape at a high rate,
 and every microsecond of client overhead is send lag for the next request. This pool opens as many
@@ -8,6 +9,7 @@ retries once on a fresh connection when a reused one turns out closed before any
 from __future__ import annotations
 
 import socket
+import ssl
 
 import gevent
 import httptools
@@ -60,10 +62,13 @@ class ConnectionClosed(ConnectionError):
 
 
 class Http1Pool:
-    """Keep-alive connections to one host:port."""
+    """Keep-alive connections to one host:port, over TLS when given a client context (gevent's ssl, so the
+    handshake and every read and write yield to the other requests)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, tls: "ssl.SSLContext | None" = None,
+                 server_name: str | None = None) -> None:
         self.host, self.port, self.timeout_s = host, port, timeout_s
+        self.tls, self.server_name = tls, server_name or host
         self._idle: list = []
         self.host_header = f"{host}:{port}".encode()
 
@@ -72,6 +77,12 @@ class Http1Pool:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # room for a large request in one write (a 602 kB image): fewer wake-ups of the sending loop per request
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if self.tls is not None:
+            try:
+                return self.tls.wrap_socket(sock, server_hostname=self.server_name)
+            except BaseException:
+                sock.close()
+                raise
         return sock
 
     def request(self, raw: bytes | tuple[bytes, ...]) -> HttpResponse:
@@ -94,7 +105,11 @@ class Http1Pool:
         got_bytes = False
         try:
             if isinstance(raw, tuple):
-                _send_parts(sock, raw)
+                if self.tls is None:
+                    _send_parts(sock, raw)
+                else:  # TLS has no gather write: each part is encrypted as it is
+                    for part in raw:
+                        sock.sendall(part)
             else:
                 sock.sendall(raw)
             while not response.complete:

@@ -1,6 +1,7 @@
 """KServe v2 request senders for the generator (gevent-cooperative), behind one small interface (`Sender`,
-after httpx's BaseTransport): plain HTTP through harness/worker/http1.py's keep-alive pool, HTTPS through
-geventhttpclient, gRPC through grpcio, and the model run inside the worker (no network) as a baseline.
+after httpx's BaseTransport): HTTP and HTTPS through harness/worker/http1.py's keep-alive pool, gRPC (plain or
+TLS, harness/worker/tls.py) through grpcio, and the model run inside the worker (no network) as a baseline.
+Credentials (contract/credentials.py) are read at send time.
 
 Each sender sends requests encoded before the run (harness/worker/payloads.py) with the trace headers, and
 returns what the record needs: status, code, error, the outputs a check reads, server timings, echoed trace
@@ -17,11 +18,13 @@ from urllib.parse import urlparse
 import numpy as np
 import orjson
 
-from contract.profile import Endpoint
+from contract.credentials import Credential, CredentialError
+from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec
 from harness.worker.classify import classify_exception, classify_http_status
 from harness.worker.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from harness.worker.request_data import SampleSet
+from harness.worker.tls import grpc_channel, sender_tls, ssl_context
 
 
 @dataclass
@@ -76,45 +79,51 @@ def _model_path(model: str, version: str) -> str:
 
 
 class HttpSender:
-    """POST /v2/models/{model}[/versions/{v}]/infer: JSON tensors, or the binary tensor extension."""
+    """POST /v2/models/{model}[/versions/{v}]/infer: JSON tensors, or the binary tensor extension; over TLS for
+    https:// (the endpoint's `tls`: CA, client certificate, server name)."""
 
     def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float, pool: int,
-                 auth: tuple[str, str] | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
-                 wanted: tuple[str, ...] = ()) -> None:
+                 credential: Credential | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
+                 wanted: tuple[str, ...] = (), tls: Tls | None = None) -> None:
+        from harness.worker.http1 import Http1Pool
+
         parsed = urlparse(url)
         self.path = f"{parsed.path.rstrip('/')}{_model_path(model, version)}/infer"
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        self.tls = parsed.scheme == "https"
-        if self.tls:  # TLS endpoints use geventhttpclient; plain HTTP uses the lean pool below
-            from geventhttpclient import HTTPClient
+        context = None
+        if parsed.scheme == "https":
+            from gevent.ssl import SSLContext
 
-            self.client = HTTPClient(parsed.hostname, port, ssl=True, concurrency=pool,
-                                     connection_timeout=timeout_s, network_timeout=timeout_s)
-        else:
-            from harness.worker.http1 import Http1Pool
-
-            self.client = Http1Pool(parsed.hostname, port, timeout_s)
+            context = ssl_context(tls, SSLContext)
+        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
         self.wanted = wanted
         self.payloads = Payloads.build(samples, request, stride, lambda arrays: http_body(arrays, request, binary))
-        self.auth = auth
+        self.credential = credential  # read at send time: a rotated auth_file is picked up within a second
         self.warm_connections = min(16, pool)
         static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
                   "Connection: keep-alive"]
-        if auth:
-            static.append(f"{auth[0]}: {auth[1]}")
         self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
+
+    def _auth_line(self) -> bytes:
+        if self.credential is None:
+            return b""
+        return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         body, header_length = self.payloads.encoded[self.payloads.index(sample)]
         if header_length is not None:
             headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
-        if self.tls:
-            return self._send_tls(body, headers, on_sent)
-        head = b"".join((self._head, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+        out = Outcome()
+        try:
+            auth = self._auth_line()
+        except CredentialError as exc:
+            out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
+            return out
+        head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
         # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
         raw = (head, body) if len(body) > LARGE_BODY else head + body
-        out = Outcome(bytes_out=len(head) + len(body))
+        out.bytes_out = len(head) + len(body)
         on_sent()
         try:
             response = self.client.request(raw)
@@ -122,20 +131,6 @@ class HttpSender:
             out.status, out.code, out.error = classify_exception(exc)
             return out
         return self._parse(out, response.status, response.body, response.header_length)
-
-    def _send_tls(self, body: bytes, headers: dict[str, str], on_sent) -> Outcome:
-        hdrs = {"Content-Type": "application/json", **headers}
-        if self.auth:
-            hdrs[self.auth[0]] = self.auth[1]
-        out = Outcome(bytes_out=len(body))
-        on_sent()
-        try:
-            response = self.client.request("POST", self.path, body=body, headers=hdrs)
-            payload = response.read()
-        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
-            out.status, out.code, out.error = classify_exception(exc)
-            return out
-        return self._parse(out, response.status_code, payload, response.get("inference-header-content-length"))
 
     def _parse(self, out: Outcome, status: int, payload: bytes, header_length: str | None) -> Outcome:
         out.bytes_in = len(payload)
@@ -156,13 +151,11 @@ class HttpSender:
         return out
 
     def warm_up(self) -> None:
-        """One connection opened and checked (GET /v2/health/ready)."""
+        """One connection opened and checked (GET /v2/health/ready, with the credential), then the pool filled;
+        raises when the endpoint is unreachable, refuses the TLS handshake or the credential cannot be read."""
         ready = self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready"
-        if self.tls:
-            self.client.get(ready).read()
-            return
         head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {ready}", 1).encode("latin-1")
-        response = self.client.request(head + b"Content-Length: 0\r\n\r\n")
+        response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {ready} answered {response.status}")
         self.client.prewarm(self.warm_connections)
@@ -175,28 +168,31 @@ class GrpcSender:
     """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
 
     def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float,
-                 auth: tuple[str, str] | None, stride: int = 1, version: str = "", wanted: tuple[str, ...] = ()) -> None:
-        import grpc
+                 credential: Credential | None, stride: int = 1, version: str = "", wanted: tuple[str, ...] = (),
+                 tls: Tls | None = None) -> None:
         from tritonclient.grpc import service_pb2_grpc
 
-        target = urlparse(url).netloc
         # Reconnect within ~0.5 s of a server coming back (gRPC's default backoff grows to 120 s): an outage
         # window then measures the server, not the client's backoff.
-        self.channel = grpc.insecure_channel(target, options=[
+        self.channel = grpc_channel(url, tls, [
             ("grpc.max_receive_message_length", 64 << 20), ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.timeout_s = timeout_s
-        self.auth, self.wanted = auth, wanted
+        self.credential, self.wanted = credential, wanted
         self.payloads = Payloads.build(samples, request, stride,
                                        lambda arrays: grpc_request(arrays, request, model, version))
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         req = self.payloads.encoded[self.payloads.index(sample)]
         metadata = [(k.lower(), v) for k, v in headers.items()]
-        if self.auth:
-            metadata.append((self.auth[0].lower(), self.auth[1]))
         out = Outcome(bytes_out=req.ByteSize())
+        if self.credential is not None:
+            try:
+                metadata.append((self.credential.header.lower(), self.credential.value()))
+            except CredentialError as exc:
+                out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
+                return out
         on_sent()
         try:
             response, call = self.stub.ModelInfer.with_call(req, metadata=metadata, timeout=self.timeout_s)
@@ -215,9 +211,12 @@ class GrpcSender:
         return out
 
     def warm_up(self) -> None:
-        """Channel connected before the first scheduled request."""
+        """Channel connected (and its TLS handshake done) before the first scheduled request; the credential
+        read once."""
         import grpc
 
+        if self.credential is not None:
+            self.credential.value()
         grpc.channel_ready_future(self.channel).result(timeout=10)
 
     def close(self) -> None:
@@ -268,14 +267,14 @@ class InProcessSender:
 def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: int,
                  models_dir: Path, wanted: tuple[str, ...] = ()) -> Sender:
     """The sender for one endpoint of the plan, reaching it at `url`, with its requests encoded."""
-    auth = (endpoint.auth_header, endpoint.auth_value() or "") if endpoint.auth_header else None
+    credential, tls = Credential.of(endpoint), sender_tls(endpoint)
     timeout_s = endpoint.timeout_ms / 1000
     if endpoint.protocol == "kserve-http":
-        return HttpSender(url, endpoint.model, samples, request, timeout_s, pool, auth, stride, endpoint.binary,
-                          endpoint.model_version, wanted)
+        return HttpSender(url, endpoint.model, samples, request, timeout_s, pool, credential, stride, endpoint.binary,
+                          endpoint.model_version, wanted, tls)
     if endpoint.protocol == "kserve-grpc":
-        return GrpcSender(url, endpoint.model, samples, request, timeout_s, auth, stride, endpoint.model_version,
-                          wanted)
+        return GrpcSender(url, endpoint.model, samples, request, timeout_s, credential, stride,
+                          endpoint.model_version, wanted, tls)
     path = inprocess_model(models_dir, endpoint)
     if not path.exists():
         raise RuntimeError(f"endpoint {endpoint.name}: inprocess needs {path} (an ONNX model)")

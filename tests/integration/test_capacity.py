@@ -53,7 +53,13 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     assert hi / lo - 1 <= 0.05
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
     assert list(dict.fromkeys(r["rate"] for r in rows))[:3] == [100, 200, 400]  # a retried rate repeats
-    assert all(r["p99_ms"] < SLO_MS for r in rows if r["outcome"] == PASS)
+    for r in (r for r in rows if r["outcome"] == PASS):
+        # the trial's own p99 is withheld (None) when its requests are worth fewer independent samples than a p99
+        # interval needs; the SLO verdict decides on the exceedance proportion and always states what it measured
+        assert r["p99_ms"] is None or r["p99_ms"] < SLO_MS, r
+        summary = json.loads((cap_dir / "trials" / r["run_id"] / "report" / "summary.json").read_text())
+        assert [v["verdict"] for v in summary["slos"]] == ["PASS"] and summary["slos"][0]["measured"] < SLO_MS
+    assert any(r["p99_ms"] is not None for r in rows if r["outcome"] == PASS), rows
     rec = result["recommendation"]
     assert rec["planned_rate_per_instance"] <= lo / 1.5 + 1e-9 and rec["instances_for_peak"] >= 600 / (lo / 1.5)
     for name in ("index.html", "trials.csv", "latency_vs_load.svg"):
