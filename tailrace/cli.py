@@ -247,7 +247,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
     from contract.profile import ProfileError, load_profile
-    from tailrace.kubernetes import DeployError, Resources, render, warnings, write
+    from tailrace.kubernetes import DeployError, Resources, render, secret_commands, warnings, write
 
     try:
         profile = load_profile(args.profile, overrides_of(args))
@@ -264,6 +264,9 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
         return 2
     for path in write(rendered, args.out):
         print(path)
+    print("create the Secrets the manifests reference (in every cluster), before applying them:")
+    for command in secret_commands(profile, args.namespace):
+        print(f"  {command}")
     for warning in warnings(profile):
         print(f"tailrace deploy kubernetes: warning: {warning}", file=sys.stderr)
     return 0

@@ -24,6 +24,7 @@ from tailrace.commands import MASTER_PORT, SNTP_PORT, master_args, worker_args
 NAMESPACE = "tailrace"
 TOKEN_SECRET, TOKEN_KEY = "tailrace-run-token", "token"
 CREDENTIALS_SECRET = "tailrace-endpoint-credentials"
+FILES_SECRET = "tailrace-endpoint-files"  # auth_file and tls files, mounted as directories (so rotations reach them)
 PROFILE_PATH, WORKDIR, RESULTS, SPOOL = "/etc/tailrace/profile.toml", "/work", "/results", "/spool"
 CONFIGMAP_LIMIT = 900 * 1024  # a ConfigMap holds at most 1 MiB
 LABEL = "app.kubernetes.io"
@@ -87,9 +88,55 @@ def _configmap_key(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", path)
 
 
-def _volumes(data: dict[str, Path], with_data: bool) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts): the profile at PROFILE_PATH, its data files under WORKDIR at the paths it names, and
-    writable scratch (the root filesystem is read-only)."""
+def endpoint_files(profile: Profile) -> list[str]:
+    """The files the profile's endpoints read at their own paths: auth_file and the tls ca / cert / key. They come
+    from one Secret; a relative path is a DeployError naming the field."""
+    out = []
+    for i, e in enumerate(profile.endpoints):
+        named = [("auth_file", e.auth_file)] + ([(f"tls.{k}", getattr(e.tls, k)) for k in ("ca", "cert", "key")]
+                                                 if e.tls else [])
+        for field, path in named:
+            if path is None:
+                continue
+            if not path.startswith("/") or Path(path).parent == Path("/"):
+                raise DeployError(f"endpoints[{i}].{field}: {path!r} — a deployment mounts it from the Secret "
+                                  f"{FILES_SECRET}: give an absolute path in a directory of its own, e.g. "
+                                  "/etc/tailrace/secrets/token")
+            out.append(path)
+    return sorted(set(out))
+
+
+def _secret_file_volumes(files: list[str]) -> tuple[list[dict], list[dict]]:
+    """One Secret volume per directory the files live in, mounted whole (never by subPath: the kubelet updates
+    only whole mounts when the Secret rotates, and auth_file is re-read when it changes)."""
+    volumes, mounts = [], []
+    directories = sorted({str(Path(f).parent) for f in files})
+    for j, directory in enumerate(directories):
+        items = [{"key": _configmap_key(f), "path": Path(f).name} for f in files if str(Path(f).parent) == directory]
+        volumes.append({"name": f"endpoint-files-{j}", "secret": {"secretName": FILES_SECRET, "items": items}})
+        mounts.append({"name": f"endpoint-files-{j}", "mountPath": directory, "readOnly": True})
+    return volumes, mounts
+
+
+def secret_commands(profile: Profile, namespace: str = NAMESPACE) -> list[str]:
+    """The kubectl commands that create the Secrets the manifests reference (values from the user's files and
+    environment; never written by tailrace)."""
+    variables = sorted({e.auth_env for e in profile.endpoints if e.auth_env})
+    files = endpoint_files(profile)
+    out = [f"kubectl -n {namespace} create secret generic {TOKEN_SECRET} --from-file={TOKEN_KEY}=run-token"]
+    if variables:
+        out.append(f"kubectl -n {namespace} create secret generic {CREDENTIALS_SECRET} "
+                   + " ".join(f'--from-literal={v}="${v}"' for v in variables))
+    if files:
+        out.append(f"kubectl -n {namespace} create secret generic {FILES_SECRET} "
+                   + " ".join(f"--from-file={_configmap_key(f)}=LOCAL-COPY-OF{f}" for f in files))
+    return out
+
+
+def _volumes(data: dict[str, Path], with_data: bool, files: list[str] = ()) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): the profile at PROFILE_PATH, its data files under WORKDIR at the paths it names, the
+    endpoints' credential and TLS files from their Secret, and writable scratch (the root filesystem is
+    read-only)."""
     items = [{"key": "profile.toml", "path": "profile.toml"}]
     volumes = [{"name": "profile", "configMap": {"name": "tailrace-profile", "items": items}},
                {"name": "tmp", "emptyDir": {}}]
@@ -100,7 +147,8 @@ def _volumes(data: dict[str, Path], with_data: bool) -> tuple[list[dict], list[d
             {"key": _configmap_key(rel), "path": _configmap_key(rel)} for rel in data]}})
         mounts += [{"name": "data", "mountPath": f"{WORKDIR}/{rel.lstrip('/')}", "subPath": _configmap_key(rel),
                     "readOnly": True} for rel in data]
-    return volumes, mounts
+    secret_volumes, secret_mounts = _secret_file_volumes(list(files))
+    return volumes + secret_volumes, mounts + secret_mounts
 
 
 def _configmaps(profile_text: str, data: dict[str, Path], namespace: str) -> tuple[list[dict], bool]:
@@ -134,7 +182,7 @@ def master_docs(profile: Profile, image: str, namespace: str, res: Resources, da
                 data: dict[str, Path], exposed_to: list[str] | None, wait_s: float) -> list[dict]:
     """The master: its results volume, Job, Service (ClusterIP, or a LoadBalancer limited to `exposed_to`) and
     the NetworkPolicy that admits only workers (pods in this cluster, or the workers' source ranges)."""
-    volumes, mounts = _volumes(data, data_included)
+    volumes, mounts = _volumes(data, data_included, endpoint_files(profile))
     volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": "tailrace-results"}})
     mounts.append({"name": "results", "mountPath": RESULTS})
     container = {"name": "master", "image": image, "imagePullPolicy": "IfNotPresent",
@@ -173,7 +221,7 @@ def master_docs(profile: Profile, image: str, namespace: str, res: Resources, da
 def worker_doc(profile: Profile, region, image: str, namespace: str, res: Resources, master: str,
                data_included: bool, data: dict[str, Path]) -> dict:
     """One region's worker Job: `workers` pods, indexed, on the region's nodes."""
-    volumes, mounts = _volumes(data, data_included)
+    volumes, mounts = _volumes(data, data_included, endpoint_files(profile))
     volumes.append({"name": "spool", "emptyDir": {}})
     mounts.append({"name": "spool", "mountPath": SPOOL})
     index_env = {"name": "TAILRACE_WORKER_INDEX", "valueFrom": {"fieldRef": {

@@ -14,7 +14,7 @@ import yaml
 from contract.profile import load_profile
 from tailrace.cli import build_parser
 from tailrace.commands import master_args, worker_args
-from tailrace.kubernetes import render, write
+from tailrace.kubernetes import DeployError, render, secret_commands, write
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = "1.34"  # a recent release; the schemas ship with kubernetes-validate
@@ -109,3 +109,44 @@ def test_a_multi_cluster_render_without_the_masters_address_is_refused(tmp_path)
                      (deploy(profile="profiles/demo.toml"), "endpoints[0].url")):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and needs in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and not (tmp_path / "k").exists()
+
+
+def test_credential_and_tls_files_come_from_a_secret_mounted_whole_so_rotations_reach_them(tmp_path):
+    profile_path = tmp_path / "tls.toml"
+    profile_path.write_text("""
+name = "tls"
+[[endpoints]]
+name = "https"
+url = "https://staging.example:443"
+protocol = "kserve-http"
+model = "m"
+auth_header = "Authorization"
+auth_file = "/etc/tailrace/secrets/token"
+tls = { ca = "/etc/tailrace/tls/ca.pem", cert = "/etc/tailrace/tls/client.crt", key = "/etc/tailrace/tls/client.key" }
+[[regions]]
+name = "r1"
+share = 1.0
+[load]
+rate = 10
+duration_s = 10
+[clock]
+servers = ["master"]
+""")
+    profile = load_profile(profile_path)
+    write(render(profile, profile_path, IMAGE), tmp_path / "k")
+    docs = _validate_all(tmp_path / "k")
+    for job in (d for d in docs if d["kind"] == "Job"):
+        pod = job["spec"]["template"]["spec"]
+        secret_volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+        mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"] if m["name"] in secret_volumes}
+        assert set(mounts) == {"/etc/tailrace/secrets", "/etc/tailrace/tls"}
+        assert not any("subPath" in m for m in mounts.values())  # a subPath mount never sees a rotation
+        paths = sorted(item["path"] for v in secret_volumes.values() for item in v["items"])
+        assert paths == ["ca.pem", "client.crt", "client.key", "token"]
+        assert {v["secretName"] for v in secret_volumes.values()} == {"tailrace-endpoint-files"}
+    commands = secret_commands(profile)
+    assert any("tailrace-endpoint-files" in c and "_etc_tailrace_secrets_token=" in c for c in commands), commands
+    relative = profile_path.read_text().replace('"/etc/tailrace/secrets/token"', '"token"')
+    profile_path.write_text(relative)
+    with pytest.raises(DeployError, match=r"endpoints\[0\].auth_file: 'token' — a deployment mounts it"):
+        render(load_profile(profile_path), profile_path, IMAGE)
