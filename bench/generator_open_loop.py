@@ -32,7 +32,10 @@ RESPONSE = ('{"model_name":"digits_mlp_fp32","model_version":"1","outputs":[{"na
 COMMAND = ".venv/bin/python bench/generator_open_loop.py"
 
 
-def start_nginx(work: Path, port: int):
+def start_nginx(work: Path, port: int, tls: tuple[int, Path, Path] | None = None):
+    """nginx on CPU 1 answering RESPONSE on `port`; `tls` = (port, certificate, key) adds a TLS listener."""
+    tls_lines = (f"listen 127.0.0.1:{tls[0]} ssl backlog=4096;\n    ssl_certificate {tls[1]};\n"
+                 f"    ssl_certificate_key {tls[2]};") if tls else ""
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
@@ -47,6 +50,7 @@ http {{
   client_body_buffer_size 64k;
   server {{
     listen 127.0.0.1:{port} backlog=4096;
+    {tls_lines}
     location / {{ default_type application/json; return 200 '{RESPONSE}'; }}
   }}
 }}
