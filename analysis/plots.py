@@ -257,7 +257,8 @@ def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
         d = df[df[f"{p}_ms"].notna()]
         if d.empty:
             continue
-        err = [(d[f"{p}_ms"] - d[f"{p}_ci_low"]).clip(lower=0), (d[f"{p}_ci_high"] - d[f"{p}_ms"]).clip(lower=0)]
+        low, high = (pd.to_numeric(d[f"{p}_ci_{side}"], errors="coerce") for side in ("low", "high"))
+        err = [(d[f"{p}_ms"] - low).clip(lower=0).fillna(0), (high - d[f"{p}_ms"]).clip(lower=0).fillna(0)]
         ax.errorbar(d["rate"], d[f"{p}_ms"], yerr=err, fmt=style, ms=4, lw=1, capsize=2, label=p)
     for slo in result["slos"]:
         ax.axhline(slo["threshold_ms"], color="red", ls=":", lw=1)

@@ -51,6 +51,9 @@ def _pct(row: dict, name: str) -> str:
         worth = est.get("effective_n")
         extra = f" independent; worth {worth:,}" if worth is not None and worth < est["n"] else ""
         return f"<span class='note'>needs ≥ {est['min_samples']:,}{extra}</span>"
+    if est["ci_low"] is None:
+        return (f"{est['value']:.2f} <span class='note'>[no interval: worth {est['effective_n']:,} independent, "
+                f"needs ≥ {est['min_samples']:,}]</span>")
     return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
 
 

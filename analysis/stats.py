@@ -31,18 +31,24 @@ class PercentileEstimate:
 
     @property
     def reportable(self) -> bool:
+        """A point estimate exists: at least min_samples values."""
         return self.value is not None
+
+    @property
+    def has_interval(self) -> bool:
+        """Its interval exists too: the values are worth at least min_samples independent ones."""
+        return self.ci_low is not None
 
     def as_dict(self) -> dict:
         return {"percentile": self.percentile, "n": self.n, "value": self.value, "ci_low": self.ci_low,
                 "ci_high": self.ci_high, "min_samples": self.min_samples, "effective_n": self.effective_n,
-                "note": None if self.reportable else self._note()}
+                "note": None if self.has_interval else self._note()}
 
     def _note(self) -> str:
-        if self.effective_n is not None and self.effective_n < self.n:
-            return (f"p{self.percentile:g} needs ≥ {self.min_samples} independent samples; the {self.n} correlated "
-                    f"ones are worth {self.effective_n}")
-        return f"p{self.percentile:g} needs ≥ {self.min_samples} samples"
+        if not self.reportable:
+            return f"p{self.percentile:g} needs ≥ {self.min_samples} samples"
+        return (f"p{self.percentile:g}'s interval needs ≥ {self.min_samples} independent samples; the {self.n} "
+                f"correlated ones are worth {self.effective_n}")
 
 
 def order_statistic_ranks(n: int, q: float, alpha: float = ALPHA) -> tuple[int, int]:
@@ -79,13 +85,16 @@ def sorted_percentile_ci(x: np.ndarray, percentile: float, alpha: float = ALPHA,
     """`percentile_ci` of values already sorted ascending (float). `effective_n` (analysis/correlation.py): the
     number of independent samples correlated ones are worth; the interval then spans the quantile levels
     the order-statistic interval of `effective_n` samples spans, read off these n values. With
-    effective_n = n (independent samples) it is exactly the order-statistic interval."""
+    effective_n = n (independent samples) it is exactly the order-statistic interval. Fewer than min_samples
+    values: no estimate; fewer independent ones: the estimate without an interval."""
     n = len(x)
     m = n if effective_n is None else min(n, effective_n)
     q = percentile / 100
     need = min_samples_for(q, alpha)
-    if m < need:
+    if n < need:
         return PercentileEstimate(percentile, n, None, None, None, need, m)
+    if m < need:  # enough values for the percentile, too few independent ones for its interval
+        return PercentileEstimate(percentile, n, sorted_percentile(x, q), None, None, need, m)
     lo, hi = order_statistic_ranks(m, q, alpha)
     if m < n:  # the same levels, lo/m and hi/m, among n values
         lo, hi = max(1, int(math.floor(lo * n / m))), min(n, int(math.ceil(hi * n / m)))

@@ -52,7 +52,7 @@ def _coverage(generate, n: int, seed: int = 1) -> tuple[float, float, list[float
         tau = quantile_tau(x, sorted_percentile(xs, 0.99))
         new = sorted_percentile_ci(xs, 99, effective_n=effective_size(n, tau))
         old_hits += old.ci_low <= truth <= old.ci_high
-        new_hits += new.reportable and new.ci_low <= truth <= new.ci_high
+        new_hits += new.has_interval and new.ci_low <= truth <= new.ci_high
         ratios.append((new.ci_high - new.ci_low) / (old.ci_high - old.ci_low))
     return old_hits / REPS, new_hits / REPS, ratios
 
@@ -80,8 +80,10 @@ def test_effective_n_equal_to_n_is_the_order_statistic_interval():
     assert sorted_percentile_ci(x, 99, effective_n=5000) == sorted_percentile_ci(x, 99)
     fewer = sorted_percentile_ci(x, 99, effective_n=500)
     assert fewer.ci_low <= sorted_percentile_ci(x, 99).ci_low and fewer.ci_high >= sorted_percentile_ci(x, 99).ci_high
-    assert not sorted_percentile_ci(x, 99, effective_n=100).reportable
-    assert "worth 100" in sorted_percentile_ci(x, 99, effective_n=100).as_dict()["note"]
+    few = sorted_percentile_ci(x, 99, effective_n=100)  # the value stands; its interval needs more
+    assert few.reportable and not few.has_interval and few.value == sorted_percentile_ci(x, 99).value
+    assert few.ci_low is None and "worth 100" in few.as_dict()["note"]
+    assert not sorted_percentile_ci(x[:100], 99).reportable  # too few values: no estimate at all
 
 
 def test_a_verdict_on_correlated_exceedances_needs_more_samples():
