@@ -60,7 +60,7 @@ def print_summary(summary: dict) -> None:
         lat.add_row(r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
                     "–" if p["p50"]["value"] is None else f"{p['p50']['value']:.2f}",
                     f"needs ≥ {p99['min_samples']}" if p99["value"] is None else
-                    f"{p99['value']:.2f} [worth {p99['effective_n']:,} independent]" if p99["ci_low"] is None else
+                    f"{p99['value']:.2f} \\[no interval: worth {p99['effective_n']:,} independent]" if p99["ci_low"] is None else
                     f"{p99['value']:.2f} [{p99['ci_low']:.2f}, {p99['ci_high']:.2f}]",
                     f"needs ≥ {p['p99.9']['min_samples']}" if p["p99.9"]["value"] is None else f"{p['p99.9']['value']:.2f}",
                     "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}")

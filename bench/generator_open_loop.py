@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import secrets
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,7 @@ name = "nginx"
 url = "{url}"
 protocol = "kserve-http"
 model = "digits_mlp_fp32"
+inputs = [{{ name = "input", datatype = "FP32", shape = [-1, 64] }}]  # nginx has no model metadata
 [[regions]]
 name = "bench"
 share = 1.0
@@ -99,11 +101,11 @@ models_dir = "{models}"
 send_lag_p99_ms = 2
 max_in_flight = 20000
 """)
-    port = free_port()
+    port, env = free_port(), {"TAILRACE_RUN_TOKEN": secrets.token_urlsafe(16)}
     master = start_process("master", ["taskset", "-c", "1", *tailrace_argv(
-        "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{rate:g}.log")
+        "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{rate:g}.log", env=env)
     worker = start_process("worker", ["taskset", "-c", "0", *tailrace_argv(
-        "worker", "--master", f"127.0.0.1:{port}", "--region", "bench")], work / f"worker-{rate:g}.log")
+        "worker", "--master", f"127.0.0.1:{port}", "--region", "bench")], work / f"worker-{rate:g}.log", env=env)
     master.popen.wait(seconds + 120)
     worker.stop()
     run_dir = max((work / "runs").glob(f"bench-{rate:g}-*"))
