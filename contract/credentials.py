@@ -44,7 +44,9 @@ class Credential:
         return f"auth_env {self.env}" if self.env is not None else f"auth_file {self.file}"
 
     def value(self) -> str:
-        """The value now; CredentialError when it has never been readable."""
+        """The value now; CredentialError when it has never been readable — once it has been read, never (a file
+        that turns unreadable keeps its last value). A worker that never could read it records each request as
+        `client_error` (contract/records.py), not sent."""
         if self.env is not None:
             value = os.environ.get(self.env)
             if not value:

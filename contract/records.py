@@ -25,7 +25,8 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("latency_ns", "int64", "t_done - t_intended (monotonic clock)"),
     ("service_ns", "int64", "t_done - t_sent (what a closed-loop tool would report)"),
     ("send_lag_ns", "int64", "t_sent - t_intended"),
-    ("status", "string", "ok | http_error | grpc_error | timeout | connection | bad_response"),
+    ("status", "string", "ok | http_error | grpc_error | timeout | connection | bad_response | client_error (not "
+                         "sent: the generator could not read the endpoint's credential)"),
     ("code", "string", "HTTP status or gRPC code name"),
     ("error", "string", "short error text"),
     ("server_queue_ns", "int64", "server-reported time in queue (-1 if not reported)"),
@@ -56,7 +57,7 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("stage", "string", "before | during | after"),
 )
 
-STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response")
+STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
 # columns added after the first release: older run directories lack them and get these values
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import ssl
+from pathlib import Path
 
 import pytest
 import trustme
@@ -110,3 +111,27 @@ def test_handshake_failures_are_described_with_the_setting_to_check():
     assert "check tls.ca" in describe_tls_failure(refused) and "self-signed" in describe_tls_failure(refused)
     assert "tls.cert / tls.key" in describe_tls_failure(ssl.SSLError(1, "tlsv13 alert certificate required"))
     assert describe_tls_failure(ConnectionRefusedError()) is None
+
+
+@pytest.mark.parametrize("url,protocol", [("http://127.0.0.1:9", "kserve-http"), ("grpc://127.0.0.1:9", "kserve-grpc")])
+def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends_nothing(url, protocol, monkeypatch):
+    from contract.plan import unresolved_plan
+    from contract.records import STATUSES
+    from contract.requests import declared_request
+    from harness.worker.request_data import samples_for
+    from harness.worker.senders import build_sender
+
+    monkeypatch.delenv("TAILRACE_ABSENT_TOKEN", raising=False)
+    profile = parse_profile({"name": "t", "endpoints": [{
+        "name": "e", "url": url, "protocol": protocol, "model": "m", "auth_header": "Authorization",
+        "auth_env": "TAILRACE_ABSENT_TOKEN", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]}],
+        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1}}, "t.toml")
+    ep = profile.endpoints[0]
+    request = declared_request(ep, 1)
+    sender = build_sender(ep, url, samples_for(unresolved_plan(profile, "t", ""), ep, request), request, stride=1,
+                          pool=1, models_dir=Path("."))
+    sent = []
+    out = sender.send(0, {}, lambda: sent.append(1))
+    sender.close()
+    assert (out.status, out.code, sent) == ("client_error", "credential", [])
+    assert out.status in STATUSES and "auth_env TAILRACE_ABSENT_TOKEN is not set" in out.error
