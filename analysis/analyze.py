@@ -16,7 +16,7 @@ from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
 from analysis.scenarios import per_phase_table, phase_names, scenario_summary
-from analysis.slo import evaluate_slos, overall_verdict
+from analysis.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
@@ -88,8 +88,9 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
     groups = groups_of(measured)
     slos = [slo.model_dump() for slo in profile.slos]
-    verdicts = evaluate_slos(measured, slos, [e.name for e in profile.endpoints], [r.name for r in profile.regions],
-                             groups)
+    endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
+    verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
+                             region_names, groups)
     validity = validity_rows(groups)
     add_goodput(latency_rows, measured, slos, duration)
     del groups, measured  # a large run's time-ordered groups and measured copy: not needed past here

@@ -11,6 +11,26 @@ from analysis.stats import proportion_verdict, sorted_percentile
 from analysis.validity import Group, groups_of
 from contract import exit_codes
 
+# the error-rate bound of each endpoint × region no declared error_rate SLO covers (README "SLOs")
+IMPLICIT_ERROR_RATE = 0.01
+
+
+def _covers(slo: dict, endpoint: str, region: str) -> bool:
+    return slo["endpoint"] in ("*", endpoint) and slo["region"] in ("*", region)
+
+
+def with_implicit_slos(slos: list[dict], endpoints: list[str], regions: list[str]) -> list[dict]:
+    """The declared SLOs plus an implicit "error rate ≤ 1%" for each endpoint × region that no declared
+    error_rate SLO covers, so that a run whose requests were refused never passes for want of a goal. With no
+    error_rate SLO declared it is one entry over every endpoint × region."""
+    declared = [s for s in slos if s["metric"] == "error_rate"]
+    implicit = {"metric": "error_rate", "percentile": None, "threshold_ms": None, "threshold": IMPLICIT_ERROR_RATE,
+                "implicit": True}
+    if not declared:
+        return [*slos, implicit | {"endpoint": "*", "region": "*"}]
+    return [*slos, *(implicit | {"endpoint": e, "region": r} for e in endpoints for r in regions
+                     if not any(_covers(s, e, r) for s in declared))]
+
 
 def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[str], regions: list[str]
               ) -> list[tuple[str, str, Group]]:
@@ -33,7 +53,9 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
     the bound, i.e. the percentile's distribution-free CI lies below T. Error-rate SLO: k = errors. Both
     count the independent samples the time-ordered requests are worth (analysis/correlation.py). A latency
-    PASS on a group whose latency trended through a phase is INCONCLUSIVE, with the reason.
+    PASS on a group whose latency trended through a phase is INCONCLUSIVE, with the reason. An implicit
+    error-rate SLO (with_implicit_slos) states no goal of the user's, so it is judged on the observed rate:
+    FAIL above its bound, else PASS; a group with no measured requests has no implicit verdict.
     """
     out = []
     groups = groups_of(df) if groups is None else groups
@@ -62,8 +84,14 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
                 k = int((~g.ok).sum())
                 v = proportion_verdict(k, n, slo["threshold"], tau=integrated_time(~g.ok))
                 desc = f"error rate < {slo['threshold']:.3%}"
+                if slo.get("implicit"):
+                    if not n:
+                        continue  # nothing sent: no error rate to judge (a declared SLO makes it INCONCLUSIVE)
+                    desc = f"error rate ≤ {slo['threshold']:.0%} (implicit: no error_rate SLO declared)"
+                    v = replace(v, verdict="FAIL" if k / n > slo["threshold"] else "PASS", more_samples_needed=None)
                 measured, ci = v.observed, (v.ci_low, v.ci_high)
-            out.append({"slo": i, "description": desc, "metric": slo["metric"], "endpoint": endpoint,
+            out.append({"slo": i, "description": desc, "metric": slo["metric"], "implicit": bool(slo.get("implicit")),
+                        "endpoint": endpoint,
                         "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
                         "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
                         "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason})

@@ -58,6 +58,16 @@ def test_exit_codes_end_to_end(tmp_path, case, latency, rate, valid, errors, cod
     assert (tmp_path / "report" / "tables" / "latency.csv").exists()
 
 
+def test_refused_requests_without_a_declared_slo_exit_1(tmp_path):
+    write_run(tmp_path, profile=profile_dict(100, 10, regions=("r1",)), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 10, "errors": 0.4}})
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "analyze", str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error rate ≤ 1% (implicit" in r.stdout and "FAIL" in r.stdout
+    assert "(implicit: no error_rate SLO declared)" in (tmp_path / "report" / "index.html").read_text()
+
+
 def test_a_transient_stall_is_reported_and_leaves_the_verdict_alone(tmp_path):
     stall = "r1-w0: transient stall — send lag p99 7.8 ms > 5 ms in the window 5.0–16.2 s into the run"
     _slo_run(tmp_path, lambda n, rng: rng.uniform(5, 20, n), warnings=[stall])

@@ -312,3 +312,28 @@ def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
     assert len(df) == 2000 and len(chunks) == 20
     assert (df["batch_size"] == 1).all()
     assert (df["correct_count"] == df["correct"].astype(int)).all() and (~df["correct"]).sum() > 100
+
+
+@pytest.mark.parametrize("error_fraction,verdict,code", [(0.05, "FAIL", 1), (0.0, "PASS", 0)])
+def test_refused_requests_fail_a_run_that_declares_no_slo(tmp_path, error_fraction, verdict, code):
+    """With no SLO in the profile, every endpoint × region is held to an implicit error rate of ≤ 1%: a run whose
+    requests were refused ends in FAIL, never in PASS for want of a goal."""
+    write_run(tmp_path, profile=profile_dict(100, 10), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": error_fraction},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10}})
+    s = analyze_run(tmp_path).summary
+    assert (s["verdict"], s["exit_code"]) == (verdict, code)
+    by_region = {v["region"]: v for v in s["slos"]}
+    assert all(v["implicit"] and "implicit" in v["description"] for v in s["slos"])
+    assert by_region["r1"]["verdict"] == verdict and by_region["r2"]["verdict"] == "PASS"
+
+
+def test_a_declared_error_rate_slo_replaces_the_implicit_one_where_it_applies():
+    from analysis.slo import with_implicit_slos
+
+    declared = [{"metric": "error_rate", "threshold": 0.2, "endpoint": "e1", "region": "*"},
+                {"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"}]
+    judged = with_implicit_slos(declared, ["e1", "e2"], ["r1", "r2"])
+    implicit = [(s["endpoint"], s["region"]) for s in judged if s.get("implicit")]
+    assert judged[:2] == declared and implicit == [("e2", "r1"), ("e2", "r2")]
+    assert [s["endpoint"] for s in with_implicit_slos(declared[1:], ["e1", "e2"], ["r1"]) if s.get("implicit")] == ["*"]
