@@ -11,7 +11,7 @@ from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
 from analysis.frames import take_rows
-from analysis.latency import add_goodput, flat_rows, latency_table
+from analysis.latency import add_goodput, endpoint_region_positions, flat_rows, latency_table, region_cdfs, sorted_ok_latencies
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
@@ -36,6 +36,8 @@ class Analysis:
     clock_models: dict[str, OffsetModel]
     summary: dict
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # region → (latency ms, fraction slower): the points of the report's CDF plot (analysis/latency.py)
+    cdfs: dict[str, tuple] = field(default_factory=dict)
 
 
 def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
@@ -79,21 +81,25 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
     in_measured = (df["phase"] > 0).to_numpy()
     measured = take_rows(df, in_measured, MEASURED_COLUMNS)
     duration = profile.load.duration_s
-    latency_rows = latency_table(measured, profile, duration)
+    positions = endpoint_region_positions(measured)  # grouped once, shared by the statistics below
+    ok_sorted = sorted_ok_latencies(measured, positions)
+    latency_rows = latency_table(measured, profile, duration, ok_sorted, positions)
+    cdfs = region_cdfs(ok_sorted)
+    del ok_sorted
     per_phase = per_phase_table(df, profile)
     scenario = scenario_summary(df, profile, {n: (w or {}).get("summary") or {} for n, w in
                                               (manifest.get("workers") or {}).items()})
     synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
     queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
-    groups = groups_of(measured)
+    groups = groups_of(measured, positions)
     slos = [slo.model_dump() for slo in profile.slos]
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
     verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
                              region_names, groups)
     validity = validity_rows(groups)
-    add_goodput(latency_rows, measured, slos, duration)
-    del groups, measured  # a large run's time-ordered groups and measured copy: not needed past here
+    add_goodput(latency_rows, measured, slos, duration, positions)
+    del groups, measured, positions  # a large run's time-ordered groups and measured copy: not needed past here
     slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
     legs = decompose(df)
     decomposition = decomposition_table(legs) if not legs.empty else []
@@ -155,4 +161,4 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
               "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
               "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
-    return Analysis(data, df, models, summary, tables)
+    return Analysis(data, df, models, summary, tables, cdfs)

@@ -89,15 +89,59 @@ def _merged(parts: list[np.ndarray]) -> np.ndarray:
     return np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0)
 
 
-def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float) -> list[dict]:
-    """Rows per endpoint × region, per endpoint (all regions), and overall. Each group's latencies are sorted
-    once; an endpoint's and the overall row merge their groups' sorted latencies."""
+CDF_POINTS = 2000  # per curve: every one of the slowest CDF_POINTS requests, log-spaced ranks below them
+
+
+def cdf_ranks(n: int, points: int = CDF_POINTS) -> np.ndarray:
+    """0-based ranks of a sorted sample of n to draw its 1 − CDF on log axes: all of the slowest `points`, and
+    `points` ranks evenly spaced in log(fraction slower) below them (all n when n is small)."""
+    if n <= 2 * points:
+        return np.arange(n)
+    slower = np.unique(np.geomspace(points, n, points).astype(np.int64))  # how many requests are slower
+    return np.unique(np.concatenate([n - slower, np.arange(n - points, n)]).clip(0, n - 1))
+
+
+def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """region → (latency ms, fraction slower) at cdf_ranks of its successful requests' sorted latencies, merged
+    from its endpoint × region groups (`ok_sorted`, as latency_table sorts them): the report's CDF plot, drawn
+    without sorting the requests again."""
+    curves = {}
+    for region in sorted({r for _, r in ok_sorted}, key=str):
+        x = _merged([v for (_, r), v in ok_sorted.items() if r == region])
+        if len(x):
+            ranks = cdf_ranks(len(x))
+            curves[str(region)] = (x[ranks], 1 - (ranks + 0.5) / len(x))
+    return curves
+
+
+def endpoint_region_positions(df: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
+    """(endpoint, region) → its rows' positions, in (endpoint, region) order: one grouping of a large table,
+    shared by the statistics that group by endpoint × region."""
+    return dict(sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
+                       key=lambda kv: (str(kv[0][0]), str(kv[0][1]))))
+
+
+def sorted_ok_latencies(df: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], np.ndarray]:
+    """(endpoint, region) → the sorted latencies (ms) of its successful requests, in (endpoint, region) order.
+    `positions`: endpoint_region_positions(df), when the caller has it."""
     rows = _Rows(df)
-    groups = sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
-                    key=lambda kv: (str(kv[0][0]), str(kv[0][1])))
+    groups = list((endpoint_region_positions(df) if positions is None else positions).items())
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # numpy's sort releases the GIL
-        ok_sorted = dict(zip((key for key, _ in groups),
-                             pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
+        return dict(zip((key for key, _ in groups),
+                        pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
+
+
+def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float,
+                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, positions: dict | None = None
+                  ) -> list[dict]:
+    """Rows per endpoint × region, per endpoint (all regions), and overall. Each group's latencies are sorted
+    once (`ok_sorted`: sorted_ok_latencies(df), `positions`: endpoint_region_positions(df), when the caller has
+    them); an endpoint's and the overall row merge their groups' sorted latencies."""
+    rows = _Rows(df)
+    positions = endpoint_region_positions(df) if positions is None else positions
+    groups = list(positions.items())
+    ok_sorted = sorted_ok_latencies(df, positions) if ok_sorted is None else ok_sorted
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
         tasks = [({"endpoint": e, "region": r}, idx, ok_sorted[(e, r)], intended_rate(profile, r, e))
                  for (e, r), idx in groups]
@@ -130,13 +174,15 @@ def _met_threshold_ns(slos: list[dict], endpoint: str, region: str) -> float:
     return min(thresholds, default=np.inf)
 
 
-def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s: float) -> None:
+def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s: float,
+                positions: dict | None = None) -> None:
     """Add `goodput_rps` to each latency row: the rate of requests that succeeded within every latency SLO that
-    applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases."""
+    applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases.
+    `positions`: endpoint_region_positions(df), when the caller has it."""
     ok = (df["status"] == "ok").to_numpy()
     latency = df["latency_ns"].to_numpy()
     good: dict[tuple[str, str], int] = {}
-    for (endpoint, region), idx in df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items():
+    for (endpoint, region), idx in (endpoint_region_positions(df) if positions is None else positions).items():
         limit = _met_threshold_ns(slos, str(endpoint), str(region))
         good[(str(endpoint), str(region))] = int((ok[idx] & (latency[idx] <= limit)).sum())
     for row in rows:

@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.capacity_search import PASS  # noqa: E402
+from analysis.stats import grouped_quantile  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -67,27 +68,12 @@ def _plain_ms_ticks(axis) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
-CDF_POINTS = 2000  # per curve: every one of the slowest CDF_POINTS requests, log-spaced ranks below them
-
-
-def cdf_ranks(n: int, points: int = CDF_POINTS) -> np.ndarray:
-    """0-based ranks of a sorted sample of n to draw its 1 − CDF on log axes: all of the slowest `points`, and
-    `points` ranks evenly spaced in log(fraction slower) below them (all n when n is small)."""
-    if n <= 2 * points:
-        return np.arange(n)
-    slower = np.unique(np.geomspace(points, n, points).astype(np.int64))  # how many requests are slower
-    return np.unique(np.concatenate([n - slower, np.arange(n - points, n)]).clip(0, n - 1))
-
-
-def latency_cdfs(df: pd.DataFrame) -> str:
+def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """1 − CDF per region on log axes, from its points (analysis/latency.py region_cdfs)."""
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    ok = df.loc[((df["status"] == "ok") & (df["phase"] > 0)).to_numpy(), ["region", "latency_ns"]]
-    for region, g in ok.groupby("region", observed=True):
-        x = np.sort(g["latency_ns"].to_numpy() / 1e6)
-        y = 1 - (np.arange(1, len(x) + 1) - 0.5) / len(x)
-        ranks = cdf_ranks(len(x))
-        ax.plot(x[ranks], y[ranks], label=region, lw=1.4)
-    if ok.empty:
+    for region, (x, y) in curves.items():
+        ax.plot(x, y, label=region, lw=1.4)
+    if not curves:
         _no_data(ax, "no successful request in the measured phases")
     else:
         ax.set_xscale("log")
@@ -97,7 +83,7 @@ def latency_cdfs(df: pd.DataFrame) -> str:
     ax.set_ylabel("fraction slower (1 − CDF)")
     for q in (0.5, 0.1, 0.01, 0.001):
         ax.axhline(q, color="grey", lw=0.5, ls=":")
-    if not ok.empty:
+    if curves:
         ax.legend()
     return _svg(fig)
 
@@ -110,24 +96,24 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
     whole_s = int((df["t_intended_ref"].max() - t0) // 1e9)  # complete seconds: a last partial one is not a drop
     edges = np.arange(0, whole_s + 1, 1.0)
     for region, g in df.groupby("region", observed=True):
-        t = ((g["t_intended_ref"] - t0) / 1e9).to_numpy()
-        inside = t < whole_s
-        second = np.floor(t[inside]).astype(np.int64)
-        ok = (g["status"] == "ok").to_numpy()[inside]
-        p99 = pd.Series(g["latency_ns"].to_numpy()[inside] / 1e6).where(ok).groupby(second).quantile(0.99)
-        ax1.plot(p99.index.to_numpy() + 0.5, p99.to_numpy(), label=f"{region} p99", lw=1)
-        counts, _ = np.histogram(t[inside], bins=edges)
-        ax2.plot(edges[:-1] + 0.5, counts, lw=1, label=region)
+        second = (g["t_intended_ref"].to_numpy() - t0) // 1_000_000_000  # whole seconds since the first send
+        inside = second < whole_s
+        ok = inside & (g["status"] == "ok").to_numpy()
+        seconds, p99_ns = grouped_quantile(second[ok], g["latency_ns"].to_numpy()[ok], 0.99)
+        p99_ms = np.full(whole_s, np.nan)  # a second without a successful request is a gap in the line
+        p99_ms[seconds] = p99_ns / 1e6
+        ax1.plot(edges[:-1] + 0.5, p99_ms, label=f"{region} p99", lw=1)
+        ax2.plot(edges[:-1] + 0.5, np.bincount(second[inside], minlength=whole_s)[:whole_s], lw=1, label=region)
     _mark_phases((ax1, ax2), phase_starts_s)
     t_end = (df["t_intended_ref"].max() - t0) / 1e9
     for o in outages:
         end = (o["end_ref_ns"] - t0) / 1e9 if o["end_ref_ns"] is not None else t_end
         for ax in (ax1, ax2):
             ax.axvspan((o["start_ref_ns"] - t0) / 1e9, end, color="red", alpha=0.15, lw=0)
-    errors = df[df["status"] != "ok"]
-    if not errors.empty:
-        t = (errors["t_intended_ref"] - t0) / 1e9
-        counts, _ = np.histogram(t, bins=edges)
+    failed = (df["status"] != "ok").to_numpy()
+    if failed.any():
+        second = (df["t_intended_ref"].to_numpy()[failed] - t0) // 1_000_000_000
+        counts = np.bincount(second[second < whole_s], minlength=whole_s)[:whole_s]
         ax2.plot(edges[:-1] + 0.5, counts, lw=1, color="red", ls=":", label="errors")
     ax2.legend(fontsize=7, ncol=4)
     ax1.set_ylabel("p99 per second (ms)")

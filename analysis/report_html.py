@@ -284,7 +284,7 @@ def render(analysis: Analysis) -> str:
     parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
     parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
                  "latency table).</p>")
-    parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(df))
+    parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(analysis.cdfs))
     starts = phase_boundaries_s(analysis.data.plan.profile)
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
                  plots.over_time(df, starts, s["outages"]))

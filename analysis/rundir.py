@@ -19,7 +19,7 @@ from analysis.frames import frame_of
 from contract.layout import STATS_STAGES, RunLayout
 from contract.plan import RunPlan
 from contract.profile import ProfileError
-from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema
+from contract.records import CLOCK_FIELDS, FEW_VALUED, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema
 
 
 @dataclass
@@ -91,9 +91,7 @@ ANALYSIS_COLUMNS = ("region", "worker", "endpoint", "model", "phase", "sample_in
                     "t_intended", "t_sent", "t_done", "latency_ns", "send_lag_ns", "status", "code", "error",
                     "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "correct",
                     "batch_size", "correct_count", "clock_offset_ns")
-# strings with few distinct values: pandas categoricals (one byte per row), never a Python object per row
-CATEGORICAL = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
-                         "server", "stage"})
+CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
 
 
 def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object]) -> pa.Table:

@@ -114,6 +114,30 @@ def sorted_percentile(x: np.ndarray, q: float) -> float:
     return float(a) if t == 0 or a == b else float(a + t * (b - a))
 
 
+def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """(each distinct key, ascending; the linear q-quantile of its values — numpy's definition, as pandas'
+    groupby().quantile) in one sort of all the values: non-negative integer keys and values below 2^62 in all
+    are packed into one int64 and sorted as one (~3× faster than a lexsort), anything else is lexsorted."""
+    keys, values = np.asarray(keys), np.asarray(values)
+    if not len(keys):
+        return keys[:0], np.empty(0)
+    shift = int(values.max()).bit_length() if values.dtype.kind in "iu" and values.min() >= 0 else None
+    if shift is not None and keys.dtype.kind in "iu" and keys.min() >= 0 and \
+            int(keys.max()).bit_length() + shift < 63:
+        packed = np.sort((keys.astype(np.int64) << shift) | values.astype(np.int64))
+        k, v = packed >> shift, packed & ((1 << shift) - 1)
+    else:
+        order = np.lexsort((values, keys))
+        k, v = keys[order], values[order]
+    starts = np.concatenate([[0], np.flatnonzero(k[1:] != k[:-1]) + 1])
+    counts = np.diff(np.append(starts, len(k)))
+    h = (counts - 1) * q
+    below = np.floor(h).astype(np.int64)
+    a = v[starts + below].astype(float)
+    b = v[starts + np.minimum(below + 1, counts - 1)].astype(float)
+    return k[starts], a + (h - below) * (b - a)
+
+
 def clopper_pearson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
     """Exact binomial CI of a proportion k/n (the beta form, which also takes an effective, fractional n)."""
     if n == 0:

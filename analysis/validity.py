@@ -58,14 +58,16 @@ class Group:
         return tested[0] if tested else (None, Stationarity(None, None, None, None, 0))
 
 
-def groups_of(measured: pd.DataFrame) -> dict[tuple[str, str], Group]:
-    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed)."""
+def groups_of(measured: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], Group]:
+    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed).
+    `positions`: (endpoint, region) → row positions (pandas' groupby indices), when the caller has them."""
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
     return {(str(e), str(r)): Group(arrays[time_column][idx], arrays["latency_ns"][idx], ok[idx],
                                     arrays["phase"][idx])
-            for (e, r), idx in measured.groupby(["endpoint", "region"], observed=True, sort=True).indices.items()}
+            for (e, r), idx in sorted((positions if positions is not None else measured.groupby(
+                ["endpoint", "region"], observed=True, sort=False).indices).items(), key=lambda kv: str(kv[0]))}
 
 
 def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:

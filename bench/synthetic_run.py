@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from contract.layout import CLOCK, REQUESTS, RunLayout  # noqa: E402
 from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, arrow_schema  # noqa: E402
+from harness.worker.chunk_writer_process import write_chunk  # noqa: E402
 
 BASE_NS = 1_790_000_000_000_000_000
 REGIONS = (("us-east", 0.4, 2.0, 35.0), ("eu-west", 0.35, 20.0, -12.0), ("ap-south", 0.25, 55.0, 80.0))
@@ -161,7 +161,7 @@ def _clock_rows(rng: np.random.Generator, shape: Shape, region_i: int, worker_i:
 
 
 def _write(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path, use_dictionary=False, write_statistics=False, compression="snappy")
+    write_chunk(table, path)  # as a worker's chunk writer writes it
 
 
 def write_synthetic_run(run_dir: Path, shape: Shape) -> dict:

@@ -57,6 +57,11 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("stage", "string", "before | during | after"),
 )
 
+# strings with few distinct values: dictionary-encoded in the Parquet chunks (a chunk stores each once) and read
+# as categoricals (one code per row, never a Python object per row); the rest of a string column is plain
+FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
+                        "server", "stage"})
+
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
 # columns added after the first release: older run directories lack them and get these values

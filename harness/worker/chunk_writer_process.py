@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from contract.layout import WorkerLayout, temporary
+from contract.records import FEW_VALUED
 
 HEADER = struct.Struct("<IQ")
 
@@ -32,14 +33,16 @@ def _read_exact(stream, n: int) -> bytes:
 
 def write_chunk(table, final: Path) -> None:
     """Write `table` as the closed chunk `final`: under a temporary name, then renamed, so it is complete or
-    absent. No dictionary pages or column statistics (~2× faster; the analysis reads every column anyway). No
+    absent. Dictionary pages only for the few-valued strings (contract/records.py FEW_VALUED: faster to write
+    than plain, and the analysis reads them ~30% faster), no column statistics (the analysis reads every row). No
     fsync: the rename survives the death of the process, not an OS crash, and fsync would stall the sender.
     An OSError (a full disk) leaves no temporary file and names the chunk."""
     import pyarrow.parquet as pq
 
     tmp = temporary(final)
     try:
-        pq.write_table(table, tmp, use_dictionary=False, write_statistics=False, compression="snappy")
+        pq.write_table(table, tmp, use_dictionary=[c for c in table.column_names if c in FEW_VALUED],
+                       write_statistics=False, compression="snappy")
         os.replace(tmp, final)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -337,3 +337,22 @@ def test_a_declared_error_rate_slo_replaces_the_implicit_one_where_it_applies():
     implicit = [(s["endpoint"], s["region"]) for s in judged if s.get("implicit")]
     assert judged[:2] == declared and implicit == [("e2", "r1"), ("e2", "r2")]
     assert [s["endpoint"] for s in with_implicit_slos(declared[1:], ["e1", "e2"], ["r1"]) if s.get("implicit")] == ["*"]
+
+
+@pytest.mark.parametrize("q", [0.5, 0.99])
+def test_grouped_quantile_is_pandas_groupby_quantile(q):
+    """Packed integers and the lexsort fallback (floats) both give numpy's linear quantile per group."""
+    import pandas as pd
+
+    from analysis.stats import grouped_quantile
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 50, 20_000)
+    values = rng.lognormal(15, 1, 20_000).astype(np.int64)
+    expected = pd.Series(values).groupby(keys).quantile(q)
+    for v in (values, values.astype(float)):
+        got_keys, got = grouped_quantile(keys, v, q)
+        assert np.array_equal(got_keys, expected.index.to_numpy())
+        np.testing.assert_allclose(got, expected.to_numpy(), rtol=1e-12)
+    one_key, one = grouped_quantile(np.array([7]), np.array([42]), q)
+    assert one_key.tolist() == [7] and one.tolist() == [42.0]
