@@ -35,7 +35,7 @@ demo: $(STAMP)
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, chronyd, Chromium).
 test: $(STAMP) $(TRITON_STAMP) lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The unit tier only: pure tests, no processes (under 2 minutes).
 test-fast: $(STAMP) lint
