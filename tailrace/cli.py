@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from contract.exit_codes import INCONCLUSIVE, INTERNAL
+
+# gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
+# in one line of its own (harness/worker/tls.py). Set before any process of a run imports grpc; a user's value wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def _model_int(text: str) -> tuple[str, int]:

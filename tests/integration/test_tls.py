@@ -173,6 +173,7 @@ duration_s = 5
                            "--quiet"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr and "no load was sent" in proc.stderr, proc.stderr
+    assert "ssl_transport_security" not in proc.stderr, proc.stderr  # gRPC's own handshake log lines are quiet
     lines = [line for line in proc.stderr.splitlines() if line.startswith("endpoint ")]
     https = next(line for line in lines if line.startswith("endpoint https:"))
     grpcs = next(line for line in lines if line.startswith("endpoint grpcs:"))
