@@ -104,8 +104,9 @@ max_in_flight = 20000
     port, env = free_port(), {"TAILRACE_RUN_TOKEN": secrets.token_urlsafe(16)}
     master = start_process("master", ["taskset", "-c", "1", *tailrace_argv(
         "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{rate:g}.log", env=env)
-    worker = start_process("worker", ["taskset", "-c", "0", *tailrace_argv(
-        "worker", "--master", f"127.0.0.1:{port}", "--region", "bench")], work / f"worker-{rate:g}.log", env=env)
+    worker_argv = tailrace_argv("worker", "--master", f"127.0.0.1:{port}", "--region", "bench",
+                                "--spool", str(work / "spool"))  # never ./tailrace-spool in the checkout
+    worker = start_process("worker", ["taskset", "-c", "0", *worker_argv], work / f"worker-{rate:g}.log", env=env)
     master.popen.wait(seconds + 120)
     worker.stop()
     run_dir = max((work / "runs").glob(f"bench-{rate:g}-*"))
