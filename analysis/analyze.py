@@ -10,8 +10,8 @@ from analysis.arrivals import arrival_checks
 from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
-from analysis.frames import take_rows
-from analysis.latency import add_goodput, endpoint_region_positions, flat_rows, latency_table, region_cdfs, sorted_ok_latencies
+from analysis.frames import endpoint_region_positions, take_rows
+from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, sorted_ok_latencies
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run

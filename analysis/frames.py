@@ -73,3 +73,10 @@ def take_rows(df: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
     names = list(df.columns) if columns is None else list(columns)
     return frame_of({name: take_column(df[name], rows, runs) for name in names}, df.index[rows])
 
+
+
+def endpoint_region_positions(df: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
+    """(endpoint, region) → its rows' positions, in (endpoint, region) order: one grouping of a large table,
+    shared by the statistics that group by endpoint × region."""
+    return dict(sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
+                       key=lambda kv: (str(kv[0][0]), str(kv[0][1]))))

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, time_order
+from analysis.frames import endpoint_region_positions
 from contract.profile import Profile
 from contract.rates import rate_segments
 
@@ -112,13 +113,6 @@ def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple
             ranks = cdf_ranks(len(x))
             curves[str(region)] = (x[ranks], 1 - (ranks + 0.5) / len(x))
     return curves
-
-
-def endpoint_region_positions(df: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
-    """(endpoint, region) → its rows' positions, in (endpoint, region) order: one grouping of a large table,
-    shared by the statistics that group by endpoint × region."""
-    return dict(sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
-                       key=lambda kv: (str(kv[0][0]), str(kv[0][1]))))
 
 
 def sorted_ok_latencies(df: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], np.ndarray]:

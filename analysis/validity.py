@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.correlation import Stationarity, effective_size, lag1_autocorrelation, quantile_tau, stationarity, time_order
+from analysis.frames import endpoint_region_positions
 from analysis.stats import sorted_percentile
 
 CHECKS = {
@@ -60,14 +61,13 @@ class Group:
 
 def groups_of(measured: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], Group]:
     """The measured rows of each endpoint × region, time-ordered (reference time when it was computed).
-    `positions`: (endpoint, region) → row positions (pandas' groupby indices), when the caller has them."""
+    `positions`: analysis/frames.py endpoint_region_positions(measured), when the caller has it."""
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
     return {(str(e), str(r)): Group(arrays[time_column][idx], arrays["latency_ns"][idx], ok[idx],
                                     arrays["phase"][idx])
-            for (e, r), idx in sorted((positions if positions is not None else measured.groupby(
-                ["endpoint", "region"], observed=True, sort=False).indices).items(), key=lambda kv: str(kv[0]))}
+            for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items()}
 
 
 def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:
