@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.frames import take
+from analysis.frames import group_positions, take
 from analysis.stats import dispersion_pvalue, index_of_dispersion, ks_exponential
 from contract.profile import Profile
 
@@ -111,9 +111,9 @@ def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dic
     sent, sent_ref = df["t_sent"].to_numpy(), df["t_sent_ref"].to_numpy()
     intended, intended_ref = df["t_intended"].to_numpy(), df["t_intended_ref"].to_numpy()
     lag = df["send_lag_ns"].to_numpy()
-    by_phase = df.groupby("phase", sort=False).indices
-    by_worker = df.groupby(["phase", "worker"], observed=True, sort=False).indices
-    region = df["region"].to_numpy()
+    by_phase = group_positions(df, ["phase"])
+    by_worker = group_positions(df, ["phase", "worker"])
+    region = df["region"].array  # indexed once per worker: never converted whole
     phase_rate, worker_fraction = _intended_rates(profile)
     tasks = []
     for phase in sorted(by_phase):

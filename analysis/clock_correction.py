@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.frames import as_slice
+from analysis.frames import as_slice, frame_of, group_positions
 
 
 @dataclass(frozen=True)
@@ -79,21 +79,20 @@ def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) 
 
     Workers without clock samples fall back to the offset stamped on each row.
     """
-    out = requests.copy(deep=False)  # the new columns only: the request columns are shared, never copied
     columns = ("t_intended", "t_sent", "t_done")
-    refs = {col: np.zeros(len(out), dtype=np.int64) for col in columns}
-    error = np.full(len(out), np.nan)
-    for worker, rows in out.groupby("worker", observed=True, sort=False).indices.items():
+    refs = {col: np.zeros(len(requests), dtype=np.int64) for col in columns}
+    error = np.full(len(requests), np.nan)
+    for worker, rows in group_positions(requests, ["worker"]).items():
         idx = as_slice(rows)  # one worker's chunks are read one after another: usually contiguous
         model = models.get(worker)
         for col in columns:
-            local = out[col].to_numpy()[idx]
+            local = requests[col].to_numpy()[idx]
             if model is not None and model.samples_used:
                 refs[col][idx] = model.to_reference(local)
             else:
-                refs[col][idx] = local + out["clock_offset_ns"].to_numpy()[idx]
+                refs[col][idx] = local + requests["clock_offset_ns"].to_numpy()[idx]
         error[idx] = model.uncertainty_ns if model is not None else np.nan
-    for col in columns:
-        out[col + "_ref"] = refs[col]
-    out["clock_error_ns"] = error
-    return out
+    # a new frame of the request columns (shared, never copied) and the new ones: inserting columns one by one
+    # into a frame of ten million rows costs pandas a quarter of a second each
+    return frame_of({**{name: requests[name] for name in requests.columns},
+                     **{col + "_ref": refs[col] for col in columns}, "clock_error_ns": error}, requests.index)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.frames import frame_of, take_column
+from analysis.frames import frame_of, group_positions, take_column
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
@@ -38,8 +38,8 @@ def decompose(df: pd.DataFrame) -> pd.DataFrame:
 def decomposition_table(legs: pd.DataFrame) -> list[dict]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency."""
     rows = []
-    for (region, endpoint), idx in sorted(legs.groupby(["region", "endpoint"], observed=True, sort=False)
-                                          .indices.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+    groups = group_positions(legs, ["region", "endpoint"])
+    for (region, endpoint), idx in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         row = {"region": region, "endpoint": endpoint, "count": int(len(idx))}
         for leg in LEGS:
             row[leg + "_ms"] = float(legs[leg].to_numpy()[idx].mean())

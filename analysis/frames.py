@@ -75,8 +75,55 @@ def take_rows(df: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
 
 
 
+def _codes(column: pd.Series) -> tuple[np.ndarray, list, bool]:
+    """A few-valued column as (codes ≥ 0, the value of each code, whether code 0 is "missing")."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy().astype(np.int64) + 1, [None, *column.cat.categories], True
+    values = column.to_numpy()
+    if values.dtype.kind == "b":
+        return values.astype(np.int64), [False, True], False
+    if values.dtype.kind in "iu" and len(values):
+        values = values.astype(np.int64, copy=False)
+        low, high = int(values.min()), int(values.max())
+        if high - low < 1 << 16:
+            return values - low, list(range(low, high + 1)), False
+    uniques, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(np.int64), uniques.tolist(), False
+
+
+MAX_GROUP_CODES = 1 << 20  # combinations of key values beyond which pandas' hash grouping does the work
+
+
+def group_positions(df: pd.DataFrame, keys: list[str]) -> dict:
+    """groupby(keys, observed=True).indices of few-valued columns (categoricals, small integer ranges): a dict
+    of ascending positions keyed as pandas keys them (a value for one key, a tuple for several), in the order
+    pandas sorts the groups (categories in their order, numbers ascending). One stable counting sort of the
+    combined codes (numpy's radix sort below 2^15 codes): several times faster than pandas' grouping on ten
+    million rows."""
+    parts = [_codes(df[k]) for k in keys]
+    total = int(np.prod([len(values) for _, values, _ in parts], dtype=np.int64))
+    if total > MAX_GROUP_CODES:
+        return df.groupby(keys if len(keys) > 1 else keys[0], observed=True, sort=True).indices
+    combined = np.zeros(len(df), dtype=np.int64)
+    for codes, values, _ in parts:
+        combined = combined * len(values) + codes
+    counts = np.bincount(combined, minlength=total)
+    order = np.argsort(combined.astype(np.int16 if total < 1 << 15 else np.int32), kind="stable")
+    out, start = {}, 0
+    for code in np.flatnonzero(counts).tolist():
+        stop = start + int(counts[code])
+        key, rest = [], code
+        for codes, values, has_missing in reversed(parts):
+            rest, at = divmod(rest, len(values))
+            key.append(None if has_missing and at == 0 else values[at])
+        if None not in key:  # a missing categorical value: no group, as pandas' dropna
+            out[key[0] if len(keys) == 1 else tuple(reversed(key))] = order[start:stop]
+        start = stop
+    return out
+
+
 def endpoint_region_positions(df: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
     """(endpoint, region) → its rows' positions, in (endpoint, region) order: one grouping of a large table,
     shared by the statistics that group by endpoint × region."""
-    return dict(sorted(df.groupby(["endpoint", "region"], observed=True, sort=False).indices.items(),
-                       key=lambda kv: (str(kv[0][0]), str(kv[0][1]))))
+    return dict(sorted(group_positions(df, ["endpoint", "region"]).items(), key=lambda kv: (str(kv[0][0]),
+                                                                                          str(kv[0][1]))))

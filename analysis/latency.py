@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, time_order
-from analysis.frames import endpoint_region_positions
+from analysis.frames import endpoint_region_positions, group_positions
 from contract.profile import Profile
 from contract.rates import rate_segments
 
@@ -136,7 +136,7 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float,
     groups = list(positions.items())
     ok_sorted = sorted_ok_latencies(df, positions) if ok_sorted is None else ok_sorted
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
+        by_endpoint = group_positions(df, ["endpoint"])
         tasks = [({"endpoint": e, "region": r}, idx, ok_sorted[(e, r)], intended_rate(profile, r, e))
                  for (e, r), idx in groups]
         tasks += [({"endpoint": e, "region": "*"}, by_endpoint[e],

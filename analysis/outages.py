@@ -6,6 +6,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from analysis.frames import group_positions
+
 MIN_FAILURES = 5
 MERGE_GAP_S = 1.0
 MAX_WINDOWS = 20
@@ -26,7 +28,7 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
     all_failed = (df["status"] != "ok").to_numpy()
     t0 = int(all_times.min()) if t0_ns is None else t0_ns
     windows = []
-    by_endpoint = df.groupby("endpoint", observed=True, sort=False).indices
+    by_endpoint = group_positions(df, ["endpoint"])
     for endpoint in sorted(by_endpoint):
         rows = by_endpoint[endpoint]
         if all_failed[rows].sum() < min_failures:

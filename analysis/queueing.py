@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.frames import take_rows
+from analysis.frames import group_positions, take_rows
 
 UTILIZATION_FLAG = 0.7
 
@@ -65,7 +65,7 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     d = take_rows(df, served, ["endpoint", "model"])
     receive_all, send_all = df["server_receive_ns"].to_numpy()[served], df["server_send_ns"].to_numpy()[served]
     queue_all, compute_all = df["server_queue_ns"].to_numpy()[served], df["server_compute_ns"].to_numpy()[served]
-    groups = d.groupby(["endpoint", "model"], observed=True, sort=False).indices
+    groups = group_positions(d, ["endpoint", "model"])
     for endpoint, model in sorted(groups, key=lambda k: (str(k[0]), str(k[1]))):
         idx = groups[(endpoint, model)]
         receive, send = receive_all[idx], send_all[idx]
