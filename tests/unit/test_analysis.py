@@ -384,3 +384,18 @@ def test_grouped_quantile_is_pandas_groupby_quantile(q):
         np.testing.assert_allclose(got, expected.to_numpy(), rtol=1e-12)
     one_key, one = grouped_quantile(np.array([7]), np.array([42]), q)
     assert one_key.tolist() == [7] and one.tolist() == [42.0]
+
+
+def test_an_analysing_process_keeps_freed_memory_and_small_pages():
+    """reuse_freed_memory (called by tailrace analyze / compare before they analyse) takes effect in the process:
+    transparent huge pages off (PR_GET_THP_DISABLE), and it reports the effective settings."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import ctypes, json; from analysis.process_memory import reuse_freed_memory; s = reuse_freed_memory(); "
+            "print(json.dumps([s, ctypes.CDLL(None).prctl(42, 0, 0, 0, 0)]))")
+    settings, thp_disabled = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                       check=True, timeout=60).stdout)
+    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "transparent_huge_pages": "off"}
+    assert thp_disabled == 1
