@@ -58,7 +58,7 @@ class _Rows:
         if len(rows) == 0:
             return None
         count, batch = self.accuracy.get("correct_count"), self.accuracy.get("batch_size")
-        if count is not None and batch is not None and not pd.isna(count[rows]).any():
+        if count is not None and batch is not None and (count.dtype.kind in "iu" or not pd.isna(count[rows]).any()):
             checked = rows[count[rows] >= 0]
             return float(count[checked].sum() / batch[checked].sum()) if len(checked) else None
         return float(self.accuracy["correct"][rows].mean())

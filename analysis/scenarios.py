@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, time_order
+from analysis.frames import group_positions
 from analysis.latency import accuracy_of
 from contract.profile import Profile
 from contract.rates import Segment, rate_segments
@@ -49,16 +50,19 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
     segments = phase_segments(profile)
     warm = profile.load.warmup_s > 0
     rows = []
-    for phase, g in df[["phase", "status", "latency_ns", _TIME]].groupby("phase", sort=True):
-        phase = int(phase)
-        ok = _in_time_ms(g.loc[(g["status"] == "ok").to_numpy()])
-        row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(g)),
-               "errors": int((g.status != "ok").sum())}
+    ok_rows = (df["status"] == "ok").to_numpy()
+    latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
+    times = df[_TIME].to_numpy() if _TIME in df else None
+    for phase, idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
+        ok_idx = idx[ok_rows[idx]]
+        ok = latency_ms[ok_idx] if times is None else latency_ms[ok_idx[time_order(times[ok_idx])]]
+        row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(idx)),
+               "errors": int(len(idx) - len(ok_idx))}
         seg_index = phase - (0 if warm else 1)
         if 0 <= seg_index < len(segments):
             seg = segments[seg_index]
             row.update({"start_s": seg.start_s, "end_s": seg.end_s, "intended_rate": seg.expected / seg.width_s,
-                        "achieved_rate": len(g) / seg.width_s})
+                        "achieved_rate": len(idx) / seg.width_s})
         for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
             row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
         rows.append(row)
