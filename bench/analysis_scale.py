@@ -4,9 +4,12 @@
 Each command runs as its own process, timed end to end (imports, reading, statistics, the report with its
 plots) with its peak RSS from the kernel (wait4). The run directories are written once under --work and reused.
 Targets (issue: analysis at scale): analyze 10 M rows at ≥ 1,000,000 rows/s in < 4 GiB; compare two 10 M-row
-runs in < 2 min and < 8 GiB.
+runs in < 2 min and < 8 GiB. `--baseline DIR` (a checkout of another commit, e.g. `git worktree add DIR REV`)
+also runs that tree's `tailrace analyze` on the same run directory, alternating with this one's, and reports
+the ratio of their times per repeat: a change measured side by side, not against a number from another day.
 
     .venv/bin/python bench/analysis_scale.py [--rows 10000000] [--repeats 3] [--work /var/tmp/tailrace-scale]
+                                             [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -27,16 +30,21 @@ COMMAND = ".venv/bin/python bench/analysis_scale.py"
 TAILRACE = [sys.executable, "-m", "tailrace.cli"]
 
 
-def timed(argv: list[str]) -> tuple[float, float, int]:
-    """(wall s, peak RSS GiB, exit code) of one process."""
+def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
+    """(wall s, peak RSS GiB, exit code) of one process (`cwd`: the tree whose packages it imports)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1, 3, 4):  # a verdict; anything else is the command failing
         raise SystemExit(f"{' '.join(argv)} exited with {code}: {proc.stderr.read().decode()[-2000:]}")
     return wall, usage.ru_maxrss / 2**20, code
+
+
+def _revision(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
 
 
 def run_dir(work: Path, rows: int, seed: int) -> Path:
@@ -52,16 +60,26 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/tailrace-scale"))
+    ap.add_argument("--baseline", type=Path, default=None, help="a checkout of another commit to time alongside")
     args = ap.parse_args()
+    if args.baseline is not None and not (args.baseline / "analysis" / "analyze.py").exists():
+        ap.error(f"--baseline {args.baseline}: not a tailrace checkout (no analysis/analyze.py)")
     a, b = run_dir(args.work, args.rows, 1), run_dir(args.work, args.rows, 2)
     size = sum(p.stat().st_size for p in a.rglob("*.parquet")) / 2**20
     results: dict[str, list[tuple[float, float, int]]] = {"analyze": [], "compare": []}
+    baseline: list[tuple[float, float, int]] = []
+    here = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="tailrace-scale-") as tmp:
         for r in range(args.repeats):
-            results["analyze"].append(timed([*TAILRACE, "analyze", str(a), "--quiet", "--out", f"{tmp}/report-{r}"]))
-            results["compare"].append(timed([*TAILRACE, "compare", str(a), str(b)]))
+            if args.baseline is not None:  # alternated with this tree's run: both see the same machine noise
+                baseline.append(timed([*TAILRACE, "analyze", str(a), "--quiet", "--out", f"{tmp}/baseline-{r}"],
+                                      cwd=args.baseline))
+            results["analyze"].append(timed([*TAILRACE, "analyze", str(a), "--quiet", "--out", f"{tmp}/report-{r}"],
+                                            cwd=here))
+            results["compare"].append(timed([*TAILRACE, "compare", str(a), str(b)], cwd=here))
             print(" | ".join(f"{k}: {v[-1][0]:.1f} s, {v[-1][1]:.2f} GiB" for k, v in results.items()), flush=True)
-    lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}` (run directories of {args.rows:,} "
+    flags = f" --baseline {args.baseline}" if args.baseline is not None else ""
+    lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}{flags}` (run directories of {args.rows:,} "
              f"rows each: {size:,.0f} MiB of Parquet chunks, 204 chunks, 6 workers in 3 regions, 3 endpoints).", "",
              "| command | wall s (median) | spread over repeats | rows/s (median) | peak RSS (max) |", "|---|---|---|---|---|"]
     for name, values in results.items():
@@ -78,6 +96,14 @@ def main() -> int:
                   f"{'met' if memory < 4 else 'not met'} ({memory:.2f} GiB); `compare` < 120 s and < 8 GiB — "
                   f"{'met' if max(compare) < 120 and compare_memory < 8 else 'not met'} "
                   f"({max(compare):.0f} s, {compare_memory:.2f} GiB)."]
+    if baseline:
+        ratios = [new / old for (new, _, _), (old, _, _) in zip(results["analyze"], baseline)]
+        lines += ["", f"Side by side with `--baseline {args.baseline}` (`git -C {args.baseline} rev-parse --short "
+                      f"HEAD`: {_revision(args.baseline)}), alternated on the same run directory: that tree's "
+                      f"`analyze` took {statistics.median(w for w, _, _ in baseline):.1f} s median "
+                      f"({min(w for w, _, _ in baseline):.1f}–{max(w for w, _, _ in baseline):.1f} s, peak "
+                      f"{max(m for _, m, _ in baseline):.2f} GiB); this tree's time over that one's, per repeat: "
+                      + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f})."]
     write_section(f"Analysis at scale: {args.rows:,} rows", "\n".join(lines))
     print("\n".join(lines))
     return 0
