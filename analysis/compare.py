@@ -213,4 +213,9 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
     for line in tripped:
         print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
-    return exit_codes.FAIL if tripped else exit_codes.PASS
+    unjudged = [f"{r['endpoint']}/{r['region']}: p{p:g} has no interval ("
+                + "; ".join(n for n in r.get("notes") or [] if n.startswith(f"p{p:g}")) + ")"
+                for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
+    for line in unjudged:
+        print(f"tailrace compare: --fail-if-slower not judged: {line}", file=sys.stderr)
+    return exit_codes.FAIL if tripped else exit_codes.INCONCLUSIVE if unjudged else exit_codes.PASS

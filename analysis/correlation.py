@@ -197,8 +197,9 @@ def paired_quantile_difference(a: np.ndarray, b: np.ndarray, percentile: float, 
     two runs with one seed — common random numbers) with its CI. The difference's error is ≈ the mean of
     ψ_b − ψ_a, whose variance batch means estimate with the pairs' covariance and the series' correlation in
     it; that linearisation leaves out a second-order error that matters when pairing makes the difference
-    this precise, so the half-width is the larger of it and the sectioning one (coverage measured in
-    tests/unit/test_correlation.py)."""
+    this precise, so the half-width is the larger of it and the sectioning one. Coverage is measured by
+    bench/paired_coverage.py (95% with many pairs; too narrow with few pairs near saturation) and checked by
+    tests/unit/test_correlation.py."""
     q = percentile / 100
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     value_a, psi_a = quantile_influence(a, np.sort(a), q)

@@ -78,3 +78,18 @@ def test_tailrace_itself_failing_has_its_own_exit_code(tmp_path, monkeypatch, ca
     trace = Path(err.rsplit("traceback is in ", 1)[1].strip())
     assert "ZeroDivisionError" in trace.read_text()
     trace.unlink()
+
+
+def test_a_gate_that_cannot_be_judged_is_inconclusive_not_a_pass(tmp_path, capsys):
+    """Runs too short for a p99 (fewer samples than its interval needs): a p99 gate is not judged, says so, and
+    exits INCONCLUSIVE — a regression gate never passes on no evidence."""
+    def short(path: Path, seed: int) -> Path:
+        write_run(path, profile=profile_dict(10, 20, regions=("r1",)), seed=seed, workers={
+            "r1-w0": {"region": "r1", "rate": 10, "duration_s": 20, "latency_ms": 10}})
+        return path
+
+    a, b = short(tmp_path / "a", 1), short(tmp_path / "b", 2)
+    assert compare_command(a, b, None, fail_if_slower=["p99:5%"]) == exit_codes.INCONCLUSIVE
+    err = capsys.readouterr().err
+    assert "--fail-if-slower not judged: e1/r1: p99 has no interval (p99 needs ≥ 368 samples per run)" in err
+    assert compare_command(a, b, None, fail_if_slower=["p50:5%"]) == exit_codes.PASS
