@@ -28,6 +28,7 @@ from analysis.capacity_search import (
 )
 from contract.layout import RunLayout
 from contract.profile import Profile
+from harness.orchestration.disk_space import LowDiskError
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import LEAD_S, LocalRun
 from harness.orchestration.run_record import write_manifest
@@ -236,7 +237,7 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
 
     try:
         cap_dir, result = run_capacity(profile, out, quiet, budget_s)
-    except (CapacityError, EndpointCheckError) as exc:
+    except (CapacityError, EndpointCheckError, LowDiskError) as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
         return 2
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]

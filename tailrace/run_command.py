@@ -6,6 +6,7 @@ from pathlib import Path
 
 from contract.exit_codes import INTERNAL
 from contract.profile import Profile
+from harness.orchestration.disk_space import LowDiskError, min_free_bytes
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import run_local
 
@@ -13,9 +14,17 @@ from harness.orchestration.local_run import run_local
 def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid, 5 tailrace failed)."""
     try:
+        min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
+    except ValueError as exc:
+        print(f"tailrace run: {exc}", file=sys.stderr)
+        return 2
+    try:
         run_dir, manifest = run_local(profile, out, quiet=quiet)
     except EndpointCheckError as exc:
         print(f"tailrace run: an endpoint cannot take the run's requests; no load was sent:\n{exc}", file=sys.stderr)
+        return 2
+    except LowDiskError as exc:
+        print(f"tailrace run: {exc}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)

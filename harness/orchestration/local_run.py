@@ -18,6 +18,7 @@ from pathlib import Path
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
+from harness.orchestration.disk_space import MIN_FREE_BYTES, LowDiskError, low_disk_reason, min_free_bytes
 from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.preflight import check_local
 from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
@@ -85,6 +86,7 @@ class LocalRun:
     metrics_ports: dict[str, int] = field(default_factory=dict)
     master_lost_s: float | None = None
     write_errors: list[str] = field(default_factory=list)  # the run directory could not be written (a full disk)
+    reserve: int = MIN_FREE_BYTES  # free space kept on the run directory's disk (harness/orchestration/disk_space.py)
 
     @property
     def run_dir(self) -> Path:
@@ -101,6 +103,10 @@ class LocalRun:
         self.layout = RunLayout(self.out / self.run_id)
         self.layout.root.mkdir(parents=True, exist_ok=False)
         write_manifest(self.layout, started_manifest(p, self.run_id))  # replaced when the run ends
+        self.reserve = min_free_bytes()
+        low = low_disk_reason(self.layout.root, self.reserve)
+        if low is not None:
+            raise LowDiskError(f"{low}; no load was sent — free some space or choose another --out")
         self._build_models_if_missing()
         ntp_servers = self._start_sntp_if_asked()
         if self.servers is None and (p.uses_embedded or p.uses_triton):
@@ -193,14 +199,16 @@ class LocalRun:
         deadline = started + self.plan.run_seconds + 90
         while self.master.alive() and time.monotonic() < deadline:
             progress(self)
-            if self.stats is not None and self.stats.due():
-                try:
+            try:
+                if self.stats is not None and self.stats.due():
                     self.stats.periodic()
-                except OSError as exc:  # a full disk: what is measured so far stays, the run ends INVALID
-                    self.write_errors.append(str(exc))
-                    print(f"tailrace run: the run directory cannot be written ({exc}): stopping the run",
-                          file=sys.stderr, flush=True)
-                    break
+                low = low_disk_reason(self.layout.root, self.reserve)
+            except OSError as exc:  # a full disk: what is measured so far stays, the run ends INVALID
+                low = f"the run directory cannot be written ({exc})"
+            if low is not None:  # stopped while the manifest and the report still fit
+                self.write_errors.append(low)
+                print(f"tailrace run: {low}: stopping the run", file=sys.stderr, flush=True)
+                break
             time.sleep(0.5)
         if self.master.alive():
             if not self.write_errors:

@@ -24,6 +24,7 @@ from pathlib import Path
 from contract.layout import RunLayout
 from contract.plan import unresolved_plan
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
+from harness.orchestration.disk_space import low_disk_reason, min_free_bytes
 from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
 from harness.orchestration.local_run import (
     LEAD_S,
@@ -35,7 +36,7 @@ from harness.orchestration.local_run import (
 )
 from harness.orchestration.processes import die_with_parent, start_process, tailrace_argv
 from harness.orchestration.progress import ChunkProgress
-from harness.orchestration.run_record import RunRecord, save_model_metadata, write_manifest
+from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
 from harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
@@ -87,6 +88,11 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
               "`tailrace run`; name real endpoint URLs, and NTP servers or \"master\"", file=sys.stderr)
         return None, 2
+    try:
+        reserve = min_free_bytes()
+    except ValueError as exc:
+        print(f"tailrace master: {exc}", file=sys.stderr)
+        return None, 2
     if token is None:
         token = secrets.token_urlsafe(24)
         print(f"tailrace master: no run token given; this run's token is {token}\n"
@@ -107,9 +113,19 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         print(f"tailrace master: {note}")
     plan = plan.model_copy(update={"requests": requests})
     layout = RunLayout(out / run_id)
-    layout.root.mkdir(parents=True)
-    plan.write(layout)
-    log_effective_settings(plan, layout)
+    try:
+        layout.root.mkdir(parents=True)
+        plan.write(layout)
+        write_manifest(layout, started_manifest(profile, run_id))  # replaced when the run ends
+        log_effective_settings(plan, layout)
+    except OSError as exc:
+        print(f"tailrace master: the run directory cannot be written ({exc}); no load was sent", file=sys.stderr)
+        return None, 2
+    low = low_disk_reason(layout.root, reserve)
+    if low is not None:
+        print(f"tailrace master: {low}; no load was sent — free some space or choose another --out",
+              file=sys.stderr)
+        return None, 2
     sntp = None
     if MASTER_CLOCK in profile.clock.servers:
         sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
@@ -131,6 +147,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
                               preexec_fn=die_with_parent)
     progress = ChunkProgress(layout, quiet)
     interrupted, last_wait, reported = False, 0.0, set()
+    write_errors: list[str] = []  # why the run was stopped early: its directory could not (or soon cannot) be written
     try:
         while master.poll() is None:
             events = _events(layout)
@@ -147,8 +164,17 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
                 last_wait = time.monotonic()
             if started:
                 progress.update(run_id)
-            if stats.due():
-                stats.periodic()
+            try:
+                if stats.due():
+                    stats.periodic()
+                low = low_disk_reason(layout.root, reserve) if not write_errors else None
+            except OSError as exc:
+                low = str(exc)
+            if low is not None:  # stop while the manifest and the report still fit; workers keep unsent chunks
+                write_errors.append(low)
+                print(f"tailrace master: {low}: stopping the run (the workers keep the chunks not yet written in "
+                      "their spools: `tailrace collect` adds them once there is room)", file=sys.stderr, flush=True)
+                master.send_signal(signal.SIGINT)  # Locust stops its workers and exits
             time.sleep(0.5)
     except KeyboardInterrupt:
         interrupted = True
@@ -159,18 +185,35 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         if sntp is not None:
             sntp.stop()
     code = master.returncode
-    stats.snapshot("after")
-    stats.close()
+    try:
+        stats.snapshot("after")
+    except OSError as exc:
+        write_errors.append(str(exc))
+        print(f"tailrace master: the last server statistics were not saved: {exc}", file=sys.stderr, flush=True)
+    finally:
+        stats.close()
     events = _events(layout)
     if not any(e["event"] == "plan_sent" for e in events) and not interrupted:
         missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
         reason = f"gave up after {wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; no load was sent"
         print(f"tailrace master: {reason}", file=sys.stderr)
-        write_manifest(layout, record.manifest(False, never_started=reason))
+        _write_end_manifest(layout, record.manifest(False, never_started=reason, write_errors=write_errors))
         return None, 4  # INVALID, and nothing to analyse
-    lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not interrupted else None
-    write_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code))
+    stopped_by_us = interrupted or bool(write_errors)
+    lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not stopped_by_us else None
+    _write_end_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code,
+                                                write_errors=write_errors))
     return layout.root, code
+
+
+def _write_end_manifest(layout: RunLayout, manifest: dict) -> None:
+    """The manifest as the run ended; when it cannot be written (a full disk), the one written at the start
+    stays and says the run did not end (INVALID)."""
+    try:
+        write_manifest(layout, manifest)
+    except OSError as exc:
+        print(f"tailrace master: the final manifest was not written ({exc}); {layout.manifest} still says the "
+              "run did not end", file=sys.stderr, flush=True)
 
 
 def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_urls: list[str], out_dir: str | None,

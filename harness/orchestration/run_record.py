@@ -170,7 +170,7 @@ class RunRecord:
                            f"{sent:,} of {planned:,} planned requests sent")
         if interrupted:
             invalid.append("run interrupted (Ctrl-C) before the schedule finished")
-        invalid += [f"the run directory could not be written: {e}" for e in write_errors or []]
+        invalid += [f"the run was stopped early: {e}" for e in write_errors or []]
         cpu_now = read_cpu_times()
         host_cpu = cpu_usage(self.cpu_at_start, cpu_now) if self.cpu_at_start and cpu_now else {}
         steal = steal_warning(host_cpu)

@@ -150,7 +150,10 @@ def _init_master(environment) -> None:
             if target == layout.worker(join.region, join.worker).summary or not target.exists():  # chunks: once
                 write_atomic(target, chunk.data)
         except OSError as exc:
-            log.write("chunk_not_written", worker=join.worker, name=chunk.name, error=exc.strerror)
+            try:
+                log.write("chunk_not_written", worker=join.worker, name=chunk.name, error=exc.strerror)
+            except OSError:
+                pass  # the log is on the same full disk; the orchestrator stops the run on low space
             return  # no ACK: the worker keeps it and sends it again
         runner.send_message(messages.ACK.name, messages.wire(messages.Ack(chunk.name)), client_id=chunk.client_id)
 

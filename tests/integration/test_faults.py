@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 from analysis.analyze import analyze_run
 from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
@@ -139,16 +141,7 @@ def test_a_jittery_host_is_a_warning_not_invalid_and_a_long_pause_is_named(model
     assert far and "paused or stalled for 1." in far[0] and "saturated" not in far[0], reasons
 
 
-def test_a_full_disk_ends_the_run_cleanly_invalid_and_names_the_file(model_repo, tmp_path):
-    """The runs directory on a small tmpfs that fills during the run: no traceback, a message naming a file, a
-    run directory that says the run is INVALID, and no process left running."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
-    try:
-        (disk / "ballast").write_bytes(b"\0" * (4 * 2**20 - 400 * 2**10))  # 400 kB left: full within seconds
-        profile = tmp_path / "p.toml"
-        profile.write_text(f"""
+FULL_PROFILE = """
 name = "full"
 [[endpoints]]
 name = "mlp"
@@ -163,23 +156,107 @@ rate = 300
 duration_s = 12
 [embedded]
 models_dir = "{model_repo}"
-""")
-        proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(disk / "runs"),
-                                 "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        seen: dict[int, psutil.Process] = {}
-        while proc.poll() is None:
-            for child in _descendants(proc.pid):
-                seen[child.pid] = child
-            time.sleep(0.2)
-        out, err = proc.communicate()
-        assert proc.returncode in (1, 4), (proc.returncode, out, err)
-        assert "Traceback" not in err and "Traceback" not in out, err
-        alive = [p for p in seen.values() if _alive(p)]
-        assert alive == [], [_cmd(p) for p in alive]
-        (run_dir,) = (disk / "runs").iterdir()
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        assert not manifest["valid"], manifest
-        text = err + out + " ".join(manifest["invalid_reasons"])
-        assert "No space left on device" in text and str(run_dir) in text, text
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 20 MiB for the runs directory, unmounted at the end."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)], check=True)
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _tailrace_run_on(disk: Path, model_repo: Path, tmp_path: Path, free_bytes: int, env: dict
+                     ) -> tuple[subprocess.CompletedProcess, Path, dict, list]:
+    """`tailrace run` with `free_bytes` left on `disk`: (the finished process, its run directory, its manifest,
+    the processes it started that are still alive)."""
+    (disk / "ballast").write_bytes(b"\0" * (20 * 2**20 - free_bytes))
+    profile = tmp_path / "p.toml"
+    profile.write_text(FULL_PROFILE.format(model_repo=model_repo))
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(disk / "runs"),
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    seen: dict[int, psutil.Process] = {}
+    while proc.poll() is None:
+        for child in _descendants(proc.pid):
+            seen[child.pid] = child
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    (run_dir,) = (disk / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    alive = [_cmd(p) for p in seen.values() if _alive(p)]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), run_dir, manifest, alive
+
+
+def test_a_full_disk_ends_the_run_cleanly_invalid_and_names_the_file(model_repo, tmp_path, small_disk):
+    """No free space kept (TAILRACE_MIN_FREE_MB=0) and 400 kB left: the disk fills during the run. No
+    traceback, a message naming a file, a run directory that says the run is INVALID, no process left running."""
+    done, run_dir, manifest, alive = _tailrace_run_on(small_disk, model_repo, tmp_path, 400 * 2**10,
+                                                      {"TAILRACE_MIN_FREE_MB": "0"})
+    assert done.returncode in (1, 4), (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr
+    assert alive == [], alive
+    assert not manifest["valid"], manifest
+    text = done.stderr + done.stdout + " ".join(manifest["invalid_reasons"])
+    assert "No space left on device" in text and str(run_dir) in text, text
+
+
+def test_a_run_stops_while_its_disk_still_holds_the_manifest_and_the_report(model_repo, tmp_path, small_disk):
+    """The default reserve (16 MiB) with 16.4 MiB free: the run is stopped as the reserve is reached, before
+    any write fails — the end manifest says why (INVALID, exit 4), the report is written, nothing runs on."""
+    done, run_dir, manifest, alive = _tailrace_run_on(small_disk, model_repo, tmp_path, 16 * 2**20 + 400 * 2**10, {})
+    assert done.returncode == 4, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert alive == [], alive
+    assert manifest["state"] == "ended" and not manifest["valid"], manifest
+    assert any(r.startswith(f"the run was stopped early: the disk holding {run_dir} has ") and "MiB free" in r
+               for r in manifest["invalid_reasons"]), manifest["invalid_reasons"]
+    assert "stopping the run" in done.stderr and "No space left" not in done.stderr, done.stderr
+    assert (run_dir / "report" / "index.html").stat().st_size > 0
+
+
+def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_did_not_write(
+        model_repo, endpoint, tmp_path, small_disk):
+    """`tailrace master` (its run directory on the small disk, 16.4 MiB free) and a `tailrace worker`: the master
+    stops the run at the reserve instead of crashing when a write fails — the end manifest is written and
+    says why, the verdict is INVALID (exit 4), the report is there; every chunk the worker closed is in the run
+    directory or its spool (`tailrace collect` adds the rest)."""
+    from harness.orchestration.processes import free_port, start_process, tailrace_argv
+    from tests.support import remote_profile_toml
+
+    (small_disk / "ballast").write_bytes(b"\0" * (20 * 2**20 - (16 * 2**20 + 400 * 2**10)))  # 16.4 MiB free
+    profile = tmp_path / "master.toml"
+    profile.write_text(remote_profile_toml(
+        "disk", [("mlp", endpoint.http_url, "kserve-http", "digits_mlp_fp32", model_repo / "_data" / "digits_test.npz")],
+        {"us": 1.0}, rate=300, duration_s=20, seed=9))
+    token = tmp_path / "token"
+    token.write_text("a-run-token-for-the-disk-test")
+    port, sntp = free_port("127.0.0.1"), free_port("127.0.0.1")
+    master = start_process("master", tailrace_argv("master", str(profile), "--out", str(small_disk / "runs"), "--port",
+                                                   str(port), "--sntp-port", str(sntp), "--token-file", str(token),
+                                                   "--wait-s", "60", "--quiet"), tmp_path / "master.log")
+    spool = tmp_path / "spool"
+    worker = start_process("worker", tailrace_argv("worker", "--master", f"127.0.0.1:{port}", "--region", "us",
+                                                   "--token-file", str(token), "--spool", str(spool)),
+                           tmp_path / "worker.log")
+    try:
+        code = master.popen.wait(timeout=120)
+        worker.popen.wait(timeout=30)
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        worker.stop()
+        master.stop()
+    log = (tmp_path / "master.log").read_text()
+    assert code == 4, log[-3000:]
+    assert "Traceback" not in log and "internal error" not in log, log[-3000:]
+    assert "stopping the run" in log, log[-3000:]
+    (run_dir,) = (small_disk / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["state"] == "ended" and not manifest["valid"], manifest
+    assert any(r.startswith("the run was stopped early: the disk holding") for r in manifest["invalid_reasons"])
+    assert (run_dir / "report" / "index.html").exists()
+    closed = {p.name for p in spool.rglob("requests-*.parquet")}
+    written = {p.name for p in run_dir.rglob("requests-*.parquet")}
+    assert written and closed and written <= closed  # what reached the run is what the worker closed
