@@ -13,3 +13,23 @@ def test_a_worker_that_sent_less_than_planned_is_named_with_the_numbers():
 def test_a_one_request_difference_is_tolerated_at_any_size():
     assert shortfalls({"w": {"planned": 10, "sent": 9}}) == []
     assert shortfalls({"w": {"planned": 10, "sent": 8}}) == ["w: sent 8 of 10 planned requests (80.0%)"]
+
+
+def test_the_disk_reserve_comes_from_the_environment_or_says_what_is_wrong(monkeypatch, tmp_path):
+    """TAILRACE_MIN_FREE_MB sets the free space a run directory's disk keeps; a malformed value is one error
+    naming the variable; a reserve above the disk's free space is a reason to stop, naming the directory."""
+    import pytest
+
+    from harness.orchestration.disk_space import MIN_FREE_BYTES, low_disk_reason, min_free_bytes
+
+    monkeypatch.delenv("TAILRACE_MIN_FREE_MB", raising=False)
+    assert min_free_bytes() == MIN_FREE_BYTES == 16 * 2**20
+    monkeypatch.setenv("TAILRACE_MIN_FREE_MB", "0.5")
+    assert min_free_bytes() == 2**19
+    for bad in ("lots", "-1"):
+        monkeypatch.setenv("TAILRACE_MIN_FREE_MB", bad)
+        with pytest.raises(ValueError, match=f"TAILRACE_MIN_FREE_MB='{bad}': expected a number of MiB"):
+            min_free_bytes()
+    assert low_disk_reason(tmp_path, 0) is None
+    reason = low_disk_reason(tmp_path, 2**62)
+    assert reason.startswith(f"the disk holding {tmp_path} has ") and "MiB free" in reason
