@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.correlation import paired_quantile_difference
+from analysis.correlation import effective_size, paired_quantile_difference, quantile_tau
 from analysis.frames import take_rows
 from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run
-from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for
+from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
 from contract import exit_codes
 
 PERCENTILES = (50, 95, 99)
@@ -29,7 +29,11 @@ PAIRED_MATCH = 0.99  # the share of pairs whose sent sample must agree for the s
 
 
 def _latencies(df: pd.DataFrame) -> pd.DataFrame:
-    return take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), ["endpoint", "region", "latency_ns"])
+    """The successful measured requests' latencies, in intended-send order (the order their correlation is
+    measured in; workers' clocks differ by their offsets, which leaves the order of neighbours)."""
+    rows = take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(),
+                     ["endpoint", "region", "t_intended", "latency_ns"])
+    return rows.iloc[np.argsort(rows["t_intended"].to_numpy(), kind="stable")]
 
 
 def _verdict(significant: bool, p50_diff: float) -> str:
@@ -51,12 +55,18 @@ def _too_few(out: dict, p: float, n: int) -> bool:
 
 
 def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
-    """Independent samples: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value, Cohen's d."""
+    """Independent samples in time order: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value,
+    Cohen's d. Each run is resampled at the size its time-ordered latencies are worth for the percentile
+    (analysis/correlation.py): queueing correlates neighbours, and an n-sized resample of n correlated
+    latencies gives an interval too narrow (bench/paired_coverage.py's unpaired rows)."""
     out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
+    sorted_a, sorted_b = np.sort(a), np.sort(b)
     for p in PERCENTILES:
         if _too_few(out, p, min(len(a), len(b))):
             continue
-        d, lo, hi = bootstrap_diff_ci(a, b, p, seed=seed)
+        sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
+                      for x, xs in ((a, sorted_a), (b, sorted_b)))
+        d, lo, hi = bootstrap_diff_ci(a, b, p, seed=seed, sizes=sizes)
         out[f"p{p}_a_ms"] = float(np.percentile(a, p))
         out[f"p{p}_b_ms"] = float(np.percentile(b, p))
         out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi

@@ -205,35 +205,41 @@ def _samples_to_decide(p: float, n: int, bound: float, alpha: float) -> int | No
     return max(0, hi_n - n)
 
 
-def bootstrap_percentiles(x_sorted: np.ndarray, percentile: float, reps: int, rng: np.random.Generator) -> np.ndarray:
+def bootstrap_percentiles(x_sorted: np.ndarray, percentile: float, reps: int, rng: np.random.Generator,
+                          size: int | None = None) -> np.ndarray:
     """`reps` bootstrap replicates of numpy's (linear) percentile of a sample, drawn without resampling it.
 
-    A resample of n values is x[⌊n·U_i⌋] for n uniforms U_i, so its k-th smallest value is x(⌊n·U_(k)⌋), with
-    U_(k) ~ Beta(k, n + 1 − k), and the next one lies at U_(k+1) = U_(k) + (1 − U_(k))·Beta(1, n − k). Drawing
+    A resample of m values is x[⌊n·U_i⌋] for m uniforms U_i, so its k-th smallest value is x(⌊n·U_(k)⌋), with
+    U_(k) ~ Beta(k, m + 1 − k), and the next one lies at U_(k+1) = U_(k) + (1 − U_(k))·Beta(1, m − k). Drawing
     those two order statistics gives each replicate exactly the distribution of the percentile of a resample
-    (the percentile bootstrap), in O(1) instead of O(n) per replicate.
+    (the percentile bootstrap), in O(1) instead of O(m) per replicate. `size`: m, the resample's size (default
+    n); the effective size of a correlated sample makes the replicates spread as its percentile does.
     """
     n = len(x_sorted)
-    h = (n - 1) * percentile / 100
+    m = n if size is None else max(1, min(int(size), n))
+    h = (m - 1) * percentile / 100
     i = int(np.floor(h))
-    u = rng.beta(i + 1, n - i, size=reps)
+    u = rng.beta(i + 1, m - i, size=reps)
     lower = x_sorted[np.minimum((n * u).astype(np.int64), n - 1)]
-    if i + 1 >= n or h == i:
+    if i + 1 >= m or h == i:
         return lower
-    u_next = u + (1 - u) * rng.beta(1, n - i - 1, size=reps)
+    u_next = u + (1 - u) * rng.beta(1, m - i - 1, size=reps)
     upper = x_sorted[np.minimum((n * u_next).astype(np.int64), n - 1)]
     return lower + (h - i) * (upper - lower)
 
 
 def bootstrap_diff_ci(a: np.ndarray, b: np.ndarray, percentile: float, reps: int = 2000, seed: int = 0,
-                      alpha: float = ALPHA) -> tuple[float, float, float]:
+                      alpha: float = ALPHA, sizes: tuple[int, int] | None = None) -> tuple[float, float, float]:
     """Percentile(b) − percentile(a) and its percentile-bootstrap CI (bootstrap_percentiles: memory and time
-    independent of the sample sizes, so two runs of millions of requests compare in seconds)."""
+    independent of the sample sizes, so two runs of millions of requests compare in seconds). `sizes`: the
+    independent samples a and b are worth (correlated latencies), each run's resample size."""
     rng = np.random.default_rng(seed)
     a = np.sort(np.asarray(a, dtype=float))
     b = np.sort(np.asarray(b, dtype=float))
+    size_a, size_b = sizes if sizes is not None else (None, None)
     diff = float(np.percentile(b, percentile) - np.percentile(a, percentile))
-    boots = bootstrap_percentiles(b, percentile, reps, rng) - bootstrap_percentiles(a, percentile, reps, rng)
+    boots = (bootstrap_percentiles(b, percentile, reps, rng, size_b)
+             - bootstrap_percentiles(a, percentile, reps, rng, size_a))
     return diff, float(np.percentile(boots, 100 * alpha / 2)), float(np.percentile(boots, 100 * (1 - alpha / 2)))
 
 
