@@ -42,3 +42,14 @@ def low_disk_reason(run_dir: Path, reserve: int) -> str | None:
         return None
     return (f"the disk holding {run_dir} has {free / 2**20:.1f} MiB free (below the {reserve / 2**20:.0f} MiB kept "
             f"for the manifest and the report)")
+
+
+def stop_reason(stats, run_dir: Path, reserve: int) -> str | None:
+    """Checked every half second by both orchestrators: why the run must stop now — its server statistics could
+    not be appended (`stats`: a ServerStatsRecorder or None), or its disk is below the reserve — or None."""
+    try:
+        if stats is not None and stats.due():
+            stats.periodic()
+    except OSError as exc:
+        return f"the run directory cannot be written ({exc})"
+    return low_disk_reason(run_dir, reserve)

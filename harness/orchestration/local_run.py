@@ -18,7 +18,7 @@ from pathlib import Path
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
-from harness.orchestration.disk_space import MIN_FREE_BYTES, LowDiskError, low_disk_reason, min_free_bytes
+from harness.orchestration.disk_space import MIN_FREE_BYTES, LowDiskError, low_disk_reason, min_free_bytes, stop_reason
 from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.preflight import check_local
 from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
@@ -199,12 +199,7 @@ class LocalRun:
         deadline = started + self.plan.run_seconds + 90
         while self.master.alive() and time.monotonic() < deadline:
             progress(self)
-            try:
-                if self.stats is not None and self.stats.due():
-                    self.stats.periodic()
-                low = low_disk_reason(self.layout.root, self.reserve)
-            except OSError as exc:  # a full disk: what is measured so far stays, the run ends INVALID
-                low = f"the run directory cannot be written ({exc})"
+            low = stop_reason(self.stats, self.layout.root, self.reserve)
             if low is not None:  # stopped while the manifest and the report still fit
                 self.write_errors.append(low)
                 print(f"tailrace run: {low}: stopping the run", file=sys.stderr, flush=True)

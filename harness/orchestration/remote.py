@@ -24,7 +24,7 @@ from pathlib import Path
 from contract.layout import RunLayout
 from contract.plan import unresolved_plan
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
-from harness.orchestration.disk_space import low_disk_reason, min_free_bytes
+from harness.orchestration.disk_space import low_disk_reason, min_free_bytes, stop_reason
 from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
 from harness.orchestration.local_run import (
     LEAD_S,
@@ -164,12 +164,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
                 last_wait = time.monotonic()
             if started:
                 progress.update(run_id)
-            try:
-                if stats.due():
-                    stats.periodic()
-                low = low_disk_reason(layout.root, reserve) if not write_errors else None
-            except OSError as exc:
-                low = str(exc)
+            low = stop_reason(stats, layout.root, reserve) if not write_errors else None  # once: one SIGINT
             if low is not None:  # stop while the manifest and the report still fit; workers keep unsent chunks
                 write_errors.append(low)
                 print(f"tailrace master: {low}: stopping the run (the workers keep the chunks not yet written in "
