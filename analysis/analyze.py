@@ -4,13 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.clock_correction import OffsetModel, add_reference_times, fit_all
+from analysis.chunks import ChunkColumns, LateChunkError
+from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decompose, decomposition_table
-from analysis.frames import endpoint_region_positions, take_rows
+from analysis.frames import endpoint_region_positions
 from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, sorted_ok_latencies
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
@@ -22,10 +24,24 @@ from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
-# the columns the statistics of the measured phases read (a narrow copy, never the whole table twice)
+# the columns the statistics of the measured phases read (at the measured rows' positions: no copy)
 MEASURED_COLUMNS = ("endpoint", "region", "model", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
                     "batch_size", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns",
                     "t_intended_ref", "phase")
+# the columns each of the other statistics reads (in the order analyze_run computes them)
+FIRST_COLUMNS = ("worker", "phase", "status", "endpoint", "region")  # read first: a chunk failing here is skipped
+ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send_lag_ns", "phase", "worker", "region")
+SCENARIO_COLUMNS = ("phase", "endpoint", "region", "status", "latency_ns", "t_intended_ref", "t_sent_ref",
+                    "t_done_ref", "batch_size", "correct", "correct_count")
+SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", "t_intended_ref")
+DECOMPOSE_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
+                     "send_lag_ns", "t_sent_ref", "t_done_ref", "latency_ns", "region", "endpoint")
+VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
+                   "batch_size", "sample_index", "server_compute_ns")
+PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref")
+COLD_START_COLUMNS = ("endpoint", "model", "phase", "status", "latency_ns", "t_intended_ref")
+ERROR_COLUMNS = ("status", "code", "error", "t_intended_ref", "endpoint", "region")  # and outage_windows'
+REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns")  # the report's timeline (analysis/plots.py)
 SLOWEST = 20
 
 
@@ -69,29 +85,67 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analysis:
+def _reference_times(log: ChunkColumns, models: dict[str, OffsetModel], columns: tuple[str, ...]) -> None:
+    """Put `columns` (local times) on the log as <column>_ref, on the reference clock
+    (analysis/clock_correction.py's to_reference), one column at a time."""
+    runs = worker_runs(log.values("worker"))
+    for column in columns:
+        log.put(column + "_ref", to_reference(log.values(column), log.values("clock_offset_ns"), runs, models))
+
+
+def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None
+                ) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
-    ANALYSIS_COLUMNS only (analysis/rundir.py), the Python API every column, so that `Analysis.requests`
-    holds the whole log."""
-    data = load_run(run_dir, columns)
-    manifest, profile = data.manifest, data.plan.profile
+    ANALYSIS_COLUMNS only (analysis/rundir.py), a few at a time, each freed after the last statistic that reads
+    it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
+    A chunk that turns out unreadable after its first columns were used is skipped, and the analysis starts
+    again without it (`exclude`: chunk → reason)."""
+    try:
+        return _analyze_run(run_dir, columns, exclude or {})
+    except LateChunkError as exc:
+        if exc.path in (exclude or {}):
+            raise
+        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason})
+
+
+def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str]) -> Analysis:
+    keep = columns is None
+    data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
+    manifest, profile, log = data.manifest, data.plan.profile, data.log
+
+    def done(*names: str) -> None:  # the statistics below read these no more
+        if not keep:
+            log.release(*names)
+
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
-    df = add_reference_times(data.requests, models)
-    in_measured = (df["phase"] > 0).to_numpy()
-    measured = take_rows(df, in_measured, MEASURED_COLUMNS)
+    unsampled = clock_warnings(log.frame(["worker"]), data.clock)
+    _reference_times(log, models, ("t_intended", "t_sent"))
+    in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
+    arrivals = arrival_checks(log.frame(ARRIVAL_COLUMNS), profile)
+    done("t_intended", "t_sent")
+    _reference_times(log, models, ("t_done",))
+    done("t_done", "clock_offset_ns", "worker")
+    scenario = scenario_summary(log.frame(SCENARIO_COLUMNS), profile, {n: (w or {}).get("summary") or {} for n, w in
+                                                                      (manifest.get("workers") or {}).items()})
+    latency = log.frame(["latency_ns"])["latency_ns"]
+    slowest = log.frame(SLOWEST_COLUMNS).loc[latency[in_measured].nlargest(SLOWEST).index]
+    decomposition = decomposition_table(log.frame(DECOMPOSE_COLUMNS))
+    slow_legs = decompose(log.frame(DECOMPOSE_COLUMNS).loc[slowest.index])  # legs keep the request's row label
+    done("t_sent_ref", "t_done_ref")
+    measured_rows = np.flatnonzero(in_measured)  # the statistics below read the log at these rows: no copy
+    measured = log.frame(MEASURED_COLUMNS)
     duration = profile.load.duration_s
-    positions = endpoint_region_positions(measured)  # grouped once, shared by the statistics below
+    positions = endpoint_region_positions(measured, measured_rows)  # grouped once, shared by the statistics below
     ok_sorted = sorted_ok_latencies(measured, positions)
-    latency_rows = latency_table(measured, profile, duration, ok_sorted, positions)
+    latency_rows = latency_table(measured, profile, duration, ok_sorted, positions, measured_rows)
     cdfs = region_cdfs(ok_sorted)
     del ok_sorted
-    per_phase = per_phase_table(df, profile)
-    scenario = scenario_summary(df, profile, {n: (w or {}).get("summary") or {} for n, w in
-                                              (manifest.get("workers") or {}).items()})
-    synthetic = {m for m in df["model"].unique() if str(m).startswith("synthetic")}
-    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models), df)
-    queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows))
+    synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
+    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
+                                    log.frame(["status", "endpoint"]))
+    queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows),
+                              measured_rows)
     groups = groups_of(measured, positions)
     slos = [slo.model_dump() for slo in profile.slos]
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
@@ -99,19 +153,21 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
                              region_names, groups)
     validity = validity_rows(groups)
     add_goodput(latency_rows, measured, slos, duration, positions)
-    del groups, measured, positions  # a large run's time-ordered groups and measured copy: not needed past here
-    slowest = df.loc[df["latency_ns"][in_measured].nlargest(SLOWEST).index]
-    legs = decompose(df)
-    decomposition = decomposition_table(legs) if not legs.empty else []
-    slow_legs = legs[legs.index.isin(slowest.index)]  # legs keep the request's row label
-    del legs
+    del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
+    decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows)
+    done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "send_lag_ns", "correct",
+         "correct_count", "batch_size", "sample_index")
+    per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
+    cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
+    done("model")
     names = phase_names(profile)
-    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrival_checks(df, profile)]
+    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
     valid = bool(manifest.get("valid", True))
     verdict, exit_code = overall_verdict(verdicts, valid)
+    df = log.frame(ERROR_COLUMNS)
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
     by_class = failed.groupby(["status", "code"], observed=True)
     errors = by_class.agg(count=("status", "size"), example_error=("error", "first")).reset_index()
@@ -134,8 +190,8 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
-        "warnings": manifest.get("warnings", []) + clock_warnings(df, data.clock),
-        "input": {"rows_read": int(len(df)), "chunks_read": data.chunks_read,
+        "warnings": manifest.get("warnings", []) + unsampled,
+        "input": {"rows_read": int(log.rows), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
         "decomposition": decomposition,
@@ -146,8 +202,7 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": outage_windows(df, trace_ids=data.trace_ids),
-        "decision": variant_decision(df, data, stat_rows),
-        "cold_start": cold_start_table(df, data.cold_starts, profile.cold_start.first_k),
+        "decision": decision, "cold_start": cold_start,
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
@@ -161,4 +216,6 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None) -> Analys
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
               "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
               "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
-    return Analysis(data, df, models, summary, tables, cdfs)
+    del df
+    done("code", "error", "phase", "endpoint")
+    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, cdfs)

@@ -13,8 +13,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.frames import as_slice, frame_of, group_positions
-
 
 @dataclass(frozen=True)
 class OffsetModel:
@@ -74,25 +72,25 @@ def fit_all(clock: pd.DataFrame) -> dict[str, OffsetModel]:
     return models
 
 
-def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) -> pd.DataFrame:
-    """Add t_intended_ref, t_sent_ref, t_done_ref (epoch ns on the reference clock) and clock_error_ns.
+def worker_runs(workers: pd.Categorical) -> list[tuple[str, slice]]:
+    """The rows of the request log as (worker, slice) runs: each worker's chunks are read one after another,
+    so a worker's rows are a few contiguous runs. Rows without a worker belong to no run."""
+    codes = np.asarray(workers.codes)
+    if len(codes) == 0:
+        return []
+    bounds = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1, [len(codes)]]).tolist()
+    return [(workers.categories[codes[a]], slice(a, b)) for a, b in zip(bounds, bounds[1:]) if codes[a] >= 0]
 
-    Workers without clock samples fall back to the offset stamped on each row.
-    """
-    columns = ("t_intended", "t_sent", "t_done")
-    refs = {col: np.zeros(len(requests), dtype=np.int64) for col in columns}
-    error = np.full(len(requests), np.nan)
-    for worker, rows in group_positions(requests, ["worker"]).items():
-        idx = as_slice(rows)  # one worker's chunks are read one after another: usually contiguous
+
+def to_reference(local: np.ndarray, offsets: np.ndarray, runs: list[tuple[str, slice]],
+                 models: dict[str, OffsetModel]) -> np.ndarray:
+    """Local epoch-ns times (one per request) on the reference clock: a worker's rows by its fitted model, or,
+    when it has none, by the offset stamped on each row (`offsets`). `runs`: worker_runs of the log."""
+    ref = np.zeros(len(local), dtype=np.int64)
+    for worker, rows in runs:
         model = models.get(worker)
-        for col in columns:
-            local = requests[col].to_numpy()[idx]
-            if model is not None and model.samples_used:
-                refs[col][idx] = model.to_reference(local)
-            else:
-                refs[col][idx] = local + requests["clock_offset_ns"].to_numpy()[idx]
-        error[idx] = model.uncertainty_ns if model is not None else np.nan
-    # a new frame of the request columns (shared, never copied) and the new ones: inserting columns one by one
-    # into a frame of ten million rows costs pandas a quarter of a second each
-    return frame_of({**{name: requests[name] for name in requests.columns},
-                     **{col + "_ref": refs[col] for col in columns}, "clock_error_ns": error}, requests.index)
+        if model is not None and model.samples_used:
+            ref[rows] = model.to_reference(local[rows])
+        else:
+            ref[rows] = local[rows] + offsets[rows]
+    return ref

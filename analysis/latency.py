@@ -126,23 +126,25 @@ def sorted_ok_latencies(df: pd.DataFrame, positions: dict | None = None) -> dict
 
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float,
-                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, positions: dict | None = None
-                  ) -> list[dict]:
-    """Rows per endpoint × region, per endpoint (all regions), and overall. Each group's latencies are sorted
-    once (`ok_sorted`: sorted_ok_latencies(df), `positions`: endpoint_region_positions(df), when the caller has
-    them); an endpoint's and the overall row merge their groups' sorted latencies."""
+                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, positions: dict | None = None,
+                  among: np.ndarray | None = None) -> list[dict]:
+    """Rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
+    `among` of `df` (None: all). Each group's latencies are sorted once (`ok_sorted`: sorted_ok_latencies(df),
+    `positions`: endpoint_region_positions(df, among), when the caller has them); an endpoint's and the
+    overall row merge their groups' sorted latencies."""
     rows = _Rows(df)
-    positions = endpoint_region_positions(df) if positions is None else positions
+    positions = endpoint_region_positions(df, among) if positions is None else positions
     groups = list(positions.items())
     ok_sorted = sorted_ok_latencies(df, positions) if ok_sorted is None else ok_sorted
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        by_endpoint = group_positions(df, ["endpoint"])
+        by_endpoint = group_positions(df, ["endpoint"], among)
         tasks = [({"endpoint": e, "region": r}, idx, ok_sorted[(e, r)], intended_rate(profile, r, e))
                  for (e, r), idx in groups]
         tasks += [({"endpoint": e, "region": "*"}, by_endpoint[e],
                    _merged([v for (g, _), v in ok_sorted.items() if g == e]), intended_rate(profile, None, e))
                   for e in sorted(by_endpoint, key=str)]
-        tasks.append(({"endpoint": "*", "region": "*"}, np.arange(len(df)), _merged(list(ok_sorted.values())),
+        tasks.append(({"endpoint": "*", "region": "*"}, np.arange(len(df)) if among is None else among,
+                      _merged(list(ok_sorted.values())),
                       intended_rate(profile, None, None)))
         return list(pool.map(lambda t: {**t[0], **summarize_latency(rows, t[1], t[2], duration_s),
                                         "intended_rate": t[3]}, tasks))

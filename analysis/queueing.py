@@ -52,16 +52,22 @@ def interarrival_cv2(arrivals_ns: np.ndarray) -> float | None:
 
 
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
-                   requests_per_execution: dict[str, float] | None = None) -> list[dict]:
+                   requests_per_execution: dict[str, float] | None = None, among: np.ndarray | None = None
+                   ) -> list[dict]:
     """Per endpoint: λ, throughput, L measured vs λ·W (server side), utilization, queue delay, M/M/1.
 
     The server side is the system: a request is in it from server receive to server send (the server's
     clock). The window is the central part of the run, so that requests cut off at the edges don't bias L.
     `requests_per_execution` (endpoint → from the server's statistics): with dynamic batching every request
     of a batch reports the batch's compute, so the slots are busy λ·S / (requests per execution).
+    `among`: the rows to count (ascending positions; None: all).
     """
     rows = []
     served = ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
+    if among is not None:  # only these rows: the measured phases'
+        wanted = np.zeros(len(served), dtype=bool)
+        wanted[among] = True
+        served = served & wanted
     d = take_rows(df, served, ["endpoint", "model"])
     receive_all, send_all = df["server_receive_ns"].to_numpy()[served], df["server_send_ns"].to_numpy()[served]
     queue_all, compute_all = df["server_queue_ns"].to_numpy()[served], df["server_compute_ns"].to_numpy()[served]

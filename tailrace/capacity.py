@@ -28,7 +28,7 @@ from analysis.capacity_search import (
 )
 from contract.layout import RunLayout
 from contract.profile import Profile
-from harness.orchestration.disk_space import LowDiskError
+from harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import LEAD_S, LocalRun
 from harness.orchestration.run_record import write_manifest
@@ -104,6 +104,9 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     cap_dir = out / f"{profile.name}-capacity-{stamp}-{secrets.token_hex(2)}"
     (cap_dir / "trials").mkdir(parents=True)
+    low = low_disk_reason(cap_dir, min_free_bytes())
+    if low is not None:  # before any server starts: every trial would be stopped at once
+        raise LowDiskError(f"{low}; no load was sent — free some space or choose another --out")
     slos = [s.model_dump(mode="json") for s in profile.slos]
     profile_dict = profile.model_dump(mode="json")
     state = SearchState(c.start_rate, c.growth, c.tolerance)
@@ -235,6 +238,11 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
     """CLI entry: 0 found, 3 budget spent before the bracket closed, 4 generator-limited (at least), 1 none, 2 usage."""
     import sys
 
+    try:
+        min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
+    except ValueError as exc:
+        print(f"tailrace capacity: {exc}", file=sys.stderr)
+        return 2
     try:
         cap_dir, result = run_capacity(profile, out, quiet, budget_s)
     except (CapacityError, EndpointCheckError, LowDiskError) as exc:

@@ -260,3 +260,27 @@ def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_
     closed = {p.name for p in spool.rglob("requests-*.parquet")}
     written = {p.name for p in run_dir.rglob("requests-*.parquet")}
     assert written and closed and written <= closed  # what reached the run is what the worker closed
+
+
+def test_a_capacity_search_on_a_disk_below_the_reserve_starts_nothing(model_repo, tmp_path, small_disk, capsys,
+                                                                      monkeypatch):
+    """1 MiB free, under the 16 MiB reserve: `tailrace capacity` refuses before any server or trial starts —
+    one line naming the disk, exit 2, no process left; a malformed reserve is one line naming the variable."""
+    from tailrace.capacity import capacity_command
+    from tests.integration.test_capacity import mm1_profile
+
+    (small_disk / "ballast").write_bytes(b"\0" * (19 * 2**20))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    code = capacity_command(mm1_profile(model_repo), small_disk / "runs", quiet=True, budget_s=None)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("tailrace capacity: the disk holding ") and "no load was sent" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+    (cap_dir,) = (small_disk / "runs").iterdir()
+    assert list((cap_dir / "trials").iterdir()) == [] and not (cap_dir / "logs").exists()
+
+    monkeypatch.setenv("TAILRACE_MIN_FREE_MB", "lots")
+    code = capacity_command(mm1_profile(model_repo), tmp_path / "runs", quiet=True, budget_s=None)
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == "tailrace capacity: TAILRACE_MIN_FREE_MB='lots': expected a number of MiB", err

@@ -1,0 +1,280 @@
+"""Reading a run's Parquet chunks into arrays: the clock samples at once, the request log a few columns at a time.
+
+A ten-million-row log holds ~22 columns; no statistic reads more than a handful. `ChunkColumns` reads a column
+from every chunk when a statistic first asks for it and keeps it until the analysis releases it, so a day's log
+(100 M rows) never sits in memory whole (analysis/analyze.py orders its statistics by the columns they read).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analysis.frames import frame_of
+from contract.records import FEW_VALUED, arrow_schema
+
+CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
+
+
+@dataclass
+class SkippedChunk:
+    path: str
+    reason: str
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be analysed at all (names the path)."""
+
+
+class LateChunkError(RunDirError):
+    """A chunk that failed on a column read after other columns of its rows were in use: the reader of the
+    log starts again with the chunk in `exclude` (analysis/analyze.py does)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _type_error(name: str, have: pa.DataType, want: pa.DataType) -> str | None:
+    """Why a column of type `have` cannot be read as `want` (None: it can)."""
+    if pa.types.is_dictionary(have) and have.value_type == want:
+        return None  # read as a dictionary (CATEGORICAL): _Column maps it to codes
+    if have == want or (pa.types.is_integer(have) and pa.types.is_integer(want)) or pa.types.is_null(have):
+        return None
+    return f"column {name} is {have}, expected {want}"
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order and types: an integer column of another width is widened; any
+    other type (latency as strings, say) is a ValueError naming the column."""
+    columns = []
+    for want in schema:
+        column = table.column(want.name)
+        if (error := _type_error(want.name, column.type, want.type)) is not None:
+            raise ValueError(error)
+        if column.type != want.type and not pa.types.is_dictionary(column.type):
+            column = column.cast(want.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=schema.names)
+
+
+def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
+                meta: pq.FileMetaData | None = None) -> pa.Table:
+    """One chunk's `schema` columns (only those read from disk), conformed; ValueError naming what is wrong.
+    `meta`: the chunk's footer, when already read (each further column read then skips parsing it again)."""
+    meta = pq.read_metadata(path) if meta is None else meta
+    present = set(meta.schema.names)
+    names = [c for c in schema.names if c in present]
+    # few-valued strings decoded as dictionaries: several times faster than materialising each string
+    table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL]).read(
+        columns=names)
+    for name, default in optional.items():  # a column newer than the chunk
+        if name in schema.names and name not in present:
+            table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
+    missing = [c for c in schema.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    return _conform(table, schema)
+
+
+class _Column:
+    """One column being read, filled chunk by chunk into a preallocated array (chunks in parallel, each into its
+    own rows): the column never exists twice, once in Arrow and once in numpy. Strings with few values become
+    categorical codes against categories shared by every chunk (sorted at the end, so group-bys order as on
+    strings); other strings stay in Arrow buffers."""
+
+    def __init__(self, field: pa.Field, capacity: int) -> None:
+        self.name, self.type = field.name, field.type
+        self.categorical = field.name in CATEGORICAL and pa.types.is_string(field.type)
+        self.pieces: dict[int, list[pa.Array]] = {}
+        self.categories: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if self.categorical:
+            self.values = np.empty(capacity, dtype=np.int32)
+        elif not pa.types.is_string(field.type):
+            self.values = np.empty(capacity, dtype=self.type.to_pandas_dtype())
+
+    def put(self, start: int, column: pa.ChunkedArray, order: int) -> None:
+        """Fill rows start… with `column`, the `order`-th chunk of the run."""
+        stop = start + len(column)
+        if self.categorical:
+            at = start
+            for chunk in column.chunks:
+                encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+                with self._lock:
+                    codes = np.array([self.categories.setdefault(v, len(self.categories))
+                                      for v in encoded.dictionary.to_pylist()] + [-1], dtype=np.int32)
+                self.values[at:at + len(chunk)] = codes[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+                at += len(chunk)
+        elif pa.types.is_string(self.type):
+            self.pieces[order] = column.chunks
+        else:
+            values = column.to_numpy()
+            with self._lock:  # a widening below replaces the array: no write may go to the old one meanwhile
+                if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
+                    self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
+                self.values[start:stop] = values
+
+    def finish(self, keep: np.ndarray | None):
+        """The column's pandas values; `keep`: the rows to keep (None: all) when some chunk was unreadable."""
+        if pa.types.is_string(self.type) and not self.categorical:
+            return pa.chunked_array([c for order in sorted(self.pieces) for c in self.pieces[order]],
+                                    type=self.type).to_pandas()
+        values = self.values if keep is None else self.values[keep]
+        if self.categorical:
+            return pd.Categorical.from_codes(values, list(self.categories)).reorder_categories(sorted(self.categories))
+        return values
+
+
+def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str, object]) -> str | None:
+    """What makes a chunk's file schema (from its footer, `meta`) unreadable as `schema` (None: nothing)."""
+    have = meta.schema.to_arrow_schema()
+    missing = [f.name for f in schema if f.name not in have.names and f.name not in optional]
+    if missing:
+        return f"missing column(s) {', '.join(missing)}"
+    for want in schema:
+        if want.name in have.names and (error := _type_error(want.name, have.field(want.name).type,
+                                                             want.type)) is not None:
+            return error
+    return None
+
+
+class ChunkColumns:
+    """The rows of a run's chunks of one kind, read column by column.
+
+    Opening reads each chunk's footer: a chunk whose metadata or schema is wrong is skipped (`skipped`), and so
+    is one in `exclude` (path → reason). The first `load` reads its columns from every remaining chunk, and a
+    chunk that fails then is skipped too; once rows are in use a chunk failing on a later column is a
+    LateChunkError (dropping its rows then would take them from some statistics and not others). Columns stay
+    loaded until `release`d.
+    """
+
+    def __init__(self, files: list[Path], fields, skipped: list[SkippedChunk],
+                 optional: dict[str, object] | None = None, columns: Iterable[str] | None = None,
+                 fill: Callable[[ChunkColumns, str, object], object] | None = None,
+                 exclude: dict[str, str] | None = None) -> None:
+        schema = arrow_schema(fields)
+        wanted = None if columns is None else set(columns)
+        self.schema = pa.schema([f for f in schema if wanted is None or f.name in wanted])
+        self.optional = {k: v for k, v in (optional or {}).items() if k in self.schema.names}
+        self.skipped = skipped
+        self._fill = fill  # (log, name, values) → values with a column's missing entries filled in
+        self.sources: list[tuple[int, Path]] = []  # (first row, chunk), in row order
+        self.rows = 0
+        self._stops: list[int] = []
+        self._footers: list[pq.FileMetaData] = []
+        self._values: dict[str, object] = {}
+        self._settled = False  # True once a load has read every chunk: a later failure is an error
+        for f in files:
+            try:
+                problem = (exclude or {}).get(str(f))
+                if problem is None:
+                    meta = pq.read_metadata(f)
+                    problem = _schema_problem(meta, self.schema, self.optional)
+            except (pa.ArrowInvalid, OSError) as exc:
+                problem = str(exc).splitlines()[0][:200]
+            if problem is not None:
+                skipped.append(SkippedChunk(str(f), problem))
+                continue
+            self.sources.append((self.rows, f))
+            self.rows += meta.num_rows
+            self._stops.append(self.rows)
+            self._footers.append(meta)
+
+    @property
+    def names(self) -> list[str]:
+        """Every column this log can give: those read from the chunks and those `put` on it."""
+        return list(self.schema.names) + [n for n in self._values if n not in self.schema.names]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.schema.names or name in self._values
+
+    def load(self, names: Iterable[str]) -> None:
+        """Read the columns `names` not yet loaded from every chunk, in one pass (chunks in parallel)."""
+        wanted = [n for n in dict.fromkeys(names) if n not in self._values]
+        unknown = [n for n in wanted if n not in self.schema.names]
+        if unknown:
+            raise KeyError(f"not a column read from this run's chunks: {', '.join(unknown)}")
+        if not wanted:
+            return
+        schema = pa.schema([self.schema.field(n) for n in wanted])
+        built = [_Column(field, self.rows) for field in schema]
+
+        def read(order: int) -> str | None:
+            start, path = self.sources[order]
+            try:
+                table = _read_chunk(path, schema, self.optional, self._footers[order])
+                if table.num_rows != self._stops[order] - start:
+                    raise ValueError("its rows do not match its metadata")
+            except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                return str(exc).splitlines()[0][:200]
+            for column, values in zip(built, table.columns):
+                column.put(start, values, order)
+            return None
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
+            errors = list(pool.map(read, range(len(self.sources))))
+        keep = None
+        if any(errors):
+            first = next((self.sources[i][1], e) for i, e in enumerate(errors) if e)
+            if self._settled:
+                raise LateChunkError(str(first[0]), f"{first[1]} (in column(s) {', '.join(wanted)}, read after "
+                                                    "its other columns: analysed without it)")
+            keep = np.ones(self.rows, dtype=bool)
+            sources, stops, footers, row = [], [], [], 0
+            for (start, path), stop, footer, error in zip(self.sources, self._stops, self._footers, errors):
+                if error is None:
+                    sources.append((row, path))
+                    row += stop - start
+                    stops.append(row)
+                    footers.append(footer)
+                else:
+                    self.skipped.append(SkippedChunk(str(path), error))
+                    keep[start:stop] = False
+            self.sources, self._stops, self._footers, self.rows = sources, stops, footers, row
+        self._settled = True
+        for column in built:
+            self._values[column.name] = column.finish(keep)
+        if self._fill is not None:
+            for name in wanted:
+                self._values[name] = self._fill(self, name, self._values[name])
+
+    def values(self, name: str):
+        """One column's values (numpy array, Categorical, or Series of strings), loading it if needed."""
+        self.load([name])
+        return self._values[name]
+
+    def put(self, name: str, values) -> None:
+        """Add (or replace) a column computed from others, e.g. a time on the reference clock."""
+        if len(values) != self.rows:
+            raise ValueError(f"column {name}: {len(values)} values for {self.rows} rows")
+        self._values[name] = values
+
+    def release(self, *names: str) -> None:
+        """Forget loaded columns (they are read again if asked for)."""
+        for name in names:
+            self._values.pop(name, None)
+
+    def frame(self, names: Iterable[str]) -> pd.DataFrame:
+        """A DataFrame of the columns `names` (loaded as needed), sharing their arrays: rows labelled 0…rows-1."""
+        names = list(dict.fromkeys(names))
+        if self.sources:
+            self.load([n for n in names if n not in self._values])
+        if not self.sources:  # no chunk could be read
+            return pd.DataFrame(columns=names)
+        return frame_of({n: self._values[n] for n in names}, pd.RangeIndex(self.rows))
+
+
+def read_chunks(files: list[Path], fields, skipped: list[SkippedChunk]) -> pd.DataFrame:
+    """Every column of the chunks `files` as one DataFrame (the clock samples: a few rows per second)."""
+    log = ChunkColumns(files, fields, skipped)
+    return log.frame(log.schema.names)
