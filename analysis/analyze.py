@@ -24,10 +24,9 @@ from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
-# the columns the statistics of the measured phases read (at the measured rows' positions: no copy)
-MEASURED_COLUMNS = ("endpoint", "region", "model", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
-                    "batch_size", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns",
-                    "t_intended_ref", "phase")
+# the columns the latency table, the SLO verdicts and the validity checks read (at the measured rows' positions)
+MEASURED_COLUMNS = ("endpoint", "region", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
+                    "batch_size", "t_intended_ref", "phase")
 # the columns each of the other statistics reads (in the order analyze_run computes them)
 FIRST_COLUMNS = ("worker", "phase", "status", "endpoint", "region")  # read first: a chunk failing here is skipped
 ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send_lag_ns", "phase", "worker", "region")
@@ -36,6 +35,8 @@ SCENARIO_COLUMNS = ("phase", "endpoint", "region", "status", "latency_ns", "t_in
 SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", "t_intended_ref")
 DECOMPOSE_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
                      "send_lag_ns", "t_sent_ref", "t_done_ref", "latency_ns", "region", "endpoint")
+QUEUEING_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
+                    "endpoint", "model")
 VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
                    "batch_size", "sample_index", "server_compute_ns")
 PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref")
@@ -120,6 +121,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
     unsampled = clock_warnings(log.frame(["worker"]), data.clock)
+    log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
     _reference_times(log, models, ("t_intended", "t_sent"))
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
     arrivals = arrival_checks(log.frame(ARRIVAL_COLUMNS), profile)
@@ -134,6 +136,15 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     slow_legs = decompose(log.frame(DECOMPOSE_COLUMNS).loc[slowest.index])  # legs keep the request's row label
     done("t_sent_ref", "t_done_ref")
     measured_rows = np.flatnonzero(in_measured)  # the statistics below read the log at these rows: no copy
+    synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
+    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
+                                    log.frame(["status", "endpoint"]))
+    queueing = queueing_table(log.frame(QUEUEING_COLUMNS), profile.embedded.slots, synthetic,
+                              requests_per_execution(stat_rows), measured_rows)
+    decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
+    cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
+    done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
+    per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
     measured = log.frame(MEASURED_COLUMNS)
     duration = profile.load.duration_s
     positions = endpoint_region_positions(measured, measured_rows)  # grouped once, shared by the statistics below
@@ -141,11 +152,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     latency_rows = latency_table(measured, profile, duration, ok_sorted, positions, measured_rows)
     cdfs = region_cdfs(ok_sorted)
     del ok_sorted
-    synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
-    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
-                                    log.frame(["status", "endpoint"]))
-    queueing = queueing_table(measured, profile.embedded.slots, synthetic, requests_per_execution(stat_rows),
-                              measured_rows)
+    done("send_lag_ns", "correct", "correct_count", "batch_size")
     groups = groups_of(measured, positions)
     slos = [slo.model_dump() for slo in profile.slos]
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
@@ -154,12 +161,6 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     validity = validity_rows(groups)
     add_goodput(latency_rows, measured, slos, duration, positions)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
-    decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows)
-    done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "send_lag_ns", "correct",
-         "correct_count", "batch_size", "sample_index")
-    per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
-    cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
-    done("model")
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:

@@ -76,7 +76,7 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
     names = [c for c in schema.names if c in present]
     # few-valued strings decoded as dictionaries: several times faster than materialising each string
     table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL]).read(
-        columns=names)
+        columns=names, use_threads=False)  # the chunks are read in parallel already
     for name, default in optional.items():  # a column newer than the chunk
         if name in schema.names and name not in present:
             table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
@@ -98,8 +98,8 @@ class _Column:
         self.pieces: dict[int, list[pa.Array]] = {}
         self.categories: dict[str, int] = {}
         self._lock = threading.Lock()
-        if self.categorical:
-            self.values = np.empty(capacity, dtype=np.int32)
+        if self.categorical:  # codes as pandas keeps them for < 128 categories; widened if there are more
+            self.values = np.empty(capacity, dtype=np.int8)
         elif not pa.types.is_string(field.type):
             self.values = np.empty(capacity, dtype=self.type.to_pandas_dtype())
 
@@ -113,7 +113,10 @@ class _Column:
                 with self._lock:
                     codes = np.array([self.categories.setdefault(v, len(self.categories))
                                       for v in encoded.dictionary.to_pylist()] + [-1], dtype=np.int32)
-                self.values[at:at + len(chunk)] = codes[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+                    if len(self.categories) > np.iinfo(self.values.dtype).max and self.values.dtype != np.int32:
+                        self.values = self.values.astype(np.int32)
+                    self.values[at:at + len(chunk)] = codes[encoded.indices.fill_null(-1).to_numpy(
+                        zero_copy_only=False)]
                 at += len(chunk)
         elif pa.types.is_string(self.type):
             self.pieces[order] = column.chunks
