@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.frames import group_positions, take
+from analysis.frames import group_positions, key_runs, take, take_runs
 from analysis.stats import dispersion_pvalue, index_of_dispersion, ks_exponential
 from contract.profile import Profile
 
@@ -29,27 +29,38 @@ def anderson_exponential(gaps_s: np.ndarray) -> tuple[float, float] | None:
     return float(result.statistic), float(result.pvalue)
 
 
-def gaps_tested(gaps: np.ndarray, most: int = GOF_MAX_GAPS) -> np.ndarray:
-    """At most `most` of the gaps, evenly spread over the phase (every k-th). The gaps of a Poisson process are
-    independent exponentials, so every k-th of them is too; past ~10⁵ gaps a goodness-of-fit test rejects for
-    deviations far below anything that matters (the timer's 1 ms granularity), and costs memory and seconds."""
-    step = -(-len(gaps) // most)
-    return gaps[::step] if step > 1 else gaps
+def gaps_tested(t: np.ndarray, most: int = GOF_MAX_GAPS) -> np.ndarray:
+    """At most `most` of the gaps between the sorted times `t`, evenly spread over the phase (every k-th gap).
+    The gaps of a Poisson process are independent exponentials, so every k-th of them is too; past ~10⁵ gaps a
+    goodness-of-fit test rejects for deviations far below anything that matters (the timer's 1 ms
+    granularity), and costs memory and seconds. Only the gaps tested are computed."""
+    step = -(-(len(t) - 1) // most) if len(t) > 1 else 1
+    return t[1::step] - t[:-1:step] if step > 1 else np.diff(t)
+
+
+def _sorted_seconds(times_ns: np.ndarray) -> np.ndarray:
+    """Epoch-ns times sorted, in seconds; `times_ns` (a copy the caller hands over) is sorted in place."""
+    times_ns.sort()
+    return times_ns / 1e9
 
 
 def poisson_checks(times_ns: np.ndarray) -> dict:
     """KS and Anderson–Darling on the gaps (gaps_tested), Fisher's dispersion test on counts per second (all of
     them), and whether all three accept a Poisson process at P_MIN."""
-    t = np.sort(times_ns) / 1e9
-    gaps = gaps_tested(np.diff(t))
+    return _checks(_sorted_seconds(np.array(times_ns)))
+
+
+def _checks(t: np.ndarray) -> dict:
+    """poisson_checks of sorted times in seconds."""
+    gaps = gaps_tested(t)
     ks, ad = ks_exponential(gaps), anderson_exponential(gaps)
     del gaps
-    dispersion_p = dispersion_pvalue(t)
+    dispersion_p = dispersion_pvalue(t, is_sorted=True)
     tested = ks is not None
     return {"count": int(len(t)), "rate": float(len(t) / (t[-1] - t[0])) if len(t) > 1 else None,
             "ks_statistic": ks[0] if ks else None, "ks_pvalue": ks[1] if ks else None,
             "ad_statistic": ad[0] if ad else None, "ad_pvalue": ad[1] if ad else None,
-            "index_of_dispersion": index_of_dispersion(t), "dispersion_pvalue": dispersion_p,
+            "index_of_dispersion": index_of_dispersion(t, is_sorted=True), "dispersion_pvalue": dispersion_p,
             "poisson_ok": not _failed_tests(ks[1] if ks else None, ad[1] if ad else None, dispersion_p) and tested}
 
 
@@ -81,8 +92,8 @@ def interpret(row: dict) -> str:
 def _row(name: str, sent_ns, intended_ns, lag_ns, intended_rate: float | None) -> dict:
     """One row; the three arrays come as functions, each taken (and freed) in turn: a merged phase of a long
     run is millions of rows, and their sorted copies are what a check costs in memory."""
-    schedule = poisson_checks(intended_ns())
-    actual = poisson_checks(sent_ns())
+    schedule = _checks(_sorted_seconds(intended_ns()))  # each taken copy is sorted in place and freed
+    actual = _checks(_sorted_seconds(sent_ns()))
     lag = lag_ns()
     lag_p99_ms, lag_max_ms = (float(np.percentile(lag, 99)) / 1e6, float(lag.max()) / 1e6) if len(lag) else (0.0, 0.0)
     del lag
@@ -106,13 +117,31 @@ def _intended_rates(profile: Profile | None) -> tuple[dict[int, float], dict[str
     return rates, {r.name: r.share / r.workers for r in profile.regions}
 
 
+def _pick(values: np.ndarray, rows) -> np.ndarray:
+    """values at `rows`: [start, stop) runs (frames.key_runs) or ascending positions."""
+    return take_runs(values, rows) if isinstance(rows, list) else take(values, rows)
+
+
+def _rows_by_phase_and_worker(df: pd.DataFrame) -> tuple[dict, dict]:
+    """((phase, worker) → its rows, phase → its rows), as runs when the log comes in long stretches per worker
+    and phase (then no array of positions is made), else as positions."""
+    by_worker = key_runs(df, ["phase", "worker"])
+    if by_worker is None:
+        return group_positions(df, ["phase", "worker"]), group_positions(df, ["phase"])
+    by_phase: dict = {}
+    for (phase, _), runs in by_worker.items():
+        by_phase.setdefault(phase, []).extend(runs)
+    return by_worker, {phase: sorted(runs) for phase, runs in by_phase.items()}
+
+
 def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dict]:
-    """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential."""
+    """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential.
+    The workers' rows are checked in parallel; each merged phase (most of the run's rows) alone, so that
+    only one of them is in memory at a time."""
     sent, sent_ref = df["t_sent"].to_numpy(), df["t_sent_ref"].to_numpy()
     intended, intended_ref = df["t_intended"].to_numpy(), df["t_intended_ref"].to_numpy()
     lag = df["send_lag_ns"].to_numpy()
-    by_phase = group_positions(df, ["phase"])
-    by_worker = group_positions(df, ["phase", "worker"])
+    by_worker, by_phase = _rows_by_phase_and_worker(df)
     region = df["region"].array  # indexed once per worker: never converted whole
     phase_rate, worker_fraction = _intended_rates(profile)
     tasks = []
@@ -122,14 +151,17 @@ def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dic
         rate = phase_rate.get(int(phase))
         for worker in sorted((w for p, w in by_worker if p == phase), key=str):
             rows = by_worker[(phase, worker)]
-            fraction = worker_fraction.get(str(region[rows[0]]))
+            fraction = worker_fraction.get(str(region[rows[0][0] if isinstance(rows, list) else rows[0]]))
             tasks.append((int(phase), worker, rows, sent, intended, rate * fraction if rate and fraction else None))
         tasks.append((int(phase), "merged", by_phase[phase], sent_ref, intended_ref, rate))
 
     def run(task) -> dict:
         phase, name, rows, sent_times, intended_times, rate = task
-        return {"phase": phase, **_row(name, lambda: take(sent_times, rows), lambda: take(intended_times, rows),
-                                       lambda: take(lag, rows), rate)}
+        return {"phase": phase, **_row(name, lambda: _pick(sent_times, rows), lambda: _pick(intended_times, rows),
+                                       lambda: _pick(lag, rows), rate)}
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sorts release the GIL
-        return list(pool.map(run, tasks))
+        done = dict(zip((i for i, t in enumerate(tasks) if t[1] != "merged"),
+                        pool.map(run, [t for t in tasks if t[1] != "merged"])))
+    done.update({i: run(t) for i, t in enumerate(tasks) if t[1] == "merged"})
+    return [done[i] for i in range(len(tasks))]

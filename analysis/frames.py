@@ -49,6 +49,36 @@ def _take(values: np.ndarray, rows: np.ndarray, runs: list[tuple[int, int]] | No
     return np.concatenate([values[a:b] for a, b in runs]) if runs else values[:0].copy()
 
 
+def key_runs(df: pd.DataFrame, keys: list[str]) -> dict | None:
+    """group_positions(df, keys) as [start, stop) runs of rows — for a log whose groups come in long stretches
+    (a worker's phases, each worker's chunks one after another): no array of positions. None when the rows
+    change key too often for runs to pay."""
+    if len(df) == 0:
+        return {}
+    change = np.zeros(len(df) - 1, dtype=bool)
+    for key in keys:
+        column = df[key]
+        codes = column.cat.codes.to_numpy() if isinstance(column.dtype, pd.CategoricalDtype) else column.to_numpy()
+        change |= codes[1:] != codes[:-1]
+    bounds = np.flatnonzero(change) + 1
+    if len(bounds) > max(64, len(df) // 256):
+        return None
+    starts = np.concatenate([[0], bounds]).tolist()
+    stops = np.concatenate([bounds, [len(df)]]).tolist()
+    firsts = zip(*(df[key].iloc[starts].tolist() for key in keys))  # Python values, as group_positions keys them
+    out: dict = {}
+    for values, start, stop in zip(firsts, starts, stops):
+        if any(pd.isna(v) for v in values):
+            continue  # a missing value: no group, as pandas' dropna
+        out.setdefault(values[0] if len(keys) == 1 else values, []).append((start, stop))
+    return out
+
+
+def take_runs(values: np.ndarray, runs: list[tuple[int, int]]) -> np.ndarray:
+    """values at the rows of `runs` ([start, stop) in ascending order), as one array."""
+    return _take(values, None, runs)
+
+
 def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """values[rows] for ascending `rows`, copied as slices when they run contiguously."""
     return _take(values, rows, _runs(rows))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.frames import group_positions, take_rows
+from analysis.frames import group_positions, take, take_rows
 
 UTILIZATION_FLAG = 0.7
 
@@ -68,13 +68,18 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         wanted = np.zeros(len(served), dtype=bool)
         wanted[among] = True
         served = served & wanted
-    d = take_rows(df, served, ["endpoint", "model"])
-    receive_all, send_all = df["server_receive_ns"].to_numpy()[served], df["server_send_ns"].to_numpy()[served]
-    queue_all, compute_all = df["server_queue_ns"].to_numpy()[served], df["server_compute_ns"].to_numpy()[served]
+    served_rows = np.flatnonzero(served)
+    del served
+    d = take_rows(df, served_rows, ["endpoint", "model"])
+    columns = {c: df[f"server_{c}_ns"].to_numpy() for c in ("receive", "send", "queue", "compute")}
+
+    def served_values(column: str, at: np.ndarray) -> np.ndarray:  # one group's: no copy of every served row
+        return take(columns[column], served_rows[at])
+
     groups = group_positions(d, ["endpoint", "model"])
     for endpoint, model in sorted(groups, key=lambda k: (str(k[0]), str(k[1]))):
         idx = groups[(endpoint, model)]
-        receive, send = receive_all[idx], send_all[idx]
+        receive, send = served_values("receive", idx), served_values("send", idx)
         t0, t1 = int(receive.min()), int(send.max())
         span = t1 - t0
         w0, w1 = t0 + span // 10, t1 - span // 10
@@ -86,11 +91,12 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         residence = (send[inside] - receive[inside]) / 1e9
         W = float(residence.mean())
         L = time_average_in_system(receive, send, w0, w1)
-        S = float(compute_all[idx][inside].mean() / 1e9)
+        compute = served_values("compute", idx)[inside]
+        S = float(compute.mean() / 1e9)
         n_slots = slots.get(model, 1)
         batch = (requests_per_execution or {}).get(endpoint) or 1.0
         rho = lam * S / (n_slots * batch)
-        queue = queue_all[idx][inside]
+        queue = served_values("queue", idx)[inside]
         wq = float(queue.mean() / 1e9)
         row = {"endpoint": endpoint, "model": model, "slots": n_slots, "arrival_rate": lam,
                "throughput": float(((send >= w0) & (send < w1)).sum() / T),
@@ -104,10 +110,12 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
                "arrival_cv2": interarrival_cv2(receive[inside])}
         # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
         if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
-            model_arrivals = receive_all[(d["model"] == model).to_numpy() & (receive_all >= w0) & (receive_all < w1)]
+            model_receive = served_values("receive", np.flatnonzero((d["model"] == model).to_numpy()))
+            model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
+            del model_receive
             lam_model = len(model_arrivals) / T
             pred = mm1(lam_model, S)
-            service_s = compute_all[idx][inside].astype(float) / 1e9
+            service_s = compute.astype(float) / 1e9
             second_moment = float(np.mean(service_s ** 2))
             pk_wait = mg1_mean_wait(lam_model, S, second_moment)
             service_cv2 = second_moment / S ** 2 - 1 if S else None
