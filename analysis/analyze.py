@@ -11,9 +11,10 @@ from analysis.arrivals import arrival_checks
 from analysis.chunks import ChunkColumns, LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
+from analysis.decomposition import COLUMNS as LEG_COLUMNS
 from analysis.decomposition import decompose, decomposition_table
 from analysis.frames import endpoint_region_positions
-from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, sorted_ok_latencies
+from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
@@ -33,8 +34,7 @@ ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send
 SCENARIO_COLUMNS = ("phase", "endpoint", "region", "status", "latency_ns", "t_intended_ref", "t_sent_ref",
                     "t_done_ref", "batch_size", "correct", "correct_count")
 SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", "t_intended_ref")
-DECOMPOSE_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
-                     "send_lag_ns", "t_sent_ref", "t_done_ref", "latency_ns", "region", "endpoint")
+DECOMPOSE_COLUMNS = ("status", "region", "endpoint", *LEG_COLUMNS)  # the slowest requests' legs
 QUEUEING_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
                     "endpoint", "model")
 VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
@@ -132,7 +132,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                                                                       (manifest.get("workers") or {}).items()})
     latency = log.frame(["latency_ns"])["latency_ns"]
     slowest = log.frame(SLOWEST_COLUMNS).loc[latency[in_measured].nlargest(SLOWEST).index]
-    decomposition = decomposition_table(log.frame(DECOMPOSE_COLUMNS))
+    decomposition = decomposition_table(log)
     slow_legs = decompose(log.frame(DECOMPOSE_COLUMNS).loc[slowest.index])  # legs keep the request's row label
     done("t_sent_ref", "t_done_ref")
     measured_rows = np.flatnonzero(in_measured)  # the statistics below read the log at these rows: no copy
@@ -148,8 +148,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     measured = log.frame(MEASURED_COLUMNS)
     duration = profile.load.duration_s
     positions = endpoint_region_positions(measured, measured_rows)  # grouped once, shared by the statistics below
-    ok_sorted = sorted_ok_latencies(measured, positions)
-    latency_rows = latency_table(measured, profile, duration, ok_sorted, positions, measured_rows)
+    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows)
     cdfs = region_cdfs(ok_sorted)
     del ok_sorted
     done("send_lag_ns", "correct", "correct_count", "batch_size")

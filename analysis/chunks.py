@@ -23,6 +23,8 @@ from analysis.frames import frame_of
 from contract.records import FEW_VALUED, arrow_schema
 
 CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
+# loaded columns kept between the statistics that read them (ChunkColumns.spare); a larger log is read again
+KEEP_BYTES = 2 * 2**30
 
 
 @dataclass
@@ -176,6 +178,7 @@ class ChunkColumns:
         self._stops: list[int] = []
         self._footers: list[pq.FileMetaData] = []
         self._values: dict[str, object] = {}
+        self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
         self._settled = False  # True once a load has read every chunk: a later failure is an error
         for f in files:
             try:
@@ -195,15 +198,29 @@ class ChunkColumns:
 
     @property
     def names(self) -> list[str]:
-        """Every column this log can give: those read from the chunks and those `put` on it."""
-        return list(self.schema.names) + [n for n in self._values if n not in self.schema.names]
+        """Every column this log can give: those read from the chunks, derived or `put` on it."""
+        extra = [n for n in [*self._derived, *self._values] if n not in self.schema.names]
+        return list(self.schema.names) + list(dict.fromkeys(extra))
 
     def __contains__(self, name: str) -> bool:
-        return name in self.schema.names or name in self._values
+        return name in self.schema.names or name in self._values or name in self._derived
+
+    def derive(self, name: str, compute: Callable[[ChunkColumns], object]) -> None:
+        """A column computed from others (`compute(log)`) when first asked for; released like any other and
+        computed again if asked for after."""
+        self._derived[name] = compute
 
     def load(self, names: Iterable[str]) -> None:
-        """Read the columns `names` not yet loaded from every chunk, in one pass (chunks in parallel)."""
-        wanted = [n for n in dict.fromkeys(names) if n not in self._values]
+        """Read the columns `names` not yet loaded from every chunk, in one pass (chunks in parallel); derived
+        ones are computed after."""
+        names = list(dict.fromkeys(names))
+        self._read([n for n in names if n not in self._derived])
+        for name in names:
+            if name in self._derived and name not in self._values:
+                self.put(name, self._derived[name](self))
+
+    def _read(self, names: list[str]) -> None:
+        wanted = [n for n in names if n not in self._values]
         unknown = [n for n in wanted if n not in self.schema.names]
         if unknown:
             raise KeyError(f"not a column read from this run's chunks: {', '.join(unknown)}")
@@ -263,9 +280,21 @@ class ChunkColumns:
         self._values[name] = values
 
     def release(self, *names: str) -> None:
-        """Forget loaded columns (they are read again if asked for)."""
+        """Forget loaded columns (they are read, or derived, again if asked for)."""
         for name in names:
             self._values.pop(name, None)
+
+    def loaded_bytes(self) -> int:
+        """The memory the loaded columns take."""
+        return sum(int(v.codes.nbytes if isinstance(v, pd.Categorical) else
+                       v.memory_usage(deep=False) if isinstance(v, pd.Series) else v.nbytes)
+                   for v in self._values.values())
+
+    def spare(self, *names: str) -> None:
+        """Columns the statistics that come next do not read, though later ones may: released when the loaded
+        columns take more than KEEP_BYTES (a long run's log: read again when asked for), else kept."""
+        if self.loaded_bytes() > KEEP_BYTES:
+            self.release(*(n for n in names if n in self.schema.names or n in self._derived))
 
     def frame(self, names: Iterable[str]) -> pd.DataFrame:
         """A DataFrame of the columns `names` (loaded as needed), sharing their arrays: rows labelled 0…rows-1."""

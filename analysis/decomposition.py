@@ -6,6 +6,8 @@ that is the reference). The legs add up to the latency measured from the intende
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -14,47 +16,66 @@ from analysis.frames import frame_of, group_positions, take, take_column, take_r
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
 
+# each leg (ms) from the request columns it reads, as one function of them (one formula for both uses below)
+LEG_COLUMNS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray]]] = {
+    "send_lag": (("send_lag_ns",), lambda lag: lag / 1e6),
+    "network_up": (("server_receive_ns", "t_sent_ref"), lambda receive, sent: (receive - sent) / 1e6),
+    "server_queue": (("server_queue_ns",), lambda queue: np.clip(queue, 0, None) / 1e6),
+    "server_compute": (("server_compute_ns",), lambda compute: np.clip(compute, 0, None) / 1e6),
+    "server_other": (("server_send_ns", "server_receive_ns", "server_queue_ns", "server_compute_ns"),
+                     lambda send, receive, queue, compute: (send - receive - np.clip(queue, 0, None)
+                                                            - np.clip(compute, 0, None)) / 1e6),
+    "network_down": (("t_done_ref", "server_send_ns"), lambda done, send: (done - send) / 1e6),
+    "latency": (("latency_ns",), lambda latency: latency / 1e6),
+}
+# the order decomposition_table computes them in: each column is spared after its last leg
+LEG_ORDER = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down", "latency")
+COLUMNS = tuple(dict.fromkeys(c for leg in LEG_ORDER for c in LEG_COLUMNS[leg][0]))
+
+
 def _has_legs(df: pd.DataFrame) -> np.ndarray:
     """The rows that report server timing (successful, with a server receive stamp)."""
     return ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
 
 
-def _legs(df: pd.DataFrame, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The legs (ms) and the latency of the requests at positions `rows` of `df`."""
-    def col(name: str) -> np.ndarray:
-        return take(df[name].to_numpy(), rows)
-
-    receive, send = col("server_receive_ns"), col("server_send_ns")
-    queue, compute = np.clip(col("server_queue_ns"), 0, None), np.clip(col("server_compute_ns"), 0, None)
-    return {"send_lag": col("send_lag_ns") / 1e6,
-            "network_up": (receive - col("t_sent_ref")) / 1e6,
-            "server_queue": queue / 1e6,
-            "server_compute": compute / 1e6,
-            "server_other": (send - receive - queue - compute) / 1e6,
-            "network_down": (col("t_done_ref") - send) / 1e6,
-            "latency": col("latency_ns") / 1e6}
+def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """One leg (ms) of the requests at positions `rows`; `column(name)`: a request column's values."""
+    names, formula = LEG_COLUMNS[name]
+    return formula(*(take(column(c), rows) for c in names))
 
 
 def decompose(df: pd.DataFrame) -> pd.DataFrame:
     """Per-request legs in ms (rows that report server timing), labelled by the request's row in `df`."""
     rows = np.flatnonzero(_has_legs(df))
     return frame_of({"region": take_column(df["region"], rows), "endpoint": take_column(df["endpoint"], rows),
-                     **_legs(df, rows)}, df.index[rows])
+                     **{leg: _leg(leg, lambda c: df[c].to_numpy(), rows) for leg in (*LEGS, "latency")}},
+                    df.index[rows])
 
 
-def decomposition_table(df: pd.DataFrame) -> list[dict]:
-    """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests in `df`
-    that report server timing. One group's legs at a time: never a leg table of the whole run."""
-    rows = np.flatnonzero(_has_legs(df))
-    out = []
-    groups = group_positions(take_rows(df, rows, ["region", "endpoint"]), ["region", "endpoint"])
-    for (region, endpoint), idx in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-        legs = _legs(df, rows[idx])
-        row = {"region": region, "endpoint": endpoint, "count": int(len(idx))}
-        for leg in LEGS:
-            row[leg + "_ms"] = float(legs[leg].mean())
+def decomposition_table(log) -> list[dict]:
+    """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
+    report server timing. `log`: the request log (analysis/chunks.py's ChunkColumns), read a leg at a time —
+    each column spared after its last leg, one group's leg at a time: never a leg table of the whole run."""
+    keys = log.frame(["status", "server_receive_ns", "region", "endpoint"])
+    rows = np.flatnonzero(_has_legs(keys))
+    groups = group_positions(take_rows(keys, rows, ["region", "endpoint"]), ["region", "endpoint"])
+    del keys
+    order = sorted(groups, key=lambda k: (str(k[0]), str(k[1])))
+    at = {key: rows[groups[key]] for key in order}
+    del rows, groups
+    out = {key: {"region": key[0], "endpoint": key[1], "count": int(len(at[key]))} for key in order}
+    for i, leg in enumerate(LEG_ORDER):
+        for key in order:
+            values = _leg(leg, log.values, at[key])
+            out[key]["latency_mean_ms" if leg == "latency" else leg + "_ms"] = float(values.mean())
+            if leg == "server_queue":
+                out[key]["p99_server_queue_ms"] = float(np.percentile(values, 99))
+        later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}
+        log.spare(*(c for c in LEG_COLUMNS[leg][0] if c not in later))
+    rows_out = []
+    for key in order:
+        row = out[key]
         row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in LEGS))
-        row["latency_mean_ms"] = float(legs["latency"].mean())
-        row["p99_server_queue_ms"] = float(np.percentile(legs["server_queue"], 99))
-        out.append(row)
-    return out
+        rows_out.append({k: row[k] for k in ("region", "endpoint", "count", *(leg + "_ms" for leg in LEGS),
+                                              "sum_ms", "latency_mean_ms", "p99_server_queue_ms")})
+    return rows_out

@@ -67,22 +67,29 @@ class _Rows:
 def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, duration_s: float) -> dict:
     """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of the rows at positions `idx`
     (ascending); `sorted_ok_ms`: their successful latencies, sorted. The CIs count the independent samples the
-    time-ordered latencies are worth (analysis/correlation.py)."""
+    time-ordered latencies are worth (analysis/correlation.py). Each temporary is freed before the next is made:
+    the overall row of a day's run is a hundred million requests."""
     ok = rows.ok[idx]
+    n, n_ok = len(idx), int(ok.sum())
+    error_rate = float((~ok).mean()) if n else 0.0
     lat_ms = rows.latency_ms[idx][ok]  # in row order: the mean sums as it always did
-    n = len(idx)
+    mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
+    del lat_ms
     ok_idx = idx[ok]
-    in_time = rows.latency_ms[ok_idx[time_order(rows.time[ok_idx])]]
-    out = {"count": int(n), "ok": int(ok.sum()), "errors": int(n - ok.sum()),
-           "error_rate": float((~ok).mean()) if n else 0.0,
-           "achieved_rate": float(n / duration_s) if duration_s else None,
-           "accuracy": rows.accuracy_of(ok_idx),
-           "mean_ms": float(lat_ms.mean()) if len(lat_ms) else None,
-           "max_ms": float(sorted_ok_ms[-1]) if len(lat_ms) else None,
-           "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None,
-           "percentiles": {f"p{p:g}": est.as_dict() for p, est in
-                           correlated_percentiles_ci(in_time, PERCENTILES, sorted_ok_ms).items()}}
-    return out
+    del ok
+    send_lag_p99_ms = float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None
+    accuracy = rows.accuracy_of(ok_idx)
+    in_time_rows = ok_idx[time_order(rows.time[ok_idx])]
+    del ok_idx
+    in_time = rows.latency_ms[in_time_rows]
+    del in_time_rows
+    return {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": error_rate,
+            "achieved_rate": float(n / duration_s) if duration_s else None,
+            "accuracy": accuracy, "mean_ms": mean_ms,
+            "max_ms": float(sorted_ok_ms[-1]) if n_ok else None,
+            "send_lag_p99_ms": send_lag_p99_ms,
+            "percentiles": {f"p{p:g}": est.as_dict() for p, est in
+                            correlated_percentiles_ci(in_time, PERCENTILES, sorted_ok_ms).items()}}
 
 
 def _merged(parts: list[np.ndarray]) -> np.ndarray:
@@ -115,39 +122,38 @@ def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple
     return curves
 
 
-def sorted_ok_latencies(df: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], np.ndarray]:
-    """(endpoint, region) → the sorted latencies (ms) of its successful requests, in (endpoint, region) order.
-    `positions`: endpoint_region_positions(df), when the caller has it."""
-    rows = _Rows(df)
-    groups = list((endpoint_region_positions(df) if positions is None else positions).items())
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # numpy's sort releases the GIL
-        return dict(zip((key for key, _ in groups),
-                        pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
+def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[tuple[str, str], np.ndarray]:
+    """(endpoint, region) → the sorted latencies (ms) of its successful requests (numpy's sort releases the GIL)."""
+    groups = list(positions.items())
+    return dict(zip((key for key, _ in groups),
+                    pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
 
 
-def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float,
-                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, positions: dict | None = None,
-                  among: np.ndarray | None = None) -> list[dict]:
-    """Rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
-    `among` of `df` (None: all). Each group's latencies are sorted once (`ok_sorted`: sorted_ok_latencies(df),
-    `positions`: endpoint_region_positions(df, among), when the caller has them); an endpoint's and the
-    overall row merge their groups' sorted latencies."""
+def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positions: dict | None = None,
+                  among: np.ndarray | None = None) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
+    """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
+    `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
+    Each group is sorted once (`positions`: endpoint_region_positions(df, among), when the caller has it); an
+    endpoint's and the overall row merge their groups' sorted latencies. The overall row runs first, alongside
+    the small groups' rows, so that at most one large row's temporaries are in memory at a time."""
     rows = _Rows(df)
     positions = endpoint_region_positions(df, among) if positions is None else positions
     groups = list(positions.items())
-    ok_sorted = sorted_ok_latencies(df, positions) if ok_sorted is None else ok_sorted
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        ok_sorted = _sorted_ok(rows, positions, pool)
         by_endpoint = group_positions(df, ["endpoint"], among)
-        tasks = [({"endpoint": e, "region": r}, idx, ok_sorted[(e, r)], intended_rate(profile, r, e))
+        # each task's sorted latencies are merged when it runs: never every endpoint's merge at once
+        tasks = [({"endpoint": e, "region": r}, idx, lambda key=(e, r): ok_sorted[key], intended_rate(profile, r, e))
                  for (e, r), idx in groups]
         tasks += [({"endpoint": e, "region": "*"}, by_endpoint[e],
-                   _merged([v for (g, _), v in ok_sorted.items() if g == e]), intended_rate(profile, None, e))
-                  for e in sorted(by_endpoint, key=str)]
-        tasks.append(({"endpoint": "*", "region": "*"}, np.arange(len(df)) if among is None else among,
-                      _merged(list(ok_sorted.values())),
-                      intended_rate(profile, None, None)))
-        return list(pool.map(lambda t: {**t[0], **summarize_latency(rows, t[1], t[2], duration_s),
-                                        "intended_rate": t[3]}, tasks))
+                   lambda e=e: _merged([v for (g, _), v in ok_sorted.items() if g == e]),
+                   intended_rate(profile, None, e)) for e in sorted(by_endpoint, key=str)]
+        del by_endpoint
+        tasks.insert(0, ({"endpoint": "*", "region": "*"}, np.arange(len(df)) if among is None else among,
+                         lambda: _merged(list(ok_sorted.values())), intended_rate(profile, None, None)))
+        table = list(pool.map(lambda t: {**t[0], **summarize_latency(rows, t[1], t[2](), duration_s),
+                                         "intended_rate": t[3]}, tasks))
+    return table[1:] + table[:1], ok_sorted
 
 
 def flat_rows(rows: list[dict]) -> pd.DataFrame:
