@@ -1,6 +1,7 @@
 """The analysis of one run directory: every number the report, summary.json and tables show."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -8,11 +9,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import ChunkColumns, LateChunkError
+from analysis.chunks import LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
-from analysis.decomposition import COLUMNS as LEG_COLUMNS
-from analysis.decomposition import decompose, decomposition_table
+from analysis.decomposition import decomposition_table
 from analysis.frames import endpoint_region_positions
 from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs
 from analysis.outages import outage_windows
@@ -34,7 +34,6 @@ ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send
 SCENARIO_COLUMNS = ("phase", "endpoint", "region", "status", "latency_ns", "t_intended_ref", "t_sent_ref",
                     "t_done_ref", "batch_size", "correct", "correct_count")
 SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", "t_intended_ref")
-DECOMPOSE_COLUMNS = ("status", "region", "endpoint", *LEG_COLUMNS)  # the slowest requests' legs
 QUEUEING_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
                     "endpoint", "model")
 VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
@@ -86,14 +85,6 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _reference_times(log: ChunkColumns, models: dict[str, OffsetModel], columns: tuple[str, ...]) -> None:
-    """Put `columns` (local times) on the log as <column>_ref, on the reference clock
-    (analysis/clock_correction.py's to_reference), one column at a time."""
-    runs = worker_runs(log.values("worker"))
-    for column in columns:
-        log.put(column + "_ref", to_reference(log.values(column), log.values("clock_offset_ns"), runs, models))
-
-
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None
                 ) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
@@ -118,23 +109,30 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         if not keep:
             log.release(*names)
 
+    if keep:
+        log.keep_bytes = math.inf  # Analysis.requests holds every column: none is spared
+
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     models = fit_all(data.clock)
     unsampled = clock_warnings(log.frame(["worker"]), data.clock)
+    runs = worker_runs(log.values("worker"))
+    for column in ("t_intended", "t_sent", "t_done"):  # on the reference clock: computed when first read
+        log.derive(column + "_ref", lambda log, local=column: to_reference(
+            log.values(local), log.values("clock_offset_ns"), runs, models))
     log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
-    _reference_times(log, models, ("t_intended", "t_sent"))
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
     arrivals = arrival_checks(log.frame(ARRIVAL_COLUMNS), profile)
-    done("t_intended", "t_sent")
-    _reference_times(log, models, ("t_done",))
-    done("t_done", "clock_offset_ns", "worker")
-    scenario = scenario_summary(log.frame(SCENARIO_COLUMNS), profile, {n: (w or {}).get("summary") or {} for n, w in
-                                                                      (manifest.get("workers") or {}).items()})
+    done("t_intended", "worker")  # t_intended_ref is read to the end
+    log.spare("t_sent", "t_sent_ref", "send_lag_ns")
+    # the open loop's own numbers are the latency table's: its scenario summary reads no column
+    scenario = scenario_summary(log.frame(SCENARIO_COLUMNS if profile.load.scenario != "server" else ()), profile,
+                                {n: (w or {}).get("summary") or {} for n, w in (manifest.get("workers") or {}).items()})
+    log.spare("t_done_ref", "t_done", "batch_size", "correct", "correct_count")
     latency = log.frame(["latency_ns"])["latency_ns"]
     slowest = log.frame(SLOWEST_COLUMNS).loc[latency[in_measured].nlargest(SLOWEST).index]
-    decomposition = decomposition_table(log)
-    slow_legs = decompose(log.frame(DECOMPOSE_COLUMNS).loc[slowest.index])  # legs keep the request's row label
-    done("t_sent_ref", "t_done_ref")
+    # the slowest requests' legs, labelled by their rows, as the table's legs are read
+    decomposition, slow_legs = decomposition_table(log, slowest.index.to_numpy())
+    done("t_sent_ref", "t_done_ref", "t_sent", "t_done", "clock_offset_ns")
     measured_rows = np.flatnonzero(in_measured)  # the statistics below read the log at these rows: no copy
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),

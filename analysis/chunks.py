@@ -179,6 +179,7 @@ class ChunkColumns:
         self._footers: list[pq.FileMetaData] = []
         self._values: dict[str, object] = {}
         self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
+        self.keep_bytes: float = KEEP_BYTES  # spare() frees columns above this
         self._settled = False  # True once a load has read every chunk: a later failure is an error
         for f in files:
             try:
@@ -292,8 +293,8 @@ class ChunkColumns:
 
     def spare(self, *names: str) -> None:
         """Columns the statistics that come next do not read, though later ones may: released when the loaded
-        columns take more than KEEP_BYTES (a long run's log: read again when asked for), else kept."""
-        if self.loaded_bytes() > KEEP_BYTES:
+        columns take more than `keep_bytes` (a long run's log: read again when asked for), else kept."""
+        if self.loaded_bytes() > self.keep_bytes:
             self.release(*(n for n in names if n in self.schema.names or n in self._derived))
 
     def frame(self, names: Iterable[str]) -> pd.DataFrame:

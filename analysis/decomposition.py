@@ -16,7 +16,7 @@ from analysis.frames import frame_of, group_positions, take, take_column, take_r
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
 
-# each leg (ms) from the request columns it reads, as one function of them (one formula for both uses below)
+# each leg (ms) from the request columns it reads, as one function of them
 LEG_COLUMNS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray]]] = {
     "send_lag": (("send_lag_ns",), lambda lag: lag / 1e6),
     "network_up": (("server_receive_ns", "t_sent_ref"), lambda receive, sent: (receive - sent) / 1e6),
@@ -30,7 +30,6 @@ LEG_COLUMNS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray]]] = {
 }
 # the order decomposition_table computes them in: each column is spared after its last leg
 LEG_ORDER = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down", "latency")
-COLUMNS = tuple(dict.fromkeys(c for leg in LEG_ORDER for c in LEG_COLUMNS[leg][0]))
 
 
 def _has_legs(df: pd.DataFrame) -> np.ndarray:
@@ -44,20 +43,18 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray) -> np
     return formula(*(take(column(c), rows) for c in names))
 
 
-def decompose(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-request legs in ms (rows that report server timing), labelled by the request's row in `df`."""
-    rows = np.flatnonzero(_has_legs(df))
-    return frame_of({"region": take_column(df["region"], rows), "endpoint": take_column(df["endpoint"], rows),
-                     **{leg: _leg(leg, lambda c: df[c].to_numpy(), rows) for leg in (*LEGS, "latency")}},
-                    df.index[rows])
-
-
-def decomposition_table(log) -> list[dict]:
+def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict], pd.DataFrame]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
-    report server timing. `log`: the request log (analysis/chunks.py's ChunkColumns), read a leg at a time —
-    each column spared after its last leg, one group's leg at a time: never a leg table of the whole run."""
+    report server timing; and the legs of the requests at rows `also` that do (decompose's, in `also`'s order).
+    `log`: the request log (analysis/chunks.py's ChunkColumns), read a leg at a time — each column spared after
+    its last leg, one group's leg at a time: never a leg table of the whole run."""
     keys = log.frame(["status", "server_receive_ns", "region", "endpoint"])
-    rows = np.flatnonzero(_has_legs(keys))
+    has_legs = _has_legs(keys)
+    also = np.asarray([] if also is None else also, dtype=np.int64)
+    also = also[has_legs[also]]
+    slow = {"region": take_column(keys["region"], also), "endpoint": take_column(keys["endpoint"], also)}
+    rows = np.flatnonzero(has_legs)
+    del has_legs
     groups = group_positions(take_rows(keys, rows, ["region", "endpoint"]), ["region", "endpoint"])
     del keys
     order = sorted(groups, key=lambda k: (str(k[0]), str(k[1])))
@@ -65,6 +62,7 @@ def decomposition_table(log) -> list[dict]:
     del rows, groups
     out = {key: {"region": key[0], "endpoint": key[1], "count": int(len(at[key]))} for key in order}
     for i, leg in enumerate(LEG_ORDER):
+        slow[leg] = _leg(leg, log.values, also)
         for key in order:
             values = _leg(leg, log.values, at[key])
             out[key]["latency_mean_ms" if leg == "latency" else leg + "_ms"] = float(values.mean())
@@ -78,4 +76,5 @@ def decomposition_table(log) -> list[dict]:
         row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in LEGS))
         rows_out.append({k: row[k] for k in ("region", "endpoint", "count", *(leg + "_ms" for leg in LEGS),
                                               "sum_ms", "latency_mean_ms", "p99_server_queue_ms")})
-    return rows_out
+    return rows_out, frame_of({"region": slow["region"], "endpoint": slow["endpoint"],
+                               **{leg: slow[leg] for leg in (*LEGS, "latency")}}, pd.Index(also))

@@ -106,22 +106,26 @@ def take_rows(df: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list, bool]:
-    """A few-valued column as (codes ≥ 0, the value of each code, whether code 0 is "missing")."""
+    """A few-valued column as (codes ≥ 0 in a small integer type, the value of each code, whether code 0 is
+    "missing")."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy().astype(np.int64) + 1, [None, *column.cat.categories], True
+        wide = len(column.cat.categories) >= (1 << 15) - 1
+        codes = column.cat.codes.to_numpy().astype(np.int32 if wide else np.int16)
+        codes += 1
+        return codes, [None, *column.cat.categories], True
     values = column.to_numpy()
     if values.dtype.kind == "b":
-        return values.astype(np.int64), [False, True], False
+        return values.astype(np.int8), [False, True], False
     if values.dtype.kind in "iu" and len(values):
-        values = values.astype(np.int64, copy=False)
         low, high = int(values.min()), int(values.max())
-        if high - low < 1 << 16:
-            return values - low, list(range(low, high + 1)), False
+        if high - low < 1 << 16:  # the difference fits: computed in 32 bits, wrapping as it may on the way
+            return np.subtract(values, low, dtype=np.int32, casting="unsafe"), list(range(low, high + 1)), False
     uniques, inverse = np.unique(values, return_inverse=True)
     return inverse.astype(np.int64), uniques.tolist(), False
 
 
 MAX_GROUP_CODES = 1 << 20  # combinations of key values beyond which pandas' hash grouping does the work
+BINCOUNT_ROWS = 1 << 22  # rows counted at once (np.bincount widens what it counts to 64 bits)
 
 
 def group_positions(df: pd.DataFrame, keys: list[str], rows: np.ndarray | None = None) -> dict:
@@ -136,16 +140,21 @@ def group_positions(df: pd.DataFrame, keys: list[str], rows: np.ndarray | None =
     total = int(np.prod([len(values) for _, values, _ in parts], dtype=np.int64))
     if total > MAX_GROUP_CODES:
         return df.groupby(keys if len(keys) > 1 else keys[0], observed=True, sort=True).indices
-    combined = np.zeros(len(df), dtype=np.int64)
+    combined = np.zeros(len(df), dtype=np.int16 if total < 1 << 15 else np.int32)  # radix-sorted below 2^15
     for codes, values, _ in parts:
-        combined = combined * len(values) + codes
-    counts = np.bincount(combined, minlength=total)
-    order = np.argsort(combined.astype(np.int16 if total < 1 << 15 else np.int32), kind="stable")
+        combined *= len(values)
+        combined += codes
+    decoders = [(values, has_missing) for _, values, has_missing in parts]
+    del parts  # the codes
+    counts = sum((np.bincount(combined[i:i + BINCOUNT_ROWS], minlength=total)
+                  for i in range(0, len(combined), BINCOUNT_ROWS)), np.zeros(total, dtype=np.int64))
+    order = np.argsort(combined, kind="stable")
+    del combined
     out, start = {}, 0
     for code in np.flatnonzero(counts).tolist():
         stop = start + int(counts[code])
         key, rest = [], code
-        for codes, values, has_missing in reversed(parts):
+        for values, has_missing in reversed(decoders):
             rest, at = divmod(rest, len(values))
             key.append(None if has_missing and at == 0 else values[at])
         if None not in key:  # a missing categorical value: no group, as pandas' dropna

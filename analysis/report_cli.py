@@ -79,10 +79,12 @@ def print_summary(summary: dict) -> None:
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
     from analysis.analyze import analyze_run
+    from analysis.process_memory import KEEP_FREED_UP_TO_BYTES, return_freed_memory
     from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, check_fits
 
     try:
-        check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW, "analyse")
+        if check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW, "analyse") > KEEP_FREED_UP_TO_BYTES:
+            return_freed_memory()  # a long run: its peak is what is in use at once, not the heap's holes too
         analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)

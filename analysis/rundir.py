@@ -106,9 +106,10 @@ def _available_bytes() -> int | None:
     return None
 
 
-def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> None:
-    """RunDirError, before anything is read, when analysing the request rows of `run_dirs` would need more memory
-    than this machine has available (the kernel would kill the analysis, or the machine, half-way)."""
+def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> int:
+    """The memory (bytes) analysing the request rows of `run_dirs` is expected to take; RunDirError, before
+    anything is read, when that is more than this machine has available (the kernel would kill the analysis,
+    or the machine, half-way)."""
     rows = 0
     for run_dir in run_dirs:
         for f in RunLayout(Path(run_dir)).request_chunks():
@@ -121,6 +122,7 @@ def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> None:
         raise RunDirError(f"{', '.join(str(d) for d in run_dirs)}: {rows:,} request rows need about "
                           f"{need / 2**30:.1f} GiB to {what}; this machine has {available / 2**30:.1f} GiB available "
                           "— use a machine with more memory (the run directory is left as it is)")
+    return need
 
 
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple[str, ...] | None = None,
