@@ -80,11 +80,14 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> 
     """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
     from analysis.analyze import analyze_run
     from analysis.process_memory import KEEP_FREED_UP_TO_BYTES, return_freed_memory
-    from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, check_fits
+    from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, ANALYZE_BYTES_PER_ROW_RETURNING, check_fits, request_rows
 
     try:
-        if check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW, "analyse") > KEEP_FREED_UP_TO_BYTES:
-            return_freed_memory()  # a long run: its peak is what is in use at once, not the heap's holes too
+        rows, per_row = request_rows([Path(run_dir)]), ANALYZE_BYTES_PER_ROW
+        if rows * per_row > KEEP_FREED_UP_TO_BYTES:  # a long run: its peak is what is in use, not the heap's holes
+            return_freed_memory()
+            per_row = ANALYZE_BYTES_PER_ROW_RETURNING
+        check_fits([Path(run_dir)], per_row, "analyse", rows)
         analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)

@@ -90,8 +90,11 @@ def _fill_missing(log: ChunkColumns, name: str, values):
     return values
 
 
-# peak memory per request row, measured on 10 M-row synthetic runs (docs/BENCHMARKS.md, "Analysis at scale")
-ANALYZE_BYTES_PER_ROW = 384
+# peak memory per request row of `tailrace analyze`, measured on synthetic runs (docs/BENCHMARKS.md, "Analysis at
+# scale"): keeping freed memory for reuse (10 M rows: 2.2 GiB), and returning it, as a run expected to need more
+# than analysis/process_memory.py's KEEP_FREED_UP_TO_BYTES does (100 M rows: 12.6 GiB)
+ANALYZE_BYTES_PER_ROW = 240
+ANALYZE_BYTES_PER_ROW_RETURNING = 140
 COMPARE_BYTES_PER_ROW = 120  # with the columns that pair requests by schedule position
 
 
@@ -106,10 +109,8 @@ def _available_bytes() -> int | None:
     return None
 
 
-def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> int:
-    """The memory (bytes) analysing the request rows of `run_dirs` is expected to take; RunDirError, before
-    anything is read, when that is more than this machine has available (the kernel would kill the analysis,
-    or the machine, half-way)."""
+def request_rows(run_dirs: list[Path]) -> int:
+    """The request rows in the chunks of `run_dirs`, from their footers (unreadable chunks not counted)."""
     rows = 0
     for run_dir in run_dirs:
         for f in RunLayout(Path(run_dir)).request_chunks():
@@ -117,12 +118,19 @@ def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str) -> int:
                 rows += pq.read_metadata(f).num_rows
             except (pa.ArrowInvalid, OSError):
                 continue  # reported as skipped when read
+    return rows
+
+
+def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str, rows: int | None = None) -> None:
+    """RunDirError, before anything is read, when analysing the request rows of `run_dirs` (`rows`, when
+    counted already) would need more memory than this machine has available (the kernel would kill the
+    analysis, or the machine, half-way)."""
+    rows = request_rows(run_dirs) if rows is None else rows
     need, available = rows * bytes_per_row, _available_bytes()
     if available is not None and need > available:
         raise RunDirError(f"{', '.join(str(d) for d in run_dirs)}: {rows:,} request rows need about "
                           f"{need / 2**30:.1f} GiB to {what}; this machine has {available / 2**30:.1f} GiB available "
                           "— use a machine with more memory (the run directory is left as it is)")
-    return need
 
 
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple[str, ...] | None = None,

@@ -277,6 +277,28 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
     assert analyze_and_report(tmp_path, None, quiet=True) == 0
 
 
+def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
+    """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES returns freed memory to the
+    system, and is checked against the memory it needs that way (a day's 100 M rows: ~13 GiB, not 22)."""
+    import analysis.process_memory as process_memory
+    import analysis.rundir as rundir
+    from analysis.report_cli import analyze_and_report
+
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    returned = []
+    monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
+    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
+    assert analyze_and_report(tmp_path, None, quiet=True) == 2
+    assert returned == [True]
+    assert "100,000,000 request rows need about 13.0 GiB" in capsys.readouterr().err
+    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
+    returned.clear()
+    assert analyze_and_report(tmp_path, None, quiet=True) == 2 and returned == []
+    assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
+
+
 def test_frames_take_rows_like_pandas_without_its_copies():
     """take_rows / take / as_slice give what pandas' boolean indexing gives, for scattered and contiguous rows."""
     import pandas as pd
