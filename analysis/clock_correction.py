@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.frames import frame_of
+
 
 @dataclass(frozen=True)
 class OffsetModel:
@@ -94,3 +96,19 @@ def to_reference(local: np.ndarray, offsets: np.ndarray, runs: list[tuple[str, s
         else:
             ref[rows] = local[rows] + offsets[rows]
     return ref
+
+
+def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) -> pd.DataFrame:
+    """`requests` with t_intended_ref, t_sent_ref, t_done_ref (epoch ns on the reference clock) and
+    clock_error_ns (the worker's model uncertainty; NaN without a model) added — the whole log at once, for the
+    Python API (analysis/analyze.py derives them one column at a time)."""
+    runs = worker_runs(requests["worker"].array if isinstance(requests["worker"].dtype, pd.CategoricalDtype)
+                       else pd.Categorical(requests["worker"]))
+    offsets = requests["clock_offset_ns"].to_numpy()
+    error = np.full(len(requests), np.nan)
+    for worker, rows in runs:
+        model = models.get(worker)
+        error[rows] = model.uncertainty_ns if model is not None else np.nan
+    return frame_of({**{name: requests[name] for name in requests.columns},
+                     **{c + "_ref": to_reference(requests[c].to_numpy(), offsets, runs, models)
+                        for c in ("t_intended", "t_sent", "t_done")}, "clock_error_ns": error}, requests.index)
