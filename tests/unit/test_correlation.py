@@ -163,3 +163,36 @@ def test_the_unpaired_p99_difference_interval_counts_the_correlation():
         row = compare_groups(a, b)
         covered += row["p99_ci_low"] <= truth <= row["p99_ci_high"]
     assert covered >= 35
+
+
+def test_dispersion_counts_of_sorted_times_are_numpys_histogram():
+    """The sorted path of the dispersion checks counts by binary search: np.histogram's counts, bin edges
+    (events exactly on an edge, the closed last bin) included."""
+    from analysis.stats import _bin_counts
+
+    rng = np.random.default_rng(4)
+    cases = [np.sort(rng.uniform(0, span, n) + 1.7e9) for n in (2, 3, 50, 20_000) for span in (0.5, 3, 40)]
+    cases += [np.array([0.0, 1, 1, 2, 2, 3, 3]), np.arange(0, 10, 0.5), np.repeat(np.arange(5.0), 3)]
+    for t in cases:
+        fast, numpys = _bin_counts(t, 1.0, is_sorted=True), _bin_counts(t, 1.0)
+        assert (fast is None and numpys is None) or np.array_equal(fast, numpys), t[:5]
+
+
+def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkeypatch):
+    """A worker's phases come as runs of rows (no position arrays); a log whose rows change worker or phase
+    too often falls back to positions. Both give the same rows, in the same order."""
+    import analysis.arrivals as arrivals
+
+    rng = np.random.default_rng(2)
+    n = 6000
+    intended = np.sort(rng.uniform(0, 60e9, n)).astype(np.int64) + 1_700_000_000 * 10**9
+    df = pd.DataFrame({"t_intended": intended, "t_intended_ref": intended + 5, "t_sent": intended + 1000,
+                       "t_sent_ref": intended + 1005, "send_lag_ns": np.full(n, 1000),
+                       "phase": np.where(intended < intended[n // 3], 0, np.where(intended < intended[2 * n // 3], 1, 2)
+                                         ).astype(np.int32),
+                       "worker": pd.Categorical(np.repeat(["w0", "w1"], n // 2)),
+                       "region": pd.Categorical(np.repeat(["r0", "r1"], n // 2))})
+    from_runs = arrivals.arrival_checks(df)
+    monkeypatch.setattr(arrivals, "key_runs", lambda df, keys: None)
+    from_positions = arrivals.arrival_checks(df)
+    assert len(from_runs) == 5 and from_runs == from_positions  # phase 1: w0, w1, merged; phase 2: w1, merged
