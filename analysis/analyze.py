@@ -14,7 +14,7 @@ from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
 from analysis.frames import endpoint_region_positions
-from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs
+from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
@@ -25,9 +25,10 @@ from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
 
 SUMMARY_VERSION = 1
-# the columns the latency table, the SLO verdicts and the validity checks read (at the measured rows' positions)
-MEASURED_COLUMNS = ("endpoint", "region", "status", "latency_ns", "send_lag_ns", "correct", "correct_count",
-                    "batch_size", "t_intended_ref", "phase")
+# the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
+# verdicts and the validity checks read (each at the measured rows' positions)
+COUNT_COLUMNS = ("endpoint", "region", "status", "send_lag_ns", "correct", "correct_count", "batch_size")
+MEASURED_COLUMNS = ("endpoint", "region", "status", "latency_ns", "t_intended_ref", "phase")
 # the columns each of the other statistics reads (in the order analyze_run computes them)
 FIRST_COLUMNS = ("worker", "phase", "status", "endpoint", "region")  # read first: a chunk failing here is skipped
 ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send_lag_ns", "phase", "worker", "region")
@@ -130,10 +131,15 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     log.spare("t_done_ref", "t_done", "batch_size", "correct", "correct_count")
     latency = log.frame(["latency_ns"])["latency_ns"]
     slowest = log.frame(SLOWEST_COLUMNS).loc[latency[in_measured].nlargest(SLOWEST).index]
+    del latency
+    # read again by the per-phase and latency tables: a long run's are freed while the legs and queueing take
+    # their columns
+    log.spare("latency_ns", "t_intended_ref", "phase")
     # the slowest requests' legs, labelled by their rows, as the table's legs are read
     decomposition, slow_legs = decomposition_table(log, slowest.index.to_numpy())
     done("t_sent_ref", "t_done_ref", "t_sent", "t_done", "clock_offset_ns")
-    measured_rows = np.flatnonzero(in_measured)  # the statistics below read the log at these rows: no copy
+    # the statistics below read the log at these rows (no copy), as 32-bit positions where they fit
+    measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
                                     log.frame(["status", "endpoint"]))
@@ -143,20 +149,22 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
     per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
-    measured = log.frame(MEASURED_COLUMNS)
     duration = profile.load.duration_s
-    positions = endpoint_region_positions(measured, measured_rows)  # grouped once, shared by the statistics below
-    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows)
+    # grouped once, shared by the statistics below
+    positions = endpoint_region_positions(log.frame(["endpoint", "region"]), measured_rows)
+    counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
+    done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
+    measured = log.frame(MEASURED_COLUMNS)
+    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
     cdfs = region_cdfs(ok_sorted)
     del ok_sorted
-    done("send_lag_ns", "correct", "correct_count", "batch_size")
-    groups = groups_of(measured, positions)
     slos = [slo.model_dump() for slo in profile.slos]
+    add_goodput(latency_rows, measured, slos, duration, positions)
+    groups = groups_of(measured, positions)
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
     verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
                              region_names, groups)
     validity = validity_rows(groups)
-    add_goodput(latency_rows, measured, slos, duration, positions)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]

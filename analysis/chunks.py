@@ -218,7 +218,11 @@ class ChunkColumns:
         self._read([n for n in names if n not in self._derived])
         for name in names:
             if name in self._derived and name not in self._values:
+                before = set(self._values)
                 self.put(name, self._derived[name](self))
+                # the columns it was computed from leave as they came: a derived column read again late in a
+                # long run's analysis does not keep its inputs loaded
+                self.release(*(n for n in set(self._values) - before if n != name and n not in names))
 
     def _read(self, names: list[str]) -> None:
         wanted = [n for n in names if n not in self._values]

@@ -41,14 +41,24 @@ def lag1_autocorrelation(x: np.ndarray) -> float | None:
     return float(np.dot(d[:-1], d[1:]) / denominator) if denominator > 0 else None
 
 
+def _variance(z: np.ndarray) -> float:
+    """z.var() as numpy computes it for z as floats (the same sums, so the same bits), with one temporary of
+    deviations: numpy's own var of a boolean array makes a second one."""
+    deviations = np.subtract(z, z.sum(dtype=np.float64) / len(z), dtype=np.float64)
+    np.multiply(deviations, deviations, out=deviations)
+    return float(deviations.sum() / len(z))
+
+
 def integrated_time(z: np.ndarray, alpha: float = ALPHA) -> float:
     """τ ≥ 1 of a time-ordered series by batch means: n / τ of its samples are worth independent ones.
     1 when the series is too short to tell (fewer than MIN_BATCHES × MIN_BATCH_SIZE values) or constant."""
-    z = np.asarray(z, dtype=float)
+    z = np.asarray(z)
+    if z.dtype != bool:  # an indicator stays one byte a value: a day's run holds a hundred million of them
+        z = z.astype(float, copy=False)
     n = len(z)
     if n < MIN_BATCHES * MIN_BATCH_SIZE:
         return 1.0
-    variance = float(z.var())
+    variance = _variance(z)
     if variance <= 0:
         return 1.0
     k = MAX_BATCHES

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.frames import frame_of, group_positions, take, take_column, take_rows
+from analysis.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
@@ -37,10 +37,12 @@ def _has_legs(df: pd.DataFrame) -> np.ndarray:
     return ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
 
 
-def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """One leg (ms) of the requests at positions `rows`; `column(name)`: a request column's values."""
+def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
+         runs: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """One leg (ms) of the requests at positions `rows`; `column(name)`: a request column's values. `runs`:
+    the positions as runs (analysis/frames.py row_runs), when known: found once per group, not per column."""
     names, formula = LEG_COLUMNS[name]
-    return formula(*(take(column(c), rows) for c in names))
+    return formula(*(take(column(c), rows, runs) for c in names))
 
 
 def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict], pd.DataFrame]:
@@ -53,18 +55,19 @@ def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict]
     also = np.asarray([] if also is None else also, dtype=np.int64)
     also = also[has_legs[also]]
     slow = {"region": take_column(keys["region"], also), "endpoint": take_column(keys["endpoint"], also)}
-    rows = np.flatnonzero(has_legs)
+    rows = np.flatnonzero(has_legs).astype(np.int32 if len(has_legs) < 2**31 else np.int64)
     del has_legs
     groups = group_positions(take_rows(keys, rows, ["region", "endpoint"]), ["region", "endpoint"])
     del keys
     order = sorted(groups, key=lambda k: (str(k[0]), str(k[1])))
     at = {key: rows[groups[key]] for key in order}
     del rows, groups
+    runs = {key: row_runs(at[key]) for key in order}
     out = {key: {"region": key[0], "endpoint": key[1], "count": int(len(at[key]))} for key in order}
     for i, leg in enumerate(LEG_ORDER):
         slow[leg] = _leg(leg, log.values, also)
         for key in order:
-            values = _leg(leg, log.values, at[key])
+            values = _leg(leg, log.values, at[key], runs[key])
             out[key]["latency_mean_ms" if leg == "latency" else leg + "_ms"] = float(values.mean())
             if leg == "server_queue":
                 out[key]["p99_server_queue_ms"] = float(np.percentile(values, 99))

@@ -22,9 +22,10 @@ def frame_of(columns: dict[str, object], index: pd.Index | None = None) -> pd.Da
     return out
 
 
-def _runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
+def row_runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
     """Ascending positions as [start, stop) runs, when there are few of them (then copying slices beats
-    gathering row by row); None otherwise."""
+    gathering row by row); None otherwise. Found once for positions that several columns are taken at
+    (take's `runs`)."""
     if len(rows) == 0:
         return []
     breaks = np.flatnonzero(np.diff(rows) != 1)
@@ -79,14 +80,18 @@ def take_runs(values: np.ndarray, runs: list[tuple[int, int]]) -> np.ndarray:
     return _take(values, None, runs)
 
 
-def take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """values[rows] for ascending `rows`, copied as slices when they run contiguously."""
-    return _take(values, rows, _runs(rows))
+_UNKNOWN: list = []  # take's default: find the runs
+
+
+def take(values: np.ndarray, rows: np.ndarray, runs: list[tuple[int, int]] | None = _UNKNOWN) -> np.ndarray:
+    """values[rows] for ascending `rows`, copied as slices when they run contiguously. `runs`: row_runs(rows),
+    when the caller has it."""
+    return _take(values, rows, row_runs(rows) if runs is _UNKNOWN else runs)
 
 
 def take_column(column: pd.Series, rows: np.ndarray, runs: list[tuple[int, int]] | None = None) -> object:
     """The values of `column` at ascending positions `rows` (a Categorical stays categorical, by its codes);
-    `runs`: the same positions as runs (_runs), when known."""
+    `runs`: the same positions as runs (row_runs), when known."""
     if isinstance(column.dtype, pd.CategoricalDtype):
         return pd.Categorical.from_codes(_take(column.cat.codes.to_numpy(), rows, runs), dtype=column.dtype)
     if isinstance(column.dtype, np.dtype):
@@ -99,7 +104,7 @@ def take_rows(df: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
     their row labels. Rows in long runs (a phase of each worker's time-ordered log) are copied as slices."""
     if rows.dtype == bool:
         rows = np.flatnonzero(rows)
-    runs = _runs(rows)
+    runs = row_runs(rows)
     names = list(df.columns) if columns is None else list(columns)
     return frame_of({name: take_column(df[name], rows, runs) for name in names}, df.index[rows])
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -44,14 +45,21 @@ def accuracy_of(ok: pd.DataFrame) -> float | None:
 
 
 class _Rows:
-    """The columns one latency row reads, as arrays in row order."""
+    """The columns the latency rows read, as arrays in row order (those `df` has)."""
 
     def __init__(self, df: pd.DataFrame) -> None:
         self.ok = (df["status"] == "ok").to_numpy()
-        self.latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
-        self.send_lag_ns = df["send_lag_ns"].to_numpy()
-        self.time = df[TIME_COLUMN if TIME_COLUMN in df else "t_intended"].to_numpy()
+        self.latency_ns = df["latency_ns"].to_numpy() if "latency_ns" in df else None
+        self.send_lag_ns = df["send_lag_ns"].to_numpy() if "send_lag_ns" in df else None
+        self.time = next((df[c].to_numpy() for c in (TIME_COLUMN, "t_intended") if c in df), None)
         self.accuracy = {c: df[c].to_numpy() for c in ACCURACY_COLUMNS if c in df}
+
+    def latency_ms(self, rows: np.ndarray) -> np.ndarray:
+        """Latencies (ms, float) at positions `rows`: the whole column's values in ms, taken at them, with no
+        copy of the whole column."""
+        out = self.latency_ns[rows].astype(float)
+        out /= 1e6
+        return out
 
     def accuracy_of(self, rows: np.ndarray) -> float | None:
         """accuracy_of the successful requests at positions `rows`, on arrays."""
@@ -64,37 +72,47 @@ class _Rows:
         return float(self.accuracy["correct"][rows].mean())
 
 
-def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, duration_s: float) -> dict:
-    """Count, rate, errors, accuracy, mean/max and percentiles with CIs (ms) of the rows at positions `idx`
-    (ascending); `sorted_ok_ms`: their successful latencies, sorted. The CIs count the independent samples the
-    time-ordered latencies are worth (analysis/correlation.py). Each temporary is freed before the next is made:
-    the overall row of a day's run is a hundred million requests."""
+def request_counts(rows: _Rows, idx: np.ndarray, duration_s: float) -> dict:
+    """Count, rate, errors, accuracy and the send lag's p99 of the rows at positions `idx` (ascending): the
+    latency row's numbers that read neither the latencies nor the time order."""
     ok = rows.ok[idx]
     n, n_ok = len(idx), int(ok.sum())
-    error_rate = float((~ok).mean()) if n else 0.0
-    lat_ms = rows.latency_ms[idx][ok]  # in row order: the mean sums as it always did
+    out = {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": float((~ok).mean()) if n else 0.0,
+           "achieved_rate": float(n / duration_s) if duration_s else None}
+    out["accuracy"] = rows.accuracy_of(idx[ok])
+    out["send_lag_p99_ms"] = float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None
+    return out
+
+
+def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, counts: dict) -> dict:
+    """`counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
+    successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms`: those latencies, sorted.
+    The CIs count the independent samples the time-ordered latencies are worth (analysis/correlation.py).
+    Each temporary is freed before the next is made: the overall row of a day's run is a hundred million
+    requests."""
+    ok_idx = idx[rows.ok[idx]]
+    lat_ms = rows.latency_ms(ok_idx)  # in row order: the mean sums as it always did
     mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
     del lat_ms
-    ok_idx = idx[ok]
-    del ok
-    send_lag_p99_ms = float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None
-    accuracy = rows.accuracy_of(ok_idx)
     in_time_rows = ok_idx[time_order(rows.time[ok_idx])]
     del ok_idx
-    in_time = rows.latency_ms[in_time_rows]
+    in_time = rows.latency_ms(in_time_rows)
     del in_time_rows
-    return {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": error_rate,
-            "achieved_rate": float(n / duration_s) if duration_s else None,
-            "accuracy": accuracy, "mean_ms": mean_ms,
-            "max_ms": float(sorted_ok_ms[-1]) if n_ok else None,
-            "send_lag_p99_ms": send_lag_p99_ms,
+    head = {k: counts[k] for k in ("count", "ok", "errors", "error_rate", "achieved_rate", "accuracy")}
+    return {**head, "mean_ms": mean_ms, "max_ms": float(sorted_ok_ms[-1]) if len(sorted_ok_ms) else None,
+            "send_lag_p99_ms": counts["send_lag_p99_ms"],
             "percentiles": {f"p{p:g}": est.as_dict() for p, est in
                             correlated_percentiles_ci(in_time, PERCENTILES, sorted_ok_ms).items()}}
 
 
 def _merged(parts: list[np.ndarray]) -> np.ndarray:
-    """Sorted arrays merged into one sorted array (timsort finds the runs: no full re-sort)."""
-    return np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0)
+    """Sorted arrays merged into one sorted array (timsort finds the runs: no full re-sort), sorted in place:
+    one array the size of the merge, not two."""
+    if not parts:
+        return np.empty(0)
+    merged = np.concatenate(parts)
+    merged.sort(kind="stable")
+    return merged
 
 
 CDF_POINTS = 2000  # per curve: every one of the slowest CDF_POINTS requests, log-spaced ranks below them
@@ -122,37 +140,80 @@ def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple
     return curves
 
 
+def latency_rows(df: pd.DataFrame, positions: dict | None = None, among: np.ndarray | None = None
+                 ) -> list[tuple[dict, Callable[[], np.ndarray]]]:
+    """The latency table's rows as (labels, their ascending positions when called), in the order
+    latency_table computes them: the overall row, each endpoint × region (`positions`:
+    endpoint_region_positions(df, among)), each endpoint. An endpoint's positions are made when asked for, from
+    its groups' (one endpoint's at a time: a day's run holds a hundred million positions)."""
+    positions = endpoint_region_positions(df, among) if positions is None else positions
+    rows: list[tuple[dict, Callable[[], np.ndarray]]] = [
+        ({"endpoint": "*", "region": "*"}, lambda: np.arange(len(df)) if among is None else among)]
+    rows += [({"endpoint": e, "region": r}, lambda idx=idx: idx) for (e, r), idx in positions.items()]
+    codes = df["region"].cat.codes.to_numpy() if isinstance(df["region"].dtype, pd.CategoricalDtype) else None
+    missing_region = codes is None or bool((codes < 0).any() if among is None else (codes[among] < 0).any())
+    if missing_region:  # rows with no region belong to their endpoint's row but to no endpoint × region group
+        by_endpoint = group_positions(df, ["endpoint"], among)
+        rows += [({"endpoint": e, "region": "*"}, lambda idx=idx: idx) for e, idx in
+                 sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
+    else:
+        endpoints = sorted({e for e, _ in positions}, key=str)
+        rows += [({"endpoint": e, "region": "*"},
+                  lambda e=e: np.sort(np.concatenate([idx for (g, _), idx in positions.items() if g == e])))
+                 for e in endpoints]
+    return rows
+
+
+def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | None = None,
+                        among: np.ndarray | None = None) -> list[dict]:
+    """request_counts of each of latency_rows(df, positions, among), in that order: what the latency table
+    reads of the send lag and accuracy columns, so that the caller can free them before the latencies are
+    sorted."""
+    rows = _Rows(df)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda t: request_counts(rows, t[1](), duration_s), latency_rows(df, positions, among)))
+
+
 def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[tuple[str, str], np.ndarray]:
     """(endpoint, region) → the sorted latencies (ms) of its successful requests (numpy's sort releases the GIL)."""
     groups = list(positions.items())
-    return dict(zip((key for key, _ in groups),
-                    pool.map(lambda idx: np.sort(rows.latency_ms[idx][rows.ok[idx]]), (i for _, i in groups))))
+
+    def sort(idx: np.ndarray) -> np.ndarray:
+        values = rows.latency_ms(idx[rows.ok[idx]])
+        values.sort()
+        return values
+    return dict(zip((key for key, _ in groups), pool.map(sort, (i for _, i in groups))))
 
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positions: dict | None = None,
-                  among: np.ndarray | None = None) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
+                  among: np.ndarray | None = None, counts: list[dict] | None = None
+                  ) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
     """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
     `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
     Each group is sorted once (`positions`: endpoint_region_positions(df, among), when the caller has it); an
     endpoint's and the overall row merge their groups' sorted latencies. The overall row runs first, alongside
-    the small groups' rows, so that at most one large row's temporaries are in memory at a time."""
-    rows = _Rows(df)
+    the small groups' rows, so that at most one large row's temporaries are in memory at a time. `counts`:
+    request_count_table of the same rows, when the caller computed it (and freed the columns it reads);
+    else computed here."""
     positions = endpoint_region_positions(df, among) if positions is None else positions
-    groups = list(positions.items())
+    counts = request_count_table(df, duration_s, positions, among) if counts is None else counts
+    rows = _Rows(df)
+    table_rows = latency_rows(df, positions, among)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         ok_sorted = _sorted_ok(rows, positions, pool)
-        by_endpoint = group_positions(df, ["endpoint"], among)
-        # each task's sorted latencies are merged when it runs: never every endpoint's merge at once
-        tasks = [({"endpoint": e, "region": r}, idx, lambda key=(e, r): ok_sorted[key], intended_rate(profile, r, e))
-                 for (e, r), idx in groups]
-        tasks += [({"endpoint": e, "region": "*"}, by_endpoint[e],
-                   lambda e=e: _merged([v for (g, _), v in ok_sorted.items() if g == e]),
-                   intended_rate(profile, None, e)) for e in sorted(by_endpoint, key=str)]
-        del by_endpoint
-        tasks.insert(0, ({"endpoint": "*", "region": "*"}, np.arange(len(df)) if among is None else among,
-                         lambda: _merged(list(ok_sorted.values())), intended_rate(profile, None, None)))
-        table = list(pool.map(lambda t: {**t[0], **summarize_latency(rows, t[1], t[2](), duration_s),
-                                         "intended_rate": t[3]}, tasks))
+
+        def merged(labels: dict) -> np.ndarray:  # a row's sorted latencies, merged when the row runs
+            e, r = labels["endpoint"], labels["region"]
+            if r != "*":
+                return ok_sorted[(e, r)]
+            return _merged([v for (g, _), v in ok_sorted.items() if e == "*" or g == e])
+
+        def row(task: tuple[tuple[dict, Callable[[], np.ndarray]], dict]) -> dict:
+            (labels, idx), count = task
+            e, r = labels["endpoint"], labels["region"]
+            rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
+            return {**labels, **summarize_latency(rows, idx(), merged(labels), count), "intended_rate": rate}
+        table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted
 
 

@@ -68,15 +68,18 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         wanted = np.zeros(len(served), dtype=bool)
         wanted[among] = True
         served = served & wanted
-    served_rows = np.flatnonzero(served)
+    served_rows = np.flatnonzero(served).astype(np.int32 if len(served) < 2**31 else np.int64)
     del served
     d = take_rows(df, served_rows, ["endpoint", "model"])
     columns = {c: df[f"server_{c}_ns"].to_numpy() for c in ("receive", "send", "queue", "compute")}
 
     def served_values(column: str, at: np.ndarray) -> np.ndarray:  # one group's: no copy of every served row
-        return take(columns[column], served_rows[at])
+        return take(columns[column], at)
 
-    groups = group_positions(d, ["endpoint", "model"])
+    # each group's rows of df, as positions of served_rows' width (group_positions' own are 64-bit)
+    groups = {key: served_rows[idx] for key, idx in group_positions(d, ["endpoint", "model"]).items()}
+    model_codes = d["model"].cat.codes.to_numpy() if isinstance(d["model"].dtype, pd.CategoricalDtype) else None
+    del d
     for endpoint, model in sorted(groups, key=lambda k: (str(k[0]), str(k[1]))):
         idx = groups[(endpoint, model)]
         receive, send = served_values("receive", idx), served_values("send", idx)
@@ -110,7 +113,9 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
                "arrival_cv2": interarrival_cv2(receive[inside])}
         # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
         if model in synthetic_models and batch == 1.0:  # batched executions are not an M/M/1 queue
-            model_receive = served_values("receive", np.flatnonzero((d["model"] == model).to_numpy()))
+            model_receive = served_values("receive", served_rows[np.flatnonzero(
+                model_codes == list(df["model"].cat.categories).index(model) if model_codes is not None
+                else (df["model"].to_numpy()[served_rows] == model))])
             model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
             del model_receive
             lam_model = len(model_arrivals) / T

@@ -70,9 +70,11 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
                 k = int(exceeding.sum())
                 v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
                 in_time_ms = np.where(g.ok, g.latency_ns / 1e6, np.inf)
-                est = correlated_percentiles_ci(in_time_ms, (q,))[q] if n else None
+                sorted_ms = np.sort(in_time_ms)
+                est = correlated_percentiles_ci(in_time_ms, (q,), sorted_ms)[q] if n else None
                 desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
-                measured = sorted_percentile(np.sort(in_time_ms), q / 100) if n else None  # with or without a CI
+                measured = sorted_percentile(sorted_ms, q / 100) if n else None  # with or without a CI
+                del sorted_ms
                 ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
                 phase, st = trends.get((endpoint, region), (None, None))
                 if st is not None and st.stationary is False:

@@ -35,18 +35,21 @@ class Group:
     def __init__(self, time_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, phase: np.ndarray) -> None:
         order = time_order(time_ns)
         self.time_ns, self.latency_ns, self.ok, self.phase = (a[order] for a in (time_ns, latency_ns, ok, phase))
+        self._per_phase: dict[int, Stationarity] | None = None
 
     @property
     def n(self) -> int:
         return len(self.latency_ns)
 
     def per_phase(self) -> dict[int, Stationarity]:
-        """The stationarity of each measured phase's successful latencies."""
-        out = {}
-        for phase in np.unique(self.phase[self.phase > 0]):
-            rows = (self.phase == phase) & self.ok
-            out[int(phase)] = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
-        return out
+        """The stationarity of each measured phase's successful latencies (computed once: the SLO verdicts and
+        the validity table both read it)."""
+        if self._per_phase is None:
+            self._per_phase = {}
+            for phase in np.unique(self.phase[self.phase > 0]):
+                rows = (self.phase == phase) & self.ok
+                self._per_phase[int(phase)] = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
+        return dict(self._per_phase)
 
     def stationarity(self) -> tuple[int | None, Stationarity]:
         """(phase, result): the first measured phase whose latency trends, else the first one that could be

@@ -431,14 +431,19 @@ def _synthetic(tmp_path, rows: int = 30_000):
     return run_dir
 
 
-def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(tmp_path):
+@pytest.mark.parametrize("keep_bytes", ["default", 0])
+def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(tmp_path, monkeypatch, keep_bytes):
     """`tailrace analyze` reads the log a few columns at a time and frees each after its last reader; the
-    Python API reads it whole. Same summary, same tables, and only the report's columns are left loaded."""
+    Python API reads it whole. Same summary, same tables, and only the report's columns are left loaded —
+    also when every spared column is freed and read again (keep_bytes 0: a day's log, above KEEP_BYTES)."""
     import json
 
+    import analysis.chunks
     from analysis.analyze import REPORT_COLUMNS
     from analysis.rundir import ANALYSIS_COLUMNS
 
+    if keep_bytes != "default":
+        monkeypatch.setattr(analysis.chunks, "KEEP_BYTES", keep_bytes)
     run_dir = _synthetic(tmp_path)
     whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS)
     assert json.dumps(lazy.summary, default=str) == json.dumps(whole.summary, default=str)

@@ -196,3 +196,15 @@ def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkey
     monkeypatch.setattr(arrivals, "key_runs", lambda df, keys: None)
     from_positions = arrivals.arrival_checks(df)
     assert len(from_runs) == 5 and from_runs == from_positions  # phase 1: w0, w1, merged; phase 2: w1, merged
+
+
+@pytest.mark.parametrize("p", [0.001, 0.3, 0.99])
+def test_tau_of_a_boolean_indicator_is_the_same_bits_as_of_its_floats(p):
+    """integrated_time keeps an indicator as booleans (one byte a value, not eight): its variance and batch means
+    are numpy's float ones to the last bit, on an independent and on a correlated series."""
+    rng = np.random.default_rng(7)
+    from analysis.correlation import _variance, integrated_time
+    for z in (rng.random(200_003) < p, mm1_sojourn(rng, 200_003)[0] <= np.quantile(mm1_sojourn(rng, 1000)[0], p)):
+        assert _variance(z) == float(z.astype(float).var())
+        assert integrated_time(z) == integrated_time(z.astype(float))
+    assert integrated_time(np.ones(1000, dtype=bool)) == 1.0
