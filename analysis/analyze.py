@@ -35,8 +35,7 @@ ARRIVAL_COLUMNS = ("t_sent", "t_sent_ref", "t_intended", "t_intended_ref", "send
 SCENARIO_COLUMNS = ("phase", "endpoint", "region", "status", "latency_ns", "t_intended_ref", "t_sent_ref",
                     "t_done_ref", "batch_size", "correct", "correct_count")
 SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", "t_intended_ref")
-QUEUEING_COLUMNS = ("status", "server_receive_ns", "server_send_ns", "server_queue_ns", "server_compute_ns",
-                    "endpoint", "model")
+QUEUEING_COLUMNS = ("status", "server_receive_ns", "endpoint", "model")  # and each of SERVER_COLUMNS in turn
 VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
                    "batch_size", "sample_index", "server_compute_ns")
 PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref")
@@ -143,8 +142,9 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
                                     log.frame(["status", "endpoint"]))
+    # the server columns are read a pair at a time: a long run's are spared between
     queueing = queueing_table(log.frame(QUEUEING_COLUMNS), profile.embedded.slots, synthetic,
-                              requests_per_execution(stat_rows), measured_rows)
+                              requests_per_execution(stat_rows), measured_rows, log.values, log.spare)
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")

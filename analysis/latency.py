@@ -84,12 +84,12 @@ def request_counts(rows: _Rows, idx: np.ndarray, duration_s: float) -> dict:
     return out
 
 
-def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, counts: dict) -> dict:
+def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], np.ndarray], counts: dict) -> dict:
     """`counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
-    successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms`: those latencies, sorted.
-    The CIs count the independent samples the time-ordered latencies are worth (analysis/correlation.py).
-    Each temporary is freed before the next is made: the overall row of a day's run is a hundred million
-    requests."""
+    successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms()`: those latencies, sorted
+    (asked for once the rows are in time order). The CIs count the independent samples the time-ordered
+    latencies are worth (analysis/correlation.py). Each temporary is freed before the next is made: the
+    overall row of a day's run is a hundred million requests."""
     ok_idx = idx[rows.ok[idx]]
     lat_ms = rows.latency_ms(ok_idx)  # in row order: the mean sums as it always did
     mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
@@ -98,11 +98,12 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: np.ndarray, co
     del ok_idx
     in_time = rows.latency_ms(in_time_rows)
     del in_time_rows
+    ok_sorted = sorted_ok_ms()
     head = {k: counts[k] for k in ("count", "ok", "errors", "error_rate", "achieved_rate", "accuracy")}
-    return {**head, "mean_ms": mean_ms, "max_ms": float(sorted_ok_ms[-1]) if len(sorted_ok_ms) else None,
+    return {**head, "mean_ms": mean_ms, "max_ms": float(ok_sorted[-1]) if len(ok_sorted) else None,
             "send_lag_p99_ms": counts["send_lag_p99_ms"],
             "percentiles": {f"p{p:g}": est.as_dict() for p, est in
-                            correlated_percentiles_ci(in_time, PERCENTILES, sorted_ok_ms).items()}}
+                            correlated_percentiles_ci(in_time, PERCENTILES, ok_sorted).items()}}
 
 
 def _merged(parts: list[np.ndarray]) -> np.ndarray:
@@ -212,7 +213,7 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
             (labels, idx), count = task
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
-            return {**labels, **summarize_latency(rows, idx(), merged(labels), count), "intended_rate": rate}
+            return {**labels, **summarize_latency(rows, idx(), lambda: merged(labels), count), "intended_rate": rate}
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted
 
