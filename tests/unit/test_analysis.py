@@ -120,6 +120,33 @@ def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
                          "server_queue_ns": 10_000})
 
 
+def test_queueing_holds_at_most_two_server_columns_and_gives_the_numbers_of_holding_all_four():
+    """A day's run cannot hold four server columns of a hundred million rows beside the rest: queueing_table asks
+    for receive and send, then compute, then queue, and says when each is read no more; its numbers (M/M/1 rows
+    included) are those of reading them from the frame."""
+    from analysis.queueing import SERVER_COLUMNS, queueing_table
+
+    df = _server_side(400, 20, 2.0)
+    df["model"] = "synthetic_mm1"
+    loaded, most, calls = set(), 0, []
+
+    def column(name):
+        nonlocal most
+        loaded.add(name)
+        most = max(most, len(loaded))
+        calls.append(name)
+        return df[name].to_numpy()
+
+    def done(name):
+        loaded.discard(name)
+        calls.append("done " + name)
+
+    streamed = queueing_table(df[["endpoint", "model", "status", "server_receive_ns"]], {}, {"synthetic_mm1"},
+                              column=column, done=done)
+    assert streamed == queueing_table(df, {}, {"synthetic_mm1"}) and "mm1" in streamed[0]
+    assert most == 2 and not loaded and [c for c in calls if not c.startswith("done")] == list(SERVER_COLUMNS)
+
+
 def test_utilization_counts_a_batch_execution_once():
     """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
     at 4 requests per execution the slot is busy only a fifth of the time."""
