@@ -157,13 +157,13 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     measured = log.frame(MEASURED_COLUMNS)
     latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
     cdfs = region_cdfs(ok_sorted)
-    del ok_sorted
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
     groups = groups_of(measured, positions)
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
     verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
-                             region_names, groups)
+                             region_names, groups, {(str(e), str(r)): v for (e, r), v in ok_sorted.items()})
+    del ok_sorted
     validity = validity_rows(groups)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
     names = phase_names(profile)

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis import process_memory
 from analysis.correlation import effective_size, paired_quantile_difference, quantile_tau
 from analysis.frames import take_rows
-from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run
+from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run, request_rows
 from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
 from contract import exit_codes
 
@@ -181,16 +182,20 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[d
 
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
-                    fail_if_slower: list[str] = ()) -> int:
+                    fail_if_slower: list[str] = (), exits: bool = False) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
-    runs with no endpoint × region in common; 1 when a --fail-if-slower gate trips (a CI regression gate)."""
+    runs with no endpoint × region in common; 1 when a --fail-if-slower gate trips (a CI regression gate).
+    `exits`: this process exits after it (analysis/process_memory.py's `settle`)."""
     from rich.table import Table
 
     from contract.terminal import console
 
     try:
         gates = [parse_gate(g) for g in fail_if_slower]
-        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare")
+        rows = request_rows([run_a, run_b])
+        if exits:
+            process_memory.settle(rows * COMPARE_BYTES_PER_ROW)
+        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", rows)
         rows = compare_runs(run_a, run_b, paired)
     except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)

@@ -5,8 +5,9 @@ The analysis makes many short-lived arrays of ten million rows. By default glibc
 first write: measured with perf on a 10 M-row `tailrace analyze`, a third of the run's CPU time was the kernel
 clearing pages (clear_page_erms). Serving large blocks from the heap, keeping freed memory for reuse and using
 4 KB pages made the same analysis take ~35 % less time at about the same peak RSS (docs/BENCHMARKS.md).
-Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run):
-memory freed is kept by the process, not returned to the system.
+Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run),
+through `settle`, which knows how large the analysis is: memory freed is kept by the process, not returned to the
+system — unless the analysis is too large for that.
 """
 from __future__ import annotations
 
@@ -59,4 +60,14 @@ def return_freed_memory() -> dict[str, object]:
                  "malloc_trim_threshold": DEFAULT_TRIM_THRESHOLD
                  if mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD) == 1 else "unchanged"}
     log.debug("analysis memory settings for a large run: %s", effective)
+    return effective
+
+
+def settle(expected_bytes: float) -> dict[str, object]:
+    """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
+    peak, and then exit: reuse_freed_memory, and also return_freed_memory above KEEP_FREED_UP_TO_BYTES (small
+    pages either way). The one place the policy is chosen (analysis/report_cli.py, analysis/compare.py)."""
+    effective = reuse_freed_memory()
+    if expected_bytes > KEEP_FREED_UP_TO_BYTES:
+        effective |= return_freed_memory()
     return effective

@@ -76,18 +76,22 @@ def print_summary(summary: dict) -> None:
         console.print(slo)
 
 
-def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False) -> int:
-    """Analyse `run_dir`, write the report, print the summary; returns the exit code."""
+def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False) -> int:
+    """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
+    exits after it (the CLI, a master after its run), so it may keep the memory it frees
+    (analysis/process_memory.py's `settle` chooses, by the run's size)."""
+    from analysis import process_memory
     from analysis.analyze import analyze_run
-    from analysis.process_memory import KEEP_FREED_UP_TO_BYTES, return_freed_memory
     from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, ANALYZE_BYTES_PER_ROW_RETURNING, check_fits, request_rows
 
     try:
-        rows, per_row = request_rows([Path(run_dir)]), ANALYZE_BYTES_PER_ROW
-        if rows * per_row > KEEP_FREED_UP_TO_BYTES:  # a long run: its peak is what is in use, not the heap's holes
-            return_freed_memory()
-            per_row = ANALYZE_BYTES_PER_ROW_RETURNING
-        check_fits([Path(run_dir)], per_row, "analyse", rows)
+        rows = request_rows([Path(run_dir)])
+        if exits:
+            process_memory.settle(rows * ANALYZE_BYTES_PER_ROW)
+        # a long run returns freed memory: its peak is what is in use, not the heap's holes
+        long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
+        check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
+                   "analyse", rows)
         analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)

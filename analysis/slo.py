@@ -43,11 +43,22 @@ def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[s
     return [(e, r, groups.get((e, r), empty)) for e in endpoints for r in regions]
 
 
+def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) -> np.ndarray:
+    """np.sort(in_time_ms), where errors are +inf: the successful latencies already sorted (`ok_sorted`, of the
+    same requests), then one +inf per error — unless some latency is NaN (sorted after inf)."""
+    errors = len(in_time_ms) - (0 if ok_sorted is None else len(ok_sorted))
+    if ok_sorted is None or errors < 0 or (len(ok_sorted) and np.isnan(ok_sorted[-1])):
+        return np.sort(in_time_ms)
+    return np.concatenate([ok_sorted, np.full(errors, np.inf)])
+
+
 def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),
-                  groups: dict[tuple[str, str], Group] | None = None) -> list[dict]:
+                  groups: dict[tuple[str, str], Group] | None = None,
+                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None) -> list[dict]:
     """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
     measured phases. A group with no measured requests is INCONCLUSIVE. `groups`: groups_of(df)
-    (analysis/validity.py), when the caller has it.
+    (analysis/validity.py), when the caller has it; `ok_sorted`: each group's successful latencies (ms) sorted,
+    as analysis/latency.py's latency_table returns them, when the caller has them (not sorted again).
 
     Latency SLO "p<q> < T ms": k = requests slower than T (errors count as slower: a failed request
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
@@ -70,7 +81,7 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
                 k = int(exceeding.sum())
                 v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
                 in_time_ms = np.where(g.ok, g.latency_ns / 1e6, np.inf)
-                sorted_ms = np.sort(in_time_ms)
+                sorted_ms = _sorted_with_errors(in_time_ms, (ok_sorted or {}).get((endpoint, region)))
                 est = correlated_percentiles_ci(in_time_ms, (q,), sorted_ms)[q] if n else None
                 desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
                 measured = sorted_percentile(sorted_ms, q / 100) if n else None  # with or without a CI

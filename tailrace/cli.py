@@ -188,10 +188,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
               file=sys.stderr)
         return INCONCLUSIVE  # no verdict was computed
-    from analysis.process_memory import reuse_freed_memory
-
-    reuse_freed_memory()  # the run is over: this process analyses it, then exits
-    return analyze_and_report(run_dir, None, quiet=args.quiet)
+    return analyze_and_report(run_dir, None, quiet=args.quiet, exits=True)  # the run is over: analysed, then exit
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -251,11 +248,9 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import compare_command
-    from analysis.process_memory import reuse_freed_memory
 
-    reuse_freed_memory()  # this process compares, then exits
     return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
-                           args.fail_if_slower)
+                           args.fail_if_slower, exits=True)
 
 
 def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
@@ -286,11 +281,9 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from analysis.process_memory import reuse_freed_memory
     from analysis.report_cli import analyze_and_report
 
-    reuse_freed_memory()  # this process analyses, then exits
-    return analyze_and_report(args.run_dir, args.out, quiet=args.quiet)
+    return analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

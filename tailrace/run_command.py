@@ -29,8 +29,6 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return INTERNAL
-    from analysis.process_memory import reuse_freed_memory
     from analysis.report_cli import analyze_and_report
 
-    reuse_freed_memory()  # the run is over: this process analyses it, then exits
-    return analyze_and_report(run_dir, None, quiet=quiet)
+    return analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed, then exit

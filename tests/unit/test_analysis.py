@@ -306,7 +306,7 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
 
 def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
     """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES returns freed memory to the
-    system, and is checked against the memory it needs that way (a day's 100 M rows: ~13 GiB, not 22)."""
+    system, and is checked against the memory it needs that way (a day's 100 M rows: ~9 GiB, not 22)."""
     import analysis.process_memory as process_memory
     import analysis.rundir as rundir
     from analysis.report_cli import analyze_and_report
@@ -317,12 +317,13 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
     monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
-    assert analyze_and_report(tmp_path, None, quiet=True) == 2
+    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda: {})
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
     assert returned == [True]
-    assert "100,000,000 request rows need about 13.0 GiB" in capsys.readouterr().err
+    assert "100,000,000 request rows need about 8.8 GiB" in capsys.readouterr().err
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
     returned.clear()
-    assert analyze_and_report(tmp_path, None, quiet=True) == 2 and returned == []
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == []
     assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
 
 
@@ -436,8 +437,9 @@ def test_grouped_quantile_is_pandas_groupby_quantile(q):
 
 
 def test_an_analysing_process_keeps_freed_memory_and_small_pages():
-    """reuse_freed_memory (called by tailrace analyze / compare before they analyse) takes effect in the process:
-    transparent huge pages off (PR_GET_THP_DISABLE), and it reports the effective settings."""
+    """reuse_freed_memory (process_memory.settle's, for tailrace analyze / compare before they analyse) takes
+    effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), and it reports the effective
+    settings."""
     import json
     import subprocess
     import sys
