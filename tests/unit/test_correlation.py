@@ -208,3 +208,24 @@ def test_tau_of_a_boolean_indicator_is_the_same_bits_as_of_its_floats(p):
         assert _variance(z) == float(z.astype(float).var())
         assert integrated_time(z) == integrated_time(z.astype(float))
     assert integrated_time(np.ones(1000, dtype=bool)) == 1.0
+
+
+def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
+    """evaluate_slos appends errors (+inf) to the latency table's sorted successes instead of sorting again:
+    the same array as np.sort, NaN latencies (sorted after inf) falling back to the sort, and the same verdicts."""
+    from analysis.slo import _sorted_with_errors
+    from analysis.validity import groups_of
+
+    rng = np.random.default_rng(11)
+    latency = rng.exponential(5, 50_000)
+    ok = rng.random(len(latency)) > 0.03
+    in_time = np.where(ok, latency, np.inf)
+    assert np.array_equal(_sorted_with_errors(in_time, np.sort(latency[ok])), np.sort(in_time))
+    latency[ok.nonzero()[0][:3]] = np.nan
+    in_time = np.where(ok, latency, np.inf)
+    assert np.array_equal(_sorted_with_errors(in_time, np.sort(latency[ok])), np.sort(in_time), equal_nan=True)
+    df = _measured(rng.exponential(5, 8000))
+    df["status"] = np.where(rng.random(len(df)) < 0.005, "error", "ok")
+    slo = [{"metric": "latency", "percentile": 99, "threshold_ms": 40, "endpoint": "*", "region": "*"}]
+    ok_sorted = {("e", "r"): np.sort(df["latency_ns"].to_numpy()[(df["status"] == "ok").to_numpy()] / 1e6)}
+    assert evaluate_slos(df, slo, ["e"], ["r"], groups_of(df), ok_sorted) == evaluate_slos(df, slo, ["e"], ["r"])
