@@ -117,8 +117,8 @@ class _Column:
                                       for v in encoded.dictionary.to_pylist()] + [-1], dtype=np.int32)
                     if len(self.categories) > np.iinfo(self.values.dtype).max and self.values.dtype != np.int32:
                         self.values = self.values.astype(np.int32)
-                    self.values[at:at + len(chunk)] = codes[encoded.indices.fill_null(-1).to_numpy(
-                        zero_copy_only=False)]
+                    indices = encoded.indices.fill_null(-1) if encoded.indices.null_count else encoded.indices
+                    self.values[at:at + len(chunk)] = codes[indices.to_numpy(zero_copy_only=False)]
                 at += len(chunk)
         elif pa.types.is_string(self.type):
             self.pieces[order] = column.chunks
