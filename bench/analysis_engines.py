@@ -1,7 +1,7 @@
 """Benchmark: the analysis's core query — exact p50/p90/p95/p99/p99.9 of successful measured latencies per
-endpoint × region — on one synthetic run directory, by DuckDB, Polars and tailrace's own reader (pyarrow into
-pandas, then numpy), each in its own process with its peak RSS. It checks that all three give numpy's numbers (to 1 ns: the
-engines interpolate in another order, a few ulps apart).
+endpoint × region — on one synthetic run directory, by DuckDB, Polars and tailrace (its column reader, its
+grouping, then numpy), each in its own process with its peak RSS. It checks that all three give numpy's numbers
+(to 1 ns: the engines interpolate in another order, a few ulps apart).
 
 DuckDB and Polars are not tailrace dependencies; install them in a scratch venv and pass its python:
 
@@ -47,10 +47,11 @@ elif engine == "polars":
         groups[f"{row[0]}|{row[1]}"] = list(row[2:])
 else:
     import numpy as np
+    from analysis.frames import group_positions
     from analysis.rundir import load_run
     df = load_run(sys.argv[2], ("endpoint", "region", "phase", "status", "latency_ns")).requests
     lat, ok = df["latency_ns"].to_numpy(), ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy()
-    for (e, r), idx in df.groupby(["endpoint", "region"], observed=True).indices.items():
+    for (e, r), idx in group_positions(df, ["endpoint", "region"]).items():
         x = lat[idx][ok[idx]]
         groups[f"{e}|{r}"] = [len(x), *(float(np.percentile(x, 100 * q)) for q in qs)]
 print(json.dumps({"seconds": time.perf_counter() - t, "groups": groups,
@@ -72,13 +73,13 @@ def main() -> int:
     ap.add_argument("--engines-python", required=True, help="a python with duckdb and polars installed")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    engines = {"duckdb": args.engines_python, "polars": args.engines_python, "tailrace (pyarrow → pandas, numpy)":
+    engines = {"duckdb": args.engines_python, "polars": args.engines_python, "tailrace (its reader and grouping, numpy)":
                sys.executable}
     results: dict[str, list[dict]] = {name: [] for name in engines}
     for _ in range(args.repeats):
         for name, python in engines.items():
             results[name].append(run(python, name.split()[0], args.run_dir))
-    truth = results["tailrace (pyarrow → pandas, numpy)"][0]["groups"]
+    truth = results["tailrace (its reader and grouping, numpy)"][0]["groups"]
     rows = sum(v[0] for v in truth.values())
     lines = [f"Command: `{COMMAND} {args.run_dir.name} --engines-python … --repeats {args.repeats}` (the query: exact "
              f"p50…p99.9 of {rows:,} successful measured latencies in {len(truth)} endpoint × region groups, read "
