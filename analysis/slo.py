@@ -45,11 +45,12 @@ def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[s
 
 def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) -> np.ndarray:
     """np.sort(in_time_ms), where errors are +inf: the successful latencies already sorted (`ok_sorted`, of the
-    same requests), then one +inf per error — unless some latency is NaN (sorted after inf)."""
-    errors = len(in_time_ms) - (0 if ok_sorted is None else len(ok_sorted))
-    if ok_sorted is None or errors < 0 or (len(ok_sorted) and np.isnan(ok_sorted[-1])):
+    same requests), then one +inf per error. Sorted afresh when `ok_sorted` does not hold exactly the finite
+    entries' count, or some latency is NaN (numpy sorts NaN after inf)."""
+    successes = int(np.count_nonzero(in_time_ms != np.inf))
+    if ok_sorted is None or len(ok_sorted) != successes or (successes and np.isnan(ok_sorted[-1])):
         return np.sort(in_time_ms)
-    return np.concatenate([ok_sorted, np.full(errors, np.inf)])
+    return np.concatenate([ok_sorted, np.full(len(in_time_ms) - successes, np.inf)])
 
 
 def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),

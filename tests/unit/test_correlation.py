@@ -221,6 +221,8 @@ def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
     ok = rng.random(len(latency)) > 0.03
     in_time = np.where(ok, latency, np.inf)
     assert np.array_equal(_sorted_with_errors(in_time, np.sort(latency[ok])), np.sort(in_time))
+    # successes of other requests (one fewer): not appended to, sorted afresh
+    assert np.array_equal(_sorted_with_errors(in_time, np.sort(latency[ok])[1:]), np.sort(in_time))
     latency[ok.nonzero()[0][:3]] = np.nan
     in_time = np.where(ok, latency, np.inf)
     assert np.array_equal(_sorted_with_errors(in_time, np.sort(latency[ok])), np.sort(in_time), equal_nan=True)
