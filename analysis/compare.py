@@ -192,10 +192,10 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
 
     try:
         gates = [parse_gate(g) for g in fail_if_slower]
-        rows = request_rows([run_a, run_b])
+        request_count = request_rows([run_a, run_b])
         if exits:
-            process_memory.settle(rows * COMPARE_BYTES_PER_ROW)
-        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", rows)
+            process_memory.settle(request_count * COMPARE_BYTES_PER_ROW)
+        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
         rows = compare_runs(run_a, run_b, paired)
     except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
