@@ -148,7 +148,7 @@ def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple
     return curves
 
 
-def latency_rows(df: pd.DataFrame, positions: dict | None = None, among: np.ndarray | None = None
+def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.ndarray | None = None
                  ) -> list[tuple[dict, Callable[[], np.ndarray]]]:
     """The latency table's rows as (labels, their ascending positions when called), in the order
     latency_table computes them: the overall row, each endpoint × region (`positions`:
@@ -174,12 +174,12 @@ def latency_rows(df: pd.DataFrame, positions: dict | None = None, among: np.ndar
 
 def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | None = None,
                         among: np.ndarray | None = None) -> list[dict]:
-    """request_counts of each of latency_rows(df, positions, among), in that order: what the latency table
+    """request_counts of each of row_positions(df, positions, among), in that order: what the latency table
     reads of the send lag and accuracy columns, so that the caller can free them before the latencies are
     sorted."""
     rows = _Rows(df)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda t: request_counts(rows, t[1](), duration_s), latency_rows(df, positions, among)))
+        return list(pool.map(lambda t: request_counts(rows, t[1](), duration_s), row_positions(df, positions, among)))
 
 
 def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[tuple[str, str], np.ndarray]:
@@ -206,7 +206,7 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     positions = endpoint_region_positions(df, among) if positions is None else positions
     counts = request_count_table(df, duration_s, positions, among) if counts is None else counts
     rows = _Rows(df)
-    table_rows = latency_rows(df, positions, among)
+    table_rows = row_positions(df, positions, among)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         ok_sorted = _sorted_ok(rows, positions, pool)
 
