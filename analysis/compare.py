@@ -155,10 +155,13 @@ def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
                          "latency_b_ms": pairs["latency_ns_b"].to_numpy() / 1e6})
 
 
-def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None) -> list[dict]:
+def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: list | None = None) -> list[dict]:
     """One comparison row per endpoint × region present in both runs. `paired`: None pairs the requests when the
-    runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs."""
+    runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs.
+    `skipped`: extended with both runs' chunks that could not be read (analysis/chunks.py's SkippedChunk)."""
     data_a, data_b = load_run(run_a, COMPARE_COLUMNS), load_run(run_b, COMPARE_COLUMNS)
+    if skipped is not None:
+        skipped.extend([*data_a.skipped, *data_b.skipped])
     pairs = None
     if paired is not False and same_schedule(data_a, data_b):
         pairs = pair_requests(data_a.requests, data_b.requests)
@@ -196,10 +199,13 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         if exits:
             process_memory.settle(request_count * COMPARE_BYTES_PER_ROW)
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
-        rows = compare_runs(run_a, run_b, paired)
+        skipped: list = []
+        rows = compare_runs(run_a, run_b, paired, skipped)
     except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    for chunk in skipped:  # compared without their rows: as tailrace analyze says it
+        print(f"tailrace compare: skipped {chunk.path}: {chunk.reason}", file=sys.stderr)
     if not rows:
         print(f"tailrace compare: {run_a} and {run_b} have no endpoint × region in common with ≥ {MIN_SAMPLES} "
               "successful measured requests each: nothing to compare", file=sys.stderr)

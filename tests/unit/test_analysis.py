@@ -484,6 +484,33 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
     assert lazy.summary["input"]["rows_read"] == 30_000 and lazy.summary["latency"][-1]["count"] > 0
 
 
+def _corrupt_latency_pages(chunk) -> None:
+    """Overwrite a chunk's first latency_ns page past its header: its footer and other columns still read."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(chunk).row_group(0)
+    column = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == "latency_ns")
+    data = bytearray(chunk.read_bytes())
+    start = column.data_page_offset + 24  # past the page header: into the compressed values
+    data[start:start + 64] = bytes(range(64))
+    chunk.write_bytes(bytes(data))
+
+
+def test_compare_names_a_chunk_it_could_not_read(tmp_path, capsys):
+    """tailrace compare of a run with a corrupt chunk compares the rows it could read and says which chunk it
+    left out, as tailrace analyze does: never a silent drop of measured rows."""
+    from analysis.compare import compare_command
+
+    run_dir = _synthetic(tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
+    _corrupt_latency_pages(chunk)
+    assert compare_command(run_dir, other, None) == 0
+    err = capsys.readouterr().err
+    assert f"tailrace compare: skipped {chunk}: " in err and "Traceback" not in err, err
+
+
 def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_again(tmp_path):
     """A chunk whose footer and first columns read but whose latency pages are corrupt: found only when the
     latency column is read, after statistics used its other columns. It is reported as skipped and every
@@ -495,12 +522,7 @@ def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_ag
     run_dir = _synthetic(tmp_path)
     chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
     rows = pq.read_metadata(chunk).num_rows
-    meta = pq.read_metadata(chunk).row_group(0)
-    column = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == "latency_ns")
-    data = bytearray(chunk.read_bytes())
-    start = column.data_page_offset + 24  # past the page header: into the compressed values
-    data[start:start + 64] = bytes(range(64))
-    chunk.write_bytes(bytes(data))
+    _corrupt_latency_pages(chunk)
     with pytest.raises(Exception):
         pq.read_table(chunk, columns=["latency_ns"])
     pq.read_table(chunk, columns=["worker", "phase", "status", "endpoint", "region"])  # these still read
