@@ -32,10 +32,19 @@ class OffsetModel:
         t = np.asarray(local_ns, dtype=np.float64)
         return self.intercept_ns + self.slope * (t - self.t0_ns)
 
-    def to_reference(self, local_ns) -> np.ndarray:
-        """Map worker-clock epoch ns to reference epoch ns."""
+    def to_reference(self, local_ns, out: np.ndarray | None = None) -> np.ndarray:
+        """Map worker-clock epoch ns to reference epoch ns (into `out` when given: int64, as long). offset_at's
+        arithmetic in place, operation for operation: the same values with one temporary, not four."""
         t = np.asarray(local_ns, dtype=np.int64)
-        return t + np.round(self.offset_at(t)).astype(np.int64)
+        offset = t.astype(np.float64)
+        offset -= self.t0_ns
+        offset *= self.slope
+        offset += self.intercept_ns
+        np.round(offset, out=offset)
+        out = np.empty(len(t), dtype=np.int64) if out is None else out
+        out[...] = offset  # whole numbers already: the cast truncates nothing
+        out += t
+        return out
 
     def as_dict(self) -> dict:
         return {"worker": self.worker, "offset_ms": self.intercept_ns / 1e6, "drift_ppm": self.slope * 1e6,
@@ -92,7 +101,7 @@ def to_reference(local: np.ndarray, offsets: np.ndarray, runs: list[tuple[str, s
     for worker, rows in runs:
         model = models.get(worker)
         if model is not None and model.samples_used:
-            ref[rows] = model.to_reference(local[rows])
+            model.to_reference(local[rows], out=ref[rows])  # a run is a slice: written in place
         else:
             ref[rows] = local[rows] + offsets[rows]
     return ref

@@ -166,10 +166,22 @@ def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.nda
                  sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
     else:
         endpoints = sorted({e for e, _ in positions}, key=str)
-        rows += [({"endpoint": e, "region": "*"},
-                  lambda e=e: np.sort(np.concatenate([idx for (g, _), idx in positions.items() if g == e])))
+        rows += [({"endpoint": e, "region": "*"}, lambda e=e: _endpoint_positions(df, e, positions, among))
                  for e in endpoints]
     return rows
+
+
+def _endpoint_positions(df: pd.DataFrame, endpoint, positions: dict, among: np.ndarray | None) -> np.ndarray:
+    """The ascending positions of an endpoint's rows (each has a region: the union of its groups'), found by
+    comparing the endpoint's code once per row rather than sorting its groups' positions together."""
+    column = df["endpoint"]
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return np.sort(np.concatenate([idx for (g, _), idx in positions.items() if g == endpoint]))
+    codes = column.cat.codes.to_numpy()
+    code = column.cat.categories.get_loc(endpoint)
+    if among is None:
+        return np.flatnonzero(codes == code)
+    return among[codes[among] == code]
 
 
 def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | None = None,

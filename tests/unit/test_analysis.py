@@ -372,6 +372,53 @@ def test_group_positions_are_pandas_groupby_indices():
         frames.MAX_GROUP_CODES = small
 
 
+def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
+    """row_positions finds an endpoint's rows by its code: the same ascending positions as its endpoint × region
+    groups' sorted together, of all rows and of some (`among`), categorical or not."""
+    import pandas as pd
+
+    from analysis.frames import frame_of
+    from analysis.latency import row_positions
+
+    rng = np.random.default_rng(11)
+    n = 30_000
+    endpoints, regions = rng.choice(["b", "a", "c"], n), rng.choice(["r2", "r1"], n)
+    for df in (frame_of({"endpoint": pd.Categorical(endpoints, ["c", "a", "b"]), "region": pd.Categorical(regions)}),
+               frame_of({"endpoint": endpoints, "region": regions})):
+        for among in (None, np.flatnonzero(rng.random(n) < 0.6).astype(np.int32)):
+            rows = np.arange(n) if among is None else among
+            for labels, positions in row_positions(df, among=among):
+                e, r = labels["endpoint"], labels["region"]
+                want = rows[((endpoints[rows] == e) | (e == "*")) & ((regions[rows] == r) | (r == "*"))]
+                got = positions()
+                assert np.array_equal(got, want) and got.dtype == rows.dtype, labels
+
+
+def test_clock_models_map_times_as_their_formula_in_place():
+    """OffsetModel.to_reference (in place, one temporary) gives t + round(offset_at(t)) to the nanosecond, into a
+    slice of a larger array as to a new one; to_reference fills each worker's run by its model."""
+    import pandas as pd
+
+    from analysis.clock_correction import OffsetModel, to_reference, worker_runs
+
+    rng = np.random.default_rng(5)
+    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 50_000))
+    models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
+              "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
+    for model in models.values():
+        want = t + np.round(model.offset_at(t)).astype(np.int64)
+        assert np.array_equal(model.to_reference(t), want)
+        into = np.zeros(len(t) + 10, dtype=np.int64)
+        model.to_reference(t, out=into[5:-5])
+        assert np.array_equal(into[5:-5], want) and not into[:5].any() and not into[-5:].any()
+    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [20_000, 20_000, 10_000]))
+    offsets = rng.integers(-1000, 1000, len(t))
+    ref = to_reference(t, offsets, worker_runs(workers), models)
+    assert np.array_equal(ref[:20_000], models["w1"].to_reference(t[:20_000]))
+    assert np.array_equal(ref[20_000:40_000], models["w2"].to_reference(t[20_000:40_000]))
+    assert np.array_equal(ref[40_000:], t[40_000:] + offsets[40_000:])  # w3 has no model: its stamped offsets
+
+
 def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
     """Chunks written before batch_size / correct_count existed (contract/records.py OPTIONAL_DEFAULTS), mixed
     with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
