@@ -121,6 +121,11 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
             log.values(local), log.values("clock_offset_ns"), runs, models))
     log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
+    # the columns the statistics below read first, in that order: read in the background while those before
+    # them compute (where they fit in the memory kept for columns)
+    log.prefetch([("latency_ns", "t_done", "server_receive_ns", "server_queue_ns", "server_compute_ns",
+                   "server_send_ns"), ("model", "sample_index") if profile.decision else ("model",),
+                  ("correct", "correct_count", "batch_size"), ("code", "error")])
     arrivals = arrival_checks(log.frame(ARRIVAL_COLUMNS), profile)
     done("t_intended", "worker")  # t_intended_ref is read to the end
     log.spare("t_sent", "t_sent_ref", "send_lag_ns")

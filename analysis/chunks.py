@@ -160,7 +160,7 @@ class ChunkColumns:
     is one in `exclude` (path → reason). The first `load` reads its columns from every remaining chunk, and a
     chunk that fails then is skipped too; once rows are in use a chunk failing on a later column is a
     LateChunkError (dropping its rows then would take them from some statistics and not others). Columns stay
-    loaded until `release`d.
+    loaded until `release`d. Columns asked for later may be read ahead in the background (`prefetch`).
     """
 
     def __init__(self, files: list[Path], fields, skipped: list[SkippedChunk],
@@ -181,6 +181,10 @@ class ChunkColumns:
         self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
         self.keep_bytes: float = KEEP_BYTES  # spare() frees columns above this
         self._settled = False  # True once a load has read every chunk: a later failure is an error
+        self._lock = threading.RLock()  # the loaded columns: a prefetch adds to them as the statistics read them
+        self._prefetching: dict[str, threading.Event] = {}  # column → set when its background read has ended
+        self._prefetch_errors: dict[str, BaseException] = {}  # column → what its background read raised
+        self._prefetcher: threading.Thread | None = None
         for f in files:
             try:
                 problem = (exclude or {}).get(str(f))
@@ -224,7 +228,53 @@ class ChunkColumns:
                 # long run's analysis does not keep its inputs loaded
                 self.release(*(n for n in set(self._values) - before if n != name and n not in names))
 
+    def prefetch(self, batches: Iterable[Iterable[str]]) -> None:
+        """Read the columns of `batches` (each batch one pass over the chunks, in order) in a background thread
+        while the statistics before them compute: the analysis keeps one core busy, and pyarrow decodes and numpy
+        copies without the GIL on the other. A statistic asking for such a column waits for its batch rather than
+        reading it again, and gets any error its reading raised. A batch is read only if, with the columns loaded
+        when its turn comes, it fits in keep_bytes: a long run's log is read when asked for, as without prefetch."""
+        plan = []
+        for batch in batches:
+            names = [n for n in dict.fromkeys(batch) if n in self.schema.names and n not in self._values
+                     and n not in self._prefetching]
+            if names:
+                plan.append((names, threading.Event()))
+                self._prefetching.update(dict.fromkeys(names, plan[-1][1]))
+        if plan:
+            self._prefetcher = threading.Thread(target=self._read_ahead, args=(plan,), name="tailrace-prefetch",
+                                                daemon=True)
+            self._prefetcher.start()
+
+    def _read_ahead(self, plan: list[tuple[list[str], threading.Event]]) -> None:
+        failed = False
+        for names, done in plan:
+            try:  # after a failure the rest is read when asked for (a LateChunkError starts the analysis again)
+                if not failed and self.loaded_bytes() + self._bytes(names) <= self.keep_bytes:
+                    self._read_now(names, workers=1)  # one decoding thread: the statistics have the other core
+            except BaseException as exc:  # noqa: BLE001 — raised where the column is asked for
+                self._prefetch_errors.update(dict.fromkeys(names, exc))
+                failed = True
+            finally:
+                done.set()
+
+    def _bytes(self, names: list[str]) -> int:
+        """About what the columns `names` take once read (categorical codes 1 byte a row, strings ~16)."""
+        field_bytes = {f.name: 1 if f.name in CATEGORICAL else 16 if pa.types.is_string(f.type)
+                       else max(1, f.type.bit_width // 8) for f in self.schema}
+        return self.rows * sum(field_bytes[n] for n in names)
+
     def _read(self, names: list[str]) -> None:
+        if threading.current_thread() is not self._prefetcher:
+            for name in names:  # a column being read ahead: waited for, not read twice
+                done = self._prefetching.pop(name, None)
+                if done is not None:
+                    done.wait()
+                    if (error := self._prefetch_errors.pop(name, None)) is not None:
+                        raise error
+        self._read_now(names)
+
+    def _read_now(self, names: list[str], workers: int | None = None) -> None:
         wanted = [n for n in names if n not in self._values]
         unknown = [n for n in wanted if n not in self.schema.names]
         if unknown:
@@ -246,7 +296,7 @@ class ChunkColumns:
                 column.put(start, values, order)
             return None
 
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
             errors = list(pool.map(read, range(len(self.sources))))
         keep = None
         if any(errors):
@@ -267,11 +317,14 @@ class ChunkColumns:
                     keep[start:stop] = False
             self.sources, self._stops, self._footers, self.rows = sources, stops, footers, row
         self._settled = True
-        for column in built:
-            self._values[column.name] = column.finish(keep)
+        with self._lock:
+            for column in built:
+                self._values[column.name] = column.finish(keep)
         if self._fill is not None:
             for name in wanted:
-                self._values[name] = self._fill(self, name, self._values[name])
+                filled = self._fill(self, name, self._values[name])
+                with self._lock:
+                    self._values[name] = filled
 
     def values(self, name: str):
         """One column's values (numpy array, Categorical, or Series of strings), loading it if needed."""
@@ -282,18 +335,21 @@ class ChunkColumns:
         """Add (or replace) a column computed from others, e.g. a time on the reference clock."""
         if len(values) != self.rows:
             raise ValueError(f"column {name}: {len(values)} values for {self.rows} rows")
-        self._values[name] = values
+        with self._lock:
+            self._values[name] = values
 
     def release(self, *names: str) -> None:
         """Forget loaded columns (they are read, or derived, again if asked for)."""
-        for name in names:
-            self._values.pop(name, None)
+        with self._lock:
+            for name in names:
+                self._values.pop(name, None)
 
     def loaded_bytes(self) -> int:
         """The memory the loaded columns take."""
+        with self._lock:
+            loaded = list(self._values.values())
         return sum(int(v.codes.nbytes if isinstance(v, pd.Categorical) else
-                       v.memory_usage(deep=False) if isinstance(v, pd.Series) else v.nbytes)
-                   for v in self._values.values())
+                       v.memory_usage(deep=False) if isinstance(v, pd.Series) else v.nbytes) for v in loaded)
 
     def spare(self, *names: str) -> None:
         """Columns the statistics that come next do not read, though later ones may: released when the loaded

@@ -50,3 +50,77 @@ def test_columns_are_read_when_asked_for_freed_and_read_again_the_same(tmp_path)
     with pytest.raises(KeyError, match="error"):
         log.load(["error"])
     assert skipped == []
+
+
+def _counting_reads(log: ChunkColumns) -> list[tuple[str, list[str]]]:
+    """(thread name, columns) of each pass `log` makes over its chunks."""
+    import threading
+
+    passes: list[tuple[str, list[str]]] = []
+    read_now = log._read_now
+
+    def counted(names, workers=None):
+        wanted = [n for n in names if n not in log._values]
+        if wanted:
+            passes.append((threading.current_thread().name, wanted))
+        read_now(names, workers)
+    log._read_now = counted
+    return passes
+
+
+def _three_columns(tmp_path) -> list:
+    parts = [{"error": ["a", None] * 50, "latency_ns": np.arange(100) + 100 * i,
+              "phase": np.full(100, i, dtype=np.int32)} for i in range(4)]
+    return _chunks(tmp_path, parts)
+
+
+def test_columns_read_ahead_are_the_columns_read_when_asked_for_and_read_once(tmp_path):
+    """prefetch reads its batches in the background: a statistic asking for such a column waits for it, gets what
+    reading it on demand gives, and the chunks are not read for it again."""
+    files = _three_columns(tmp_path)
+    plain = ChunkColumns(files, FIELDS, [])
+    want = {n: plain.values(n) for n in ("phase", "latency_ns", "error")}
+    log = ChunkColumns(files, FIELDS, [])
+    passes = _counting_reads(log)
+    log.load(["phase"])
+    log.prefetch([("latency_ns",), ("error", "phase")])  # phase is loaded: not read again
+    assert np.array_equal(log.values("latency_ns"), want["latency_ns"])
+    assert log.values("error").equals(want["error"])
+    assert log._prefetcher is not None
+    log._prefetcher.join(timeout=10)
+    assert passes == [("MainThread", ["phase"]), ("tailrace-prefetch", ["latency_ns"]),
+                      ("tailrace-prefetch", ["error"])], passes
+
+
+def test_a_batch_that_does_not_fit_in_the_kept_memory_is_read_when_asked_for(tmp_path):
+    """A long run's log is not read ahead: a batch that would take the loaded columns past keep_bytes is left to
+    be read when a statistic asks for it."""
+    log = ChunkColumns(_three_columns(tmp_path), FIELDS, [])
+    passes = _counting_reads(log)
+    log.load(["phase"])  # 400 rows × 4 bytes
+    log.keep_bytes = 1_600 + 400 * 8  # room for latency_ns (8 bytes a row), not then for error too
+    log.prefetch([("latency_ns",), ("error",)])
+    log._prefetcher.join(timeout=10)
+    assert [names for _, names in passes] == [["phase"], ["latency_ns"]]
+    assert log.values("error").notna().sum() == 200
+    assert passes[-1] == ("MainThread", ["error"]), passes
+
+
+def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_path):
+    """A chunk whose latency pages are corrupt fails in the background read: the error is raised to the statistic
+    that asks for the column (a LateChunkError naming the chunk: the analysis runs again without it), and the
+    batches after it are left to be read when asked for."""
+    from analysis.chunks import LateChunkError
+    from tests.unit.test_analysis import _corrupt_latency_pages
+
+    files = _three_columns(tmp_path)
+    _corrupt_latency_pages(files[2])
+    log = ChunkColumns(files, FIELDS, [])
+    passes = _counting_reads(log)
+    log.load(["phase"])
+    log.prefetch([("latency_ns",), ("error",)])
+    log._prefetcher.join(timeout=10)
+    with pytest.raises(LateChunkError) as raised:
+        log.values("latency_ns")
+    assert raised.value.path == str(files[2])
+    assert [names for _, names in passes] == [["phase"], ["latency_ns"]]  # error was not read ahead
