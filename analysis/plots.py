@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.capacity_search import PASS  # noqa: E402
-from analysis.stats import grouped_quantile  # noqa: E402
+from analysis.timeline import timeline  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -93,33 +93,21 @@ def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
 def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
     """p99 per second and requests per second per region; phase starts dashed, outage windows shaded."""
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
-    df = df[["region", "t_intended_ref", "status", "latency_ns"]]
-    t0 = df["t_intended_ref"].min()
-    whole_s = int((df["t_intended_ref"].max() - t0) // 1e9)  # complete seconds: a last partial one is not a drop
-    edges = np.arange(0, whole_s + 1, 1.0)
-    for region, g in df.groupby("region", observed=True):
-        second = (g["t_intended_ref"].to_numpy() - t0) // 1_000_000_000  # whole seconds since the first send
-        inside = second < whole_s
-        ok = inside & (g["status"] == "ok").to_numpy()
-        seconds, p99_ns = grouped_quantile(second[ok], g["latency_ns"].to_numpy()[ok], 0.99)
-        p99_ms = np.full(whole_s, np.nan)  # a second without a successful request is a gap in the line
-        p99_ms[seconds] = p99_ns / 1e6
-        ax1.plot(edges[:-1] + 0.5, p99_ms, label=f"{region} p99", lw=1)
-        ax2.plot(edges[:-1] + 0.5, np.bincount(second[inside], minlength=whole_s)[:whole_s], lw=1, label=region)
+    line = timeline(df)
+    centres = np.arange(line.whole_s) + 0.5
+    for region, p99_ms in line.p99_ms.items():
+        ax1.plot(centres, p99_ms, label=f"{region} p99", lw=1)
+        ax2.plot(centres, line.requests[region], lw=1, label=region)
     _mark_phases((ax1, ax2), phase_starts_s)
-    t_end = (df["t_intended_ref"].max() - t0) / 1e9
     for o in outages:
-        end = (o["end_ref_ns"] - t0) / 1e9 if o["end_ref_ns"] is not None else t_end
+        end = (o["end_ref_ns"] - line.t0_ns) / 1e9 if o["end_ref_ns"] is not None else line.end_s
         for ax in (ax1, ax2):
-            ax.axvspan((o["start_ref_ns"] - t0) / 1e9, end, color="red", alpha=0.15, lw=0)
-    failed = (df["status"] != "ok").to_numpy()
-    if failed.any():
-        second = (df["t_intended_ref"].to_numpy()[failed] - t0) // 1_000_000_000
-        counts = np.bincount(second[second < whole_s], minlength=whole_s)[:whole_s]
-        ax2.plot(edges[:-1] + 0.5, counts, lw=1, color="red", ls=":", label="errors")
+            ax.axvspan((o["start_ref_ns"] - line.t0_ns) / 1e9, end, color="red", alpha=0.15, lw=0)
+    if line.errors is not None:
+        ax2.plot(centres, line.errors, lw=1, color="red", ls=":", label="errors")
     ax2.legend(fontsize=7, ncol=4)
     ax1.set_ylabel("p99 per second (ms)")
-    if (df["status"] == "ok").any():
+    if line.any_ok:
         ax1.set_yscale("log")
         _plain_ms_ticks(ax1.yaxis)
     else:

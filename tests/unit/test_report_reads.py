@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 from matplotlib import colormaps
 
 from analysis import plots
 from analysis.analyze import analyze_run
 from analysis.report_html import render
+from analysis.timeline import timeline
 from tests.support import profile_dict, write_run
 
 
@@ -109,3 +111,28 @@ def test_the_live_tables_last_frame_keeps_each_regions_rate(monkeypatch):
     rates = [list(t.columns[2].cells)[0] for t in frames]
     assert rates[1] == "100" and rates[2] == "200 mean"  # the worker is gone: the mean, never 0
     assert "p99 ≤" in frames[-1].caption
+
+
+def test_the_timeline_is_each_regions_per_second_p99_and_counts_as_a_pandas_groupby_computes_them():
+    rng = np.random.default_rng(7)
+    n = 20_000
+    df = pd.DataFrame({"region": pd.Categorical(rng.choice(["eu", "us", "ap"], n), categories=["us", "eu", "ap"]),
+                       "t_intended_ref": 5_000_000_000 + np.sort(rng.integers(0, 12_300_000_000, n)),
+                       "status": pd.Categorical(rng.choice(["ok", "ok", "ok", "error"], n)),
+                       "latency_ns": rng.lognormal(16, 0.6, n).astype(np.int64)})
+    df.loc[(df["region"] == "ap") & (df["t_intended_ref"] < 6_000_000_000), "status"] = "error"  # a gap in ap's p99
+    line = timeline(df)
+    t0 = int(df["t_intended_ref"].min())
+    assert line.t0_ns == t0 and line.whole_s == 12 and list(line.p99_ms) == ["us", "eu", "ap"]
+    second = (df["t_intended_ref"] - t0) // 1_000_000_000
+    inside = df[second < 12].assign(second=second)
+    ok = inside[inside["status"] == "ok"]
+    for region in ("us", "eu", "ap"):
+        expected = ok[ok["region"] == region].groupby("second")["latency_ns"].quantile(0.99) / 1e6
+        got = pd.Series(line.p99_ms[region]).dropna()
+        pd.testing.assert_series_equal(got, expected.astype(float), check_names=False, check_index_type=False)
+        assert line.requests[region].tolist() == inside[inside["region"] == region].groupby("second").size(
+        ).reindex(range(12), fill_value=0).tolist()
+    assert np.isnan(line.p99_ms["ap"][0])
+    failed = inside[inside["status"] != "ok"].groupby("second").size().reindex(range(12), fill_value=0)
+    assert line.errors.tolist() == failed.tolist() and line.any_ok
