@@ -13,7 +13,7 @@ from analysis.chunks import LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
-from analysis.frames import endpoint_region_positions
+from analysis.frames import endpoint_region_positions, largest_positions
 from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
@@ -133,9 +133,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     scenario = scenario_summary(log.frame(SCENARIO_COLUMNS if profile.load.scenario != "server" else ()), profile,
                                 {n: (w or {}).get("summary") or {} for n, w in (manifest.get("workers") or {}).items()})
     log.spare("t_done_ref", "t_done", "batch_size", "correct", "correct_count")
-    latency = log.frame(["latency_ns"])["latency_ns"]
-    slowest = log.frame(SLOWEST_COLUMNS).loc[latency[in_measured].nlargest(SLOWEST).index]
-    del latency
+    slowest = log.frame(SLOWEST_COLUMNS).loc[largest_positions(log.values("latency_ns"), np.flatnonzero(in_measured),
+                                                               SLOWEST)]
     # read again by the per-phase and latency tables: a long run's are freed while the legs and queueing take
     # their columns
     log.spare("latency_ns", "t_intended_ref", "phase")

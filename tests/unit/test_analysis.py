@@ -358,18 +358,42 @@ def test_group_positions_are_pandas_groupby_indices():
     df = frame_of({"c": pd.Categorical.from_codes(rng.integers(-1, 3, n), ["b", "a", "c"]),
                    "p": rng.integers(-2, 4, n).astype(np.int32), "w": rng.integers(0, 70_000, n),
                    "b": rng.random(n) < 0.3, "f": rng.integers(0, 4, n) / 2})
-    for keys in (["c"], ["p"], ["c", "p"], ["p", "c", "b"], ["f"], ["c", "w"], ["w"]):
-        want = df.groupby(keys if len(keys) > 1 else keys[0], observed=True).indices
-        got = group_positions(df, keys)
-        assert list(got) == list(df.groupby(keys if len(keys) > 1 else keys[0], observed=True).size().index), keys
-        assert all(np.array_equal(got[k], want[k]) for k in want), keys
-    small = frames.MAX_GROUP_CODES
-    try:  # beyond MAX_GROUP_CODES combinations pandas groups: the same answer
-        frames.MAX_GROUP_CODES = 4
+    small, scan = frames.MAX_GROUP_CODES, frames.SCAN_GROUPS
+    try:
+        for frames.SCAN_GROUPS in (scan, 0, 10**6):  # a few groups scanned, the rest sorted; all sorted; all scanned
+            for keys in (["c"], ["p"], ["c", "p"], ["p", "c", "b"], ["f"], ["c", "w"], ["w"]):
+                want = df.groupby(keys if len(keys) > 1 else keys[0], observed=True).indices
+                got = group_positions(df, keys)
+                assert list(got) == list(df.groupby(keys if len(keys) > 1 else keys[0], observed=True).size().index)
+                assert all(np.array_equal(got[k], want[k]) for k in want), (keys, frames.SCAN_GROUPS)
+                assert sum(len(v) for v in got.values()) == sum(len(v) for v in want.values()), keys
+        frames.SCAN_GROUPS = scan
+        frames.MAX_GROUP_CODES = 4  # beyond MAX_GROUP_CODES combinations pandas groups: the same answer
         got = group_positions(df, ["c", "p"])
         assert all(np.array_equal(got[k], v) for k, v in df.groupby(["c", "p"], observed=True).indices.items())
     finally:
-        frames.MAX_GROUP_CODES = small
+        frames.MAX_GROUP_CODES, frames.SCAN_GROUPS = small, scan
+
+
+def test_the_slowest_rows_are_pandas_nlargest_with_its_ties_and_nans():
+    """largest_positions picks the rows pandas' Series.nlargest (keep="first") picks, in its order: largest first,
+    equal values in row order, NaN last — for integer and float values, k above and below the rows' count."""
+    import pandas as pd
+
+    from analysis.frames import largest_positions
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(0, 400))
+        values = rng.integers(0, int(rng.integers(1, 30)), n)  # few distinct values: many ties
+        if trial % 3 == 1:
+            values = values.astype(float)
+            values[rng.random(n) < 0.2] = np.nan
+        mask = rng.random(n) < 0.7
+        k = int(rng.integers(0, 40))
+        want = pd.Series(values)[mask].nlargest(k).index.to_numpy()
+        got = largest_positions(values, np.flatnonzero(mask).astype(np.int32 if trial % 2 else np.int64), k)
+        assert np.array_equal(want, got), trial
 
 
 def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
