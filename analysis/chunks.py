@@ -135,8 +135,12 @@ class _Column:
             return pa.chunked_array([c for order in sorted(self.pieces) for c in self.pieces[order]],
                                     type=self.type).to_pandas()
         values = self.values if keep is None else self.values[keep]
-        if self.categorical:
-            return pd.Categorical.from_codes(values, list(self.categories)).reorder_categories(sorted(self.categories))
+        if self.categorical:  # codes renumbered to the sorted categories (a lookup, -1 staying -1 at the end)
+            names = sorted(self.categories)
+            if names != list(self.categories):
+                rank = {name: i for i, name in enumerate(names)}
+                values = np.array([rank[name] for name in self.categories] + [-1], dtype=values.dtype)[values]
+            return pd.Categorical.from_codes(values, names)
         return values
 
 
