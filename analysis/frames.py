@@ -65,7 +65,7 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
     candidates = np.flatnonzero(picked >= kth)
     top = picked[candidates]
     descending = -top if top.dtype.kind == "f" else ~top  # ~x = −x − 1: order-reversing, no overflow
-    largest = rows[candidates[np.lexsort((candidates, descending))[:k]]]
+    largest = rows[candidates[np.argsort(descending, kind="stable")[:k]]]  # stable: equal values in row order
     return np.concatenate([largest, nan_rows[:k - len(largest)]])
 
 
