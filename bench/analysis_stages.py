@@ -1,0 +1,113 @@
+"""Benchmark: where `tailrace analyze`'s time goes, stage by stage, on a synthetic run directory
+(bench/analysis_scale.py writes it).
+
+Each repeat is a fresh process that imports the analysis and runs `analyze_and_report` as `tailrace analyze` does,
+with each statistic of analysis/analyze.py (and the report) timed: when it starts, how long it takes, and how busy
+the machine's CPUs were meanwhile (from /proc/stat; 200 % is both cores of this machine). A stage at ~100 % ran on
+one core while the other idled; the read-ahead and the latency table's threads show as more.
+
+    .venv/bin/python bench/analysis_stages.py [--rows 10000000] [--repeats 3] [--work /var/tmp/tailrace-scale]
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import write_section  # noqa: E402
+
+COMMAND = ".venv/bin/python bench/analysis_stages.py"
+# analysis/analyze.py's statistics in the order it computes them, and the report (analysis/report_cli.py)
+STAGES = ("load_run", "arrival_checks", "scenario_summary", "largest_positions", "decomposition_table",
+          "queueing_table", "variant_decision", "cold_start_table", "per_phase_table", "endpoint_region_positions",
+          "request_count_table", "latency_table", "region_cdfs", "add_goodput", "groups_of", "evaluate_slos",
+          "validity_rows", "outage_windows")
+
+
+def _cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def _child(run_dir: Path, out: Path) -> None:
+    """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
+    t0 = time.perf_counter()
+    import analysis.analyze as analyze
+    import analysis.report_cli as report_cli
+    marks = []
+
+    def timed(module, name: str) -> None:
+        inner = getattr(module, name)
+
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            start, cpu = time.perf_counter(), _cpu()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                busy, total = (b - a for a, b in zip(cpu, _cpu()))
+                marks.append((name, start - t0, time.perf_counter() - start, 100 * (os.cpu_count() or 1)
+                              * busy / max(total, 1)))
+        setattr(module, name, wrapper)
+
+    imported = time.perf_counter() - t0
+    for name in STAGES:
+        timed(analyze, name)
+    timed(report_cli, "write_outputs")
+    report_cli.analyze_and_report(run_dir, out, quiet=True, exits=True)
+    print(json.dumps({"imports": imported, "total": time.perf_counter() - t0, "stages": marks}))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=Path("/var/tmp/tailrace-scale"))
+    ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        _child(args.child, Path(tempfile.mkdtemp(prefix="tailrace-stages-")))
+        return 0
+    run_dir = args.work / f"synthetic-{args.rows}-seed1"
+    if not (run_dir / "manifest.json").exists():
+        ap.error(f"{run_dir}: no run directory; write it with bench/analysis_scale.py --rows {args.rows}")
+    runs = []
+    for _ in range(args.repeats):
+        done = subprocess.run([sys.executable, __file__, "--child", str(run_dir)], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+        if done.returncode != 0:
+            raise SystemExit(f"the timed analysis failed: {done.stderr[-2000:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"total {runs[-1]['total']:.1f} s", flush=True)
+    names = [name for name, *_ in runs[0]["stages"]]
+    lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}` (one process per repeat; medians, "
+             f"spread in brackets; CPU busy of 100 × {os.cpu_count()} %).", "",
+             "| stage | starts at s | takes s | CPU busy meanwhile |", "|---|---|---|---|"]
+
+    def cell(values: list[float], digits: int = 2) -> str:
+        return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+    lines.append(f"| imports (analysis, report) | 0 | {cell([r['imports'] for r in runs])} | |")
+    for i, name in enumerate(names):
+        column = [r["stages"][i] for r in runs]
+        lines.append(f"| {name} | {cell([c[1] for c in column])} | {cell([c[2] for c in column])} | "
+                     f"{statistics.median(c[3] for c in column):.0f} % |")
+    lines.append(f"| whole run (in process, after the interpreter starts) | | {cell([r['total'] for r in runs], 1)} | |")
+    write_section(f"Analysis at scale: where the time goes ({args.rows:,} rows)", "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
