@@ -9,20 +9,23 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError
+from analysis.chunks import ChunkColumns, LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
+from analysis.figures import Figures, InlineFigures
 from analysis.frames import endpoint_region_positions, largest_positions
 from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
-from analysis.scenarios import per_phase_table, phase_names, scenario_summary
+from analysis.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict, with_implicit_slos
+from analysis.timeline import timeline
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
+from contract.profile import Profile
 
 SUMMARY_VERSION = 1
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
@@ -85,22 +88,29 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None
-                ) -> Analysis:
+def _submit_timeline(figures: Figures, log: ChunkColumns, profile: Profile, outages: list[dict]) -> None:
+    """Hand `figures` the report's timeline (analysis/timeline.py), with the phases and outages it marks."""
+    figures.submit("over_time_of", timeline(log.frame(REPORT_COLUMNS)), phase_boundaries_s(profile), outages)
+
+
+def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
+                figures: Figures | None = None) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
     ANALYSIS_COLUMNS only (analysis/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
     A chunk that turns out unreadable after its first columns were used is skipped, and the analysis starts
-    again without it (`exclude`: chunk → reason)."""
+    again without it (`exclude`: chunk → reason). `figures` (analysis/figures.py) is handed each of the report's
+    figures' numbers once they exist, to draw them while the analysis goes on."""
     try:
-        return _analyze_run(run_dir, columns, exclude or {})
+        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures())
     except LateChunkError as exc:
         if exc.path in (exclude or {}):
             raise
-        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason})
+        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures)
 
 
-def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str]) -> Analysis:
+def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures
+                 ) -> Analysis:
     keep = columns is None
     data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
     manifest, profile, log = data.manifest, data.plan.profile, data.log
@@ -141,6 +151,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     # the slowest requests' legs, labelled by their rows, as the table's legs are read
     decomposition, slow_legs = decomposition_table(log, slowest.index.to_numpy())
     done("t_sent_ref", "t_done_ref", "t_sent", "t_done", "clock_offset_ns")
+    figures.submit("decomposition_bars", decomposition)
+    figures.submit("clock_offsets", data.clock)
     # the statistics below read the log at these rows (no copy), as 32-bit positions where they fit
     measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
@@ -149,6 +161,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     # the server columns are read a pair at a time: a long run's are spared between
     queueing = queueing_table(log.frame(QUEUEING_COLUMNS), profile.embedded.slots, synthetic,
                               requests_per_execution(stat_rows), measured_rows, log.values, log.spare)
+    figures.submit("queue_vs_utilization", queueing)
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
@@ -161,6 +174,14 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     measured = log.frame(MEASURED_COLUMNS)
     latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
     cdfs = region_cdfs(ok_sorted)
+    # the report's other figures, drawn while the statistics below compute; the timeline (it shades the outages)
+    # of a long run's log waits until they free their rows, so that it adds nothing to the peak
+    outages = outage_windows(log.frame(ERROR_COLUMNS), trace_ids=data.trace_ids)
+    figures.submit("heatmap_p99", latency_rows)
+    figures.submit("latency_cdfs", cdfs)
+    timeline_now = figures.ahead and log.loaded_bytes() <= log.keep_bytes
+    if timeline_now:
+        _submit_timeline(figures, log, profile, outages)
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
     groups = groups_of(measured, positions)
@@ -170,6 +191,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     del ok_sorted
     validity = validity_rows(groups)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
+    if figures.ahead and not timeline_now:
+        _submit_timeline(figures, log, profile, outages)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:
@@ -211,7 +234,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "endpoint_statistics": stat_rows,
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
-        "outages": outage_windows(df, trace_ids=data.trace_ids),
+        "outages": outages,
         "decision": decision, "cold_start": cold_start,
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},

@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.capacity_search import PASS  # noqa: E402
-from analysis.timeline import timeline  # noqa: E402
+from analysis.figures import MIN_UTILIZATION_TO_PLOT  # noqa: E402
+from analysis.timeline import Timeline, timeline  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -91,9 +92,14 @@ def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
 
 
 def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
-    """p99 per second and requests per second per region; phase starts dashed, outage windows shaded."""
+    """p99 per second and requests per second per region of request rows `df`; phase starts dashed, outage
+    windows shaded."""
+    return over_time_of(timeline(df), phase_starts_s, outages)
+
+
+def over_time_of(line: Timeline, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+    """over_time of the numbers analysis/timeline.py computed (what a figure process is handed)."""
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
-    line = timeline(df)
     centres = np.arange(line.whole_s) + 0.5
     for region, p99_ms in line.p99_ms.items():
         ax1.plot(centres, p99_ms, label=f"{region} p99", lw=1)
@@ -163,9 +169,6 @@ def decomposition_bars(rows: list[dict]) -> str | None:
     ax.set_xlabel("mean time (ms)")
     ax.legend(ncol=3, fontsize=7, loc="lower right")
     return _svg(fig)
-
-
-MIN_UTILIZATION_TO_PLOT = 0.1
 
 
 def queue_vs_utilization(points: list[dict]) -> str | None:

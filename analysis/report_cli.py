@@ -9,8 +9,9 @@ from analysis.rundir import RunDirError
 from contract.exit_codes import INTERNAL, INVALID, USAGE
 
 
-def write_outputs(analysis, out: Path) -> None:
-    """report/index.html, summary.json, junit.xml and tables/*.csv."""
+def write_outputs(analysis, out: Path, figures=None) -> None:
+    """report/index.html, summary.json, junit.xml and tables/*.csv; `figures`: who draws the report's figures
+    (analysis/figures.py; default: drawn here)."""
     from analysis.junit import junit_xml
     from analysis.report_html import render
 
@@ -20,7 +21,7 @@ def write_outputs(analysis, out: Path) -> None:
     for name, table in analysis.tables.items():
         table.to_csv(out / "tables" / f"{name}.csv", index=False)
     (out / "junit.xml").write_text(junit_xml(analysis.summary))
-    (out / "index.html").write_text(render(analysis))
+    (out / "index.html").write_text(render(analysis, figures))
 
 
 def _jsonable(value):
@@ -79,7 +80,18 @@ def print_summary(summary: dict) -> None:
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
     exits after it (the CLI, a master after its run), so it may keep the memory it frees
-    (analysis/process_memory.py's `settle` chooses, by the run's size)."""
+    (analysis/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
+    process of their own while the statistics compute (analysis/figures.py)."""
+    from analysis.figures import start_figures
+
+    figures = start_figures()  # first: it imports matplotlib while this process imports and reads
+    try:
+        return _analyze_and_report(run_dir, out, quiet, exits, figures)
+    finally:
+        figures.close()
+
+
+def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures) -> int:
     from analysis import process_memory
     from analysis.analyze import analyze_run
     from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, ANALYZE_BYTES_PER_ROW_RETURNING, check_fits, request_rows
@@ -92,7 +104,7 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
         long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
         check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
                    "analyse", rows)
-        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS)  # only what the report reads
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures)  # only what the report reads
     except RunDirError as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return USAGE
@@ -100,7 +112,7 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
         print(f"tailrace analyze: skipped {s.path}: {s.reason}", file=sys.stderr)
     out = out or Path(run_dir) / "report"
     try:
-        write_outputs(analysis, out)
+        write_outputs(analysis, out, figures)
     except OSError as exc:  # a full or read-only disk: the verdict is still printed, nothing measured is lost
         if not quiet:
             print_summary(analysis.summary)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import html
 import json
 
-from analysis import plots
 from analysis.analyze import Analysis, notices
+from analysis.figures import MIN_UTILIZATION_TO_PLOT, Figures, InlineFigures
 from analysis.scenarios import phase_boundaries_s
+from analysis.timeline import timeline
 from analysis.validity import CHECKS
 
 _CSS = """
@@ -97,7 +98,7 @@ def _scenario_section(sc: dict) -> str:
                                   ("p50_batch_ms", "p50 per batch ms")], left={"region"})
 
 
-def _decision_section(d: dict) -> str:
+def _decision_section(d: dict, figures: Figures) -> str:
     """Trade-offs between model variants: metrics, Pareto frontiers, score, constraints, ranking, tests."""
     rows = []
     for v in d["variants"]:
@@ -129,11 +130,13 @@ def _decision_section(d: dict) -> str:
     parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "Pareto: p95 vs accuracy"),
                                ("pareto_mem", "Pareto: memory vs capacity"), ("capacity_source", "capacity from")],
                         left={"name", "pareto_lat", "pareto_mem", "capacity_source"}))
-    parts.append("<div class='plots'>" + (plots.pareto_scatter(d["variants"], "p95_ms", "accuracy",
-                                                               "dominated_latency_accuracy_by", "p95 latency (ms)",
-                                                               "accuracy", True, True) or "") +
-                 (plots.pareto_scatter(d["variants"], "memory_mb", "capacity_rps", "dominated_memory_capacity_by",
-                                       "peak server RSS (MB)", "capacity (req/s)", True, True) or "") + "</div>")
+    latency_accuracy = figures.svg("pareto_scatter", lambda: (
+        d["variants"], "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
+        True))
+    memory_capacity = figures.svg("pareto_scatter", lambda: (
+        d["variants"], "memory_mb", "capacity_rps", "dominated_memory_capacity_by", "peak server RSS (MB)",
+        "capacity (req/s)", True, True))
+    parts.append("<div class='plots'>" + (latency_accuracy or "") + (memory_capacity or "") + "</div>")
     parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
                                         ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
                                         ("accuracy_diff", "Δaccuracy"), ("accuracy_p", "accuracy p"),
@@ -174,7 +177,7 @@ _QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), 
                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
 
 
-def _queueing_section(queueing: list[dict]) -> str:
+def _queueing_section(queueing: list[dict], figures: Figures | None = None) -> str:
     """Little's law and utilization for every endpoint; the queueing-model predictions only for the endpoints
     they apply to (a synthetic exponential service), said in words for the rest."""
     if not queueing:
@@ -197,11 +200,11 @@ def _queueing_section(queueing: list[dict]) -> str:
         parts.append(f"<p class='note'>No queueing-model prediction for {html.escape(', '.join(others))}: their "
                      "service time is the model's own, not a known distribution; Little's law and utilization "
                      "above still hold.</p>")
-    plot = plots.queue_vs_utilization(queueing)
+    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: (queueing,))
     if plot:
         parts.append(plot)
     elif queueing:
-        parts.append(f"<p class='note'>Every endpoint ran under {plots.MIN_UTILIZATION_TO_PLOT:.0%} utilization: "
+        parts.append(f"<p class='note'>Every endpoint ran under {MIN_UTILIZATION_TO_PLOT:.0%} utilization: "
                      "requests almost never queued behind each other, so there is no queue-delay curve to draw.</p>")
     parts.append("<p class='note'>ρ = λ·S / slots (flagged above 0.7, where queue delay climbs steeply); Little gap: "
                  "how far the time-average number in the server L is from λ·W (small = consistent timestamps); "
@@ -244,8 +247,9 @@ def _manifest_section(s: dict) -> str:
             f"<pre class='mono'>{raw}</pre></details>")
 
 
-def render(analysis: Analysis) -> str:
-    """The whole page."""
+def render(analysis: Analysis, figures: Figures | None = None) -> str:
+    """The whole page; `figures` draws its figures (analysis/figures.py; default: here, as they are asked for)."""
+    figures = figures or InlineFigures()
     s = analysis.summary
     df = analysis.requests
     parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
@@ -279,15 +283,15 @@ def render(analysis: Analysis) -> str:
 
     parts.append(_scenario_section(s["scenario"]))
     if s.get("decision"):
-        parts.append(_decision_section(s["decision"]))
+        parts.append(_decision_section(s["decision"], figures))
     parts.append("<h2>p99 latency by region × endpoint</h2>")
-    parts.append(plots.heatmap_p99(s["latency"]) or "<p class='note'>no data</p>")
+    parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
     parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
                  "latency table).</p>")
-    parts.append("<h2>Latency distribution per region</h2>" + plots.latency_cdfs(analysis.cdfs))
+    parts.append("<h2>Latency distribution per region</h2>" + figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
     starts = phase_boundaries_s(analysis.data.plan.profile)
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
-                 plots.over_time(df, starts, s["outages"]))
+                 figures.svg("over_time_of", lambda: (timeline(df), starts, s["outages"])))
     parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
                          for r in s["phases"]],
                         [("name", "phase"), ("start_s", "from s"), ("end_s", "to s"), ("count", "requests"),
@@ -319,7 +323,7 @@ def render(analysis: Analysis) -> str:
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")
-    parts.append(plots.decomposition_bars(s["decomposition"]) or "<p class='note'>no server timings</p>")
+    parts.append(figures.svg("decomposition_bars", lambda: (s["decomposition"],)) or "<p class='note'>no server timings</p>")
     parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
                                              ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
                                              ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
@@ -327,7 +331,7 @@ def render(analysis: Analysis) -> str:
                                              ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
                         left={"region", "endpoint"}))
 
-    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"]))
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"], figures))
     if s["endpoint_statistics"]:
         parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
                      "statistics extension, Triton's or the embedded endpoint's)</h3>")
@@ -339,8 +343,9 @@ def render(analysis: Analysis) -> str:
             left={"kind", "endpoint", "model"}))
         parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
                      "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
-        parts.append(plots.server_timeline(s["server_timeline"], analysis.requests["t_intended_ref"].min(),
-                                           phase_boundaries_s(analysis.data.plan.profile)) or "")
+        parts.append(figures.svg("server_timeline", lambda: (
+            s["server_timeline"], analysis.requests["t_intended_ref"].min(),
+            phase_boundaries_s(analysis.data.plan.profile))) or "")
 
     if s["cold_start"]:
         parts.append("<h2 id='cold-start'>Cold start</h2>")
@@ -363,7 +368,8 @@ def render(analysis: Analysis) -> str:
                                         ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
                                         ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
                         left={"source", "phase_name", "interpretation"}))
-    parts.append("<h2>Clocks</h2>" + (plots.clock_offsets(analysis.data.clock) or "<p class='note'>no samples</p>"))
+    parts.append("<h2>Clocks</h2>" + (figures.svg("clock_offsets", lambda: (analysis.data.clock,))
+                                      or "<p class='note'>no samples</p>"))
     parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
                                      ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
                                      ("samples_total", "of")], left={"worker"}))
