@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import ChunkColumns, LateChunkError
+from analysis.chunks import LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
@@ -88,9 +90,21 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _submit_timeline(figures: Figures, log: ChunkColumns, profile: Profile, outages: list[dict]) -> None:
-    """Hand `figures` the report's timeline (analysis/timeline.py), with the phases and outages it marks."""
-    figures.submit("over_time_of", timeline(log.frame(REPORT_COLUMNS)), phase_boundaries_s(profile), outages)
+def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray
+                       ) -> tuple[list[dict], dict]:
+    """The per-phase table, and the measured rows of each endpoint × region (grouped once, shared by the latency
+    table, goodput and the verdicts)."""
+    return per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows)
+
+
+def _outages_and_timeline(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
+                          requests: pd.DataFrame | None, profile: Profile) -> list[dict]:
+    """The outage windows; with `requests`, the report's timeline handed to `figures` (it shades them; the only
+    figure submitted meanwhile)."""
+    outages = outage_windows(errors, trace_ids=trace_ids)
+    if requests is not None:
+        figures.submit("over_time_of", timeline(requests), phase_boundaries_s(profile), outages)
+    return outages
 
 
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
@@ -155,6 +169,13 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     figures.submit("clock_offsets", data.clock)
     # the statistics below read the log at these rows (no copy), as 32-bit positions where they fit
     measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
+    # where the whole log fits in the memory kept for columns, two groups of statistics compute in a thread beside
+    # the ones after them (numpy's sorts and reductions run without the GIL; docs/ARCHITECTURE.md has the numbers);
+    # a long run's compute in order, one at a time, so that its peak stays what it was
+    side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
+    if side is not None:  # beside the server-side statistics
+        phases_and_groups = side.submit(_phases_and_groups, log.frame(PHASE_COLUMNS),
+                                        log.frame(["endpoint", "region"]), profile, measured_rows).result
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
                                     log.frame(["status", "endpoint"]))
@@ -165,23 +186,21 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
-    per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
+    per_phase, positions = (phases_and_groups() if side is not None else _phases_and_groups(
+        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows))
     duration = profile.load.duration_s
-    # grouped once, shared by the statistics below
-    positions = endpoint_region_positions(log.frame(["endpoint", "region"]), measured_rows)
     counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
     done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
     measured = log.frame(MEASURED_COLUMNS)
     latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
     cdfs = region_cdfs(ok_sorted)
     # the report's other figures, drawn while the statistics below compute; the timeline (it shades the outages)
-    # of a long run's log waits until they free their rows, so that it adds nothing to the peak
-    outages = outage_windows(log.frame(ERROR_COLUMNS), trace_ids=data.trace_ids)
+    # of a long run waits until they free their rows, so that it adds nothing to the peak
     figures.submit("heatmap_p99", latency_rows)
     figures.submit("latency_cdfs", cdfs)
-    timeline_now = figures.ahead and log.loaded_bytes() <= log.keep_bytes
-    if timeline_now:
-        _submit_timeline(figures, log, profile, outages)
+    if side is not None:  # beside the verdicts
+        outages_drawn = side.submit(_outages_and_timeline, log.frame(ERROR_COLUMNS), data.trace_ids, figures,
+                                    log.frame(REPORT_COLUMNS) if figures.ahead else None, profile).result
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
     groups = groups_of(measured, positions)
@@ -191,8 +210,12 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     del ok_sorted
     validity = validity_rows(groups)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
-    if figures.ahead and not timeline_now:
-        _submit_timeline(figures, log, profile, outages)
+    if side is not None:
+        outages = outages_drawn()
+        side.shutdown()
+    else:
+        outages = _outages_and_timeline(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
+                                        log.frame(REPORT_COLUMNS) if figures.ahead else None, profile)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:

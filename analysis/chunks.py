@@ -262,6 +262,10 @@ class ChunkColumns:
             finally:
                 done.set()
 
+    def fits(self) -> bool:
+        """Whether every column of the log fits in keep_bytes at once (a long run's log does not)."""
+        return self._bytes(list(self.schema.names)) <= self.keep_bytes
+
     def _bytes(self, names: list[str]) -> int:
         """About what the columns `names` take once read (categorical codes 1 byte a row, strings ~16)."""
         field_bytes = {f.name: 1 if f.name in CATEGORICAL else 16 if pa.types.is_string(f.type)

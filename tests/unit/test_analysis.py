@@ -509,18 +509,28 @@ def test_grouped_quantile_is_pandas_groupby_quantile(q):
 
 def test_an_analysing_process_keeps_freed_memory_and_small_pages():
     """reuse_freed_memory (process_memory.settle's, for tailrace analyze / compare before they analyse) takes
-    effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), and it reports the effective
-    settings."""
+    effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), a thread's memory from the one heap,
+    and it reports the effective settings."""
     import json
     import subprocess
     import sys
 
-    code = ("import ctypes, json; from analysis.process_memory import reuse_freed_memory; s = reuse_freed_memory(); "
-            "print(json.dumps([s, ctypes.CDLL(None).prctl(42, 0, 0, 0, 0)]))")
-    settings, thp_disabled = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                                       check=True, timeout=60).stdout)
-    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "transparent_huge_pages": "off"}
+    code = ("import ctypes, json, threading; from analysis.process_memory import reuse_freed_memory\n"
+            "s = reuse_freed_memory() if SETTLE else {}\n"
+            "libc = ctypes.CDLL(None); libc.malloc.restype = libc.sbrk.restype = ctypes.c_void_p\n"
+            "block = []; t = threading.Thread(target=lambda: block.append(libc.malloc(1 << 20))); t.start(); t.join()\n"
+            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), block[0] < libc.sbrk(0)]))")
+
+    def run(settle: bool):
+        return json.loads(subprocess.run([sys.executable, "-c", f"SETTLE = {settle}\n" + code], capture_output=True,
+                                         text=True, check=True, timeout=60).stdout)
+
+    settings, thp_disabled, thread_block_in_main_heap = run(True)
+    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "malloc_arena_max": 1,
+                        "transparent_huge_pages": "off"}
     assert thp_disabled == 1
+    assert thread_block_in_main_heap  # a thread's block comes from the one heap (below its break)
+    assert run(False)[2] is False  # by default a thread's comes from an arena of its own
 
 
 def _synthetic(tmp_path, rows: int = 30_000):
@@ -540,12 +550,34 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
 
     import analysis.chunks
     from analysis.analyze import REPORT_COLUMNS
+    from analysis.figures import Figures
     from analysis.rundir import ANALYSIS_COLUMNS
+    from analysis.timeline import timeline
+
+    class Submitted(Figures):  # what tailrace analyze's figure process would be handed
+        ahead = True
+
+        def __init__(self) -> None:
+            self.args: dict[str, tuple] = {}
+
+        def submit(self, name: str, *args) -> None:
+            self.args[name] = args
 
     if keep_bytes != "default":
         monkeypatch.setattr(analysis.chunks, "KEEP_BYTES", keep_bytes)
     run_dir = _synthetic(tmp_path)
-    whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS)
+    figures = Submitted()
+    whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS, figures=figures)
+    # the figures' numbers, whether the statistics computed beside each other (default) or in order (0)
+    assert sorted(figures.args) == ["clock_offsets", "decomposition_bars", "heatmap_p99", "latency_cdfs",
+                                    "over_time_of", "queue_vs_utilization"]
+    line, _, outages = figures.args["over_time_of"]
+    expected = timeline(lazy.requests)
+    assert line.whole_s == expected.whole_s and line.p99_ms.keys() == expected.p99_ms.keys()
+    for region, p99 in expected.p99_ms.items():
+        np.testing.assert_array_equal(line.p99_ms[region], p99)
+        np.testing.assert_array_equal(line.requests[region], expected.requests[region])
+    assert outages == lazy.summary["outages"] and figures.args["latency_cdfs"] == (lazy.cdfs,)
     assert json.dumps(lazy.summary, default=str) == json.dumps(whole.summary, default=str)
     assert lazy.tables.keys() == whole.tables.keys()
     for name, table in whole.tables.items():
