@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -10,9 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.capacity_search import PASS  # noqa: E402
 from analysis.figures import MIN_UTILIZATION_TO_PLOT  # noqa: E402
-from analysis.timeline import Timeline, timeline  # noqa: E402
+
+if TYPE_CHECKING:  # the figure process (analysis/figures.py) imports this module: none of the statistics (scipy)
+    from analysis.timeline import Timeline
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -94,6 +96,8 @@ def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
 def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
     """p99 per second and requests per second per region of request rows `df`; phase starts dashed, outage
     windows shaded."""
+    from analysis.timeline import timeline
+
     return over_time_of(timeline(df), phase_starts_s, outages)
 
 
@@ -238,6 +242,8 @@ def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label
 
 def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
     """p50 / p95 / p99 (with CIs) against offered load; SLO thresholds dotted; the found capacity marked."""
+    from analysis.capacity_search import PASS
+
     fig, ax = plt.subplots(figsize=(8, 4))
     df = pd.DataFrame(rows).sort_values("rate")
     for p, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^-")):

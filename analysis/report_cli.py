@@ -5,11 +5,11 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.rundir import RunDirError
+from analysis.figures import Figures, start_figures
 from contract.exit_codes import INTERNAL, INVALID, USAGE
 
 
-def write_outputs(analysis, out: Path, figures=None) -> None:
+def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
     """report/index.html, summary.json, junit.xml and tables/*.csv; `figures`: who draws the report's figures
     (analysis/figures.py; default: drawn here)."""
     from analysis.junit import junit_xml
@@ -77,24 +77,32 @@ def print_summary(summary: dict) -> None:
         console.print(slo)
 
 
-def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False) -> int:
+def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False,
+                       figures: Figures | None = None) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
     exits after it (the CLI, a master after its run), so it may keep the memory it frees
     (analysis/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
-    process of their own while the statistics compute (analysis/figures.py)."""
-    from analysis.figures import start_figures
-
-    figures = start_figures()  # first: it imports matplotlib while this process imports and reads
+    process of their own while the statistics compute (analysis/figures.py; `figures`: one already started)."""
+    # first, before this process imports the statistics: it imports matplotlib meanwhile (this module imports
+    # nothing heavy at its top, so that `tailrace analyze` gets here at once)
+    figures = figures or start_figures()
     try:
         return _analyze_and_report(run_dir, out, quiet, exits, figures)
     finally:
         figures.close()
 
 
-def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures) -> int:
+def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures) -> int:
     from analysis import process_memory
     from analysis.analyze import analyze_run
-    from analysis.rundir import ANALYSIS_COLUMNS, ANALYZE_BYTES_PER_ROW, ANALYZE_BYTES_PER_ROW_RETURNING, check_fits, request_rows
+    from analysis.rundir import (
+        ANALYSIS_COLUMNS,
+        ANALYZE_BYTES_PER_ROW,
+        ANALYZE_BYTES_PER_ROW_RETURNING,
+        RunDirError,
+        check_fits,
+        request_rows,
+    )
 
     try:
         rows = request_rows([Path(run_dir)])

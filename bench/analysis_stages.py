@@ -43,8 +43,11 @@ def _child(run_dir: Path, out: Path) -> None:
     """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
-    import analysis.analyze as analyze
     import analysis.report_cli as report_cli
+    from analysis.figures import start_figures
+
+    figures = start_figures()  # first, as analyze_and_report starts it for tailrace analyze
+    import analysis.analyze as analyze
     marks = []
 
     def timed(module, name: str) -> None:
@@ -65,7 +68,7 @@ def _child(run_dir: Path, out: Path) -> None:
     for name in STAGES:
         timed(analyze, name)
     timed(report_cli, "write_outputs")
-    report_cli.analyze_and_report(run_dir, out, quiet=True, exits=True)
+    report_cli.analyze_and_report(run_dir, out, quiet=True, exits=True, figures=figures)
     print(json.dumps({"imports": imported, "total": time.perf_counter() - t0, "stages": marks}))
 
 

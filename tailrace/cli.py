@@ -182,6 +182,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if run_dir is None:
         return code
     try:
+        import analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
         from analysis.report_cli import analyze_and_report
     except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
         print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
