@@ -23,7 +23,7 @@ from analysis.queueing import queueing_table
 from analysis.rundir import RunData, load_run
 from analysis.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict, with_implicit_slos
-from analysis.timeline import timeline
+from analysis.timeline import Timeline, timeline
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
@@ -90,20 +90,21 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray
-                       ) -> tuple[list[dict], dict]:
-    """The per-phase table, and the measured rows of each endpoint × region (grouped once, shared by the latency
-    table, goodput and the verdicts)."""
-    return per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows)
+def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray,
+                       requests: pd.DataFrame | None) -> tuple[list[dict], dict, Timeline | None]:
+    """The per-phase table, the measured rows of each endpoint × region (grouped once, shared by the latency
+    table, goodput and the verdicts), and with `requests` the report's timeline."""
+    return (per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows),
+            None if requests is None else timeline(requests))
 
 
-def _outages_and_timeline(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
-                          requests: pd.DataFrame | None, profile: Profile) -> list[dict]:
-    """The outage windows; with `requests`, the report's timeline handed to `figures` (it shades them; the only
-    figure submitted meanwhile)."""
+def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
+                   line: Timeline | None, profile: Profile) -> list[dict]:
+    """The outage windows; with `line`, the report's timeline handed to `figures` with them (it shades them; the
+    only figure submitted meanwhile)."""
     outages = outage_windows(errors, trace_ids=trace_ids)
-    if requests is not None:
-        figures.submit("over_time_of", timeline(requests), phase_boundaries_s(profile), outages)
+    if line is not None:
+        figures.submit("over_time_of", line, phase_boundaries_s(profile), outages)
     return outages
 
 
@@ -175,7 +176,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
     if side is not None:  # beside the server-side statistics
         phases_and_groups = side.submit(_phases_and_groups, log.frame(PHASE_COLUMNS),
-                                        log.frame(["endpoint", "region"]), profile, measured_rows).result
+                                        log.frame(["endpoint", "region"]), profile, measured_rows,
+                                        log.frame(REPORT_COLUMNS) if figures.ahead else None).result
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
                                     log.frame(["status", "endpoint"]))
@@ -186,21 +188,21 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
-    per_phase, positions = (phases_and_groups() if side is not None else _phases_and_groups(
-        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows))
+    per_phase, positions, line = (phases_and_groups() if side is not None else _phases_and_groups(
+        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows, None))
     duration = profile.load.duration_s
     counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
     done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
     measured = log.frame(MEASURED_COLUMNS)
     latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
     cdfs = region_cdfs(ok_sorted)
-    # the report's other figures, drawn while the statistics below compute; the timeline (it shades the outages)
-    # of a long run waits until they free their rows, so that it adds nothing to the peak
+    # the report's other figures, drawn while the statistics below compute; the timeline with the outages it shades
+    # (a long run's timeline is computed once they free their rows, so that it adds nothing to the peak)
     figures.submit("heatmap_p99", latency_rows)
     figures.submit("latency_cdfs", cdfs)
     if side is not None:  # beside the verdicts
-        outages_drawn = side.submit(_outages_and_timeline, log.frame(ERROR_COLUMNS), data.trace_ids, figures,
-                                    log.frame(REPORT_COLUMNS) if figures.ahead else None, profile).result
+        outages_drawn = side.submit(_outages_drawn, log.frame(ERROR_COLUMNS), data.trace_ids, figures, line,
+                                    profile).result
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
     groups = groups_of(measured, positions)
@@ -214,8 +216,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         outages = outages_drawn()
         side.shutdown()
     else:
-        outages = _outages_and_timeline(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
-                                        log.frame(REPORT_COLUMNS) if figures.ahead else None, profile)
+        outages = _outages_drawn(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
+                                 timeline(log.frame(REPORT_COLUMNS)) if figures.ahead else None, profile)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:
