@@ -90,21 +90,20 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray,
-                       requests: pd.DataFrame | None) -> tuple[list[dict], dict, Timeline | None]:
-    """The per-phase table, the measured rows of each endpoint × region (grouped once, shared by the latency
-    table, goodput and the verdicts), and with `requests` the report's timeline."""
-    return (per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows),
-            None if requests is None else timeline(requests))
+def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray
+                       ) -> tuple[list[dict], dict]:
+    """The per-phase table, and the measured rows of each endpoint × region (grouped once, shared by the latency
+    table, goodput and the verdicts)."""
+    return per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows)
 
 
 def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
-                   line: Timeline | None, profile: Profile) -> list[dict]:
-    """The outage windows; with `line`, the report's timeline handed to `figures` with them (it shades them; the
-    only figure submitted meanwhile)."""
+                   line: Callable[[], Timeline | None], profile: Profile) -> list[dict]:
+    """The outage windows; with the report's timeline (`line()`), both handed to `figures` (the timeline's
+    figure shades the outages; the only figure submitted meanwhile)."""
     outages = outage_windows(errors, trace_ids=trace_ids)
-    if line is not None:
-        figures.submit("over_time_of", line, phase_boundaries_s(profile), outages)
+    if (drawn := line()) is not None:
+        figures.submit("over_time_of", drawn, phase_boundaries_s(profile), outages)
     return outages
 
 
@@ -170,14 +169,15 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     figures.submit("clock_offsets", data.clock)
     # the statistics below read the log at these rows (no copy), as 32-bit positions where they fit
     measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
-    # where the whole log fits in the memory kept for columns, two groups of statistics compute in a thread beside
-    # the ones after them (numpy's sorts and reductions run without the GIL; docs/ARCHITECTURE.md has the numbers);
-    # a long run's compute in order, one at a time, so that its peak stays what it was
+    # where the whole log fits in the memory kept for columns, statistics compute in a thread beside those after
+    # them (numpy's sorts and reductions run without the GIL; docs/ARCHITECTURE.md has the numbers): the per-phase
+    # table, the endpoint × region rows and the report's timeline beside the server-side statistics, the outages
+    # beside the verdicts; a long run's compute in order, one at a time, so that its peak stays what it was
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
     if side is not None:  # beside the server-side statistics
         phases_and_groups = side.submit(_phases_and_groups, log.frame(PHASE_COLUMNS),
-                                        log.frame(["endpoint", "region"]), profile, measured_rows,
-                                        log.frame(REPORT_COLUMNS) if figures.ahead else None).result
+                                        log.frame(["endpoint", "region"]), profile, measured_rows).result
+        line = side.submit(timeline, log.frame(REPORT_COLUMNS)).result if figures.ahead else lambda: None
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
                                     log.frame(["status", "endpoint"]))
@@ -188,8 +188,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
-    per_phase, positions, line = (phases_and_groups() if side is not None else _phases_and_groups(
-        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows, None))
+    per_phase, positions = (phases_and_groups() if side is not None else _phases_and_groups(
+        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows))
     duration = profile.load.duration_s
     counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
     done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
@@ -217,7 +217,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         side.shutdown()
     else:
         outages = _outages_drawn(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
-                                 timeline(log.frame(REPORT_COLUMNS)) if figures.ahead else None, profile)
+                                 lambda: (timeline(log.frame(REPORT_COLUMNS)) if figures.ahead else None), profile)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
     for row in validity:
