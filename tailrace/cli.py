@@ -282,9 +282,13 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    import gc
+
     from analysis.report_cli import analyze_and_report
 
-    return analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True)
+    code = analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True)
+    gc.freeze()  # the process exits next: its teardown collects nothing (0.15 of 0.18 s after a 1 M-row analysis)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
