@@ -28,11 +28,11 @@ PR_SET_THP_DISABLE = 41  # linux/prctl.h
 TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (mallopt takes an int)
 
 
-def reuse_freed_memory() -> dict[str, object]:
-    """Serve large blocks from the heap, keep freed memory, one heap for every thread, no transparent huge pages;
-    returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads otherwise
-    get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back: the
-    statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again."""
+def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
+    """Serve large blocks from the heap, keep freed memory, one heap for every thread (`one_heap`), no transparent
+    huge pages; returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads
+    otherwise get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back:
+    the statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again."""
     if not sys.platform.startswith("linux"):
         return {}
     try:
@@ -43,7 +43,7 @@ def reuse_freed_memory() -> dict[str, object]:
     effective = {"malloc_mmap_max": 0 if mallopt(M_MMAP_MAX, 0) == 1 else "unchanged",
                  "malloc_trim_threshold": TRIM_THRESHOLD if mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
                  else "unchanged",
-                 "malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged",
+                 **({"malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged"} if one_heap else {}),
                  "transparent_huge_pages": "off" if prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 else "unchanged"}
     log.debug("analysis memory settings: %s", effective)
     return effective
@@ -70,8 +70,11 @@ def return_freed_memory() -> dict[str, object]:
 def settle(expected_bytes: float) -> dict[str, object]:
     """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
     peak, and then exit: reuse_freed_memory, and also return_freed_memory above KEEP_FREED_UP_TO_BYTES (small
-    pages either way). The one place the policy is chosen (analysis/report_cli.py, analysis/compare.py)."""
-    effective = reuse_freed_memory()
-    if expected_bytes > KEEP_FREED_UP_TO_BYTES:
+    pages either way; one heap for every thread below it: a run that returns memory maps its large blocks anyway,
+    and its threads keep heaps of their own). The one place the policy is chosen (analysis/report_cli.py,
+    analysis/compare.py)."""
+    returning = expected_bytes > KEEP_FREED_UP_TO_BYTES
+    effective = reuse_freed_memory(one_heap=not returning)
+    if returning:
         effective |= return_freed_memory()
     return effective

@@ -317,13 +317,15 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
     monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
-    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda: {})
+    heaps: list[bool] = []  # one heap for every thread, or (a run that returns memory) glibc's heap per thread
+    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda one_heap=True: heaps.append(one_heap) or {})
     assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
-    assert returned == [True]
+    assert returned == [True] and heaps == [False]
     assert "100,000,000 request rows need about 8.8 GiB" in capsys.readouterr().err
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
     returned.clear()
-    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == []
+    heaps.clear()
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == [] and heaps == [True]
     assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
 
 
