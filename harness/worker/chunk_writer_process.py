@@ -31,18 +31,31 @@ def _read_exact(stream, n: int) -> bytes:
     return b"".join(chunks)
 
 
+def chunk_encoding(schema) -> dict:
+    """pyarrow.parquet.write_table's keyword arguments for a request chunk of `schema` (see write_chunk)."""
+    import pyarrow as pa
+
+    return {"use_dictionary": [f.name for f in schema if f.name in FEW_VALUED],
+            "column_encoding": {f.name: "DELTA_BINARY_PACKED" for f in schema
+                                if pa.types.is_integer(f.type) and f.name not in FEW_VALUED},
+            "write_statistics": False, "compression": "lz4"}
+
+
 def write_chunk(table, final: Path) -> None:
     """Write `table` as the closed chunk `final`: under a temporary name, then renamed, so it is complete or
-    absent. Dictionary pages only for the few-valued strings (contract/records.py FEW_VALUED: faster to write
-    than plain, and the analysis reads them ~30% faster), no column statistics (the analysis reads every row). No
-    fsync: the rename survives the death of the process, not an OS crash, and fsync would stall the sender.
-    An OSError (a full disk) leaves no temporary file and names the chunk."""
+    absent. The encodings are chosen for the analysis, which reads every row of the columns it needs
+    (docs/BENCHMARKS.md, "Chunk encodings"): dictionary pages only for the few-valued strings (contract/records.py
+    FEW_VALUED: faster to write than plain, read ~30% faster), DELTA_BINARY_PACKED for the integers (timestamps,
+    latencies, counts: differences that pack into few bits), LZ4 pages and no column statistics. Against plain
+    integers in Snappy pages (what it wrote before) the analysis reads its columns in ~0.4× the CPU time, and the
+    chunk is 13% smaller and faster to write. Any Parquet 2.x reader reads them (pyarrow, DuckDB, Polars). No fsync: the rename
+    survives the death of the process, not an OS crash, and fsync would stall the sender. An OSError (a full
+    disk) leaves no temporary file and names the chunk."""
     import pyarrow.parquet as pq
 
     tmp = temporary(final)
     try:
-        pq.write_table(table, tmp, use_dictionary=[c for c in table.column_names if c in FEW_VALUED],
-                       write_statistics=False, compression="snappy")
+        pq.write_table(table, tmp, **chunk_encoding(table.schema))
         os.replace(tmp, final)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
