@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames import group_positions
-from analysis.stats import grouped_quantile
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,10 @@ def timeline(df: pd.DataFrame) -> Timeline:
     """The Timeline of request rows `df` (region, t_intended_ref, status, latency_ns; at least one row), regions
     in groupby's order. Each region's rows are found by one counting sort of the region codes, not by a pandas
     groupby (which copies every column per group: ~0.6 s on ten million rows)."""
+    # imported here, not above: the figure process (analysis/figures.py) imports this module to unpickle a Timeline,
+    # and analysis.stats would bring scipy.stats with it (~1 CPU-second on the core the statistics share)
+    from analysis.stats import grouped_quantile
+
     times = df["t_intended_ref"].to_numpy()
     ok_all = (df["status"] == "ok").to_numpy()
     latency = df["latency_ns"].to_numpy()
