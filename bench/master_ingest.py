@@ -161,8 +161,8 @@ def main() -> int:
     per_row = len(data) / rows
     lines = [f"Command: `{COMMAND} --rates {args.rates} --seconds {args.seconds:g}` (a real Locust master with "
              f"tailrace's locustfile on CPU 1; {WORKERS} stand-in workers on CPU 0 sending real 5,000-row chunks).", "",
-             f"Bytes shipped per request: **{per_row:.0f} B** (a closed Parquet chunk as a worker writes it — delta-packed integers, LZ4 — as sent; the message "
-             f"adds its name and the client id).", "",
+             f"Bytes shipped per request: **{per_row:.0f} B** (a closed Parquet chunk as a worker writes it — "
+             "delta-packed integers, LZ4 — as sent; the message adds its name and the client id).", "",
              "| offered rows/s | ingested rows/s (acknowledged) | master CPU (cores) | rows/s per master core | "
              "workers marked missing |", "|---|---|---|---|---|"]
     for r in results:
