@@ -3,7 +3,7 @@ benchmarks (bench/analysis_scale.py) and the large-run test.
 
 Realistic in shape: 3 regions × 2 workers each, 3 endpoints (two report server timings), a warm-up then a
 rate step, ~0.4% errors of three kinds, per-worker clock offsets with drifting clock samples every 10 s, W3C
-trace ids, and chunks of `chunk_rows` rows written as the generator writes them (snappy, no dictionaries).
+trace ids, and chunks of `chunk_rows` rows written as a worker writes them (harness/worker/chunk_writer_process.py).
 The latency of each row is known: `latencies_ms(run_dir)` is the truth the analysis must reproduce.
 
     .venv/bin/python bench/synthetic_run.py OUT_DIR --rows 10000000 [--chunks 200] [--seed 1]
