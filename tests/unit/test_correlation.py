@@ -231,3 +231,15 @@ def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
     slo = [{"metric": "latency", "percentile": 99, "threshold_ms": 40, "endpoint": "*", "region": "*"}]
     ok_sorted = {("e", "r"): np.sort(df["latency_ns"].to_numpy()[(df["status"] == "ok").to_numpy()] / 1e6)}
     assert evaluate_slos(df, slo, ["e"], ["r"], groups_of(df), ok_sorted) == evaluate_slos(df, slo, ["e"], ["r"])
+
+
+def test_poisson_checks_sort_what_is_out_of_order_and_take_what_is_in_order_as_it_is():
+    from analysis.arrivals import poisson_checks
+
+    rng = np.random.default_rng(11)
+    times = 1_764_000_000_000_000_000 + np.cumsum(rng.exponential(1e6, 20_000)).astype(np.int64)
+    shuffled = rng.permutation(times)
+    in_order = poisson_checks(times)
+    assert in_order["poisson_ok"] and in_order["count"] == len(times)
+    assert poisson_checks(shuffled) == in_order  # the shuffled sends are the same sends
+    assert not np.array_equal(shuffled, times)  # and the caller's array is left as it was
