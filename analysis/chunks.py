@@ -77,8 +77,9 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
     present = set(meta.schema.names)
     names = [c for c in schema.names if c in present]
     # few-valued strings decoded as dictionaries: several times faster than materialising each string
-    table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL]).read(
-        columns=names, use_threads=False)  # the chunks are read in parallel already
+    # pages with a CRC (the chunk writer's) are verified: a damaged page is an error naming the chunk, not other numbers
+    table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL],
+                           page_checksum_verification=True).read(columns=names, use_threads=False)
     for name, default in optional.items():  # a column newer than the chunk
         if name in schema.names and name not in present:
             table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.chunks import ChunkColumns, RunDirError, SkippedChunk, read_chunks
+from analysis.chunks import ChunkColumns, LateChunkError, RunDirError, SkippedChunk, read_chunks
 from contract.layout import STATS_STAGES, RunLayout
 from contract.plan import RunPlan
 from contract.profile import ProfileError
@@ -67,7 +67,11 @@ class RunData:
         found = {}
         for i, chunk_rows in wanted.items():
             start, path = self.sources[i]
-            ids = pq.read_table(path, columns=["trace_id"]).column(0)
+            try:
+                ids = pq.read_table(path, columns=["trace_id"], page_checksum_verification=True).column(0)
+            except (pa.ArrowInvalid, OSError) as exc:  # a damaged page: the analysis starts again without the chunk
+                raise LateChunkError(str(path), f"{str(exc).splitlines()[0][:200]} (in column trace_id, read after "
+                                                "its other columns: analysed without it)") from None
             found.update({r: ids[r - start].as_py() for r in chunk_rows})
         return [found[r] for r in rows]
 
