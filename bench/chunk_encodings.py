@@ -6,7 +6,8 @@ The rows are a synthetic run's (bench/synthetic_run.py, the same as bench/analys
 read from every chunk as analysis/chunks.py reads them (one chunk per call, footers read once, few-valued strings
 as dictionaries). The encodings alternate within each repeat, so they see the same machine noise; CPU seconds of
 this process (user + system), per row. `written` is the chunk writer's own choice (harness/worker/
-chunk_writer_process.py chunk_encoding); `snappy, plain integers` is what it wrote before.
+chunk_writer_process.py chunk_encoding, page CRCs verified as the analysis does; the other variants carry them
+too); `snappy, plain integers` is what it wrote before (no CRCs).
 
     .venv/bin/python bench/chunk_encodings.py [--rows 10000000] [--every 5] [--repeats 5] [--work /var/tmp/tailrace-scale]
 """
@@ -35,13 +36,14 @@ COMMAND = ".venv/bin/python bench/chunk_encodings.py"
 
 def _variants(schema: pa.Schema) -> dict[str, dict]:
     """label → write_table keyword arguments."""
-    ints = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
-    base = {"use_dictionary": [f.name for f in schema if f.name in FEW_VALUED], "write_statistics": False}
-    return {"written (delta integers, LZ4)": chunk_encoding(schema),
-            "snappy, plain integers (before)": base | {"compression": "snappy"},
-            "uncompressed, plain integers": base | {"compression": "none"},
-            "LZ4, plain integers": base | {"compression": "lz4"},
-            "delta integers, zstd 1": base | {"column_encoding": ints, "compression": "zstd", "compression_level": 1}}
+    written = chunk_encoding(schema)
+    plain = {k: v for k, v in written.items() if k != "column_encoding"}  # the same, integers plain
+    before = {k: v for k, v in plain.items() if k != "write_page_checksum"} | {"compression": "snappy"}
+    return {"written (delta integers, LZ4)": written,
+            "snappy, plain integers (before)": before,
+            "uncompressed, plain integers": plain | {"compression": "none"},
+            "LZ4, plain integers": plain | {"compression": "lz4"},
+            "delta integers, zstd 1": written | {"compression": "zstd", "compression_level": 1}}
 
 
 def _cpu() -> float:
@@ -66,8 +68,8 @@ def _read(out: Path, count: int) -> float:
     dictionaries = [c for c in ANALYSIS_COLUMNS if c in FEW_VALUED]
     started = _cpu()
     for path, meta in zip(paths, footers):
-        pq.ParquetFile(path, metadata=meta, read_dictionary=dictionaries).read(columns=list(ANALYSIS_COLUMNS),
-                                                                              use_threads=False)
+        pq.ParquetFile(path, metadata=meta, read_dictionary=dictionaries, page_checksum_verification=True).read(
+            columns=list(ANALYSIS_COLUMNS), use_threads=False)
     return _cpu() - started
 
 
