@@ -26,11 +26,13 @@ class ClockSampler:
         """Half the kept packet's round trip; -1 before the first sample."""
         return self.offset.delay_ns // 2 if self.offset else -1
 
-    def sample(self, stage: str) -> None:
-        """One sample per reference ("before" | "during" | "after"), recorded; failures are logged."""
+    def sample(self, stage: str, packets: int | None = None) -> None:
+        """One sample per reference ("before" | "during" | "after"), recorded; failures are logged.
+
+        `packets` overrides the configured count: a reference that is down costs one timeout per packet."""
         for server in self.servers:
             try:
-                s = measure_offset(server, self.clock, self.packets)
+                s = measure_offset(server, self.clock, packets or self.packets)
             except OSError as exc:
                 self.log(f"clock sample failed: {exc}")
                 continue

@@ -113,8 +113,8 @@ class WorkerRun:
         return senders
 
     # -- background -----------------------------------------------------------------------------
-    def sample_clock(self, stage: str) -> None:
-        self.clocks.sample(stage)
+    def sample_clock(self, stage: str, packets: int | None = None) -> None:
+        self.clocks.sample(stage, packets)
         self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
 
     def _clock_loop(self) -> None:
@@ -212,8 +212,8 @@ class WorkerRun:
         self.saturation.close_window(final=True)
         self.request_chunks.ship_open_chunk()
         self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
-        try:
-            self.sample_clock("after")
+        try:  # with the master gone its reference may be too: one packet each, so the worker stops in time
+            self.sample_clock("after", 1 if master_lost else None)
         except Exception as exc:  # noqa: BLE001
             self.log(f"final clock sample failed: {exc}")
         self.clock_chunks.close()

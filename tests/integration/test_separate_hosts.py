@@ -266,6 +266,7 @@ def test_workers_stop_within_10_s_of_losing_their_master_and_keep_their_spools(n
         stopped_after = time.monotonic() - killed
     finally:
         stop_all(d)
+    print(f"workers stopped {stopped_after:.1f} s after their master was killed")
     assert stopped_after < 10, f"workers ran on for {stopped_after:.1f} s"
     # the killed master's helpers (its Locust master, its SNTP server) went with it
     time.sleep(1)

@@ -128,3 +128,32 @@ def test_worker_identity_travels_through_its_environment():
     assert WorkerIdentity.from_env(me.env()) == me
     with pytest.raises(RuntimeError, match="TAILRACE_REGION"):
         WorkerIdentity.from_env({})
+
+
+def test_a_reference_that_never_answers_gets_only_the_packets_asked_for():
+    """The final sample after a lost master sends one packet per reference, not the configured count."""
+    import socket
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.settimeout(0.05)
+    logged: list[str] = []
+    clocks = ClockSampler(WorkerClock(0), [f"127.0.0.1:{silent.getsockname()[1]}"], 3, "r-w0", "r",
+                          lambda row: pytest.fail("a silent reference recorded a sample"), logged.append)
+
+    def received() -> int:
+        n = 0
+        while True:
+            try:
+                silent.recv(512)
+            except TimeoutError:
+                return n
+            n += 1
+
+    try:
+        clocks.sample("after", 1)
+        assert received() == 1
+        clocks.sample("during")
+        assert received() == 3
+    finally:
+        silent.close()
+    assert len(logged) == 2 and all("did not answer" in m for m in logged)
