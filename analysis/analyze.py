@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError
+from analysis.chunks import LateChunkError, SkippedChunk
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
@@ -27,6 +27,7 @@ from analysis.timeline import Timeline, timeline
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
+from contract.layout import REQUESTS
 from contract.profile import Profile
 
 SUMMARY_VERSION = 1
@@ -68,6 +69,17 @@ def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
     return [f"{w}: no clock samples (clock-*.parquet missing); its timestamps are not clock-corrected, so its "
             f"network legs and cross-region timeline may be off by its clock error"
             for w in sorted(set(requests["worker"].unique()) - sampled)]
+
+
+def unread_request_chunks(skipped: list[SkippedChunk]) -> list[str]:
+    """The reason a run whose request chunks could not all be read is INVALID: their requests are missing from
+    every number, and none can say what they held (a damaged chunk is bad input, never a PASS)."""
+    lost = sorted(s.path for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
+    if not lost:
+        return []
+    names = lost[0] if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
+    return [f"{len(lost)} request chunk(s) could not be read ({names}; the reasons are listed as skipped): their "
+            "requests are not in these numbers"]
 
 
 def notices(summary: dict) -> list[tuple[str, str]]:
@@ -223,7 +235,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
-    valid = bool(manifest.get("valid", True))
+    unread = unread_request_chunks(data.skipped)
+    valid = bool(manifest.get("valid", True)) and not unread
     verdict, exit_code = overall_verdict(verdicts, valid)
     df = log.frame(ERROR_COLUMNS)
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
@@ -247,7 +260,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     summary = {
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
-        "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []),
+        "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []) + unread,
         "warnings": manifest.get("warnings", []) + unsampled,
         "input": {"rows_read": int(log.rows), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},

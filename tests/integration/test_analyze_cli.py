@@ -17,7 +17,7 @@ from tests.support import IN_CI, profile_dict, write_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_corrupt_chunk_is_skipped_and_the_rest_analysed(tmp_path):
+def test_corrupt_chunks_are_skipped_the_rest_analysed_and_the_run_invalid(tmp_path):
     write_run(tmp_path, profile=profile_dict(100, 10), chunk_rows=100, workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10},
         "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10}})
@@ -26,11 +26,16 @@ def test_corrupt_chunk_is_skipped_and_the_rest_analysed(tmp_path):
     (tmp_path / "regions/r2/r2-w0/requests-00099.parquet").write_bytes(b"not parquet at all")
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "analyze", str(tmp_path), "--quiet"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 4, r.stderr  # INVALID: a verdict on what could be read, never a PASS
     assert "requests-00001.parquet" in r.stderr and "requests-00099.parquet" in r.stderr
+    assert "Traceback" not in r.stderr
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["input"]["rows_read"] == 1000 - 100
     assert len(summary["input"]["chunks_skipped"]) == 2
+    assert not summary["valid"] and summary["verdict"] == "INVALID"
+    assert summary["invalid_reasons"] == [f"2 request chunk(s) could not be read ({chunks[1]} and 1 more; the reasons "
+                                          "are listed as skipped): their requests are not in these numbers"]
+    assert summary["latency"], "the rest is still analysed and reported"
 
 
 def _slo_run(path: Path, latency, n_rate=100, duration=20, valid=True, errors=0.0, warnings=None):

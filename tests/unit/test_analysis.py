@@ -672,3 +672,21 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
     (skipped,) = summary["input"]["chunks_skipped"]
     assert skipped["path"] == str(chunk) and "CRC" in skipped["reason"] and column_name in skipped["reason"]
     assert summary["input"]["rows_read"] == 30_000 - rows
+    assert clean["valid"] and not summary["valid"] and summary["verdict"] == "INVALID" and summary["exit_code"] == 4
+    assert summary["invalid_reasons"][-1].startswith(f"1 request chunk(s) could not be read ({chunk};")
+
+
+def test_only_unreadable_request_chunks_make_a_run_invalid():
+    """The requests are the measurement: a request chunk that cannot be read is missing from every number. A torn
+    last line of a server-statistics log or a damaged clock chunk is reported as skipped, and the run stands."""
+    from analysis.analyze import unread_request_chunks
+    from analysis.chunks import SkippedChunk
+
+    others = [SkippedChunk("/r/endpoints/a/stats-timeline.jsonl:7", "not valid JSON"),
+              SkippedChunk("/r/regions/eu/eu-w0/clock-00002.parquet", "CRC mismatch")]
+    assert unread_request_chunks(others) == []
+    lost = [SkippedChunk("/r/regions/eu/eu-w0/requests-00007.parquet", "CRC mismatch"),
+            SkippedChunk("/r/regions/us/us-w1/requests-00003.parquet", "truncated")]
+    (reason,) = unread_request_chunks(others + lost)
+    assert reason.startswith("2 request chunk(s) could not be read (/r/regions/eu/eu-w0/requests-00007.parquet and 1 "
+                             "more;")
