@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError, SkippedChunk
+from analysis.chunks import LateChunkError, unread_request_chunks
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
@@ -27,7 +27,6 @@ from analysis.timeline import Timeline, timeline
 from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.validity import groups_of, validity_rows
 from analysis.variants import variant_decision
-from contract.layout import REQUESTS
 from contract.profile import Profile
 
 SUMMARY_VERSION = 1
@@ -69,17 +68,6 @@ def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
     return [f"{w}: no clock samples (clock-*.parquet missing); its timestamps are not clock-corrected, so its "
             f"network legs and cross-region timeline may be off by its clock error"
             for w in sorted(set(requests["worker"].unique()) - sampled)]
-
-
-def unread_request_chunks(skipped: list[SkippedChunk]) -> list[str]:
-    """The reason a run whose request chunks could not all be read is INVALID: their requests are missing from
-    every number, and none can say what they held (a damaged chunk is bad input, never a PASS)."""
-    lost = sorted(s.path for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
-    if not lost:
-        return []
-    names = lost[0] if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
-    return [f"{len(lost)} request chunk(s) could not be read ({names}; the reasons are listed as skipped): their "
-            "requests are not in these numbers"]
 
 
 def notices(summary: dict) -> list[tuple[str, str]]:

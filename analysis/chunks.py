@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.frames import frame_of
+from contract.layout import REQUESTS
 from contract.records import FEW_VALUED, arrow_schema
 
 CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
@@ -31,6 +32,17 @@ KEEP_BYTES = 2 * 2**30
 class SkippedChunk:
     path: str
     reason: str
+
+
+def unread_request_chunks(skipped: list[SkippedChunk]) -> list[str]:
+    """The reason a run whose request chunks could not all be read is INVALID: their requests are missing from
+    every number, and none can say what they held (a damaged chunk is bad input, never a PASS)."""
+    lost = sorted(s.path for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
+    if not lost:
+        return []
+    names = lost[0] if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
+    return [f"{len(lost)} request chunk(s) could not be read ({names}; the reasons are listed as skipped): their "
+            "requests are not in these numbers"]
 
 
 class RunDirError(Exception):

@@ -16,6 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis import process_memory
+from analysis.chunks import unread_request_chunks
 from analysis.correlation import effective_size, paired_quantile_difference, quantile_tau
 from analysis.frames import take_rows
 from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run, request_rows
@@ -187,7 +188,8 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
                     fail_if_slower: list[str] = (), exits: bool = False) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
-    runs with no endpoint × region in common; 1 when a --fail-if-slower gate trips (a CI regression gate).
+    runs with no endpoint × region in common; 4 when a request chunk of either run could not be read (the table
+    leaves its requests out); 1 when a --fail-if-slower gate trips (a CI regression gate).
     `exits`: this process exits after it (analysis/process_memory.py's `settle`)."""
     from rich.table import Table
 
@@ -239,4 +241,8 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                 for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
     for line in unjudged:
         print(f"tailrace compare: --fail-if-slower not judged: {line}", file=sys.stderr)
-    return exit_codes.FAIL if tripped else exit_codes.INCONCLUSIVE if unjudged else exit_codes.PASS
+    unread = unread_request_chunks(skipped)
+    for line in unread:  # compared without those requests: never a gate's pass (tailrace analyze: INVALID)
+        print(f"tailrace compare: INVALID: {line}", file=sys.stderr)
+    return (exit_codes.INVALID if unread else exit_codes.FAIL if tripped
+            else exit_codes.INCONCLUSIVE if unjudged else exit_codes.PASS)

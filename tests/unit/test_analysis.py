@@ -602,8 +602,8 @@ def _corrupt_latency_pages(chunk) -> None:
 
 
 def test_compare_names_a_chunk_it_could_not_read(tmp_path, capsys):
-    """tailrace compare of a run with a corrupt chunk compares the rows it could read and says which chunk it
-    left out, as tailrace analyze does: never a silent drop of measured rows."""
+    """tailrace compare of a run with a corrupt chunk compares the rows it could read, says which chunk it left
+    out and exits INVALID, as tailrace analyze does: never a silent drop of measured rows, never a gate's pass."""
     from analysis.compare import compare_command
 
     run_dir = _synthetic(tmp_path)
@@ -611,9 +611,12 @@ def test_compare_names_a_chunk_it_could_not_read(tmp_path, capsys):
     shutil.copytree(run_dir, other)
     chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
     _corrupt_latency_pages(chunk)
-    assert compare_command(run_dir, other, None) == 0
+    assert compare_command(other, other, None) == 0
+    capsys.readouterr()
+    assert compare_command(run_dir, other, None, fail_if_slower=["p99:5%"]) == 4
     err = capsys.readouterr().err
     assert f"tailrace compare: skipped {chunk}: " in err and "Traceback" not in err, err
+    assert f"tailrace compare: INVALID: 1 request chunk(s) could not be read ({chunk};" in err, err
 
 
 def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_again(tmp_path):
@@ -679,8 +682,7 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
 def test_only_unreadable_request_chunks_make_a_run_invalid():
     """The requests are the measurement: a request chunk that cannot be read is missing from every number. A torn
     last line of a server-statistics log or a damaged clock chunk is reported as skipped, and the run stands."""
-    from analysis.analyze import unread_request_chunks
-    from analysis.chunks import SkippedChunk
+    from analysis.chunks import SkippedChunk, unread_request_chunks
 
     others = [SkippedChunk("/r/endpoints/a/stats-timeline.jsonl:7", "not valid JSON"),
               SkippedChunk("/r/regions/eu/eu-w0/clock-00002.parquet", "CRC mismatch")]
