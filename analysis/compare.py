@@ -62,15 +62,15 @@ def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
     (analysis/correlation.py): queueing correlates neighbours, and an n-sized resample of n correlated
     latencies gives an interval too narrow (bench/paired_coverage.py's unpaired rows)."""
     out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
-    sorted_a, sorted_b = np.sort(a), np.sort(b)
+    sorted_a, sorted_b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))  # once for all
     for p in PERCENTILES:
         if _too_few(out, p, min(len(a), len(b))):
             continue
         sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
                       for x, xs in ((a, sorted_a), (b, sorted_b)))
-        d, lo, hi = bootstrap_diff_ci(a, b, p, seed=seed, sizes=sizes)
-        out[f"p{p}_a_ms"] = float(np.percentile(a, p))
-        out[f"p{p}_b_ms"] = float(np.percentile(b, p))
+        d, lo, hi = bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=sizes, is_sorted=True)
+        out[f"p{p}_a_ms"] = float(np.percentile(sorted_a, p))
+        out[f"p{p}_b_ms"] = float(np.percentile(sorted_b, p))
         out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi
     out["test"], out["test_p"] = "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     out["cohens_d"] = cohens_d(a, b)

@@ -243,3 +243,20 @@ def test_poisson_checks_sort_what_is_out_of_order_and_take_what_is_in_order_as_i
     assert in_order["poisson_ok"] and in_order["count"] == len(times)
     assert poisson_checks(shuffled) == in_order  # the shuffled sends are the same sends
     assert not np.array_equal(shuffled, times)  # and the caller's array is left as it was
+
+
+def test_compare_groups_sorts_once_and_bootstraps_the_sorted_latencies():
+    """compare_groups hands its sorted copies to the bootstrap (not sorted again): the intervals are those of
+    bootstrap_diff_ci sorting the time-ordered latencies itself."""
+    from analysis.compare import compare_groups
+    from analysis.correlation import quantile_tau
+    from analysis.stats import bootstrap_diff_ci, sorted_percentile
+
+    rng = np.random.default_rng(11)
+    a, b = rng.exponential(10, 20_000), rng.exponential(10.5, 20_000)  # in time order: not sorted
+    row = compare_groups(a, b, seed=3)
+    for p in (50, 95, 99):
+        sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(np.sort(x), p / 100))) for x in (a, b))
+        assert (row[f"p{p}_diff_ms"], row[f"p{p}_ci_low"], row[f"p{p}_ci_high"]) == bootstrap_diff_ci(
+            a, b, p, seed=3, sizes=sizes)
+        assert row[f"p{p}_a_ms"] == np.percentile(a, p) and row[f"p{p}_b_ms"] == np.percentile(b, p)
