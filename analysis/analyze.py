@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError, unread_request_chunks
+from analysis.chunks import LateChunkError, missing_requests, unread_request_chunks
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
@@ -68,6 +68,21 @@ def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
     return [f"{w}: no clock samples (clock-*.parquet missing); its timestamps are not clock-corrected, so its "
             f"network legs and cross-region timeline may be off by its clock error"
             for w in sorted(set(requests["worker"].unique()) - sampled)]
+
+
+def _recorded(manifest: dict) -> dict[str, int]:
+    """worker → the request rows its summary says it wrote (workers that left a summary)."""
+    workers = manifest.get("workers") or {}
+    return {name: int(rows) for name, w in workers.items()
+            if isinstance(rows := ((w or {}).get("summary") or {}).get("rows_written"), int)}
+
+
+def _rows_read(runs: list[tuple[str, slice]]) -> dict[str, int]:
+    """worker → the request rows read from its chunks (`runs`: clock_correction.worker_runs of the log)."""
+    read: dict[str, int] = {}
+    for worker, rows in runs:
+        read[str(worker)] = read.get(str(worker), 0) + rows.stop - rows.start
+    return read
 
 
 def notices(summary: dict) -> list[tuple[str, str]]:
@@ -223,7 +238,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
-    unread = unread_request_chunks(data.skipped)
+    unread = unread_request_chunks(data.skipped) + missing_requests(_recorded(manifest), _rows_read(runs),
+                                                                    data.skipped)
     valid = bool(manifest.get("valid", True)) and not unread
     verdict, exit_code = overall_verdict(verdicts, valid)
     df = log.frame(ERROR_COLUMNS)

@@ -34,15 +34,31 @@ class SkippedChunk:
     reason: str
 
 
+def _request_chunk_paths(skipped: list[SkippedChunk]) -> list[Path]:
+    return sorted(Path(s.path) for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
+
+
 def unread_request_chunks(skipped: list[SkippedChunk]) -> list[str]:
     """The reason a run whose request chunks could not all be read is INVALID: their requests are missing from
     every number, and none can say what they held (a damaged chunk is bad input, never a PASS)."""
-    lost = sorted(s.path for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
+    lost = _request_chunk_paths(skipped)
     if not lost:
         return []
-    names = lost[0] if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
+    names = str(lost[0]) if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
     return [f"{len(lost)} request chunk(s) could not be read ({names}; the reasons are listed as skipped): their "
             "requests are not in these numbers"]
+
+
+def missing_requests(recorded: dict[str, int], read: dict[str, int], skipped: list[SkippedChunk]) -> list[str]:
+    """The reasons a run is INVALID because requests its workers recorded are not in the run directory: each
+    worker whose summary counts more rows written (`recorded`) than its chunks there hold (`read`) — a chunk
+    deleted, or never delivered to the master (the worker's spool keeps it for `tailrace collect`). A worker
+    with a chunk that could not be read is named by unread_request_chunks instead."""
+    damaged = {path.parent.name for path in _request_chunk_paths(skipped)}
+    return [f"{worker}: {written - read.get(worker, 0):,} of the {written:,} requests it recorded are not in the "
+            "run directory (chunks missing; `tailrace collect SPOOL RUN_DIR` copies those a worker kept)"
+            for worker, written in sorted(recorded.items())
+            if written > read.get(worker, 0) and worker not in damaged]
 
 
 class RunDirError(Exception):

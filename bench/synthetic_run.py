@@ -181,7 +181,8 @@ def write_synthetic_run(run_dir: Path, shape: Shape) -> dict:
         for k, rows in enumerate(rng.multinomial(n, np.full(chunks_per_worker, 1 / chunks_per_worker))):
             _write(_worker_rows(rng, shape, r, w, int(rows), (edges[k], edges[k + 1])), wl.chunk(REQUESTS, k))
         _write(_clock_rows(rng, shape, r, w), wl.chunk(CLOCK, 0))
-        summaries[f"{REGIONS[r][0]}-w{w}"] = {"summary": {"planned": int(n), "sent": int(n)}}
+        summaries[f"{REGIONS[r][0]}-w{w}"] = {"summary": {"planned": int(n), "sent": int(n), "rows_written": int(n),
+                                                          "chunks": chunks_per_worker}}
     manifest = {"run_id": run_dir.name, "profile": profile_dict(shape), "valid": True, "invalid_reasons": [],
                 "warnings": [], "versions": {"python": "3"}, "host": {}, "seed": shape.seed, "workers": summaries,
                 "start_ns": BASE_NS, "end_ns": BASE_NS + int((shape.warmup_s + shape.duration_s) * 1e9)}

@@ -692,3 +692,29 @@ def test_only_unreadable_request_chunks_make_a_run_invalid():
     (reason,) = unread_request_chunks(others + lost)
     assert reason.startswith("2 request chunk(s) could not be read (/r/regions/eu/eu-w0/requests-00007.parquet and 1 "
                              "more;")
+
+
+def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_worker(tmp_path):
+    """A request chunk deleted, or never delivered to the master, leaves nothing to skip: the analysis counts each
+    worker's rows against what its summary says it wrote, so the rest can never PASS as if it were the run."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from analysis.chunks import SkippedChunk, missing_requests
+    from analysis.rundir import ANALYSIS_COLUMNS
+
+    run_dir = _synthetic(tmp_path)
+    assert analyze_run(run_dir, ANALYSIS_COLUMNS).summary["valid"]
+    chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
+    rows, worker = pq.read_metadata(chunk).num_rows, chunk.parent.name
+    written = json.loads((run_dir / "manifest.json").read_text())["workers"][worker]["summary"]["rows_written"]
+    chunk.unlink()
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    assert not summary["valid"] and summary["verdict"] == "INVALID" and summary["exit_code"] == 4
+    assert summary["invalid_reasons"] == [f"{worker}: {rows:,} of the {written:,} requests it recorded are not in the "
+                                          "run directory (chunks missing; `tailrace collect SPOOL RUN_DIR` copies "
+                                          "those a worker kept)"]
+    # a worker with a damaged chunk is named once, by the damaged chunk
+    assert missing_requests({worker: written}, {worker: written - rows},
+                            [SkippedChunk(str(chunk), "CRC mismatch")]) == []
