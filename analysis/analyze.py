@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError, missing_requests, unread_request_chunks
+from analysis.chunks import LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
 from analysis.decomposition import decomposition_table
@@ -20,7 +20,7 @@ from analysis.frames import endpoint_region_positions, largest_positions
 from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.outages import outage_windows
 from analysis.queueing import queueing_table
-from analysis.rundir import RunData, load_run
+from analysis.rundir import RunData, load_run, run_validity
 from analysis.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.timeline import Timeline, timeline
@@ -68,13 +68,6 @@ def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
     return [f"{w}: no clock samples (clock-*.parquet missing); its timestamps are not clock-corrected, so its "
             f"network legs and cross-region timeline may be off by its clock error"
             for w in sorted(set(requests["worker"].unique()) - sampled)]
-
-
-def _recorded(manifest: dict) -> dict[str, int]:
-    """worker → the request rows its summary says it wrote (workers that left a summary)."""
-    workers = manifest.get("workers") or {}
-    return {name: int(rows) for name, w in workers.items()
-            if isinstance(rows := ((w or {}).get("summary") or {}).get("rows_written"), int)}
 
 
 def _rows_read(runs: list[tuple[str, slice]]) -> dict[str, int]:
@@ -238,9 +231,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
-    unread = unread_request_chunks(data.skipped) + missing_requests(_recorded(manifest), _rows_read(runs),
-                                                                    data.skipped)
-    valid = bool(manifest.get("valid", True)) and not unread
+    valid, invalid_reasons = run_validity(data, _rows_read(runs))
     verdict, exit_code = overall_verdict(verdicts, valid)
     df = log.frame(ERROR_COLUMNS)
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
@@ -264,7 +255,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     summary = {
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
-        "exit_code": exit_code, "valid": valid, "invalid_reasons": manifest.get("invalid_reasons", []) + unread,
+        "exit_code": exit_code, "valid": valid, "invalid_reasons": invalid_reasons,
         "warnings": manifest.get("warnings", []) + unsampled,
         "input": {"rows_read": int(log.rows), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},

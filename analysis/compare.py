@@ -16,10 +16,17 @@ import pandas as pd
 from scipy import stats
 
 from analysis import process_memory
-from analysis.chunks import unread_request_chunks
 from analysis.correlation import effective_size, paired_quantile_difference, quantile_tau
 from analysis.frames import take_rows
-from analysis.rundir import COMPARE_BYTES_PER_ROW, RunData, RunDirError, check_fits, load_run, request_rows
+from analysis.rundir import (
+    COMPARE_BYTES_PER_ROW,
+    RunData,
+    RunDirError,
+    check_fits,
+    load_run,
+    request_rows,
+    run_validity,
+)
 from analysis.stats import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
 from contract import exit_codes
 
@@ -156,13 +163,25 @@ def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
                          "latency_b_ms": pairs["latency_ns_b"].to_numpy() / 1e6})
 
 
-def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: list | None = None) -> list[dict]:
+def _rows_read(data: RunData) -> dict[str, int]:
+    """worker → the request rows read from its chunks."""
+    counts = pd.Series(data.log.values("worker")).value_counts(sort=False)
+    return {str(worker): int(n) for worker, n in counts.items() if n}
+
+
+def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: list | None = None,
+                 invalid: list[str] | None = None) -> list[dict]:
     """One comparison row per endpoint × region present in both runs. `paired`: None pairs the requests when the
     runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs.
-    `skipped`: extended with both runs' chunks that could not be read (analysis/chunks.py's SkippedChunk)."""
+    `skipped`: extended with both runs' chunks that could not be read (analysis/chunks.py's SkippedChunk);
+    `invalid`: with why either run is INVALID, as `tailrace analyze` judges it (analysis/rundir.py's
+    run_validity), each reason naming its run."""
     data_a, data_b = load_run(run_a, COMPARE_COLUMNS), load_run(run_b, COMPARE_COLUMNS)
     if skipped is not None:
         skipped.extend([*data_a.skipped, *data_b.skipped])
+    if invalid is not None:
+        for label, data in (("A", data_a), ("B", data_b)):
+            invalid.extend(f"{label} ({data.run_dir}): {reason}" for reason in run_validity(data, _rows_read(data))[1])
     pairs = None
     if paired is not False and same_schedule(data_a, data_b):
         pairs = pair_requests(data_a.requests, data_b.requests)
@@ -188,8 +207,9 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
                     fail_if_slower: list[str] = (), exits: bool = False) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
-    runs with no endpoint × region in common; 4 when a request chunk of either run could not be read (the table
-    leaves its requests out); 1 when a --fail-if-slower gate trips (a CI regression gate).
+    runs with no endpoint × region in common; 4 when either run is INVALID as `tailrace analyze` judges it (its
+    manifest says so, a request chunk could not be read, or requests its workers recorded are missing: the table
+    is still printed); 1 when a --fail-if-slower gate trips (a CI regression gate).
     `exits`: this process exits after it (analysis/process_memory.py's `settle`)."""
     from rich.table import Table
 
@@ -202,7 +222,8 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
             process_memory.settle(request_count * COMPARE_BYTES_PER_ROW)
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
         skipped: list = []
-        rows = compare_runs(run_a, run_b, paired, skipped)
+        invalid: list[str] = []
+        rows = compare_runs(run_a, run_b, paired, skipped, invalid)
     except (RunDirError, ValueError) as exc:
         print(f"tailrace compare: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -241,8 +262,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                 for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
     for line in unjudged:
         print(f"tailrace compare: --fail-if-slower not judged: {line}", file=sys.stderr)
-    unread = unread_request_chunks(skipped)
-    for line in unread:  # compared without those requests: never a gate's pass (tailrace analyze: INVALID)
+    for line in invalid:  # numbers that cannot be trusted, or missing requests: never a gate's pass
         print(f"tailrace compare: INVALID: {line}", file=sys.stderr)
-    return (exit_codes.INVALID if unread else exit_codes.FAIL if tripped
+    return (exit_codes.INVALID if invalid else exit_codes.FAIL if tripped
             else exit_codes.INCONCLUSIVE if unjudged else exit_codes.PASS)

@@ -11,13 +11,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.chunks import ChunkColumns, LateChunkError, RunDirError, SkippedChunk, read_chunks
+from analysis.chunks import (
+    ChunkColumns,
+    LateChunkError,
+    RunDirError,
+    SkippedChunk,
+    missing_requests,
+    read_chunks,
+    unread_request_chunks,
+)
 from contract.layout import STATS_STAGES, RunLayout
 from contract.plan import RunPlan
 from contract.profile import ProfileError
 from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS
 
-__all__ = ["RunData", "RunDirError", "SkippedChunk", "load_run", "check_fits"]
+__all__ = ["RunData", "RunDirError", "SkippedChunk", "load_run", "check_fits", "run_validity"]
 
 
 @dataclass
@@ -74,6 +82,27 @@ class RunData:
                                                 "its other columns: analysed without it)") from None
             found.update({r: ids[r - start].as_py() for r in chunk_rows})
         return [found[r] for r in rows]
+
+
+def recorded_requests(manifest: dict) -> dict[str, int]:
+    """worker → the request rows its summary says it wrote (workers that left a summary)."""
+    workers = manifest.get("workers") or {}
+    return {name: int(rows) for name, w in workers.items()
+            if isinstance(rows := ((w or {}).get("summary") or {}).get("rows_written"), int)}
+
+
+def run_validity(data: RunData, rows_read: dict[str, int]) -> tuple[bool, list[str]]:
+    """(valid, why not) of a run as read: the manifest's own verdict and reasons (a saturated generator, a lost
+    worker, ...), request chunks that could not be read, and requests its workers recorded that are not in the
+    run directory (`rows_read`: worker → the request rows read from its chunks). `tailrace analyze` and
+    `tailrace compare` judge a run by this one rule."""
+    found = (unread_request_chunks(data.skipped)
+             + missing_requests(recorded_requests(data.manifest), rows_read, data.skipped))
+    valid = bool(data.manifest.get("valid", True)) and not found
+    reasons = list(data.manifest.get("invalid_reasons") or [])
+    if not valid and not reasons and not found:
+        reasons = ["its manifest marks the run INVALID (no reason recorded)"]
+    return valid, reasons + found
 
 
 # what `tailrace analyze` reads: every column a statistic uses, nothing else (contract/records.py has them all)

@@ -65,8 +65,12 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
 def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> pd.DataFrame:
     """B − A per endpoint × region (p50/p95/p99 differences with 95% intervals, a test's p-value, Cohen's d, a
     verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs
-    share a seed and load), "paired" or "unpaired"."""
+    share a seed and load), "paired" or "unpaired". `table.attrs["invalid_reasons"]`: why either run is INVALID
+    (each reason naming run A or B; empty when both are valid), where `tailrace compare` exits 4."""
     from analysis.compare import compare_runs
 
     paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
-    return pd.DataFrame(compare_runs(Path(run_a), Path(run_b), paired))
+    invalid: list[str] = []
+    table = pd.DataFrame(compare_runs(Path(run_a), Path(run_b), paired, invalid=invalid))
+    table.attrs["invalid_reasons"] = invalid
+    return table

@@ -616,7 +616,7 @@ def test_compare_names_a_chunk_it_could_not_read(tmp_path, capsys):
     assert compare_command(run_dir, other, None, fail_if_slower=["p99:5%"]) == 4
     err = capsys.readouterr().err
     assert f"tailrace compare: skipped {chunk}: " in err and "Traceback" not in err, err
-    assert f"tailrace compare: INVALID: 1 request chunk(s) could not be read ({chunk};" in err, err
+    assert f"tailrace compare: INVALID: A ({run_dir}): 1 request chunk(s) could not be read ({chunk};" in err, err
 
 
 def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_again(tmp_path):
@@ -718,3 +718,34 @@ def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_
     # a worker with a damaged chunk is named once, by the damaged chunk
     assert missing_requests({worker: written}, {worker: written - rows},
                             [SkippedChunk(str(chunk), "CRC mismatch")]) == []
+
+
+def test_compare_judges_each_run_as_analyze_does(tmp_path, capsys):
+    """tailrace compare of a run whose manifest is INVALID (a saturated generator, say), or whose run directory
+    lacks chunks a worker wrote, still prints the table but exits INVALID naming the run and the reason: a
+    --fail-if-slower gate never passes on numbers tailrace analyze would not trust."""
+    import json
+
+    from analysis.compare import compare_command
+
+    run_dir = _synthetic(tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    assert compare_command(run_dir, other, None, fail_if_slower=["p99:50%"]) == 0
+    capsys.readouterr()
+
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest |= {"valid": False, "invalid_reasons": ["eu-west-w0: send lag p99 120 ms: the generator saturated"]}
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    assert compare_command(run_dir, other, None, fail_if_slower=["p99:50%"]) == 4
+    captured = capsys.readouterr()
+    assert "Δp99" in captured.out  # the table is still there
+    assert (f"tailrace compare: INVALID: B ({other}): eu-west-w0: send lag p99 120 ms: the generator saturated"
+            in captured.err), captured.err
+
+    chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
+    chunk.unlink()
+    assert compare_command(run_dir, run_dir, None) == 4
+    err = capsys.readouterr().err
+    assert f"tailrace compare: INVALID: A ({run_dir}): {chunk.parent.name}: " in err, err
+    assert "requests it recorded are not in the run directory" in err and "Traceback" not in err, err
