@@ -105,16 +105,48 @@ def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[
     return PASS, "every latency SLO passes"
 
 
-def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_retried: bool) -> float | None:
-    """How long to run the same rate again, or None to accept the outcome. An undecided trial runs again twice as
-    long (up to max_s), so that it holds enough samples to decide. A generator-limit trial runs again once at the
+DECIDE_MARGIN = 1.25  # a retry runs this much longer than the extrapolation says deciding takes
+
+
+def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float | None:
+    """How long a trial at the same rate would have to run for every INCONCLUSIVE latency SLO to decide, if the
+    share of slow requests and their correlation that this `duration_s` trial measured hold: the duration scaled
+    by (n + the samples still needed) / n of the neediest group (analysis/stats.py's proportion_verdict). None
+    when some group sits on its bound or sent nothing — no finite trial decides it."""
+    longest = duration_s
+    for v in slo_verdicts:
+        if v.get("metric") != "latency" or v["verdict"] != "INCONCLUSIVE":
+            continue
+        if not v["n"] or v.get("more_samples_needed") is None:
+            return None
+        longest = max(longest, duration_s * (v["n"] + v["more_samples_needed"]) / v["n"])
+    return longest
+
+
+def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_retried: bool,
+                     to_decide_s: float | None = None) -> float | None:
+    """How long to run the same rate again, or None to accept the outcome. An undecided trial runs again long
+    enough to decide (`to_decide_s`: duration_to_decide_s, with DECIDE_MARGIN; at least twice as long, at most
+    max_s) — unless deciding would take longer than max_s: its slow share is then too close to the SLO's bound
+    for any trial to tell, the rate is as near capacity as the search can resolve, and it counts as not passing
+    at once rather than after a ladder of ever longer trials. A generator-limit trial runs again once at the
     same length: one stall of a noisy machine (a GC pause, a neighbour's burst) must not end the search."""
     if outcome == UNDECIDED:
-        longer = min(max_s, duration_s * 2)
+        if to_decide_s is None or to_decide_s > max_s:
+            return None
+        longer = min(max_s, max(duration_s * 2, to_decide_s * DECIDE_MARGIN))
         return longer if longer > duration_s else None
     if outcome == GENERATOR_LIMIT and not generator_retried:
         return duration_s
     return None
+
+
+def beyond_reach(to_decide_s: float | None, max_s: float) -> str:
+    """Why an undecided trial is not run again: appended to its `why`."""
+    if to_decide_s is None:
+        return " — its slow share sits on the SLO's bound: no trial decides it; counted as not passing"
+    return (f" — deciding would take ~{to_decide_s:,.0f} s at this rate (max_trial_s {max_s:g}): as near capacity "
+            "as the search resolves; counted as not passing")
 
 
 def recommendation(capacity_rps: float, mean_service_ms: float | None, slots: int, mean_latency_ms: float | None,

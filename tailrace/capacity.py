@@ -21,7 +21,9 @@ from analysis.capacity_search import (
     GENERATOR_LIMIT,
     UNDECIDED,
     SearchState,
+    beyond_reach,
     classify_trial,
+    duration_to_decide_s,
     recommendation,
     retry_duration_s,
     trial_duration_s,
@@ -79,7 +81,9 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     overall = next(r for r in s["latency"] if r["endpoint"] == "*" and r["region"] == "*")
     row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall["achieved_rate"],
            "count": overall["count"], "errors": overall["errors"], "mean_ms": overall["mean_ms"],
-           "outcome": outcome, "why": why, "run_id": s["run_id"]}
+           "outcome": outcome, "why": why, "run_id": s["run_id"],
+           # an undecided trial: how long one at this rate would take to decide (None: none would)
+           "to_decide_s": duration_to_decide_s(s["slos"], duration_s) if outcome == UNDECIDED else None}
     for p in ("p50", "p95", "p99"):
         est = overall["percentiles"][p]
         row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est["value"], est["ci_low"], est["ci_high"]
@@ -130,7 +134,10 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
                 run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
-                retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried)
+                retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried,
+                                         row["to_decide_s"])
+                if row["outcome"] == UNDECIDED and retry is None and duration < c.max_trial_s:
+                    row["why"] += beyond_reach(row["to_decide_s"], c.max_trial_s)
                 if retry is None or (time.monotonic() - started + retry + c.trial_warmup_s + TRIAL_OVERHEAD_S
                                      > budget):
                     break

@@ -14,6 +14,7 @@ from analysis.capacity_search import (
     UNDECIDED,
     SearchState,
     classify_trial,
+    duration_to_decide_s,
     recommendation,
     retry_duration_s,
     trial_duration_s,
@@ -69,17 +70,43 @@ def test_trial_outcome(verdicts, valid, reasons, outcome):
     assert classify_trial(verdicts, valid, reasons)[0] == outcome
 
 
-@pytest.mark.parametrize("outcome, duration, retried, expected", [
-    (UNDECIDED, 8, False, 16),      # too few samples: twice as long
-    (UNDECIDED, 40, False, 60),     # ... up to max_s
-    (UNDECIDED, 60, False, None),   # already at max_s: accept (counted as not passing)
-    (GENERATOR_LIMIT, 8, False, 8),  # one stall must not end the search: once more, same length
-    (GENERATOR_LIMIT, 8, True, None),  # twice saturated: the generator limit is real
-    (PASS, 8, False, None),
-    (FAIL, 8, False, None),
+@pytest.mark.parametrize("outcome, duration, retried, to_decide, expected", [
+    (UNDECIDED, 8, False, 10, 16),      # a few more samples: at least twice as long
+    (UNDECIDED, 8, False, 40, 50),      # as long as deciding takes, with DECIDE_MARGIN
+    (UNDECIDED, 40, False, 55, 60),     # ... up to max_s
+    (UNDECIDED, 8, False, 61, None),    # deciding takes longer than max_s: as near capacity as the search resolves
+    (UNDECIDED, 8, False, None, None),  # the slow share sits on the bound: no trial decides it
+    (UNDECIDED, 60, False, 59, None),   # already at max_s: accept (counted as not passing)
+    (GENERATOR_LIMIT, 8, False, None, 8),  # one stall must not end the search: once more, same length
+    (GENERATOR_LIMIT, 8, True, None, None),  # twice saturated: the generator limit is real
+    (PASS, 8, False, None, None),
+    (FAIL, 8, False, None, None),
 ])
-def test_which_trials_run_again(outcome, duration, retried, expected):
-    assert retry_duration_s(outcome, duration, 60, retried) == expected
+def test_which_trials_run_again(outcome, duration, retried, to_decide, expected):
+    assert retry_duration_s(outcome, duration, 60, retried, to_decide) == expected
+
+
+def test_how_long_an_undecided_trial_would_take_to_decide():
+    """The trial's duration scaled by (n + samples still needed) / n of its neediest INCONCLUSIVE latency group,
+    from the verdicts `tailrace analyze` gives; None when some group can never decide."""
+    from analysis.stats import proportion_verdict
+
+    def verdict(k, n, metric="latency"):
+        v = proportion_verdict(k, n, 0.01)
+        return {"metric": metric, "verdict": v.verdict, "n": n, "more_samples_needed": v.more_samples_needed}
+
+    near, far, passing = verdict(9, 1000), verdict(5, 1000), verdict(1, 2000)
+    assert (near["verdict"], far["verdict"], passing["verdict"]) == ("INCONCLUSIVE", "INCONCLUSIVE", "PASS")
+    assert near["more_samples_needed"] > far["more_samples_needed"] > 0
+    assert duration_to_decide_s([far, passing], 8) == pytest.approx(8 * (1000 + far["more_samples_needed"]) / 1000)
+    assert duration_to_decide_s([far, near], 8) == pytest.approx(8 * (1000 + near["more_samples_needed"]) / 1000)
+    # the retry really holds the samples: at the rate of this trial, (n + more) samples take that long
+    k, n = 5, 1000
+    more = far["more_samples_needed"]
+    assert proportion_verdict(round(k / n * (n + more)), n + more, 0.01).verdict == "PASS"
+    assert duration_to_decide_s([passing, verdict(5, 10, "error_rate")], 8) == 8  # nothing latency left to decide
+    assert duration_to_decide_s([far, {**near, "more_samples_needed": None}], 8) is None
+    assert duration_to_decide_s([{**far, "n": 0}], 8) is None
 
 
 def test_trial_long_enough_for_the_percentile_of_the_smallest_group():
