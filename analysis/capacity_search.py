@@ -111,12 +111,18 @@ DECIDE_MARGIN = 1.25  # a retry runs this much longer than the extrapolation say
 def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float | None:
     """How long a trial at the same rate would have to run for every INCONCLUSIVE latency SLO to decide, if the
     share of slow requests and their correlation that this `duration_s` trial measured hold: the duration scaled
-    by (n + the samples still needed) / n of the neediest group (analysis/stats.py's proportion_verdict). None
-    when some group sits on its bound or sent nothing — no finite trial decides it."""
+    by (n + the samples still needed) / n of the neediest group (analysis/stats.py's proportion_verdict). A group
+    whose latency fell through the trial (still settling: analysis/slo.py makes its PASS INCONCLUSIVE) needs a
+    trial at least twice as long. None when some group sits on its bound or sent nothing — no finite trial
+    decides it."""
     longest = duration_s
     for v in slo_verdicts:
         if v.get("metric") != "latency" or v["verdict"] != "INCONCLUSIVE":
             continue
+        if v.get("trend") == "falling":
+            longest = max(longest, duration_s * 2)
+        if v.get("trend") == "falling" and v.get("more_samples_needed") is None:
+            continue  # its samples decided: only the settling needs time
         if not v["n"] or v.get("more_samples_needed") is None:
             return None
         longest = max(longest, duration_s * (v["n"] + v["more_samples_needed"]) / v["n"])

@@ -106,6 +106,10 @@ def test_how_long_an_undecided_trial_would_take_to_decide():
     assert proportion_verdict(round(k / n * (n + more)), n + more, 0.01).verdict == "PASS"
     assert duration_to_decide_s([passing, verdict(5, 10, "error_rate")], 8) == 8  # nothing latency left to decide
     assert duration_to_decide_s([far, {**near, "more_samples_needed": None}], 8) is None
+    # a PASS made INCONCLUSIVE by latency falling through the trial (still settling): twice as long
+    settling = {**passing, "verdict": "INCONCLUSIVE", "trend": "falling"}
+    assert duration_to_decide_s([passing, settling], 8) == 16
+    assert retry_duration_s(UNDECIDED, 8, 60, False, duration_to_decide_s([settling], 8)) == 20  # × DECIDE_MARGIN
     assert duration_to_decide_s([{**far, "n": 0}], 8) is None
 
 
