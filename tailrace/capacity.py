@@ -169,7 +169,10 @@ def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spe
                 if lo else "the generators saturated before any rate passed")
     elif state.converged():
         status = "found"
-        note = f"capacity {lo:g} req/s (next failing rate {hi:g}, within {c.tolerance:.0%})"
+        above = next((r for r in reversed(rows) if r["rate"] == hi), None)
+        how = ("no trial up to max_trial_s could decide (as near capacity as the search resolves)"
+               if above is not None and above["outcome"] == UNDECIDED else "failed")
+        note = f"capacity {lo:g} req/s, within {c.tolerance:.0%} of the next rate, {hi:g}, which {how}"
     elif lo is None:
         status = "none"
         note = "no tried rate passed every latency SLO"

@@ -141,3 +141,30 @@ MM1_S_MS, SLO_MS = 2.0, 50.0
 ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 
+
+
+def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided():
+    """The answer says whether a trial failed at the bracket's upper rate, or whether that rate was counted as not
+    passing because no trial up to max_trial_s could decide it."""
+    from contract.profile import parse_profile
+    from tailrace.capacity import summarize
+
+    profile = parse_profile({
+        "name": "cap", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": "kserve-http",
+                                      "model": "m"}],
+        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 5},
+        "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": 50}]}, "test profile")
+
+    def row(rate, outcome):
+        return {"rate": rate, "outcome": outcome, "mean_service_ms": 2.0, "slots": 1, "mean_ms": 5.0}
+
+    for above, words in ((FAIL, "failed"),
+                         (UNDECIDED, "no trial up to max_trial_s could decide (as near capacity as the search "
+                                     "resolves)")):
+        state = SearchState(100)
+        for rate, outcome in ((100, PASS), (200, PASS), (400, FAIL), (390, PASS)):
+            state.record(rate, outcome)
+        rows = [row(100, PASS), row(200, PASS), row(400, above), row(390, PASS)]
+        result = summarize(state, rows, profile, False, 60.0)
+        assert result["status"] == "found" and result["capacity_rps"] == 390, result
+        assert result["note"] == f"capacity 390 req/s, within 5% of the next rate, 400, which {words}", result["note"]
