@@ -130,17 +130,19 @@ def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float |
 
 
 def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_retried: bool,
-                     to_decide_s: float | None = None) -> float | None:
+                     to_decide_s: float | None = None, first_at_rate: bool = False) -> float | None:
     """How long to run the same rate again, or None to accept the outcome. An undecided trial runs again long
     enough to decide (`to_decide_s`: duration_to_decide_s, with DECIDE_MARGIN; at least twice as long, at most
     max_s) — unless deciding would take longer than max_s: its slow share is then too close to the SLO's bound
     for any trial to tell, the rate is as near capacity as the search can resolve, and it counts as not passing
-    at once rather than after a ladder of ever longer trials. A generator-limit trial runs again once at the
-    same length: one stall of a noisy machine (a GC pause, a neighbour's burst) must not end the search."""
+    rather than after a ladder of ever longer trials. The first trial at a rate (`first_at_rate`) always gets a
+    second one, as a generator-limit trial does (once, at the same length): one stall of a noisy machine (a GC
+    pause, a neighbour's burst) can put a short trial's slow share near the bound and must not end the search."""
     if outcome == UNDECIDED:
-        if to_decide_s is None or to_decide_s > max_s:
+        hopeless = to_decide_s is None or to_decide_s > max_s
+        if hopeless and not first_at_rate:
             return None
-        longer = min(max_s, max(duration_s * 2, to_decide_s * DECIDE_MARGIN))
+        longer = min(max_s, duration_s * 2 if hopeless else max(duration_s * 2, to_decide_s * DECIDE_MARGIN))
         return longer if longer > duration_s else None
     if outcome == GENERATOR_LIMIT and not generator_retried:
         return duration_s

@@ -127,7 +127,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             if time.monotonic() - started + duration + c.trial_warmup_s + TRIAL_OVERHEAD_S > budget:
                 budget_spent = True
                 break
-            generator_retried = False
+            generator_retried, first_at_rate = False, True
             while True:
                 index = len(rows) + 1
                 _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
@@ -135,7 +135,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
                 retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried,
-                                         row["to_decide_s"])
+                                         row["to_decide_s"], first_at_rate=first_at_rate)
+                first_at_rate = False
                 if row["outcome"] == UNDECIDED and retry is None and duration < c.max_trial_s:
                     row["why"] += beyond_reach(row["to_decide_s"], c.max_trial_s)
                 if retry is None or (time.monotonic() - started + retry + c.trial_warmup_s + TRIAL_OVERHEAD_S

@@ -70,20 +70,23 @@ def test_trial_outcome(verdicts, valid, reasons, outcome):
     assert classify_trial(verdicts, valid, reasons)[0] == outcome
 
 
-@pytest.mark.parametrize("outcome, duration, retried, to_decide, expected", [
-    (UNDECIDED, 8, False, 10, 16),      # a few more samples: at least twice as long
-    (UNDECIDED, 8, False, 40, 50),      # as long as deciding takes, with DECIDE_MARGIN
-    (UNDECIDED, 40, False, 55, 60),     # ... up to max_s
-    (UNDECIDED, 8, False, 61, None),    # deciding takes longer than max_s: as near capacity as the search resolves
-    (UNDECIDED, 8, False, None, None),  # the slow share sits on the bound: no trial decides it
-    (UNDECIDED, 60, False, 59, None),   # already at max_s: accept (counted as not passing)
-    (GENERATOR_LIMIT, 8, False, None, 8),  # one stall must not end the search: once more, same length
-    (GENERATOR_LIMIT, 8, True, None, None),  # twice saturated: the generator limit is real
-    (PASS, 8, False, None, None),
-    (FAIL, 8, False, None, None),
+@pytest.mark.parametrize("outcome, duration, retried, to_decide, first, expected", [
+    (UNDECIDED, 8, False, 10, False, 16),      # a few more samples: at least twice as long
+    (UNDECIDED, 8, False, 40, False, 50),      # as long as deciding takes, with DECIDE_MARGIN
+    (UNDECIDED, 40, False, 55, False, 60),     # ... up to max_s
+    (UNDECIDED, 16, False, 61, False, None),   # deciding takes longer than max_s: as near capacity as it resolves
+    (UNDECIDED, 16, False, None, False, None),  # the slow share sits on the bound: no trial decides it
+    (UNDECIDED, 8, False, 61, True, 16),       # ... but the first trial at a rate gets a second, twice as long
+    (UNDECIDED, 8, False, None, True, 16),     # (a stall can put a short trial's slow share near the bound)
+    (UNDECIDED, 8, False, 40, True, 50),
+    (UNDECIDED, 60, False, 59, False, None),   # already at max_s: accept (counted as not passing)
+    (GENERATOR_LIMIT, 8, False, None, True, 8),  # one stall must not end the search: once more, same length
+    (GENERATOR_LIMIT, 8, True, None, False, None),  # twice saturated: the generator limit is real
+    (PASS, 8, False, None, True, None),
+    (FAIL, 8, False, None, True, None),
 ])
-def test_which_trials_run_again(outcome, duration, retried, to_decide, expected):
-    assert retry_duration_s(outcome, duration, 60, retried, to_decide) == expected
+def test_which_trials_run_again(outcome, duration, retried, to_decide, first, expected):
+    assert retry_duration_s(outcome, duration, 60, retried, to_decide, first) == expected
 
 
 def test_how_long_an_undecided_trial_would_take_to_decide():
@@ -109,7 +112,7 @@ def test_how_long_an_undecided_trial_would_take_to_decide():
     # a PASS made INCONCLUSIVE by latency falling through the trial (still settling): twice as long
     settling = {**passing, "verdict": "INCONCLUSIVE", "trend": "falling"}
     assert duration_to_decide_s([passing, settling], 8) == 16
-    assert retry_duration_s(UNDECIDED, 8, 60, False, duration_to_decide_s([settling], 8)) == 20  # × DECIDE_MARGIN
+    assert retry_duration_s(UNDECIDED, 16, 60, False, duration_to_decide_s([settling], 16)) == 40  # × DECIDE_MARGIN
     assert duration_to_decide_s([{**far, "n": 0}], 8) is None
 
 
