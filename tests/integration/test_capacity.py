@@ -40,7 +40,7 @@ def mm1_profile(model_repo):
     }, "capacity test profile")
 
 
-@pytest.mark.timeout(900)  # ~8 trials of ~30 s each (253 s measured), more when one is retried (default 300 s)
+@pytest.mark.timeout(900)  # ~8–11 trials (253–391 s measured), more when one is retried (default 300 s)
 def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     cap_dir, result = run_capacity(mm1_profile(model_repo), tmp_path, quiet=True)
     # M/M/1 sojourn time is Exp(μ − λ): p99 = ln(100) / (μ − λ) = T  ⇒  λ* = μ − ln(100) / T
