@@ -43,10 +43,26 @@ def lag1_autocorrelation(x: np.ndarray) -> float | None:
 
 def _variance(z: np.ndarray) -> float:
     """z.var() as numpy computes it for z as floats (the same sums, so the same bits), with one temporary of
-    deviations: numpy's own var of a boolean array makes a second one."""
-    deviations = np.subtract(z, z.sum(dtype=np.float64) / len(z), dtype=np.float64)
+    squared deviations: numpy's own var of a boolean array makes a second one. A boolean z's squared deviations
+    take one of two values, chosen per value in one pass (the same values numpy's subtract and multiply make)."""
+    n = len(z)
+    if z.dtype == bool:
+        mean = np.count_nonzero(z) / n  # the count numpy's float sum of the 0s and 1s gives, exactly
+        low, high = 0.0 - mean, 1.0 - mean
+        squares = np.where(z, high * high, low * low)
+        return float(squares.sum() / n)
+    deviations = np.subtract(z, z.sum(dtype=np.float64) / n, dtype=np.float64)
     np.multiply(deviations, deviations, out=deviations)
-    return float(deviations.sum() / len(z))
+    return float(deviations.sum() / n)
+
+
+def _batch_means(z: np.ndarray, k: int, b: int) -> np.ndarray:
+    """The means of the last k·b values of `z` in k batches of b: a boolean z's as counts over b (numpy's float
+    mean of 0s and 1s is that exact count over b), without converting every value to a float."""
+    batches = z[len(z) - b * k:].reshape(k, b)
+    if z.dtype == bool:
+        return np.count_nonzero(batches, axis=1) / b
+    return batches.mean(axis=1)
 
 
 def integrated_time(z: np.ndarray, alpha: float = ALPHA) -> float:
@@ -66,7 +82,7 @@ def integrated_time(z: np.ndarray, alpha: float = ALPHA) -> float:
         k //= 2
     while True:
         b = n // k
-        means = z[n - b * k:].reshape(k, b).mean(axis=1)  # the last k·b values: the end of a run is kept
+        means = _batch_means(z, k, b)  # the last k·b values: the end of a run is kept
         r1 = lag1_autocorrelation(means)
         if k // 2 < MIN_BATCHES or r1 is None or r1 <= 2 / math.sqrt(k):
             break

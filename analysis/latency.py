@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -10,6 +11,7 @@ import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, time_order
 from analysis.frames import endpoint_region_positions, group_positions
+from analysis.stats import tail_needed, tail_quantile
 from contract.profile import Profile
 from contract.rates import rate_segments
 
@@ -17,6 +19,7 @@ PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
 WHOLE_COLUMN_MS_ROWS = 32_000_000  # up to this many rows _Rows converts the latencies to ms once, not per row
 TIME_COLUMN = "t_intended_ref"  # the order the correlation of neighbouring requests is measured in
+SEND_LAG_Q = 99 / 100  # the send lag quantile of each row (np.percentile(…, 99))
 
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
@@ -91,6 +94,76 @@ def request_counts(rows: _Rows, idx: np.ndarray, duration_s: float) -> dict:
     return out
 
 
+@dataclass
+class GroupCounts:
+    """What request_counts reads of one endpoint × region group's rows, kept so that an endpoint's and the
+    overall row add their groups' up to the same numbers: sizes and sums are exact integers, and a union's send
+    lag percentile is read from the largest send lags of each group (tail_quantile). A sum that would not add up
+    exactly (accuracy from float columns) or a send lag that is not an integer column is None: such a row is
+    counted from its own rows."""
+
+    n: int
+    ok: int
+    accuracy: float | None
+    right: int | None  # accuracy's numerator and denominator sums, and how many rows it counted
+    of: int | None
+    checked: int | None
+    by_count: bool  # accuracy from correct_count / batch_size (else the mean of correct)
+    lag_top: np.ndarray | None  # the group's largest send lags: enough for its and any union's percentile
+    send_lag_p99_ms: float | None
+
+    @classmethod
+    def of_rows(cls, rows: _Rows, idx: np.ndarray, top: int) -> GroupCounts:
+        """The counts of the rows at positions `idx`, keeping their `top` largest send lags."""
+        ok = rows.ok[idx]
+        n, n_ok = len(idx), int(ok.sum())
+        ok_idx = idx[ok]
+        correct, count, batch = (rows.accuracy.get(c) for c in ACCURACY_COLUMNS)
+        by_count = count is not None and batch is not None
+        right = of = checked = None
+        if by_count and count.dtype.kind in "iu" and batch.dtype.kind in "iu":
+            counted = ok_idx[count[ok_idx] >= 0]
+            right, of, checked = int(count[counted].sum()), int(batch[counted].sum()), len(counted)
+        elif not by_count and correct is not None and correct.dtype == bool:
+            right, of, checked = int(np.count_nonzero(correct[ok_idx])), n_ok, n_ok
+        lag_top, lag_p99 = None, None
+        if rows.send_lag_ns is not None and n:
+            lag = rows.send_lag_ns[idx]
+            if lag.dtype.kind in "iu":  # its largest values: its own percentile's and any union's
+                keep = min(n, max(top, tail_needed(n, SEND_LAG_Q)))
+                if keep < n:
+                    lag.partition(n - keep)
+                lag_top = lag[n - keep:].copy()
+                lag_p99 = tail_quantile(lag_top, n, SEND_LAG_Q) / 1e6
+            else:
+                lag_p99 = float(np.percentile(lag, 99) / 1e6)
+        return cls(n, n_ok, rows.accuracy_of(ok_idx), right, of, checked, by_count, lag_top, lag_p99)
+
+    def counts(self, duration_s: float) -> dict:
+        """request_counts of the group's rows."""
+        return _counts(self.n, self.ok, self.accuracy, self.send_lag_p99_ms, duration_s)
+
+    @staticmethod
+    def combined(groups: list[GroupCounts], duration_s: float) -> dict | None:
+        """request_counts of the union of `groups`' rows, from their counts (None: not exactly from them)."""
+        if any(g.right is None or (g.n and g.lag_top is None) for g in groups) or len({g.by_count for g in groups}) > 1:
+            return None
+        n, n_ok = sum(g.n for g in groups), sum(g.ok for g in groups)
+        right, of, checked = (sum(getattr(g, k) for g in groups) for k in ("right", "of", "checked"))
+        # numpy's own division, as accuracy_of's: integer sums over the count of rows or over the batch sizes
+        accuracy = None if not checked else float(np.int64(right) / np.int64(of)) if groups[0].by_count else \
+            float(np.float64(right) / of)
+        lag = tail_quantile(np.concatenate([g.lag_top for g in groups if g.n]), n, SEND_LAG_Q) / 1e6 if n else None
+        return _counts(n, n_ok, accuracy, lag, duration_s)
+
+
+def _counts(n: int, n_ok: int, accuracy: float | None, send_lag_p99_ms: float | None, duration_s: float) -> dict:
+    """request_counts' row from its numbers."""
+    return {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": float((n - n_ok) / n) if n else 0.0,
+            "achieved_rate": float(n / duration_s) if duration_s else None, "accuracy": accuracy,
+            "send_lag_p99_ms": send_lag_p99_ms}
+
+
 def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], np.ndarray], counts: dict) -> dict:
     """`counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
     successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms()`: those latencies, sorted
@@ -154,20 +227,29 @@ def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.nda
     latency_table computes them: the overall row, each endpoint × region (`positions`:
     endpoint_region_positions(df, among)), each endpoint. An endpoint's positions are made when asked for, from
     its groups' (one endpoint's at a time: a day's run holds a hundred million positions)."""
+    return [(labels, idx) for labels, idx, _ in _table_rows(df, positions, among)]
+
+
+def _table_rows(df: pd.DataFrame, positions: dict | None, among: np.ndarray | None
+                ) -> list[tuple[dict, Callable[[], np.ndarray], list | None]]:
+    """row_positions, each row with the keys of the endpoint × region groups whose rows are exactly its rows
+    (None where some of its rows are in no group: rows with no endpoint or no region)."""
     positions = endpoint_region_positions(df, among) if positions is None else positions
-    rows: list[tuple[dict, Callable[[], np.ndarray]]] = [
-        ({"endpoint": "*", "region": "*"}, lambda: np.arange(len(df)) if among is None else among)]
-    rows += [({"endpoint": e, "region": r}, lambda idx=idx: idx) for (e, r), idx in positions.items()]
+    size = len(df) if among is None else len(among)
+    whole = list(positions) if sum(len(idx) for idx in positions.values()) == size else None
+    rows: list[tuple[dict, Callable[[], np.ndarray], list | None]] = [
+        ({"endpoint": "*", "region": "*"}, lambda: np.arange(len(df)) if among is None else among, whole)]
+    rows += [({"endpoint": e, "region": r}, lambda idx=idx: idx, [(e, r)]) for (e, r), idx in positions.items()]
     codes = df["region"].cat.codes.to_numpy() if isinstance(df["region"].dtype, pd.CategoricalDtype) else None
     missing_region = codes is None or bool((codes < 0).any() if among is None else (codes[among] < 0).any())
     if missing_region:  # rows with no region belong to their endpoint's row but to no endpoint × region group
         by_endpoint = group_positions(df, ["endpoint"], among)
-        rows += [({"endpoint": e, "region": "*"}, lambda idx=idx: idx) for e, idx in
+        rows += [({"endpoint": e, "region": "*"}, lambda idx=idx: idx, None) for e, idx in
                  sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
     else:
         endpoints = sorted({e for e, _ in positions}, key=str)
-        rows += [({"endpoint": e, "region": "*"}, lambda e=e: _endpoint_positions(df, e, positions, among))
-                 for e in endpoints]
+        rows += [({"endpoint": e, "region": "*"}, lambda e=e: _endpoint_positions(df, e, positions, among),
+                  [key for key in positions if key[0] == e]) for e in endpoints]
     return rows
 
 
@@ -188,10 +270,23 @@ def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | N
                         among: np.ndarray | None = None) -> list[dict]:
     """request_counts of each of row_positions(df, positions, among), in that order: what the latency table
     reads of the send lag and accuracy columns, so that the caller can free them before the latencies are
-    sorted."""
+    sorted. The endpoint × region groups are counted from their rows; an endpoint's and the overall row, where
+    they are the union of groups, from the groups' counts and their slowest send lags (GroupCounts), without
+    reading their rows again — the same numbers."""
     rows = _Rows(df)
+    table = _table_rows(df, positions, among)
+    sizes = {members[0]: len(idx()) for labels, idx, members in table if labels["region"] != "*"}
+    top = max((tail_needed(sum(sizes[k] for k in members), SEND_LAG_Q) for labels, _, members in table
+               if labels["region"] == "*" and members), default=0)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda t: request_counts(rows, t[1](), duration_s), row_positions(df, positions, among)))
+        groups = dict(pool.map(lambda t: (t[2][0], GroupCounts.of_rows(rows, t[1](), top)),
+                               [t for t in table if t[0]["region"] != "*"]))
+        combined = {i: GroupCounts.combined([groups[k] for k in members], duration_s)
+                    for i, (labels, _, members) in enumerate(table) if labels["region"] == "*" and members}
+        direct = [i for i, (labels, _, _) in enumerate(table) if labels["region"] == "*" and combined.get(i) is None]
+        counted = dict(zip(direct, pool.map(lambda i: request_counts(rows, table[i][1](), duration_s), direct)))
+    return [counted[i] if i in counted else combined[i] if labels["region"] == "*" else
+            groups[members[0]].counts(duration_s) for i, (labels, _, members) in enumerate(table)]
 
 
 def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[tuple[str, str], np.ndarray]:

@@ -114,6 +114,24 @@ def sorted_percentile(x: np.ndarray, q: float) -> float:
     return float(a) if t == 0 or a == b else float(a + t * (b - a))
 
 
+def tail_needed(n: int, q: float) -> int:
+    """How many of the largest of n values hold numpy's linear q-quantile of them: the order statistics from
+    rank floor((n − 1)q) up (0 when n is 0)."""
+    return n - int(np.floor((n - 1) * q)) if n else 0
+
+
+def tail_quantile(top: np.ndarray, n: int, q: float) -> float:
+    """numpy's linear q-quantile of n values (no NaN), read from `top`: at least the tail_needed(n, q) largest of
+    them, in any order (e.g. the largest values of each of several groups whose union the n values are). The
+    two order statistics around q are found in `top` and numpy's own arithmetic is applied to them, as
+    sorted_percentile does: the same number as np.percentile of all n values."""
+    h = (n - 1) * q
+    i = int(np.floor(h))
+    above = len(top) - (n - i)  # the position in `top`, ascending, of the n values' order statistic i
+    pair = np.partition(top, [above, above + 1])[above:above + 2] if i + 1 < n else np.partition(top, above)[above:]
+    return float(np.quantile(pair, h - i if len(pair) == 2 else 0.0))
+
+
 def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """(each distinct key, ascending; the linear q-quantile of its values — numpy's definition, as pandas'
     groupby().quantile) in one sort of all the values: non-negative integer keys and values below 2^62 in all

@@ -420,6 +420,37 @@ def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
                 assert np.array_equal(got, want) and got.dtype == rows.dtype, labels
 
 
+def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_counted_from_their_rows():
+    """request_count_table adds an endpoint's and the overall row up from their endpoint × region groups (exact
+    integer sums, the send lag's p99 from each group's largest lags): the same numbers, to the last bit, as
+    request_counts reading each row's own positions — with and without `among`, accuracy by count or by the
+    correct column, rows with no region or no endpoint (counted from their rows), empty groups."""
+    import pandas as pd
+
+    from analysis.frames import endpoint_region_positions, frame_of
+    from analysis.latency import _Rows, request_count_table, request_counts, row_positions
+
+    rng = np.random.default_rng(5)
+    for trial in range(24):
+        n = int(rng.integers(1, 20_000))
+        endpoints = rng.choice(["b", "a", "c"], n, p=[0.6, 0.399, 0.001])
+        regions = rng.choice(["r2", "r1"], n).astype(object)
+        if trial % 4 == 1:
+            regions[rng.random(n) < 0.01] = None
+        columns = {"endpoint": pd.Categorical(endpoints), "region": pd.Categorical(regions),
+                   "status": pd.Categorical(rng.choice(["ok", "timeout"], n, p=[0.97, 0.03])),
+                   "send_lag_ns": rng.integers(0, int(rng.choice([5, 10**7])), n),
+                   "correct": rng.random(n) < 0.9}
+        if trial % 3:
+            columns |= {"correct_count": rng.integers(-1, 4, n).astype(np.int32),
+                        "batch_size": rng.integers(1, 4, n).astype(np.int32)}
+        df = frame_of(columns, pd.RangeIndex(n))
+        among = None if trial % 2 else np.flatnonzero(rng.random(n) < 0.7).astype(np.int32)
+        positions = endpoint_region_positions(df, among)
+        want = [request_counts(_Rows(df), idx(), 60.0) for _, idx in row_positions(df, positions, among)]
+        assert request_count_table(df, 60.0, positions, among) == want, trial
+
+
 def test_clock_models_map_times_as_their_formula_in_place():
     """OffsetModel.to_reference (in place, one temporary) gives t + round(offset_at(t)) to the nanosecond, into a
     slice of a larger array as to a new one; to_reference fills each worker's run by its model."""

@@ -210,6 +210,22 @@ def test_tau_of_a_boolean_indicator_is_the_same_bits_as_of_its_floats(p):
     assert integrated_time(np.ones(1000, dtype=bool)) == 1.0
 
 
+def test_boolean_variance_and_batch_means_are_numpys_at_every_length():
+    """The one-pass variance of a boolean series and its batch means as counts are numpy's float var and mean to
+    the last bit at lengths that exercise each branch of numpy's pairwise sum (under 8, within one block of 128,
+    odd remainders, many blocks), at several densities."""
+    rng = np.random.default_rng(11)
+    from analysis.correlation import _batch_means, _variance
+    for n in (1, 5, 8, 127, 129, 1000, 4099, 65_541, 300_007):
+        for p in (0.0, 0.01, 0.5, 0.97):
+            z = rng.random(n) < p
+            assert _variance(z) == float(z.astype(float).var()), (n, p)
+            for k in (1, 3, 64):
+                if n // k:
+                    b = n // k
+                    assert np.array_equal(_batch_means(z, k, b), z[n - b * k:].reshape(k, b).astype(float).mean(axis=1))
+
+
 def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
     """evaluate_slos appends errors (+inf) to the latency table's sorted successes instead of sorting again:
     the same array as np.sort, NaN latencies (sorted after inf) falling back to the sort, and the same verdicts."""
