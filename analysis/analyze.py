@@ -98,13 +98,6 @@ def _scenario_table(scenario: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _phases_and_groups(phases: pd.DataFrame, pairs: pd.DataFrame, profile: Profile, measured_rows: np.ndarray
-                       ) -> tuple[list[dict], dict]:
-    """The per-phase table, and the measured rows of each endpoint × region (grouped once, shared by the latency
-    table, goodput and the verdicts)."""
-    return per_phase_table(phases, profile), endpoint_region_positions(pairs, measured_rows)
-
-
 def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
                    line: Callable[[], Timeline | None], profile: Profile) -> list[dict]:
     """The outage windows; with the report's timeline (`line()`), both handed to `figures` (the timeline's
@@ -179,12 +172,13 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
     # where the whole log fits in the memory kept for columns, statistics compute in a thread beside those after
     # them (numpy's sorts and reductions run without the GIL; docs/ARCHITECTURE.md has the numbers): the per-phase
-    # table, the endpoint × region rows and the report's timeline beside the server-side statistics, the outages
-    # beside the verdicts; a long run's compute in order, one at a time, so that its peak stays what it was
+    # table (after the endpoint × region rows the latency table waits for) and the report's timeline beside the
+    # server-side statistics and the latency table, the outages beside the verdicts; a long run's compute in
+    # order, one at a time, so that its peak stays what it was
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
-    if side is not None:  # beside the server-side statistics
-        phases_and_groups = side.submit(_phases_and_groups, log.frame(PHASE_COLUMNS),
-                                        log.frame(["endpoint", "region"]), profile, measured_rows).result
+    if side is not None:  # beside the server-side statistics: the groups first, which the latency table waits for
+        groups_ready = side.submit(endpoint_region_positions, log.frame(["endpoint", "region"]), measured_rows).result
+        phases_ready = side.submit(per_phase_table, log.frame(PHASE_COLUMNS), profile).result
         line = side.submit(timeline, log.frame(REPORT_COLUMNS)).result if figures.ahead else lambda: None
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
@@ -196,8 +190,11 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
     cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
     done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
-    per_phase, positions = (phases_and_groups() if side is not None else _phases_and_groups(
-        log.frame(PHASE_COLUMNS), log.frame(["endpoint", "region"]), profile, measured_rows))
+    if side is not None:
+        positions = groups_ready()
+    else:
+        per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
+        positions = endpoint_region_positions(log.frame(["endpoint", "region"]), measured_rows)
     duration = profile.load.duration_s
     counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
     done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
@@ -221,7 +218,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     validity = validity_rows(groups)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
     if side is not None:
-        outages = outages_drawn()
+        per_phase, outages = phases_ready(), outages_drawn()
         side.shutdown()
     else:
         outages = _outages_drawn(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
