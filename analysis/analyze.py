@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,11 +212,12 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
     groups = groups_of(measured, positions)
+    threads = (os.cpu_count() or 1) if side is not None else 1  # a long run's groups one at a time: its peak
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
     verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
-                             region_names, groups, {(str(e), str(r)): v for (e, r), v in ok_sorted.items()})
+                             region_names, groups, {(str(e), str(r)): v for (e, r), v in ok_sorted.items()}, threads)
+    validity = validity_rows(groups, ok_sorted, threads)
     del ok_sorted
-    validity = validity_rows(groups)
     del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
     if side is not None:
         per_phase, outages = phases_ready(), outages_drawn()

@@ -1,6 +1,7 @@
 """SLO verdicts from the profile's [[slos]]: PASS / FAIL / INCONCLUSIVE (with the samples still needed)."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -55,11 +56,12 @@ def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) ->
 
 def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),
                   groups: dict[tuple[str, str], Group] | None = None,
-                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None) -> list[dict]:
+                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, threads: int = 1) -> list[dict]:
     """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
     measured phases. A group with no measured requests is INCONCLUSIVE. `groups`: groups_of(df)
     (analysis/validity.py), when the caller has it; `ok_sorted`: each group's successful latencies (ms) sorted,
-    as analysis/latency.py's latency_table returns them, when the caller has them (not sorted again).
+    as analysis/latency.py's latency_table returns them, when the caller has them (not sorted again). `threads`:
+    how many groups' verdicts are computed at once (numpy's work releases the GIL; each holds a group's temporaries).
 
     Latency SLO "p<q> < T ms": k = requests slower than T (errors count as slower: a failed request
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
@@ -69,47 +71,52 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
     error-rate SLO (with_implicit_slos) states no goal of the user's, so it is judged on the observed rate:
     FAIL above its bound, else PASS; a group with no measured requests has no implicit verdict.
     """
-    out = []
     groups = groups_of(df) if groups is None else groups
-    trends = {key: g.stationarity() for key, g in groups.items()}
-    for i, slo in enumerate(slos):
-        for endpoint, region, g in _matching(groups, slo, list(endpoints), list(regions)):
-            n = g.n
-            reason, trend = None, None
-            if slo["metric"] == "latency":
-                q = slo["percentile"]
-                exceeding = (g.latency_ns > slo["threshold_ms"] * 1e6) | ~g.ok
-                k = int(exceeding.sum())
-                v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
-                in_time_ms = np.where(g.ok, g.latency_ns / 1e6, np.inf)
-                sorted_ms = _sorted_with_errors(in_time_ms, (ok_sorted or {}).get((endpoint, region)))
-                est = correlated_percentiles_ci(in_time_ms, (q,), sorted_ms)[q] if n else None
-                desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
-                measured = sorted_percentile(sorted_ms, q / 100) if n else None  # with or without a CI
-                del sorted_ms
-                ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
-                phase, st = trends.get((endpoint, region), (None, None))
-                if st is not None and st.stationary is False:
-                    trend = "rising" if st.change > 0 else "falling"
-                    reason = f"phase {phase}: {st.reason()}"
-                    if v.verdict == "PASS":
-                        v = replace(v, verdict="INCONCLUSIVE")
-            else:
-                k = int((~g.ok).sum())
-                v = proportion_verdict(k, n, slo["threshold"], tau=integrated_time(~g.ok))
-                desc = f"error rate < {slo['threshold']:.3%}"
-                if slo.get("implicit"):
-                    if not n:
-                        continue  # nothing sent: no error rate to judge (a declared SLO makes it INCONCLUSIVE)
-                    desc = f"error rate ≤ {slo['threshold']:.0%} (implicit: no error_rate SLO declared)"
-                    v = replace(v, verdict="FAIL" if k / n > slo["threshold"] else "PASS", more_samples_needed=None)
-                measured, ci = v.observed, (v.ci_low, v.ci_high)
-            out.append({"slo": i, "description": desc, "metric": slo["metric"], "implicit": bool(slo.get("implicit")),
-                        "endpoint": endpoint,
-                        "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
-                        "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
-                        "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason})
-    return out
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # each verdict its own: the same numbers in any order
+        trends = dict(zip(groups, pool.map(lambda g: g.stationarity(), groups.values())))
+        tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
+                                                                                           list(regions))]
+        return [v for v in pool.map(lambda t: _verdict(*t, trends, ok_sorted), tasks) if v is not None]
+
+
+def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: dict,
+             ok_sorted: dict[tuple[str, str], np.ndarray] | None) -> dict | None:
+    """evaluate_slos' row for the `i`-th SLO on one endpoint × region's measured rows `g` (None: no verdict)."""
+    n = g.n
+    reason, trend = None, None
+    if slo["metric"] == "latency":
+        q = slo["percentile"]
+        exceeding = (g.latency_ns > slo["threshold_ms"] * 1e6) | ~g.ok
+        k = int(exceeding.sum())
+        v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding))
+        in_time_ms = np.where(g.ok, g.latency_ns / 1e6, np.inf)
+        sorted_ms = _sorted_with_errors(in_time_ms, (ok_sorted or {}).get((endpoint, region)))
+        est = correlated_percentiles_ci(in_time_ms, (q,), sorted_ms)[q] if n else None
+        desc = f"p{q:g} < {slo['threshold_ms']:g} ms"
+        measured = sorted_percentile(sorted_ms, q / 100) if n else None  # with or without a CI
+        del sorted_ms
+        ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
+        phase, st = trends.get((endpoint, region), (None, None))
+        if st is not None and st.stationary is False:
+            trend = "rising" if st.change > 0 else "falling"
+            reason = f"phase {phase}: {st.reason()}"
+            if v.verdict == "PASS":
+                v = replace(v, verdict="INCONCLUSIVE")
+    else:
+        k = int((~g.ok).sum())
+        v = proportion_verdict(k, n, slo["threshold"], tau=integrated_time(~g.ok))
+        desc = f"error rate < {slo['threshold']:.3%}"
+        if slo.get("implicit"):
+            if not n:
+                return None  # nothing sent: no error rate to judge (a declared SLO makes it INCONCLUSIVE)
+            desc = f"error rate ≤ {slo['threshold']:.0%} (implicit: no error_rate SLO declared)"
+            v = replace(v, verdict="FAIL" if k / n > slo["threshold"] else "PASS", more_samples_needed=None)
+        measured, ci = v.observed, (v.ci_low, v.ci_high)
+    return {"slo": i, "description": desc, "metric": slo["metric"], "implicit": bool(slo.get("implicit")),
+            "endpoint": endpoint,
+            "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
+            "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
+            "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason}
 
 
 def overall_verdict(verdicts: list[dict], valid: bool) -> tuple[str, int]:

@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 
@@ -73,23 +75,31 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None) -> dict[tup
             for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items()}
 
 
-def validity_rows(groups: dict[tuple[str, str], Group]) -> list[dict]:
-    """One row per endpoint × region: stationarity (per phase, the worst), independence, effective n of p99."""
-    rows = []
-    for (endpoint, region), g in sorted(groups.items()):
-        latency_ms = g.latency_ns[g.ok] / 1e6
-        per_phase = g.per_phase()
-        phase, st = g.stationarity()
-        tau = 1.0
-        if len(latency_ms):
-            tau = quantile_tau(latency_ms, sorted_percentile(np.sort(latency_ms), 0.99))
-        r1 = lag1_autocorrelation(latency_ms)
-        rows.append({"endpoint": endpoint, "region": region, "n": int(len(latency_ms)),
-                     "lag1_autocorrelation": r1, "tau_p99": tau, "effective_n_p99": effective_size(len(latency_ms), tau),
-                     "independence": _independence_words(len(latency_ms), tau, r1),
-                     "phase": phase, "phases_tested": [p for p, r in per_phase.items() if r.stationary is not None],
-                     **st.as_dict()})
-    return rows
+def validity_rows(groups: dict[tuple[str, str], Group], ok_sorted: dict[tuple[str, str], np.ndarray] | None = None,
+                  threads: int = 1) -> list[dict]:
+    """One row per endpoint × region: stationarity (per phase, the worst), independence, effective n of p99.
+    `ok_sorted`: each group's successful latencies (ms) sorted, as analysis/latency.py's latency_table returns them
+    (keyed by the groups' values), when the caller has them; `threads`: how many groups are computed at once."""
+    sorted_of = {(str(e), str(r)): v for (e, r), v in (ok_sorted or {}).items()}
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda item: _validity_row(*item, sorted_of.get(item[0])), sorted(groups.items())))
+
+
+def _validity_row(key: tuple[str, str], g: Group, ok_sorted: np.ndarray | None) -> dict:
+    endpoint, region = key
+    latency_ms = g.latency_ns[g.ok] / 1e6
+    per_phase = g.per_phase()
+    phase, st = g.stationarity()
+    tau = 1.0
+    if len(latency_ms):
+        in_order = ok_sorted if ok_sorted is not None and len(ok_sorted) == len(latency_ms) else np.sort(latency_ms)
+        tau = quantile_tau(latency_ms, sorted_percentile(in_order, 0.99))
+    r1 = lag1_autocorrelation(latency_ms)
+    return {"endpoint": endpoint, "region": region, "n": int(len(latency_ms)),
+            "lag1_autocorrelation": r1, "tau_p99": tau, "effective_n_p99": effective_size(len(latency_ms), tau),
+            "independence": _independence_words(len(latency_ms), tau, r1),
+            "phase": phase, "phases_tested": [p for p, r in per_phase.items() if r.stationary is not None],
+            **st.as_dict()}
 
 
 def _independence_words(n: int, tau: float, r1: float | None) -> str:
