@@ -59,10 +59,10 @@ def _variance(z: np.ndarray) -> float:
 def _batch_means(z: np.ndarray, k: int, b: int) -> np.ndarray:
     """The means of the last k·b values of `z` in k batches of b: a boolean z's as counts over b (numpy's float
     mean of 0s and 1s is that exact count over b), without converting every value to a float."""
-    batches = z[len(z) - b * k:].reshape(k, b)
-    if z.dtype == bool:
-        return np.count_nonzero(batches, axis=1) / b
-    return batches.mean(axis=1)
+    start = len(z) - b * k
+    if z.dtype == bool:  # one count a batch: numpy counts a 1-D boolean run without converting it (axis=1 does)
+        return np.array([np.count_nonzero(z[start + i * b:start + (i + 1) * b]) for i in range(k)], dtype=np.int64) / b
+    return z[start:].reshape(k, b).mean(axis=1)
 
 
 def integrated_time(z: np.ndarray, alpha: float = ALPHA) -> float:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, time_order
 from analysis.frames import endpoint_region_positions, group_positions
-from analysis.stats import tail_needed, tail_quantile
+from analysis.stats import SortedUnion, tail_needed, tail_quantile
 from contract.profile import Profile
 from contract.rates import rate_segments
 
@@ -164,12 +164,13 @@ def _counts(n: int, n_ok: int, accuracy: float | None, send_lag_p99_ms: float | 
             "send_lag_p99_ms": send_lag_p99_ms}
 
 
-def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], np.ndarray], counts: dict) -> dict:
+def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], np.ndarray | SortedUnion | None],
+                      counts: dict) -> dict:
     """`counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
     successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms()`: those latencies, sorted
-    (asked for once the rows are in time order). The CIs count the independent samples the time-ordered
-    latencies are worth (analysis/correlation.py). Each temporary is freed before the next is made: the
-    overall row of a day's run is a hundred million requests."""
+    (an array or a SortedUnion, asked for once the rows are in time order; None: sorted here). The CIs count the
+    independent samples the time-ordered latencies are worth (analysis/correlation.py). Each temporary is freed
+    before the next is made: the overall row of a day's run is a hundred million requests."""
     ok_idx = idx[rows.ok[idx]]
     lat_ms = rows.latency_ms(ok_idx)  # in row order: the mean sums as it always did
     mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
@@ -179,6 +180,8 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], n
     in_time = rows.latency_ms(in_time_rows)
     del in_time_rows
     ok_sorted = sorted_ok_ms()
+    if ok_sorted is None:
+        ok_sorted = np.sort(in_time)
     head = {k: counts[k] for k in ("count", "ok", "errors", "error_rate", "achieved_rate", "accuracy")}
     return {**head, "mean_ms": mean_ms, "max_ms": float(ok_sorted[-1]) if len(ok_sorted) else None,
             "send_lag_p99_ms": counts["send_lag_p99_ms"],
@@ -313,21 +316,28 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     positions = endpoint_region_positions(df, among) if positions is None else positions
     counts = request_count_table(df, duration_s, positions, among) if counts is None else counts
     rows = _Rows(df)
-    table_rows = row_positions(df, positions, among)
+    table_rows = _table_rows(df, positions, among)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         ok_sorted = _sorted_ok(rows, positions, pool)
 
-        def merged(labels: dict) -> np.ndarray:  # a row's sorted latencies, merged when the row runs
-            e, r = labels["endpoint"], labels["region"]
-            if r != "*":
-                return ok_sorted[(e, r)]
-            return _merged([v for (g, _), v in ok_sorted.items() if e == "*" or g == e])
+        def merged(members: list | None) -> np.ndarray | SortedUnion | None:
+            """A row's sorted latencies: its group's; an endpoint's or the overall row's read by rank from its
+            groups' (SortedUnion: the few order statistics its percentiles read, no merge of millions); None
+            (sorted from its own rows) when some of its rows are in no group."""
+            if members is None:
+                return None
+            parts = [ok_sorted[key] for key in members]
+            if len(parts) == 1:
+                return parts[0]
+            if any(len(p) and np.isnan(p[-1]) for p in parts):  # NaN sorts last: merged as np.sort would
+                return _merged(parts)
+            return SortedUnion(parts)
 
-        def row(task: tuple[tuple[dict, Callable[[], np.ndarray]], dict]) -> dict:
-            (labels, idx), count = task
+        def row(task: tuple[tuple[dict, Callable[[], np.ndarray], list | None], dict]) -> dict:
+            (labels, idx, members), count = task
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
-            return {**labels, **summarize_latency(rows, idx(), lambda: merged(labels), count), "intended_rate": rate}
+            return {**labels, **summarize_latency(rows, idx(), lambda: merged(members), count), "intended_rate": rate}
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted
 

@@ -132,6 +132,44 @@ def tail_quantile(top: np.ndarray, n: int, q: float) -> float:
     return float(np.quantile(pair, h - i if len(pair) == 2 else 0.0))
 
 
+class SortedUnion:
+    """The sorted union of sorted arrays (`parts`, no NaN), read by rank without merging them: `len`, `x[i]`
+    and short slices `x[i:j]` — what sorted_percentile and sorted_percentile_ci read of a sorted array (a few
+    order statistics), for a row whose latencies are its groups' (an endpoint's, the overall row). Each order
+    statistic is found by narrowing a window in each part around it (searchsorted), never by a pass over the
+    values: the same numbers as np.sort of the concatenation, at a few microseconds a rank."""
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = [p for p in parts if len(p)]
+        self._n = sum(len(p) for p in self.parts)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return np.array([self.kth(i) for i in range(*key.indices(self._n))], dtype=np.float64)
+        i = int(key)
+        return self.kth(i + self._n if i < 0 else i)
+
+    def kth(self, k: int) -> float:
+        """The k-th smallest value (0-based) of the union."""
+        if not 0 <= k < self._n:
+            raise IndexError(f"rank {k} of {self._n} values")
+        lo, hi = [0] * len(self.parts), [len(p) for p in self.parts]
+        while True:  # the k-th value lies in the windows [lo, hi) of the parts; the widest one is halved each turn
+            widest = max(range(len(self.parts)), key=lambda j: hi[j] - lo[j])
+            pivot = self.parts[widest][(lo[widest] + hi[widest]) // 2]
+            below = [int(np.searchsorted(p, pivot, side="left")) for p in self.parts]
+            through = [int(np.searchsorted(p, pivot, side="right")) for p in self.parts]
+            if sum(below) <= k < sum(through):
+                return pivot
+            if k < sum(below):
+                hi = [min(h, b) for h, b in zip(hi, below)]
+            else:
+                lo = [max(lo_, t) for lo_, t in zip(lo, through)]
+
+
 def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """(each distinct key, ascending; the linear q-quantile of its values — numpy's definition, as pandas'
     groupby().quantile) in one sort of all the values: non-negative integer keys and values below 2^62 in all

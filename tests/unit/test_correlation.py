@@ -276,3 +276,43 @@ def test_compare_groups_sorts_once_and_bootstraps_the_sorted_latencies():
         assert (row[f"p{p}_diff_ms"], row[f"p{p}_ci_low"], row[f"p{p}_ci_high"]) == bootstrap_diff_ci(
             a, b, p, seed=3, sizes=sizes)
         assert row[f"p{p}_a_ms"] == np.percentile(a, p) and row[f"p{p}_b_ms"] == np.percentile(b, p)
+
+
+def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():
+    """SortedUnion gives, by rank, the values np.sort of the concatenated parts holds — with ties, empty parts, one
+    part — and so the same percentiles and intervals (sorted_percentile, sorted_percentile_ci) as the merge."""
+    from analysis.stats import SortedUnion, sorted_percentile, sorted_percentile_ci
+
+    rng = np.random.default_rng(1)
+    for trial in range(200):
+        parts = [np.sort(np.round(rng.exponential(size=int(rng.integers(0, 2000))), int(rng.integers(0, 4))))
+                 for _ in range(int(rng.integers(1, 10)))]
+        union, merged = SortedUnion(parts), np.sort(np.concatenate(parts))
+        assert len(union) == len(merged)
+        if not len(merged):
+            continue
+        ranks = rng.integers(0, len(merged), 20)
+        assert [union[int(k)] for k in ranks] == merged[ranks].tolist() and union[-1] == merged[-1]
+        assert np.array_equal(union[3:5], merged[3:5])
+        for p in (50, 90, 99, 99.9):
+            assert sorted_percentile(union, p / 100) == sorted_percentile(merged, p / 100)
+            assert sorted_percentile_ci(union, p, 0.05, len(merged) // 3) == sorted_percentile_ci(merged, p, 0.05,
+                                                                                                   len(merged) // 3)
+
+
+def test_a_percentile_read_from_each_groups_largest_values_is_numpys():
+    """tail_quantile of the tail_needed largest values of each of several groups is np.quantile of all their
+    values, to the last bit, integers and floats, at every quantile level the analysis reads."""
+    from analysis.stats import tail_needed, tail_quantile
+
+    rng = np.random.default_rng(3)
+    for trial in range(1000):
+        n = int(rng.integers(1, 3000))
+        x = rng.integers(0, int(rng.integers(1, 50_000)), n) if trial % 2 else rng.exponential(size=n)
+        q = float(rng.choice([0.0, 0.5, 0.9, 0.99, 0.999, 1.0]))
+        keep = tail_needed(n, q)
+        tops = [p[len(p) - min(keep, len(p)):] for p in (np.partition(p, len(p) - min(keep, len(p))) if len(p) else p
+                                                          for p in np.array_split(rng.permutation(x),
+                                                                                  int(rng.integers(1, 5))))]
+        assert tail_quantile(np.concatenate(tops), n, q) == float(np.quantile(x, q)), (trial, n, q)
+    assert tail_quantile(np.array([5, 7, 9]), 3, 99 / 100) == float(np.percentile([5, 7, 9], 99))
