@@ -15,6 +15,7 @@ from analysis.arrivals import arrival_checks
 from analysis.chunks import LateChunkError
 from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
 from analysis.cold_start import cold_start_table
+from analysis.correlation import TimeOrder
 from analysis.decomposition import decomposition_table
 from analysis.figures import Figures, InlineFigures
 from analysis.frames import endpoint_region_positions, largest_positions
@@ -177,9 +178,12 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     # server-side statistics and the latency table, the outages beside the verdicts; a long run's compute in
     # order, one at a time, so that its peak stays what it was
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
-    if side is not None:  # beside the server-side statistics: the groups first, which the latency table waits for
+    if side is not None:  # beside the server-side statistics: first what the latency table waits for, the groups
+        # and the rows' time order (found once, for every statistic that puts its rows in time order)
         groups_ready = side.submit(endpoint_region_positions, log.frame(["endpoint", "region"]), measured_rows).result
-        phases_ready = side.submit(per_phase_table, log.frame(PHASE_COLUMNS), profile).result
+        order_ready = side.submit(TimeOrder, log.values("t_intended_ref")).result
+        phases_ready = side.submit(lambda phases: per_phase_table(phases, profile, order_ready()),
+                                   log.frame(PHASE_COLUMNS)).result
         line = side.submit(timeline, log.frame(REPORT_COLUMNS)).result if figures.ahead else lambda: None
     synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
     stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
@@ -200,7 +204,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
     done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
     measured = log.frame(MEASURED_COLUMNS)
-    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts)
+    order = order_ready() if side is not None else None
+    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts, order)
     cdfs = region_cdfs(ok_sorted)
     # the report's other figures, drawn while the statistics below compute; the timeline with the outages it shades
     # (a long run's timeline is computed once they free their rows, so that it adds nothing to the peak)
@@ -211,7 +216,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                                     profile).result
     slos = [slo.model_dump() for slo in profile.slos]
     add_goodput(latency_rows, measured, slos, duration, positions)
-    groups = groups_of(measured, positions)
+    groups = groups_of(measured, positions, order)
+    del order
     threads = (os.cpu_count() or 1) if side is not None else 1  # a long run's groups one at a time: its peak
     endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
     verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,

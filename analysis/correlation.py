@@ -168,6 +168,23 @@ def time_order(times: np.ndarray) -> np.ndarray:
     return np.argsort(times, kind="stable")
 
 
+class TimeOrder:
+    """A log's rows in time order (time_order of its time column: equal times in row order), sorted once. Any
+    rows' time order is then read off their ranks — a sort of small distinct integers, about twice as fast as
+    sorting their times again — for the statistics that each put their rows in time order (the latency table's
+    rows, the phases, the endpoint × region groups)."""
+
+    def __init__(self, times: np.ndarray) -> None:
+        small = np.int32 if len(times) < 2**31 else np.int64
+        self.order = time_order(times).astype(small)
+        self.rank = np.empty(len(times), dtype=small)
+        self.rank[self.order] = np.arange(len(times), dtype=small)
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        """Ascending positions `rows` in time order: rows[time_order(times[rows])], the same positions."""
+        return self.order[np.sort(self.rank[rows])]
+
+
 def correlated_percentiles_ci(time_ordered: np.ndarray, percentiles, sorted_values: np.ndarray | None = None,
                               alpha: float = ALPHA) -> dict:
     """numpy's percentiles of a time-ordered series, each with the order-statistic interval of the independent

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.correlation import correlated_percentiles_ci, time_order
+from analysis.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from analysis.frames import endpoint_region_positions, group_positions
 from analysis.stats import SortedUnion, tail_needed, tail_quantile
 from contract.profile import Profile
@@ -51,7 +51,8 @@ def accuracy_of(ok: pd.DataFrame) -> float | None:
 class _Rows:
     """The columns the latency rows read, as arrays in row order (those `df` has)."""
 
-    def __init__(self, df: pd.DataFrame) -> None:
+    def __init__(self, df: pd.DataFrame, order: TimeOrder | None = None) -> None:
+        self.order = order  # the rows' time order, when found once for the log (else each row's is sorted)
         self.ok = (df["status"] == "ok").to_numpy()
         self.latency_ns = df["latency_ns"].to_numpy() if "latency_ns" in df else None
         # every latency in ms at once when the column is small enough to hold twice (the rows then take it), else
@@ -61,6 +62,12 @@ class _Rows:
         self.send_lag_ns = df["send_lag_ns"].to_numpy() if "send_lag_ns" in df else None
         self.time = next((df[c].to_numpy() for c in (TIME_COLUMN, "t_intended") if c in df), None)
         self.accuracy = {c: df[c].to_numpy() for c in ACCURACY_COLUMNS if c in df}
+
+    def in_time(self, rows: np.ndarray) -> np.ndarray:
+        """Ascending positions `rows` in time order (stable: equal times in row order)."""
+        if self.order is not None:
+            return self.order.of(rows)
+        return rows[time_order(self.time[rows])]
 
     def latency_ms(self, rows: np.ndarray) -> np.ndarray:
         """Latencies (ms, float) at positions `rows`: the whole column's values in ms, taken at them, with no
@@ -175,7 +182,7 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], n
     lat_ms = rows.latency_ms(ok_idx)  # in row order: the mean sums as it always did
     mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
     del lat_ms
-    in_time_rows = ok_idx[time_order(rows.time[ok_idx])]
+    in_time_rows = rows.in_time(ok_idx)
     del ok_idx
     in_time = rows.latency_ms(in_time_rows)
     del in_time_rows
@@ -304,7 +311,7 @@ def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[t
 
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positions: dict | None = None,
-                  among: np.ndarray | None = None, counts: list[dict] | None = None
+                  among: np.ndarray | None = None, counts: list[dict] | None = None, order: TimeOrder | None = None
                   ) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
     """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
     `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
@@ -312,10 +319,11 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     endpoint's and the overall row merge their groups' sorted latencies. The overall row runs first, alongside
     the small groups' rows, so that at most one large row's temporaries are in memory at a time. `counts`:
     request_count_table of the same rows, when the caller computed it (and freed the columns it reads);
-    else computed here."""
+    else computed here. `order`: the time order of `df`'s rows (TimeOrder of its time column), when the caller
+    found it."""
     positions = endpoint_region_positions(df, among) if positions is None else positions
     counts = request_count_table(df, duration_s, positions, among) if counts is None else counts
-    rows = _Rows(df)
+    rows = _Rows(df, order)
     table_rows = _table_rows(df, positions, among)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         ok_sorted = _sorted_ok(rows, positions, pool)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.correlation import correlated_percentiles_ci, time_order
+from analysis.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from analysis.frames import group_positions
 from analysis.latency import accuracy_of
 from contract.profile import Profile
@@ -44,8 +44,9 @@ def phase_boundaries_s(profile: Profile) -> list[float]:
     return [profile.load.warmup_s] if profile.load.warmup_s else []
 
 
-def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
-    """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms)."""
+def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None = None) -> list[dict]:
+    """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms). `order`: the time
+    order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it."""
     names = phase_names(profile)
     segments = phase_segments(profile)
     warm = profile.load.warmup_s > 0
@@ -55,7 +56,8 @@ def per_phase_table(df: pd.DataFrame, profile: Profile) -> list[dict]:
     times = df[_TIME].to_numpy() if _TIME in df else None
     for phase, idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
         ok_idx = idx[ok_rows[idx]]
-        ok = latency_ms[ok_idx] if times is None else latency_ms[ok_idx[time_order(times[ok_idx])]]
+        ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
+              else latency_ms[ok_idx[time_order(times[ok_idx])]])
         row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(idx)),
                "errors": int(len(idx) - len(ok_idx))}
         seg_index = phase - (0 if warm else 1)

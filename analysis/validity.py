@@ -14,7 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-from analysis.correlation import Stationarity, effective_size, lag1_autocorrelation, quantile_tau, stationarity, time_order
+from analysis.correlation import (
+    Stationarity,
+    TimeOrder,
+    effective_size,
+    lag1_autocorrelation,
+    quantile_tau,
+    stationarity,
+    time_order,
+)
 from analysis.frames import endpoint_region_positions
 from analysis.stats import sorted_percentile
 
@@ -34,8 +42,9 @@ CHECKS = {
 class Group:
     """One endpoint × region's measured rows in time order."""
 
-    def __init__(self, time_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, phase: np.ndarray) -> None:
-        order = time_order(time_ns)
+    def __init__(self, time_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, phase: np.ndarray,
+                 in_order: bool = False) -> None:
+        order = slice(None) if in_order else time_order(time_ns)  # `in_order`: the arrays come time-ordered
         self.time_ns, self.latency_ns, self.ok, self.phase = (a[order] for a in (time_ns, latency_ns, ok, phase))
         self._per_phase: dict[int, Stationarity] | None = None
 
@@ -64,15 +73,20 @@ class Group:
         return tested[0] if tested else (None, Stationarity(None, None, None, None, 0))
 
 
-def groups_of(measured: pd.DataFrame, positions: dict | None = None) -> dict[tuple[str, str], Group]:
+def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: TimeOrder | None = None
+              ) -> dict[tuple[str, str], Group]:
     """The measured rows of each endpoint × region, time-ordered (reference time when it was computed).
-    `positions`: analysis/frames.py endpoint_region_positions(measured), when the caller has it."""
+    `positions`: analysis/frames.py endpoint_region_positions(measured), when the caller has it; `order`: the
+    time order of `measured`'s rows (TimeOrder of its t_intended_ref), when the caller found it."""
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
-    return {(str(e), str(r)): Group(arrays[time_column][idx], arrays["latency_ns"][idx], ok[idx],
-                                    arrays["phase"][idx])
-            for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items()}
+    groups = {}
+    for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
+        at = idx if order is None or time_column != "t_intended_ref" else order.of(idx)
+        groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
+                                         in_order=at is not idx)
+    return groups
 
 
 def validity_rows(groups: dict[tuple[str, str], Group], ok_sorted: dict[tuple[str, str], np.ndarray] | None = None,

@@ -316,3 +316,31 @@ def test_a_percentile_read_from_each_groups_largest_values_is_numpys():
                                                                                   int(rng.integers(1, 5))))]
         assert tail_quantile(np.concatenate(tops), n, q) == float(np.quantile(x, q)), (trial, n, q)
     assert tail_quantile(np.array([5, 7, 9]), 3, 99 / 100) == float(np.percentile([5, 7, 9], 99))
+
+
+def test_rows_put_in_time_order_by_rank_are_those_sorted_by_time():
+    """TimeOrder.of gives the positions a stable sort of the rows' own times gives — equal times in row order — for
+    random subsets of a log whose workers' times interleave and tie; and the endpoint × region groups built on
+    it (groups_of) and their verdicts are those built by sorting each group."""
+    import pandas as pd
+
+    from analysis.correlation import TimeOrder, time_order
+    from analysis.frames import frame_of
+    from analysis.validity import groups_of
+
+    rng = np.random.default_rng(4)
+    n = 40_000
+    times = np.concatenate([np.sort(rng.integers(0, 10**6, n // 2)), np.sort(rng.integers(0, 10**6, n // 2))])
+    times[rng.random(n) < 0.01] += rng.integers(-50, 50)  # completion order: a little out of order
+    order = TimeOrder(times)
+    for p in (1.0, 0.6, 0.01):
+        rows = np.flatnonzero(rng.random(n) < p).astype(np.int32)
+        assert np.array_equal(order.of(rows), rows[time_order(times[rows])])
+    df = frame_of({"endpoint": pd.Categorical(rng.choice(["a", "b"], n)), "region": pd.Categorical(rng.choice(["r"], n)),
+                   "status": pd.Categorical(np.where(rng.random(n) < 0.02, "timeout", "ok")),
+                   "latency_ns": rng.integers(10**6, 10**8, n), "t_intended_ref": times,
+                   "phase": np.where(np.arange(n) % (n // 2) < 2000, 0, 1).astype(np.int32)}, pd.RangeIndex(n))
+    plain, ordered = groups_of(df), groups_of(df, order=order)
+    for key, g in plain.items():
+        for column in ("time_ns", "latency_ns", "ok", "phase"):
+            assert np.array_equal(getattr(g, column), getattr(ordered[key], column)), (key, column)
