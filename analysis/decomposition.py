@@ -7,13 +7,13 @@ that is the reference). The legs add up to the latency measured from the intende
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from analysis.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
+from analysis.threads import map_in_threads
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
@@ -76,16 +76,16 @@ def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict]
 
     # the groups of a leg in parallel (numpy's gathers and arithmetic release the GIL): each group's numbers are
     # its own, computed as one at a time would; a long run's one at a time, so that its peak stays one group's
-    with ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) if log.fits() else 1) as pool:
-        for i, leg in enumerate(LEG_ORDER):
-            columns = {c: log.values(c) for c in LEG_COLUMNS[leg][0]}  # read (or waited for) once, here
-            slow[leg] = _leg(leg, columns.__getitem__, also)
-            for key, numbers in zip(order, pool.map(lambda key, leg=leg, columns=columns: group_leg(leg, columns, key),
-                                                    order)):
-                out[key].update(numbers)
-            del columns
-            later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}
-            log.spare(*(c for c in LEG_COLUMNS[leg][0] if c not in later))
+    threads = (os.cpu_count() or 1) if log.fits() else 1
+    for i, leg in enumerate(LEG_ORDER):
+        columns = {c: log.values(c) for c in LEG_COLUMNS[leg][0]}  # read (or waited for) once, here
+        slow[leg] = _leg(leg, columns.__getitem__, also)
+        for key, numbers in zip(order, map_in_threads(lambda key, leg=leg, columns=columns: group_leg(leg, columns, key),
+                                                      order, threads)):
+            out[key].update(numbers)
+        del columns
+        later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}
+        log.spare(*(c for c in LEG_COLUMNS[leg][0] if c not in later))
     rows_out = []
     for key in order:
         row = out[key]

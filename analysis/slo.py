@@ -1,7 +1,6 @@
 """SLO verdicts from the profile's [[slos]]: PASS / FAIL / INCONCLUSIVE (with the samples still needed)."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -9,6 +8,7 @@ import pandas as pd
 
 from analysis.correlation import correlated_percentiles_ci, integrated_time
 from analysis.stats import proportion_verdict, sorted_percentile
+from analysis.threads import map_in_threads
 from analysis.validity import Group, groups_of
 from contract import exit_codes
 
@@ -72,11 +72,11 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
     FAIL above its bound, else PASS; a group with no measured requests has no implicit verdict.
     """
     groups = groups_of(df) if groups is None else groups
-    with ThreadPoolExecutor(max_workers=threads) as pool:  # each verdict its own: the same numbers in any order
-        trends = dict(zip(groups, pool.map(lambda g: g.stationarity(), groups.values())))
-        tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
-                                                                                           list(regions))]
-        return [v for v in pool.map(lambda t: _verdict(*t, trends, ok_sorted), tasks) if v is not None]
+    # each verdict its own: the same numbers in any order
+    trends = dict(zip(groups, map_in_threads(lambda g: g.stationarity(), groups.values(), threads)))
+    tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
+                                                                                       list(regions))]
+    return [v for v in map_in_threads(lambda t: _verdict(*t, trends, ok_sorted), tasks, threads) if v is not None]
 
 
 def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: dict,

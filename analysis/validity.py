@@ -9,8 +9,6 @@
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pandas as pd
 
@@ -25,6 +23,7 @@ from analysis.correlation import (
 )
 from analysis.frames import endpoint_region_positions
 from analysis.stats import sorted_percentile
+from analysis.threads import map_in_threads
 
 CHECKS = {
     "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "
@@ -95,8 +94,7 @@ def validity_rows(groups: dict[tuple[str, str], Group], ok_sorted: dict[tuple[st
     `ok_sorted`: each group's successful latencies (ms) sorted, as analysis/latency.py's latency_table returns them
     (keyed by the groups' values), when the caller has them; `threads`: how many groups are computed at once."""
     sorted_of = {(str(e), str(r)): v for (e, r), v in (ok_sorted or {}).items()}
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda item: _validity_row(*item, sorted_of.get(item[0])), sorted(groups.items())))
+    return map_in_threads(lambda item: _validity_row(*item, sorted_of.get(item[0])), sorted(groups.items()), threads)
 
 
 def _validity_row(key: tuple[str, str], g: Group, ok_sorted: np.ndarray | None) -> dict:
