@@ -40,9 +40,11 @@ def gaps_tested(t: np.ndarray, most: int = GOF_MAX_GAPS) -> np.ndarray:
 
 def _sorted_seconds(times_ns: np.ndarray) -> np.ndarray:
     """Epoch-ns times sorted, in seconds; `times_ns` (a copy the caller hands over) is sorted in place, unless it is
-    in order already (a worker's intended times are: one pass instead of a sort)."""
+    in order already (a worker's intended times are: one pass instead of a sort). Integers sort to the same array
+    by any algorithm: numpy's vectorised quicksort takes 0.12 s on 10 M sends where timsort, even on the merged
+    workers' runs, took 0.14–0.18 s."""
     if len(times_ns) > 1 and not bool((times_ns[1:] >= times_ns[:-1]).all()):
-        times_ns.sort(kind="stable")  # timsort: the merged workers' times are runs already in order
+        times_ns.sort()
     return times_ns / 1e9
 
 
