@@ -93,7 +93,19 @@ def main() -> int:
             raise SystemExit(f"the timed analysis failed: {done.stderr[-2000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"total {runs[-1]['total']:.1f} s", flush=True)
-    names = [name for name, *_ in runs[0]["stages"]]
+    # stages by name (the n-th time a name was timed), not by position: the side thread's stages end in an order
+    # that differs between repeats
+    def by_name(run: dict) -> dict[tuple[str, int], list]:
+        seen: dict[str, int] = {}
+        out = {}
+        for stage in run["stages"]:
+            seen[stage[0]] = seen.get(stage[0], 0) + 1
+            out[(stage[0], seen[stage[0]])] = stage
+        return out
+
+    timed_runs = [by_name(r) for r in runs]
+    keys = sorted((key for key in timed_runs[0] if all(key in t for t in timed_runs)),
+                  key=lambda key: statistics.median(t[key][1] for t in timed_runs))
     lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}` (one process per repeat; medians, "
              f"spread in brackets; CPU busy of 100 × {os.cpu_count()} %).", "",
              "| stage | starts at s | takes s | CPU busy meanwhile |", "|---|---|---|---|"]
@@ -102,9 +114,9 @@ def main() -> int:
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
     lines.append(f"| imports (analysis, report) | 0 | {cell([r['imports'] for r in runs])} | |")
-    for i, name in enumerate(names):
-        column = [r["stages"][i] for r in runs]
-        lines.append(f"| {name} | {cell([c[1] for c in column])} | {cell([c[2] for c in column])} | "
+    for key in keys:
+        column = [t[key] for t in timed_runs]
+        lines.append(f"| {key[0]} | {cell([c[1] for c in column])} | {cell([c[2] for c in column])} | "
                      f"{statistics.median(c[3] for c in column):.0f} % |")
     lines.append(f"| whole run (in process, after the interpreter starts) | | {cell([r['total'] for r in runs], 1)} | |")
     write_section(f"Analysis at scale: where the time goes ({args.rows:,} rows)", "\n".join(lines))
