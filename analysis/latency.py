@@ -92,13 +92,7 @@ class _Rows:
 def request_counts(rows: _Rows, idx: np.ndarray, duration_s: float) -> dict:
     """Count, rate, errors, accuracy and the send lag's p99 of the rows at positions `idx` (ascending): the
     latency row's numbers that read neither the latencies nor the time order."""
-    ok = rows.ok[idx]
-    n, n_ok = len(idx), int(ok.sum())
-    out = {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": float((~ok).mean()) if n else 0.0,
-           "achieved_rate": float(n / duration_s) if duration_s else None}
-    out["accuracy"] = rows.accuracy_of(idx[ok])
-    out["send_lag_p99_ms"] = float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None
-    return out
+    return GroupCounts.of_rows(rows, idx, 0).counts(duration_s)
 
 
 @dataclass
@@ -153,7 +147,7 @@ class GroupCounts:
     @staticmethod
     def combined(groups: list[GroupCounts], duration_s: float) -> dict | None:
         """request_counts of the union of `groups`' rows, from their counts (None: not exactly from them)."""
-        if any(g.right is None or (g.n and g.lag_top is None) for g in groups) or len({g.by_count for g in groups}) > 1:
+        if any(g.right is None or (g.n and g.lag_top is None) for g in groups):
             return None
         n, n_ok = sum(g.n for g in groups), sum(g.ok for g in groups)
         right, of, checked = (sum(getattr(g, k) for g in groups) for k in ("right", "of", "checked"))
@@ -316,7 +310,8 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
     `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
     Each group is sorted once (`positions`: endpoint_region_positions(df, among), when the caller has it); an
-    endpoint's and the overall row merge their groups' sorted latencies. The overall row runs first, alongside
+    endpoint's and the overall row read their percentiles' order statistics from their groups' sorted latencies
+    (SortedUnion), or sort their own where some of their rows are in no group. The overall row runs first, alongside
     the small groups' rows, so that at most one large row's temporaries are in memory at a time. `counts`:
     request_count_table of the same rows, when the caller computed it (and freed the columns it reads);
     else computed here. `order`: the time order of `df`'s rows (TimeOrder of its time column), when the caller

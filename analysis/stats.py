@@ -137,7 +137,7 @@ class SortedUnion:
     and short slices `x[i:j]` — what sorted_percentile and sorted_percentile_ci read of a sorted array (a few
     order statistics), for a row whose latencies are its groups' (an endpoint's, the overall row). Each order
     statistic is found by narrowing a window in each part around it (searchsorted), never by a pass over the
-    values: the same numbers as np.sort of the concatenation, at a few microseconds a rank."""
+    values: the same numbers as np.sort of the concatenation, at ~1 ms a rank (nine parts of 1.1 M values)."""
 
     def __init__(self, parts: list[np.ndarray]) -> None:
         self.parts = [p for p in parts if len(p)]

@@ -422,13 +422,21 @@ def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
 
 def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_counted_from_their_rows():
     """request_count_table adds an endpoint's and the overall row up from their endpoint × region groups (exact
-    integer sums, the send lag's p99 from each group's largest lags): the same numbers, to the last bit, as
-    request_counts reading each row's own positions — with and without `among`, accuracy by count or by the
+    integer sums, the send lag's p99 from each group's largest lags): the same numbers, to the last bit, as numpy
+    gives from each row's own positions — with and without `among`, accuracy by count or by the
     correct column, rows with no region or no endpoint (counted from their rows), empty groups."""
     import pandas as pd
 
     from analysis.frames import endpoint_region_positions, frame_of
-    from analysis.latency import _Rows, request_count_table, request_counts, row_positions
+    from analysis.latency import _Rows, request_count_table, row_positions
+
+    def counted(rows: _Rows, idx: np.ndarray) -> dict:  # each row's numbers as numpy gives them from its own rows
+        ok = rows.ok[idx]
+        n = len(idx)
+        return {"count": n, "ok": int(ok.sum()), "errors": int(n - ok.sum()),
+                "error_rate": float((~ok).mean()) if n else 0.0, "achieved_rate": n / 60.0,
+                "accuracy": rows.accuracy_of(idx[ok]),
+                "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None}
 
     rng = np.random.default_rng(5)
     for trial in range(24):
@@ -447,7 +455,7 @@ def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_coun
         df = frame_of(columns, pd.RangeIndex(n))
         among = None if trial % 2 else np.flatnonzero(rng.random(n) < 0.7).astype(np.int32)
         positions = endpoint_region_positions(df, among)
-        want = [request_counts(_Rows(df), idx(), 60.0) for _, idx in row_positions(df, positions, among)]
+        want = [counted(_Rows(df), idx()) for _, idx in row_positions(df, positions, among)]
         assert request_count_table(df, 60.0, positions, among) == want, trial
 
 
