@@ -80,11 +80,12 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
+    ordered = order is not None and time_column == "t_intended_ref"  # the order is of t_intended_ref
     groups = {}
     for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
-        at = idx if order is None or time_column != "t_intended_ref" else order.of(idx)
+        at = order.of(idx) if ordered else idx
         groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
-                                         in_order=at is not idx)
+                                         in_order=ordered)
     return groups
 
 
