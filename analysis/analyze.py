@@ -4,31 +4,31 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from analysis.arrivals import arrival_checks
-from analysis.chunks import LateChunkError
-from analysis.clock_correction import OffsetModel, fit_all, to_reference, worker_runs
-from analysis.cold_start import cold_start_table
-from analysis.correlation import TimeOrder
-from analysis.decomposition import decomposition_table
-from analysis.figures import Figures, InlineFigures
-from analysis.frames import endpoint_region_positions, largest_positions
-from analysis.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
-from analysis.outages import outage_windows
-from analysis.queueing import queueing_table
-from analysis.rundir import RunData, load_run, run_validity
-from analysis.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
-from analysis.slo import evaluate_slos, overall_verdict, with_implicit_slos
-from analysis.timeline import Timeline, timeline
-from analysis.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
-from analysis.validity import groups_of, validity_rows
-from analysis.variants import variant_decision
+from analysis.decide.variants import variant_decision
+from analysis.read.chunks import LateChunkError
+from analysis.read.clock_correction import fit_all, to_reference, worker_runs
+from analysis.read.frames import endpoint_region_positions, largest_positions
+from analysis.read.rundir import load_run, run_validity
+from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
+from analysis.report.figures import Figures, InlineFigures
+from analysis.result import Analysis
+from analysis.stats.arrivals import arrival_checks
+from analysis.stats.cold_start import cold_start_table
+from analysis.stats.correlation import TimeOrder
+from analysis.stats.decomposition import decomposition_table
+from analysis.stats.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
+from analysis.stats.outages import outage_windows
+from analysis.stats.queueing import queueing_table
+from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
+from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
+from analysis.stats.timeline import Timeline, timeline
+from analysis.stats.validity import groups_of, validity_rows
 from contract.profile import Profile
 
 SUMMARY_VERSION = 1
@@ -48,19 +48,8 @@ VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref"
 PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref")
 COLD_START_COLUMNS = ("endpoint", "model", "phase", "status", "latency_ns", "t_intended_ref")
 ERROR_COLUMNS = ("status", "code", "error", "t_intended_ref", "endpoint", "region")  # and outage_windows'
-REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns")  # the report's timeline (analysis/plots.py)
+REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns")  # the report's timeline (analysis/report/plots.py)
 SLOWEST = 20
-
-
-@dataclass
-class Analysis:
-    data: RunData
-    requests: pd.DataFrame  # with *_ref columns
-    clock_models: dict[str, OffsetModel]
-    summary: dict
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    # region → (latency ms, fraction slower): the points of the report's CDF plot (analysis/latency.py)
-    cdfs: dict[str, tuple] = field(default_factory=dict)
 
 
 def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
@@ -78,14 +67,6 @@ def _rows_read(runs: list[tuple[str, slice]]) -> dict[str, int]:
     for worker, rows in runs:
         read[str(worker)] = read.get(str(worker), 0) + rows.stop - rows.start
     return read
-
-
-def notices(summary: dict) -> list[tuple[str, str]]:
-    """What the reader must see before the numbers, as (kind, text): why the run is INVALID, warnings, and
-    chunks that could not be read. Kinds: "invalid", "warning", "skipped"."""
-    return ([("invalid", reason) for reason in summary["invalid_reasons"]]
-            + [("warning", warning) for warning in summary.get("warnings", [])]
-            + [("skipped", f"{sk['path']}: {sk['reason']}") for sk in summary["input"]["chunks_skipped"]])
 
 
 def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
@@ -113,10 +94,10 @@ def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[st
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
                 figures: Figures | None = None) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
-    ANALYSIS_COLUMNS only (analysis/rundir.py), a few at a time, each freed after the last statistic that reads
+    ANALYSIS_COLUMNS only (analysis/read/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
     A chunk that turns out unreadable after its first columns were used is skipped, and the analysis starts
-    again without it (`exclude`: chunk → reason). `figures` (analysis/figures.py) is handed each of the report's
+    again without it (`exclude`: chunk → reason). `figures` (analysis/report/figures.py) is handed each of the report's
     figures' numbers once they exist, to draw them while the analysis goes on."""
     try:
         return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures())

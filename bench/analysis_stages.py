@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/analysis_stages.py"
-# analysis/analyze.py's statistics in the order it computes them, and the report (analysis/report_cli.py)
+# analysis/analyze.py's statistics in the order it computes them, and the report (analysis/command.py)
 STAGES = ("load_run", "arrival_checks", "scenario_summary", "largest_positions", "decomposition_table",
           "queueing_table", "variant_decision", "cold_start_table", "per_phase_table", "endpoint_region_positions",
           "request_count_table", "latency_table", "region_cdfs", "add_goodput", "groups_of", "evaluate_slos",
@@ -43,8 +43,8 @@ def _child(run_dir: Path, out: Path) -> None:
     """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
-    import analysis.report_cli as report_cli
-    from analysis.figures import start_figures
+    import analysis.command as report_cli
+    from analysis.report.figures import start_figures
 
     figures = start_figures()  # first, as analyze_and_report starts it for tailrace analyze
     import analysis.analyze as analyze

@@ -2,8 +2,8 @@
 chunk writer pays to write them, and their size.
 
 The rows are a synthetic run's (bench/synthetic_run.py, the same as bench/analysis_scale.py analyses): every
-`--every`-th chunk, rewritten in each encoding, then the analysis's columns (analysis/rundir.py ANALYSIS_COLUMNS)
-read from every chunk as analysis/chunks.py reads them (one chunk per call, footers read once, few-valued strings
+`--every`-th chunk, rewritten in each encoding, then the analysis's columns (analysis/read/rundir.py ANALYSIS_COLUMNS)
+read from every chunk as analysis/read/chunks.py reads them (one chunk per call, footers read once, few-valued strings
 as dictionaries). The encodings alternate within each repeat, so they see the same machine noise; CPU seconds of
 this process (user + system), per row. `written` is the chunk writer's own choice (harness/worker/
 chunk_writer_process.py chunk_encoding, page CRCs verified as the analysis does; the other variants carry them
@@ -24,12 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.rundir import ANALYSIS_COLUMNS  # noqa: E402
+from analysis.read.rundir import ANALYSIS_COLUMNS  # noqa: E402
 from bench.common import write_section  # noqa: E402
 from bench.synthetic_run import Shape, write_synthetic_run  # noqa: E402
 from contract.layout import RunLayout  # noqa: E402
 from contract.records import FEW_VALUED  # noqa: E402
-from harness.worker.chunk_writer_process import chunk_encoding  # noqa: E402
+from harness.spool.chunk_writer_process import chunk_encoding  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/chunk_encodings.py"
 
@@ -62,7 +62,7 @@ def _write(tables: list[pa.Table], out: Path, options: dict) -> tuple[float, int
 
 
 def _read(out: Path, count: int) -> float:
-    """CPU s to read the analysis's columns from the chunks under `out`, as analysis/chunks.py does."""
+    """CPU s to read the analysis's columns from the chunks under `out`, as analysis/read/chunks.py does."""
     paths = [out / f"requests-{i:05d}.parquet" for i in range(count)]
     footers = [pq.read_metadata(p) for p in paths]
     dictionaries = [c for c in ANALYSIS_COLUMNS if c in FEW_VALUED]

@@ -1,7 +1,7 @@
 """Benchmark: the generator's HTTPS send path against plain HTTP, side by side in one run.
 
 One nginx (CPU 1) answers a constant KServe v2 response on two ports, plain HTTP and HTTPS (a certificate from a CA
-made here). The bench process (CPU 0) runs the generator's own sender (harness/worker/senders.py's HttpSender, on
+made here). The bench process (CPU 0) runs the generator's own sender (harness/client/senders.py's HttpSender, on
 gevent as in a worker) in a closed loop of `--concurrency` greenlets for `--seconds`, alternating HTTP and HTTPS
 round by round: requests/s on one core and the process CPU time per request. No schedule, so no timer spin: the
 numbers are the send path's own cost. Keep-alive connections, as in a run; the TLS handshakes happen in warm-up.
@@ -27,9 +27,9 @@ from bench.generator_open_loop import start_nginx  # noqa: E402
 from contract.plan import unresolved_plan  # noqa: E402
 from contract.profile import parse_profile  # noqa: E402
 from contract.requests import declared_request  # noqa: E402
-from harness.orchestration.processes import free_port  # noqa: E402
-from harness.worker.request_data import samples_for  # noqa: E402
-from harness.worker.senders import build_sender  # noqa: E402
+from harness.client.request_data import samples_for  # noqa: E402
+from harness.client.senders import build_sender  # noqa: E402
+from harness.services.processes import free_port  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/https_send_path.py"
 

@@ -37,11 +37,11 @@ from contract.plan import unresolved_plan  # noqa: E402
 from contract.profile import parse_profile  # noqa: E402
 from contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
 from contract.trace_context import new_ids  # noqa: E402
-from harness.orchestration.processes import free_port  # noqa: E402
+from harness.services.processes import free_port  # noqa: E402
+from harness.spool.chunk_writer_process import write_chunk  # noqa: E402
+from harness.spool.recorder import ChunkWriter  # noqa: E402
 from harness.worker.admission import token_proof  # noqa: E402
-from harness.worker.chunk_writer_process import write_chunk  # noqa: E402
 from harness.worker.identity import TOKEN_ENV  # noqa: E402
-from harness.worker.recorder import ChunkWriter  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/master_ingest.py"
 WORKERS, CHUNK_ROWS, TOKEN = 4, 5000, "bench-token"

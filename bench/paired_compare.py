@@ -6,7 +6,7 @@ service time of 20.0 ms and B with 20.39 ms, at 30 req/s (ρ = 0.6): in M/M/1 te
 from 230 ms to 242 ms (+5.0%). A service time of tens of ms keeps this VM's stalls (a few ms to tens of ms)
 small against the change; at 2 ms they dominate a p99. The runs alternate which goes first. For growing
 prefixes of the runs (the first N scheduled requests) it asks whether the 95% interval of Δp99 excludes 0 —
-paired by schedule position (analysis/compare.py) and unpaired (the bootstrap `compare` uses for runs with
+paired by schedule position (analysis/decide/compare.py) and unpaired (the bootstrap `compare` uses for runs with
 different seeds) — and reports the smallest N at which each one detects the change and stays detected.
 Generator and endpoint are pinned to different CPUs.
 
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.compare import COMPARE_COLUMNS, pair_requests  # noqa: E402
-from analysis.correlation import paired_quantile_difference  # noqa: E402
-from analysis.rundir import load_run  # noqa: E402
-from analysis.stats import bootstrap_diff_ci  # noqa: E402
+from analysis.decide.compare import COMPARE_COLUMNS, pair_requests  # noqa: E402
+from analysis.read.rundir import load_run  # noqa: E402
+from analysis.stats.correlation import paired_quantile_difference  # noqa: E402
+from analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 from bench.common import write_section  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/paired_compare.py"

@@ -4,7 +4,7 @@ Simulated pairs with common random numbers, as two runs of one seed make them: o
 service draws, B's service times 5% longer than A's (Lindley's recursion, each queue started from its
 stationary waiting time). The true Δp99 is known: the M/M/1 sojourn time is Exp(μ − λ), so
 p99 = ln(100)/(μ − λ). For each utilisation ρ and number of pairs n, it draws `--reps` pairs of series and
-counts how often analysis/correlation.py's `paired_quantile_difference` (95%), the interval `tailrace compare`
+counts how often analysis/stats/correlation.py's `paired_quantile_difference` (95%), the interval `tailrace compare`
 gives paired runs, contains the truth, with the spread of the estimate against the interval's half-width: an
 interval narrower than the estimate's spread covers less than 95%. Then the same for runs that do not share a
 schedule (an independent draw for B): `compare`'s bootstrap, which resamples each run at the size its
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.compare import compare_groups  # noqa: E402
-from analysis.correlation import paired_quantile_difference  # noqa: E402
-from analysis.stats import bootstrap_diff_ci  # noqa: E402
+from analysis.decide.compare import compare_groups  # noqa: E402
+from analysis.stats.correlation import paired_quantile_difference  # noqa: E402
+from analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 from bench.common import write_section  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/paired_coverage.py"

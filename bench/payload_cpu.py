@@ -1,7 +1,7 @@
 """Benchmark: the generator's CPU per request with a 602 kB image input (FP32 [1, 3, 224, 224], the binary
 extension) vs the 64-float digits input (JSON), side by side in one run. Target: ≤ 1.5×.
 
-The worker's own send path (harness/worker/senders.py's HttpSender over its keep-alive pool, requests encoded
+The worker's own send path (harness/client/senders.py's HttpSender over its keep-alive pool, requests encoded
 before the run, the response's JSON header parsed) sends to nginx answering a constant KServe v2 response (so
 the target costs the generator nothing but the socket). One request in flight; the process (pinned to CPU 0,
 nginx to CPU 1) is measured with its CPU time, user and system apart: the total is the target (the kernel's copy
@@ -32,9 +32,9 @@ from bench.generator_open_loop import start_nginx  # noqa: E402
 from contract.profile import Endpoint  # noqa: E402
 from contract.requests import resolve_request  # noqa: E402
 from contract.tensors import TensorSpec  # noqa: E402
-from harness.orchestration.processes import free_port  # noqa: E402
-from harness.worker.request_data import load_samples  # noqa: E402
-from harness.worker.senders import HttpSender  # noqa: E402
+from harness.client.request_data import load_samples  # noqa: E402
+from harness.client.senders import HttpSender  # noqa: E402
+from harness.services.processes import free_port  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/payload_cpu.py"
 KINDS = {"digits FP32 [1, 64] (JSON)": (TensorSpec("input", "FP32", (-1, 64)),),

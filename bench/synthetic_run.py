@@ -3,7 +3,7 @@ benchmarks (bench/analysis_scale.py) and the large-run test.
 
 Realistic in shape: 3 regions × 2 workers each, 3 endpoints (two report server timings), a warm-up then a
 rate step, ~0.4% errors of three kinds, per-worker clock offsets with drifting clock samples every 10 s, W3C
-trace ids, and chunks of `chunk_rows` rows written as a worker writes them (harness/worker/chunk_writer_process.py).
+trace ids, and chunks of `chunk_rows` rows written as a worker writes them (harness/spool/chunk_writer_process.py).
 The latency of each row is known: `latencies_ms(run_dir)` is the truth the analysis must reproduce.
 
     .venv/bin/python bench/synthetic_run.py OUT_DIR --rows 10000000 [--chunks 200] [--seed 1]
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from contract.layout import CLOCK, REQUESTS, RunLayout  # noqa: E402
 from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, arrow_schema  # noqa: E402
-from harness.worker.chunk_writer_process import write_chunk  # noqa: E402
+from harness.spool.chunk_writer_process import write_chunk  # noqa: E402
 
 BASE_NS = 1_790_000_000_000_000_000
 REGIONS = (("us-east", 0.4, 2.0, 35.0), ("eu-west", 0.35, 20.0, -12.0), ("ap-south", 0.25, 55.0, 80.0))

@@ -119,11 +119,16 @@ class RunLayout:
         return self.logs / f"{process}.log"
 
     def worker(self, region: str, worker: str) -> WorkerLayout:
-        return WorkerLayout(self.root / "regions" / region / worker)
+        return WorkerLayout(self.regions / region / worker)
+
+    @property
+    def regions(self) -> Path:
+        """regions/: the workers' directories (a spool holds the same tree)."""
+        return self.root / "regions"
 
     def workers(self) -> list[tuple[str, str, WorkerLayout]]:
         """(region, worker, layout) of every worker directory present."""
-        base = self.root / "regions"
+        base = self.regions
         return [(w.parent.name, w.name, WorkerLayout(w)) for w in sorted(base.glob("*/*")) if w.is_dir()] \
             if base.is_dir() else []
 
@@ -166,9 +171,13 @@ class RunLayout:
 
 @dataclass(frozen=True)
 class ReportLayout:
-    """The analysis output: index.html, summary.json, tables/<name>.csv (by default run_dir/report)."""
+    """The analysis output: index.html, summary.json, junit.xml, tables/<name>.csv (by default run_dir/report)."""
 
     dir: Path
+
+    @classmethod
+    def of_run(cls, run_dir: Path) -> "ReportLayout":
+        return cls(RunLayout(Path(run_dir)).report)
 
     @property
     def page(self) -> Path:
@@ -178,5 +187,45 @@ class ReportLayout:
     def summary(self) -> Path:
         return self.dir / "summary.json"
 
+    @property
+    def junit(self) -> Path:
+        return self.dir / "junit.xml"
+
+    @property
+    def tables(self) -> Path:
+        return self.dir / "tables"
+
     def table(self, name: str) -> Path:
-        return self.dir / "tables" / f"{name}.csv"
+        return self.tables / f"{name}.csv"
+
+
+@dataclass(frozen=True)
+class CapacityLayout:
+    """One capacity search: capacity.json, trials.csv, latency_vs_load.svg, index.html, logs/ and trials/<run>/."""
+
+    dir: Path
+
+    @property
+    def result(self) -> Path:
+        return self.dir / "capacity.json"
+
+    @property
+    def trials_table(self) -> Path:
+        return self.dir / "trials.csv"
+
+    @property
+    def figure(self) -> Path:
+        return self.dir / "latency_vs_load.svg"
+
+    @property
+    def page(self) -> Path:
+        return self.dir / "index.html"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def trials(self) -> Path:
+        """Where each trial's run directory goes."""
+        return self.dir / "trials"

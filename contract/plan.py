@@ -85,7 +85,8 @@ class RunPlan(BaseModel):
                  f"samples per request {self.samples_per_request}, selection {p.inputs.selection}, at most "
                  f"{p.inputs.max_samples} samples / {p.inputs.max_encoded_mb:g} MB of requests per endpoint",
                  f"generator: send-lag threshold {gen.send_lag_p99_ms:g} ms per {gen.window_s:g} s window, stall "
-                 f"{gen.stall_max_ms:g} ms, spin {gen.spin_ms:g} ms, chunks of {gen.chunk_rows} rows / "
+                 f"{gen.stall_max_ms:g} ms, behind at most {gen.behind_max_s:g} s, spin {gen.spin_ms:g} ms, chunks of "
+                 f"{gen.chunk_rows} rows / "
                  f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight}",
                  f"clock: {', '.join(self.ntp_servers) or 'none'} every {p.clock.interval_s:g} s, "
                  f"{p.clock.packets} packets"]

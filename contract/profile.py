@@ -378,6 +378,8 @@ class Generator(_Strict):
     stall_max_ms: float = Field(250, gt=0, description="a lagging window next to clean ones is a transient host "
                                                        "stall (a warning) unless its sends were late this long "
                                                        "on end")
+    behind_max_s: float = Field(2, gt=0, description="a generator behind schedule at the end of consecutive windows "
+                                                      "spanning this long did not send the planned arrivals (INVALID)")
     window_s: float = Field(1, gt=0)
     max_in_flight: int = Field(5000, ge=1)
     chunk_rows: int = Field(5000, ge=1)

@@ -12,10 +12,10 @@ import uvicorn
 
 from contract.credentials import Credential
 from endpoints.auth import CredentialInterceptor, require_credential
-from endpoints.grpc_service import start_grpc_server
-from endpoints.http_app import build_app
 from endpoints.http_guard import guarded_protocol
-from endpoints.server_core import InferenceServer, ServerOptions
+from endpoints.kserve.grpc_service import start_grpc_server
+from endpoints.kserve.http_app import build_app
+from endpoints.serving.core import InferenceServer, ServerOptions
 
 
 @dataclass(frozen=True)

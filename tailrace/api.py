@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from contract.layout import ReportLayout
+
 __all__ = ["RunResult", "analyze", "compare", "load_requests", "run"]
 
 
@@ -43,11 +45,11 @@ def analyze(run_dir: str | Path, write_report: bool = False):
     """The analysis of a run directory (analysis/analyze.py's `Analysis`: `.summary` — summary.json's content —
     `.tables` — the report's tables as DataFrames — and `.requests`); `write_report` also writes RUN_DIR/report."""
     from analysis.analyze import analyze_run
-    from analysis.report_cli import write_outputs
+    from analysis.command import write_outputs
 
     analysis = analyze_run(Path(run_dir))
     if write_report:
-        write_outputs(analysis, Path(run_dir) / "report")
+        write_outputs(analysis, ReportLayout.of_run(Path(run_dir)).dir)
     return analysis
 
 
@@ -55,8 +57,8 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
     """Every request of a run in one DataFrame: the request log's columns (contract/records.py) plus the worker
     clock's timestamps moved to the reference clock (`t_intended_ref`, `t_sent_ref`, `t_done_ref`, …: each
     worker's fitted offset and drift applied, so regions line up on one timeline)."""
-    from analysis.clock_correction import add_reference_times, fit_all
-    from analysis.rundir import load_run
+    from analysis.read.clock_correction import add_reference_times, fit_all
+    from analysis.read.rundir import load_run
 
     data = load_run(Path(run_dir))
     return add_reference_times(data.requests, fit_all(data.clock))
@@ -67,7 +69,7 @@ def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> pd.D
     verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs
     share a seed and load), "paired" or "unpaired". `table.attrs["invalid_reasons"]`: why either run is INVALID
     (each reason naming run A or B; empty when both are valid), where `tailrace compare` exits 4."""
-    from analysis.compare import compare_runs
+    from analysis.decide.compare import compare_runs
 
     paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
     invalid: list[str] = []

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots
-from analysis.capacity_search import (
+from analysis.decide.capacity_search import (
     FAIL,
     GENERATOR_LIMIT,
     UNDECIDED,
@@ -28,13 +27,14 @@ from analysis.capacity_search import (
     retry_duration_s,
     trial_duration_s,
 )
-from contract.layout import RunLayout
+from analysis.report import plots
+from contract.layout import CapacityLayout, ReportLayout, write_atomic
 from contract.profile import Profile
 from harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from harness.orchestration.endpoint_check import EndpointCheckError
 from harness.orchestration.local_run import LEAD_S, LocalRun
 from harness.orchestration.run_record import write_manifest
-from harness.orchestration.servers import Servers, start_servers
+from harness.services.servers import Servers, start_servers
 
 TRIAL_OVERHEAD_S = LEAD_S + 12  # process start, clock samples, drain, analysis: what a trial costs beyond its load
 
@@ -71,11 +71,11 @@ def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
 
 def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
     from analysis.analyze import analyze_run
-    from analysis.report_cli import write_outputs
-    from analysis.rundir import ANALYSIS_COLUMNS
+    from analysis.command import write_outputs
+    from analysis.read.rundir import ANALYSIS_COLUMNS
 
     a = analyze_run(run_dir, ANALYSIS_COLUMNS)
-    write_outputs(a, RunLayout(run_dir).report)
+    write_outputs(a, ReportLayout.of_run(run_dir).dir)
     s = a.summary
     outcome, why = classify_trial(s["slos"], s["valid"], s["invalid_reasons"])
     overall = next(r for r in s["latency"] if r["endpoint"] == "*" and r["region"] == "*")
@@ -107,7 +107,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     budget = budget_s or c.budget_s
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     cap_dir = out / f"{profile.name}-capacity-{stamp}-{secrets.token_hex(2)}"
-    (cap_dir / "trials").mkdir(parents=True)
+    layout = CapacityLayout(cap_dir)
+    layout.trials.mkdir(parents=True)
     low = low_disk_reason(cap_dir, min_free_bytes())
     if low is not None:  # before any server starts: every trial would be stopped at once
         raise LowDiskError(f"{low}; no load was sent — free some space or choose another --out")
@@ -119,7 +120,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     budget_spent = False
     servers = None
     if profile.uses_embedded or profile.uses_triton:
-        servers = start_servers(profile, cap_dir / "logs", lambda m: _log(quiet, m))
+        servers = start_servers(profile, layout.logs, lambda m: _log(quiet, m))
     try:
         while (rate := state.next_rate()) is not None:
             rate = round(rate, 3)
@@ -131,7 +132,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             while True:
                 index = len(rows) + 1
                 _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
-                run_dir = _run_trial(_trial_profile(profile, rate, duration, index), cap_dir / "trials", servers)
+                run_dir = _run_trial(_trial_profile(profile, rate, duration, index), layout.trials, servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
                 retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried,
@@ -196,10 +197,11 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
     """capacity.json, trials.csv, latency_vs_load.svg and index.html of one capacity search."""
     import html
 
-    (cap_dir / "capacity.json").write_text(json.dumps({**result, "trial_rows": rows}, indent=2, default=str))
-    pd.DataFrame(rows).to_csv(cap_dir / "trials.csv", index=False)
+    layout = CapacityLayout(cap_dir)
+    write_atomic(layout.result, json.dumps({**result, "trial_rows": rows}, indent=2, default=str))
+    write_atomic(layout.trials_table, pd.DataFrame(rows).to_csv(index=False))
     svg = plots.latency_vs_load_svg(rows, result) if rows else ""
-    (cap_dir / "latency_vs_load.svg").write_text(svg)
+    write_atomic(layout.figure, svg)
     cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
             "p99_ci_low", "p99_ci_high", "utilization", "outcome", "why"]
     table = pd.DataFrame(rows, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
@@ -217,7 +219,7 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
             f"<h2>Recommendation</h2><table>{rec_rows}</table>"
             f"<p>Planned rate per instance = min(capacity / headroom, max_utilization × slots / S); by Little's law "
             f"L = λ·W requests are in flight at that rate (size pools and queues for it).</p></body></html>")
-    (cap_dir / "index.html").write_text(page)
+    write_atomic(layout.page, page)
 
 
 def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
@@ -242,7 +244,7 @@ def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
                       f"{rec['limited_by']}; headroom ×{rec['headroom']:g}, ρ ≤ {rec['max_utilization']:g})"
                       + (f"; peak {rec['peak_rate']:g}/s needs {rec['instances_for_peak']} instance(s)"
                          if rec.get("peak_rate") else ""))
-    console.print(f"capacity report: {cap_dir / 'index.html'}")
+    console.print(f"capacity report: {CapacityLayout(cap_dir).page}")
 
 
 def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float | None) -> int:
@@ -259,7 +261,7 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
     except (CapacityError, EndpointCheckError, LowDiskError) as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
         return 2
-    rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
+    rows = json.loads(CapacityLayout(cap_dir).result.read_text())["trial_rows"]
     print_result(result, rows, cap_dir)
     return result["exit_code"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from contract.exit_codes import INCONCLUSIVE, INTERNAL
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
-# in one line of its own (harness/worker/tls.py). Set before any process of a run imports grpc; a user's value wins.
+# in one line of its own (harness/client/tls.py). Set before any process of a run imports grpc; a user's value wins.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # OpenBLAS starts a thread per core that spins after each call: it competes with a generator's send loop, and in
 # the analysis (no large linear algebra) it took 3.5% of a 10 M-row run's CPU (perf). Set before numpy loads.
@@ -43,7 +43,7 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from contract.terminal import console
-    from endpoints.model_build import build_repository
+    from endpoints.models.model_build import build_repository
 
     built = build_repository(args.out, args.mm1_mean_ms)
     table = Table(title=f"model repository {args.out}")
@@ -59,7 +59,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from contract.addresses import is_loopback
     from contract.credentials import Credential
     from endpoints.server import ServerTls, serve
-    from endpoints.server_core import ServerOptions
+    from endpoints.serving.core import ServerOptions
 
     if not is_loopback(args.host) and not args.expose:
         parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
@@ -150,13 +150,13 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
-    from harness.orchestration.delay_proxy import main_proxy
+    from harness.services.delay_proxy import main_proxy
 
     return main_proxy(args.route, args.delay_ms, args.jitter_ms, args.seed)
 
 
 def _cmd_sntp(args: argparse.Namespace) -> int:
-    from harness.orchestration.sntp_server import serve_sntp
+    from harness.services.sntp_server import serve_sntp
 
     serve_sntp(args.host, args.port)
     return 0
@@ -183,7 +183,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         return code
     try:
         import analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
-        from analysis.report_cli import analyze_and_report
+        from analysis.command import analyze_and_report
     except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
         print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
@@ -248,7 +248,7 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_command
+    from analysis.decide.compare import compare_command
 
     return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
                            args.fail_if_slower, exits=True)
@@ -284,7 +284,7 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     import gc
 
-    from analysis.report_cli import analyze_and_report
+    from analysis.command import analyze_and_report
 
     code = analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True)
     gc.freeze()  # the process exits next: its teardown collects nothing (0.15 of 0.18 s after a 1 M-row analysis)

@@ -15,11 +15,11 @@ from contract.credentials import Credential, CredentialError
 from contract.plan import unresolved_plan
 from contract.profile import Endpoint, ProfileError, parse_profile
 from contract.requests import RequestSpec, RequestSpecError
+from harness.client.payloads import AnswerCheck, wanted_outputs
+from harness.client.request_data import DataError, SampleSet, samples_for
+from harness.client.senders import build_sender
+from harness.client.tls import sender_tls
 from harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
-from harness.worker.payloads import AnswerCheck, wanted_outputs
-from harness.worker.request_data import DataError, SampleSet, samples_for
-from harness.worker.senders import build_sender
-from harness.worker.tls import sender_tls
 
 
 def protocol_of(url: str, protocol: str | None) -> str:

@@ -17,16 +17,16 @@ from contract.layout import RunLayout
 from contract.profile import Profile, parse_profile
 from contract.records import ClockRow, RequestRow
 from contract.requests import InputSpec, RequestSpec
-from endpoints.model_build import DATA_FILE as DIGITS_DATA
-from endpoints.model_build import build_repository
+from endpoints.models.model_build import DATA_FILE as DIGITS_DATA
+from endpoints.models.model_build import build_repository
+from harness.client.payloads import Payloads
+from harness.client.request_data import SampleSet
+from harness.client.senders import Outcome
 from harness.orchestration.local_run import LocalRun
-from harness.orchestration.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
 from harness.orchestration.run_record import read_master_events, write_manifest
+from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
+from harness.spool.recorder import clock_writer, request_writer
 from harness.worker.clock import WorkerClock, measure_offset
-from harness.worker.payloads import Payloads
-from harness.worker.recorder import clock_writer, request_writer
-from harness.worker.request_data import SampleSet
-from harness.worker.senders import Outcome
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -248,7 +248,7 @@ def start_chronyd(port: int, workdir: Path, timeout: float = 20.0) -> ManagedPro
 
 # -- a fake sender for worker unit tests ------------------------------------------------------------------
 class FakeSender:
-    """A Sender (harness/worker/senders.py) that answers at once with `label_of(sample)`, or fails with
+    """A Sender (harness/client/senders.py) that answers at once with `label_of(sample)`, or fails with
     `status` for the samples in `failing`; records what it was asked to send."""
 
     def __init__(self, label_of=lambda sample: 0, failing: frozenset[int] = frozenset(), status: str = "timeout",

@@ -25,9 +25,9 @@ class Collected:
 def spool_run(spool: Path, run_dir: Path) -> RunLayout:
     """The spool's directory for the run: SPOOL/<run-id>, or SPOOL itself when it is one run's."""
     for candidate in (spool / run_dir.name, spool):
-        if (candidate / "regions").is_dir():
+        if RunLayout(candidate).regions.is_dir():
             return RunLayout(candidate)
-    raise CollectError(f"{spool}: no spool of run {run_dir.name} (expected {spool / run_dir.name}/regions/)")
+    raise CollectError(f"{spool}: no spool of run {run_dir.name} (expected {RunLayout(spool / run_dir.name).regions}/)")
 
 
 def collect(spool: Path, run_dir: Path) -> Collected:

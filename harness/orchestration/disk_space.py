@@ -1,7 +1,7 @@
 """The free space a run directory's disk keeps: below it, the orchestrator stops the run while the manifest,
 the last server statistics and the report still fit, instead of running on until a write fails.
 
-Workers keep every chunk the master has not acknowledged in their spools (harness/worker/uplink.py), so a run
+Workers keep every chunk the master has not acknowledged in their spools (harness/spool/uplink.py), so a run
 stopped this way loses nothing already measured: `tailrace collect` adds those chunks once there is room.
 """
 from __future__ import annotations

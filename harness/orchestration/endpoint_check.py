@@ -17,9 +17,9 @@ from contract.plan import RunPlan
 from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from contract.tensors import TensorSpec, onnx_tensors
-from harness.worker.request_data import DataError, samples_for
-from harness.worker.senders import inprocess_model
-from harness.worker.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
+from harness.client.request_data import DataError, samples_for
+from harness.client.senders import inprocess_model
+from harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
 
 
 @dataclass

@@ -21,12 +21,12 @@ from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from harness.orchestration.disk_space import MIN_FREE_BYTES, LowDiskError, low_disk_reason, min_free_bytes, stop_reason
 from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.preflight import check_local
-from harness.orchestration.processes import ManagedProcess, free_port, start_process, tailrace_argv
-from harness.orchestration.region_proxies import proxied_regions, start_region_proxies
 from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
-from harness.orchestration.servers import Servers, start_servers
-from harness.orchestration.triton_server import TritonServer
+from harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from harness.services.region_proxies import proxied_regions, start_region_proxies
+from harness.services.servers import Servers, start_servers
+from harness.services.triton_server import TritonServer
 from harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"

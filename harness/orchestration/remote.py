@@ -3,7 +3,7 @@
 The master runs the whole run: it checks the endpoints, waits for the profile's workers per region (printing
 which are missing), admits only workers that prove the run's token, announces the plan, answers SNTP for them
 when the profile's clock names "master", writes the files they send into the run directory
-(harness/worker/uplink.py), and writes the manifest; `tailrace master` then analyses the run and exits with
+(harness/spool/uplink.py), and writes the manifest; `tailrace master` then analyses the run and exits with
 the verdict's code. A worker keeps its results in a spool on its own disk until the master has them.
 
 The master binds 127.0.0.1 unless told otherwise: Locust's channel is unauthenticated (the token keeps
@@ -34,10 +34,10 @@ from harness.orchestration.local_run import (
     master_argv,
     new_run_id,
 )
-from harness.orchestration.processes import die_with_parent, start_process, tailrace_argv
 from harness.orchestration.progress import ChunkProgress
 from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
+from harness.services.processes import die_with_parent, start_process, tailrace_argv
 from harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 WAIT_FOR_WORKERS_S = 600
@@ -139,7 +139,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     save_model_metadata(plan, layout)
     stats.snapshot("before")
     record = RunRecord(plan, layout, servers=[t.describe() for t in targets])
-    # --stop-timeout: a worker's last files reach the master after its schedule (harness/worker/uplink.py)
+    # --stop-timeout: a worker's last files reach the master after its schedule (harness/spool/uplink.py)
     master = subprocess.Popen(master_argv(plan, bind, port, int(wait_s), *ui, "--stop-timeout", "40",
                                           "--loglevel", "WARNING"),
                               env={**os.environ, PLAN_ENV: str(layout.plan), TOKEN_ENV: token},

@@ -24,7 +24,7 @@ from contract.credentials import Credential, CredentialError
 from contract.layout import RunLayout, append_line, write_atomic
 from contract.plan import RunPlan
 from contract.profile import Tls
-from harness.worker.tls import ssl_context
+from harness.client.tls import ssl_context
 
 
 @dataclass(frozen=True)

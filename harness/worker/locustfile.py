@@ -6,7 +6,7 @@ Locust's quit); announces the plan with the start instant in reference time to t
 writes the files remote workers send (CHUNK) into the run directory once and acknowledges them (ACK); records
 which workers joined, were admitted or refused, said hello, finished and left (master-events.jsonl).
 Worker: proves the token as it connects, runs harness/worker/run.py's WorkerRun inside its single user, and
-(remote workers) sends its closed files through harness/worker/uplink.py.
+(remote workers) sends its closed files through harness/spool/uplink.py.
 """
 from __future__ import annotations
 

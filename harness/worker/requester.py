@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from contract.plan import RunPlan
 from contract.records import RequestRow
 from contract.trace_context import format_traceparent, new_ids
+from harness.client.payloads import AnswerCheck
+from harness.client.senders import Outcome, Sender
+from harness.spool.recorder import ChunkWriter
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
-from harness.worker.payloads import AnswerCheck
-from harness.worker.recorder import ChunkWriter
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import Arrival
-from harness.worker.senders import Outcome, Sender
 
 
 @dataclass

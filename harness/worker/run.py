@@ -17,20 +17,20 @@ from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from contract.profile import MASTER_CLOCK
 from contract.requests import scenario_request
+from harness.client.payloads import AnswerCheck, wanted_outputs
+from harness.client.request_data import samples_for
+from harness.client.senders import Sender, build_sender
+from harness.spool.chunk_shipping import ChunkShipper
+from harness.spool.recorder import clock_writer, request_writer
+from harness.spool.uplink import ChunkUplink
 from harness.worker.arrivals import Plan, worker_plan
-from harness.worker.chunk_shipping import ChunkShipper
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
-from harness.worker.payloads import AnswerCheck, wanted_outputs
-from harness.worker.recorder import clock_writer, request_writer
-from harness.worker.request_data import samples_for
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
-from harness.worker.senders import Sender, build_sender
-from harness.worker.uplink import ChunkUplink
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
 
@@ -55,7 +55,7 @@ class WorkerRun:
         if identity.index >= self.region.workers:
             raise RuntimeError(f"worker index {identity.index} but region {self.region.name} has "
                                f"{self.region.workers} worker(s)")
-        if identity.spool:  # on its own host: its spool, sent to the master (harness/worker/uplink.py)
+        if identity.spool:  # on its own host: its spool, sent to the master (harness/spool/uplink.py)
             run_dir = Path(identity.spool) / plan.run_id
         else:
             run_dir = Path(identity.out_dir or (Path(p.generator.ship_dir) / plan.run_id if p.generator.ship_dir
@@ -75,7 +75,8 @@ class WorkerRun:
                                    self.clock_chunks.writer.add, self.log)
         self.uplink = ChunkUplink(self.layout, ship, read=_read_off_loop) if ship is not None else None
         self.saturation = SaturationMonitor(identity.name, int(gen.send_lag_p99_ms * 1e6), gen.max_in_flight,
-                                            stall_max_ns=int(gen.stall_max_ms * 1e6))
+                                            stall_max_ns=int(gen.stall_max_ms * 1e6),
+                                            behind_max_ns=int(gen.behind_max_s * 1e9))
         senders = senders if senders is not None else self._senders()
         checks = [AnswerCheck(ep.check, s.payloads.samples, s.payloads.request.batched)
                   for ep, s in zip(p.endpoints, senders)]

@@ -11,7 +11,10 @@ Per window: the p99 send lag, the longest episode of late sends (consecutive lat
 from the first one's intended time to the last one's actual send), and the backlog (the median lag of the
 window's last sends). The verdict:
 - saturated (INVALID): the backlog is above the threshold at the end of two or more consecutive windows and
-  grew across them, or is at least `stall_max_ms` at the end of the run;
+  either grew across them or the last ends `behind_max_s` or more after the first (a generator behind at every
+  window's end for that long did not deliver the planned arrivals, whatever its backlog did in between), or it is
+  at least
+  `stall_max_ms` at the end of the run;
 - paused / stalled (INVALID): a send that went out `stall_max_ms` or more late, in a block the generator then
   caught up on — the process was stopped or starved (SIGSTOP, a long host stall), not overloaded. Judged by
   the largest lag, not by how long a block lasts: a core shared with a CPU hog makes many consecutive sends
@@ -95,26 +98,33 @@ def _streaks(flags: list[bool]) -> list[tuple[int, int]]:
     return out
 
 
-def saturation_reasons(worker: str, windows: list[LagWindow], threshold_ns: int, stall_max_ns: int) -> list[str]:
-    """A growing backlog over consecutive windows, or a run that ends far behind: the generator saturated."""
+def saturation_reasons(worker: str, windows: list[LagWindow], threshold_ns: int, stall_max_ns: int,
+                       behind_max_ns: int = 2_000_000_000) -> list[str]:
+    """A growing backlog over consecutive windows, consecutive windows behind for `behind_max_ns` or longer, or a
+    run that ends far behind: the generator saturated."""
     reasons = []
     for i, j in _streaks([w.behind(threshold_ns) for w in windows]):
         first, last = windows[i], windows[j]
         span = f"{first.start_s:.1f}–{last.end_s:.1f} s"
+        backlogs = ", ".join(f"{w.backlog_ns / 1e6:.0f}" for w in windows[i:j + 1])
         if j > i and last.backlog_ns >= first.backlog_ns:
             reasons.append(f"{worker}: falling behind — the backlog grew from {first.backlog_ns / 1e6:.1f} to "
                            f"{last.backlog_ns / 1e6:.1f} ms over {j - i + 1} consecutive windows ({span} into the "
                            f"run; generator saturated)")
+        elif j > i and (last.end_s - first.end_s) * 1e9 >= behind_max_ns:
+            reasons.append(f"{worker}: behind schedule at the end of {j - i + 1} consecutive windows ({span} into the "
+                           f"run, backlog {backlogs} ms): still behind {last.end_s - first.end_s:.1f} s after it "
+                           f"first was — generator saturated")
         elif j == len(windows) - 1 and last.backlog_ns >= stall_max_ns:
             reasons.append(f"{worker}: {last.backlog_ns / 1e6:.0f} ms behind schedule when the run ended "
                            f"({span} into the run; generator saturated)")
     return reasons
 
 
-def judge_windows(worker: str, windows: list[LagWindow], threshold_ns: int,
-                  stall_max_ns: int) -> tuple[list[str], list[str]]:
+def judge_windows(worker: str, windows: list[LagWindow], threshold_ns: int, stall_max_ns: int,
+                  behind_max_ns: int = 2_000_000_000) -> tuple[list[str], list[str]]:
     """(invalid reasons, warnings) for a worker's closed windows, in order."""
-    reasons = saturation_reasons(worker, windows, threshold_ns, stall_max_ns)
+    reasons = saturation_reasons(worker, windows, threshold_ns, stall_max_ns, behind_max_ns)
     warnings = []
     limit = f"{threshold_ns / 1e6:g} ms"
     if not reasons:  # a saturated generator's late episodes are its backlog, not pauses
@@ -147,6 +157,7 @@ class SaturationMonitor:
     threshold_ns: int
     max_in_flight: int
     stall_max_ns: int = 250_000_000
+    behind_max_ns: int = 2_000_000_000
     min_samples: int = 500
     windows: list[LagWindow] = field(default_factory=list)
     peak_in_flight: int = 0
@@ -177,7 +188,8 @@ class SaturationMonitor:
 
     def verdict(self) -> tuple[list[str], list[str]]:
         """(invalid reasons, warnings) over the windows closed so far."""
-        reasons, warnings = judge_windows(self.worker, self.windows, self.threshold_ns, self.stall_max_ns)
+        reasons, warnings = judge_windows(self.worker, self.windows, self.threshold_ns, self.stall_max_ns,
+                                           self.behind_max_ns)
         if self._in_flight_reason:
             reasons.append(self._in_flight_reason)
         return reasons, warnings

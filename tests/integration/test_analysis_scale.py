@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis.compare import compare_runs
-from analysis.report_cli import analyze_and_report
-from analysis.stats import order_statistic_ranks
+from analysis.command import analyze_and_report
+from analysis.decide.compare import compare_runs
+from analysis.stats.estimators import order_statistic_ranks
 from bench.synthetic_run import ENDPOINTS, REGIONS, Shape, latencies_ms, write_synthetic_run
 
 ROWS = 1_000_000

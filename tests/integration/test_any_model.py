@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from analysis.analyze import analyze_run
-from harness.orchestration.triton_server import TritonUnavailable, triton_python
+from harness.services.triton_server import TritonUnavailable, triton_python
 from tests.support import IN_CI, make_profile, run_with
 
 # model → (data file under _data, check) — each model × {HTTP, gRPC} × {embedded, Triton}

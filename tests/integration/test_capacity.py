@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from analysis.capacity_search import (
+from analysis.decide.capacity_search import (
     PASS,
 )
 from contract.profile import parse_profile

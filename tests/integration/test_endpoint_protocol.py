@@ -9,7 +9,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from contract.trace_context import format_traceparent, new_ids
-from endpoints.model_build import ONNX_MODELS, load_heldout
+from endpoints.models.model_build import ONNX_MODELS, load_heldout
 
 
 @pytest.fixture(scope="module")

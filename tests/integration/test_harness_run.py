@@ -1,6 +1,7 @@
 """End-to-end harness runs on loopback with real processes: Locust master + workers, proxies, chronyd."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -10,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.rundir import load_run
+from analysis.read.rundir import load_run
 from contract.records import STATUSES
-from harness.orchestration.processes import free_port
+from harness.services.processes import free_port
 from tests.support import IN_CI, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
 
 RATE, DURATION, WARMUP, SKEW_MS = 150.0, 10.0, 1.0, 80.0
@@ -198,18 +199,57 @@ def test_worker_killed_mid_run(model_repo, tmp_path):
     assert not manifest["valid"] and any("far-w0" in r for r in manifest["invalid_reasons"])
 
 
-def test_a_generator_that_cannot_keep_up_makes_the_run_invalid(model_repo, tmp_path):
-    """Far beyond what one worker can send on this machine: its lag grows window after window, and the run is
-    INVALID with the reason (never a number for a load that was not offered)."""
+# Loaded by every Python process of the run through PYTHONPATH: the worker's HTTP send path blocks its event loop
+# for 2 ms a request (the real, unpatched sleep), so one worker can send at most 500 requests/s on any machine.
+SLOW_SEND_PATH = """
+import importlib.abc, importlib.util, sys, time
+_block = time.sleep  # captured before gevent patches time
+_MODULE = "harness.client.senders"
+
+class _SlowSends(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            send = module.HttpSender.send
+
+            def slow_send(self, *args, **kwargs):
+                _block(0.002)
+                return send(self, *args, **kwargs)
+
+            module.HttpSender.send = slow_send
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _SlowSends())
+"""
+
+
+def test_a_generator_that_cannot_keep_up_makes_the_run_invalid(model_repo, tmp_path, monkeypatch):
+    """A worker whose send path costs 2 ms of its event loop a request (at most 500/s) asked for 800/s: it ends
+    window after window behind schedule, and the run is INVALID with the reason (never a number for a load that
+    was not offered). The overload is built into the worker, so it holds on a machine of any speed."""
+    hook = tmp_path / "slow_send_path"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_SEND_PATH)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
     profile = make_profile(model_repo,
                            endpoints=[{"name": "logreg", "url": "embedded", "protocol": "kserve-http",
                                        "model": "digits_logreg_fp32"}],
                            regions=[{"name": "solo", "share": 1.0}],
-                           load={"rate": 12000, "duration_s": 2.5, "warmup_s": 0.5, "seed": 5},
-                           generator={"window_s": 0.5})
-    run, manifest = run_with(profile, tmp_path)
+                           load={"rate": 800, "duration_s": 2.5, "warmup_s": 0.5, "seed": 5},
+                           generator={"window_s": 0.5, "max_in_flight": 100_000})
+    run, manifest = run_with(profile, tmp_path / "run")
     assert not manifest["valid"]
     assert any(r.startswith("solo-w0: ") and "generator saturated" in r
                for r in manifest["invalid_reasons"]), manifest["invalid_reasons"]
     summary = manifest["workers"]["solo-w0"]["summary"]
-    assert len(summary["lagging_windows"]) >= 2 and summary["max_send_lag_p99_ms"] > 100
+    # 2,400 sends at ≥ 2 ms each take ≥ 4.8 s for a 3 s schedule: the last go out ≥ 1.8 s late (the slowed path
+    # took effect; an unslowed worker on a fast machine would not lag at all)
+    assert len(summary["lagging_windows"]) >= 2 and summary["max_send_lag_p99_ms"] > 1000, summary

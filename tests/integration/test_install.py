@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.orchestration.processes import free_port, start_process
+from harness.services.processes import free_port, start_process
 from tailrace.commands import master_args, worker_args
 from tests.support import remote_profile_toml, start_endpoint
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis.analyze import analyze_run
-from analysis.report_html import render
+from analysis.report.html import render
 from harness.worker.arrivals import rate_segments
 from tests.support import make_profile, run_with
 

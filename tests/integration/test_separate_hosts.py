@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from contract.layout import RunLayout
-from harness.orchestration.processes import ManagedProcess, start_process
+from harness.services.processes import ManagedProcess, start_process
 from tailrace.commands import master_args, worker_args
 from tests.support import IN_CI, remote_profile_toml
 

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from contract.profile import parse_profile
-from harness.orchestration.processes import free_port, start_process, tailrace_argv, wait_http_ok
+from harness.services.processes import free_port, start_process, tailrace_argv, wait_http_ok
 from tests.support import DIGITS_DATA, run_with, sleep_until_measuring
 
 TOKEN_ENV = "TAILRACE_TEST_TLS_TOKEN"

@@ -9,9 +9,9 @@ import psutil
 import pytest
 
 from analysis.analyze import analyze_run
-from analysis.report_html import render
-from harness.orchestration.processes import ManagedProcess
-from harness.orchestration.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
+from analysis.report.html import render
+from harness.services.processes import ManagedProcess
+from harness.services.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
 from tests.support import IN_CI, kill_triton_server, make_profile, run_with, sleep_until_measuring
 
 ENDPOINTS = [

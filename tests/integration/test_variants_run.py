@@ -31,7 +31,7 @@ def variants_run(model_repo, tmp_path_factory):
 
 
 def test_variants_profile_produces_the_decision_section(variants_run):
-    from analysis.report_html import render
+    from analysis.report.html import render
 
     d = variants_run.summary["decision"]
     table = {v["name"]: v for v in d["variants"]}

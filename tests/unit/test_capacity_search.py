@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.capacity_search import (
+from analysis.decide.capacity_search import (
     FAIL,
     GENERATOR_LIMIT,
     PASS,
@@ -92,7 +92,7 @@ def test_which_trials_run_again(outcome, duration, retried, to_decide, first, ex
 def test_how_long_an_undecided_trial_would_take_to_decide():
     """The trial's duration scaled by (n + samples still needed) / n of its neediest INCONCLUSIVE latency group,
     from the verdicts `tailrace analyze` gives; None when some group can never decide."""
-    from analysis.stats import proportion_verdict
+    from analysis.stats.estimators import proportion_verdict
 
     def verdict(k, n, metric="latency"):
         v = proportion_verdict(k, n, 0.01)

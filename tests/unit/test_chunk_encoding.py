@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 
 from contract.layout import WorkerLayout
 from contract.records import FEW_VALUED, REQUEST_COLUMNS, RequestRow
-from harness.worker.chunk_writer_process import write_chunk
-from harness.worker.recorder import request_writer
+from harness.spool.chunk_writer_process import write_chunk
+from harness.spool.recorder import request_writer
 
 
 def _rows(n: int) -> list[RequestRow]:

@@ -1,4 +1,4 @@
-"""analysis/chunks.py: the request log read a few columns at a time."""
+"""analysis/read/chunks.py: the request log read a few columns at a time."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.chunks import ChunkColumns, SkippedChunk
+from analysis.read.chunks import ChunkColumns, SkippedChunk
 
 FIELDS = (("error", "string", ""), ("latency_ns", "int64", ""), ("phase", "int32", ""))
 
@@ -110,7 +110,7 @@ def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_pa
     """A chunk whose latency pages are corrupt fails in the background read: the error is raised to the statistic
     that asks for the column (a LateChunkError naming the chunk: the analysis runs again without it), and the
     batches after it are left to be read when asked for."""
-    from analysis.chunks import LateChunkError
+    from analysis.read.chunks import LateChunkError
     from tests.unit.test_analysis import _corrupt_latency_pages
 
     files = _three_columns(tmp_path)

@@ -1,4 +1,4 @@
-"""Credentials read at send time (contract/credentials.py) and the generator's TLS settings (harness/worker/tls.py),
+"""Credentials read at send time (contract/credentials.py) and the generator's TLS settings (harness/client/tls.py),
 on files made here."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import trustme
 
 from contract.credentials import Credential, CredentialError
 from contract.profile import Tls, parse_profile
-from harness.worker.tls import TlsError, describe_tls_failure, grpc_tls_options, sender_tls, ssl_context
+from harness.client.tls import TlsError, describe_tls_failure, grpc_tls_options, sender_tls, ssl_context
 
 
 class Clock:
@@ -118,8 +118,8 @@ def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends
     from contract.plan import unresolved_plan
     from contract.records import STATUSES
     from contract.requests import declared_request
-    from harness.worker.request_data import samples_for
-    from harness.worker.senders import build_sender
+    from harness.client.request_data import samples_for
+    from harness.client.senders import build_sender
 
     monkeypatch.delenv("TAILRACE_ABSENT_TOKEN", raising=False)
     profile = parse_profile({"name": "t", "endpoints": [{

@@ -1,4 +1,4 @@
-"""The report's figures drawn by a process of their own (analysis/figures.py): the same figures as drawn here, and
+"""The report's figures drawn by a process of their own (analysis/report/figures.py): the same figures as drawn here, and
 drawn here whenever the child cannot — it died, hung, or an argument did not pickle — with the child always
 stopped by PID."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import signal
 import numpy as np
 import pytest
 
-from analysis import figures as figures_module
-from analysis.figures import InlineFigures, ProcessFigures, start_figures
+from analysis.report import figures as figures_module
+from analysis.report.figures import InlineFigures, ProcessFigures, start_figures
 
 HEATMAP = ([{"endpoint": "e", "region": r, "percentiles": {"p99": {"value": v}}} for r, v in (("a", 9.0), ("b", 3.0))],)
 CDFS = ({"a": (np.array([1.0, 2.0, 4.0]), np.array([0.8, 0.5, 0.1]))},)

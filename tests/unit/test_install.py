@@ -1,5 +1,5 @@
 """The dependency bounds tell the truth: the installed Locust and grpcio satisfy pyproject.toml's bounds, and the
-internals tailrace relies on (harness/worker/locustfile.py, harness/worker/senders.py) exist in them — a release
+internals tailrace relies on (harness/worker/locustfile.py, harness/client/senders.py) exist in them — a release
 that renames one fails here, before a run does. `requires-python` matches the code (tomllib)."""
 from __future__ import annotations
 

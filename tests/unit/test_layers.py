@@ -1,5 +1,6 @@
-"""The layers of docs/ARCHITECTURE.md hold: each room imports only the rooms below it, and only
-contract/layout.py spells the run directory's paths."""
+"""The layers of docs/ARCHITECTURE.md hold: each room imports only the rooms below it, no two files import each
+other (directly or round a loop), no folder grows past what a reader takes in, and only contract/layout.py
+spells the run directory's and the report's paths."""
 from __future__ import annotations
 
 import ast
@@ -7,6 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = ("contract", "endpoints", "harness", "analysis", "tailrace")
 # room → rooms it may import (besides itself)
 ALLOWED = {
     "contract": set(),
@@ -15,70 +17,143 @@ ALLOWED = {
     "analysis": {"contract"},
     "tailrace": {"contract", "endpoints", "harness", "analysis"},
 }
+# Inside a room, its sub-rooms in layers, lowest first: a module imports only its own layer and those below.
+# A name is a sub-package (`analysis.read`) or a module at the room's top (`analysis.result`).
+SUBLAYERS = {
+    "analysis": [{"analysis.read"}, {"analysis.stats"}, {"analysis.decide"}, {"analysis.result"},
+                 {"analysis.report"}, {"analysis.analyze", "analysis.command"}],
+    "endpoints": [{"endpoints.models"}, {"endpoints.serving"}, {"endpoints.kserve"},
+                  {"endpoints.auth", "endpoints.http_guard", "endpoints.server"}],
+    "harness": [{"harness.client", "harness.spool", "harness.services"}, {"harness.worker"},
+                {"harness.orchestration"}],
+}
+MAX_MODULES_PER_FOLDER = 15
+# a run-directory or report path, spelled as a string: "regions/…", "summary.json", or a path join `/ "report"`
+SPELLED = re.compile(r"""(?<!["'])["'](regions/|endpoints/|manifest\.json|plan\.json|requests-|clock-|worker\.json"""
+                     r"""|master-events|stats-|cold-start\.json|index\.html|summary\.json|junit\.xml|tables/"""
+                     r"""|capacity\.json|trials\.csv|latency_vs_load\.svg)"""
+                     r"""|/\s*["'](regions|endpoints|report|tables|trials)["']""")
 
 
-def _imports(path: Path) -> set[str]:
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The product modules `path` imports, anywhere in it: `from a.b import c` is a.b.c when that is a module."""
     tree = ast.parse(path.read_text())
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-    return out
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in known else node.module)
+    return {n for n in out if n.split(".")[0] in PRODUCT}
 
 
-def _modules(room: str) -> list[Path]:
-    return sorted((ROOT / room).rglob("*.py"))
+def product_modules(root: Path = ROOT) -> dict[str, Path]:
+    return {_module_name(p, root): p for room in PRODUCT for p in sorted((root / room).rglob("*.py"))}
 
 
-def test_each_room_imports_only_the_rooms_below_it():
-    wrong = []
-    for room, allowed in ALLOWED.items():
-        for path in _modules(room):
-            for name in _imports(path):
-                top = name.split(".")[0]
-                if top in ALLOWED and top != room and top not in allowed:
-                    wrong.append(f"{path.relative_to(ROOT)} imports {name}")
-    assert wrong == []
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    modules = product_modules(root)
+    known = set(modules)
+    return {mod: {n for n in imported_modules(path, known) if n in known and n != mod}
+            for mod, path in modules.items()}
 
 
-def test_the_worker_and_the_orchestration_do_not_import_each_other_upward():
-    """harness/worker runs inside Locust processes: it never imports the orchestration around it."""
-    wrong = [f"{p.relative_to(ROOT)} imports {n}" for p in _modules("harness/worker") for n in _imports(p)
-             if n.startswith("harness.orchestration")]
-    assert wrong == []
-
-
-def test_no_import_cycle_between_modules():
-    graph: dict[str, set[str]] = {}
-    for room in ALLOWED:
-        for path in _modules(room):
-            mod = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            graph[mod] = {n for n in _imports(path) if n.split(".")[0] in ALLOWED}
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle between files (a package's __init__ counts as a file), or None."""
     state: dict[str, int] = {}
 
     def visit(mod: str, stack: list[str]) -> list[str] | None:
         state[mod] = 1
         for dep in sorted(graph.get(mod, ())):
-            if dep not in graph:
-                continue
             if state.get(dep) == 1:
-                return stack + [mod, dep]
+                return stack[stack.index(dep):] + [mod, dep] if dep in stack else stack + [mod, dep]
             if state.get(dep) is None and (cycle := visit(dep, stack + [mod])):
                 return cycle
         state[mod] = 2
         return None
 
     for mod in sorted(graph):
-        if state.get(mod) is None:
-            assert visit(mod, []) is None
+        if state.get(mod) is None and (cycle := visit(mod, [])):
+            return cycle
+    return None
 
 
-def test_only_the_layout_spells_run_directory_paths():
-    spelled = re.compile(r"""(?<!["'])["'](regions/|endpoints/|manifest\.json|plan\.json|requests-|clock-|worker\.json"""
-                         r"""|master-events|stats-|cold-start\.json)""")
-    wrong = [f"{p.relative_to(ROOT)}:{n}" for room in ALLOWED for p in _modules(room)
+def _layer_of(mod: str, layers: list[set[str]]) -> int | None:
+    for i, names in enumerate(layers):
+        if any(mod == n or mod.startswith(n + ".") for n in names):
+            return i
+    return None
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    wrong = []
+    for mod, deps in import_graph().items():
+        room = mod.split(".")[0]
+        for dep in deps:
+            top = dep.split(".")[0]
+            if top != room and top not in ALLOWED[room]:
+                wrong.append(f"{mod} imports {dep}")
+    assert wrong == []
+
+
+def test_each_sub_room_imports_only_its_layer_and_those_below():
+    wrong = []
+    for mod, deps in import_graph().items():
+        layers = SUBLAYERS.get(mod.split(".")[0])
+        if not layers or mod.count(".") == 0 or mod.endswith("__init__"):
+            continue
+        mine = _layer_of(mod, layers)
+        assert mine is not None, f"{mod}: in no layer of SUBLAYERS — give it one (and docs/ARCHITECTURE.md a line)"
+        for dep in deps:
+            theirs = _layer_of(dep, layers)
+            if theirs is not None and theirs > mine:
+                wrong.append(f"{mod} imports {dep} (a layer above it)")
+    assert wrong == []
+
+
+def test_the_worker_does_not_import_the_orchestration_around_it():
+    """harness/worker runs inside Locust processes: it never imports the orchestration around it."""
+    wrong = [f"{m} imports {d}" for m, deps in import_graph().items() if m.startswith("harness.worker")
+             for d in deps if d.startswith("harness.orchestration")]
+    assert wrong == []
+
+
+def test_no_import_cycle_between_files():
+    assert find_cycle(import_graph()) is None
+
+
+def test_a_cycle_through_from_package_import_module_is_found(tmp_path):
+    """`from pkg import mod` imports the file pkg/mod.py: two files that import each other that way are a cycle
+    (the figures ↔ plots cycle the first version of this test missed)."""
+    pkg = tmp_path / "analysis"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "figures.py").write_text("def draw():\n    from analysis import plots\n")
+    (pkg / "plots.py").write_text("from analysis.figures import LIMIT\n")
+    for room in PRODUCT:
+        (tmp_path / room).mkdir(exist_ok=True)
+    assert find_cycle(import_graph(tmp_path)) in (["analysis.figures", "analysis.plots", "analysis.figures"],
+                                                  ["analysis.plots", "analysis.figures", "analysis.plots"])
+
+
+def test_no_folder_of_product_code_holds_more_than_fifteen_modules():
+    crowded = {}
+    for room in PRODUCT:
+        for folder in [ROOT / room, *[p for p in (ROOT / room).rglob("*") if p.is_dir()]]:
+            modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+            if len(modules) > MAX_MODULES_PER_FOLDER:
+                crowded[str(folder.relative_to(ROOT))] = len(modules)
+    assert crowded == {}
+
+
+def test_only_the_layout_spells_run_directory_and_report_paths():
+    wrong = [f"{p.relative_to(ROOT)}:{n}" for p in product_modules().values()
              if p != ROOT / "contract" / "layout.py"
-             for n, line in enumerate(p.read_text().splitlines(), 1) if spelled.search(line)]
+             for n, line in enumerate(p.read_text().splitlines(), 1) if SPELLED.search(line)]
     assert wrong == []

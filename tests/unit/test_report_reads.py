@@ -1,5 +1,5 @@
-"""The report reads itself: each table and plot says what applies and what it means (analysis/report_html.py,
-analysis/plots.py), terminal tables are wide enough in CI logs (contract/terminal.py), the live table's last
+"""The report reads itself: each table and plot says what applies and what it means (analysis/report/html.py,
+analysis/report/plots.py), terminal tables are wide enough in CI logs (contract/terminal.py), the live table's last
 frame keeps the rates (harness/orchestration/progress.py)."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 
-from analysis import plots
 from analysis.analyze import analyze_run
-from analysis.report_html import render
-from analysis.timeline import timeline
+from analysis.report import plots
+from analysis.report.html import render
+from analysis.stats.timeline import timeline
 from tests.support import profile_dict, write_run
 
 
@@ -61,7 +61,7 @@ def test_the_page_explains_what_applies(tmp_path):
 
 
 def test_the_queueing_section_shows_only_what_applies():
-    from analysis.report_html import _queueing_section
+    from analysis.report.html import _queueing_section
 
     ordinary = {"endpoint": "mlp", "model": "digits_mlp", "slots": 1, "arrival_rate": 60.0, "throughput": 60.0,
                 "L_measured": 0.02, "lambda_W": 0.02, "littles_gap": 0.0, "mean_service_ms": 0.3, "utilization": 0.02,

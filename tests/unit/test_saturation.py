@@ -147,3 +147,44 @@ def test_judge_windows_reports_each_growing_streak():
     reasons, warnings = judge_windows("w1", windows, THRESHOLD, stall_max_ns=250 * MS)
     assert len(reasons) == 1 and "over 2 consecutive windows (2.0–4.0 s" in reasons[0]  # 9 → 12 ms: growing
     assert warnings == []  # 30 → 20 ms shrank: the generator was catching up
+
+
+def lag_window(start: float, length: float, backlog_ms: float, p99_ms: float | None = None):
+    from harness.worker.saturation import LagWindow
+    p99 = backlog_ms if p99_ms is None else p99_ms
+    lagging = p99 > 5
+    return LagWindow(start, start + length, 6000, int(p99 * MS), 3000 if lagging else 0,
+                     int(length * 1e9) if lagging else 0, lagging, int(backlog_ms * MS), int(p99 * MS))
+
+
+def test_behind_at_the_end_of_every_window_for_three_seconds_is_saturation_though_the_backlog_shrank():
+    """The fresh-clone CI run that passed as 'transient stalls': 12,000/s asked, six 0.5 s windows each ending
+    behind (29, 49, 70, 65, 17, 12 ms), send-lag p99 54–84 ms; the last backlog is below the first."""
+    backlogs = [29, 49, 70, 65, 17, 12]
+    p99s = [54, 71, 84, 80, 60, 55]
+    windows = [lag_window(0.5 + 0.5 * k, 0.5, b, p) for k, (b, p) in enumerate(zip(backlogs, p99s))]
+    reasons, warnings = judge_windows("solo-w0", windows, THRESHOLD, stall_max_ns=250 * MS)
+    assert len(reasons) == 1, reasons
+    assert "behind schedule at the end of 6 consecutive windows (0.5–3.5 s" in reasons[0]
+    assert "29, 49, 70, 65, 17, 12 ms" in reasons[0] and "generator saturated" in reasons[0]
+    assert warnings == []
+
+
+def test_two_windows_behind_and_shrinking_within_behind_max_are_a_warning():
+    """Two short windows behind whose backlog shrank, within behind_max_s: the generator recovered; with a
+    shorter behind_max_s the same windows are saturation."""
+    windows = [lag_window(0, 1, 1), lag_window(1, 0.5, 30), lag_window(1.5, 0.5, 10), lag_window(2, 1, 1)]
+    reasons, warnings = judge_windows("w0", windows, THRESHOLD, stall_max_ns=250 * MS)
+    assert reasons == [] and len(warnings) == 1 and "transient stalls" in warnings[0]
+    reasons, _ = judge_windows("w0", windows, THRESHOLD, stall_max_ns=250 * MS, behind_max_ns=MS * 400)
+    assert len(reasons) == 1 and "2 consecutive windows" in reasons[0]
+
+
+def test_host_stalls_caught_up_by_each_window_end_stay_a_warning_however_long():
+    """A jittery host for 6 s: every window's p99 far above the threshold, the backlog back near zero each time."""
+    m = monitor()
+    for w in range(6):
+        feed(m, w, stalled(stall_ms=60, at=100 + 40 * w))
+    reasons, warnings = m.verdict()
+    assert reasons == [] and len(warnings) == 1 and "6 of 6 windows" in warnings[0]
+    assert all(w.lagging and not w.behind(THRESHOLD) for w in m.windows)

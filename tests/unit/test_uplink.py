@@ -11,8 +11,8 @@ from contract.layout import RunLayout, shippable
 from contract.plan import unresolved_plan
 from contract.profile import parse_profile
 from harness.orchestration.collect import CollectError, collect
+from harness.spool.uplink import ChunkUplink
 from harness.worker.admission import Admission, token_proof
-from harness.worker.uplink import ChunkUplink
 
 PROFILE = {"name": "u", "endpoints": [{"name": "a", "url": "http://127.0.0.1:1", "protocol": "kserve-http", "model": "m"}],
            "regions": [{"name": "eu", "share": 0.5, "workers": 2}, {"name": "us", "share": 0.5}],

@@ -11,12 +11,12 @@ from contract.layout import WorkerLayout
 from contract.plan import unresolved_plan
 from contract.profile import Check, parse_profile
 from contract.trace_context import parse_traceparent
+from harness.client.payloads import AnswerCheck
+from harness.spool.recorder import request_writer
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
-from harness.worker.payloads import AnswerCheck
-from harness.worker.recorder import request_writer
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks

@@ -1,0 +1,135 @@
+"""`tailrace analyze`: analyse a run directory, write the report, print a summary, return the exit code."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from analysis.report.figures import Figures, start_figures
+from contract.exit_codes import INTERNAL, INVALID, USAGE
+from contract.layout import ReportLayout, write_atomic
+
+
+def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
+    """The report directory `out` (contract/layout.py's ReportLayout: index.html, summary.json, junit.xml,
+    tables/*.csv), each file written whole; `figures`: who draws the report's figures (analysis/report/figures.py;
+    default: drawn here)."""
+    from analysis.report.html import render
+    from analysis.report.junit import junit_xml
+
+    report = ReportLayout(Path(out))
+    write_atomic(report.summary, json.dumps(analysis.summary, indent=2, default=_jsonable))
+    for name, table in analysis.tables.items():
+        write_atomic(report.table(name), table.to_csv(index=False))
+    write_atomic(report.junit, junit_xml(analysis.summary))
+    write_atomic(report.page, render(analysis, figures))
+
+
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def print_summary(summary: dict) -> None:
+    """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
+    from rich.table import Table
+
+    from analysis.result import notices
+    from contract.terminal import console as terminal_console
+
+    console = terminal_console()
+    colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
+    console.print(f"[bold {colour}]{summary['verdict']}[/] run {summary['run_id']} — "
+                  f"{summary['input']['rows_read']:,} requests")
+    labels = {"invalid": "[magenta]INVALID[/]:", "warning": "[yellow]warning[/]:", "skipped": "[red]skipped[/]"}
+    for kind, text in notices(summary):
+        console.print(f"{labels[kind]} {text}")
+    lat = Table(title="latency from intended send time (ms)")
+    for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
+        lat.add_column(col, justify="right")
+    for r in summary["latency"]:
+        p = r["percentiles"]
+        p99 = p["p99"]
+        lat.add_row(r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
+                    "–" if p["p50"]["value"] is None else f"{p['p50']['value']:.2f}",
+                    f"needs ≥ {p99['min_samples']}" if p99["value"] is None else
+                    f"{p99['value']:.2f} \\[no interval: worth {p99['effective_n']:,} independent]" if p99["ci_low"] is None else
+                    f"{p99['value']:.2f} [{p99['ci_low']:.2f}, {p99['ci_high']:.2f}]",
+                    f"needs ≥ {p['p99.9']['min_samples']}" if p["p99.9"]["value"] is None else f"{p['p99.9']['value']:.2f}",
+                    "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}")
+    console.print(lat)
+    if summary["slos"]:
+        slo = Table(title="SLOs")
+        for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):
+            slo.add_column(col)
+        for v in summary["slos"]:
+            c = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}[v["verdict"]]
+            slo.add_row(v["description"], v["endpoint"], v["region"], f"{v['n']:,}", f"[{c}]{v['verdict']}[/]",
+                        "" if v["more_samples_needed"] is None else f"{v['more_samples_needed']:,}")
+        console.print(slo)
+
+
+def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False,
+                       figures: Figures | None = None) -> int:
+    """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
+    exits after it (the CLI, a master after its run), so it may keep the memory it frees
+    (analysis/read/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
+    process of their own while the statistics compute (analysis/report/figures.py; `figures`: one already started)."""
+    # first, before this process imports the statistics: it imports matplotlib meanwhile (this module imports
+    # nothing heavy at its top, so that `tailrace analyze` gets here at once)
+    figures = figures or start_figures()
+    try:
+        return _analyze_and_report(run_dir, out, quiet, exits, figures)
+    finally:
+        figures.close()
+
+
+def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures) -> int:
+    from analysis.analyze import analyze_run
+    from analysis.read import process_memory
+    from analysis.read.rundir import (
+        ANALYSIS_COLUMNS,
+        ANALYZE_BYTES_PER_ROW,
+        ANALYZE_BYTES_PER_ROW_RETURNING,
+        RunDirError,
+        check_fits,
+        request_rows,
+    )
+
+    try:
+        rows = request_rows([Path(run_dir)])
+        if exits:
+            process_memory.settle(rows * ANALYZE_BYTES_PER_ROW)
+        # a long run returns freed memory: its peak is what is in use, not the heap's holes
+        long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
+        check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
+                   "analyse", rows)
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures)  # only what the report reads
+    except RunDirError as exc:
+        print(f"tailrace analyze: {exc}", file=sys.stderr)
+        return USAGE
+    for s in analysis.data.skipped:
+        print(f"tailrace analyze: skipped {s.path}: {s.reason}", file=sys.stderr)
+    out = out or ReportLayout.of_run(Path(run_dir)).dir
+    try:
+        write_outputs(analysis, out, figures)
+    except OSError as exc:  # a full or read-only disk: the verdict is still printed, nothing measured is lost
+        if not quiet:
+            print_summary(analysis.summary)
+        print(f"tailrace analyze: the report could not be written to {out} ({exc}); the run directory is "
+              f"unchanged — tailrace analyze {run_dir} --out DIR writes it elsewhere", file=sys.stderr)
+        code = analysis.summary["exit_code"]
+        return code if code == INVALID else INTERNAL  # an INVALID run stays INVALID; otherwise the machine failed
+    if not quiet:
+        print_summary(analysis.summary)
+        print(f"report: {ReportLayout(out).page}")
+    return analysis.summary["exit_code"]

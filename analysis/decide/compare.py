@@ -1,0 +1,268 @@
+"""`tailrace compare RUN_A RUN_B`: per endpoint × region, is B faster, slower, or not significantly different?
+
+When both runs share the seed and the load (the same schedule), requests are paired by their place in it —
+the k-th request a worker scheduled in A with the k-th in B (common random numbers) — and the differences of
+p50 / p95 / p99 get paired intervals (analysis/stats/correlation.py), with the Wilcoxon signed-rank test. Otherwise
+the runs are compared as independent samples: bootstrap intervals and Mann–Whitney U.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.read import process_memory
+from analysis.read.frames import take_rows
+from analysis.read.rundir import (
+    COMPARE_BYTES_PER_ROW,
+    RunData,
+    RunDirError,
+    check_fits,
+    load_run,
+    request_rows,
+    run_validity,
+)
+from analysis.stats.correlation import effective_size, paired_quantile_difference, quantile_tau
+from analysis.stats.estimators import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
+from contract import exit_codes
+
+PERCENTILES = (50, 95, 99)
+COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
+GROUP = ["endpoint", "region"]
+MIN_SAMPLES = 20
+PAIRED_MATCH = 0.99  # the share of pairs whose sent sample must agree for the schedules to count as one
+
+
+def _latencies(df: pd.DataFrame) -> pd.DataFrame:
+    """The successful measured requests' latencies, in intended-send order (the order their correlation is
+    measured in; workers' clocks differ by their offsets, which leaves the order of neighbours)."""
+    rows = take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(),
+                     ["endpoint", "region", "t_intended", "latency_ns"])
+    return rows.iloc[np.argsort(rows["t_intended"].to_numpy(), kind="stable")]
+
+
+def _verdict(significant: bool, p50_diff: float) -> str:
+    if not significant:
+        return "no significant difference"
+    return "B slower" if p50_diff > 0 else "B faster"
+
+
+def _too_few(out: dict, p: float, n: int) -> bool:
+    """Leave percentile p out (None, with a note) when either run has fewer samples than `tailrace analyze`
+    needs to report it (the order-statistic interval's minimum)."""
+    need = min_samples_for(p / 100)
+    if n >= need:
+        return False
+    for key in ("a_ms", "b_ms", "diff_ms", "ci_low", "ci_high"):
+        out[f"p{p}_{key}"] = None
+    out.setdefault("notes", []).append(f"p{p:g} needs ≥ {need} samples per run")
+    return True
+
+
+def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
+    """Independent samples in time order: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value,
+    Cohen's d. Each run is resampled at the size its time-ordered latencies are worth for the percentile
+    (analysis/stats/correlation.py): queueing correlates neighbours, and an n-sized resample of n correlated
+    latencies gives an interval too narrow (bench/paired_coverage.py's unpaired rows)."""
+    out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
+    sorted_a, sorted_b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))  # once for all
+    for p in PERCENTILES:
+        if _too_few(out, p, min(len(a), len(b))):
+            continue
+        sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
+                      for x, xs in ((a, sorted_a), (b, sorted_b)))
+        d, lo, hi = bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=sizes, is_sorted=True)
+        out[f"p{p}_a_ms"] = float(np.percentile(sorted_a, p))
+        out[f"p{p}_b_ms"] = float(np.percentile(sorted_b, p))
+        out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi
+    out["test"], out["test_p"] = "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    out["cohens_d"] = cohens_d(a, b)
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
+                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
+    return out
+
+
+def slower_than_allowed(row: dict, percentile: float, margin: float) -> bool:
+    """B is significantly slower than A at `percentile` by more than `margin` (a fraction of A's value): the
+    whole interval of the difference lies above margin × A."""
+    low, base = row.get(f"p{percentile:g}_ci_low"), row.get(f"p{percentile:g}_a_ms")
+    return low is not None and base is not None and low > margin * base
+
+
+def parse_gate(text: str) -> tuple[float, float]:
+    """`p99:5%` → (99, 0.05); ValueError naming the flag when it is not one of PERCENTILES with a margin."""
+    name, sep, margin = text.partition(":")
+    try:
+        percentile = float(name.strip().lower().removeprefix("p"))
+        value = float(margin.strip().removesuffix("%")) / (100 if margin.strip().endswith("%") else 1)
+    except ValueError:
+        raise ValueError(f"--fail-if-slower {text!r}: expected PERCENTILE:MARGIN, e.g. p99:5%") from None
+    if not sep or percentile not in PERCENTILES or value < 0:
+        raise ValueError(f"--fail-if-slower {text!r}: the percentile is one of "
+                         f"{', '.join(f'p{p}' for p in PERCENTILES)} and the margin ≥ 0 (e.g. p99:5%)")
+    return percentile, value
+
+
+def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
+    """Paired samples in schedule order (a[t], b[t]: one scheduled request): differences B − A (ms) with paired
+    intervals, the Wilcoxon signed-rank p-value, Cohen's d."""
+    out = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
+    for p in PERCENTILES:
+        if _too_few(out, p, len(a)):
+            continue
+        out[f"p{p}_a_ms"] = float(np.percentile(a, p))
+        out[f"p{p}_b_ms"] = float(np.percentile(b, p))
+        out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = paired_quantile_difference(a, b, p)
+    differences = b - a
+    out["test"] = "Wilcoxon signed-rank"
+    out["test_p"] = float(stats.wilcoxon(differences).pvalue) if np.any(differences) else 1.0
+    out["cohens_d"] = cohens_d(a, b)
+    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
+                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
+    return out
+
+
+def same_schedule(a: RunData, b: RunData) -> bool:
+    """Whether two runs drew one schedule: the same seed, load, regions and endpoints (names and weights)."""
+    pa, pb = a.plan.profile, b.plan.profile
+    def shape(p):
+        return ([(r.name, r.share, r.workers) for r in p.regions], [(e.name, e.weight) for e in p.endpoints])
+    return (a.manifest.get("seed") is not None and a.manifest.get("seed") == b.manifest.get("seed")
+            and pa.load.model_dump() == pb.load.model_dump() and shape(pa) == shape(pb))
+
+
+def _schedule_positions(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...)."""
+    rows = df.loc[(df["phase"] > 0).to_numpy(), ["endpoint", "region", "worker", "t_intended", "sample_index",
+                                                  "status", "latency_ns"]]
+    rows = rows.sort_values(["endpoint", "region", "worker", "t_intended"], kind="stable")
+    rows["position"] = rows.groupby(["endpoint", "region", "worker"], observed=True).cumcount()
+    return rows
+
+
+def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
+    """A's and B's measured requests paired by schedule position, both successful, in schedule order (columns
+    endpoint, region, latency_a_ms, latency_b_ms); None when the sent samples disagree, i.e. the schedules
+    were not the same after all."""
+    key = ["endpoint", "region", "worker", "position"]
+    pa, pb = _schedule_positions(a), _schedule_positions(b)
+    for frame in (pa, pb):
+        for column in ("endpoint", "region", "worker"):
+            frame[column] = frame[column].astype(str)
+    pairs = pa.merge(pb, on=key, suffixes=("_a", "_b"))
+    if len(pairs) == 0 or (pairs["sample_index_a"] == pairs["sample_index_b"]).mean() < PAIRED_MATCH:
+        return None
+    pairs = pairs[(pairs["status_a"] == "ok").to_numpy() & (pairs["status_b"] == "ok").to_numpy()]
+    pairs = pairs.sort_values(["endpoint", "region", "t_intended_a"], kind="stable")
+    return pd.DataFrame({"endpoint": pairs["endpoint"], "region": pairs["region"],
+                         "latency_a_ms": pairs["latency_ns_a"].to_numpy() / 1e6,
+                         "latency_b_ms": pairs["latency_ns_b"].to_numpy() / 1e6})
+
+
+def _rows_read(data: RunData) -> dict[str, int]:
+    """worker → the request rows read from its chunks."""
+    counts = pd.Series(data.log.values("worker")).value_counts(sort=False)
+    return {str(worker): int(n) for worker, n in counts.items() if n}
+
+
+def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: list | None = None,
+                 invalid: list[str] | None = None) -> list[dict]:
+    """One comparison row per endpoint × region present in both runs. `paired`: None pairs the requests when the
+    runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs.
+    `skipped`: extended with both runs' chunks that could not be read (analysis/read/chunks.py's SkippedChunk);
+    `invalid`: with why either run is INVALID, as `tailrace analyze` judges it (analysis/read/rundir.py's
+    run_validity), each reason naming its run."""
+    data_a, data_b = load_run(run_a, COMPARE_COLUMNS), load_run(run_b, COMPARE_COLUMNS)
+    if skipped is not None:
+        skipped.extend([*data_a.skipped, *data_b.skipped])
+    if invalid is not None:
+        for label, data in (("A", data_a), ("B", data_b)):
+            invalid.extend(f"{label} ({data.run_dir}): {reason}" for reason in run_validity(data, _rows_read(data))[1])
+    pairs = None
+    if paired is not False and same_schedule(data_a, data_b):
+        pairs = pair_requests(data_a.requests, data_b.requests)
+    if paired and pairs is None:
+        raise RunDirError(f"{run_b}: not the schedule of {run_a} (seed, load, regions or endpoints differ, or the "
+                          "sent samples disagree): the requests cannot be paired")
+    if pairs is not None:
+        return [{"endpoint": e, "region": r, **compare_paired(g["latency_a_ms"].to_numpy(), g["latency_b_ms"].to_numpy())}
+                for (e, r), g in pairs.groupby(GROUP, sort=True) if len(g) >= MIN_SAMPLES]
+    a, b = _latencies(data_a.requests), _latencies(data_b.requests)
+    rows = []
+    groups_b = b.groupby(GROUP, observed=True).indices
+    for (endpoint, region), ga in a.groupby(GROUP, sort=True, observed=True):
+        gb = b.iloc[groups_b.get((endpoint, region), [])]
+        if len(ga) < MIN_SAMPLES or len(gb) < MIN_SAMPLES:
+            continue
+        rows.append({"endpoint": endpoint, "region": region,
+                     **compare_groups(ga["latency_ns"].to_numpy() / 1e6, gb["latency_ns"].to_numpy() / 1e6)})
+    return rows
+
+
+
+def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
+                    fail_if_slower: list[str] = (), exits: bool = False) -> int:
+    """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
+    runs with no endpoint × region in common; 4 when either run is INVALID as `tailrace analyze` judges it (its
+    manifest says so, a request chunk could not be read, or requests its workers recorded are missing: the table
+    is still printed); 1 when a --fail-if-slower gate trips (a CI regression gate).
+    `exits`: this process exits after it (analysis/read/process_memory.py's `settle`)."""
+    from rich.table import Table
+
+    from contract.terminal import console
+
+    try:
+        gates = [parse_gate(g) for g in fail_if_slower]
+        request_count = request_rows([run_a, run_b])
+        if exits:
+            process_memory.settle(request_count * COMPARE_BYTES_PER_ROW)
+        check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
+        skipped: list = []
+        invalid: list[str] = []
+        rows = compare_runs(run_a, run_b, paired, skipped, invalid)
+    except (RunDirError, ValueError) as exc:
+        print(f"tailrace compare: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    for chunk in skipped:  # compared without their rows: as tailrace analyze says it
+        print(f"tailrace compare: skipped {chunk.path}: {chunk.reason}", file=sys.stderr)
+    if not rows:
+        print(f"tailrace compare: {run_a} and {run_b} have no endpoint × region in common with ≥ {MIN_SAMPLES} "
+              "successful measured requests each: nothing to compare", file=sys.stderr)
+        return exit_codes.USAGE
+    how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
+           if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
+    table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% CI; {how})")
+    for col in ("endpoint", "region", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]"
+                 if r[f"p{p}_diff_ms"] is not None else f"needs ≥ {min_samples_for(p / 100)}" for p in PERCENTILES]
+        table.add_row(r["endpoint"], r["region"], f"{min(r['n_a'], r['n_b']):,}", *cells, f"{r['test_p']:.3g}",
+                      f"{r['cohens_d']:+.2f}", r["verdict"])
+    console().print(table)
+    if out:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "compare.json").write_text(json.dumps(rows, indent=2))
+            pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
+        except OSError as exc:  # the table above is printed: nothing measured is lost
+            print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
+            return exit_codes.INTERNAL
+    tripped = [f"{r['endpoint']}/{r['region']}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
+               f"[{r[f'p{p:g}_ci_low']:+.2f}, {r[f'p{p:g}_ci_high']:+.2f}] > {margin:.0%} of {r[f'p{p:g}_a_ms']:.2f} ms"
+               for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
+    for line in tripped:
+        print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
+    unjudged = [f"{r['endpoint']}/{r['region']}: p{p:g} has no interval ("
+                + "; ".join(n for n in r.get("notes") or [] if n.startswith(f"p{p:g}")) + ")"
+                for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
+    for line in unjudged:
+        print(f"tailrace compare: --fail-if-slower not judged: {line}", file=sys.stderr)
+    for line in invalid:  # numbers that cannot be trusted, or missing requests: never a gate's pass
+        print(f"tailrace compare: INVALID: {line}", file=sys.stderr)
+    return (exit_codes.INVALID if invalid else exit_codes.FAIL if tripped
+            else exit_codes.INCONCLUSIVE if unjudged else exit_codes.PASS)

@@ -1,0 +1,180 @@
+"""Model-variant decisions (pure): which variant to ship, given latency, accuracy, memory and capacity.
+
+Each variant is one endpoint (fp32 / int8, logreg / MLP, embedded / Triton). The decision:
+  1. hard constraints from the profile (p95 ≤, accuracy ≥, memory ≤, capacity ≥) remove variants;
+  2. the survivors are ranked by a composite score: each metric min-max normalised across all variants
+     (1 = best, direction-aware), weighted by the profile's weights;
+  3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity) mark dominated variants;
+  4. the ranking's differences are tested pairwise: latency by Mann–Whitney U and Cohen's d; accuracy by
+     McNemar's exact test on the held-out samples both variants answered (a model's answer to a sample is
+     deterministic, so repeated sends of one sample are not independent trials), or Fisher's exact test
+     on counts when per-sample answers are unknown — a ranking that rests on insignificant differences
+     says so.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats as sps
+
+from analysis.stats.estimators import cohens_d
+
+# metric → True when higher is better
+DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True}
+CONSTRAINTS = {"p95_ms_max": ("p95_ms", "≤"), "accuracy_min": ("accuracy", "≥"), "memory_mb_max": ("memory_mb", "≤"),
+               "capacity_rps_min": ("capacity_rps", "≥")}
+ALPHA = 0.05
+
+
+def dominates(a: dict, b: dict, objectives: list[tuple[str, bool]]) -> bool:
+    """a is at least as good as b on every objective and strictly better on one (None never dominates)."""
+    better = False
+    for key, higher in objectives:
+        va, vb = a.get(key), b.get(key)
+        if va is None or vb is None:
+            return False
+        if (va < vb) if higher else (va > vb):
+            return False
+        if va != vb:
+            better = True
+    return better
+
+
+def pareto(rows: list[dict], objectives: list[tuple[str, bool]]) -> dict[str, list[str]]:
+    """Variant name → the variants that dominate it ([] = on the frontier)."""
+    return {r["name"]: [o["name"] for o in rows if o is not r and dominates(o, r, objectives)] for r in rows}
+
+
+def normalised(rows: list[dict], key: str) -> dict[str, float | None]:
+    """Min-max scale of `key` across variants, 1 = best; all equal → 1."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    if not values:
+        return {r["name"]: None for r in rows}
+    lo, hi = min(values), max(values)
+    out = {}
+    for r in rows:
+        v = r.get(key)
+        if v is None:
+            out[r["name"]] = None
+        elif hi == lo:
+            out[r["name"]] = 1.0
+        else:
+            frac = (v - lo) / (hi - lo)
+            out[r["name"]] = frac if DIRECTIONS[key] else 1 - frac
+    return out
+
+
+def composite_scores(rows: list[dict], weights: dict[str, float]) -> dict[str, float]:
+    """Weighted mean of the normalised metrics (metrics a variant lacks are left out of its mean)."""
+    scaled = {k: normalised(rows, k) for k in weights if k in DIRECTIONS}
+    scores = {}
+    for r in rows:
+        num = den = 0.0
+        for key, w in weights.items():
+            v = scaled.get(key, {}).get(r["name"])
+            if v is not None and w > 0:
+                num += w * v
+                den += w
+        scores[r["name"]] = num / den if den else 0.0
+    return scores
+
+
+def constraint_failures(row: dict, constraints: dict[str, float | None]) -> list[str]:
+    """Why a variant violates the hard constraints ([] = it survives); a missing metric is a failure."""
+    out = []
+    for name, bound in constraints.items():
+        if bound is None:
+            continue
+        key, op = CONSTRAINTS[name]
+        v = row.get(key)
+        if v is None:
+            out.append(f"{key} unknown (constraint {op} {bound:g})")
+        elif (op == "≤" and v > bound) or (op == "≥" and v < bound):
+            out.append(f"{key} {v:.4g} violates {op} {bound:g}")
+    return out
+
+
+def mcnemar(a_correct: dict[int, bool], b_correct: dict[int, bool]) -> tuple[float, float, int] | None:
+    """(accuracy a − accuracy b, exact McNemar p-value, samples) over the samples both answered."""
+    common = sorted(set(a_correct) & set(b_correct))
+    if not common:
+        return None
+    a_only = sum(1 for i in common if a_correct[i] and not b_correct[i])
+    b_only = sum(1 for i in common if b_correct[i] and not a_correct[i])
+    p = 1.0 if a_only + b_only == 0 else float(sps.binomtest(a_only, a_only + b_only, 0.5).pvalue)
+    return (a_only - b_only) / len(common), p, len(common)
+
+
+def pairwise(a: dict, b: dict, latencies: dict[str, np.ndarray],
+             correctness: dict[str, dict[int, bool]] | None = None) -> dict:
+    """Significance of the differences between variants a and b (latency and accuracy)."""
+    la, lb = latencies.get(a["name"], np.array([])), latencies.get(b["name"], np.array([]))
+    out = {"a": a["name"], "b": b["name"], "p95_diff_ms": None, "mann_whitney_p": None, "cohens_d": None,
+           "accuracy_diff": None, "accuracy_p": None, "accuracy_test": None}
+    if len(la) >= 2 and len(lb) >= 2:
+        out["p95_diff_ms"] = float(np.percentile(la, 95) - np.percentile(lb, 95))
+        out["mann_whitney_p"] = float(sps.mannwhitneyu(la, lb, alternative="two-sided").pvalue)
+        out["cohens_d"] = float(cohens_d(lb, la))  # (mean a − mean b) / pooled sd, like Δp95 = a − b
+    paired = mcnemar(correctness[a["name"]], correctness[b["name"]]) \
+        if correctness and a["name"] in correctness and b["name"] in correctness else None
+    if paired is not None:
+        out["accuracy_diff"], out["accuracy_p"], n = paired
+        out["accuracy_test"] = f"McNemar, {n} distinct samples"
+    elif a.get("samples") and b.get("samples") and a.get("correct") is not None and b.get("correct") is not None:
+        table = [[a["correct"], a["samples"] - a["correct"]], [b["correct"], b["samples"] - b["correct"]]]
+        out["accuracy_diff"] = a["correct"] / a["samples"] - b["correct"] / b["samples"]
+        out["accuracy_p"] = float(sps.fisher_exact(table).pvalue)
+        out["accuracy_test"] = "Fisher (counts)"
+    out["latency_significant"] = out["mann_whitney_p"] is not None and out["mann_whitney_p"] < ALPHA
+    out["accuracy_significant"] = out["accuracy_p"] is not None and out["accuracy_p"] < ALPHA
+    return out
+
+
+def ranking_caveat(top: str, second: str, test: dict) -> str | None:
+    """A warning when `top` is better than `second` on neither latency nor accuracy by a significant margin."""
+    faster = test["p95_diff_ms"] is not None and test["p95_diff_ms"] < 0
+    more_accurate = test["accuracy_diff"] is not None and test["accuracy_diff"] > 0
+    if (faster and test["latency_significant"]) or (more_accurate and test["accuracy_significant"]):
+        return None
+    edges = []
+    if faster:
+        edges.append(f"lower p95 by {-test['p95_diff_ms']:.3g} ms (Mann–Whitney p = {_p(test['mann_whitney_p'])})")
+    if more_accurate:
+        edges.append(f"higher accuracy by {test['accuracy_diff']:.3%} ({test['accuracy_test']} p = "
+                     f"{_p(test['accuracy_p'])})")
+    rest = "; ".join(edges) if edges else "neither lower latency nor higher accuracy"
+    return (f"{top} ranks above {second} on {rest} — not significant at α = {ALPHA}: the ranking rests on "
+            "memory / capacity, on the weights, or on noise")
+
+
+def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str, float],
+           constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None) -> dict:
+    """The decision table: constraints, score, rank, Pareto status, and the pairwise tests behind the ranking."""
+    scores = composite_scores(rows, weights)
+    front_latency = pareto(rows, [("p95_ms", False), ("accuracy", True)])
+    front_memory = pareto(rows, [("memory_mb", False), ("capacity_rps", True)])
+    table = []
+    for r in rows:
+        fails = constraint_failures(r, constraints)
+        table.append({**{k: v for k, v in r.items() if k != "samples_latency"}, "score": scores[r["name"]],
+                      "constraint_failures": fails, "survives": not fails,
+                      "dominated_latency_accuracy_by": front_latency[r["name"]],
+                      "dominated_memory_capacity_by": front_memory[r["name"]]})
+    survivors = sorted((t for t in table if t["survives"]), key=lambda t: -t["score"])
+    for i, t in enumerate(survivors, start=1):
+        t["rank"] = i
+    for t in table:
+        t.setdefault("rank", None)
+    tests = [pairwise(survivors[0], other, latencies, correctness) for other in survivors[1:]] if survivors else []
+    recommended = survivors[0]["name"] if survivors else None
+    caveats = []
+    if len(survivors) > 1:
+        caveat = ranking_caveat(survivors[0]["name"], survivors[1]["name"], tests[0])
+        if caveat:
+            caveats.append(caveat)
+    return {"weights": weights, "constraints": constraints, "variants": table,
+            "ranking": [t["name"] for t in survivors], "recommended": recommended, "pairwise": tests,
+            "caveats": caveats}
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"

@@ -1,0 +1,120 @@
+"""The per-variant numbers a model-variant decision needs, read from one run (accuracy from responses,
+latency with CIs, capacity, peak server memory, model size) and the decision itself."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.decide.decision import decide
+from analysis.read.triton_stats import requests_per_execution
+from analysis.stats.correlation import correlated_percentiles_ci, time_order
+from contract.plan import RunPlan
+from contract.profile import Endpoint
+
+
+def _peak_rss_mb(timeline: list[dict]) -> float | None:
+    peaks = [s["samples"].get("tailrace_server_peak_rss_bytes") or s["samples"].get("process_resident_memory_bytes")
+             for s in timeline]
+    peaks = [p for p in peaks if p]
+    return max(peaks) / 2**20 if peaks else None
+
+
+def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
+    """Execution slots of the server behind `endpoint` (a started Triton's instances, the embedded slots)."""
+    if plan.endpoint_kinds.get(endpoint.name) == "triton":
+        return plan.profile.triton.instances
+    return plan.profile.embedded.slots.get(endpoint.model, 1)
+
+
+def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
+    """Held-out sample → whether the variant answered it correctly (batch-1 requests; deterministic per model)."""
+    single = ok[(ok["batch_size"] == 1) & (ok["correct_count"] >= 0)]
+    return {int(k): bool(v) for k, v in single.groupby("sample_index")["correct"].first().items()}
+
+
+def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
+    """Endpoint → mean compute (input + infer + output) per inference, from the server's statistics deltas
+    (for servers that do not report timings in their responses, like Triton)."""
+    out = {}
+    for r in stat_rows:
+        if not r.get("inference_count") or r.get("mean_compute_infer_ms") is None:
+            continue
+        per_execution = sum(r.get(f"mean_{s}_ms") or 0.0 for s in ("compute_input", "compute_infer", "compute_output"))
+        per_inference = per_execution * r["execution_count"] / r["inference_count"]
+        for endpoint in r["endpoints"]:
+            out[endpoint] = per_inference
+    return out
+
+
+def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, float] | None = None,
+                per_execution: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
+    """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
+    profile = data.plan.profile
+    endpoint = next(e for e in profile.endpoints if e.name == name)
+    measured = g[g["phase"] > 0]
+    ok = measured[measured["status"] == "ok"]
+    lat = ok["latency_ns"].to_numpy(dtype=float) / 1e6
+    if "t_intended_ref" in ok:
+        lat = lat[time_order(ok["t_intended_ref"].to_numpy())]
+    checked = ok[ok["correct_count"] >= 0]  # -1: the endpoint has no check
+    samples, correct = int(checked["batch_size"].sum()), int(checked["correct_count"].sum())
+    row = {"name": name, "model": endpoint.model, "protocol": endpoint.protocol, "requests": int(len(measured)),
+           "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct if samples else None,
+           "accuracy": correct / samples if samples else None}
+    for p, est in correlated_percentiles_ci(lat, (50, 95, 99)).items():
+        row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+    compute = ok["server_compute_ns"]
+    compute = compute[compute >= 0]
+    from_responses = len(compute) > 0
+    row["mean_compute_ms"] = float(compute.mean() / 1e6) if from_responses else (stats_compute_ms or {}).get(name)
+    override = profile.decision.capacity_rps.get(name) if profile.decision else None
+    if override:
+        row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
+    elif row["mean_compute_ms"]:
+        # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
+        batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
+        row["capacity_rps"] = _slots(data.plan, endpoint) * batch * 1000 / row["mean_compute_ms"]
+        row["capacity_source"] = "estimate: slots / mean compute" + (
+            f" × {batch:.1f} requests per execution" if batch > 1.0 else "")
+    else:
+        row["capacity_rps"], row["capacity_source"] = None, None
+    row["memory_mb"] = _peak_rss_mb(data.metrics_timelines.get(name, []))
+    shared = sorted(n for n, snaps in data.endpoint_stats.items() if n != name and snaps.get("after", {}).get(
+        "server") and snaps["after"]["server"] == data.endpoint_stats.get(name, {}).get("after", {}).get("server"))
+    row["memory_shared_with"] = shared
+    meta = data.models.get(name) or {}
+    row["model_size_bytes"], row["parameters"] = meta.get("size_bytes"), meta.get("parameters")
+    row["build_accuracy"] = meta.get("heldout_accuracy")
+    return row, lat
+
+
+def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict]) -> dict | None:
+    """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
+    run's server statistics deltas (analysis/read/triton_stats.py's endpoint_stat_deltas)."""
+    spec = data.plan.profile.decision
+    if spec is None:
+        return None
+    baseline = spec.baseline
+    names = spec.variants or [e.name for e in data.plan.profile.endpoints if e.name != baseline]
+    stats_compute = server_compute_ms(stat_rows)
+    per_execution = requests_per_execution(stat_rows)
+    rows, latencies, correctness = [], {}, {}
+    for name in names:
+        g = df[df["endpoint"] == name]
+        row, lat = variant_row(name, g, data, stats_compute, per_execution)
+        rows.append(row)
+        latencies[name] = lat
+        answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])
+        if answered:
+            correctness[name] = answered
+            row["distinct_samples"] = len(answered)
+            row["accuracy_distinct"] = sum(answered.values()) / len(answered)
+    result = decide(rows, latencies, dict(spec.weights), spec.constraints.model_dump(), correctness)
+    if baseline:
+        base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], data)
+        result["baseline"] = base
+        for v in result["variants"]:
+            if v["model"] == base["model"] and v["p50_ms"] is not None and base["p50_ms"] is not None:
+                v["serving_overhead_p50_ms"] = v["p50_ms"] - base["p50_ms"]
+                v["model_share_of_p50"] = base["p50_ms"] / v["p50_ms"] if v["p50_ms"] else None
+    return result

@@ -1,0 +1,410 @@
+"""Reading a run's Parquet chunks into arrays: the clock samples at once, the request log a few columns at a time.
+
+A ten-million-row log holds ~22 columns; no statistic reads more than a handful. `ChunkColumns` reads a column
+from every chunk when a statistic first asks for it and keeps it until the analysis releases it, so a day's log
+(100 M rows) never sits in memory whole (analysis/analyze.py orders its statistics by the columns they read).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analysis.read.frames import frame_of
+from contract.layout import REQUESTS
+from contract.records import FEW_VALUED, arrow_schema
+
+CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
+# loaded columns kept between the statistics that read them (ChunkColumns.spare); a larger log is read again
+KEEP_BYTES = 2 * 2**30
+
+
+@dataclass
+class SkippedChunk:
+    path: str
+    reason: str
+
+
+def _request_chunk_paths(skipped: list[SkippedChunk]) -> list[Path]:
+    return sorted(Path(s.path) for s in skipped if Path(s.path).name.startswith(REQUESTS + "-"))
+
+
+def unread_request_chunks(skipped: list[SkippedChunk]) -> list[str]:
+    """The reason a run whose request chunks could not all be read is INVALID: their requests are missing from
+    every number, and none can say what they held (a damaged chunk is bad input, never a PASS)."""
+    lost = _request_chunk_paths(skipped)
+    if not lost:
+        return []
+    names = str(lost[0]) if len(lost) == 1 else f"{lost[0]} and {len(lost) - 1} more"
+    return [f"{len(lost)} request chunk(s) could not be read ({names}; the reasons are listed as skipped): their "
+            "requests are not in these numbers"]
+
+
+def missing_requests(recorded: dict[str, int], read: dict[str, int], skipped: list[SkippedChunk]) -> list[str]:
+    """The reasons a run is INVALID because requests its workers recorded are not in the run directory: each
+    worker whose summary counts more rows written (`recorded`) than its chunks there hold (`read`) — a chunk
+    deleted, or never delivered to the master (the worker's spool keeps it for `tailrace collect`). A worker
+    with a chunk that could not be read is named by unread_request_chunks instead."""
+    damaged = {path.parent.name for path in _request_chunk_paths(skipped)}
+    return [f"{worker}: {written - read.get(worker, 0):,} of the {written:,} requests it recorded are not in the "
+            "run directory (chunks missing; `tailrace collect SPOOL RUN_DIR` copies those a worker kept)"
+            for worker, written in sorted(recorded.items())
+            if written > read.get(worker, 0) and worker not in damaged]
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be analysed at all (names the path)."""
+
+
+class LateChunkError(RunDirError):
+    """A chunk that failed on a column read after other columns of its rows were in use: the reader of the
+    log starts again with the chunk in `exclude` (analysis/analyze.py does)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _type_error(name: str, have: pa.DataType, want: pa.DataType) -> str | None:
+    """Why a column of type `have` cannot be read as `want` (None: it can)."""
+    if pa.types.is_dictionary(have) and have.value_type == want:
+        return None  # read as a dictionary (CATEGORICAL): _Column maps it to codes
+    if have == want or (pa.types.is_integer(have) and pa.types.is_integer(want)) or pa.types.is_null(have):
+        return None
+    return f"column {name} is {have}, expected {want}"
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order and types: an integer column of another width is widened; any
+    other type (latency as strings, say) is a ValueError naming the column."""
+    columns = []
+    for want in schema:
+        column = table.column(want.name)
+        if (error := _type_error(want.name, column.type, want.type)) is not None:
+            raise ValueError(error)
+        if column.type != want.type and not pa.types.is_dictionary(column.type):
+            column = column.cast(want.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=schema.names)
+
+
+def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
+                meta: pq.FileMetaData | None = None) -> pa.Table:
+    """One chunk's `schema` columns (only those read from disk), conformed; ValueError naming what is wrong.
+    `meta`: the chunk's footer, when already read (each further column read then skips parsing it again)."""
+    meta = pq.read_metadata(path) if meta is None else meta
+    present = set(meta.schema.names)
+    names = [c for c in schema.names if c in present]
+    # few-valued strings decoded as dictionaries: several times faster than materialising each string
+    # pages with a CRC (the chunk writer's) are verified: a damaged page is an error naming the chunk, not other numbers
+    table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL],
+                           page_checksum_verification=True).read(columns=names, use_threads=False)
+    for name, default in optional.items():  # a column newer than the chunk
+        if name in schema.names and name not in present:
+            table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
+    missing = [c for c in schema.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    return _conform(table, schema)
+
+
+class _Column:
+    """One column being read, filled chunk by chunk into a preallocated array (chunks in parallel, each into its
+    own rows): the column never exists twice, once in Arrow and once in numpy. Strings with few values become
+    categorical codes against categories shared by every chunk (sorted at the end, so group-bys order as on
+    strings); other strings stay in Arrow buffers."""
+
+    def __init__(self, field: pa.Field, capacity: int) -> None:
+        self.name, self.type = field.name, field.type
+        self.categorical = field.name in CATEGORICAL and pa.types.is_string(field.type)
+        self.pieces: dict[int, list[pa.Array]] = {}
+        self.categories: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if self.categorical:  # codes as pandas keeps them for < 128 categories; widened if there are more
+            self.values = np.empty(capacity, dtype=np.int8)
+        elif not pa.types.is_string(field.type):
+            self.values = np.empty(capacity, dtype=self.type.to_pandas_dtype())
+
+    def put(self, start: int, column: pa.ChunkedArray, order: int) -> None:
+        """Fill rows start… with `column`, the `order`-th chunk of the run."""
+        stop = start + len(column)
+        if self.categorical:
+            at = start
+            for chunk in column.chunks:
+                encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+                with self._lock:
+                    codes = np.array([self.categories.setdefault(v, len(self.categories))
+                                      for v in encoded.dictionary.to_pylist()] + [-1], dtype=np.int32)
+                    if len(self.categories) > np.iinfo(self.values.dtype).max and self.values.dtype != np.int32:
+                        self.values = self.values.astype(np.int32)
+                    indices = encoded.indices.fill_null(-1) if encoded.indices.null_count else encoded.indices
+                    self.values[at:at + len(chunk)] = codes[indices.to_numpy(zero_copy_only=False)]
+                at += len(chunk)
+        elif pa.types.is_string(self.type):
+            self.pieces[order] = column.chunks
+        else:
+            values = column.to_numpy()
+            with self._lock:  # a widening below replaces the array: no write may go to the old one meanwhile
+                if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
+                    self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
+                self.values[start:stop] = values
+
+    def finish(self, keep: np.ndarray | None):
+        """The column's pandas values; `keep`: the rows to keep (None: all) when some chunk was unreadable."""
+        if pa.types.is_string(self.type) and not self.categorical:
+            return pa.chunked_array([c for order in sorted(self.pieces) for c in self.pieces[order]],
+                                    type=self.type).to_pandas()
+        values = self.values if keep is None else self.values[keep]
+        if self.categorical:  # codes renumbered to the sorted categories (a lookup, -1 staying -1 at the end)
+            names = sorted(self.categories)
+            if names != list(self.categories):
+                rank = {name: i for i, name in enumerate(names)}
+                values = np.array([rank[name] for name in self.categories] + [-1], dtype=values.dtype)[values]
+            return pd.Categorical.from_codes(values, names)
+        return values
+
+
+def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str, object]) -> str | None:
+    """What makes a chunk's file schema (from its footer, `meta`) unreadable as `schema` (None: nothing)."""
+    have = meta.schema.to_arrow_schema()
+    missing = [f.name for f in schema if f.name not in have.names and f.name not in optional]
+    if missing:
+        return f"missing column(s) {', '.join(missing)}"
+    for want in schema:
+        if want.name in have.names and (error := _type_error(want.name, have.field(want.name).type,
+                                                             want.type)) is not None:
+            return error
+    return None
+
+
+class ChunkColumns:
+    """The rows of a run's chunks of one kind, read column by column.
+
+    Opening reads each chunk's footer: a chunk whose metadata or schema is wrong is skipped (`skipped`), and so
+    is one in `exclude` (path → reason). The first `load` reads its columns from every remaining chunk, and a
+    chunk that fails then is skipped too; once rows are in use a chunk failing on a later column is a
+    LateChunkError (dropping its rows then would take them from some statistics and not others). Columns stay
+    loaded until `release`d. Columns asked for later may be read ahead in the background (`prefetch`).
+    """
+
+    def __init__(self, files: list[Path], fields, skipped: list[SkippedChunk],
+                 optional: dict[str, object] | None = None, columns: Iterable[str] | None = None,
+                 fill: Callable[[ChunkColumns, str, object], object] | None = None,
+                 exclude: dict[str, str] | None = None) -> None:
+        schema = arrow_schema(fields)
+        wanted = None if columns is None else set(columns)
+        self.schema = pa.schema([f for f in schema if wanted is None or f.name in wanted])
+        self.optional = {k: v for k, v in (optional or {}).items() if k in self.schema.names}
+        self.skipped = skipped
+        self._fill = fill  # (log, name, values) → values with a column's missing entries filled in
+        self.sources: list[tuple[int, Path]] = []  # (first row, chunk), in row order
+        self.rows = 0
+        self._stops: list[int] = []
+        self._footers: list[pq.FileMetaData] = []
+        self._values: dict[str, object] = {}
+        self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
+        self.keep_bytes: float = KEEP_BYTES  # spare() frees columns above this
+        self._settled = False  # True once a load has read every chunk: a later failure is an error
+        self._lock = threading.RLock()  # the loaded columns: a prefetch adds to them as the statistics read them
+        self._prefetching: dict[str, threading.Event] = {}  # column → set when its background read has ended
+        self._prefetch_errors: dict[str, BaseException] = {}  # column → what its background read raised
+        self._prefetcher: threading.Thread | None = None
+        for f in files:
+            try:
+                problem = (exclude or {}).get(str(f))
+                if problem is None:
+                    meta = pq.read_metadata(f)
+                    problem = _schema_problem(meta, self.schema, self.optional)
+            except (pa.ArrowInvalid, OSError) as exc:
+                problem = str(exc).splitlines()[0][:200]
+            if problem is not None:
+                skipped.append(SkippedChunk(str(f), problem))
+                continue
+            self.sources.append((self.rows, f))
+            self.rows += meta.num_rows
+            self._stops.append(self.rows)
+            self._footers.append(meta)
+
+    @property
+    def names(self) -> list[str]:
+        """Every column this log can give: those read from the chunks, derived or `put` on it."""
+        extra = [n for n in [*self._derived, *self._values] if n not in self.schema.names]
+        return list(self.schema.names) + list(dict.fromkeys(extra))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.schema.names or name in self._values or name in self._derived
+
+    def derive(self, name: str, compute: Callable[[ChunkColumns], object]) -> None:
+        """A column computed from others (`compute(log)`) when first asked for; released like any other and
+        computed again if asked for after."""
+        self._derived[name] = compute
+
+    def load(self, names: Iterable[str]) -> None:
+        """Read the columns `names` not yet loaded from every chunk, in one pass (chunks in parallel); derived
+        ones are computed after."""
+        names = list(dict.fromkeys(names))
+        self._read([n for n in names if n not in self._derived])
+        for name in names:
+            if name in self._derived and name not in self._values:
+                before = set(self._values)
+                self.put(name, self._derived[name](self))
+                # the columns it was computed from leave as they came: a derived column read again late in a
+                # long run's analysis does not keep its inputs loaded
+                self.release(*(n for n in set(self._values) - before if n != name and n not in names))
+
+    def prefetch(self, batches: Iterable[Iterable[str]]) -> None:
+        """Read the columns of `batches` (each batch one pass over the chunks, in order) in a background thread
+        while the statistics before them compute: the analysis keeps one core busy, and pyarrow decodes and numpy
+        copies without the GIL on the other. A statistic asking for such a column waits for its batch rather than
+        reading it again, and gets any error its reading raised. A batch is read only if, with the columns loaded
+        when its turn comes, it fits in keep_bytes: a long run's log is read when asked for, as without prefetch."""
+        plan = []
+        for batch in batches:
+            names = [n for n in dict.fromkeys(batch) if n in self.schema.names and n not in self._values
+                     and n not in self._prefetching]
+            if names:
+                plan.append((names, threading.Event()))
+                self._prefetching.update(dict.fromkeys(names, plan[-1][1]))
+        if plan:
+            self._prefetcher = threading.Thread(target=self._read_ahead, args=(plan,), name="tailrace-prefetch",
+                                                daemon=True)
+            self._prefetcher.start()
+
+    def _read_ahead(self, plan: list[tuple[list[str], threading.Event]]) -> None:
+        failed = False
+        for names, done in plan:
+            try:  # after a failure the rest is read when asked for (a LateChunkError starts the analysis again)
+                if not failed and self.loaded_bytes() + self._bytes(names) <= self.keep_bytes:
+                    self._read_now(names, workers=1)  # one decoding thread: the statistics have the other core
+            except BaseException as exc:  # noqa: BLE001 — raised where the column is asked for
+                self._prefetch_errors.update(dict.fromkeys(names, exc))
+                failed = True
+            finally:
+                done.set()
+
+    def fits(self) -> bool:
+        """Whether every column of the log fits in keep_bytes at once (a long run's log does not)."""
+        return self._bytes(list(self.schema.names)) <= self.keep_bytes
+
+    def _bytes(self, names: list[str]) -> int:
+        """About what the columns `names` take once read (categorical codes 1 byte a row, strings ~16)."""
+        field_bytes = {f.name: 1 if f.name in CATEGORICAL else 16 if pa.types.is_string(f.type)
+                       else max(1, f.type.bit_width // 8) for f in self.schema}
+        return self.rows * sum(field_bytes[n] for n in names)
+
+    def _read(self, names: list[str]) -> None:
+        if threading.current_thread() is not self._prefetcher:
+            for name in names:  # a column being read ahead: waited for, not read twice
+                done = self._prefetching.pop(name, None)
+                if done is not None:
+                    done.wait()
+                    if (error := self._prefetch_errors.pop(name, None)) is not None:
+                        raise error
+        self._read_now(names)
+
+    def _read_now(self, names: list[str], workers: int | None = None) -> None:
+        wanted = [n for n in names if n not in self._values]
+        unknown = [n for n in wanted if n not in self.schema.names]
+        if unknown:
+            raise KeyError(f"not a column read from this run's chunks: {', '.join(unknown)}")
+        if not wanted:
+            return
+        schema = pa.schema([self.schema.field(n) for n in wanted])
+        built = [_Column(field, self.rows) for field in schema]
+
+        def read(order: int) -> str | None:
+            start, path = self.sources[order]
+            try:
+                table = _read_chunk(path, schema, self.optional, self._footers[order])
+                if table.num_rows != self._stops[order] - start:
+                    raise ValueError("its rows do not match its metadata")
+            except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                return str(exc).splitlines()[0][:200]
+            for column, values in zip(built, table.columns):
+                column.put(start, values, order)
+            return None
+
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
+            errors = list(pool.map(read, range(len(self.sources))))
+        keep = None
+        if any(errors):
+            first = next((self.sources[i][1], e) for i, e in enumerate(errors) if e)
+            if self._settled:
+                raise LateChunkError(str(first[0]), f"{first[1]} (in column(s) {', '.join(wanted)}, read after "
+                                                    "its other columns: analysed without it)")
+            keep = np.ones(self.rows, dtype=bool)
+            sources, stops, footers, row = [], [], [], 0
+            for (start, path), stop, footer, error in zip(self.sources, self._stops, self._footers, errors):
+                if error is None:
+                    sources.append((row, path))
+                    row += stop - start
+                    stops.append(row)
+                    footers.append(footer)
+                else:
+                    self.skipped.append(SkippedChunk(str(path), error))
+                    keep[start:stop] = False
+            self.sources, self._stops, self._footers, self.rows = sources, stops, footers, row
+        self._settled = True
+        with self._lock:
+            for column in built:
+                self._values[column.name] = column.finish(keep)
+        if self._fill is not None:
+            for name in wanted:
+                filled = self._fill(self, name, self._values[name])
+                with self._lock:
+                    self._values[name] = filled
+
+    def values(self, name: str):
+        """One column's values (numpy array, Categorical, or Series of strings), loading it if needed."""
+        self.load([name])
+        return self._values[name]
+
+    def put(self, name: str, values) -> None:
+        """Add (or replace) a column computed from others, e.g. a time on the reference clock."""
+        if len(values) != self.rows:
+            raise ValueError(f"column {name}: {len(values)} values for {self.rows} rows")
+        with self._lock:
+            self._values[name] = values
+
+    def release(self, *names: str) -> None:
+        """Forget loaded columns (they are read, or derived, again if asked for)."""
+        with self._lock:
+            for name in names:
+                self._values.pop(name, None)
+
+    def loaded_bytes(self) -> int:
+        """The memory the loaded columns take."""
+        with self._lock:
+            loaded = list(self._values.values())
+        return sum(int(v.codes.nbytes if isinstance(v, pd.Categorical) else
+                       v.memory_usage(deep=False) if isinstance(v, pd.Series) else v.nbytes) for v in loaded)
+
+    def spare(self, *names: str) -> None:
+        """Columns the statistics that come next do not read, though later ones may: released when the loaded
+        columns take more than `keep_bytes` (a long run's log: read again when asked for), else kept."""
+        if self.loaded_bytes() > self.keep_bytes:
+            self.release(*(n for n in names if n in self.schema.names or n in self._derived))
+
+    def frame(self, names: Iterable[str]) -> pd.DataFrame:
+        """A DataFrame of the columns `names` (loaded as needed), sharing their arrays: rows labelled 0…rows-1."""
+        names = list(dict.fromkeys(names))
+        if self.sources:
+            self.load([n for n in names if n not in self._values])
+        if not self.sources:  # no chunk could be read
+            return pd.DataFrame(columns=names)
+        return frame_of({n: self._values[n] for n in names}, pd.RangeIndex(self.rows))
+
+
+def read_chunks(files: list[Path], fields, skipped: list[SkippedChunk]) -> pd.DataFrame:
+    """Every column of the chunks `files` as one DataFrame (the clock samples: a few rows per second)."""
+    log = ChunkColumns(files, fields, skipped)
+    return log.frame(log.schema.names)

@@ -1,0 +1,123 @@
+"""Clock correction: fit each worker's offset to the reference over time from its NTP samples.
+
+Samples whose round-trip delay is well above the worker's minimum are dropped (queueing makes them
+asymmetric, hence biased); the rest are fit with a robust line (Theil–Sen: offset drifts linearly with
+a worker's frequency error), or taken as their median when there are too few. Timestamps map to
+reference time as t_ref = t_local + offset(t_local). Durations need no correction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.read.frames import frame_of
+
+
+@dataclass(frozen=True)
+class OffsetModel:
+    """offset(t) = intercept + slope · (t − t0), all in ns; uncertainty in ns."""
+
+    worker: str
+    t0_ns: int
+    intercept_ns: float
+    slope: float  # ns of offset per ns of local time (frequency error)
+    uncertainty_ns: float
+    samples_used: int
+    samples_total: int
+
+    def offset_at(self, local_ns) -> np.ndarray:
+        t = np.asarray(local_ns, dtype=np.float64)
+        return self.intercept_ns + self.slope * (t - self.t0_ns)
+
+    def to_reference(self, local_ns, out: np.ndarray | None = None) -> np.ndarray:
+        """Map worker-clock epoch ns to reference epoch ns (into `out` when given: int64, as long). offset_at's
+        arithmetic in place, operation for operation: the same values with one temporary, not four."""
+        t = np.asarray(local_ns, dtype=np.int64)
+        offset = t.astype(np.float64)
+        offset -= self.t0_ns
+        offset *= self.slope
+        offset += self.intercept_ns
+        np.round(offset, out=offset)
+        out = np.empty(len(t), dtype=np.int64) if out is None else out
+        out[...] = offset  # whole numbers already: the cast truncates nothing
+        out += t
+        return out
+
+    def as_dict(self) -> dict:
+        return {"worker": self.worker, "offset_ms": self.intercept_ns / 1e6, "drift_ppm": self.slope * 1e6,
+                "uncertainty_ms": self.uncertainty_ns / 1e6, "samples_used": self.samples_used,
+                "samples_total": self.samples_total}
+
+
+def fit_offset(worker: str, samples: pd.DataFrame, delay_slack_ns: float = 200_000) -> OffsetModel:
+    """Fit one worker's offset model from its clock samples (columns local_ns, offset_ns, delay_ns)."""
+    if samples.empty:
+        return OffsetModel(worker, 0, 0.0, 0.0, float("inf"), 0, 0)
+    s = samples.sort_values("local_ns")
+    min_delay = s["delay_ns"].min()
+    kept = s[s["delay_ns"] <= 2 * min_delay + delay_slack_ns]
+    t = kept["local_ns"].to_numpy(dtype=np.int64)
+    o = kept["offset_ns"].to_numpy(dtype=np.float64)
+    t0 = int(t[0])
+    if len(kept) >= 4 and (t[-1] - t[0]) > 5e9:
+        slope, intercept, _, _ = stats.theilslopes(o, (t - t0).astype(np.float64))
+    else:
+        slope, intercept = 0.0, float(np.median(o))
+    residual = o - (intercept + slope * (t - t0))
+    uncertainty = max(float(np.median(np.abs(residual))) if len(residual) else 0.0,
+                      float(kept["delay_ns"].min()) / 2)
+    return OffsetModel(worker, t0, float(intercept), float(slope), uncertainty, int(len(kept)), int(len(s)))
+
+
+def fit_all(clock: pd.DataFrame) -> dict[str, OffsetModel]:
+    """One model per worker (the first server's samples: that is the reference)."""
+    models = {}
+    if clock.empty:
+        return models
+    first_server = clock["server"].iloc[0]
+    for worker, g in clock[clock["server"] == first_server].groupby("worker"):
+        models[worker] = fit_offset(worker, g)
+    return models
+
+
+def worker_runs(workers: pd.Categorical) -> list[tuple[str, slice]]:
+    """The rows of the request log as (worker, slice) runs: each worker's chunks are read one after another,
+    so a worker's rows are a few contiguous runs. Rows without a worker belong to no run."""
+    codes = np.asarray(workers.codes)
+    if len(codes) == 0:
+        return []
+    bounds = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1, [len(codes)]]).tolist()
+    return [(workers.categories[codes[a]], slice(a, b)) for a, b in zip(bounds, bounds[1:]) if codes[a] >= 0]
+
+
+def to_reference(local: np.ndarray, offsets: np.ndarray, runs: list[tuple[str, slice]],
+                 models: dict[str, OffsetModel]) -> np.ndarray:
+    """Local epoch-ns times (one per request) on the reference clock: a worker's rows by its fitted model, or,
+    when it has none, by the offset stamped on each row (`offsets`). `runs`: worker_runs of the log."""
+    ref = np.zeros(len(local), dtype=np.int64)
+    for worker, rows in runs:
+        model = models.get(worker)
+        if model is not None and model.samples_used:
+            model.to_reference(local[rows], out=ref[rows])  # a run is a slice: written in place
+        else:
+            ref[rows] = local[rows] + offsets[rows]
+    return ref
+
+
+def add_reference_times(requests: pd.DataFrame, models: dict[str, OffsetModel]) -> pd.DataFrame:
+    """`requests` with t_intended_ref, t_sent_ref, t_done_ref (epoch ns on the reference clock) and
+    clock_error_ns (the worker's model uncertainty; NaN without a model) added — the whole log at once, for the
+    Python API (analysis/analyze.py derives them one column at a time)."""
+    runs = worker_runs(requests["worker"].array if isinstance(requests["worker"].dtype, pd.CategoricalDtype)
+                       else pd.Categorical(requests["worker"]))
+    offsets = requests["clock_offset_ns"].to_numpy()
+    error = np.full(len(requests), np.nan)
+    for worker, rows in runs:
+        model = models.get(worker)
+        error[rows] = model.uncertainty_ns if model is not None else np.nan
+    return frame_of({**{name: requests[name] for name in requests.columns},
+                     **{c + "_ref": to_reference(requests[c].to_numpy(), offsets, runs, models)
+                        for c in ("t_intended", "t_sent", "t_done")}, "clock_error_ns": error}, requests.index)

@@ -1,0 +1,80 @@
+"""How a process that analyses a large run gets its memory from the kernel (glibc on Linux; elsewhere nothing).
+
+The analysis makes many short-lived arrays of ten million rows. By default glibc maps each one afresh (above its
+32 MB mmap limit) and numpy asks for transparent huge pages, so the kernel zeroes a new 2 MB page for every
+first write: measured with perf on a 10 M-row `tailrace analyze`, a third of the run's CPU time was the kernel
+clearing pages (clear_page_erms). Serving large blocks from the heap, keeping freed memory for reuse and using
+4 KB pages made the same analysis take ~35 % less time at about the same peak RSS (docs/BENCHMARKS.md).
+Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run),
+through `settle`, which knows how large the analysis is: memory freed is kept by the process, not returned to the
+system — unless the analysis is too large for that.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+M_TRIM_THRESHOLD = -1  # glibc malloc.h
+M_MMAP_MAX = -4
+M_ARENA_MAX = -8
+DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's
+# an analysis expected to need more than this returns freed memory instead (return_freed_memory)
+KEEP_FREED_UP_TO_BYTES = 4 * 2**30
+PR_SET_THP_DISABLE = 41  # linux/prctl.h
+TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (mallopt takes an int)
+
+
+def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
+    """Serve large blocks from the heap, keep freed memory, one heap for every thread (`one_heap`), no transparent
+    huge pages; returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads
+    otherwise get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back:
+    the statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        mallopt, prctl = libc.mallopt, libc.prctl
+    except (OSError, AttributeError):  # musl and other libcs have no mallopt: their defaults stay
+        return {}
+    effective = {"malloc_mmap_max": 0 if mallopt(M_MMAP_MAX, 0) == 1 else "unchanged",
+                 "malloc_trim_threshold": TRIM_THRESHOLD if mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+                 else "unchanged",
+                 **({"malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged"} if one_heap else {}),
+                 "transparent_huge_pages": "off" if prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 else "unchanged"}
+    log.debug("analysis memory settings: %s", effective)
+    return effective
+
+
+def return_freed_memory() -> dict[str, object]:
+    """For a run too large to keep what it frees (KEEP_FREED_UP_TO_BYTES): large blocks are mapped and unmapped
+    again, as glibc does by default, so the peak is what is in use at once — measured on a 100 M-row run, the
+    heap's holes had held ~5 GiB more than that. Slower (the kernel zeroes every fresh page). Returns the
+    effective settings, as reuse_freed_memory."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).mallopt
+    except (OSError, AttributeError):
+        return {}
+    effective = {"malloc_mmap_max": DEFAULT_MMAP_MAX if mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) == 1 else "unchanged",
+                 "malloc_trim_threshold": DEFAULT_TRIM_THRESHOLD
+                 if mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD) == 1 else "unchanged"}
+    log.debug("analysis memory settings for a large run: %s", effective)
+    return effective
+
+
+def settle(expected_bytes: float) -> dict[str, object]:
+    """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
+    peak, and then exit: reuse_freed_memory, and also return_freed_memory above KEEP_FREED_UP_TO_BYTES (small
+    pages either way; one heap for every thread below it: a run that returns memory maps its large blocks anyway,
+    and its threads keep heaps of their own). The one place the policy is chosen (analysis/command.py,
+    analysis/decide/compare.py)."""
+    returning = expected_bytes > KEEP_FREED_UP_TO_BYTES
+    effective = reuse_freed_memory(one_heap=not returning)
+    if returning:
+        effective |= return_freed_memory()
+    return effective

@@ -1,0 +1,20 @@
+"""Statistics computed over groups in threads where the log fits, in the calling thread where it does not."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_in_threads(compute: Callable[[T], R], items: Iterable[T], threads: int) -> list[R]:
+    """[compute(item) for item in items], by `threads` threads (numpy's sorts and reductions release the GIL); with
+    one, in the calling thread — a long run's statistics stay on the main thread's malloc heap, which hands freed
+    memory back as it does for the rest of the run (analysis/read/process_memory.py), and its peak holds one group's
+    temporaries at a time."""
+    items = list(items)
+    if threads <= 1 or len(items) <= 1:
+        return [compute(item) for item in items]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(compute, items))

@@ -1,0 +1,185 @@
+"""Who draws the report's figures (analysis/report/plots.py): one small interface, `Figures`, in front of two parts.
+
+`InlineFigures` draws a figure when the report asks for it (the Python API, tests). `ProcessFigures` is what
+`tailrace analyze` uses (analysis/command.py): a child process, started before the analysis, imports
+matplotlib while the run is read; the analysis hands it each figure's numbers once they exist (`submit`), and the
+child draws while the analysis computes the statistics after them on the other core. matplotlib is pure Python:
+in a thread it would hold the GIL against the statistics. The report is the same either way: a figure the child
+could not draw — it died, hung, or an input did not pickle — is drawn here instead.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+# the figures a child may be asked for: functions of analysis/report/plots.py, each returning an SVG string or None
+FIGURES = frozenset({"heatmap_p99", "latency_cdfs", "over_time_of", "decomposition_bars", "queue_vs_utilization",
+                     "server_timeline", "clock_offsets", "pareto_scatter"})
+# the messages to the child, each a tuple (kind, figure name, arguments); the child answers only GET
+DRAW = "draw"  # draw `name` of the arguments now (a later DRAW of the same name replaces it)
+GET = "get"  # answer with (svg or None, None) or (None, why it was not drawn), and forget the figure
+STOP = "stop"  # exit
+ANSWER_TIMEOUT_S = 60.0  # a child that has not answered by then is given up: the figure is drawn here
+STOP_TIMEOUT_S = 2.0  # then the child is killed
+
+
+def draw(name: str, *args) -> str | None:
+    """analysis/report/plots.py's figure `name` of `args` (matplotlib is imported on the first)."""
+    if name not in FIGURES:
+        raise ValueError(f"no figure named {name!r}")
+    from analysis.report import plots
+
+    return getattr(plots, name)(*args)
+
+
+class Figures:
+    """Figures by name (FIGURES) and arguments. `submit` says a figure's arguments are ready; `svg` returns the
+    figure (an SVG string, or None when there is nothing to draw), the submitted one if any, else drawn of
+    `args()`; `close` ends it. `ahead`: submitted figures are drawn before they are asked for, so their
+    arguments are worth computing early."""
+
+    ahead = False
+
+    def submit(self, name: str, *args) -> None:
+        """Figure `name`'s arguments are ready (nothing to do where figures are drawn when asked for)."""
+
+    def svg(self, name: str, args: Callable[[], tuple]) -> str | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """No figure is asked for after this."""
+
+
+class InlineFigures(Figures):
+    """Draws each figure in this process when the report asks for it."""
+
+    def svg(self, name: str, args: Callable[[], tuple]) -> str | None:
+        return draw(name, *args())
+
+
+class ProcessFigures(Figures):
+    """Draws the submitted figures in a child process: `python -m analysis.report.figures FD`, FD its end of a socket
+    pair. It is started at once and stopped by `close`: asked to exit, killed by PID if it does not within
+    STOP_TIMEOUT_S or never answered; it also exits by itself when this process goes away (its socket closes)."""
+
+    ahead = True
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        try:  # a fresh interpreter running this module: multiprocessing's spawn would import the caller's __main__
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "analysis.report.figures", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self._conn = Connection(mine.detach())
+        self._submitted: set[str] = set()
+        self._inline = InlineFigures()
+        self._broken = False
+        self._answered = 0
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def submit(self, name: str, *args) -> None:
+        if self._broken:
+            return
+        try:
+            self._conn.send((DRAW, name, args))
+            self._submitted.add(name)
+        except Exception as exc:  # noqa: BLE001 — a closed socket, an argument that does not pickle
+            self._give_up(exc)
+
+    def svg(self, name: str, args: Callable[[], tuple]) -> str | None:
+        if not self._broken and name not in self._submitted:
+            self.submit(name, *args())
+        if not self._broken:
+            try:
+                self._conn.send((GET, name, ()))
+                self._submitted.discard(name)  # the child forgets it too: the same name may be drawn again
+                if not self._conn.poll(ANSWER_TIMEOUT_S):
+                    raise TimeoutError(f"no answer for figure {name} in {ANSWER_TIMEOUT_S:g} s")
+                drawn, error = self._conn.recv()
+                self._answered += 1
+                if error is None:
+                    return drawn
+                log.debug("figure %s was not drawn by the figure process (%s): drawn here", name, error)
+            except (OSError, EOFError, ValueError) as exc:
+                self._give_up(exc)
+        return self._inline.svg(name, args)
+
+    def _give_up(self, exc: BaseException) -> None:
+        log.debug("figure process given up (%s): figures are drawn here", exc)
+        self._broken = True
+
+    def close(self) -> None:
+        if not self._broken:
+            try:
+                self._conn.send((STOP, "", ()))
+            except OSError:
+                pass
+        self._conn.close()  # a child still drawing reads the end of its socket next and exits
+        if self._answered:  # it is in its loop: it exits on STOP
+            try:
+                self._process.wait(timeout=STOP_TIMEOUT_S)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self._process.kill()  # never answered (still importing, say: an analysis that failed early) or hung
+        self._process.wait()
+
+
+def start_figures() -> Figures:
+    """ProcessFigures, or InlineFigures where no process can be started."""
+    try:
+        return ProcessFigures()
+    except OSError as exc:
+        log.debug("no figure process (%s): figures are drawn here", exc)
+        return InlineFigures()
+
+
+def serve(conn: Connection) -> None:
+    """The figure process: draw each DRAW in order; answer each GET with (svg, None) or (None, error)."""
+    try:
+        from analysis.report import plots  # noqa: F401 — imported before the first figure is needed
+    except Exception as exc:  # noqa: BLE001 — every GET says why; the analysing process draws them itself
+        failed = f"{type(exc).__name__}: {exc}"
+    else:
+        failed = None
+    drawn: dict[str, tuple[str | None, str | None]] = {}
+    while True:
+        try:
+            kind, name, args = conn.recv()
+        except (EOFError, OSError):  # the analysing process is gone
+            return
+        if kind == STOP:
+            return
+        if kind == DRAW and failed is None:
+            try:
+                drawn[name] = (draw(name, *args), None)
+            except Exception as exc:  # noqa: BLE001 — drawn again by the caller, where it raises as it would
+                drawn[name] = (None, f"{type(exc).__name__}: {exc}")
+        elif kind == GET:
+            conn.send(drawn.pop(name, (None, failed or "not submitted")))
+
+
+if __name__ == "__main__":
+    try:
+        serve(Connection(int(sys.argv[1])))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the analysing process reports it
+        pass
+    # nothing to flush or close (no output, the socket is done): no interpreter teardown, which takes ~0.2 s
+    # with matplotlib and pandas loaded and would keep `tailrace analyze` waiting in close()
+    os._exit(0)

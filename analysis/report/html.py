@@ -1,0 +1,405 @@
+"""The report page: one self-contained HTML file (inline CSS, inline SVG plots), read top-down."""
+from __future__ import annotations
+
+import html
+import json
+
+from analysis.report.figures import Figures, InlineFigures
+from analysis.result import Analysis, notices
+from analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
+from analysis.stats.scenarios import phase_boundaries_s
+from analysis.stats.timeline import timeline
+from analysis.stats.validity import CHECKS
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}
+h1{margin-bottom:4px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th{background:#f4f4f4} td.l,th.l{text-align:left} .mono{font-family:ui-monospace,monospace;font-size:12px}
+.badge{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:600}
+.PASS{background:#2e7d32}.FAIL{background:#c62828}.INCONCLUSIVE{background:#ef6c00}.INVALID{background:#6a1b9a}
+td.PASS,td.FAIL,td.INCONCLUSIVE{color:#fff;text-align:center} .flag{color:#c62828;font-weight:600} .warn{color:#8d6e00}
+.note{color:#666;font-size:13px} svg{max-width:100%;height:auto} .scroll{overflow-x:auto;max-width:100%}
+details{margin:8px 0} .nowrap{white-space:nowrap} td ul{margin:0;padding-left:18px} summary{cursor:pointer;color:#444}
+"""
+
+
+def _fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return html.escape(str(v))
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]], left: set[str] = frozenset(), css: dict | None = None
+           ) -> str:
+    if not rows:
+        return "<p class='note'>none</p>"
+    head = "".join(f"<th class='{'l' if k in left else ''}'>{html.escape(label)}</th>" for k, label in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for k, _ in columns:
+            cls = ("l " if k in left else "") + ((css or {}).get(k, lambda _r: "")(r))
+            cells.append(f"<td class='{cls.strip()}'>{_fmt(r.get(k))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+def _pct(row: dict, name: str) -> str:
+    est = row["percentiles"][name]
+    if est["value"] is None:
+        worth = est.get("effective_n")
+        extra = f" independent; worth {worth:,}" if worth is not None and worth < est["n"] else ""
+        return f"<span class='note'>needs ≥ {est['min_samples']:,}{extra}</span>"
+    if est["ci_low"] is None:
+        return (f"{est['value']:.2f} <span class='note'>[no interval: worth {est['effective_n']:,} independent, "
+                f"needs ≥ {est['min_samples']:,}]</span>")
+    return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
+
+
+def _p(value) -> str | None:
+    """A p-value as read: two significant digits, '< 0.0001' below that."""
+    if value is None:
+        return None
+    return "< 0.0001" if value < 1e-4 else f"{value:.2g}"
+
+
+def _ci(pair) -> str:
+    return "" if not pair or pair[0] is None else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
+
+
+def _scenario_section(sc: dict) -> str:
+    """What the scenario itself reports (MLPerf-style), above the generic tables."""
+    name = sc.get("scenario", "server")
+    head = f"<h2 id='scenario'>Scenario: {html.escape(name)}</h2>"
+    if name == "server":
+        return head + "<p class='note'>Poisson arrivals at the profile's rate (open loop); latency from intended " \
+                      "send time.</p>"
+    if name == "single-stream":
+        flat = ", ".join(f"{k}: {v}" for k, v in sc["max_in_flight_per_region"].items())
+        return head + _table(sc["p90"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                         ("errors", "errors"), ("p90_ms", "p90 ms"), ("ci_low", "CI low"),
+                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+            f"<p class='note'>One request at a time per region ({sc['queries_per_s']:.1f} queries/s in all); most " \
+            f"requests ever in flight per region: {html.escape(flat)}.</p>"
+    if name == "multi-stream":
+        rows = [{"region": k, **v} for k, v in sc["intervals"].items()]
+        return head + _table(sc["p99"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                         ("errors", "errors"), ("p99_ms", "p99 per query ms"), ("ci_low", "CI low"),
+                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+            _table(rows, [("region", "region"), ("intervals", "intervals"), ("missed", "missed"),
+                          ("missed_fraction", "missed fraction")], left={"region"}) + \
+            f"<p class='note'>A query of {sc['samples_per_query']} samples every {sc['interval_ms']:g} ms per " \
+            "region; an interval that finds the previous query unfinished is missed.</p>"
+    return head + f"<p><b>{sc['samples_per_s']:.1f} samples/s</b> ({sc['batches_per_s']:.2f} batches/s of " \
+                  f"{sc['batch']}, accuracy {_fmt(sc['accuracy'], 4)})</p>" + \
+        _table(sc["per_region"], [("region", "region"), ("samples_per_s", "samples/s"), ("batches", "batches"),
+                                  ("p50_batch_ms", "p50 per batch ms")], left={"region"})
+
+
+def _decision_section(d: dict, figures: Figures) -> str:
+    """Trade-offs between model variants: metrics, Pareto frontiers, score, constraints, ranking, tests."""
+    rows = []
+    for v in d["variants"]:
+        rows.append(v | {"p50": f"{_fmt(v['p50_ms'])} {_ci(v['p50_ci'])}",
+                         "p95": f"{_fmt(v['p95_ms'])} {_ci(v['p95_ci'])}",
+                         "p99": f"{_fmt(v['p99_ms'])} {_ci(v['p99_ci'])}",
+                         "size_kb": v["model_size_bytes"] / 1024 if v.get("model_size_bytes") else None,
+                         "memory": (_fmt(v["memory_mb"], 1) + (" (shared)" if v["memory_shared_with"] else ""))
+                         if v.get("memory_mb") is not None else "–",
+                         "pareto_lat": "dominated by " + ", ".join(v["dominated_latency_accuracy_by"])
+                         if v["dominated_latency_accuracy_by"] else "frontier",
+                         "pareto_mem": "dominated by " + ", ".join(v["dominated_memory_capacity_by"])
+                         if v["dominated_memory_capacity_by"] else "frontier",
+                         "fails": "; ".join(v["constraint_failures"]) or "–",
+                         "overhead": v.get("serving_overhead_p50_ms")})
+    parts = ["<h2 id='decision'>Model variants: trade-offs and decision</h2>"]
+    rec = d.get("recommended")
+    verdict = html.escape(rec) if rec else "none — no variant meets every constraint"
+    ranking = f" (ranking: {html.escape(' > '.join(d['ranking']))})" if d["ranking"] else ""
+    parts.append(f"<p id='recommended'>Recommended: <b>{verdict}</b>{ranking}</p>")
+    for c in d.get("caveats", []):
+        parts.append(f"<p class='flag'>{html.escape(c)}</p>")
+    parts.append(_table(rows, [("name", "variant"), ("model", "model"), ("protocol", "protocol"),
+                               ("requests", "requests"), ("accuracy", "accuracy"), ("p50", "p50 ms [CI]"),
+                               ("p95", "p95 ms [CI]"), ("p99", "p99 ms [CI]"), ("capacity_rps", "capacity /s"),
+                               ("memory", "peak RSS MB"), ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
+                               ("score", "score"), ("fails", "constraint failures"), ("rank", "rank")],
+                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory"}))
+    parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "Pareto: p95 vs accuracy"),
+                               ("pareto_mem", "Pareto: memory vs capacity"), ("capacity_source", "capacity from")],
+                        left={"name", "pareto_lat", "pareto_mem", "capacity_source"}))
+    latency_accuracy = figures.svg("pareto_scatter", lambda: (
+        d["variants"], "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
+        True))
+    memory_capacity = figures.svg("pareto_scatter", lambda: (
+        d["variants"], "memory_mb", "capacity_rps", "dominated_memory_capacity_by", "peak server RSS (MB)",
+        "capacity (req/s)", True, True))
+    parts.append("<div class='plots'>" + (latency_accuracy or "") + (memory_capacity or "") + "</div>")
+    parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
+                                        ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
+                                        ("accuracy_diff", "Δaccuracy"), ("accuracy_p", "accuracy p"),
+                                        ("accuracy_test", "accuracy test")], left={"a", "b", "accuracy_test"}))
+    weights = ", ".join(f"{k} ×{v:g}" for k, v in d["weights"].items())
+    cons = ", ".join(f"{k} = {v:g}" for k, v in d["constraints"].items() if v is not None) or "none"
+    base = d.get("baseline")
+    parts.append(f"<p class='note'>Score: each metric scaled 0–1 across variants (1 = best), weighted {weights}. "
+                 f"Hard constraints: {cons}. A dominated variant is no better on either axis than another and "
+                 "worse on one." + (f" Baseline {html.escape(base['name'])} (in-process, no network): p50 "
+                                    f"{_fmt(base['p50_ms'])} ms — the model's own cost." if base else "") + "</p>")
+    return "".join(parts)
+
+
+def _validity_section(s: dict) -> str:
+    """Stationarity and independence per endpoint × region, each check explained in one sentence."""
+    rows = [v | {"stationarity": ("trend: " + v["reason"]) if v["stationary"] is False else
+                 "stable" if v["stationary"] else "too few requests to test",
+                 "median": (f"{v['first_median_ms']:.3g} → {v['last_median_ms']:.3g} ms"
+                            if v["first_median_ms"] is not None else None)} for v in s.get("validity", [])]
+    return ("<h2 id='validity'>Are these numbers trustworthy?</h2>"
+            f"<p class='note'><b>Stationarity.</b> {html.escape(CHECKS['stationarity'])} "
+            f"<b>Independence.</b> {html.escape(CHECKS['independence'])} "
+            "<b>Arrivals</b>: see 'Was the load Poisson?' below.</p>" +
+            _table(rows, [("endpoint", "endpoint"), ("region", "region"), ("n", "n"),
+                          ("phases", "phases tested"), ("median", "median first → last (fitted)"),
+                          ("stationarity", "stationarity"), ("lag1_autocorrelation", "lag-1 r"),
+                          ("effective_n_p99", "worth for p99"), ("independence", "independence")],
+                   left={"endpoint", "region", "phases", "median", "stationarity", "independence"}))
+
+
+_QUEUE_CORE = [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"), ("arrival_rate", "λ /s"),
+               ("throughput", "X /s"), ("L_measured", "L measured"), ("lambda_W", "λ·W"), ("littles_gap", "Little gap"),
+               ("mean_service_ms", "S ms"), ("rho", "ρ"), ("mean_queue_ms", "Wq ms"),
+               ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival c_a²")]
+_QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), ("mm1_service_cv2", "service c_s²"),
+                 ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"), ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
+                 ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
+
+
+def _queueing_section(queueing: list[dict], figures: Figures | None = None) -> str:
+    """Little's law and utilization for every endpoint; the queueing-model predictions only for the endpoints
+    they apply to (a synthetic exponential service), said in words for the rest."""
+    if not queueing:
+        return ("<p class='note'>No server timings: the endpoints did not report when they received and answered "
+                "each request (Triton and the embedded endpoint do), so there is no server-side queueing to "
+                "show.</p>")
+    rows = [q | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()} |
+            {"rho": (f"{q['utilization']:.2f} > 0.7" if q["utilization_flag"] else q["utilization"])
+             if q.get("utilization") is not None else None} for q in queueing]
+    core = [c for c in _QUEUE_CORE if any(r.get(c[0]) is not None for r in rows) or c[0] == "endpoint"]
+    parts = [_table(rows, core, left={"endpoint", "model"})]
+    modelled = [r for r in rows if r.get("mm1")]
+    if modelled:
+        parts.append("<p class='note'>Queueing models for the endpoints with a known service process "
+                     "(synthetic exponential service):</p>")
+        parts.append(_table(modelled, [c for c in _QUEUE_MODELS if any(r.get(c[0]) is not None for r in modelled)],
+                            left={"endpoint"}))
+    others = [r["endpoint"] for r in rows if not r.get("mm1")]
+    if others:
+        parts.append(f"<p class='note'>No queueing-model prediction for {html.escape(', '.join(others))}: their "
+                     "service time is the model's own, not a known distribution; Little's law and utilization "
+                     "above still hold.</p>")
+    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: (queueing,))
+    if plot:
+        parts.append(plot)
+    elif queueing:
+        parts.append(f"<p class='note'>Every endpoint ran under {MIN_UTILIZATION_TO_PLOT:.0%} utilization: "
+                     "requests almost never queued behind each other, so there is no queue-delay curve to draw.</p>")
+    parts.append("<p class='note'>ρ = λ·S / slots (flagged above 0.7, where queue delay climbs steeply); Little gap: "
+                 "how far the time-average number in the server L is from λ·W (small = consistent timestamps); "
+                 "c_a²: the squared coefficient of variation of the gaps between arrivals at the server "
+                 "(1 = Poisson).</p>")
+    return "".join(parts)
+
+
+def _iso(ns) -> str | None:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC" \
+        if ns else None
+
+
+def _manifest_section(s: dict) -> str:
+    """The manifest as a readable table, the raw JSON folded away."""
+    m = s["manifest"]
+    host_cpu = m.get("host_cpu") or {}
+    versions = m.get("versions") or {}
+    host = m.get("host") or {}
+    items = [("run", s["run_id"]), ("profile", s["profile"]), ("valid", m.get("valid")),
+             ("started", _iso(m.get("start_ns"))), ("ended", _iso(m.get("end_ns"))),
+             ("duration s", (m["end_ns"] - m["start_ns"]) / 1e9 if m.get("start_ns") and m.get("end_ns") else None),
+             ("seed", m.get("seed")), ("git commit", m.get("git_sha")),
+             ("host", ", ".join(f"{k} {v}" for k, v in host.items()) or None),
+             ("host CPU busy / steal", f"{host_cpu.get('busy_fraction', 0):.1%} / {host_cpu.get('steal_fraction', 0):.2%}"
+              if host_cpu else None),
+             ("workers", ", ".join(sorted(m.get("workers") or {})) or None),
+             ("invalid because", "; ".join(m.get("invalid_reasons") or []) or "–"),
+             ("warnings", m.get("warnings") or "–"),
+             ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or None)]
+    def cell(v) -> str:
+        return ("<ul>" + "".join(f"<li>{html.escape(str(x))}</li>" for x in v) + "</ul>") if isinstance(v, list) \
+            else _fmt(v)
+    table = "<table>" + "".join(f"<tr><th class='l nowrap'>{html.escape(k)}</th><td class='l'>{cell(v)}</td></tr>"
+                                for k, v in items) + "</table>"
+    raw = html.escape(json.dumps(m, indent=1, default=str)[:20000])
+    return (f"<h2 id='manifest'>Manifest</h2>{table}<details><summary>raw manifest (JSON)</summary>"
+            f"<pre class='mono'>{raw}</pre></details>")
+
+
+def render(analysis: Analysis, figures: Figures | None = None) -> str:
+    """The whole page; `figures` draws its figures (analysis/report/figures.py; default: here, as they are asked for)."""
+    figures = figures or InlineFigures()
+    s = analysis.summary
+    df = analysis.requests
+    parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
+             f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
+             f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
+             f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
+    labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
+    for kind, text in notices(s):
+        css, label = labels[kind]
+        parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
+
+    errors_section = "<h2>Errors</h2>" + _table(
+        [e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
+        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
+         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error", "example_trace_ids"})
+    all_failed = len(df) > 0 and not (df["status"] == "ok").any()
+    if all_failed:  # what went wrong comes first when nothing went right
+        parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
+    parts.append("<h2>SLO verdicts</h2>")
+    parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
+                                    ("n", "n"), ("effective_n", "worth (independent)"), ("exceeding", "exceeding"),
+                                    ("measured", "measured"), ("ci_low", "CI low"), ("ci_high", "CI high"),
+                                    ("verdict", "verdict"), ("more_samples_needed", "more samples needed"),
+                                    ("reason", "why not PASS")],
+                        left={"description", "endpoint", "region", "reason"}, css={"verdict": lambda r: r["verdict"]}))
+    parts.append("<p class='note'>PASS: the 95% distribution-free CI of the percentile (or the exact binomial CI of "
+                 "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — 'more samples "
+                 "needed' says how many more would decide, if the observed proportion holds — or latency trended "
+                 "through a phase ('why not PASS'). Requests that queue behind each other are correlated: the CIs "
+                 "count the independent samples they are worth ('worth'), never more than n.</p>")
+
+    parts.append(_scenario_section(s["scenario"]))
+    if s.get("decision"):
+        parts.append(_decision_section(s["decision"], figures))
+    parts.append("<h2>p99 latency by region × endpoint</h2>")
+    parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
+    parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
+                 "latency table).</p>")
+    parts.append("<h2>Latency distribution per region</h2>" + figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
+    starts = phase_boundaries_s(analysis.data.plan.profile)
+    parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
+                 figures.svg("over_time_of", lambda: (timeline(df), starts, s["outages"])))
+    parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
+                         for r in s["phases"]],
+                        [("name", "phase"), ("start_s", "from s"), ("end_s", "to s"), ("count", "requests"),
+                         ("errors", "errors"), ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
+                         ("p50_ms", "p50 ms"), ("p50_ci", "95% CI"), ("p95_ms", "p95 ms"), ("p95_ci", "95% CI"),
+                         ("p99_ms", "p99 ms"), ("p99_ci", "95% CI")], left={"name"}))
+
+    parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
+    rows = []
+    for r in s["latency"]:
+        rows.append({"endpoint": r["endpoint"], "region": r["region"], "count": r["count"],
+                     "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
+                                                               else "closed loop"), "errors": r["errors"],
+                     "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
+                     "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"],
+                     "goodput": r.get("goodput_rps")})
+    cols = [("endpoint", "endpoint"), ("region", "region"), ("count", "n"), ("rate", "rate achieved / intended"),
+            ("goodput", "goodput /s"), ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
+            ("p99", "p99"), ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
+    table = _table(rows, cols, left={"endpoint", "region"})
+    for r in rows:  # percentile cells hold markup
+        for k in ("p50", "p90", "p99", "p99.9"):
+            table = table.replace(html.escape(r[k]), r[k], 1)
+    parts.append(table)
+    parts.append("<p class='note'>Percentiles use numpy's default (linear) definition; CIs are order-statistic "
+                 "(binomial) intervals for the independent samples the requests are worth (batch means over "
+                 "time-ordered requests); a percentile is shown only with enough samples for both CI ends. Goodput: "
+                 "requests per second that succeeded within every latency SLO that applies to them.</p>")
+    parts.append(_validity_section(s))
+
+    parts.append("<h2>Where the time goes</h2>")
+    parts.append(figures.svg("decomposition_bars", lambda: (s["decomposition"],)) or "<p class='note'>no server timings</p>")
+    parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
+                                             ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
+                                             ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
+                                             ("server_other_ms", "server other"), ("network_down_ms", "network down"),
+                                             ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
+                        left={"region", "endpoint"}))
+
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"], figures))
+    if s["endpoint_statistics"]:
+        parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
+                     "statistics extension, Triton's or the embedded endpoint's)</h3>")
+        parts.append(_table(s["endpoint_statistics"], [
+            ("kind", "server"), ("endpoint", "endpoint(s)"), ("model", "model"), ("success", "success"),
+            ("client_ok", "client ok"), ("fail", "fail"), ("execution_count", "executions"),
+            ("mean_batch", "mean batch"), ("mean_queue_ms", "queue ms"), ("mean_compute_input_ms", "input ms"),
+            ("mean_compute_infer_ms", "infer ms"), ("mean_compute_output_ms", "output ms")],
+            left={"kind", "endpoint", "model"}))
+        parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
+                     "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
+        parts.append(figures.svg("server_timeline", lambda: (
+            s["server_timeline"], analysis.requests["t_intended_ref"].min(),
+            phase_boundaries_s(analysis.data.plan.profile))) or "")
+
+    if s["cold_start"]:
+        parts.append("<h2 id='cold-start'>Cold start</h2>")
+        parts.append(_table(s["cold_start"], [
+            ("endpoint", "endpoint"), ("server", "server"), ("ready_s", "spawn → ready s"),
+            ("first_success_s", "spawn → first success s"), ("first_request_ms", "first request ms"),
+            ("first_k", "first K"), ("first_k_errors", "errors in K"), ("first_k_mean_ms", "first K mean ms"),
+            ("first_k_max_ms", "first K max ms"), ("steady_mean_ms", "steady mean ms"),
+            ("steady_p50_ms", "steady p50 ms"), ("first_k_vs_steady", "first K / steady")],
+            left={"endpoint", "server"}))
+        parts.append("<p class='note'>For servers this run started itself: spawn to readiness, to the first "
+                     "successful inference (a real sample), and the run's first K requests per endpoint against "
+                     "the measured phase (profile <code>cold_start.first_k</code>).</p>")
+    parts.append("<h2 id='arrivals'>Was the load Poisson?</h2>")
+    parts.append(f"<p class='note'>{html.escape(CHECKS['arrivals'])} The schedule (intended send times) is the load "
+                 "tailrace offered; the actual sends are what the endpoint received.</p>")
+    parts.append(_table([a | {k: _p(a[k]) for k in ("ks_pvalue", "ad_pvalue", "dispersion_pvalue")}
+                         for a in s["arrivals"]], [("phase_name", "phase"), ("source", "worker"), ("count", "n"),
+                                        ("rate", "rate /s"), ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"),
+                                        ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
+                                        ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
+                        left={"source", "phase_name", "interpretation"}))
+    parts.append("<h2>Clocks</h2>" + (figures.svg("clock_offsets", lambda: (analysis.data.clock,))
+                                      or "<p class='note'>no samples</p>"))
+    parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
+                                     ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
+                                     ("samples_total", "of")], left={"worker"}))
+    parts.append("<p class='note'>Offset = reference clock − worker clock, added to the worker's timestamps to put "
+                 "them on the reference clock. A worker whose clock runs 40 ms ahead (a profile's "
+                 "<code>clock_skew_ms = 40</code>) has an offset of −40 ms: the sign is the opposite of the skew.</p>")
+    parts.append("<h2 id='outages'>Outages</h2>")
+    if s["outages"]:
+        parts.append(_table([o | {"errors": ", ".join(f"{k}: {v}" for k, v in o["errors"].items()),
+                                  "regions": ", ".join(o["regions"]),
+                                  "end_s": o["end_s"] if o["recovered"] else "not recovered"} for o in s["outages"]],
+                            [("endpoint", "endpoint"), ("start_s", "from s"), ("end_s", "to s"),
+                             ("duration_s", "duration s"), ("failed", "failed requests"), ("regions", "regions"),
+                             ("errors", "error classes")], left={"endpoint", "regions", "errors"}))
+        parts.append("<p class='note'>An outage is a run of at least 5 consecutive failed requests to one endpoint "
+                     "(all regions merged, by intended time on the reference clock); it ends at the next success. "
+                     "Shaded on the time plot.</p>")
+    else:
+        parts.append("<p class='note'>none: no endpoint had 5 consecutive failures</p>")
+    if not all_failed:
+        parts.append(errors_section)
+    parts.append("<h2>Slowest requests</h2>")
+    parts.append(_table(s["slowest"], [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
+                                       ("status", "status"), ("latency_ms", "latency ms"),
+                                       ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
+                                       ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
+                                       ("network_down_ms", "net down")], left={"trace_id", "region", "endpoint"}))
+    parts.append(_manifest_section(s))
+    script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
+              "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tailrace {html.escape(str(s['run_id']))}"
+            f"</title><style>{_CSS}</style>{script}</head><body>{''.join(parts)}</body></html>")

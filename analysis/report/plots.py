@@ -1,0 +1,274 @@
+"""Plots for the report, returned as inline SVG strings (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E402
+
+if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
+    from analysis.stats.timeline import Timeline
+
+plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+                     "svg.fonttype": "none"})
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def heatmap_p99(latency_rows: list[dict]) -> str | None:
+    rows = [r for r in latency_rows if r["endpoint"] != "*" and r["region"] != "*"]
+    if not rows:
+        return None
+    endpoints = sorted({r["endpoint"] for r in rows})
+    regions = sorted({r["region"] for r in rows})
+    grid = np.full((len(regions), len(endpoints)), np.nan)
+    for r in rows:
+        v = r["percentiles"]["p99"]["value"]
+        if v is not None:
+            grid[regions.index(r["region"]), endpoints.index(r["endpoint"])] = v
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(endpoints), 0.8 + 0.55 * len(regions)))
+    im = ax.imshow(grid, cmap="YlOrRd", aspect="auto")
+    cmap, norm = im.get_cmap(), im.norm
+    ax.set_xticks(range(len(endpoints)), endpoints, rotation=20, ha="right")
+    ax.set_yticks(range(len(regions)), regions)
+    ax.grid(False)
+    for i in range(len(regions)):
+        for j in range(len(endpoints)):
+            value = grid[i, j]
+            ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.1f}", ha="center", va="center",
+                    color="black" if np.isnan(value) else _readable_on(cmap(norm(value))))
+    fig.colorbar(im, ax=ax, label="p99 latency (ms)")
+    return _svg(fig)
+
+
+def _readable_on(rgba) -> str:
+    """Black or white, whichever reads better on a cell of colour `rgba` (WCAG relative luminance)."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in rgba[:3])
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.179 else "white"
+
+
+def _plain_ms_ticks(axis, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
+    """Log-scaled axes labelled in plain numbers (2, 5, 20, 50 ms; 0.01, 0.001), never 2×10¹: easier to read,
+    and no mathtext to parse for every label (0.4 s of a CDF plot's 0.7 s)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """1 − CDF per region on log axes, from its points (analysis/stats/latency.py region_cdfs)."""
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for region, (x, y) in curves.items():
+        ax.plot(x, y, label=region, lw=1.4)
+    if not curves:
+        _no_data(ax, "no successful request in the measured phases")
+    else:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain_ms_ticks(ax.xaxis)
+        _plain_ms_ticks(ax.yaxis, subs=(1.0,))
+    ax.set_xlabel("latency from intended send (ms)")
+    ax.set_ylabel("fraction slower (1 − CDF)")
+    for q in (0.5, 0.1, 0.01, 0.001):
+        ax.axhline(q, color="grey", lw=0.5, ls=":")
+    if curves:
+        ax.legend()
+    return _svg(fig)
+
+
+def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+    """p99 per second and requests per second per region of request rows `df`; phase starts dashed, outage
+    windows shaded."""
+    from analysis.stats.timeline import timeline
+
+    return over_time_of(timeline(df), phase_starts_s, outages)
+
+
+def over_time_of(line: Timeline, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+    """over_time of the numbers analysis/stats/timeline.py computed (what a figure process is handed)."""
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
+    centres = np.arange(line.whole_s) + 0.5
+    for region, p99_ms in line.p99_ms.items():
+        ax1.plot(centres, p99_ms, label=f"{region} p99", lw=1)
+        ax2.plot(centres, line.requests[region], lw=1, label=region)
+    _mark_phases((ax1, ax2), phase_starts_s)
+    for o in outages:
+        end = (o["end_ref_ns"] - line.t0_ns) / 1e9 if o["end_ref_ns"] is not None else line.end_s
+        for ax in (ax1, ax2):
+            ax.axvspan((o["start_ref_ns"] - line.t0_ns) / 1e9, end, color="red", alpha=0.15, lw=0)
+    if line.errors is not None:
+        ax2.plot(centres, line.errors, lw=1, color="red", ls=":", label="errors")
+    ax2.legend(fontsize=7, ncol=4)
+    ax1.set_ylabel("p99 per second (ms)")
+    if line.any_ok:
+        ax1.set_yscale("log")
+        _plain_ms_ticks(ax1.yaxis)
+    else:
+        _no_data(ax1, "no successful request: no latency to plot")
+    ax2.set_ylabel("requests / s")
+    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts; "
+                   "shaded: outages")
+    ax1.legend(fontsize=7)
+    return _svg(fig)
+
+
+def _no_data(ax, text: str) -> None:
+    """Say on the plot why it is empty (a run in which every request failed still gets its report)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="red")
+
+
+def _mark_phases(axes, phase_starts_s: list[float]) -> None:
+    for s in phase_starts_s:
+        for ax in axes:
+            ax.axvline(s, color="black", lw=0.8, ls="--")
+
+
+def server_timeline(timelines: dict[str, list[dict]], t0_ns: int, phase_starts_s: list[float] = ()) -> str | None:
+    """Server-reported mean queue and compute time per snapshot interval, per endpoint; phases dashed."""
+    series = {name: rows for name, rows in timelines.items() if rows}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    for name, rows in series.items():
+        t = [(r["t_ns"] - t0_ns) / 1e9 for r in rows]
+        for key, style in (("mean_queue_ms", "--"), ("mean_compute_infer_ms", "-")):
+            ax.plot(t, [r.get(key) if r.get(key) is not None else np.nan for r in rows], ls=style, marker=".",
+                    lw=1, label=f"{name} {key.removeprefix('mean_').removesuffix('_ms')}")
+    _mark_phases([ax], phase_starts_s)
+    ax.set_ylabel("ms per request (server)")
+    ax.set_xlabel("seconds since the first intended send (server statistics, periodic snapshots)")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def decomposition_bars(rows: list[dict]) -> str | None:
+    if not rows:
+        return None
+    legs = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
+    labels = [f"{r['region']}\n{r['endpoint']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(rows)))
+    left = np.zeros(len(rows))
+    for leg in legs:
+        v = np.array([max(0.0, r[leg + "_ms"]) for r in rows])
+        ax.barh(labels, v, left=left, label=leg.replace("_", " "))
+        left += v
+    ax.invert_yaxis()
+    ax.set_xlabel("mean time (ms)")
+    ax.legend(ncol=3, fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+def queue_vs_utilization(points: list[dict]) -> str | None:
+    """Mean queue delay against utilization, one point per endpoint; None when every endpoint ran under
+    MIN_UTILIZATION_TO_PLOT (points huddled at ρ ≈ 0 say nothing: the report says so in words instead)."""
+    points = [p for p in points if p.get("utilization") is not None and p.get("mean_queue_ms") is not None]
+    if not points or max(p["utilization"] for p in points) < MIN_UTILIZATION_TO_PLOT:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for p in points:
+        ax.scatter(p["utilization"], p["mean_queue_ms"], s=30)
+        ax.annotate(p["endpoint"], (p["utilization"], p["mean_queue_ms"]), fontsize=7, xytext=(4, 2),
+                    textcoords="offset points")
+    ax.axvline(0.7, color="red", lw=0.8, ls="--")
+    ax.set_xlabel("utilization ρ = λ·S / slots")
+    ax.set_ylabel("mean queue delay (ms)")
+    return _svg(fig)
+
+
+DENSE_CLOCK_SAMPLES = 60  # a worker with more clock samples is drawn as a line with a band, not error bars
+
+
+def clock_offsets(clock: pd.DataFrame) -> str | None:
+    if clock.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3))
+    t0 = clock["local_ns"].min()
+    dense = clock.groupby("worker").size().max() > DENSE_CLOCK_SAMPLES
+    for worker, g in clock.groupby("worker"):
+        x, offset, half_delay = (g["local_ns"] - t0) / 1e9, g["offset_ns"] / 1e6, g["delay_ns"] / 2e6
+        if dense:  # an hour of samples: a line and a band draw in a fraction of the time of a marker and bar each
+            line, = ax.plot(x, offset, lw=1, label=worker)
+            ax.fill_between(x, offset - half_delay, offset + half_delay, color=line.get_color(), alpha=0.2, lw=0)
+        else:
+            ax.errorbar(x, offset, yerr=half_delay, fmt="o-", ms=3, lw=1, label=worker)
+    ax.set_xlabel("seconds (worker clock)" + ("; band: ± half each sample's round trip" if dense else ""))
+    ax.set_ylabel("offset to reference (ms)")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label: str, y_label: str,
+                   x_better_low: bool, y_better_high: bool) -> str | None:
+    """Variants as points (hollow = dominated), the frontier joined; arrows say which way is better."""
+    pts = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    front = sorted((r for r in pts if not r[dominated_key]), key=lambda r: r[x])
+    if len(front) > 1:
+        ax.plot([r[x] for r in front], [r[y] for r in front], color="green", lw=1, ls="--", label="Pareto frontier")
+    for r in pts:
+        dominated = bool(r[dominated_key])
+        ax.scatter(r[x], r[y], s=50, facecolors="none" if dominated else "green", edgecolors="grey" if dominated
+                   else "green", zorder=3)
+        ax.annotate(r["name"] + (" (dominated)" if dominated else ""), (r[x], r[y]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel(x_label + (" (lower is better)" if x_better_low else " (higher is better)"))
+    ax.set_ylabel(y_label + (" (higher is better)" if y_better_high else " (lower is better)"))
+    ax.set_title(f"Pareto frontier: {len(front)} of {len(pts)} variants" if len(front) > 1 else
+                 f"Pareto frontier: {front[0]['name']} dominates the rest" if front and len(pts) > 1 else
+                 "Pareto frontier", fontsize=8)
+    if len(front) > 1:
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
+    """p50 / p95 / p99 (with CIs) against offered load; SLO thresholds dotted; the found capacity marked."""
+    from analysis.decide.capacity_search import PASS
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    df = pd.DataFrame(rows).sort_values("rate")
+    for p, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^-")):
+        d = df[df[f"{p}_ms"].notna()]
+        if d.empty:
+            continue
+        low, high = (pd.to_numeric(d[f"{p}_ci_{side}"], errors="coerce") for side in ("low", "high"))
+        err = [(d[f"{p}_ms"] - low).clip(lower=0).fillna(0), (high - d[f"{p}_ms"]).clip(lower=0).fillna(0)]
+        ax.errorbar(d["rate"], d[f"{p}_ms"], yerr=err, fmt=style, ms=4, lw=1, capsize=2, label=p)
+    for slo in result["slos"]:
+        ax.axhline(slo["threshold_ms"], color="red", ls=":", lw=1)
+        ax.annotate(f"p{slo['percentile']:g} SLO {slo['threshold_ms']:g} ms", (df["rate"].min(), slo["threshold_ms"]),
+                    fontsize=7, color="red", va="bottom")
+    lo, hi = result["bracket"]
+    if lo:
+        ax.axvline(lo, color="green", lw=1.2, label=f"capacity {lo:g}/s")
+    if lo and hi:
+        ax.axvspan(lo, hi, color="green", alpha=0.1)
+    failed = df[(df["outcome"] != PASS) & df["p99_ms"].notna()]
+    if not failed.empty:
+        ax.scatter(failed["rate"], failed["p99_ms"], marker="x", s=90, color="red", zorder=4,
+                   label="trial not passing")
+    ax.set_yscale("log")
+    _plain_ms_ticks(ax.yaxis)
+    ax.set_xlabel("offered load (requests/s, Poisson)")
+    ax.set_ylabel("latency from intended send (ms)")
+    ax.legend(fontsize=7)
+    return _svg(fig)

@@ -1,0 +1,96 @@
+"""Where the time goes, per region × endpoint: send lag, network up, server queue, compute, other, network down.
+
+Network legs need the client's timestamps on the reference clock (clock-corrected) and the server's
+receive/send stamps (the server's clock; for the embedded endpoint and a well-synchronised Triton
+that is the reference). The legs add up to the latency measured from the intended send time.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.read.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
+from analysis.read.threads import map_in_threads
+
+LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
+
+
+# each leg (ms) from the request columns it reads, as one function of them
+LEG_COLUMNS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray]]] = {
+    "send_lag": (("send_lag_ns",), lambda lag: lag / 1e6),
+    "network_up": (("server_receive_ns", "t_sent_ref"), lambda receive, sent: (receive - sent) / 1e6),
+    "server_queue": (("server_queue_ns",), lambda queue: np.clip(queue, 0, None) / 1e6),
+    "server_compute": (("server_compute_ns",), lambda compute: np.clip(compute, 0, None) / 1e6),
+    "server_other": (("server_send_ns", "server_receive_ns", "server_queue_ns", "server_compute_ns"),
+                     lambda send, receive, queue, compute: (send - receive - np.clip(queue, 0, None)
+                                                            - np.clip(compute, 0, None)) / 1e6),
+    "network_down": (("t_done_ref", "server_send_ns"), lambda done, send: (done - send) / 1e6),
+    "latency": (("latency_ns",), lambda latency: latency / 1e6),
+}
+# the order decomposition_table computes them in: each column is spared after its last leg
+LEG_ORDER = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down", "latency")
+
+
+def _has_legs(df: pd.DataFrame) -> np.ndarray:
+    """The rows that report server timing (successful, with a server receive stamp)."""
+    return ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
+
+
+def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
+         runs: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """One leg (ms) of the requests at positions `rows`; `column(name)`: a request column's values. `runs`:
+    the positions as runs (analysis/read/frames.py row_runs), when known: found once per group, not per column."""
+    names, formula = LEG_COLUMNS[name]
+    return formula(*(take(column(c), rows, runs) for c in names))
+
+
+def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict], pd.DataFrame]:
+    """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
+    report server timing; and the legs of the requests at rows `also` that do (decompose's, in `also`'s order).
+    `log`: the request log (analysis/read/chunks.py's ChunkColumns), read a leg at a time — each column spared after
+    its last leg, one group's leg at a time: never a leg table of the whole run."""
+    keys = log.frame(["status", "server_receive_ns", "region", "endpoint"])
+    has_legs = _has_legs(keys)
+    also = np.asarray([] if also is None else also, dtype=np.int64)
+    also = also[has_legs[also]]
+    slow = {"region": take_column(keys["region"], also), "endpoint": take_column(keys["endpoint"], also)}
+    rows = np.flatnonzero(has_legs).astype(np.int32 if len(has_legs) < 2**31 else np.int64)
+    del has_legs
+    groups = group_positions(take_rows(keys, rows, ["region", "endpoint"]), ["region", "endpoint"])
+    del keys
+    order = sorted(groups, key=lambda k: (str(k[0]), str(k[1])))
+    at = {key: rows[groups[key]] for key in order}
+    del rows, groups
+    runs = {key: row_runs(at[key]) for key in order}
+    out = {key: {"region": key[0], "endpoint": key[1], "count": int(len(at[key]))} for key in order}
+
+    def group_leg(leg: str, columns: dict[str, np.ndarray], key) -> dict[str, float]:
+        values = _leg(leg, columns.__getitem__, at[key], runs[key])
+        out = {"latency_mean_ms" if leg == "latency" else leg + "_ms": float(values.mean())}
+        if leg == "server_queue":
+            out["p99_server_queue_ms"] = float(np.percentile(values, 99))
+        return out
+
+    # the groups of a leg in parallel (numpy's gathers and arithmetic release the GIL): each group's numbers are
+    # its own, computed as one at a time would; a long run's one at a time, so that its peak stays one group's
+    threads = (os.cpu_count() or 1) if log.fits() else 1
+    for i, leg in enumerate(LEG_ORDER):
+        columns = {c: log.values(c) for c in LEG_COLUMNS[leg][0]}  # read (or waited for) once, here
+        slow[leg] = _leg(leg, columns.__getitem__, also)
+        for key, numbers in zip(order, map_in_threads(lambda key, leg=leg, columns=columns: group_leg(leg, columns, key),
+                                                      order, threads)):
+            out[key].update(numbers)
+        del columns
+        later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}
+        log.spare(*(c for c in LEG_COLUMNS[leg][0] if c not in later))
+    rows_out = []
+    for key in order:
+        row = out[key]
+        row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in LEGS))
+        rows_out.append({k: row[k] for k in ("region", "endpoint", "count", *(leg + "_ms" for leg in LEGS),
+                                              "sum_ms", "latency_mean_ms", "p99_server_queue_ms")})
+    return rows_out, frame_of({"region": slow["region"], "endpoint": slow["endpoint"],
+                               **{leg: slow[leg] for leg in (*LEGS, "latency")}}, pd.Index(also))

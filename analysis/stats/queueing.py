@@ -1,0 +1,182 @@
+"""Queueing and utilization per endpoint: Little's law from the timeline, utilization, the arrival process as
+the server saw it, and M/M/1, M/G/1 (Pollaczek–Khinchine) and G/G/1 (Allen–Cunneen) checks."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.read.frames import group_positions, take, take_rows
+
+MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
+
+UTILIZATION_FLAG = 0.7
+
+
+def time_average_in_system(starts_ns: np.ndarray, ends_ns: np.ndarray, t0: int, t1: int) -> float:
+    """Mean number of intervals [start, end) overlapping time, over the window [t0, t1)."""
+    s = np.clip(starts_ns, t0, t1)
+    e = np.clip(ends_ns, t0, t1)
+    np.subtract(e, s, out=e)  # in place: a day's run holds tens of millions of intervals per endpoint
+    np.maximum(e, 0, out=e)
+    return float(np.sum(e) / (t1 - t0))
+
+
+def mm1(lam: float, mean_service_s: float) -> dict:
+    """M/M/1 predictions: utilization, mean wait in queue, mean and p99 time in system (seconds)."""
+    mu = 1 / mean_service_s
+    rho = lam / mu
+    if rho >= 1:
+        return {"rho": rho, "mean_wait_s": math.inf, "mean_sojourn_s": math.inf, "p99_sojourn_s": math.inf}
+    return {"rho": rho, "mean_wait_s": rho / (mu - lam), "mean_sojourn_s": 1 / (mu - lam),
+            "p99_sojourn_s": math.log(100) / (mu - lam)}
+
+
+def mg1_mean_wait(lam: float, mean_service_s: float, service_second_moment_s2: float) -> float:
+    """Pollaczek–Khinchine mean wait in queue of an M/G/1 FIFO queue: λ·E[S²] / (2(1 − ρ)) (seconds). It is
+    M/M/1's ρ/(μ − λ) when S is exponential (E[S²] = 2/μ²); a service time noisier than exponential waits longer."""
+    rho = lam * mean_service_s
+    return math.inf if rho >= 1 else lam * service_second_moment_s2 / (2 * (1 - rho))
+
+
+def gg1_mean_wait(lam: float, mean_service_s: float, arrival_cv2: float, service_cv2: float) -> float:
+    """Allen–Cunneen (Kingman) mean wait in queue of a G/G/1 FIFO queue: (c_a² + c_s²)/2 · ρ/(1 − ρ) · E[S]
+    (seconds). Exact for M/G/1 (c_a² = 1); arrivals burstier than Poisson (c_a² > 1) wait longer."""
+    rho = lam * mean_service_s
+    return math.inf if rho >= 1 else (arrival_cv2 + service_cv2) / 2 * rho / (1 - rho) * mean_service_s
+
+
+def interarrival_cv2(arrivals_ns: np.ndarray) -> float | None:
+    """Squared coefficient of variation of the gaps between arrival instants (1 for a Poisson process)."""
+    ordered = np.sort(np.asarray(arrivals_ns, dtype=np.int64))
+    gaps = np.diff(ordered)
+    del ordered
+    gaps = gaps.astype(float)
+    if len(gaps) < 2 or gaps.mean() == 0:
+        return None
+    return float(gaps.var() / gaps.mean() ** 2)
+
+
+SERVER_COLUMNS = ("server_receive_ns", "server_send_ns", "server_compute_ns", "server_queue_ns")
+
+
+def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
+                   requests_per_execution: dict[str, float] | None = None, among: np.ndarray | None = None,
+                   column: Callable[[str], np.ndarray] | None = None, done: Callable[[str], None] | None = None
+                   ) -> list[dict]:
+    """Per endpoint: λ, throughput, L measured vs λ·W (server side), utilization, queue delay, M/M/1.
+
+    The server side is the system: a request is in it from server receive to server send (the server's
+    clock). The window is the central part of the run, so that requests cut off at the edges don't bias L.
+    `requests_per_execution` (endpoint → from the server's statistics): with dynamic batching every request
+    of a batch reports the batch's compute, so the slots are busy λ·S / (requests per execution).
+    `among`: the rows to count (ascending positions; None: all). `df` holds status, endpoint, model and
+    server_receive_ns; `column(name)` gives a server column's values (default: df's) and `done(name)` is told
+    when one is read no more: the receive and send stamps are read first, then compute, then queue, so that a
+    day's run never holds all four.
+    """
+    column = column or (lambda name: df[name].to_numpy())
+    done = done or (lambda name: None)
+    served = ((df["status"] == "ok") & (df["server_receive_ns"] > 0)).to_numpy()
+    if among is not None:  # only these rows: the measured phases'
+        wanted = np.zeros(len(served), dtype=bool)
+        wanted[among] = True
+        served = served & wanted
+    served_rows = np.flatnonzero(served).astype(np.int32 if len(served) < 2**31 else np.int64)
+    del served
+    d = take_rows(df, served_rows, ["endpoint", "model"])
+    # each group's rows of df, as positions of served_rows' width (group_positions' own are 64-bit)
+    groups = {key: served_rows[idx] for key, idx in group_positions(d, ["endpoint", "model"]).items()}
+    keys = sorted(groups, key=lambda k: (str(k[0]), str(k[1])))
+    found: dict[tuple, dict] = {}
+    receive_all, send_all = column("server_receive_ns"), column("server_send_ns")
+    for endpoint, model in keys:  # what the receive and send stamps tell
+        idx = groups[(endpoint, model)]
+        receive, send = take(receive_all, idx), take(send_all, idx)
+        t0, t1 = int(receive.min()), int(send.max())
+        span = t1 - t0
+        w0, w1 = t0 + span // 10, t1 - span // 10
+        inside = (receive >= w0) & (receive < w1)
+        if inside.sum() < 20 or w1 <= w0:
+            continue
+        T = (w1 - w0) / 1e9
+        lam = int(inside.sum()) / T
+        residence = np.subtract(send[inside], receive[inside]) / 1e9
+        g = {"inside": inside, "T": T, "lam": lam, "W": float(residence.mean()),
+             "L": time_average_in_system(receive, send, w0, w1),
+             "throughput": float(((send >= w0) & (send < w1)).sum() / T),
+             "p99_residence_s": float(np.percentile(residence, 99)), "arrival_cv2": interarrival_cv2(receive[inside])}
+        del residence, send
+        batch = (requests_per_execution or {}).get(endpoint) or 1.0
+        if model in synthetic_models and batch == 1.0:  # the model's arrivals: every endpoint that shares it
+            model_receive = take(receive_all, served_rows[np.flatnonzero((d["model"] == model).to_numpy())])
+            model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
+            del model_receive
+            g["lam_model"] = len(model_arrivals) / T
+            g["model_arrival_cv2"] = interarrival_cv2(model_arrivals)
+            del model_arrivals
+        found[(endpoint, model)] = g
+    del receive_all, send_all, d
+    done("server_receive_ns")
+    done("server_send_ns")
+    compute_all = column("server_compute_ns")
+    for key, g in found.items():
+        compute = take(compute_all, groups[key])[g["inside"]]
+        g["S"] = float(compute.mean() / 1e9)
+        if "lam_model" in g:
+            service_s = compute.astype(float) / 1e9
+            g["second_moment"] = float(np.mean(service_s ** 2))
+    del compute_all
+    done("server_compute_ns")
+    queue_all = column("server_queue_ns")
+    for key, g in found.items():
+        queue = take(queue_all, groups[key])[g.pop("inside")]
+        g["wq"], g["p99_queue_ms"] = float(queue.mean() / 1e9), float(np.percentile(queue, 99) / 1e6)
+    del queue_all
+    done("server_queue_ns")
+    return [_queueing_row(endpoint, model, found[(endpoint, model)], slots, requests_per_execution)
+            for endpoint, model in keys if (endpoint, model) in found]
+
+
+def _queueing_row(endpoint, model, g: dict, slots: dict[str, int],
+                  requests_per_execution: dict[str, float] | None) -> dict:
+    """One endpoint's queueing row from its measured numbers (queueing_table's `found`)."""
+    lam, W, L, S, wq = g["lam"], g["W"], g["L"], g["S"], g["wq"]
+    n_slots = slots.get(model, 1)
+    batch = (requests_per_execution or {}).get(endpoint) or 1.0
+    rho = lam * S / (n_slots * batch)
+    row = {"endpoint": endpoint, "model": model, "slots": n_slots, "arrival_rate": lam,
+           "throughput": g["throughput"],
+           "L_measured": L, "lambda_W": lam * W, "littles_gap": (L - lam * W) / (lam * W) if lam * W else None,
+           "mean_residence_ms": W * 1e3, "mean_service_ms": S * 1e3, "requests_per_execution": batch,
+           "utilization": rho,
+           "utilization_flag": rho > UTILIZATION_FLAG, "mean_queue_ms": wq * 1e3,
+           "p99_queue_ms": g["p99_queue_ms"],
+           # the arrival process at the server: the generators send Poisson, but the path and the host
+           # can bunch requests up on the way (c_a² > 1), which queues them longer
+           "arrival_cv2": g["arrival_cv2"]}
+    # the endpoint's (model's) statistics include every endpoint that shares the model: use the model total
+    if "lam_model" in g:  # a synthetic model, unbatched: batched executions are not an M/M/1 queue
+        lam_model, second_moment, arrival_cv2 = g["lam_model"], g["second_moment"], g["model_arrival_cv2"]
+        pred = mm1(lam_model, S)
+        pk_wait = mg1_mean_wait(lam_model, S, second_moment)
+        service_cv2 = second_moment / S ** 2 - 1 if S else None
+        gg1_wait = (gg1_mean_wait(lam_model, S, arrival_cv2, service_cv2)
+                    if arrival_cv2 is not None and service_cv2 is not None else None)
+        row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
+                      "p99_sojourn_ms": pred["p99_sojourn_s"] * 1e3,
+                      "measured_mean_wait_ms": wq * 1e3,
+                      "measured_p99_sojourn_ms": g["p99_residence_s"] * 1e3,
+                      "mean_wait_rel_error": (wq - pred["mean_wait_s"]) / pred["mean_wait_s"]
+                      if pred["mean_wait_s"] not in (0, math.inf) else None,
+                      # how exponential the measured service is (1 for Exp), and the M/G/1 wait it implies
+                      "service_cv2": service_cv2,
+                      "pk_mean_wait_ms": pk_wait * 1e3,
+                      "pk_rel_error": (wq - pk_wait) / pk_wait if pk_wait not in (0, math.inf) else None,
+                      # ... and the G/G/1 wait that the measured burstiness of the arrivals implies
+                      "arrival_cv2": arrival_cv2,
+                      "gg1_mean_wait_ms": gg1_wait * 1e3 if gg1_wait is not None else None,
+                      "gg1_rel_error": (wq - gg1_wait) / gg1_wait if gg1_wait not in (None, 0, math.inf) else None}
+    return row

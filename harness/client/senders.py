@@ -1,0 +1,286 @@
+"""KServe v2 request senders for the generator (gevent-cooperative), behind one small interface (`Sender`,
+after httpx's BaseTransport): HTTP and HTTPS through harness/client/http1.py's keep-alive pool, gRPC (plain or
+TLS, harness/client/tls.py) through grpcio, and the model run inside the worker (no network) as a baseline.
+Credentials (contract/credentials.py) are read at send time.
+
+Each sender sends requests encoded before the run (harness/client/payloads.py) with the trace headers, and
+returns what the record needs: status, code, error, the outputs a check reads, server timings, echoed trace
+ID, bytes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+import numpy as np
+import orjson
+
+from contract.credentials import Credential, CredentialError
+from contract.profile import Endpoint, Tls
+from contract.requests import RequestSpec
+from harness.client.classify import classify_exception, classify_http_status
+from harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
+from harness.client.request_data import SampleSet
+from harness.client.tls import grpc_channel, sender_tls, ssl_context
+
+
+@dataclass
+class Outcome:
+    """What one request produced."""
+
+    status: str = "ok"
+    code: str = ""
+    error: str = ""
+    server_queue_ns: int = -1
+    server_compute_ns: int = -1
+    server_receive_ns: int = -1
+    server_send_ns: int = -1
+    echoed_trace_id: str = ""
+    bytes_out: int = 0
+    bytes_in: int = 0
+    outputs: dict[str, np.ndarray] | None = None  # the outputs a check reads (None: not read or failed)
+
+
+class Sender(Protocol):
+    """What the worker's request path needs of a protocol: send one pre-encoded request, classified."""
+
+    payloads: Payloads
+
+    def send(self, sample: int, headers: dict[str, str], on_sent: Callable[[], None]) -> "Outcome":
+        """Send the request for sample `sample` (payloads.index) with `headers`; call `on_sent` just before the
+        bytes leave; never raise for a failed request (it is an Outcome with a status class)."""
+
+    def warm_up(self) -> None:
+        """Open and check connections before the start instant (raises if the endpoint is unreachable)."""
+
+    def close(self) -> None:
+        """Release connections / sessions."""
+
+
+def _apply_parameters(outcome: Outcome, params: dict) -> None:
+    for key, attr in (("queue_ns", "server_queue_ns"), ("compute_ns", "server_compute_ns"),
+                      ("server_receive_ns", "server_receive_ns"), ("server_send_ns", "server_send_ns")):
+        value = params.get(key)
+        if isinstance(value, int):
+            setattr(outcome, attr, value)
+    trace = params.get("trace_id")
+    if isinstance(trace, str):
+        outcome.echoed_trace_id = trace
+
+
+LARGE_BODY = 64 * 1024  # above this, a request's head and body leave in one gather write, never joined
+
+
+def _model_path(model: str, version: str) -> str:
+    return f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+
+
+class HttpSender:
+    """POST /v2/models/{model}[/versions/{v}]/infer: JSON tensors, or the binary tensor extension; over TLS for
+    https:// (the endpoint's `tls`: CA, client certificate, server name)."""
+
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float, pool: int,
+                 credential: Credential | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
+                 wanted: tuple[str, ...] = (), tls: Tls | None = None) -> None:
+        from harness.client.http1 import Http1Pool
+
+        parsed = urlparse(url)
+        self.path = f"{parsed.path.rstrip('/')}{_model_path(model, version)}/infer"
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        context = None
+        if parsed.scheme == "https":
+            from gevent.ssl import SSLContext
+
+            context = ssl_context(tls, SSLContext)
+        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
+        self.wanted = wanted
+        self.payloads = Payloads.build(samples, request, stride, lambda arrays: http_body(arrays, request, binary))
+        self.credential = credential  # read at send time: a rotated auth_file is picked up within a second
+        self.warm_connections = min(16, pool)
+        static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
+                  "Connection: keep-alive"]
+        self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
+
+    def _auth_line(self) -> bytes:
+        if self.credential is None:
+            return b""
+        return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        body, header_length = self.payloads.encoded[self.payloads.index(sample)]
+        if header_length is not None:
+            headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
+        out = Outcome()
+        try:
+            auth = self._auth_line()
+        except CredentialError as exc:
+            out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
+            return out
+        head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+        # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
+        raw = (head, body) if len(body) > LARGE_BODY else head + body
+        out.bytes_out = len(head) + len(body)
+        on_sent()
+        try:
+            response = self.client.request(raw)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = classify_exception(exc)
+            return out
+        return self._parse(out, response.status, response.body, response.header_length)
+
+    def _parse(self, out: Outcome, status: int, payload: bytes, header_length: str | None) -> Outcome:
+        out.bytes_in = len(payload)
+        out.code = str(status)
+        out.status = classify_http_status(status)
+        if out.status != "ok":
+            try:
+                out.error = str(orjson.loads(payload).get("error", ""))[:200]
+            except (orjson.JSONDecodeError, AttributeError):
+                out.error = payload[:200].decode("utf-8", "replace")
+            return out
+        try:
+            out.outputs, params = decode_http_outputs(payload, int(header_length) if header_length else None,
+                                                      self.wanted)
+            _apply_parameters(out, params)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            out.status, out.code, out.error = "bad_response", out.code, f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+    def warm_up(self) -> None:
+        """One connection opened and checked (GET /v2/health/ready, with the credential), then the pool filled;
+        raises when the endpoint is unreachable, refuses the TLS handshake or the credential cannot be read."""
+        ready = self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready"
+        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {ready}", 1).encode("latin-1")
+        response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
+        if response.status != 200:
+            raise ConnectionError(f"GET {ready} answered {response.status}")
+        self.client.prewarm(self.warm_connections)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class GrpcSender:
+    """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
+
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float,
+                 credential: Credential | None, stride: int = 1, version: str = "", wanted: tuple[str, ...] = (),
+                 tls: Tls | None = None) -> None:
+        from tritonclient.grpc import service_pb2_grpc
+
+        # Reconnect within ~0.5 s of a server coming back (gRPC's default backoff grows to 120 s): an outage
+        # window then measures the server, not the client's backoff.
+        self.channel = grpc_channel(url, tls, [
+            ("grpc.max_receive_message_length", 64 << 20), ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.timeout_s = timeout_s
+        self.credential, self.wanted = credential, wanted
+        self.payloads = Payloads.build(samples, request, stride,
+                                       lambda arrays: grpc_request(arrays, request, model, version))
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        req = self.payloads.encoded[self.payloads.index(sample)]
+        metadata = [(k.lower(), v) for k, v in headers.items()]
+        out = Outcome(bytes_out=req.ByteSize())
+        if self.credential is not None:
+            try:
+                metadata.append((self.credential.header.lower(), self.credential.value()))
+            except CredentialError as exc:
+                out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
+                return out
+        on_sent()
+        try:
+            response, call = self.stub.ModelInfer.with_call(req, metadata=metadata, timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = classify_exception(exc)
+            return out
+        out.code = "OK"
+        out.bytes_in = response.ByteSize()
+        try:
+            out.outputs = decode_grpc_outputs(response, self.wanted)
+            params = {k: (v.int64_param if v.WhichOneof("parameter_choice") == "int64_param" else v.string_param)
+                      for k, v in response.parameters.items()}
+            _apply_parameters(out, params)
+        except (ValueError, IndexError) as exc:
+            out.status, out.code, out.error = "bad_response", "OK", f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+    def warm_up(self) -> None:
+        """Channel connected (and its TLS handshake done) before the first scheduled request; the credential
+        read once."""
+        import grpc
+
+        if self.credential is not None:
+            self.credential.value()
+        grpc.channel_ready_future(self.channel).result(timeout=10)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class InProcessSender:
+    """The same ONNX file run inside the worker with onnxruntime: no network, no server — the model's own cost,
+    to separate it from serving cost. Blocks the worker's event loop while it computes (keep its rate low)."""
+
+    def __init__(self, model_path: str, samples: SampleSet, request: RequestSpec, stride: int = 1,
+                 wanted: tuple[str, ...] = ()) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        self.outputs = list(request.outputs)
+        self.wanted = wanted
+        strings = {s.name for s in request.inputs if s.datatype == "BYTES"}
+        self.payloads = Payloads.build(samples, request, stride, lambda arrays: {
+            k: (np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(v) if k in strings else v)
+            for k, v in arrays.items()})
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        import time
+
+        feed = self.payloads.encoded[self.payloads.index(sample)]
+        out = Outcome(code="OK", bytes_out=sum(v.nbytes for v in feed.values()))
+        on_sent()
+        start = time.perf_counter_ns()
+        try:
+            results = dict(zip(self.outputs, self.session.run(self.outputs, feed)))
+            out.outputs = {k: results[k] for k in self.wanted}
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            out.status, out.code, out.error = "bad_response", "exception", f"{type(exc).__name__}: {exc}"[:200]
+        out.server_queue_ns, out.server_compute_ns = 0, time.perf_counter_ns() - start
+        return out
+
+    def warm_up(self) -> None:
+        self.session.run(self.outputs, self.payloads.encoded[0])
+
+    def close(self) -> None:
+        self.session = None
+
+
+def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: int,
+                 models_dir: Path, wanted: tuple[str, ...] = ()) -> Sender:
+    """The sender for one endpoint of the plan, reaching it at `url`, with its requests encoded."""
+    credential, tls = Credential.of(endpoint), sender_tls(endpoint)
+    timeout_s = endpoint.timeout_ms / 1000
+    if endpoint.protocol == "kserve-http":
+        return HttpSender(url, endpoint.model, samples, request, timeout_s, pool, credential, stride, endpoint.binary,
+                          endpoint.model_version, wanted, tls)
+    if endpoint.protocol == "kserve-grpc":
+        return GrpcSender(url, endpoint.model, samples, request, timeout_s, credential, stride,
+                          endpoint.model_version, wanted, tls)
+    path = inprocess_model(models_dir, endpoint)
+    if not path.exists():
+        raise RuntimeError(f"endpoint {endpoint.name}: inprocess needs {path} (an ONNX model)")
+    return InProcessSender(str(path), samples, request, stride, wanted)
+
+
+def inprocess_model(models_dir: Path, endpoint: Endpoint) -> Path:
+    """The ONNX file an inprocess endpoint runs."""
+    return models_dir / endpoint.model / "1" / "model.onnx"

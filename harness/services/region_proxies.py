@@ -1,0 +1,64 @@
+"""Emulated regions on one machine: one delay proxy per region that has a delay or jitter, each on its own
+loopback address (127.1.<i+1>.1), forwarding to every network endpoint of the profile."""
+from __future__ import annotations
+
+import socket
+import time
+from urllib.parse import urlparse
+
+from contract.layout import RunLayout
+from contract.profile import Profile
+from harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+
+
+def region_address(index: int) -> str:
+    """The loopback address of emulated region `index` (127.1.<i+1>.1)."""
+    return f"127.1.{index + 1}.1"
+
+
+def proxied_regions(profile: Profile) -> dict[str, str]:
+    """Region → its proxy's address, for the regions that get a proxy."""
+    if not profile.network_endpoints:
+        return {}
+    return {r.name: region_address(i) for i, r in enumerate(profile.regions) if r.delay_ms > 0 or r.jitter_ms > 0}
+
+
+def start_region_proxies(profile: Profile, layout: RunLayout) -> tuple[list[ManagedProcess], dict[str, dict[str, str]]]:
+    """Start the proxies for `profile` (endpoint URLs already resolved); returns the processes and, per region,
+    the URL each endpoint is reached at through that region's proxy."""
+    processes, urls_by_region = [], {}
+    addresses = proxied_regions(profile)
+    for i, region in enumerate(profile.regions):
+        addr = addresses.get(region.name)
+        if addr is None:
+            continue
+        routes, urls, targets = [], {}, {}
+        for ep in profile.network_endpoints:
+            u = urlparse(ep.url)
+            target = f"{u.hostname}:{u.port}"
+            if target not in targets:
+                targets[target] = free_port(addr)
+                routes.append(f"{addr}:{targets[target]}={target}")
+            urls[ep.name] = f"{u.scheme}://{addr}:{targets[target]}"
+        processes.append(start_process(f"proxy {region.name}", tailrace_argv(
+            "proxy", *[a for r in routes for a in ("--route", r)], "--delay-ms", str(region.delay_ms),
+            "--jitter-ms", str(region.jitter_ms), "--seed", str(profile.load.seed + i)),
+            layout.log(f"proxy-{region.name}"), cpus=profile.generator.cpus))
+        urls_by_region[region.name] = urls
+    _wait_accepting([u for urls in urls_by_region.values() for u in urls.values()])
+    return processes, urls_by_region
+
+
+def _wait_accepting(urls: list[str], timeout_s: float = 10.0) -> None:
+    """Wait until every proxy accepts connections (or the timeout passes: the run then shows errors)."""
+    deadline = time.monotonic() + timeout_s
+    for url in urls:
+        u = urlparse(url)
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((u.hostname, u.port), timeout=0.5):
+                    break
+            except OSError:
+                time.sleep(0.05)
+
+

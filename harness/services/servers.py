@@ -1,0 +1,179 @@
+"""The servers `tailrace run` starts itself: the embedded endpoint (one process, or one per model) and a local
+Triton (PyTriton). Each start is timed for cold-start reporting: process spawn → ready → first successful
+inference of each model (a real sample from the held-out set).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from contract.plan import endpoint_kind
+from contract.profile import EMBEDDED, TRITON, Profile
+from contract.tensors import NUMPY_DTYPES, to_raw
+from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint
+from harness.services.triton_server import TritonOptions, TritonServer, start_triton
+
+
+@dataclass
+class ServerInstance:
+    """One started server process and how to reach it."""
+
+    kind: str  # "embedded" | "triton"
+    models: tuple[str, ...]
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    process: ManagedProcess
+    triton: TritonServer | None = None
+    cold_start: dict = field(default_factory=dict)
+
+    def serves(self, model: str) -> bool:
+        return model in self.models
+
+
+@dataclass
+class Servers:
+    """Every server of a run (or of a capacity search, which reuses them across trials)."""
+
+    instances: list[ServerInstance] = field(default_factory=list)
+
+    def serving(self, kind: str, model: str) -> ServerInstance | None:
+        """The started server of `kind` ("embedded" | "triton") that serves `model`."""
+        return next((s for s in self.instances if s.kind == kind and s.serves(model)), None)
+
+    def resolve(self, profile: Profile) -> Profile:
+        """The profile with url 'embedded' / 'triton' replaced by the started server's address, and that
+        server's statistics and metrics URLs."""
+        endpoints = []
+        for ep in profile.endpoints:
+            server = self.serving(endpoint_kind(ep), ep.model)
+            if server is not None:
+                url = server.http_url if ep.protocol == "kserve-http" else server.grpc_url
+                ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
+                                           "metrics_url": server.metrics_url})
+            endpoints.append(ep)
+        return profile.model_copy(update={"endpoints": endpoints})
+
+    def stop(self) -> None:
+        for server in reversed(self.instances):
+            if server.triton is not None:
+                server.triton.stop()
+            else:
+                server.process.stop(timeout=10)
+
+
+def zero_request(metadata: dict) -> tuple[bytes, dict[str, str]]:
+    """An infer body of zeros (empty strings for BYTES) for every input of a model's metadata, each dynamic
+    dimension 1, in the binary tensor extension both ways (Triton takes and gives FP16 / BF16 only so): a
+    request any model takes, whatever its inputs. Returns (body, headers)."""
+    inputs, blobs = [], []
+    for t in metadata.get("inputs") or []:
+        shape = [1 if d < 0 else d for d in t["shape"]]
+        if t["datatype"] == "BYTES":
+            zeros = np.full(math.prod(shape), b"", dtype=object)
+        else:
+            zeros = np.zeros(math.prod(shape), dtype=NUMPY_DTYPES[t["datatype"]])
+        raw = to_raw(zeros, t["datatype"])
+        inputs.append({"name": t["name"], "datatype": t["datatype"], "shape": shape,
+                       "parameters": {"binary_data_size": len(raw)}})
+        blobs.append(raw)
+    header = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return header + b"".join(blobs), {"Inference-Header-Content-Length": str(len(header)),
+                                      "Content-Type": "application/octet-stream"}
+
+
+def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> dict:
+    """Send one real inference (zeros, from the model's metadata) until it succeeds; when it did and how long
+    that request took."""
+    deadline = time.monotonic() + timeout_s
+    attempts, last, body = 0, "", None
+    with httpx.Client(timeout=10.0) as client:
+        while time.monotonic() < deadline:
+            attempts += 1
+            try:
+                if body is None:
+                    meta = client.get(f"{base}/v2/models/{model}")
+                    if meta.status_code != 200:
+                        raise httpx.HTTPError(f"metadata: HTTP {meta.status_code}")
+                    body, headers = zero_request(meta.json())
+                sent = time.time_ns()
+                r = client.post(f"{base}/v2/models/{model}/infer", content=body, headers=headers)
+                if r.status_code == 200:
+                    done = time.time_ns()
+                    return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,
+                            "attempts": attempts}
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = str(exc)
+            time.sleep(0.05)
+    return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
+
+
+def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str) -> dict:
+    ready_ns = time.time_ns()
+    probes = [_probe_first_inference(http_url, m) for m in models]
+    firsts = [p["first_ok_ns"] for p in probes if p["first_ok_ns"]]
+    return {"kind": kind, "models": list(models), "spawn_ns": spawn_ns, "ready_ns": ready_ns,
+            "ready_s": (ready_ns - spawn_ns) / 1e9,
+            "first_success_s": (min(firsts) - spawn_ns) / 1e9 if firsts else None,
+            "per_model": [p | {"first_success_s": (p["first_ok_ns"] - spawn_ns) / 1e9 if p["first_ok_ns"] else None}
+                          for p in probes]}
+
+
+def _embedded_flags(profile: Profile) -> list[str]:
+    extra = []
+    e = profile.embedded
+    for flag, mapping in (("--slots", e.slots), ("--queue-depth", e.queue_depth), ("--max-batch", e.max_batch)):
+        for model, n in mapping.items():
+            extra += [flag, f"{model}={n}"]
+    if e.mm1_mean_ms:
+        extra += ["--mm1-mean-ms", str(e.mm1_mean_ms)]
+    if e.fault_injection:
+        extra.append("--enable-fault-injection")
+    return extra
+
+
+def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
+    """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started."""
+    servers = Servers()
+    models_dir = Path(profile.embedded.models_dir)
+    try:
+        embedded_models = tuple(sorted({e.model for e in profile.endpoints if e.url == EMBEDDED}))
+        groups = [(m,) for m in embedded_models] if profile.embedded.process_per_model else \
+            ([embedded_models] if embedded_models else [])
+        for models in groups:
+            http_port, grpc_port = free_port(), free_port()
+            extra = _embedded_flags(profile)
+            if profile.embedded.process_per_model:
+                extra += ["--model", models[0]]
+            log(f"starting embedded endpoint for {', '.join(models)} on 127.0.0.1:{http_port} (HTTP) / "
+                f":{grpc_port} (gRPC)")
+            spawn = time.time_ns()
+            proc = start_embedded_endpoint(models_dir, "127.0.0.1", http_port, grpc_port,
+                                           logs / f"endpoint-{http_port}.log", extra, cpus=profile.embedded.cpus)
+            base = f"http://127.0.0.1:{http_port}"
+            servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
+                                                    f"{base}/metrics", proc))
+            servers.instances[-1].cold_start = _timed("embedded", models, spawn, base)
+        triton_models = tuple(sorted({e.model for e in profile.endpoints if e.url == TRITON}))
+        if triton_models:
+            t = profile.triton
+            log(f"starting Triton (PyTriton) for {', '.join(triton_models)}")
+            spawn = time.time_ns()
+            triton = start_triton(Path(t.models_dir), logs, options=TritonOptions(
+                max_batch=t.max_batch, queue_delay_us=t.queue_delay_us, dynamic_batching=t.dynamic_batching,
+                instances=t.instances, models=triton_models), python=t.python)
+            servers.instances.append(ServerInstance("triton", triton_models, triton.http_url, triton.grpc_url,
+                                                    triton.metrics_url, triton.process, triton))
+            servers.instances[-1].cold_start = _timed("triton", triton_models, spawn, triton.http_url)
+            log(f"Triton ready on {triton.http_url} (HTTP) / {triton.grpc_url} (gRPC) / {triton.metrics_url}")
+    except BaseException:
+        servers.stop()
+        raise
+    return servers
