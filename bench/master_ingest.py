@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
 from contract import messages  # noqa: E402
 from contract.layout import RunLayout  # noqa: E402
+from contract.master_events import WORKER_LEFT  # noqa: E402
 from contract.plan import unresolved_plan  # noqa: E402
 from contract.profile import parse_profile  # noqa: E402
 from contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
@@ -118,12 +119,13 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
     run.mkdir(parents=True)
     plan.write(RunLayout(run))
     port = free_port()
-    from harness.orchestration.local_run import LOCUSTFILE, PLAN_ENV
+    from harness.orchestration.local_run import LOCUSTFILE
+    from harness.worker.identity import PLAN_ENV  # noqa: I001
 
     master = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--master",
                                "--headless", "-u", str(WORKERS), "-r", str(WORKERS), "--expect-workers", str(WORKERS),
                                "-t", f"{seconds + 20:.0f}s", "--master-bind-host", "127.0.0.1", "--master-bind-port",
-                               str(port), "--loglevel", "ERROR"], env={**os.environ, PLAN_ENV: str(run / "plan.json"),
+                               str(port), "--loglevel", "ERROR"], env={**os.environ, PLAN_ENV: str(RunLayout(run).plan),
                                                                        TOKEN_ENV: TOKEN},
                               stdout=open(work / "master.log", "ab"), stderr=subprocess.STDOUT)
     time.sleep(2)
@@ -146,7 +148,7 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
     written = len(RunLayout(run).request_chunks())
     cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0)
     return {"offered": rows_per_s, "ingested": (n1 - n0) * CHUNK_ROWS / (t1 - t0), "master_cpu": cpu,
-            "left": sum(e["event"] == "worker_left" for e in events), "files": written}
+            "left": sum(WORKER_LEFT.matches(e) for e in events), "files": written}
 
 
 def main() -> int:

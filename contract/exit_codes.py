@@ -3,8 +3,10 @@ keeps an INVALID run INVALID and is INTERNAL otherwise."""
 from __future__ import annotations
 
 PASS = 0  # every SLO passes
+OK = 0  # a command with no verdict (build, serve, collect, probe, compare) did its job
 FAIL = 1  # an SLO fails (compare: a --fail-if-slower gate tripped)
 USAGE = 2  # bad flags, profile, run directory: nothing started, or nothing to compare
 INCONCLUSIVE = 3  # no SLO fails, some are undecided — or a master that could not analyse its run
 INVALID = 4  # the run itself is not valid (saturation, a lost worker, an interrupt)
 INTERNAL = 5  # tailrace itself (or the machine under it) failed: never an SLO verdict
+WORKER_MASTER_LOST = 3  # a Locust worker process (not a command) stopped because its master went silent

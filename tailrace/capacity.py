@@ -28,6 +28,7 @@ from analysis.decide.capacity_search import (
     trial_duration_s,
 )
 from analysis.report import plots
+from contract.exit_codes import USAGE
 from contract.layout import CapacityLayout, ReportLayout, write_atomic
 from contract.profile import Profile
 from harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
@@ -255,12 +256,12 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
         min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
     except ValueError as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         cap_dir, result = run_capacity(profile, out, quiet, budget_s)
     except (CapacityError, EndpointCheckError, LowDiskError) as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     rows = json.loads(CapacityLayout(cap_dir).result.read_text())["trial_rows"]
     print_result(result, rows, cap_dir)
     return result["exit_code"]

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from contract.exit_codes import INCONCLUSIVE, INTERNAL
+from contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
 # in one line of its own (harness/client/tls.py). Set before any process of a run imports grpc; a user's value wins.
@@ -52,7 +52,7 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
     for m in built:
         table.add_row(m.name, f"{m.accuracy:.4f}", f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
     console().print(table)
-    return 0
+    return OK
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -79,7 +79,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return serve(options, args.host, args.http_port, args.grpc_port, tls, credential)
     except (ValueError, OSError) as exc:
         print(f"tailrace serve: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
 
 
 def overrides_of(args: argparse.Namespace) -> list[str]:
@@ -134,7 +134,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     profile = _profile_or_none(args.profile, args.out, overrides=overrides_of(args))
     if profile is None:
-        return 2
+        return USAGE
     if profile.overrides and not args.quiet:
         print(f"profile {profile.name}: overridden {', '.join(profile.overrides)}")
     return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
@@ -145,7 +145,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     profile = _profile_or_none(args.profile, args.out, check=check_profile, overrides=overrides_of(args))
     if profile is None:
-        return 2
+        return USAGE
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
 
 
@@ -159,7 +159,7 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
     from harness.services.sntp_server import serve_sntp
 
     serve_sntp(args.host, args.port)
-    return 0
+    return OK
 
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -171,12 +171,12 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                      "use an SSH tunnel, or pass --expose on a private network")
     profile = _profile_or_none(args.profile, args.out, local=False, overrides=overrides_of(args))
     if profile is None:
-        return 2
+        return USAGE
     try:
         token = read_token(args.token_file)
     except ValueError as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
                                token, args.sntp_port, args.wait_s, args.quiet)
     if run_dir is None:
@@ -199,7 +199,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         token = read_token(args.token_file)
     except ValueError as exc:
         print(f"tailrace worker: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
                       args.models, args.metrics_port, args.spool, token, args.metrics_bind)
 
@@ -211,9 +211,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         done = collect(args.spool, args.run_dir)
     except (CollectError, OSError) as exc:
         print(f"tailrace collect: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     print(f"tailrace collect: {done.describe()} → {args.run_dir}; analyse again with `tailrace analyze {args.run_dir}`")
-    return 0
+    return OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -243,7 +243,7 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                                   tls, auth)
     except ProfileError as exc:
         print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
-        return 2
+        return USAGE
     return run_probe(args.url, endpoint, args.requests)
 
 
@@ -267,10 +267,10 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
                                               args.master_memory, args.results_storage))
     except ProfileError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return USAGE
     except DeployError as exc:
         print(f"tailrace deploy kubernetes: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     for path in write(rendered, args.out):
         print(path)
     print("create the Secrets the manifests reference (in every cluster), before applying them:")
@@ -278,7 +278,7 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
         print(f"  {command}")
     for warning in warnings(profile):
         print(f"tailrace deploy kubernetes: warning: {warning}", file=sys.stderr)
-    return 0
+    return OK
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from contract.credentials import Credential, CredentialError
+from contract.exit_codes import FAIL, USAGE
 from contract.plan import unresolved_plan
 from contract.profile import Endpoint, ProfileError, parse_profile
 from contract.requests import RequestSpec, RequestSpecError
@@ -65,7 +66,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
                           headers=credential.headers() if credential else None)
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     server = info.server
     print(f"server {server.get('name', '?')} {server.get('version', '')} ({endpoint.protocol} {url}); extensions: "
           f"{', '.join(server.get('extensions') or []) or 'none'}")
@@ -85,7 +86,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
         samples = samples_for(plan, endpoint, request)
     except (RequestSpecError, DataError) as exc:
         print(f"MISMATCH: {exc}")
-        return 1
+        return FAIL
     print(f"tailrace sends ({request.source}):")
     for line in describe(request, samples):
         print(line)
@@ -93,7 +94,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     for p in problems:
         print(f"MISMATCH: {p}")
     if problems:
-        return 1
+        return FAIL
     return _send_some(url, endpoint, request, samples, requests)
 
 
@@ -128,7 +129,7 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
                       (f" (answered {prediction}, label {label})" if label >= 0 else ""))
     finally:
         sender.close()
-    return 1 if failed else 0
+    return FAIL if failed else 0
 
 
 def _datatype(arr: np.ndarray) -> str:

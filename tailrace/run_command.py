@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from contract.exit_codes import INTERNAL
+from contract.exit_codes import INTERNAL, USAGE
 from contract.profile import Profile
 from harness.orchestration.disk_space import LowDiskError, min_free_bytes
 from harness.orchestration.endpoint_check import EndpointCheckError
@@ -17,15 +17,15 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
         min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
     except ValueError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         run_dir, manifest = run_local(profile, out, quiet=quiet)
     except EndpointCheckError as exc:
         print(f"tailrace run: an endpoint cannot take the run's requests; no load was sent:\n{exc}", file=sys.stderr)
-        return 2
+        return USAGE
     except LowDiskError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return INTERNAL

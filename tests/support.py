@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from contract.layout import RunLayout
+from contract.master_events import PLAN_SENT, read_master_events
 from contract.profile import Profile, parse_profile
 from contract.records import ClockRow, RequestRow
 from contract.requests import InputSpec, RequestSpec
@@ -23,7 +24,7 @@ from harness.client.payloads import Payloads
 from harness.client.request_data import SampleSet
 from harness.client.senders import Outcome
 from harness.orchestration.local_run import LocalRun
-from harness.orchestration.run_record import read_master_events, write_manifest
+from harness.orchestration.run_record import write_manifest
 from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
 from harness.spool.recorder import clock_writer, request_writer
 from harness.worker.clock import WorkerClock, measure_offset
@@ -132,7 +133,7 @@ def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: 
     deadline = time.time() + timeout
     start_ref_ns = None
     while start_ref_ns is None and time.time() < deadline:
-        plan = next((e for e in read_master_events(run.layout) if e["event"] == "plan_sent"), None)
+        plan = next((e for e in read_master_events(run.layout) if PLAN_SENT.matches(e)), None)
         start_ref_ns = plan["start_ref_ns"] if plan else None
         time.sleep(0.1)
     if start_ref_ns is None:

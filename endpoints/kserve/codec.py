@@ -216,3 +216,21 @@ def decode_grpc(spec: ModelSpec, request) -> DecodedRequest:
     requested = [o.name for o in request.outputs] or [o.name for o in spec.outputs]
     _check_outputs(spec, requested)
     return DecodedRequest(inputs, request.id, requested, set(requested), batch)
+
+
+def encode_grpc(spec: ModelSpec, decoded: DecodedRequest, outputs: dict[str, np.ndarray], parameters: dict):
+    """The gRPC ModelInferResponse: the requested outputs as raw contents, the timing parameters typed."""
+    from tritonclient.grpc import service_pb2
+
+    response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=decoded.request_id)
+    for name in decoded.requested_outputs:
+        arr = outputs[name]
+        datatype = datatype_of(arr)
+        response.outputs.add(name=name, datatype=datatype, shape=list(arr.shape))
+        response.raw_output_contents.append(to_raw(arr, datatype))
+    for key, value in parameters.items():
+        if isinstance(value, int):
+            response.parameters[key].int64_param = value
+        else:
+            response.parameters[key].string_param = str(value)
+    return response

@@ -7,9 +7,8 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from contract.tensors import datatype_of, to_raw
 from contract.trace_context import parse_traceparent
-from endpoints.kserve.codec import decode_grpc
+from endpoints.kserve.codec import decode_grpc, encode_grpc
 from endpoints.kserve.pipeline import InferCall
 from endpoints.serving.core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_header
 from endpoints.serving.errors import InferenceError
@@ -90,18 +89,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             call.failed(exc)
             _abort(context, exc)
         params = call.parameters()
-        spec = call.spec
-        response = service_pb2.ModelInferResponse(model_name=spec.name, model_version="1", id=request.id)
-        for out_name in decoded.requested_outputs:
-            arr = outputs[out_name]
-            datatype = datatype_of(arr)
-            response.outputs.add(name=out_name, datatype=datatype, shape=list(arr.shape))
-            response.raw_output_contents.append(to_raw(arr, datatype))
-        for key, value in params.items():
-            if isinstance(value, int):
-                response.parameters[key].int64_param = value
-            else:
-                response.parameters[key].string_param = str(value)
+        response = encode_grpc(call.spec, decoded, outputs, params)
         context.set_trailing_metadata((("server-timing", server_timing_header(params)),))
         return response
 

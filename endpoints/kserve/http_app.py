@@ -38,22 +38,24 @@ class InferRoute:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
-        self._limit = server.options.max_body_bytes
 
-    async def _read_body(self, receive, declared: bytes | None) -> bytes | None:
-        if declared is not None and declared.isdigit() and int(declared) > self._limit:
-            raise InferenceError(f"request body of {declared.decode()} bytes exceeds the limit of {self._limit} bytes")
+    @staticmethod
+    async def _read_body(receive, declared: bytes | None, call: InferCall) -> bytes | None:
+        """The request body, refused past the server's limit (`InferCall.bound`) as soon as its declared or
+        received size says so; None when the client went away."""
+        if declared is not None and declared.isdigit():
+            call.bound(int(declared), "request body")
         message = await receive()
         chunk = message.get("body", b"")
-        if not message.get("more_body", False) and message["type"] == "http.request" and len(chunk) <= self._limit:
+        if not message.get("more_body", False) and message["type"] == "http.request":
+            call.bound(len(chunk), "request body")
             return chunk  # the whole body in one message: the usual case
         chunks, size = [], 0
         while True:
             if message["type"] == "http.disconnect":
                 return None
             size += len(chunk)
-            if size > self._limit:
-                raise InferenceError(f"request body exceeds the limit of {self._limit} bytes")
+            call.bound(size, "request body")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -77,7 +79,7 @@ class InferRoute:
         call = InferCall(self.server, name, "http", clock, ids[0] if ids else None)
         try:
             call.admit(version)
-            body = await self._read_body(receive, declared)
+            body = await self._read_body(receive, declared, call)
             if body is None:
                 return
             decoded = call.decode(lambda spec: decode_http(spec, body, header_len.decode("latin-1")

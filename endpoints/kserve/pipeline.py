@@ -38,10 +38,11 @@ class InferCall:
         self.scheduler.statistics.count_request(self.protocol)
 
     def bound(self, size: int, what: str) -> None:
-        """Refuse a request larger than the server's limit (INVALID_ARGUMENT)."""
+        """Refuse a request larger than the server's limit (HTTP 400, INVALID_ARGUMENT): the one place the body
+        limit is enforced, for the HTTP body (declared and as it arrives) and gRPC's request tensors alike."""
         limit = self.server.options.max_body_bytes
         if size > limit:
-            raise InferenceError(f"{what} of {size} bytes exceed the limit of {limit} bytes")
+            raise InferenceError(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
 
     def decode(self, codec: Callable[[ModelSpec], DecodedRequest]) -> DecodedRequest:
         self.decoded = codec(self.spec)

@@ -25,6 +25,7 @@ from endpoints.serving.errors import InferenceError, unavailable
 from endpoints.serving.statistics import ModelStatistics
 
 DEFAULT_QUEUE_DEPTH = 1024
+_SLOT = object()  # what the inline path yields to wait for the model's slot
 
 
 def queue_full(model: str, depth: int) -> InferenceError:
@@ -278,7 +279,7 @@ class SlotThreads:
             self._jobs.put_nowait(job)
         except queue.Full:
             raise queue_full(self.name, self.depth) from None
-        self.statistics.in_flight += 1
+        self.statistics.enter()
         return job.future
 
     def _take_batch(self, first: _Pending, carry: list) -> tuple[list[_Pending], bool]:
@@ -309,7 +310,7 @@ class SlotThreads:
                 return
             batch, stop = self._take_batch(first, carry) if self.max_batch > 1 else ([first], False)
             live = [job for job in batch if job.future.set_running_or_notify_cancel()]  # a running one stays
-            self.statistics.in_flight -= len(batch) - len(live)  # the caller went away: skip it
+            self.statistics.leave(len(batch) - len(live))  # the caller went away: skip it
             if not live:
                 continue
             batch = live
@@ -322,9 +323,9 @@ class SlotThreads:
             # it held the slot.
             granted = max(free_since, *(b.enqueued_ns for b in batch))
             results, free_since = self.executor.execute_batch(batch, granted)
-            self.statistics.in_flight -= len(batch)
+            self.statistics.leave(len(batch))
             _deliver(batch, results)
-        self.statistics.in_flight -= len(carry)
+        self.statistics.leave(len(carry))
         _refuse(carry)  # stopping: a job taken but not run is refused like the queued ones
 
     def stop(self) -> None:
@@ -359,7 +360,7 @@ class LoopBatcher:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.append(_Pending(inputs, timings, future, time.perf_counter_ns(), rows, received))
-        self.statistics.in_flight += 1
+        self.statistics.enter()
         if not self._draining:
             self._draining = True
             # Two hops: the loop runs the callbacks that were ready when it began an iteration, then polls the
@@ -383,13 +384,13 @@ class LoopBatcher:
             while pending and (not batch or rows + pending[0].rows <= self.max_batch):
                 item = pending.popleft()
                 if item.future.done():  # a client that went away is skipped
-                    stats.in_flight -= 1
+                    stats.leave()
                 else:
                     batch.append(item)
                     rows += item.rows
             if batch:
                 results, _ = self.executor.execute_batch(batch, time.perf_counter_ns())
-                stats.in_flight -= len(batch)
+                stats.leave(len(batch))
                 _deliver(batch, results)
         finally:
             self.pool.release()
@@ -437,22 +438,54 @@ class ModelScheduler:
             return self._batcher.enqueue(inputs, timings, rows, received)
         return self._infer_inline_async(inputs, timings, rows, received)
 
-    async def _infer_inline_async(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
-        enqueued = time.perf_counter_ns()
+    def _inline_path(self, inputs, timings: Timings, rows: int, received: int):
+        """The inline execution, written once (sans I/O): a generator that yields what its caller must wait for —
+        `_SLOT`, the model's slot, then a fault-injected stall's seconds if one is on — and returns the outputs.
+        HTTP drives it on the event loop (`_infer_inline_async` awaits), gRPC on its own thread (blocks). A wait
+        that raises is thrown in: the request leaves the in-flight count (and, holding the slot, releases it)."""
         stats = self.statistics
-        stats.in_flight += 1
+        enqueued = time.perf_counter_ns()
+        stats.enter()
         try:
-            await self._pool.acquire_async()
+            yield _SLOT
         except BaseException:
-            stats.in_flight -= 1
+            stats.leave()
             raise
         try:
             if pause := self._executor.stall_remaining():
-                await asyncio.sleep(pause)
+                yield pause
             return self._executor.execute_granted(inputs, timings, enqueued, rows, received)
         finally:
             self._pool.release()
-            stats.in_flight -= 1
+            stats.leave()
+
+    async def _infer_inline_async(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
+        path = self._inline_path(inputs, timings, rows, received)
+        step = next(path)
+        while True:
+            try:
+                await (self._pool.acquire_async() if step is _SLOT else asyncio.sleep(step))
+            except BaseException as exc:  # noqa: BLE001 — thrown into the path, which re-raises it
+                step = path.throw(exc)  # the path re-raises it
+                continue
+            try:
+                step = path.send(None)
+            except StopIteration as done:
+                return done.value
+
+    def _infer_inline_blocking(self, inputs, timings: Timings, rows: int, received: int) -> dict[str, np.ndarray]:
+        path = self._inline_path(inputs, timings, rows, received)
+        step = next(path)
+        while True:
+            try:
+                self._pool.acquire_blocking() if step is _SLOT else time.sleep(step)
+            except BaseException as exc:  # noqa: BLE001 — thrown into the path, which re-raises it
+                step = path.throw(exc)  # the path re-raises it
+                continue
+            try:
+                step = path.send(None)
+            except StopIteration as done:
+                return done.value
 
     def infer_blocking(self, inputs: dict[str, np.ndarray], timings: Timings, rows: int = 1,
                        received_ns: int | None = None) -> dict[str, np.ndarray]:
@@ -461,21 +494,7 @@ class ModelScheduler:
         received = received_ns if received_ns is not None else time.perf_counter_ns()
         if self._threads is not None:
             return self._threads.submit(inputs, timings, rows, received).result()
-        enqueued = time.perf_counter_ns()
-        stats = self.statistics
-        stats.in_flight += 1
-        try:
-            self._pool.acquire_blocking()
-        except BaseException:
-            stats.in_flight -= 1
-            raise
-        try:
-            if pause := self._executor.stall_remaining():
-                time.sleep(pause)
-            return self._executor.execute_granted(inputs, timings, enqueued, rows, received)
-        finally:
-            self._pool.release()
-            stats.in_flight -= 1
+        return self._infer_inline_blocking(inputs, timings, rows, received)
 
     def stall(self, seconds: float) -> None:
         """Fault injection: requests that get a slot in the next `seconds` wait until then (others queue)."""

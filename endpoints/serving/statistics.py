@@ -29,7 +29,24 @@ class ModelStatistics:
         self.last_inference_ns = 0
         self.requests = {"http": 0, "grpc": 0}
         self.failures: dict[str, int] = {}
-        self.in_flight = 0
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted (queued or executing) and not yet answered or dropped."""
+        return self._in_flight
+
+    def enter(self, n: int = 1) -> None:
+        """`n` requests admitted: queued or executing (the slot threads, the gRPC threads and the event loop
+        all call this and `leave`, so both take the lock)."""
+        with self._lock:
+            self._in_flight += n
+
+    def leave(self, n: int = 1) -> None:
+        """`n` requests answered, refused after admission, or dropped by a client that went away."""
+        if n:
+            with self._lock:
+                self._in_flight -= n
 
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
                        output_ns: int) -> None:

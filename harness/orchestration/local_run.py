@@ -27,10 +27,9 @@ from harness.services.processes import ManagedProcess, free_port, start_process,
 from harness.services.region_proxies import proxied_regions, start_region_proxies
 from harness.services.servers import Servers, start_servers
 from harness.services.triton_server import TritonServer
-from harness.worker.identity import TOKEN_ENV, WorkerIdentity
+from harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"
-PLAN_ENV = "TAILRACE_PLAN"  # read by harness/worker/locustfile.py in the master
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
 
 

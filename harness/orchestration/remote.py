@@ -21,14 +21,15 @@ import sys
 import time
 from pathlib import Path
 
+from contract.exit_codes import INVALID, OK, USAGE
 from contract.layout import RunLayout
+from contract.master_events import PLAN_SENT, WORKER_ADMITTED, WORKER_REFUSED
 from contract.plan import unresolved_plan
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from harness.orchestration.disk_space import low_disk_reason, min_free_bytes, stop_reason
 from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
 from harness.orchestration.local_run import (
     LEAD_S,
-    PLAN_ENV,
     locust_argv,
     log_effective_settings,
     master_argv,
@@ -38,7 +39,7 @@ from harness.orchestration.progress import ChunkProgress
 from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from harness.orchestration.server_stats import ServerStatsRecorder, stats_targets
 from harness.services.processes import die_with_parent, start_process, tailrace_argv
-from harness.worker.identity import TOKEN_ENV, WorkerIdentity
+from harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity
 
 WAIT_FOR_WORKERS_S = 600
 
@@ -87,12 +88,12 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     if profile.uses_embedded or profile.uses_triton or EMBEDDED in profile.clock.servers:
         print("tailrace master: profiles with 'embedded'/'triton' endpoints or 'embedded' clock servers are for "
               "`tailrace run`; name real endpoint URLs, and NTP servers or \"master\"", file=sys.stderr)
-        return None, 2
+        return None, USAGE
     try:
         reserve = min_free_bytes()
     except ValueError as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
-        return None, 2
+        return None, USAGE
     if token is None:
         token = secrets.token_urlsafe(24)
         print(f"tailrace master: no run token given; this run's token is {token}\n"
@@ -108,7 +109,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     except EndpointCheckError as exc:
         print(f"tailrace master: an endpoint cannot take the run's requests; no load was sent:\n{exc}",
               file=sys.stderr)
-        return None, 2
+        return None, USAGE
     for note in notes:
         print(f"tailrace master: {note}")
     plan = plan.model_copy(update={"requests": requests})
@@ -120,12 +121,12 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         log_effective_settings(plan, layout)
     except OSError as exc:
         print(f"tailrace master: the run directory cannot be written ({exc}); no load was sent", file=sys.stderr)
-        return None, 2
+        return None, USAGE
     low = low_disk_reason(layout.root, reserve)
     if low is not None:
         print(f"tailrace master: {low}; no load was sent — free some space or choose another --out",
               file=sys.stderr)
-        return None, 2
+        return None, USAGE
     sntp = None
     if MASTER_CLOCK in profile.clock.servers:
         sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
@@ -151,14 +152,14 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     try:
         while master.poll() is None:
             events = _events(layout)
-            started = any(e["event"] == "plan_sent" for e in events)
+            started = any(PLAN_SENT.matches(e) for e in events)
             for e in events:
                 key = (e["event"], e.get("client_id"), e.get("t_ns"))
-                if e["event"] == "worker_refused" and key not in reported:
+                if WORKER_REFUSED.matches(e) and key not in reported:
                     reported.add(key)
                     print(f"tailrace master: refused worker {e.get('worker')} ({e.get('region')}): {e['reason']}")
             if not started and time.monotonic() - last_wait > 5:
-                missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
+                missing = waiting_for(profile, [e for e in events if WORKER_ADMITTED.matches(e)])
                 if missing:
                     print(f"tailrace master: waiting for {', '.join(missing)}", flush=True)
                 last_wait = time.monotonic()
@@ -188,12 +189,12 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     finally:
         stats.close()
     events = _events(layout)
-    if not any(e["event"] == "plan_sent" for e in events) and not interrupted:
-        missing = waiting_for(profile, [e for e in events if e["event"] == "worker_admitted"])
+    if not any(PLAN_SENT.matches(e) for e in events) and not interrupted:
+        missing = waiting_for(profile, [e for e in events if WORKER_ADMITTED.matches(e)])
         reason = f"gave up after {wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; no load was sent"
         print(f"tailrace master: {reason}", file=sys.stderr)
         _write_end_manifest(layout, record.manifest(False, never_started=reason, write_errors=write_errors))
-        return None, 4  # INVALID, and nothing to analyse
+        return None, INVALID  # INVALID, and nothing to analyse
     stopped_by_us = interrupted or bool(write_errors)
     lost_s = (time.time_ns() - record.started_ns) / 1e9 if code not in (0, None) and not stopped_by_us else None
     _write_end_manifest(layout, record.manifest(interrupted, master_lost_s=lost_s, master_code=code,
@@ -218,21 +219,21 @@ def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_ur
     host, _, port = master.rpartition(":")
     if not host or not port.isdigit():
         print(f"tailrace worker: --master must be HOST:PORT, got {master!r}", file=sys.stderr)
-        return 2
+        return USAGE
     urls = {}
     for item in endpoint_urls:
         name, sep, url = item.partition("=")
         if not sep:
             print(f"tailrace worker: --endpoint-url must be NAME=URL, got {item!r}", file=sys.stderr)
-            return 2
+            return USAGE
         urls[name] = url
     if token is None:
         print("tailrace worker: no run token: set TAILRACE_RUN_TOKEN or pass --token-file (the master prints or "
               "reads it)", file=sys.stderr)
-        return 2
+        return USAGE
     spool = None if out_dir else str(Path(spool or "tailrace-spool").resolve())
     identity = WorkerIdentity(region, index, skew_ms, urls or None, out_dir, models, metrics_port=metrics_port,
                               metrics_bind=metrics_bind, spool=spool, master_host=host)
     argv = locust_argv("--worker", "--master-host", host, "--master-port", port)
     os.execvpe(argv[0], argv, {**os.environ, **identity.env(), TOKEN_ENV: token})
-    return 0  # not reached
+    return OK  # not reached

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from contract.layout import RunLayout, write_atomic
+from contract.master_events import PLAN_SENT, WORKER_DONE, WORKER_HELLO, WORKER_JOINED, WORKER_LEFT, read_master_events
 from contract.plan import RunPlan
 from harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
 
@@ -45,19 +46,6 @@ def git_sha(repo: Path | None = None) -> str | None:
         return None
 
 
-def read_master_events(layout: RunLayout) -> list[dict]:
-    path = layout.master_events
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line from a killed master
-    return events
-
-
 def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
     """Per worker: when it joined, said hello, finished or left (epoch ns, master clock)."""
     by_client: dict[str, str] = {}
@@ -66,17 +54,17 @@ def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
                             for w in expected}
     for e in events:
         cid = e.get("client_id")
-        if e["event"] == "worker_joined":
+        if WORKER_JOINED.matches(e):
             joined[cid] = e["t_ns"]
-        elif e["event"] == "worker_hello":
+        elif WORKER_HELLO.matches(e):
             by_client[cid] = e["worker"]
             out.setdefault(e["worker"], {"joined_ns": None, "done_ns": None, "left_ns": None, "left_reason": None})
             out[e["worker"]]["joined_ns"] = joined.get(cid, e["t_ns"])
-        elif e["event"] == "worker_done":
+        elif WORKER_DONE.matches(e):
             name = by_client.get(cid) or e.get("summary", {}).get("worker")
             if name:
                 out.setdefault(name, {})["done_ns"] = e["t_ns"]
-        elif e["event"] == "worker_left":
+        elif WORKER_LEFT.matches(e):
             name = by_client.get(cid) or e.get("worker")
             if name and out.get(name, {}).get("left_ns") is None:
                 out.setdefault(name, {})["left_ns"] = e["t_ns"]
@@ -176,7 +164,7 @@ class RunRecord:
         steal = steal_warning(host_cpu)
         if steal:
             warnings.append(steal)
-        plan_sent = next((e for e in events if e["event"] == "plan_sent"), {})
+        plan_sent = next((e for e in events if PLAN_SENT.matches(e)), {})
         return {
             "run_id": self.plan.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
             "plan": self.plan.model_dump(mode="json"),

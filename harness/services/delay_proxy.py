@@ -11,6 +11,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from contract.exit_codes import OK
+
 
 @dataclass(frozen=True)
 class Route:
@@ -115,4 +117,4 @@ def main_proxy(routes: list[str], delay_ms: float, jitter_ms: float, seed: int) 
 
     parsed = [Route.parse(r) for r in routes]
     uvloop.run(run_proxy(parsed, delay_ms, jitter_ms, seed))
-    return 0
+    return OK

@@ -17,6 +17,7 @@ MODELS_DIR = "TAILRACE_MODELS_DIR"
 SPOOL = "TAILRACE_SPOOL"
 TOKEN_ENV = "TAILRACE_RUN_TOKEN"  # the run's token (master and workers); never written to the run directory
 MASTER_HOST = "TAILRACE_MASTER_HOST"
+PLAN_ENV = "TAILRACE_PLAN"  # the Locust master's: the run plan it reads (plan.json) and sends to its workers
 
 
 @dataclass(frozen=True)

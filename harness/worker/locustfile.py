@@ -10,7 +10,6 @@ Worker: proves the token as it connects, runs harness/worker/run.py's WorkerRun 
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -32,16 +31,15 @@ from locust import runners as locust_runners  # noqa: E402
 from locust.exception import StopUser  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
-from contract import messages  # noqa: E402
-from contract.layout import RunLayout, append_line, shippable, write_atomic  # noqa: E402
+from contract import master_events, messages  # noqa: E402
+from contract.exit_codes import USAGE, WORKER_MASTER_LOST  # noqa: E402
+from contract.layout import RunLayout, shippable, write_atomic  # noqa: E402
 from contract.plan import RunPlan  # noqa: E402
 from harness.worker.admission import Admission, token_proof  # noqa: E402
 from harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
-from harness.worker.identity import TOKEN_ENV, WorkerIdentity  # noqa: E402
+from harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity  # noqa: E402
 from harness.worker.plan_inbox import PlanInbox  # noqa: E402
 from harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
-
-PLAN_ENV = "TAILRACE_PLAN"
 
 
 @dataclass
@@ -63,17 +61,6 @@ def _master_plan() -> RunPlan:
     return RunPlan.read(path)
 
 
-class _MasterLog:
-    """master-events.jsonl: one JSON object per event, appended (a killed master leaves at most a torn line)."""
-
-    def __init__(self, layout: RunLayout) -> None:
-        self.path = layout.master_events
-        layout.root.mkdir(parents=True, exist_ok=True)
-
-    def write(self, event: str, **data) -> None:
-        append_line(self.path, json.dumps({"event": event, "t_ns": time.time_ns(), **data}))
-
-
 @events.init.add_listener
 def _on_init(environment, **_kwargs) -> None:
     runner = environment.runner
@@ -87,7 +74,7 @@ def _on_init(environment, **_kwargs) -> None:
             identity = WorkerIdentity.from_env()
         except RuntimeError as exc:
             print(f"tailrace worker: {exc}", file=sys.stderr, flush=True)
-            os._exit(2)
+            os._exit(USAGE)
         _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
                                                    token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
         gevent.spawn(_watch_master, runner)
@@ -103,14 +90,14 @@ def _watch_master(runner) -> None:
                   f"{locust_runners.MASTER_HEARTBEAT_TIMEOUT} s); stopping", file=sys.stderr, flush=True)
             if _state.run is not None:
                 _state.run.finish(master_lost=True)
-            os._exit(3)
+            os._exit(WORKER_MASTER_LOST)
 
 
 
 def _init_master(environment) -> None:
     plan = _master_plan()
     layout = RunLayout(Path(plan.run_dir))
-    log = _MasterLog(layout)
+    log = master_events.MasterEventLog(layout)
     runner = environment.runner
     names: dict[str, str] = {}
     seen_states: dict[str, str] = {}
@@ -121,7 +108,7 @@ def _init_master(environment) -> None:
         join = messages.JOIN.decode(msg.data)
         reason = admission.refusal(join)
         if reason is not None:
-            log.write("worker_refused", client_id=join.client_id, worker=join.worker, region=join.region,
+            log.write(master_events.WORKER_REFUSED, client_id=join.client_id, worker=join.worker, region=join.region,
                       reason=reason)
             runner.send_message(messages.REFUSED.name, messages.wire(messages.Refused(reason)), client_id=join.client_id)
             # forget it at once: it takes no user and is not counted among the expected workers (a Locust "quit"
@@ -134,7 +121,7 @@ def _init_master(environment) -> None:
             return
         admission.admit(join)
         names[join.client_id] = join.worker
-        log.write("worker_admitted", client_id=join.client_id, worker=join.worker, region=join.region)
+        log.write(master_events.WORKER_ADMITTED, client_id=join.client_id, worker=join.worker, region=join.region)
         if announced:
             runner.send_message(messages.PLAN.name, announced[0], client_id=join.client_id)
 
@@ -142,7 +129,7 @@ def _init_master(environment) -> None:
         chunk = messages.CHUNK.decode(msg.data)
         join = admission.admitted.get(chunk.client_id)
         if join is None or not shippable(chunk.name):
-            log.write("chunk_refused", client_id=chunk.client_id, name=chunk.name[:80],
+            log.write(master_events.CHUNK_REFUSED, client_id=chunk.client_id, name=chunk.name[:80],
                       reason="not an admitted worker" if join is None else "not a file a worker sends")
             return
         target = layout.worker(join.region, join.worker).dir / chunk.name
@@ -151,7 +138,7 @@ def _init_master(environment) -> None:
                 write_atomic(target, chunk.data)
         except OSError as exc:
             try:
-                log.write("chunk_not_written", worker=join.worker, name=chunk.name, error=exc.strerror)
+                log.write(master_events.CHUNK_NOT_WRITTEN, worker=join.worker, name=chunk.name, error=exc.strerror)
             except OSError:
                 pass  # the log is on the same full disk; the orchestrator stops the run on low space
             return  # no ACK: the worker keeps it and sends it again
@@ -163,15 +150,15 @@ def _init_master(environment) -> None:
     def on_hello(msg, **_kw) -> None:
         hello = messages.HELLO.decode(msg.data)
         names[hello.client_id] = hello.worker
-        log.write("worker_hello", client_id=hello.client_id, worker=hello.worker, region=hello.region)
+        log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker, region=hello.region)
 
     def on_done(msg, **_kw) -> None:
         done = messages.DONE.decode(msg.data)
-        log.write("worker_done", client_id=done.client_id, summary=done.summary)
+        log.write(master_events.WORKER_DONE, client_id=done.client_id, summary=done.summary)
 
     def on_error(msg, **_kw) -> None:
         error = messages.ERROR.decode(msg.data)
-        log.write("worker_error", client_id=error.client_id, error=error.error)
+        log.write(master_events.WORKER_ERROR, client_id=error.client_id, error=error.error)
 
     runner.register_message(messages.HELLO.name, on_hello)
     runner.register_message(messages.DONE.name, on_done)
@@ -179,17 +166,17 @@ def _init_master(environment) -> None:
 
     @environment.events.worker_connect.add_listener
     def _joined(client_id, **_kw) -> None:
-        log.write("worker_joined", client_id=client_id)
+        log.write(master_events.WORKER_JOINED, client_id=client_id)
 
     def watch_workers() -> None:
         while True:
             current = {c.id: c.state for c in runner.clients.values()}
             for cid, state in current.items():
                 if seen_states.get(cid) != state and state == "missing":
-                    log.write("worker_left", client_id=cid, worker=names.get(cid), reason="heartbeat missing")
+                    log.write(master_events.WORKER_LEFT, client_id=cid, worker=names.get(cid), reason="heartbeat missing")
             for cid in set(seen_states) - set(current):
                 if seen_states[cid] != "missing":
-                    log.write("worker_left", client_id=cid, worker=names.get(cid), reason="disconnected")
+                    log.write(master_events.WORKER_LEFT, client_id=cid, worker=names.get(cid), reason="disconnected")
             seen_states.clear()
             seen_states.update(current)
             gevent.sleep(0.5)
@@ -206,7 +193,7 @@ def _init_master(environment) -> None:
             except OSError:
                 continue
         start_ref_ns = time.time_ns() + offset + int(plan.lead_s * 1e9)
-        log.write("plan_sent", start_ref_ns=start_ref_ns, master_offset_ns=offset,
+        log.write(master_events.PLAN_SENT, start_ref_ns=start_ref_ns, master_offset_ns=offset,
                   workers=sorted(j.worker for j in admission.admitted.values()))
         payload = messages.wire(messages.Plan(plan.model_dump(mode="json"), start_ref_ns))
         announced.append(payload)
@@ -224,7 +211,7 @@ def _on_plan(environment, msg, **_kw) -> None:
 def _on_refused(environment, msg, **_kw) -> None:
     refused = messages.REFUSED.decode(msg.data)
     print(f"tailrace worker: the master refused this worker: {refused.reason}", file=sys.stderr, flush=True)
-    gevent.spawn_later(0.2, os._exit, 2)  # the master has dropped it; nothing here will run
+    gevent.spawn_later(0.2, os._exit, USAGE)  # the master has dropped it; nothing here will run
 
 
 def _on_ack(environment, msg, **_kw) -> None:

@@ -89,7 +89,7 @@ GRPC_MALFORMED = [
     ("short-raw", _grpc_request(raw=bytes(100)), grpc.StatusCode.INVALID_ARGUMENT, "100 bytes"),
     ("unknown-input", _grpc_request(name="x"), grpc.StatusCode.INVALID_ARGUMENT, "no input"),
     ("oversize", _grpc_request(shape=[300, 64], raw=bytes(300 * 256)), grpc.StatusCode.INVALID_ARGUMENT,
-     "exceed the limit"),
+     "exceeds the limit"),
 ]
 
 

@@ -1,0 +1,83 @@
+"""The catalogue of master-events.jsonl (after Locust's `Events` catalogue): every event the Locust master
+records about its workers, declared once with the fields it carries. The master writes them through
+`MasterEventLog.write(EVENT, …)` (a missing or unknown field fails at once); the orchestration and the manifest
+read them back with `read_master_events` and pick them out with `EVENT.among(events)` / `EVENT.first(events)`.
+Each line is `{"event": name, "t_ns": master wall clock, …fields}`."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from contract.layout import RunLayout, append_line
+
+
+@dataclass(frozen=True)
+class MasterEvent:
+    """One kind of line in master-events.jsonl."""
+
+    name: str
+    fields: tuple[str, ...]
+    doc: str
+
+    def record(self, t_ns: int, **data: Any) -> dict[str, Any]:
+        if set(data) != set(self.fields):
+            raise TypeError(f"master event {self.name}: fields {sorted(data)}, declared {sorted(self.fields)}")
+        return {"event": self.name, "t_ns": t_ns, **data}
+
+    def matches(self, event: dict) -> bool:
+        return event.get("event") == self.name
+
+    def among(self, events: Iterable[dict]) -> list[dict]:
+        return [e for e in events if self.matches(e)]
+
+    def first(self, events: Iterable[dict]) -> dict | None:
+        return next((e for e in events if self.matches(e)), None)
+
+
+WORKER_JOINED = MasterEvent("worker_joined", ("client_id",), "a Locust worker connected (before admission)")
+WORKER_ADMITTED = MasterEvent("worker_admitted", ("client_id", "worker", "region"),
+                              "its JOIN proved the run token, names a region and index of the plan, no duplicate")
+WORKER_REFUSED = MasterEvent("worker_refused", ("client_id", "worker", "region", "reason"),
+                             "its JOIN was refused (REFUSED sent); it takes no part")
+WORKER_HELLO = MasterEvent("worker_hello", ("client_id", "worker", "region"), "it has its plan and is ready")
+WORKER_DONE = MasterEvent("worker_done", ("client_id", "summary"), "it finished its schedule (worker.json's summary)")
+WORKER_ERROR = MasterEvent("worker_error", ("client_id", "error"), "it could not run the plan")
+WORKER_LEFT = MasterEvent("worker_left", ("client_id", "worker", "reason"),
+                          "it went silent (reason: 'heartbeat missing') or disconnected")
+CHUNK_REFUSED = MasterEvent("chunk_refused", ("client_id", "name", "reason"),
+                            "a CHUNK from no admitted worker, or of a file no worker sends")
+CHUNK_NOT_WRITTEN = MasterEvent("chunk_not_written", ("worker", "name", "error"),
+                                "a CHUNK that could not be written (no ACK: the worker sends it again)")
+PLAN_SENT = MasterEvent("plan_sent", ("start_ref_ns", "master_offset_ns", "workers"),
+                        "the PLAN went out: the start instant (reference clock) and the admitted workers")
+
+CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
+    WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_HELLO, WORKER_DONE, WORKER_ERROR, WORKER_LEFT,
+    CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT)}
+
+
+class MasterEventLog:
+    """master-events.jsonl, appended one line per event (a killed master leaves at most a torn last line)."""
+
+    def __init__(self, layout: RunLayout) -> None:
+        self.path = layout.master_events
+        layout.root.mkdir(parents=True, exist_ok=True)
+
+    def write(self, event: MasterEvent, **data: Any) -> None:
+        append_line(self.path, json.dumps(event.record(time.time_ns(), **data)))
+
+
+def read_master_events(layout: RunLayout) -> list[dict]:
+    """Every whole line of the run's master-events.jsonl, in order (none when it does not exist)."""
+    path = layout.master_events
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line from a killed master
+    return events
