@@ -119,7 +119,7 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
     run.mkdir(parents=True)
     plan.write(RunLayout(run))
     port = free_port()
-    from harness.orchestration.local_run import LOCUSTFILE
+    from harness.orchestration.lifecycle import LOCUSTFILE
     from harness.worker.identity import PLAN_ENV  # noqa: I001
 
     master = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--master",
