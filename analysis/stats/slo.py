@@ -12,7 +12,7 @@ from analysis.stats.estimators import proportion_verdict, sorted_percentile
 from analysis.stats.validity import Group, groups_of
 from contract import exit_codes
 
-# the error-rate bound of each endpoint × region no declared error_rate SLO covers (README "SLOs")
+# the error-rate bound of each endpoint × region no declared error_rate SLO covers (docs/METHODS.md, "The implicit error-rate SLO")
 IMPLICIT_ERROR_RATE = 0.01
 
 
