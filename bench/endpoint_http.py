@@ -1,9 +1,11 @@
 """Benchmark: embedded endpoint batch-1 HTTP inference vs a bare uvicorn+Starlette constant route.
 
 Both servers run pinned to CPU 0, wrk runs on CPU 1 with the same settings, alternating rounds in one
-run; the ratio of median req/s is the result (target ≥ 0.70).
+run; the ratio of median req/s is the result (target ≥ 0.70). `--baseline DIR` (a checkout of another commit,
+e.g. `git worktree add DIR REV`) also serves the same model from that tree, in the same alternating rounds, and
+reports this tree's req/s over that one's per round: a change to the server measured side by side.
 
-    .venv/bin/python bench/endpoint_http.py [--seconds 8] [--rounds 5] [--connections 16]
+    .venv/bin/python bench/endpoint_http.py [--seconds 8] [--rounds 5] [--connections 16] [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -30,7 +32,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
+    ap.add_argument("--baseline", type=Path, default=None, help="a checkout of another commit to serve alongside")
     args = ap.parse_args()
+    if args.baseline is not None and not (args.baseline / "endpoints").is_dir():
+        ap.error(f"--baseline {args.baseline}: not a tailrace checkout (no endpoints/)")
     taskset = require("taskset")
     work = Path(tempfile.mkdtemp(prefix="tailrace-bench-"))
     repo = work / "models"
@@ -46,11 +51,15 @@ def main() -> int:
     procs = {"baseline": start_process("baseline", [taskset, "-c", "0", sys.executable, str(Path(__file__).with_name(
         "baseline_app.py")), str(p_base)], work / "baseline.log")}
     urls = {"baseline": f"http://127.0.0.1:{p_base}/v2/models/digits_mlp_fp32/infer"}
-    for key, extra in (("tailrace", []), ("batching", ["--max-batch", "digits_mlp_fp32=32"])):
+    servers = [("tailrace", [], None), ("batching", ["--max-batch", "digits_mlp_fp32=32"], None)]
+    if args.baseline is not None:  # the other tree's server: `python -m` imports the packages of its cwd
+        servers += [("tailrace@baseline", [], args.baseline.resolve()),
+                    ("batching@baseline", ["--max-batch", "digits_mlp_fp32=32"], args.baseline.resolve())]
+    for key, extra, cwd in servers:
         p_http, p_grpc = free_port(), free_port()
         procs[key] = start_process(key, [taskset, "-c", "0", *tailrace_argv(
             "serve", "--models", str(repo), "--model", "digits_mlp_fp32", "--http-port", str(p_http),
-            "--grpc-port", str(p_grpc), *extra)], work / f"{key}.log")
+            "--grpc-port", str(p_grpc), *extra)], work / f"{key.replace('@', '-')}.log", cwd=cwd)
         urls[key] = f"http://127.0.0.1:{p_http}/v2/models/digits_mlp_fp32/infer"
         wait_http_ok(f"http://127.0.0.1:{p_http}/v2/health/ready", procs[key])
     rows = {k: [] for k in urls}
@@ -84,6 +93,18 @@ def main() -> int:
                f"batching** ({verdict} the ≥ 0.70 target).\n\nEvery request is batch-1 (one 64-feature row). With "
                f"`--max-batch` the server ran {per_execution:.1f} requests per onnxruntime execution on average "
                "(from its statistics extension: successes / execution_count over the measured rounds).\n")
+    if args.baseline is not None:
+        import subprocess
+
+        rev = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip() or "unknown"
+        body_md += (f"\nSide by side with `--baseline {args.baseline}` ({rev}), alternated in the same rounds:\n\n"
+                    "| server | this tree req/s (median) | baseline req/s (median) | this / baseline per round "
+                    "(median) |\n|---|---|---|---|\n")
+        for key in ("tailrace", "batching"):
+            per_round = [new["rps"] / old["rps"] for new, old in zip(rows[key], rows[key + "@baseline"])]
+            body_md += (f"| {key} | {med[key]['rps']:,.0f} | {med[key + '@baseline']['rps']:,.0f} | "
+                        f"{', '.join(f'{x:.2f}' for x in per_round)} ({statistics.median(per_round):.2f}) |\n")
     print(body_md)
     if not args.no_write:
         write_section("Embedded endpoint: HTTP inference vs bare Starlette", body_md)

@@ -152,13 +152,25 @@ def _init_master(environment) -> None:
         names[hello.client_id] = hello.worker
         log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker, region=hello.region)
 
+    expected = sum(r.workers for r in plan.profile.regions)
+    finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
+
+    def end_when_every_worker_finished(client_id: str) -> None:
+        """Once every expected worker has finished, the run is over: quit now rather than at the run-time limit
+        (which leaves room for the slowest drain and start-up)."""
+        finished.add(client_id)
+        if announced and len(admission.admitted) == expected and set(admission.admitted) <= finished:
+            gevent.spawn_later(0.2, runner.quit)
+
     def on_done(msg, **_kw) -> None:
         done = messages.DONE.decode(msg.data)
         log.write(master_events.WORKER_DONE, client_id=done.client_id, summary=done.summary)
+        end_when_every_worker_finished(done.client_id)
 
     def on_error(msg, **_kw) -> None:
         error = messages.ERROR.decode(msg.data)
         log.write(master_events.WORKER_ERROR, client_id=error.client_id, error=error.error)
+        end_when_every_worker_finished(error.client_id)
 
     runner.register_message(messages.HELLO.name, on_hello)
     runner.register_message(messages.DONE.name, on_done)

@@ -21,6 +21,11 @@ MM1_S_MS, SLO_MS = 2.0, 50.0
 ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 
+# The search at 15%: 100, 200, 400 (fails), then 300 and 350 — the whole search, in half the trials of the
+# profile's 5% (bench/capacity_mm1.py runs that one and docs/BENCHMARKS.md has its trials).
+TOLERANCE = 0.15
+
+
 def mm1_profile(model_repo):
     return parse_profile({
         "name": "cap-test",
@@ -35,12 +40,12 @@ def mm1_profile(model_repo):
         # twice). 20 ms still catches a generator that cannot keep up.
         "generator": {"send_lag_p99_ms": 20, "cpus": GENERATOR_CPUS},
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": SLO_MS}],
-        "capacity": {"start_rate": 100, "growth": 2, "tolerance": 0.05, "budget_s": 900, "min_trial_s": 8,
+        "capacity": {"start_rate": 100, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 8,
                      "peak_rate": 600},
     }, "capacity test profile")
 
 
-@pytest.mark.timeout(900)  # ~8–11 trials (253–391 s measured), more when one is retried (default 300 s)
+@pytest.mark.timeout(900)  # ~5–7 trials, more when one is retried (default 300 s)
 def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     cap_dir, result = run_capacity(mm1_profile(model_repo), tmp_path, quiet=True)
     # M/M/1 sojourn time is Exp(μ − λ): p99 = ln(100) / (μ − λ) = T  ⇒  λ* = μ − ln(100) / T
@@ -50,7 +55,7 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     # and stalls only ever add latency, so they can make the search find less than theory, never more.
     assert -0.25 < (result["capacity_rps"] - theory) / theory < 0.15, (result["capacity_rps"], theory)
     lo, hi = result["bracket"]
-    assert hi / lo - 1 <= 0.05
+    assert hi / lo - 1 <= TOLERANCE
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
     assert list(dict.fromkeys(r["rate"] for r in rows))[:3] == [100, 200, 400]  # a retried rate repeats
     for r in (r for r in rows if r["outcome"] == PASS):

@@ -1,0 +1,115 @@
+"""What an OpenAI-compatible stream (/v1/completions, /v1/chat/completions with `stream: true`) says, event by
+event: which events carry tokens and how many, the finish reason, the usage, in-band errors, the end.
+
+Rules (docs/METHODS.md, "Streams"):
+- a token event is one whose choice carries text: `choices[0].text` (completions) or `choices[0].delta.content`
+  (chat; the chat stream's first event carries only the role and is not a token);
+- how many tokens an event carries: the growth of `usage.completion_tokens` when the server reports usage on every
+  event (vLLM's `continuous_usage_stats`), else 1; the output tokens of the request: the last usage the server
+  reported, else the events counted (`count_source` says which: "usage", "final_usage", "events");
+- the usage trailer (`choices: []`) is not a token event and never moves the last token's instant;
+- `data: {"error": …}` inside a 200 stream is a failure with its message; `data: [DONE]` ends the stream; a stream
+  that closes without [DONE] and without a finish reason was cut.
+"""
+from __future__ import annotations
+
+from array import array
+
+import orjson
+
+DONE = b"[DONE]"
+COMPLETE, ERROR_EVENT, CUT, TTFT_TIMEOUT, TIMEOUT = "complete", "error_event", "cut", "ttft_timeout", "timeout"
+
+
+class StreamProtocolError(ValueError):
+    """An event that is not the JSON an OpenAI-compatible stream sends."""
+
+
+class OpenAIStream:
+    """The state of one streamed response, fed its events as they are read (instants: monotonic ns)."""
+
+    __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
+                 "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes")
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.first_token_ns = -1
+        self.last_token_ns = -1
+        self.event_ns = array("q")  # each token event's read instant
+        self.event_tokens = array("H")  # and how many tokens it carried
+        self.usage_tokens = -1  # the last usage.completion_tokens the server reported
+        self.input_tokens = -1
+        self.finish_reason = ""
+        self.error = ""
+        self.done = False  # [DONE] seen
+        self._continuous = False  # usage on token events (continuous_usage_stats)
+        self._counted = 0
+        self.text_bytes = 0
+
+    def feed(self, read_ns: int, data: bytes) -> None:
+        """One event's data, read at `read_ns`."""
+        if data == DONE:
+            self.done = True
+            return
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise StreamProtocolError(f"an event that is not JSON ({exc}): {data[:80]!r}") from None
+        if not isinstance(event, dict):
+            raise StreamProtocolError(f"an event that is not a JSON object: {data[:80]!r}")
+        if "error" in event:
+            error = event["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            self.error = str(message or error)[:200]
+            return
+        usage = event.get("usage")
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            raise StreamProtocolError(f"an event without choices: {data[:80]!r}")
+        text = ""
+        if choices:
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise StreamProtocolError(f"a choice that is not an object: {data[:80]!r}")
+            if self.chat:
+                delta = choice.get("delta") or {}
+                text = (delta.get("content") or "") if isinstance(delta, dict) else ""
+            else:
+                text = choice.get("text") or ""
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])[:32]
+        tokens = 1
+        if isinstance(usage, dict):
+            completion = usage.get("completion_tokens")
+            prompt = usage.get("prompt_tokens")
+            if isinstance(prompt, int):
+                self.input_tokens = prompt
+            if isinstance(completion, int):
+                if choices and text:
+                    self._continuous = True
+                    tokens = max(1, completion - max(self.usage_tokens, 0))
+                self.usage_tokens = completion
+        if text:
+            self.text_bytes += len(text)
+            if self.first_token_ns < 0:
+                self.first_token_ns = read_ns
+            self.last_token_ns = read_ns
+            self.event_ns.append(read_ns)
+            self.event_tokens.append(min(tokens, 65535))
+            self._counted += tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens >= 0 else self._counted
+
+    @property
+    def count_source(self) -> str:
+        if self.usage_tokens < 0:
+            return "events"
+        return "usage" if self._continuous else "final_usage"
+
+    def outcome(self) -> str:
+        """How the stream ended, once it has: complete, error_event or cut (timeouts are the sender's to say)."""
+        if self.error:
+            return ERROR_EVENT
+        return COMPLETE if self.done or self.finish_reason else CUT
