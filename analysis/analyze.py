@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -14,17 +14,19 @@ from analysis.decide.variants import variant_decision
 from analysis.read.chunks import LateChunkError
 from analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from analysis.read.frames import endpoint_region_positions, largest_positions
-from analysis.read.rundir import load_run, run_validity
+from analysis.read.rundir import RunData, load_run, run_validity
+from analysis.read.schedule import Columns, Results, Statistic
+from analysis.read.schedule import run as run_statistics
 from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.report.figures import Figures, InlineFigures
 from analysis.result import Analysis
 from analysis.stats.arrivals import arrival_checks
 from analysis.stats.cold_start import cold_start_table
 from analysis.stats.correlation import TimeOrder
-from analysis.stats.decomposition import decomposition_table
+from analysis.stats.decomposition import DECOMPOSITION_COLUMNS, decomposition_table
 from analysis.stats.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.stats.outages import outage_windows
-from analysis.stats.queueing import queueing_table
+from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.stats.timeline import Timeline, timeline
@@ -97,8 +99,8 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: 
     ANALYSIS_COLUMNS only (analysis/read/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
     A chunk that turns out unreadable after its first columns were used is skipped, and the analysis starts
-    again without it (`exclude`: chunk → reason). `figures` (analysis/report/figures.py) is handed each of the report's
-    figures' numbers once they exist, to draw them while the analysis goes on."""
+    again without it (`exclude`: chunk → reason). `figures` (analysis/report/figures.py) is handed each of the
+    report's figures' numbers once they exist, to draw them while the analysis goes on."""
     try:
         return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures())
     except LateChunkError as exc:
@@ -107,129 +109,135 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: 
         return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures)
 
 
-def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures
-                 ) -> Analysis:
-    keep = columns is None
-    data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
-    manifest, profile, log = data.manifest, data.plan.profile, data.log
+@dataclass(frozen=True)
+class _Run:
+    """What every statistic may know besides its columns: the run, its measured rows, where figures go."""
 
-    def done(*names: str) -> None:  # the statistics below read these no more
-        if not keep:
-            log.release(*names)
+    data: RunData
+    profile: Profile
+    figures: Figures
+    in_measured: np.ndarray  # per row: in a measured phase
+    measured_rows: np.ndarray  # their positions (32-bit where they fit)
+    threads: int  # for statistics over groups: both cores where the log fits, else one at a time (its peak)
 
-    if keep:
-        log.keep_bytes = math.inf  # Analysis.requests holds every column: none is spared
+    @property
+    def duration(self) -> float:
+        return self.profile.load.duration_s
 
-    endpoint_models = {e.name: e.model for e in profile.endpoints}
-    models = fit_all(data.clock)
-    unsampled = clock_warnings(log.frame(["worker"]), data.clock)
-    runs = worker_runs(log.values("worker"))
-    for column in ("t_intended", "t_sent", "t_done"):  # on the reference clock: computed when first read
-        log.derive(column + "_ref", lambda log, local=column: to_reference(
-            log.values(local), log.values("clock_offset_ns"), runs, models))
-    log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
-    in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
-    # the columns the statistics below read first, in that order: read in the background while those before
-    # them compute (where they fit in the memory kept for columns)
-    log.prefetch([("latency_ns", "t_done", "server_receive_ns", "server_queue_ns", "server_compute_ns",
-                   "server_send_ns"), ("model", "sample_index") if profile.decision else ("model",),
-                  ("correct", "correct_count", "batch_size"), ("code", "error")])
-    arrivals = arrival_checks(log.frame(ARRIVAL_COLUMNS), profile)
-    done("t_intended", "worker")  # t_intended_ref is read to the end
-    log.spare("t_sent", "t_sent_ref", "send_lag_ns")
-    # the open loop's own numbers are the latency table's: its scenario summary reads no column
-    scenario = scenario_summary(log.frame(SCENARIO_COLUMNS if profile.load.scenario != "server" else ()), profile,
-                                {n: (w or {}).get("summary") or {} for n, w in (manifest.get("workers") or {}).items()})
-    log.spare("t_done_ref", "t_done", "batch_size", "correct", "correct_count")
-    slowest = log.frame(SLOWEST_COLUMNS).loc[largest_positions(log.values("latency_ns"), np.flatnonzero(in_measured),
-                                                               SLOWEST)]
-    # read again by the per-phase and latency tables: a long run's are freed while the legs and queueing take
-    # their columns
-    log.spare("latency_ns", "t_intended_ref", "phase")
-    # the slowest requests' legs, labelled by their rows, as the table's legs are read
-    decomposition, slow_legs = decomposition_table(log, slowest.index.to_numpy())
-    done("t_sent_ref", "t_done_ref", "t_sent", "t_done", "clock_offset_ns")
-    figures.submit("decomposition_bars", decomposition)
-    figures.submit("clock_offsets", data.clock)
-    # the statistics below read the log at these rows (no copy), as 32-bit positions where they fit
-    measured_rows = np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64)
-    # where the whole log fits in the memory kept for columns, statistics compute in a thread beside those after
-    # them (numpy's sorts and reductions run without the GIL; docs/ARCHITECTURE.md has the numbers): the per-phase
-    # table (after the endpoint × region rows the latency table waits for) and the report's timeline beside the
-    # server-side statistics and the latency table, the outages beside the verdicts; a long run's compute in
-    # order, one at a time, so that its peak stays what it was
-    side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if log.fits() else None
-    if side is not None:  # beside the server-side statistics: first what the latency table waits for, the groups
-        # and the rows' time order (found once, for every statistic that puts its rows in time order)
-        groups_ready = side.submit(endpoint_region_positions, log.frame(["endpoint", "region"]), measured_rows).result
-        order_ready = side.submit(TimeOrder, log.values("t_intended_ref")).result
-        phases_ready = side.submit(lambda phases: per_phase_table(phases, profile, order_ready()),
-                                   log.frame(PHASE_COLUMNS)).result
-        line = side.submit(timeline, log.frame(REPORT_COLUMNS)).result if figures.ahead else lambda: None
-    synthetic = {m for m in log.values("model").unique() if str(m).startswith("synthetic")}
-    stat_rows = _with_client_counts(endpoint_stat_deltas(data.endpoint_stats, endpoint_models),
-                                    log.frame(["status", "endpoint"]))
-    # the server columns are read a pair at a time: a long run's are spared between
-    queueing = queueing_table(log.frame(QUEUEING_COLUMNS), profile.embedded.slots, synthetic,
-                              requests_per_execution(stat_rows), measured_rows, log.values, log.spare)
-    figures.submit("queue_vs_utilization", queueing)
-    decision = variant_decision(log.frame(VARIANT_COLUMNS), data, stat_rows) if profile.decision else None
-    cold_start = cold_start_table(log.frame(COLD_START_COLUMNS), data.cold_starts, profile.cold_start.first_k)
-    done("server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "sample_index", "model")
-    if side is not None:
-        positions = groups_ready()
-    else:
-        per_phase = per_phase_table(log.frame(PHASE_COLUMNS), profile)
-        positions = endpoint_region_positions(log.frame(["endpoint", "region"]), measured_rows)
-    duration = profile.load.duration_s
-    counts = request_count_table(log.frame(COUNT_COLUMNS), duration, positions, measured_rows)
-    done("send_lag_ns", "correct", "correct_count", "batch_size")  # freed before the latencies are sorted
-    measured = log.frame(MEASURED_COLUMNS)
-    order = order_ready() if side is not None else None
-    latency_rows, ok_sorted = latency_table(measured, profile, duration, positions, measured_rows, counts, order)
-    cdfs = region_cdfs(ok_sorted)
-    # the report's other figures, drawn while the statistics below compute; the timeline with the outages it shades
-    # (a long run's timeline is computed once they free their rows, so that it adds nothing to the peak)
-    figures.submit("heatmap_p99", latency_rows)
-    figures.submit("latency_cdfs", cdfs)
-    if side is not None:  # beside the verdicts
-        outages_drawn = side.submit(_outages_drawn, log.frame(ERROR_COLUMNS), data.trace_ids, figures, line,
-                                    profile).result
-    slos = [slo.model_dump() for slo in profile.slos]
-    add_goodput(latency_rows, measured, slos, duration, positions)
-    groups = groups_of(measured, positions, order)
-    del order
-    threads = (os.cpu_count() or 1) if side is not None else 1  # a long run's groups one at a time: its peak
-    endpoint_names, region_names = [e.name for e in profile.endpoints], [r.name for r in profile.regions]
-    verdicts = evaluate_slos(measured, with_implicit_slos(slos, endpoint_names, region_names), endpoint_names,
-                             region_names, groups, {(str(e), str(r)): v for (e, r), v in ok_sorted.items()}, threads)
-    validity = validity_rows(groups, ok_sorted, threads)
-    del ok_sorted
-    del groups, measured, positions, measured_rows  # a large run's time-ordered groups: not needed past here
-    if side is not None:
-        per_phase, outages = phases_ready(), outages_drawn()
-        side.shutdown()
-    else:
-        outages = _outages_drawn(log.frame(ERROR_COLUMNS), data.trace_ids, figures,
-                                 lambda: (timeline(log.frame(REPORT_COLUMNS)) if figures.ahead else None), profile)
-    names = phase_names(profile)
-    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in arrivals]
-    for row in validity:
-        row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
-        row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
-    valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdict, exit_code = overall_verdict(verdicts, valid)
-    df = log.frame(ERROR_COLUMNS)
+
+def _statistics(run: _Run) -> list[Statistic]:
+    """Every statistic of the analysis, in the order each computes when the log does not fit in memory (a long
+    run): what it reads, what it uses, what it computes. analysis/read/schedule.py derives the rest."""
+    p, data, figures, duration = run.profile, run.data, run.figures, run.duration
+    endpoint_models = {e.name: e.model for e in p.endpoints}
+    slos = [slo.model_dump() for slo in p.slos]
+    endpoint_names, region_names = [e.name for e in p.endpoints], [r.name for r in p.regions]
+    scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
+    worker_summaries = {n: (w or {}).get("summary") or {} for n, w in (data.manifest.get("workers") or {}).items()}
+    report_columns = REPORT_COLUMNS if figures.ahead else ()
+
+    def decomposition(c: Columns, r: Results):
+        table = decomposition_table(c, r["slowest"].index.to_numpy())
+        figures.submit("decomposition_bars", table[0])
+        figures.submit("clock_offsets", data.clock)
+        return table
+
+    def queueing(c: Columns, r: Results):
+        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")}
+        # the server columns are read a pair at a time: a long run's are spared between
+        rows = queueing_table(c.frame(QUEUEING_COLUMNS), p.embedded.slots, synthetic,
+                              requests_per_execution(r["server_statistics"]), run.measured_rows, c.values, c.spare)
+        figures.submit("queue_vs_utilization", rows)
+        return rows
+
+    def cdfs(c: Columns, r: Results):
+        rows, ok_sorted = r["latency_table"]
+        out = region_cdfs(ok_sorted)
+        # the report's other figures, drawn while the statistics below compute
+        figures.submit("heatmap_p99", rows)
+        figures.submit("latency_cdfs", out)
+        return out
+
+    def goodput(c: Columns, r: Results):
+        add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), slos, duration, r["groups"])
+
+    def verdicts(c: Columns, r: Results):
+        ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
+        return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(slos, endpoint_names, region_names),
+                             endpoint_names, region_names, r["time_groups"], ok_sorted, run.threads)
+
+    return [
+        Statistic("arrivals", ARRIVAL_COLUMNS, lambda c, r: arrival_checks(c.frame(ARRIVAL_COLUMNS), p)),
+        # the open loop's own numbers are the latency table's: its scenario summary reads no column
+        Statistic("scenario", scenario_columns,
+                  lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
+        Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: c.frame(SLOWEST_COLUMNS).loc[largest_positions(
+            c.values("latency_ns"), np.flatnonzero(run.in_measured), SLOWEST)]),
+        # the slowest requests' legs, labelled by their rows, as the table's legs are read
+        Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
+        Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
+            endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
+        Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
+        Statistic("decision", VARIANT_COLUMNS if p.decision else (), lambda c, r: variant_decision(
+            c.frame(VARIANT_COLUMNS), data, r["server_statistics"]) if p.decision else None,
+                  uses=("server_statistics",)),
+        Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
+            c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
+        # beside the server-side statistics where the log fits: first what the latency table waits for (the
+        # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
+        Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
+            c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
+        Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref")),
+                  beside="decomposition", beside_only=True),
+        Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order")),
+                  uses=("order",), beside="decomposition"),
+        # counts, send lag and accuracy first: their columns are freed before the latencies are sorted
+        Statistic("counts", COUNT_COLUMNS, lambda c, r: request_count_table(
+            c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows), uses=("groups",)),
+        Statistic("latency_table", MEASURED_COLUMNS, lambda c, r: latency_table(
+            c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order")),
+                  uses=("groups", "counts", "order")),
+        Statistic("cdfs", (), cdfs, uses=("latency_table",)),
+        Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
+        Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
+            c.frame(MEASURED_COLUMNS), r["groups"], r.get("order")), uses=("groups", "order")),
+        Statistic("verdicts", MEASURED_COLUMNS, verdicts, uses=("latency_table", "time_groups")),
+        Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads),
+                  uses=("latency_table", "time_groups")),
+        Statistic("latency", (), lambda c, r: r["latency_table"][0], uses=("latency_table",)),
+        # the report's timeline (a long run's once the statistics above freed their rows) and the outages it
+        # shades, beside the verdicts where the log fits
+        Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns)) if figures.ahead
+                  else None, beside="decomposition"),
+        Statistic("outages", ERROR_COLUMNS, lambda c, r: _outages_drawn(
+            c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
+                  uses=("timeline",), beside="cdfs"),
+        Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
+    ]
+
+
+# the results the summary is made of (the others are dropped after their last user)
+SUMMARY_RESULTS = {"arrivals", "scenario", "slowest", "decomposition", "server_statistics", "queueing", "decision",
+                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors"}
+
+
+def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
+    """Failed requests by status class and code: how many, an example error, the first three trace IDs."""
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
     by_class = failed.groupby(["status", "code"], observed=True)
     errors = by_class.agg(count=("status", "size"), example_error=("error", "first")).reset_index()
     first_rows = {key: failed.index[rows[:3]] for key, rows in by_class.indices.items()}
-    errors.insert(3, "example_trace_ids", [data.trace_ids(first_rows[key]) for key in zip(errors["status"],
-                                                                                         errors["code"])])
+    errors.insert(3, "example_trace_ids", [trace_ids(first_rows[key]) for key in zip(errors["status"],
+                                                                                    errors["code"])])
     for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
         errors[column] = errors[column].astype(object)
-    slowest_rows = []
-    for r, trace_id in zip(slowest.itertuples(), data.trace_ids(slowest.index)):
+    return errors
+
+
+def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]
+                  ) -> list[dict]:
+    rows = []
+    for r, trace_id in zip(slowest.itertuples(), trace_ids(slowest.index)):
         row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
                "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
                "t_intended_ref_ns": int(r.t_intended_ref)}
@@ -237,7 +245,43 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
             leg = slow_legs.loc[r.Index]
             row.update({k + "_ms": float(leg[k]) for k in ("network_up", "server_queue", "server_compute",
                                                           "server_other", "network_down")})
-        slowest_rows.append(row)
+        rows.append(row)
+    return rows
+
+
+def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures
+                 ) -> Analysis:
+    keep = columns is None
+    data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
+    manifest, profile, log = data.manifest, data.plan.profile, data.log
+    if keep:
+        log.keep_bytes = math.inf  # Analysis.requests holds every column: none is spared
+    models = fit_all(data.clock)
+    unsampled = clock_warnings(log.frame(["worker"]), data.clock)
+    runs = worker_runs(log.values("worker"))
+    for column in ("t_intended", "t_sent", "t_done"):  # on the reference clock: computed when first read
+        log.derive(column + "_ref", lambda log, local=column: to_reference(
+            log.values(local), log.values("clock_offset_ns"), runs, models), inputs=(column, "clock_offset_ns"))
+    log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
+    in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
+    run = _Run(data, profile, figures, in_measured,
+               np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
+               (os.cpu_count() or 1) if log.fits() else 1)
+    r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=REPORT_COLUMNS)
+    names = phase_names(profile)
+    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrivals"]]
+    validity = r["validity"]
+    for row in validity:
+        row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
+        row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
+    valid, invalid_reasons = run_validity(data, _rows_read(runs))
+    verdicts = r["verdicts"]
+    verdict, exit_code = overall_verdict(verdicts, valid)
+    errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
+    decomposition, slow_legs = r["decomposition"]
+    slowest_rows = _slowest_rows(r["slowest"], slow_legs, data.trace_ids)
+    latency_rows, stat_rows, duration = r["latency"], r["server_statistics"], profile.load.duration_s
+    endpoint_models = {e.name: e.model for e in profile.endpoints}
     summary = {
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
@@ -253,8 +297,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "endpoint_statistics": stat_rows,
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
-        "outages": outages,
-        "decision": decision, "cold_start": cold_start,
+        "outages": r["outages"],
+        "decision": r["decision"], "cold_start": r["cold_start"],
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
@@ -262,12 +306,10 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
               "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(
                   [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
                    for q in queueing]),
-              "arrivals": pd.DataFrame(summary["arrivals"]), "validity": pd.DataFrame(validity), "phases": pd.DataFrame(per_phase),
-              "errors": errors, "outages": pd.DataFrame(summary["outages"]),
+              "arrivals": pd.DataFrame(summary["arrivals"]), "validity": pd.DataFrame(validity),
+              "phases": pd.DataFrame(per_phase), "errors": errors, "outages": pd.DataFrame(summary["outages"]),
               "cold_start": pd.DataFrame(summary["cold_start"]),
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
               "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
               "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
-    del df
-    done("code", "error", "phase", "endpoint")
-    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, cdfs)
+    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"])

@@ -212,6 +212,7 @@ class ChunkColumns:
         self._footers: list[pq.FileMetaData] = []
         self._values: dict[str, object] = {}
         self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
+        self._inputs: dict[str, tuple[str, ...]] = {}
         self.keep_bytes: float = KEEP_BYTES  # spare() frees columns above this
         self._settled = False  # True once a load has read every chunk: a later failure is an error
         self._lock = threading.RLock()  # the loaded columns: a prefetch adds to them as the statistics read them
@@ -243,10 +244,15 @@ class ChunkColumns:
     def __contains__(self, name: str) -> bool:
         return name in self.schema.names or name in self._values or name in self._derived
 
-    def derive(self, name: str, compute: Callable[[ChunkColumns], object]) -> None:
-        """A column computed from others (`compute(log)`) when first asked for; released like any other and
-        computed again if asked for after."""
+    def derive(self, name: str, compute: Callable[[ChunkColumns], object], inputs: Iterable[str] = ()) -> None:
+        """A column computed from others (`compute(log)`, reading `inputs`) when first asked for; released like
+        any other and computed again if asked for after."""
         self._derived[name] = compute
+        self._inputs[name] = tuple(inputs)
+
+    def inputs_of(self, name: str) -> tuple[str, ...]:
+        """The columns a derived column is computed from (as declared to `derive`)."""
+        return self._inputs.get(name, ())
 
     def load(self, names: Iterable[str]) -> None:
         """Read the columns `names` not yet loaded from every chunk, in one pass (chunks in parallel); derived

@@ -32,6 +32,9 @@ LEG_COLUMNS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray]]] = {
 }
 # the order decomposition_table computes them in: each column is spared after its last leg
 LEG_ORDER = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down", "latency")
+# every column decomposition_table reads: its keys, then each leg's, in that order
+DECOMPOSITION_COLUMNS = tuple(dict.fromkeys(("status", "server_receive_ns", "region", "endpoint",
+                                             *(c for leg in LEG_ORDER for c in LEG_COLUMNS[leg][0]))))
 
 
 def _has_legs(df: pd.DataFrame) -> np.ndarray:
