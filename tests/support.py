@@ -20,9 +20,9 @@ from contract.records import ClockRow, RequestRow
 from contract.requests import InputSpec, RequestSpec
 from endpoints.models.model_build import DATA_FILE as DIGITS_DATA
 from endpoints.models.model_build import build_repository
+from harness.client.outcome import Outcome
 from harness.client.payloads import Payloads
 from harness.client.request_data import SampleSet
-from harness.client.senders import Outcome
 from harness.orchestration.local_run import LocalRun
 from harness.orchestration.run_record import write_manifest
 from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
+from collections.abc import Callable
 
 import gevent
 import httptools
@@ -19,15 +21,19 @@ _HEADER_LENGTH = b"inference-header-content-length"
 
 
 class HttpResponse:
-    __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser", "header_length")
+    __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser", "header_length", "consumer",
+                 "read_ns", "body_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, consumer: Callable[[bytes, int], None] | None = None) -> None:
         self.status = 0
         self.header_length: str | None = None  # Inference-Header-Content-Length (binary tensor extension)
         self.body = b""
         self.complete = False
         self.keep_alive = True
         self._chunks: list[bytes] = []
+        self.consumer = consumer  # a streamed body: each piece handed over as read, with its read instant
+        self.read_ns = 0  # perf_counter_ns() when the bytes being parsed were read
+        self.body_bytes = 0
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -36,9 +42,14 @@ class HttpResponse:
 
     def on_headers_complete(self) -> None:
         self.keep_alive = self.parser.should_keep_alive()  # only meaningful before the message completes
+        self.status = self.parser.get_status_code()  # a streamed body is handed over only for a 200
 
     def on_body(self, data: bytes) -> None:
-        self._chunks.append(data)
+        self.body_bytes += len(data)
+        if self.consumer is not None and self.status == 200:
+            self.consumer(data, self.read_ns)
+        else:
+            self._chunks.append(data)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -85,22 +96,25 @@ class Http1Pool:
                 raise
         return sock
 
-    def request(self, raw: bytes | tuple[bytes, ...]) -> HttpResponse:
+    def request(self, raw: bytes | tuple[bytes, ...], consumer: Callable[[bytes, int], None] | None = None
+                ) -> HttpResponse:
         """Send one complete request (bytes, or its parts: a large pre-encoded body is sent as it is, never copied
-        into a joined buffer) and read its response; raises on timeout / connection errors."""
+        into a joined buffer) and read its response; raises on timeout / connection errors. `consumer`: a 200
+        response's body is handed to it piece by piece as it is read (with perf_counter_ns() of the read, taken
+        before any parsing) instead of being kept."""
         with gevent.Timeout(self.timeout_s, socket.timeout(f"no complete response within {self.timeout_s:g} s")):
             if self._idle:
                 sock = self._idle.pop()
                 try:
-                    return self._exchange(sock, raw)
+                    return self._exchange(sock, raw, consumer)
                 except ConnectionClosed as exc:
                     if exc.args and exc.args[0] == "before response":
-                        return self._exchange(self._connect(), raw)  # stale keep-alive connection: retry once
+                        return self._exchange(self._connect(), raw, consumer)  # stale keep-alive: retry once
                     raise
-            return self._exchange(self._connect(), raw)
+            return self._exchange(self._connect(), raw, consumer)
 
-    def _exchange(self, sock, raw: bytes | tuple[bytes, ...]) -> HttpResponse:
-        response = HttpResponse()
+    def _exchange(self, sock, raw: bytes | tuple[bytes, ...], consumer=None) -> HttpResponse:
+        response = HttpResponse(consumer)
         parser = response.parser = httptools.HttpResponseParser(response)
         got_bytes = False
         try:
@@ -114,6 +128,7 @@ class Http1Pool:
                 sock.sendall(raw)
             while not response.complete:
                 data = sock.recv(65536)
+                response.read_ns = time.perf_counter_ns()
                 if not data:
                     raise ConnectionClosed("during response" if got_bytes else "before response")
                 got_bytes = True

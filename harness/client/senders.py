@@ -10,7 +10,6 @@ ID, bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
@@ -22,26 +21,10 @@ from contract.credentials import Credential, CredentialError
 from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec
 from harness.client.classify import classify_exception, classify_http_status
+from harness.client.outcome import Outcome
 from harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from harness.client.request_data import SampleSet
 from harness.client.tls import grpc_channel, sender_tls, ssl_context
-
-
-@dataclass
-class Outcome:
-    """What one request produced."""
-
-    status: str = "ok"
-    code: str = ""
-    error: str = ""
-    server_queue_ns: int = -1
-    server_compute_ns: int = -1
-    server_receive_ns: int = -1
-    server_send_ns: int = -1
-    echoed_trace_id: str = ""
-    bytes_out: int = 0
-    bytes_in: int = 0
-    outputs: dict[str, np.ndarray] | None = None  # the outputs a check reads (None: not read or failed)
 
 
 class Sender(Protocol):

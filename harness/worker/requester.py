@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from contract.plan import RunPlan
 from contract.records import RequestRow
 from contract.trace_context import format_traceparent, new_ids
+from harness.client.outcome import Outcome
 from harness.client.payloads import AnswerCheck
-from harness.client.senders import Outcome, Sender
+from harness.client.senders import Sender
 from harness.spool.recorder import ChunkWriter
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler

@@ -1,0 +1,167 @@
+"""The OpenAI-compatible generative sender: POST /v1/completions or /v1/chat/completions with `stream: true`,
+the server-sent events read as they arrive on the worker's event loop (harness/client/http1.py hands each piece
+of the body over with the instant it was read), parsed incrementally (sse.py) and interpreted (openai_stream.py).
+
+What a streamed request adds to its Outcome: the first and last token instants, every token event's instant and
+token count (arrays, no object per token), the output and input token counts and where they came from, the
+finish reason and how the stream ended (complete, error_event, cut, ttft_timeout, timeout).
+"""
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+import gevent
+import orjson
+
+from contract.credentials import Credential, CredentialError
+from contract.profile import Tls
+from harness.client.classify import classify_exception, classify_http_status
+from harness.client.http1 import Http1Pool
+from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT, OpenAIStream, StreamProtocolError
+from harness.client.outcome import Outcome, StreamOutcome
+from harness.client.sse import SseError, SseParser
+from harness.client.tls import ssl_context
+
+CHAT, COMPLETIONS = "openai-chat", "openai-completions"
+PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}
+
+
+class FirstTokenTimeout(socket.timeout):
+    """No first token within the endpoint's ttft_timeout_ms."""
+
+
+def request_body(protocol: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool = True,
+                 stream: bool = True) -> bytes:
+    """The JSON body of one generative request: usage asked for on every event (vLLM's continuous_usage_stats)
+    and in a trailer, so that token counts come from the server."""
+    body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
+    if protocol == CHAT:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if stream:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if ignore_eos:
+        body["ignore_eos"] = True  # vLLM, SGLang, TGI's OpenAI route: the output length is the one asked for
+    return orjson.dumps(body)
+
+
+class OpenAISender:
+    """One endpoint's streamed generative requests over the generator's keep-alive HTTP/1.1 pool (TLS for
+    https://), each body encoded before the run."""
+
+    def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
+                 credential: Credential | None, tls: Tls | None = None, pool: int = 16) -> None:
+        parsed = urlparse(url)
+        self.chat = protocol == CHAT
+        self.path = parsed.path.rstrip("/") + PATHS[protocol]
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        context = None
+        if parsed.scheme == "https":
+            from gevent.ssl import SSLContext
+
+            context = ssl_context(tls, SSLContext)
+        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
+        self.bodies = bodies
+        self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
+        self.credential = credential
+        self.warm_connections = min(16, pool)
+        self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {parsed.hostname}:{port}\r\n"
+                      "Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: keep-alive\r\n"
+                      ).encode("latin-1")
+
+    def _auth_line(self) -> bytes:
+        if self.credential is None:
+            return b""
+        return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
+        with a status class, and its stream says how far it got)."""
+        body = self.bodies[sample % len(self.bodies)]
+        result = StreamOutcome()
+        try:
+            auth = self._auth_line()
+        except CredentialError as exc:
+            return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=result)
+        head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+        parser, stream = SseParser(), OpenAIStream(self.chat)
+        first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
+            if self.ttft_timeout_s else None
+
+        faults: list[Exception] = []  # raised inside the HTTP parser's callback: kept here, then classified
+
+        def consume(data: bytes, read_ns: int) -> None:
+            try:
+                for at, event in parser.feed(data, read_ns):
+                    stream.feed(at, event)
+                    if first is not None and stream.first_token_ns >= 0:
+                        first.cancel()
+            except (SseError, StreamProtocolError) as exc:
+                faults.append(exc)
+                raise  # stops reading: the connection is closed
+
+        on_sent()
+        if first is not None:
+            first.start()
+        status, code, error, bytes_in = "ok", "200", "", 0
+        try:
+            response = self.client.request(head + body, consume)
+            bytes_in = response.body_bytes
+            code = str(response.status)
+            status = classify_http_status(response.status)
+            if status != "ok":
+                error = _error_text(response.body)
+            elif parser.close():
+                result.outcome = CUT  # the response ended inside an event
+        except FirstTokenTimeout:
+            status, code, error, result.outcome = "timeout", "ttft_timeout", "no first token within " \
+                f"{self.ttft_timeout_s:g} s", TTFT_TIMEOUT
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            if faults:
+                status, code, error = "bad_response", "stream", str(faults[0])[:200]
+            else:
+                status, code, error = classify_exception(exc)
+                result.outcome = TIMEOUT if status == "timeout" else CUT
+        finally:
+            if first is not None:
+                first.cancel()
+        _stream_into(result, stream)
+        if status == "ok":
+            result.outcome = result.outcome or stream.outcome()
+            if result.outcome != "complete":
+                status, code = "bad_response", result.outcome
+                error = stream.error or ("the stream ended before [DONE] or a finish reason" if result.outcome == CUT
+                                         else error)
+        return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), bytes_in=bytes_in,
+                       stream=result)
+
+    def warm_up(self) -> None:
+        """One connection opened and checked (GET /v1/models, with the credential), then the pool filled."""
+        models = self.path.rsplit("/v1/", 1)[0] + "/v1/models"
+        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {models}", 1).encode("latin-1")
+        response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
+        if response.status != 200:
+            raise ConnectionError(f"GET {models} answered {response.status}")
+        self.client.prewarm(self.warm_connections)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _stream_into(result: StreamOutcome, stream: OpenAIStream) -> None:
+    result.first_token_ns, result.last_token_ns = stream.first_token_ns, stream.last_token_ns
+    result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
+    result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
+    result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
+
+
+def _error_text(payload: bytes) -> str:
+    try:
+        doc = orjson.loads(payload)
+        error = doc.get("error", doc) if isinstance(doc, dict) else doc
+        return str(error.get("message", error) if isinstance(error, dict) else error)[:200]
+    except (orjson.JSONDecodeError, AttributeError):
+        return payload[:200].decode("utf-8", "replace")
