@@ -30,6 +30,7 @@ from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.stats.timeline import Timeline, timeline
+from analysis.stats.tokens import TOKEN_COLUMNS, flat_token_rows, token_table
 from analysis.stats.validity import groups_of, validity_rows
 from contract.profile import Profile
 
@@ -135,6 +136,7 @@ def _statistics(run: _Run) -> list[Statistic]:
     scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
     worker_summaries = {n: (w or {}).get("summary") or {} for n, w in (data.manifest.get("workers") or {}).items()}
     report_columns = REPORT_COLUMNS if figures.ahead else ()
+    token_columns = TOKEN_COLUMNS if any(e.generative for e in p.endpoints) else ()
 
     def decomposition(c: Columns, r: Results):
         table = decomposition_table(c, r["slowest"].index.to_numpy())
@@ -213,12 +215,15 @@ def _statistics(run: _Run) -> list[Statistic]:
             c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
                   uses=("timeline",), beside="cdfs"),
         Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
+        # streamed (generative) requests: TTFT, TPOT, ITL, E2E and tokens/s
+        Statistic("tokens", token_columns, lambda c, r: token_table(
+            c.frame(token_columns), duration, {e.name for e in p.endpoints if e.generative}) if token_columns else []),
     ]
 
 
 # the results the summary is made of (the others are dropped after their last user)
 SUMMARY_RESULTS = {"arrivals", "scenario", "slowest", "decomposition", "server_statistics", "queueing", "decision",
-                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors"}
+                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors", "tokens"}
 
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
@@ -298,7 +303,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
-        "decision": r["decision"], "cold_start": r["cold_start"],
+        "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"],
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
@@ -312,4 +317,6 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
               "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
               "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
               "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
+    if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
+        tables["tokens"] = flat_token_rows(r["tokens"])
     return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"])

@@ -67,6 +67,21 @@ def print_summary(summary: dict) -> None:
                     f"needs ≥ {p['p99.9']['min_samples']}" if p["p99.9"]["value"] is None else f"{p['p99.9']['value']:.2f}",
                     "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}")
     console.print(lat)
+    if summary.get("tokens"):
+        tokens = Table(title="streamed responses (ms from intended send time; [95% CI])")
+        for col in ("endpoint", "region", "ok", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"):
+            tokens.add_column(col, justify="right")
+
+        def cell(e: dict) -> str:
+            if e["value"] is None:
+                return f"needs ≥ {e['min_samples']}"
+            return f"{e['value']:.1f}" + ("" if e["ci_low"] is None else f" [{e['ci_low']:.1f}, {e['ci_high']:.1f}]")
+
+        for r in summary["tokens"]:
+            tokens.add_row(r["endpoint"], r["region"], f"{r['ok']:,}/{r['requests']:,}", f"{r['output_tokens_per_s']:.0f}",
+                           cell(r["ttft_ms"]["p50"]), cell(r["ttft_ms"]["p99"]), cell(r["tpot_ms"]["p50"]),
+                           cell(r["itl_ms"]["p99"]), cell(r["e2e_ms"]["p99"]))
+        console.print(tokens)
     if summary["slos"]:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from contract.layout import CLOCK, REQUESTS, RunLayout  # noqa: E402
-from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, arrow_schema  # noqa: E402
+from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema  # noqa: E402
 from harness.spool.chunk_writer_process import write_chunk  # noqa: E402
 
 BASE_NS = 1_790_000_000_000_000_000
@@ -140,6 +140,12 @@ def _worker_rows(rng: np.random.Generator, shape: Shape, region_i: int, worker_i
         "clock_offset_ns": np.full(n, offset_ns) + rng.integers(-40_000, 40_000, n),
         "clock_uncertainty_ns": np.full(n, 60_000),
     }
+    for name, kind, _ in REQUEST_FIELDS:  # the streamed-response columns of a one-shot run: their defaults
+        if name not in columns:
+            default = OPTIONAL_DEFAULTS[name]
+            columns[name] = (np.full(n, default, dtype=np.int32 if kind == "int32" else np.int64)
+                             if isinstance(default, int) else pa.repeat(pa.scalar(default, pa.binary() if kind == "binary"
+                                                                                  else pa.string()), n))
     schema = arrow_schema(REQUEST_FIELDS)
     return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) if not isinstance(columns[f.name], pa.Array)
                                  else columns[f.name] for f in schema], schema=schema)

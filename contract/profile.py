@@ -22,7 +22,9 @@ class _Strict(BaseModel):
 
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
-SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs")}
+GENERATIVE = ("openai-chat", "openai-completions")  # streamed OpenAI-compatible completions
+SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
+           "openai-completions": ("http", "https")}
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -102,14 +104,48 @@ class Tls(_Strict):
         return self
 
 
+class TokenCount(_Strict):
+    """A number of tokens: `mean` alone is fixed; else drawn (seeded) from `distribution`, kept in [min, max]."""
+
+    mean: int = Field(ge=1, le=1_000_000)
+    distribution: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    stddev: float = Field(0, ge=0, description="normal / lognormal: the standard deviation of the count")
+    min: int | None = Field(None, ge=1, description="the smallest count drawn (uniform: the low end)")
+    max: int | None = Field(None, ge=1, description="the largest count drawn (uniform: the high end)")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "TokenCount":
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        if self.distribution == "uniform" and (self.min is None or self.max is None):
+            raise ValueError("uniform needs min and max")
+        if self.distribution in ("normal", "lognormal") and self.stddev <= 0:
+            raise ValueError(f"{self.distribution} needs stddev > 0")
+        return self
+
+
+class Prompts(_Strict):
+    """What a generative endpoint is sent: synthetic prompts (seeded from load.seed) or a JSONL file of them."""
+
+    input_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=128),
+                                     description="prompt length in words (~tokens; the server's usage counts them)")
+    output_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=64), description="max_tokens asked")
+    count: int = Field(256, ge=1, le=100_000, description="distinct prompts drawn; requests cycle through them")
+    file: str | None = Field(None, min_length=1, description="a JSONL file, one {\"prompt\": …} (or \"messages\") "
+                                                             "and optionally \"max_tokens\" per line")
+    ignore_eos: bool = Field(True, description="ask the server to generate max_tokens whatever the text "
+                                               "(vLLM, SGLang): output lengths as asked")
+
+
 class Endpoint(_Strict):
-    """One target: a model behind a KServe v2 endpoint."""
+    """One target: a model behind a KServe v2 endpoint, or an OpenAI-compatible generative one."""
 
     name: str = Field(pattern=NAME)
     url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
-    protocol: Literal["kserve-http", "kserve-grpc", "inprocess"] = Field(
-        description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network baseline")
+    protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions"] = Field(
+        description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network "
+                    "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0)
@@ -139,6 +175,10 @@ class Endpoint(_Strict):
     check: Check | None = None
     inputs: list[DeclaredTensor] | None = Field(None, min_length=1, description="the model's inputs, for servers "
                                                                                 "whose metadata says none")
+    prompts: Prompts | None = Field(None, description="generative endpoints: what to send (default: 128 words in, "
+                                                      "64 tokens out)")
+    ttft_timeout_ms: float | None = Field(None, gt=0, description="generative endpoints: a request with no first "
+                                                                  "token this long after it was sent fails")
 
     @field_validator("ranges")
     @classmethod
@@ -177,7 +217,16 @@ class Endpoint(_Strict):
                              f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
+        if self.generative and not scheme:
+            raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL of an OpenAI-compatible "
+                             f"server (the embedded endpoint serves KServe v2 only), not {self.url!r}")
+        if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
+            raise ValueError("prompts and ttft_timeout_ms are for openai-chat / openai-completions endpoints")
         return self
+
+    @property
+    def generative(self) -> bool:
+        return self.protocol in GENERATIVE
 
     @property
     def uses_tls(self) -> bool:
@@ -457,6 +506,11 @@ class Profile(_Strict):
     @property
     def network_endpoints(self) -> list[Endpoint]:
         return [e for e in self.endpoints if e.protocol != "inprocess"]
+
+    @property
+    def kserve_endpoints(self) -> list[Endpoint]:
+        """The KServe v2 endpoints (every one but the generative)."""
+        return [e for e in self.endpoints if not e.generative]
 
     @property
     def uses_triton(self) -> bool:

@@ -44,6 +44,17 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("in_flight", "int32", "requests in flight at send time, this worker"),
     ("clock_offset_ns", "int64", "current estimate of reference - worker clock"),
     ("clock_uncertainty_ns", "int64", "its uncertainty (half the round-trip delay)"),
+    # streamed (generative) responses; a one-shot request has the defaults of OPTIONAL_DEFAULTS
+    ("t_first_token", "int64", "epoch ns, worker clock: the read that carried the first token (-1: none)"),
+    ("t_last_token", "int64", "epoch ns, worker clock: the read that carried the last token (-1: none)"),
+    ("ttft_ns", "int64", "t_first_token - t_intended (monotonic clock; -1: no token)"),
+    ("output_tokens", "int32", "tokens generated (the server's usage, else the events counted; -1: one-shot)"),
+    ("input_tokens", "int32", "prompt tokens from the server's usage (-1: not reported)"),
+    ("token_source", "string", "where output_tokens came from: usage (every event) | final_usage | events | ''"),
+    ("finish_reason", "string", "the server's finish reason ('' if none)"),
+    ("stream_outcome", "string", "complete | error_event | cut | ttft_timeout | timeout | '' (one-shot)"),
+    ("token_event_us", "binary", "each token event's read instant after the first's, µs (int32 little-endian)"),
+    ("token_event_counts", "binary", "tokens each event carried (uint16 little-endian)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -60,21 +71,33 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 # strings with few distinct values: dictionary-encoded in the Parquet chunks (a chunk stores each once) and read
 # as categoricals (one code per row, never a Python object per row); the rest of a string column is plain
 FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
-                        "server", "stage"})
+                        "server", "stage", "token_source", "finish_reason", "stream_outcome"})
 
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
 # columns added after the first release: older run directories lack them and get these values
-OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None}
+STREAM_DEFAULTS: dict[str, object] = {
+    "t_first_token": -1, "t_last_token": -1, "ttft_ns": -1, "output_tokens": -1, "input_tokens": -1,
+    "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b""}
+OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 
-_PYTHON_TYPES = {"string": str, "int64": int, "int32": int, "bool": bool}
+_PYTHON_TYPES = {"string": str, "int64": int, "int32": int, "bool": bool, "binary": bytes}
 
 
-def _row_type(name: str, fields: tuple[tuple[str, str, str], ...]) -> type:
-    return NamedTuple(name, [(column, _PYTHON_TYPES[kind]) for column, kind, _ in fields])
+def _row_type(name: str, fields: tuple[tuple[str, str, str], ...], defaults: dict[str, object] | None = None) -> type:
+    """A NamedTuple of the fields; the trailing fields in `defaults` (added later, by the versioning rule) may be
+    left out where a row is made."""
+    row = NamedTuple(name, [(column, _PYTHON_TYPES[kind]) for column, kind, _ in fields])
+    trailing = []
+    for column, _, _ in reversed(fields):
+        if column not in (defaults or {}):
+            break
+        trailing.insert(0, defaults[column])
+    row.__new__.__defaults__ = tuple(trailing) or None
+    return row
 
 
-RequestRow = _row_type("RequestRow", REQUEST_FIELDS)
+RequestRow = _row_type("RequestRow", REQUEST_FIELDS, STREAM_DEFAULTS)
 """One request's record: every field of REQUEST_FIELDS, by keyword."""
 
 ClockRow = _row_type("ClockRow", CLOCK_FIELDS)
@@ -85,5 +108,6 @@ def arrow_schema(fields: tuple[tuple[str, str, str], ...]):
     """The Arrow schema of a field list (pyarrow is imported here, on first use, not with the contract)."""
     import pyarrow as pa
 
-    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_()}
+    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(),
+             "binary": pa.binary()}
     return pa.schema([(name, types[kind]) for name, kind, _ in fields])

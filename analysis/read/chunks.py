@@ -303,7 +303,8 @@ class ChunkColumns:
 
     def _bytes(self, names: list[str]) -> int:
         """About what the columns `names` take once read (categorical codes 1 byte a row, strings ~16)."""
-        field_bytes = {f.name: 1 if f.name in CATEGORICAL else 16 if pa.types.is_string(f.type)
+        field_bytes = {f.name: 1 if f.name in CATEGORICAL else
+                       16 if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
                        else max(1, f.type.bit_width // 8) for f in self.schema}
         return self.rows * sum(field_bytes[n] for n in names)
 

@@ -111,6 +111,9 @@ ANALYSIS_COLUMNS = ("region", "worker", "endpoint", "model", "phase", "sample_in
                     "t_intended", "t_sent", "t_done", "latency_ns", "send_lag_ns", "status", "code", "error",
                     "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "correct",
                     "batch_size", "correct_count", "clock_offset_ns")
+# read as well where the run's profile has generative endpoints (analysis/stats/tokens.py)
+STREAM_COLUMNS = ("stream_outcome", "ttft_ns", "t_first_token", "t_last_token", "output_tokens", "input_tokens",
+                  "token_source", "token_event_us", "token_event_counts")
 
 
 def _fill_missing(log: ChunkColumns, name: str, values):
@@ -192,6 +195,8 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple
     clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
+    if columns is not None and any(e.generative for e in plan.profile.endpoints):
+        columns = tuple(dict.fromkeys((*columns, *STREAM_COLUMNS)))  # a run with streams: its token columns too
     log = ChunkColumns(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns, _fill_missing, exclude)
     log.frame(log.schema.names if first is None else first)  # reads them; a chunk that fails is skipped now
     clock = read_chunks(clock_files, CLOCK_FIELDS, skipped)

@@ -70,6 +70,42 @@ def _ci(pair) -> str:
     return "" if not pair or pair[0] is None else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
 
 
+def _token_cell(e: dict) -> str | None:
+    """A token percentile as text: the value and its interval, or why there is no interval / no value."""
+    if e["value"] is None:
+        return f"needs ≥ {e['min_samples']:,}"
+    if e["ci_low"] is None:
+        return f"{e['value']:.2f} (no interval: worth {e['effective_n']:,}, needs ≥ {e['min_samples']:,})"
+    return f"{e['value']:.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
+
+
+def _tokens_section(rows: list[dict]) -> str:
+    """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, how they ended."""
+    table_rows = []
+    for r in rows:
+        row = {"endpoint": r["endpoint"], "region": r["region"], "ok": f"{r['ok']:,} / {r['requests']:,}",
+               "tps": r["output_tokens_per_s"], "sources": ", ".join(r["token_sources"]),
+               "outcomes": ", ".join(f"{k} {v:,}" for k, v in r["outcomes"].items())}
+        for metric in ("ttft", "tpot", "itl", "e2e"):
+            for p in ("p50", "p99"):
+                row[f"{metric}_{p}"] = _token_cell(r[f"{metric}_ms"][p])
+        table_rows.append(row)
+    cols = [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok / streams"), ("tps", "output tokens/s"),
+            ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"), ("tpot_p99", "TPOT p99"),
+            ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
+            ("outcomes", "how streams ended"), ("sources", "token counts from")]
+    note = ("<p class='note'>All in ms with 95% intervals. TTFT = first token − intended send time (never the actual "
+            "send: a generator that fell behind hides nothing); E2E = end − intended send time; TPOT = (last token − "
+            "first token) / (output tokens − 1) per request; ITL = the gaps between token events after the first, an "
+            "event of k tokens counting as k gaps of gap/k, pooled — its interval counts each stream as one "
+            "independent sample, since the gaps of one stream are not independent. Token counts come from the "
+            "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'events': the server "
+            "reported none, so events were counted — then a token count may be off where an event carried "
+            "several).</p>")
+    return "<h2 id='tokens'>Streamed responses: tokens</h2>" + _table(table_rows, cols, left={"endpoint", "region",
+                                                                                              "outcomes", "sources"}) + note
+
+
 def _scenario_section(sc: dict) -> str:
     """What the scenario itself reports (MLPerf-style), above the generic tables."""
     name = sc.get("scenario", "server")
@@ -321,6 +357,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                  "(binomial) intervals for the independent samples the requests are worth (batch means over "
                  "time-ordered requests); a percentile is shown only with enough samples for both CI ends. Goodput: "
                  "requests per second that succeeded within every latency SLO that applies to them.</p>")
+    if s.get("tokens"):
+        parts.append(_tokens_section(s["tokens"]))
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")

@@ -9,6 +9,7 @@ finish reason and how the stream ended (complete, error_event, cut, ttft_timeout
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import gevent
@@ -27,17 +28,54 @@ CHAT, COMPLETIONS = "openai-chat", "openai-completions"
 PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}
 
 
+@dataclass(frozen=True)
+class _OneRequest:
+    batched: bool = False  # a prompt is one request of one row
+
+
+@dataclass(frozen=True)
+class PromptSamples:
+    """The prompts as the request path counts samples: no labels, nothing to check."""
+
+    count: int
+    labels: None = None
+    expected: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True)
+class PromptPayloads:
+    """A generative endpoint's encoded bodies, seen as the request path sees a KServe endpoint's payloads."""
+
+    bodies: list[bytes]
+    request: _OneRequest = _OneRequest()
+
+    @property
+    def samples(self) -> PromptSamples:
+        return PromptSamples(len(self.bodies))
+
+    def index(self, sample: int) -> int:
+        return sample % len(self.bodies)
+
+    def first_row(self, sample: int) -> int:
+        return self.index(sample)
+
+
 class FirstTokenTimeout(socket.timeout):
     """No first token within the endpoint's ttft_timeout_ms."""
 
 
-def request_body(protocol: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool = True,
+def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
                  stream: bool = True) -> bytes:
-    """The JSON body of one generative request: usage asked for on every event (vLLM's continuous_usage_stats)
-    and in a trailer, so that token counts come from the server."""
+    """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
+    (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server."""
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if protocol == CHAT:
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    elif isinstance(prompt, list):  # chat messages sent to /v1/completions: their contents, one after another
+        body["prompt"] = "\n".join(m["content"] for m in prompt)
     else:
         body["prompt"] = prompt
     if stream:
@@ -63,7 +101,7 @@ class OpenAISender:
 
             context = ssl_context(tls, SSLContext)
         self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
-        self.bodies = bodies
+        self.payloads = PromptPayloads(bodies)
         self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
         self.credential = credential
         self.warm_connections = min(16, pool)
@@ -79,7 +117,7 @@ class OpenAISender:
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
         with a status class, and its stream says how far it got)."""
-        body = self.bodies[sample % len(self.bodies)]
+        body = self.payloads.bodies[self.payloads.index(sample)]
         result = StreamOutcome()
         try:
             auth = self._auth_line()

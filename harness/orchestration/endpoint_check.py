@@ -17,6 +17,7 @@ from contract.plan import RunPlan
 from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from contract.tensors import TensorSpec, onnx_tensors
+from harness.client.prompts import PromptFileError, prompt_bodies
 from harness.client.request_data import DataError, samples_for
 from harness.client.senders import inprocess_model
 from harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
@@ -144,6 +145,44 @@ def model_info_grpc(url: str, model: str, version: str = "", timeout_s: float = 
                      max_batch_size=max_batch)
 
 
+def served_models(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None,
+                  tls: Tls | None = None) -> list[str]:
+    """The model IDs an OpenAI-compatible server lists (GET /v1/models); EndpointCheckError when unreachable,
+    refused, or not such a server."""
+    base = url.rstrip("/")
+    verify = ssl_context(tls) if base.startswith("https://") else True
+    extensions = {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
+    try:
+        with httpx.Client(timeout=timeout_s, headers=headers or {}, verify=verify) as client:
+            response = client.get(f"{base}/v1/models", extensions=extensions)
+    except TlsError:
+        raise
+    except httpx.HTTPError as exc:
+        raise _unreachable(base, exc) from None
+    if response.status_code in (401, 403):
+        raise EndpointCheckError(f"{base} refused the credential (HTTP {response.status_code}: {_said(response)}): "
+                                 "check auth_header and auth_env / auth_file")
+    try:
+        listed = response.json()["data"] if response.status_code == 200 else None
+        ids = [str(m["id"]) for m in listed]
+    except (ValueError, KeyError, TypeError):
+        ids = None
+    if ids is None:
+        raise EndpointCheckError(f"{base}/v1/models answered HTTP {response.status_code} without a model list: not "
+                                 "an OpenAI-compatible server")
+    return ids
+
+
+def check_generative(url: str, ep: Endpoint) -> None:
+    """The endpoint's model is one the server serves (before the start instant: nothing is sent otherwise)."""
+    credential = Credential.of(ep)
+    ids = served_models(url, timeout_s=min(10.0, ep.timeout_ms / 1000),
+                        headers=credential.headers() if credential else None, tls=sender_tls(ep))
+    if ep.model not in ids:
+        raise EndpointCheckError(f"model {ep.model!r} is not served by {url.rstrip('/')} (it serves: "
+                                 f"{', '.join(ids) or 'nothing'})")
+
+
 def model_info(url: str, protocol: str, model: str, version: str = "", timeout_s: float = 5.0,
                headers: dict[str, str] | None = None, tls: Tls | None = None) -> ModelInfo:
     fetch = model_info_grpc if protocol == "kserve-grpc" else model_info_http
@@ -187,6 +226,14 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
     for ep in profile.endpoints:
         url = (urls or {}).get(ep.name, ep.url)
         where = f"endpoint {ep.name} ({ep.model} on {url})"
+        if ep.generative:  # no tensors to resolve: the model must be served, and the prompts must read
+            try:
+                check_generative(url, ep)
+                if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
+                    prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
+            except (EndpointCheckError, CredentialError, TlsError, PromptFileError) as exc:
+                problems.append(f"endpoint {ep.name}: {exc}")
+            continue
         try:
             if ep.protocol == "inprocess":
                 inputs, outputs = onnx_tensors(inprocess_model(Path(plan.models_dir), ep))

@@ -47,7 +47,7 @@ class ChunkWriter:
     def warm_up(self) -> None:
         """Convert one dummy row: pyarrow's first string conversion costs ~0.3 s once per process, which
         must not land in the middle of a run."""
-        samples = {pa.string(): "warm-up", pa.int64(): 0, pa.int32(): 0, pa.bool_(): False}
+        samples = {pa.string(): "warm-up", pa.int64(): 0, pa.int32(): 0, pa.bool_(): False, pa.binary(): b"\0"}
         self.to_table([self.row_type(*(samples[kind] for _, kind in self._columns))] * 2)
 
     def take(self) -> list[tuple]:

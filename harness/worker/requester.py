@@ -5,12 +5,13 @@ This runs once per request on the worker's event loop: keep it short and free of
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass
 
 from contract.plan import RunPlan
 from contract.records import RequestRow
 from contract.trace_context import format_traceparent, new_ids
-from harness.client.outcome import Outcome
+from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.payloads import AnswerCheck
 from harness.client.senders import Sender
 from harness.spool.recorder import ChunkWriter
@@ -89,4 +90,18 @@ class RequestPath:
             echoed_trace_id=outcome.echoed_trace_id, label=check.label(first), prediction=prediction,
             correct=right == batch, batch_size=batch, correct_count=right, bytes_out=outcome.bytes_out,
             bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
-            clock_uncertainty_ns=self.clocks.uncertainty_ns)
+            clock_uncertainty_ns=self.clocks.uncertainty_ns,
+            **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else {}))
+
+
+def stream_fields(s: StreamOutcome, intended_mono: int, clock: WorkerClock) -> dict:
+    """A streamed response's record fields: token instants on the worker's epoch clock (from the one monotonic
+    clock), TTFT from the intended send, and each token event's offset after the first (µs) and token count."""
+    first = s.first_token_ns
+    offsets = array("i", [(t - first) // 1000 for t in s.event_ns]) if first >= 0 else array("i")
+    return {"t_first_token": clock.from_mono(first) if first >= 0 else -1,
+            "t_last_token": clock.from_mono(s.last_token_ns) if s.last_token_ns >= 0 else -1,
+            "ttft_ns": first - intended_mono if first >= 0 else -1, "output_tokens": s.output_tokens,
+            "input_tokens": s.input_tokens, "token_source": s.token_source, "finish_reason": s.finish_reason,
+            "stream_outcome": s.outcome, "token_event_us": offsets.tobytes(),
+            "token_event_counts": s.event_tokens.tobytes()}

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import gevent
 
+from contract.credentials import Credential
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from contract.profile import MASTER_CLOCK
 from contract.requests import scenario_request
+from harness.client.generative import OpenAISender
 from harness.client.payloads import AnswerCheck, wanted_outputs
+from harness.client.prompts import prompt_bodies
 from harness.client.request_data import samples_for
 from harness.client.senders import Sender, build_sender
+from harness.client.tls import sender_tls
 from harness.spool.chunk_shipping import ChunkShipper
 from harness.spool.recorder import clock_writer, request_writer
 from harness.spool.uplink import ChunkUplink
@@ -102,6 +106,10 @@ class WorkerRun:
         overrides = self.identity.endpoint_urls or {}
         senders = []
         for ep in self.profile.endpoints:
+            if ep.generative:
+                senders.append(self._generative_sender(ep, overrides.get(ep.name) or self.plan.endpoint_url(
+                    self.region.name, ep), pool))
+                continue
             request = self.plan.requests.get(ep.name)
             if request is None:
                 raise RuntimeError(f"endpoint {ep.name}: the run plan has no resolved request (the orchestration "
@@ -112,6 +120,14 @@ class WorkerRun:
             senders.append(build_sender(ep, url, samples, request, stride, pool, self.models_dir,
                                         wanted_outputs(ep.check, samples)))
         return senders
+
+    def _generative_sender(self, ep, url: str, pool: int) -> Sender:
+        """An OpenAI-compatible endpoint's sender, its prompts drawn from the run's seed (the same on every
+        worker) or read from its prompt file (on this worker's host, relative to where it runs)."""
+        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."))
+        return OpenAISender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
+                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+                            sender_tls(ep), pool)
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:

@@ -1,0 +1,117 @@
+"""Token-level latency of streamed (generative) requests, per endpoint × region (docs/METHODS.md, "Streams").
+
+Definitions, each written once here:
+- TTFT = t_first_token − t_intended: from the intended send time, so a generator that fell behind hides nothing;
+- E2E = t_done − t_intended (the request's latency; the usage trailer never extends it);
+- TPOT = (t_last_token − t_first_token) / (output_tokens − 1), per request (undefined for one token);
+- ITL = the gaps between consecutive token events after the first, an event of k tokens counting as k gaps of
+  gap / k, pooled over the requests of a group;
+- output tokens/s = the output tokens of the measured phases' successful streams / the measured duration.
+
+Intervals: TTFT, TPOT and E2E are one value a request (order-statistic intervals, as the latency table's). ITL
+pools many gaps of each stream, and the gaps of one stream are not independent: its interval counts each stream
+as one independent sample (a lower bound on what they are worth), so it is never narrower than the streams
+support.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.read.frames import group_positions
+from analysis.stats.estimators import PercentileEstimate, sorted_percentile_ci
+
+TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
+                 "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
+                 "token_event_counts")
+PERCENTILES = (50.0, 90.0, 99.0)
+METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+def inter_token_gaps_ms(offsets_us: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """One stream's inter-token latencies (ms): each gap between consecutive token events, spread over the tokens
+    the later event carried."""
+    if len(offsets_us) < 2:
+        return np.empty(0)
+    gaps = np.diff(offsets_us.astype(np.float64)) / 1e3
+    carried = np.maximum(counts[1:].astype(np.int64), 1)
+    return np.repeat(gaps / carried, carried)
+
+
+def _estimate(values: np.ndarray, effective_n: int | None = None) -> dict:
+    x = np.sort(values.astype(np.float64))
+    out = {}
+    for p in PERCENTILES:
+        e: PercentileEstimate = sorted_percentile_ci(x, p, effective_n=effective_n)
+        out[f"p{p:g}"] = {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "min_samples": e.min_samples,
+                          "effective_n": e.effective_n}
+    out["mean"] = float(x.mean()) if len(x) else None
+    return out
+
+
+def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
+    status = df["status"].to_numpy()[rows]
+    ok = rows[status == "ok"]
+    outcomes = np.where(df["stream_outcome"].to_numpy()[rows] == "", "not streamed", df["stream_outcome"].to_numpy()[rows])
+    ttft = df["ttft_ns"].to_numpy()[ok]
+    first, last = df["t_first_token"].to_numpy()[ok], df["t_last_token"].to_numpy()[ok]
+    tokens = df["output_tokens"].to_numpy()[ok].astype(np.int64)
+    many = tokens > 1
+    tpot = (last[many] - first[many]) / (tokens[many] - 1) / 1e6
+    offsets, counts = df["token_event_us"].to_numpy()[ok], df["token_event_counts"].to_numpy()[ok]
+    itl = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2"))
+           for o, c in zip(offsets, counts)]
+    itl_all = np.concatenate(itl) if itl else np.empty(0)
+    sources = df["token_source"].to_numpy()[ok]
+    return {
+        "requests": int(len(rows)), "ok": int(len(ok)),
+        "outcomes": {str(k): int(v) for k, v in zip(*np.unique(outcomes.astype(str), return_counts=True))},
+        "output_tokens": int(tokens.sum()), "output_tokens_per_s": float(tokens.sum() / duration_s),
+        "mean_output_tokens": float(tokens.mean()) if len(tokens) else None,
+        "token_sources": sorted({str(s) for s in sources}),
+        "ttft_ms": _estimate(ttft[ttft >= 0] / 1e6),
+        "tpot_ms": _estimate(tpot),
+        "itl_ms": _estimate(itl_all, effective_n=int(sum(len(g) > 0 for g in itl))),
+        "e2e_ms": _estimate(df["latency_ns"].to_numpy()[ok] / 1e6),
+    }
+
+
+def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str]) -> list[dict]:
+    """Per endpoint × region, per endpoint and overall: TTFT, TPOT, ITL and E2E percentiles with intervals,
+    output tokens/s, how streams ended ("not streamed": refused before a stream began) and where token counts came
+    from — for the measured phases' requests to the generative `endpoints` (none: an empty list)."""
+    streamed = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+    rows = np.flatnonzero(streamed)
+    if not len(rows):
+        return []
+    plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status", "stream_outcome",
+                                                            "token_source") else df[c]).to_numpy()[rows]
+                          for c in TOKEN_COLUMNS}).reset_index(drop=True)
+    out = []
+    groups = group_positions(plain, ["endpoint", "region"])
+    for (endpoint, region), positions in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        out.append({"endpoint": str(endpoint), "region": str(region), **_group_row(plain, positions, duration_s)})
+    for endpoint in sorted(set(plain["endpoint"])):
+        positions = np.flatnonzero(plain["endpoint"].to_numpy() == endpoint)
+        out.append({"endpoint": endpoint, "region": "*", **_group_row(plain, positions, duration_s)})
+    out.append({"endpoint": "*", "region": "*", **_group_row(plain, np.arange(len(plain)), duration_s)})
+    return out
+
+
+def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
+    """The token table as CSV columns: one per metric × percentile (value and interval)."""
+    flat = []
+    for r in rows:
+        row = {k: r[k] for k in ("endpoint", "region", "requests", "ok", "output_tokens", "output_tokens_per_s",
+                                 "mean_output_tokens")}
+        row["token_sources"] = ",".join(r["token_sources"])
+        row["outcomes"] = ";".join(f"{k}={v}" for k, v in r["outcomes"].items())
+        for metric in METRICS:
+            for p, e in r[f"{metric}_ms"].items():
+                if p == "mean":
+                    row[f"{metric}_mean_ms"] = e
+                    continue
+                row[f"{metric}_{p}_ms"] = e["value"]
+                row[f"{metric}_{p}_ci_low"], row[f"{metric}_{p}_ci_high"] = e["ci_low"], e["ci_high"]
+        flat.append(row)
+    return pd.DataFrame(flat)

@@ -1,0 +1,98 @@
+"""What a generative endpoint is sent: prompts drawn from the profile's lengths (seeded), or read from a JSONL file,
+each with its max_tokens, encoded as request bodies before the run.
+
+Synthetic prompts are words of a fixed vocabulary, one word for each input token asked (a tokenizer splits common
+words into about one token each; the server's usage reports the real count, and the record keeps it). A prompt
+file has one JSON object a line: {"prompt": "…"} or {"messages": [{"role": …, "content": …}, …]}, and optionally
+"max_tokens"; a line that is not one is a PromptFileError naming the file and the line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from contract.profile import Endpoint, Prompts, TokenCount
+from harness.client.generative import request_body
+
+WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "
+         "government company number group problem fact able bad best better big black certain clear different early "
+         "easy economic federal free full good great hard high human important international large late little local "
+         "long low major military national new old only other political possible public real recent right small "
+         "social special strong sure true white whole young ask become begin call come consider continue create "
+         "feel find follow give grow happen hear help hold include keep know lead learn leave let like live look "
+         "lose make mean meet move need offer open pay play provide put reach read remain report run say see seem "
+         "send serve set show sit speak spend stand start stay take talk tell think try turn understand use wait "
+         "walk want watch write river stone cloud garden window letter music paper market signal engine bridge").split()
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be read, or a line of it that is not a prompt."""
+
+
+def draw_counts(spec: TokenCount, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n token counts after `spec` (integers ≥ 1, within its min / max)."""
+    if spec.distribution == "fixed":
+        counts = np.full(n, float(spec.mean))
+    elif spec.distribution == "uniform":
+        counts = rng.integers(spec.min, spec.max + 1, n).astype(float)
+    elif spec.distribution == "normal":
+        counts = rng.normal(spec.mean, spec.stddev, n)
+    else:  # lognormal with the given mean and standard deviation of the count itself
+        sigma2 = np.log1p((spec.stddev / spec.mean) ** 2)
+        counts = rng.lognormal(np.log(spec.mean) - sigma2 / 2, np.sqrt(sigma2), n)
+    low, high = spec.min or 1, spec.max or np.inf
+    return np.clip(np.rint(counts), low, high).astype(np.int64)
+
+
+def synthetic_prompts(prompts: Prompts, seed: int) -> list[tuple[str, int]]:
+    """(prompt, max_tokens) × prompts.count, the same for a given seed on every worker."""
+    rng = np.random.default_rng(seed)
+    inputs = draw_counts(prompts.input_tokens, prompts.count, rng)
+    outputs = draw_counts(prompts.output_tokens, prompts.count, rng)
+    vocabulary = np.array(WORDS)
+    return [(" ".join(vocabulary[rng.integers(0, len(vocabulary), int(k))]), int(m)) for k, m in zip(inputs, outputs)]
+
+
+def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, int]]:
+    """(prompt or messages, max_tokens) of every line of a JSONL prompt file."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise PromptFileError(f"{path}: {exc.strerror or exc}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise PromptFileError(f"{path}:{n}: not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise PromptFileError(f"{path}:{n}: a line must be a JSON object with \"prompt\" or \"messages\"")
+        prompt = doc.get("prompt", doc.get("messages"))
+        valid_messages = isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
+        if not (isinstance(prompt, str) and prompt) and not valid_messages:
+            raise PromptFileError(f"{path}:{n}: needs \"prompt\" (a non-empty string) or \"messages\" (a list of "
+                                  "{\"role\", \"content\"} objects)")
+        max_tokens = doc.get("max_tokens", default_max_tokens)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise PromptFileError(f"{path}:{n}: max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
+        out.append((prompt, max_tokens))
+    if not out:
+        raise PromptFileError(f"{path}: no prompts")
+    return out
+
+
+def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[bytes]:
+    """The request bodies of a generative endpoint, encoded before the run."""
+    spec = endpoint.prompts or Prompts()
+    if spec.file is not None:
+        path = Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file
+        items = file_prompts(path, spec.output_tokens.mean)
+    else:
+        items = synthetic_prompts(spec, seed)
+    return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos)
+            for prompt, max_tokens in items]

@@ -1,0 +1,65 @@
+"""Generative prompts: seeded lengths after the profile, JSONL prompt files, errors naming the file and line."""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from contract.profile import Endpoint, Prompts, TokenCount
+from harness.client.prompts import PromptFileError, draw_counts, file_prompts, prompt_bodies, synthetic_prompts
+
+
+@pytest.mark.parametrize("spec, low, high, mean", [
+    (TokenCount(mean=64), 64, 64, 64),
+    (TokenCount(mean=50, distribution="uniform", min=10, max=90), 10, 90, 50),
+    (TokenCount(mean=200, distribution="normal", stddev=40, min=20), 20, None, 200),
+    (TokenCount(mean=300, distribution="lognormal", stddev=150, max=2000), 1, 2000, 300),
+])
+def test_counts_follow_their_distribution_within_bounds(spec, low, high, mean):
+    counts = draw_counts(spec, 20_000, np.random.default_rng(1))
+    assert counts.min() >= low and (high is None or counts.max() <= high)
+    assert abs(counts.mean() - mean) / mean < 0.03
+
+
+def test_synthetic_prompts_are_the_same_for_a_seed_and_have_the_lengths_asked():
+    spec = Prompts(input_tokens=TokenCount(mean=30), output_tokens=TokenCount(mean=8), count=5)
+    first, again = synthetic_prompts(spec, 7), synthetic_prompts(spec, 7)
+    assert first == again and first != synthetic_prompts(spec, 8)
+    assert [len(p.split()) for p, _ in first] == [30] * 5 and [m for _, m in first] == [8] * 5
+
+
+def test_prompt_bodies_for_chat_and_completions(tmp_path):
+    chat = Endpoint(name="c", url="http://h:1", protocol="openai-chat", model="m",
+                    prompts={"input_tokens": {"mean": 3}, "output_tokens": {"mean": 4}, "count": 2})
+    body = orjson.loads(prompt_bodies(chat, 1, tmp_path)[0])
+    assert body["messages"][0]["role"] == "user" and len(body["messages"][0]["content"].split()) == 3
+    assert (body["max_tokens"], body["stream"], body["ignore_eos"]) == (4, True, True)
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi there", "max_tokens": 5}\n\n'
+                                      '{"messages": [{"role": "user", "content": "yo"}]}\n')
+    completions = Endpoint(name="p", url="http://h:1", protocol="openai-completions", model="m",
+                           prompts={"file": "p.jsonl", "output_tokens": {"mean": 9}})
+    bodies = [orjson.loads(b) for b in prompt_bodies(completions, 1, tmp_path)]
+    assert [(b["prompt"], b["max_tokens"]) for b in bodies] == [("hi there", 5), ("yo", 9)]
+
+
+@pytest.mark.parametrize("line, words", [
+    ("{not json", "p.jsonl:2: not JSON"),
+    ("[1, 2]", "p.jsonl:2: a line must be a JSON object"),
+    ('{"prompt": ""}', "p.jsonl:2: needs \"prompt\""),
+    ('{"messages": [{"role": "user"}]}', "p.jsonl:2: needs \"prompt\""),
+    ('{"prompt": "x", "max_tokens": 0}', "p.jsonl:2: max_tokens must be a whole number"),
+])
+def test_a_bad_line_is_named_with_its_file_and_line(tmp_path, line, words):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "fine"}\n' + line + "\n")
+    with pytest.raises(PromptFileError, match=words.replace("[", r"\[")):
+        file_prompts(path, 16)
+
+
+def test_a_missing_or_empty_file(tmp_path):
+    with pytest.raises(PromptFileError, match="nope.jsonl: No such file"):
+        file_prompts(tmp_path / "nope.jsonl", 16)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(PromptFileError, match="empty.jsonl: no prompts"):
+        file_prompts(tmp_path / "empty.jsonl", 16)
