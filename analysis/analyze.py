@@ -30,7 +30,7 @@ from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.stats.timeline import Timeline, timeline
-from analysis.stats.tokens import TOKEN_COLUMNS, flat_token_rows, token_table
+from analysis.stats.tokens import TOKEN_COLUMNS, flat_token_rows, token_table, token_verdicts
 from analysis.stats.validity import groups_of, validity_rows
 from contract.profile import Profile
 
@@ -136,7 +136,8 @@ def _statistics(run: _Run) -> list[Statistic]:
     scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
     worker_summaries = {n: (w or {}).get("summary") or {} for n, w in (data.manifest.get("workers") or {}).items()}
     report_columns = REPORT_COLUMNS if figures.ahead else ()
-    token_columns = TOKEN_COLUMNS if any(e.generative for e in p.endpoints) else ()
+    generative = {e.name for e in p.endpoints if e.generative}
+    token_columns = TOKEN_COLUMNS if generative else ()
 
     def decomposition(c: Columns, r: Results):
         table = decomposition_table(c, r["slowest"].index.to_numpy())
@@ -165,7 +166,9 @@ def _statistics(run: _Run) -> list[Statistic]:
 
     def verdicts(c: Columns, r: Results):
         ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
-        return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(slos, endpoint_names, region_names),
+        request_slos = [s for s in slos if s["metric"] in ("latency", "error_rate")]  # the token ones: "tokens"
+        return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(request_slos, endpoint_names,
+                                                                            region_names),
                              endpoint_names, region_names, r["time_groups"], ok_sorted, run.threads)
 
     return [
@@ -217,13 +220,16 @@ def _statistics(run: _Run) -> list[Statistic]:
         Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
         # streamed (generative) requests: TTFT, TPOT, ITL, E2E and tokens/s
         Statistic("tokens", token_columns, lambda c, r: token_table(
-            c.frame(token_columns), duration, {e.name for e in p.endpoints if e.generative}) if token_columns else []),
+            c.frame(token_columns), duration, generative) if token_columns else []),
+        Statistic("token_verdicts", token_columns, lambda c, r: token_verdicts(
+            c.frame(token_columns), slos, generative, region_names) if token_columns else []),
     ]
 
 
 # the results the summary is made of (the others are dropped after their last user)
 SUMMARY_RESULTS = {"arrivals", "scenario", "slowest", "decomposition", "server_statistics", "queueing", "decision",
-                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors", "tokens"}
+                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors", "tokens",
+                   "token_verdicts"}
 
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
@@ -280,7 +286,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdicts = r["verdicts"]
+    verdicts = r["verdicts"] + r["token_verdicts"]
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]

@@ -331,8 +331,12 @@ class Inputs(_Strict):
                                                          "fewer samples are kept when they would exceed it")
 
 
+TOKEN_METRICS = ("ttft", "tpot", "itl", "e2e")  # generative endpoints' (docs/METHODS.md, "Streams")
+
+
 class Slo(_Strict):
-    metric: Literal["latency", "error_rate"]
+    metric: Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e"] = Field(
+        description="latency (from the intended send), error_rate, or a streamed request's ttft, tpot, itl, e2e")
     percentile: float | None = Field(None, gt=0, lt=100)
     threshold_ms: float | None = Field(None, gt=0)
     threshold: float | None = Field(None, ge=0, le=1, description="error-rate bound (fraction)")
@@ -341,8 +345,8 @@ class Slo(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> "Slo":
-        if self.metric == "latency" and (self.percentile is None or self.threshold_ms is None):
-            raise ValueError("a latency SLO needs percentile and threshold_ms")
+        if self.metric != "error_rate" and (self.percentile is None or self.threshold_ms is None):
+            raise ValueError(f"a {self.metric} SLO needs percentile and threshold_ms")
         if self.metric == "error_rate" and self.threshold is None:
             raise ValueError("an error_rate SLO needs threshold")
         return self
@@ -497,6 +501,12 @@ class Profile(_Strict):
                 raise ValueError(f"slos[{i}].endpoint: no endpoint named {slo.endpoint!r}")
             if slo.region not in regions:
                 raise ValueError(f"slos[{i}].region: no region named {slo.region!r}")
+            if slo.metric in TOKEN_METRICS:
+                generative = {e.name for e in self.endpoints if e.generative}
+                if not generative or (slo.endpoint != "*" and slo.endpoint not in generative):
+                    raise ValueError(f"slos[{i}].metric: {slo.metric} is a streamed request's: it needs "
+                                     f"{'the endpoint ' + repr(slo.endpoint) if slo.endpoint != '*' else 'an endpoint'}"
+                                     " of protocol openai-chat or openai-completions")
         return self
 
     @property

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 def _measured(v: dict) -> str:
     if v["measured"] is None:
         return "no measurement"
-    if v["metric"] == "latency":
+    if v["metric"] != "error_rate":  # latency, ttft, tpot, itl, e2e: milliseconds
         ci = f" [{v['ci_low']:.3g}, {v['ci_high']:.3g}]" if v.get("ci_low") is not None else ""
         return f"measured {v['measured']:.3g} ms{ci}"
     return f"measured {v['measured']:.3%} [{v['ci_low']:.3%}, {v['ci_high']:.3%}]"

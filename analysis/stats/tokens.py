@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.read.frames import group_positions
-from analysis.stats.estimators import PercentileEstimate, sorted_percentile_ci
+from analysis.stats.correlation import integrated_time
+from analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
@@ -46,6 +47,71 @@ def _estimate(values: np.ndarray, effective_n: int | None = None) -> dict:
         out[f"p{p:g}"] = {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "min_samples": e.min_samples,
                           "effective_n": e.effective_n}
     out["mean"] = float(x.mean()) if len(x) else None
+    return out
+
+
+def _metric_values(df: pd.DataFrame, rows: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(values in ms — +inf for a request that failed —, whether each is one of the requests' own, streams):
+    TTFT, TPOT, E2E one value a request (a request with one token has no TPOT); ITL the pooled gaps."""
+    ok = df["status"].to_numpy()[rows] == "ok"
+    if metric == "itl":
+        offsets, counts = df["token_event_us"].to_numpy()[rows], df["token_event_counts"].to_numpy()[rows]
+        gaps = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2")) if good
+                else np.array([np.inf]) for o, c, good in zip(offsets, counts, ok)]
+        values = np.concatenate(gaps) if gaps else np.empty(0)
+        return values, np.ones(len(values), dtype=bool), int(sum(len(g) > 0 for g in gaps))
+    if metric == "ttft":
+        values = df["ttft_ns"].to_numpy()[rows] / 1e6
+        good = ok & (values >= 0)
+    elif metric == "tpot":
+        tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
+        span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
+        keep = ~ok | (tokens > 1)  # a one-token stream has no TPOT; a failed one did not meet it
+        values = np.where(ok, span / np.maximum(tokens - 1, 1), np.inf)[keep]
+        return values, np.ones(len(values), dtype=bool), len(values)
+    else:  # e2e
+        values = df["latency_ns"].to_numpy()[rows] / 1e6
+        good = ok
+    return np.where(good, values, np.inf), np.ones(len(values), dtype=bool), len(values)
+
+
+def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regions: list[str]) -> list[dict]:
+    """One verdict per token SLO (ttft, tpot, itl, e2e) × generative endpoint × region, on the measured phases,
+    as analysis/stats/slo.py judges a latency SLO: k values above the threshold (a failed request never met it)
+    of n, PASS when the exact binomial interval of k/n (counting the independent samples they are worth) lies
+    below 1 − q/100, FAIL above, else INCONCLUSIVE with the samples still needed. ITL counts each stream as one
+    independent sample."""
+    token_slos = [(i, s) for i, s in enumerate(slos) if s["metric"] in METRICS]
+    if not token_slos:
+        return []
+    measured = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+    rows = np.flatnonzero(measured)
+    plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status") else df[c]).to_numpy()[rows]
+                          for c in TOKEN_COLUMNS if c in df}).reset_index(drop=True)
+    groups = group_positions(plain, ["endpoint", "region"]) if len(plain) else {}
+    out = []
+    for i, slo in token_slos:
+        names = sorted(endpoints) if slo["endpoint"] == "*" else [slo["endpoint"]]
+        where = sorted(regions) if slo["region"] == "*" else [slo["region"]]
+        for endpoint in names:
+            for region in where:
+                positions = groups.get((endpoint, region), np.empty(0, dtype=np.int64))
+                values, _, streams = _metric_values(plain, positions, slo["metric"]) if len(positions) else \
+                    (np.empty(0), np.empty(0, dtype=bool), 0)
+                q, threshold = slo["percentile"], slo["threshold_ms"]
+                exceeding = values > threshold
+                n, k = len(values), int(exceeding.sum())
+                tau = max(1.0, n / streams) if slo["metric"] == "itl" and streams else integrated_time(exceeding)
+                v = proportion_verdict(k, n, 1 - q / 100, tau=tau)
+                estimate = sorted_percentile_ci(np.sort(values), q, effective_n=streams if slo["metric"] == "itl"
+                                                else None) if n else None
+                out.append({"slo": i, "description": f"{slo['metric'].upper()} p{q:g} < {threshold:g} ms",
+                            "metric": slo["metric"], "implicit": False, "endpoint": endpoint, "region": region,
+                            "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
+                            "measured": estimate.value if estimate else None,
+                            "ci_low": estimate.ci_low if estimate else None,
+                            "ci_high": estimate.ci_high if estimate else None,
+                            "more_samples_needed": v.more_samples_needed, "trend": None, "reason": None})
     return out
 
 

@@ -39,7 +39,9 @@ def generative_profile(model_repo, url: str, **extra):
          "prompts": prompts, **extra},
         {"name": "text", "url": url, "protocol": "openai-completions", "model": "sink", "prompts": prompts}],
         regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
-        load={"rate": 24, "duration_s": 8, "warmup_s": 1, "seed": 11})
+        load={"rate": 24, "duration_s": 8, "warmup_s": 1, "seed": 11},
+        slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": FIRST_MS + 2 * FAR_MS + 40},
+              {"metric": "tpot", "percentile": 90, "threshold_ms": 10, "endpoint": "chat"}])
 
 
 def test_streams_from_two_regions_carry_the_servers_token_timing(model_repo, sink, tmp_path):
@@ -63,8 +65,12 @@ def test_streams_from_two_regions_carry_the_servers_token_timing(model_repo, sin
             assert abs(r["tpot_ms"]["p50"]["value"] - tpot) < 1.0, r["tpot_ms"]
             assert r["ok"] == r["requests"] and r["outcomes"] == {"complete": r["requests"]}
     assert "tokens" in a.tables and set(a.tables["tokens"]["endpoint"]) == {"chat", "text", "*"}
-    summary = a.summary
-    assert summary["verdict"] in ("PASS", "INCONCLUSIVE"), summary["slos"]
+    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary["slos"]}
+    # TTFT ≤ 50 ms + the delays everywhere: PASS; TPOT is 14.7 ms, above 10 ms on every request: FAIL
+    assert {verdicts[("ttft", e, r)] for e in ("chat", "text") for r in ("near", "far")} == {"PASS"}, verdicts
+    assert {verdicts[("tpot", "chat", r)] for r in ("near", "far")} == {"FAIL"} and ("tpot", "text", "near") \
+        not in verdicts
+    assert a.summary["verdict"] == "FAIL" and a.summary["exit_code"] == 1
 
 
 def run_cli(tmp_path: Path, sink: str, model: str, extra: str = "") -> subprocess.CompletedProcess:

@@ -63,3 +63,28 @@ def test_a_missing_or_empty_file(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(PromptFileError, match="empty.jsonl: no prompts"):
         file_prompts(tmp_path / "empty.jsonl", 16)
+
+
+def test_generative_profile_fields_are_checked_where_they_are_read():
+    from contract.profile import ProfileError, parse_profile
+
+    base = {"name": "g", "regions": [{"name": "a", "share": 1}], "load": {"rate": 1, "duration_s": 1}}
+    kserve = {"name": "k", "url": "http://h:1", "protocol": "kserve-http", "model": "m"}
+    chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m"}
+    cases = [
+        ({"endpoints": [{**chat, "url": "embedded"}]}, "endpoints[0]: url: protocol 'openai-chat' needs an http://"),
+        ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for openai-chat"),
+        ({"endpoints": [{**chat, "prompts": {"output_tokens": {"mean": 9, "distribution": "uniform"}}}]},
+         "uniform needs min and max"),
+        ({"endpoints": [kserve], "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 5}]},
+         "slos[0].metric: ttft is a streamed request's: it needs an endpoint of protocol openai-chat"),
+        ({"endpoints": [kserve, chat], "slos": [{"metric": "itl", "percentile": 99, "threshold_ms": 5, "endpoint": "k"}]},
+         "needs the endpoint 'k' of protocol openai-chat"),
+        ({"endpoints": [chat], "slos": [{"metric": "tpot", "percentile": 99}]}, "a tpot SLO needs percentile and "),
+    ]
+    for extra, words in cases:
+        with pytest.raises(ProfileError, match=words.replace("[", r"\[").replace("(", r"\(")):
+            parse_profile({**base, **extra}, "g.toml")
+    ok = parse_profile({**base, "endpoints": [kserve, chat],
+                        "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 500}]}, "g.toml")
+    assert [e.generative for e in ok.endpoints] == [False, True] and [e.name for e in ok.kserve_endpoints] == ["k"]

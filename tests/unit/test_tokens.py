@@ -47,3 +47,18 @@ def test_token_table_per_region_endpoint_and_overall():
 
 def test_a_run_without_generative_endpoints_has_no_token_rows():
     assert token_table(stream_rows(10, "near", 50, 20, 3), 10, set()) == []
+
+
+def test_token_slos_pass_fail_and_undecided():
+    from analysis.stats.tokens import token_verdicts
+
+    df = pd.concat([stream_rows(400, "near", 50, 20, 11), stream_rows(20, "far", 80, 20, 11)], ignore_index=True)
+    slos = [{"metric": "ttft", "percentile": 99, "threshold_ms": 60, "endpoint": "*", "region": "*"},
+            {"metric": "itl", "percentile": 50, "threshold_ms": 15, "endpoint": "llm", "region": "near"},
+            {"metric": "latency", "percentile": 99, "threshold_ms": 1, "endpoint": "*", "region": "*"}]
+    got = {(v["metric"], v["region"]): v for v in token_verdicts(df, slos, {"llm"}, ["near", "far"])}
+    assert got[("ttft", "near")]["verdict"] == "PASS"  # 400 of 50 ms against 60
+    assert got[("ttft", "far")]["verdict"] == "FAIL"  # every one 80 ms
+    itl = got[("itl", "near")]
+    assert itl["verdict"] == "FAIL" and itl["n"] == 4000 and itl["effective_n"] <= 400  # a stream counts once
+    assert ("latency", "near") not in got  # analysis/stats/slo.py judges those
