@@ -237,10 +237,11 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                              ("server_name", args.tls_server_name)) if v is not None}
     auth = {k: v for k, v in (("auth_header", args.auth_header), ("auth_env", args.auth_env),
                               ("auth_file", args.auth_file)) if v is not None}
+    prompts = {"input_tokens": {"mean": args.input_tokens}, "output_tokens": {"mean": args.output_tokens}}
     try:
         endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
                                   args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check,
-                                  tls, auth)
+                                  tls, auth, prompts)
     except ProfileError as exc:
         print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
         return USAGE
@@ -482,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "all worked, 1 on a mismatch or a failed request, 2 when unreachable.")
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
-    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc"], default=None,
+    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions"],
+                       default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")
     probe.add_argument("--data", default="random", help="'random' (default), 'zero', or a data file as in a profile's "
@@ -490,6 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                        help="an input's shape without the batch dimension (repeat per input), like a profile's shapes")
     probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
+    probe.add_argument("--input-tokens", type=int, default=32, help="openai-*: words a prompt (default 32)")
+    probe.add_argument("--output-tokens", type=int, default=32, help="openai-*: max_tokens (default 32)")
     probe.add_argument("--batch-size", type=int, default=1)
     probe.add_argument("--binary", choices=["auto", "true", "false"], default="auto",
                        help="HTTP binary tensor extension (default auto: tensors over 1 kB)")

@@ -14,7 +14,7 @@ import numpy as np
 from contract.credentials import Credential, CredentialError
 from contract.exit_codes import FAIL, USAGE
 from contract.plan import unresolved_plan
-from contract.profile import Endpoint, ProfileError, parse_profile
+from contract.profile import GENERATIVE, Endpoint, ProfileError, parse_profile
 from contract.requests import RequestSpec, RequestSpecError
 from harness.client.payloads import AnswerCheck, wanted_outputs
 from harness.client.request_data import DataError, SampleSet, samples_for
@@ -30,12 +30,15 @@ def protocol_of(url: str, protocol: str | None) -> str:
 
 def probe_endpoint(url: str, model: str, protocol: str, version: str, data: str, shapes: dict[str, list[int]],
                    batch_size: int, timeout_ms: float, binary: bool | str, check: dict | None,
-                   tls: dict | None = None, auth: dict | None = None) -> Endpoint:
+                   tls: dict | None = None, auth: dict | None = None, prompts: dict | None = None) -> Endpoint:
     """The endpoint a probe talks to, validated like a profile's (ProfileError names the option). `tls`: the
-    profile's tls table; `auth`: auth_header with auth_env or auth_file."""
-    entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "model_version": version,
-             "data": data, "shapes": shapes, "batch_size": batch_size, "timeout_ms": timeout_ms, "binary": binary,
+    profile's tls table; `auth`: auth_header with auth_env or auth_file; `prompts`: a generative endpoint's."""
+    entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "timeout_ms": timeout_ms,
              **(auth or {})}
+    if protocol in GENERATIVE:
+        entry["prompts"] = prompts or {}
+    else:
+        entry.update(model_version=version, data=data, shapes=shapes, batch_size=batch_size, binary=binary)
     if check:
         entry["check"] = check
     if tls:
@@ -59,6 +62,8 @@ def describe(request: RequestSpec, samples: SampleSet) -> list[str]:
 
 
 def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
+    if endpoint.generative:
+        return run_generative_probe(url, endpoint, requests)
     try:
         credential = Credential.of(endpoint)
         info = model_info(url, endpoint.protocol, endpoint.model, endpoint.model_version,
@@ -127,6 +132,50 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
                 label = check.label(first)
                 print(f"  check: {right} of {request.batch_size} right" +
                       (f" (answered {prediction}, label {label})" if label >= 0 else ""))
+    finally:
+        sender.close()
+    return FAIL if failed else 0
+
+
+def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
+    """An OpenAI-compatible endpoint: the models it lists, then `requests` streamed prompts one after another, each
+    with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
+    from harness.client.generative import OpenAISender
+    from harness.client.prompts import prompt_bodies
+    from harness.orchestration.endpoint_check import served_models
+
+    try:
+        credential = Credential.of(endpoint)
+        ids = served_models(url, timeout_s=min(10.0, endpoint.timeout_ms / 1000), tls=sender_tls(endpoint),
+                            headers=credential.headers() if credential else None)
+    except (EndpointCheckError, CredentialError) as exc:
+        print(f"tailrace probe: {exc}", file=sys.stderr)
+        return USAGE
+    print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
+    if endpoint.model not in ids:
+        print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
+        return USAGE
+    spec = endpoint.prompts
+    print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
+          f"{spec.output_tokens.mean}, stream with usage on every event")
+    sender = OpenAISender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd()), endpoint.timeout_ms / 1000,
+                          endpoint.ttft_timeout_ms / 1000 if endpoint.ttft_timeout_ms else None, credential,
+                          sender_tls(endpoint), pool=1)
+    failed = 0
+    try:
+        for k in range(requests):
+            sent = [0]
+            out = sender.send(k, {}, lambda: sent.__setitem__(0, time.perf_counter_ns()))
+            s = out.stream
+            if out.status != "ok":
+                print(f"request {k + 1}: {out.status} ({out.code}) {out.error}")
+                failed += 1
+                continue
+            ttft = (s.first_token_ns - sent[0]) / 1e6
+            tpot = (s.last_token_ns - s.first_token_ns) / 1e6 / (s.output_tokens - 1) if s.output_tokens > 1 else None
+            print(f"request {k + 1}: ok, TTFT {ttft:.1f} ms, TPOT " + (f"{tpot:.2f} ms" if tpot is not None else "–")
+                  + f", {s.output_tokens} tokens out ({s.token_source}), {s.input_tokens} in, {len(s.event_ns)} "
+                    f"events, finish {s.finish_reason or '–'}: {s.preview!r}")
     finally:
         sender.close()
     return FAIL if failed else 0

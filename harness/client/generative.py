@@ -194,6 +194,7 @@ def _stream_into(result: StreamOutcome, stream: OpenAIStream) -> None:
     result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
     result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
     result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
+    result.preview = stream.preview
 
 
 def _error_text(payload: bytes) -> str:

@@ -29,7 +29,7 @@ class OpenAIStream:
     """The state of one streamed response, fed its events as they are read (instants: monotonic ns)."""
 
     __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
-                 "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes")
+                 "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -45,6 +45,7 @@ class OpenAIStream:
         self._continuous = False  # usage on token events (continuous_usage_stats)
         self._counted = 0
         self.text_bytes = 0
+        self.preview = ""  # the text's first 80 characters (tailrace probe prints them)
 
     def feed(self, read_ns: int, data: bytes) -> None:
         """One event's data, read at `read_ns`."""
@@ -91,6 +92,8 @@ class OpenAIStream:
                 self.usage_tokens = completion
         if text:
             self.text_bytes += len(text)
+            if len(self.preview) < 80:
+                self.preview = (self.preview + text)[:80]
             if self.first_token_ns < 0:
                 self.first_token_ns = read_ns
             self.last_token_ns = read_ns

@@ -20,6 +20,7 @@ class StreamOutcome:
     token_source: str = ""  # usage | final_usage | events
     finish_reason: str = ""
     outcome: str = ""  # complete | error_event | cut | ttft_timeout | timeout
+    preview: str = ""  # the text's first 80 characters
 
 
 @dataclass

@@ -107,3 +107,13 @@ def test_a_bad_prompt_file_line_is_named_and_nothing_is_sent(model_repo, sink, t
     assert r.returncode == 2, r.stdout + r.stderr
     assert "prompts.jsonl:2: needs \"prompt\"" in r.stderr and "Traceback" not in r.stderr
     assert "requests" not in r.stdout  # no run summary: nothing was sent
+
+
+def test_probe_lists_the_models_and_streams_a_few_prompts(sink, tmp_path):
+    probe = [sys.executable, "-m", "tailrace.cli", "probe", sink, "--protocol", "openai-chat", "--requests", "2"]
+    r = subprocess.run([*probe, "--model", "sink"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "/v1/models: sink" in r.stdout and r.stdout.count(f"{TOKENS} tokens out (usage)") == 2
+    assert "finish length" in r.stdout and "TTFT" in r.stdout
+    r = subprocess.run([*probe, "--model", "other"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "model 'other' is not served by" in r.stderr and "Traceback" not in r.stderr
