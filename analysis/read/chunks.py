@@ -110,7 +110,8 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
                            page_checksum_verification=True).read(columns=names, use_threads=False)
     for name, default in optional.items():  # a column newer than the chunk
         if name in schema.names and name not in present:
-            table = table.append_column(name, pa.array([default] * table.num_rows, type=pa.int32()))
+            kind = schema.field(name).type  # its own type: int32 counts, int64 instants, strings, binary
+            table = table.append_column(name, pa.array([default] * table.num_rows, type=kind))
     missing = [c for c in schema.names if c not in table.column_names]
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")

@@ -124,3 +124,23 @@ def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_pa
         log.values("latency_ns")
     assert raised.value.path == str(files[2])
     assert [names for _, names in passes] == [["phase"], ["latency_ns"]]  # error was not read ahead
+
+
+def test_a_one_shot_runs_chunks_read_every_stream_column_with_its_default(tmp_path):
+    """A run without generative endpoints writes no stream columns (and older runs never had them): every one reads
+    back with its own type's default — not one chunk skipped (an int32-only filler had skipped them all)."""
+    from contract.layout import WorkerLayout
+    from contract.records import OPTIONAL_DEFAULTS, REQUEST_FIELDS, STREAM_DEFAULTS, RequestRow
+    from harness.spool.recorder import request_writer
+
+    writer = request_writer(WorkerLayout(tmp_path / "w"), max_rows=10, max_seconds=100, streams=False)
+    row = RequestRow(*(0 if kind in ("int64", "int32") else "x" if kind == "string" else True
+                       for name, kind, _ in REQUEST_FIELDS if name not in STREAM_DEFAULTS))
+    path = writer.write([row] * 3)
+    assert not set(STREAM_DEFAULTS) & set(pq.read_schema(path).names)
+    skipped: list[SkippedChunk] = []
+    log = ChunkColumns([path], REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS)
+    frame = log.frame(list(STREAM_DEFAULTS))
+    assert skipped == [] and len(frame) == 3
+    for name, default in STREAM_DEFAULTS.items():
+        assert list(frame[name].astype(object)) == [default] * 3, name
