@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from contract.layout import CLOCK, REQUESTS, WorkerLayout
-from contract.records import CLOCK_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
+from contract.records import CLOCK_FIELDS, ONE_SHOT_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
 from harness.spool.chunk_writer_process import write_chunk
 
 
@@ -66,7 +66,8 @@ class ChunkWriter:
         `between_columns` is called after each column: the generator yields to its event loop there, so a
         big chunk never blocks sending for more than one column's conversion (~0.1 ms).
         """
-        columns = list(zip(*rows)) if rows else [()] * len(self._columns)
+        # rows → columns lazily: a row type's trailing fields that this writer's schema leaves out are never built
+        columns = zip(*rows) if rows else [()] * len(self._columns)
         arrays = []
         for values, (_, kind) in zip(columns, self._columns):
             arrays.append(pa.array(values, type=kind))
@@ -95,8 +96,10 @@ class ChunkWriter:
         return final
 
 
-def request_writer(layout: WorkerLayout, max_rows: int, max_seconds: float) -> ChunkWriter:
-    return ChunkWriter(layout, REQUESTS, REQUEST_FIELDS, RequestRow, max_rows, max_seconds)
+def request_writer(layout: WorkerLayout, max_rows: int, max_seconds: float, streams: bool = True) -> ChunkWriter:
+    """The request log's writer; `streams`: the run has generative endpoints (else their columns are left out)."""
+    return ChunkWriter(layout, REQUESTS, REQUEST_FIELDS if streams else ONE_SHOT_FIELDS, RequestRow, max_rows,
+                       max_seconds)
 
 
 def clock_writer(layout: WorkerLayout) -> ChunkWriter:

@@ -68,7 +68,8 @@ class WorkerRun:
         self.models_dir = Path(identity.models_dir or plan.models_dir)
         self.clock = WorkerClock(identity.skew_ms)
         gen = p.generator
-        self.requests = request_writer(self.layout, gen.chunk_rows, gen.chunk_seconds)
+        self.requests = request_writer(self.layout, gen.chunk_rows, gen.chunk_seconds,
+                                       streams=any(e.generative for e in p.endpoints))
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
         self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
