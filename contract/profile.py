@@ -217,9 +217,9 @@ class Endpoint(_Strict):
                              f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
-        if self.generative and not scheme:
+        if self.generative and not scheme and self.url != EMBEDDED:
             raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL of an OpenAI-compatible "
-                             f"server (the embedded endpoint serves KServe v2 only), not {self.url!r}")
+                             f"server, or 'embedded' (its generative models: tiny_lm, synthetic_lm), not {self.url!r}")
         if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
             raise ValueError("prompts and ttft_timeout_ms are for openai-chat / openai-completions endpoints")
         return self
@@ -362,6 +362,12 @@ class Embedded(_Strict):
     process_per_model: bool = Field(False, description="one endpoint process per model (memory per variant)")
     cpus: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, min_length=1, description="pin the endpoint process(es) to these CPUs (keep them off the generators')")
+    max_num_seqs: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="generative model → most sequences in its running batch")
+    max_num_batched_tokens: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="generative model → token budget of one step")
+    max_waiting: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="generative model → waiting requests before new ones are refused (429)")
 
 
 class TritonLocal(_Strict):

@@ -1,5 +1,5 @@
 """Run the embedded endpoint: KServe v2 over HTTP (uvicorn) and gRPC (grpcio) in one process, plain or over TLS
-(one-way, or mutual with a client CA) on both."""
+(one-way, or mutual with a client CA) on both; the generative models' OpenAI-compatible routes under /v1/."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +15,7 @@ from endpoints.auth import CredentialInterceptor, require_credential
 from endpoints.http_guard import guarded_protocol
 from endpoints.kserve.grpc_service import start_grpc_server
 from endpoints.kserve.http_app import build_app
+from endpoints.openai.routes import OpenAIRoutes
 from endpoints.serving.core import InferenceServer, ServerOptions
 
 
@@ -52,6 +53,21 @@ class ServerTls:
             require_client_auth=self.client_ca is not None)
 
 
+def with_openai_routes(kserve_app, server: InferenceServer):
+    """The KServe v2 application, with /v1/… going to the OpenAI-compatible routes when generative models are
+    served."""
+    if not server.generators:
+        return kserve_app
+    openai = OpenAIRoutes(server)
+
+    def app(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            return openai(scope, receive, send)
+        return kserve_app(scope, receive, send)
+
+    return app
+
+
 def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | None,
           tls: ServerTls | None = None, credential: Credential | None = None) -> int:
     """Serve until SIGINT/SIGTERM; returns the process exit code. `credential`: every request must carry it
@@ -64,7 +80,7 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
     interceptors = [CredentialInterceptor(credential)] if credential else []
     grpc_server = start_grpc_server(server, host, grpc_port, tls.grpc_credentials() if tls else None,
                                     interceptors) if grpc_port else None
-    app = build_app(server)
+    app = with_openai_routes(build_app(server), server)
     config = uvicorn.Config(require_credential(app, credential) if credential else app, host=host, port=http_port,
                             loop="uvloop",
                             http=guarded_protocol(options.header_timeout_s), interface="asgi3", access_log=False,
@@ -73,7 +89,9 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
                             **(tls.uvicorn_options() if tls else {}))
     http_server = uvicorn.Server(config)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    models = ", ".join(f"{n}(slots={s.slots}, queue={s.queue_depth})" for n, s in server.schedulers.items())
+    models = ", ".join([f"{n}(slots={s.slots}, queue={s.queue_depth})" for n, s in server.schedulers.items()]
+                       + [f"{n}(generative: /v1, max_num_seqs={e.limits.max_num_seqs}, max_waiting="
+                          f"{e.limits.max_waiting})" for n, e in server.generators.items()])
     mutual = (" (mutual TLS)" if tls and tls.client_ca else "") + (f" (requires {credential.header})" if credential
                                                                    else "")
     print(f"tailrace serve: http{'s' if tls else ''}://{host}:{http_port}"

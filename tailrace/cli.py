@@ -50,9 +50,19 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
     for col in ("model", "held-out accuracy", "size", "parameters", "sha256"):
         table.add_column(col)
     for m in built:
-        table.add_row(m.name, f"{m.accuracy:.4f}", f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
+        accuracy = "—" if m.accuracy is None else f"{m.accuracy:.4f}"
+        table.add_row(m.name, accuracy, f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
     console().print(table)
     return OK
+
+
+def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
+    """--max-num-seqs / --max-num-batched-tokens / --max-waiting MODEL=N → model → BatchingLimits overrides."""
+    out: dict[str, dict[str, int]] = {}
+    for field_name in ("max_num_seqs", "max_num_batched_tokens", "max_waiting"):
+        for model, n in getattr(args, field_name):
+            out.setdefault(model, {})[field_name] = n
+    return out
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -67,7 +77,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                             max_body_bytes=args.max_body_bytes, service_time_mean_ms=args.mm1_mean_ms,
                             fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
                             max_batch=dict(args.max_batch), header_timeout_s=args.header_timeout_s,
-                            idle_timeout_s=args.idle_timeout_s)
+                            idle_timeout_s=args.idle_timeout_s, batching=_batching(args))
     if (args.tls_cert is None) != (args.tls_key is None) or (args.tls_client_ca and not args.tls_cert):
         parser.error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
@@ -322,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bounded queue length for a model; beyond it requests get 503 / UNAVAILABLE")
     serve.add_argument("--max-batch", type=_model_int, action="append", default=[], metavar="MODEL=N",
                        help="dynamic batching over HTTP: run up to N waiting rows as one batch (default 1: off)")
+    for flag, text in (("--max-num-seqs", "generative model: most sequences in the running batch"),
+                       ("--max-num-batched-tokens", "generative model: token budget of one step"),
+                       ("--max-waiting", "generative model: waiting requests before new ones are refused (429)")):
+        serve.add_argument(flag, type=_model_int, action="append", default=[], metavar="MODEL=N", help=text)
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
     serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
                        help="override synthetic_mm1's mean service time")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from contract.tensors import TensorSpec
+from endpoints.models.generative_build import GENERATIVE_MODELS, build_generative
 from endpoints.models.model_config import ModelSpec, write_config
 from endpoints.models.model_zoo import ZOO_MODELS, build_zoo
 from endpoints.models.onnx_tools import dedupe_opsets, onnx_parameter_count
@@ -26,7 +27,7 @@ N_CLASSES = 10
 DATA_FILE = Path("_data") / "digits_test.npz"
 ONNX_MODELS = ("digits_logreg_fp32", "digits_mlp_fp32", "digits_mlp_int8")
 SYNTHETIC_MODEL = "synthetic_mm1"
-ALL_MODELS = ONNX_MODELS + (SYNTHETIC_MODEL,) + ZOO_MODELS
+ALL_MODELS = ONNX_MODELS + (SYNTHETIC_MODEL,) + ZOO_MODELS + GENERATIVE_MODELS
 
 _DIGITS_INPUTS = (TensorSpec("input", "FP32", (-1, N_FEATURES)),)
 _DIGITS_OUTPUTS = (TensorSpec("label", "INT64", (-1,)), TensorSpec("probabilities", "FP32", (-1, N_CLASSES)))
@@ -37,7 +38,7 @@ class BuiltModel:
     """What the build reports for one model."""
 
     name: str
-    accuracy: float
+    accuracy: float | None  # None: not a classifier (the generative models)
     size_bytes: int
     parameters: int
     sha256: str
@@ -98,14 +99,15 @@ def _versions() -> dict[str, str]:
             "skl2onnx": skl2onnx.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
 
 
-def _write_metadata(model_dir: Path, artifact: Path, accuracy: float, parameters: int, extra: dict) -> BuiltModel:
+def _write_metadata(model_dir: Path, artifact: Path, accuracy: float | None, parameters: int, extra: dict
+                    ) -> BuiltModel:
     meta = {
         "name": model_dir.name,
         "artifact": str(artifact.relative_to(model_dir)),
         "sha256": sha256_of(artifact),
         "size_bytes": artifact.stat().st_size,
         "parameters": parameters,
-        "heldout_accuracy": round(accuracy, 6),
+        "heldout_accuracy": None if accuracy is None else round(accuracy, 6),
         "dataset": f"sklearn digits, 30% stratified hold-out, seed {SEED}",
         "build_versions": _versions(),
         **extra,
@@ -217,6 +219,7 @@ def build_repository(out: Path, mm1_mean_ms: float = 2.0) -> list[BuiltModel]:
                                    "digits_mlp_fp32 with dynamic INT8 weight quantization (onnxruntime)"))
     built.append(_build_synthetic(out, X_train, X_test, y_train, y_test, mm1_mean_ms))
     built += build_zoo(out, out / "digits_mlp_fp32" / "1" / "model.onnx", X_test, y_test, _write_metadata)
+    built += build_generative(out, _write_metadata)
     return built
 
 

@@ -57,7 +57,7 @@ class SyntheticRunner:
         self.mean_s = (mean_ms if mean_ms is not None else float(spec.parameters.get("service_time_mean_ms", 2))) / 1e3
         self._rng = np.random.default_rng(int(spec.parameters.get("seed", 0)))
         self._centroids = np.load(Path(spec.directory) / "1" / "centroids.npy")
-        self._overshoot_ns = _sleep_overshoot_ns()
+        self._overshoot_ns = sleep_overshoot_ns()
         self._max_overshoot_ns = int(self.mean_s * 1e9 / 4)  # a stall must not turn into a string of 0-length jobs
 
     def run(self, inputs: dict[str, np.ndarray], started_ns: int | None = None) -> dict[str, np.ndarray]:
@@ -75,7 +75,7 @@ class SyntheticRunner:
         return {"label": labels, "probabilities": scores}
 
 
-def _sleep_overshoot_ns(trials: int = 30) -> int:
+def sleep_overshoot_ns(trials: int = 30) -> int:
     """Median extra time time.sleep() takes over what it is asked for (~50–100 µs on Linux)."""
     extra = []
     for _ in range(trials):

@@ -5,9 +5,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from endpoints.models.decoders import load_decoder
+from endpoints.models.generative_build import GENERATIVE_BACKEND
 from endpoints.models.model_config import ModelSpec, model_spec
 from endpoints.models.runners import load_runner
+from endpoints.serving.continuous import BatchingLimits, ContinuousBatcher
 from endpoints.serving.errors import InferenceError, not_found
+from endpoints.serving.generation_metrics import GenerationMetrics
 from endpoints.serving.metrics import ServerMetrics
 from endpoints.serving.scheduler import ModelScheduler, Timings
 
@@ -30,6 +34,7 @@ class ServerOptions:
     max_batch: dict[str, int] = field(default_factory=dict)
     header_timeout_s: float = 10.0  # a new connection must send a complete request header by then
     idle_timeout_s: float = 30.0  # an idle keep-alive connection is closed after this
+    batching: dict[str, dict[str, int]] = field(default_factory=dict)  # generative model → BatchingLimits overrides
 
 
 def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelSpec]:
@@ -105,10 +110,24 @@ class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.metrics = ServerMetrics(lambda: (s.statistics for s in self.schedulers.values()))
-        self.specs = load_specs(options.repository, options.models)
+        every = load_specs(options.repository, options.models)
+        self.specs = {n: s for n, s in every.items() if s.backend != GENERATIVE_BACKEND}  # KServe v2 models
         unknown = (set(options.slots) | set(options.queue_depth) | set(options.max_batch)) - set(self.specs)
         if unknown:
             raise ValueError(f"--slots/--queue-depth/--max-batch name unknown model(s): {', '.join(sorted(unknown))}")
+        generative = {n: s for n, s in every.items() if s.backend == GENERATIVE_BACKEND}
+        unknown = set(options.batching) - set(generative)
+        if unknown:
+            raise ValueError(f"--max-num-seqs/--max-num-batched-tokens/--max-waiting name unknown generative "
+                             f"model(s): {', '.join(sorted(unknown))}")
+        generation_metrics = GenerationMetrics(self.metrics.registry) if generative else None
+        self.generators: dict[str, ContinuousBatcher] = {}
+        for name, spec in generative.items():
+            try:
+                limits = BatchingLimits.of(spec.parameters, options.batching.get(name))
+            except ValueError as exc:
+                raise ValueError(f"{spec.directory}: {exc}") from None
+            self.generators[name] = ContinuousBatcher(name, load_decoder(spec), limits, generation_metrics)
         self.schedulers: dict[str, ModelScheduler] = {}
         for name, spec in self.specs.items():
             runner = load_runner(spec, options.service_time_mean_ms)
@@ -153,6 +172,8 @@ class InferenceServer:
         self.ready = False
         for scheduler in self.schedulers.values():
             scheduler.stop()
+        for engine in self.generators.values():
+            engine.stop()
 
 
 def _platform(spec: ModelSpec) -> str:

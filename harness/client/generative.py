@@ -8,6 +8,7 @@ finish reason and how the stream ended (complete, error_event, cut, ttft_timeout
 """
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
@@ -144,10 +145,11 @@ class OpenAISender:
         on_sent()
         if first is not None:
             first.start()
-        status, code, error, bytes_in = "ok", "200", "", 0
+        status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
         try:
             response = self.client.request(head + body, consume)
             bytes_in = response.body_bytes
+            timing = server_timing(response.server_timing)
             code = str(response.status)
             status = classify_http_status(response.status)
             if status != "ok":
@@ -174,7 +176,7 @@ class OpenAISender:
                 error = stream.error or ("the stream ended before [DONE] or a finish reason" if result.outcome == CUT
                                          else error)
         return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), bytes_in=bytes_in,
-                       stream=result)
+                       stream=result, **timing)
 
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v1/models, with the credential), then the pool filled."""
@@ -195,6 +197,28 @@ def _stream_into(result: StreamOutcome, stream: OpenAIStream) -> None:
     result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
     result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
     result.preview = stream.preview
+
+
+_TIMING = re.compile(rb'(\w+);(?:dur=([0-9.]+)|desc="?(-?\d+)"?)')
+
+
+def server_timing(header: bytes) -> dict[str, int]:
+    """A streamed response's Server-Timing (the embedded server's: queue and prefill durations, its receive and
+    first-send epoch ns) as Outcome's server fields; {} when the server sends none."""
+    if not header:
+        return {}
+    out = {}
+    for name, duration, stamp in _TIMING.findall(header):
+        field_name = _TIMING_FIELDS.get(name)
+        if field_name is not None:
+            value = int(float(duration) * 1e6) if duration else int(stamp)
+            if value >= 0:
+                out[field_name] = value
+    return out
+
+
+_TIMING_FIELDS = {b"queue": "server_queue_ns", b"prefill": "server_compute_ns", b"recv": "server_receive_ns",
+                  b"send": "server_send_ns"}
 
 
 def _error_text(payload: bytes) -> str:

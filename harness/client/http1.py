@@ -18,11 +18,12 @@ import httptools
 from gevent import socket as gsocket
 
 _HEADER_LENGTH = b"inference-header-content-length"
+_SERVER_TIMING = b"server-timing"
 
 
 class HttpResponse:
     __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser", "header_length", "consumer",
-                 "read_ns", "body_bytes")
+                 "read_ns", "body_bytes", "server_timing")
 
     def __init__(self, consumer: Callable[[bytes, int], None] | None = None) -> None:
         self.status = 0
@@ -34,11 +35,14 @@ class HttpResponse:
         self.consumer = consumer  # a streamed body: each piece handed over as read, with its read instant
         self.read_ns = 0  # perf_counter_ns() when the bytes being parsed were read
         self.body_bytes = 0
+        self.server_timing = b""  # a streamed response's Server-Timing header (the embedded server's TTFT parts)
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) == len(_HEADER_LENGTH) and name.lower() == _HEADER_LENGTH:
             self.header_length = value.decode("latin-1")
+        elif len(name) == len(_SERVER_TIMING) and name.lower() == _SERVER_TIMING:
+            self.server_timing = value
 
     def on_headers_complete(self) -> None:
         self.keep_alive = self.parser.should_keep_alive()  # only meaningful before the message completes

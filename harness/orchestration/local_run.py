@@ -25,7 +25,7 @@ from harness.orchestration.lifecycle import (
     new_run_id,
     write_cold_starts,
 )
-from harness.orchestration.preflight import check_local
+from harness.orchestration.preflight import check_local, needs_models_build
 from harness.orchestration.server_stats import stats_targets
 from harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
 from harness.services.region_proxies import proxied_regions, start_region_proxies
@@ -148,7 +148,7 @@ class LocalRun:
     def _build_models_if_missing(self) -> None:
         """`tailrace models build` into the embedded models_dir when the profile needs it and it is empty."""
         models_dir = Path(self.profile.embedded.models_dir)
-        if self.profile.uses_embedded and not (models_dir / "_data").exists():
+        if needs_models_build(self.profile):
             self.log(f"building models into {models_dir}")
             build = start_process("models build", tailrace_argv(
                 "models", "build", "--out", str(models_dir), "--mm1-mean-ms",

@@ -34,6 +34,18 @@ def check_output(out: Path) -> None:
         raise ValueError(f"output_dir: {out} is a file, not a directory")
 
 
+def needs_models_build(profile: Profile) -> bool:
+    """The default repository (build/models) is built, or rebuilt, when it lacks its data or a model the profile's
+    embedded endpoints name (a repository built by an older tailrace lacks the generative models)."""
+    models = Path(profile.embedded.models_dir)
+    if not profile.uses_embedded:
+        return False
+    if not (models / "_data").exists():
+        return profile.embedded.models_dir == DEFAULT_MODELS_DIR or not models.exists()
+    return profile.embedded.models_dir == DEFAULT_MODELS_DIR and any(
+        not (models / e.model).is_dir() for e in profile.endpoints if e.url == "embedded")
+
+
 def check_local(profile: Profile, out: Path) -> None:
     """Everything a local run needs from this machine: CPUs, an output directory, the model repositories and
     the inputs its endpoints use. Only the default repository (build/models) is built on demand."""
@@ -46,7 +58,7 @@ def check_local(profile: Profile, out: Path) -> None:
     if profile.uses_triton and not Path(profile.triton.models_dir).is_dir():
         raise ValueError(f"triton.models_dir: {profile.triton.models_dir} does not exist (build it with "
                          f"`tailrace models build --out {profile.triton.models_dir}`)")
-    will_build = profile.uses_embedded and not models.exists()  # only the default location gets here
+    will_build = needs_models_build(profile)
     plan = unresolved_plan(profile, "", "", data_root=str(Path.cwd()))
     for i, ep in enumerate(profile.endpoints):
         source = plan.data_source(ep)
@@ -60,7 +72,8 @@ def check_local(profile: Profile, out: Path) -> None:
         if ep.protocol == "inprocess" and models.is_dir() and not onnx.is_file():
             raise ValueError(f"endpoints[{i}].model: inprocess needs {onnx} (an ONNX model)")
         repository = {"embedded": models, "triton": Path(profile.triton.models_dir)}.get(ep.url)
-        if repository is not None and repository.is_dir() and not (repository / ep.model).is_dir():
+        if repository is not None and repository.is_dir() and not (repository / ep.model).is_dir() and not (
+                will_build and ep.url == "embedded"):
             served = sorted(d.name for d in repository.iterdir() if d.is_dir() and not d.name.startswith("_"))
             raise ValueError(f"endpoints[{i}].model: no model {ep.model!r} in {repository} "
                              f"(models: {', '.join(served)})")

@@ -54,7 +54,7 @@ class Servers:
         for ep in profile.endpoints:
             server = self.serving(endpoint_kind(ep), ep.model)
             if server is not None:
-                url = server.http_url if ep.protocol == "kserve-http" else server.grpc_url
+                url = server.http_url if ep.protocol == "kserve-http" or ep.generative else server.grpc_url
                 ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
                                            "metrics_url": server.metrics_url})
             endpoints.append(ep)
@@ -115,9 +115,31 @@ def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> di
     return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
 
 
-def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str) -> dict:
+def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> dict:
+    """One real generation (one token) through /v1/completions until it succeeds; when and how long it took."""
+    deadline = time.monotonic() + timeout_s
+    attempts, last = 0, ""
+    with httpx.Client(timeout=10.0) as client:
+        while time.monotonic() < deadline:
+            attempts += 1
+            try:
+                sent = time.time_ns()
+                r = client.post(f"{base}/v1/completions", json={"model": model, "prompt": "warm up", "max_tokens": 1})
+                if r.status_code == 200:
+                    done = time.time_ns()
+                    return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,
+                            "attempts": attempts}
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = str(exc)
+            time.sleep(0.05)
+    return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
+
+
+def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str, generative: frozenset[str] = frozenset()
+           ) -> dict:
     ready_ns = time.time_ns()
-    probes = [_probe_first_inference(http_url, m) for m in models]
+    probes = [(_probe_first_generation if m in generative else _probe_first_inference)(http_url, m) for m in models]
     firsts = [p["first_ok_ns"] for p in probes if p["first_ok_ns"]]
     return {"kind": kind, "models": list(models), "spawn_ns": spawn_ns, "ready_ns": ready_ns,
             "ready_s": (ready_ns - spawn_ns) / 1e9,
@@ -129,7 +151,9 @@ def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str) -> 
 def _embedded_flags(profile: Profile) -> list[str]:
     extra = []
     e = profile.embedded
-    for flag, mapping in (("--slots", e.slots), ("--queue-depth", e.queue_depth), ("--max-batch", e.max_batch)):
+    for flag, mapping in (("--slots", e.slots), ("--queue-depth", e.queue_depth), ("--max-batch", e.max_batch),
+                          ("--max-num-seqs", e.max_num_seqs), ("--max-num-batched-tokens", e.max_num_batched_tokens),
+                          ("--max-waiting", e.max_waiting)):
         for model, n in mapping.items():
             extra += [flag, f"{model}={n}"]
     if e.mm1_mean_ms:
@@ -160,7 +184,8 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))
-            servers.instances[-1].cold_start = _timed("embedded", models, spawn, base)
+            generative = frozenset(e.model for e in profile.endpoints if e.url == EMBEDDED and e.generative)
+            servers.instances[-1].cold_start = _timed("embedded", models, spawn, base, generative)
         triton_models = tuple(sorted({e.model for e in profile.endpoints if e.url == TRITON}))
         if triton_models:
             t = profile.triton

@@ -1,0 +1,186 @@
+"""The embedded generative server for real: `tailrace serve` streaming tiny_lm and synthetic_lm over the
+OpenAI-compatible routes (continuous batching, 429 when its queue is full, a client that leaves cancels its request,
+vLLM-style metrics), and `tailrace run` of openai-chat / openai-completions endpoints with url = "embedded" from two
+emulated regions: every request ok, the token table, verdicts and the report (rendered in headless Chromium), and
+synthetic_lm's known times found again in what tailrace measured."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from analysis.analyze import analyze_run
+from contract.layout import RunLayout
+from tests.support import IN_CI, make_profile, run_with, start_endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+STEP_MS, PER_SEQ_MS, PREFILL_MS_PER_TOKEN = 8.0, 0.1, 0.02  # synthetic_lm's config (generative_build.SYNTHETIC_TIMES)
+NEAR_MS, FAR_MS = 2, 12
+
+
+@pytest.fixture(scope="module")
+def server(model_repo, tmp_path_factory):
+    ep = start_endpoint(model_repo, tmp_path_factory.mktemp("gen-endpoint"),
+                        ["--model", "tiny_lm", "--model", "synthetic_lm", "--max-num-seqs", "synthetic_lm=1",
+                         "--max-waiting", "synthetic_lm=2"])
+    yield f"http://{ep.host}:{ep.http_port}"
+    ep.proc.stop()
+
+
+def stream_body(model: str, max_tokens: int, **extra) -> dict:
+    return {"model": model, "prompt": "one two three four", "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}, **extra}
+
+
+def test_a_full_waiting_queue_is_refused_with_429_in_openais_error_shape(server):
+    async def burst():
+        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+            return await asyncio.gather(*(client.post("/v1/completions", json=stream_body("synthetic_lm", 10))
+                                          for _ in range(8)))
+
+    responses = asyncio.run(burst())
+    codes = sorted(r.status_code for r in responses)
+    assert codes.count(200) >= 2 and codes.count(429) >= 1 and set(codes) == {200, 429}, codes
+    refused = next(r for r in responses if r.status_code == 429).json()["error"]
+    assert refused["code"] == 429 and "max_waiting 2" in refused["message"]
+    ok = next(r for r in responses if r.status_code == 200)
+    assert ok.text.rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in ok.text
+    metrics = httpx.get(f"{server}/metrics").text
+    assert 'tailrace:request_refused_total{model_name="synthetic_lm"}' in metrics
+    assert 'tailrace:time_to_first_token_seconds_bucket{le="0.001",model_name="synthetic_lm"}' in metrics
+
+
+def test_a_client_that_leaves_cancels_its_request_at_the_next_step(server):
+    with httpx.stream("POST", f"{server}/v1/completions", json=stream_body("synthetic_lm", 2000), timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if '"text"' in line:
+                break  # one token read: leave
+    # the engine drops it at its next step: the next request is admitted at once (max_num_seqs is 1)
+    whole = {k: v for k, v in stream_body("synthetic_lm", 3).items() if k != "stream_options"} | {"stream": False}
+    r = httpx.post(f"{server}/v1/completions", json=whole, timeout=10)
+    body = r.json()
+    assert r.status_code == 200 and body["usage"]["completion_tokens"] == 3, body
+    assert body["server_timing"]["queue_ms"] < 100, body["server_timing"]
+    assert r.headers["server-timing"].startswith("queue;dur=")
+
+
+def test_tiny_lm_is_deterministic_and_models_lists_both(server):
+    listed = httpx.get(f"{server}/v1/models").json()
+    assert [m["id"] for m in listed["data"]] == ["synthetic_lm", "tiny_lm"]
+    body = {"model": "tiny_lm", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 12,
+            "ignore_eos": True}
+    first, second = (httpx.post(f"{server}/v1/chat/completions", json=body, timeout=10).json() for _ in range(2))
+    text = first["choices"][0]["message"]["content"]
+    assert text == second["choices"][0]["message"]["content"] and len(text.split()) == 12
+    assert first["usage"] == {"prompt_tokens": 2, "completion_tokens": 12, "total_tokens": 14}
+
+
+def generative_profile(model_repo, model: str, rate: float, duration_s: float, input_tokens: int,
+                       output_tokens: int, **extra):
+    prompts = {"input_tokens": {"mean": input_tokens}, "output_tokens": {"mean": output_tokens}, "count": 32}
+    return make_profile(model_repo, endpoints=[
+        {"name": "chat", "url": "embedded", "protocol": "openai-chat", "model": model, "prompts": prompts,
+         "timeout_ms": 20000},
+        {"name": "text", "url": "embedded", "protocol": "openai-completions", "model": model, "prompts": prompts,
+         "timeout_ms": 20000}],
+        regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS},
+                 {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+        load={"rate": rate, "duration_s": duration_s, "warmup_s": 1, "seed": 5}, **extra)
+
+
+def test_tiny_lm_from_two_regions_every_stream_complete_with_verdicts_and_a_report(model_repo, tmp_path):
+    profile = generative_profile(model_repo, "tiny_lm", 20, 8, 24, 16, slos=[
+        {"metric": "ttft", "percentile": 90, "threshold_ms": 500},
+        {"metric": "tpot", "percentile": 90, "threshold_ms": 100},
+        {"metric": "itl", "percentile": 99, "threshold_ms": 200},
+        {"metric": "e2e", "percentile": 90, "threshold_ms": 3000}])
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    measured = a.requests[a.requests["phase"] > 0]
+    assert len(measured) > 120 and (measured["status"] == "ok").all()
+    assert set(measured["stream_outcome"].astype(str)) == {"complete"}
+    assert (measured["output_tokens"] == 16).all() and (measured["input_tokens"] == 24).all()
+    assert set(measured["token_source"].astype(str)) == {"usage"}
+    assert (measured["server_receive_ns"] > 0).all() and (measured["server_compute_ns"] >= 0).all()
+    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary["slos"]}
+    assert {verdicts[(m, e, r)] for m in ("ttft", "tpot", "itl", "e2e") for e in ("chat", "text")
+            for r in ("near", "far")} == {"PASS"}, verdicts
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    for region, delay in (("near", NEAR_MS), ("far", FAR_MS)):
+        assert rows[("chat", region)]["ttft_ms"]["p50"]["value"] > 2 * delay  # both ways through the region
+    # the TTFT split: network both ways + the server's queue and prefill add up to what was measured
+    split = {(r["endpoint"], r["region"]): r for r in a.summary["ttft_decomposition"]}
+    far = split[("chat", "far")]
+    assert far["network_up_ms"] == pytest.approx(FAR_MS, abs=3) and far["network_down_ms"] == pytest.approx(
+        FAR_MS, abs=3)
+    assert far["sum_ms"] == pytest.approx(far["ttft_mean_ms"], abs=0.5)
+    # the server's own metrics, scraped before and after the run
+    scraped = RunLayout(Path(run.run_dir)).metrics_scrape("chat", "after").read_text()
+    assert 'tailrace:time_to_first_token_seconds_count{model_name="tiny_lm"}' in scraped
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "analyze", str(run.run_dir), "--quiet"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = Path(run.run_dir) / "report" / "index.html"
+    html = page.read_text()
+    assert "Streamed responses" in html and "ttft_cdfs" in html and "ttft_heatmap" in html
+    render_in_chromium(page, tmp_path)
+
+
+def render_in_chromium(page: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if IN_CI:
+            pytest.fail("chromium must be installed in CI (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium not installed")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+             "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'ud'}",
+             "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert 'data-rendered="' in dom.stdout
+    errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
+    assert not errors, errors
+    assert 'id="tokens"' in dom.stdout and "TTFT" in dom.stdout and "<svg" in dom.stdout
+
+
+def test_synthetic_lm_known_times_found_again_and_queueing_shows_in_ttft_not_tpot(model_repo, tmp_path):
+    """synthetic_lm's steps take STEP_MS + PER_SEQ_MS × batch + PREFILL_MS_PER_TOKEN × prompt tokens. At low load
+    TTFT = the way there and back + one prefill step (+ at most the step in progress) and TPOT ≈ the decode step;
+    with max_num_seqs 2 and more arrivals than two places serve, requests wait: TTFT grows by the server's queue
+    time, TPOT does not."""
+    inputs, outputs = 50, 20
+    low, _ = run_with(generative_profile(model_repo, "synthetic_lm", 3, 10, inputs, outputs), tmp_path / "low")
+    loaded, _ = run_with(generative_profile(model_repo, "synthetic_lm", 16, 6, inputs, outputs,
+                                            embedded__max_num_seqs={"synthetic_lm": 2}), tmp_path / "loaded")
+    prefill_step = STEP_MS + PER_SEQ_MS + PREFILL_MS_PER_TOKEN * (inputs - 1)
+
+    def streams(run):
+        df = analyze_run(run.run_dir).requests
+        df = df[(df["phase"] > 0)]
+        assert (df["status"] == "ok").all() and (df["output_tokens"] == outputs).all()
+        ttft = df["ttft_ns"].to_numpy() / 1e6
+        tpot = (df["t_last_token"] - df["t_first_token"]).to_numpy() / (outputs - 1) / 1e6
+        server = (df["server_queue_ns"] + df["server_compute_ns"]).to_numpy() / 1e6
+        delay = np.where(df["region"].astype(str) == "far", FAR_MS, NEAR_MS)
+        return ttft, tpot, server, delay, df
+
+    ttft, tpot, server, delay, df = streams(low)
+    # the server's own account: prefill ≈ one prefill step (its sleep is compensated to ±0.5 ms)
+    assert np.median(df["server_compute_ns"] / 1e6) == pytest.approx(prefill_step, abs=1.5)
+    # tailrace's TTFT = both ways + the server's queue and prefill, within 3 ms (send lag, the proxies, parsing)
+    residual = ttft - 2 * delay - server
+    assert 0 <= np.median(residual) <= 3, np.percentile(residual, [1, 50, 99])
+    assert np.median(tpot) == pytest.approx(STEP_MS + PER_SEQ_MS, abs=0.8), np.percentile(tpot, [1, 50, 99])
+    low_ttft = np.median(ttft)
+    ttft, tpot, server, delay, df = streams(loaded)
+    queue = df["server_queue_ns"].to_numpy() / 1e6
+    assert np.median(queue) > 100 and np.median(ttft) > low_ttft + 100  # the queue shows in TTFT
+    assert 0 <= np.median(ttft - 2 * delay - server) <= 3
+    assert np.median(tpot) == pytest.approx(STEP_MS + 2 * PER_SEQ_MS, abs=1.0)  # ... not in TPOT
