@@ -23,14 +23,22 @@ from analysis.result import Analysis
 from analysis.stats.arrivals import arrival_checks
 from analysis.stats.cold_start import cold_start_table
 from analysis.stats.correlation import TimeOrder
-from analysis.stats.decomposition import DECOMPOSITION_COLUMNS, decomposition_table
+from analysis.stats.decomposition import DECOMPOSITION_COLUMNS, TTFT_DECOMPOSITION_COLUMNS, decomposition_table, ttft_decomposition
 from analysis.stats.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
 from analysis.stats.outages import outage_windows
 from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.stats.timeline import Timeline, timeline
-from analysis.stats.tokens import TOKEN_COLUMNS, flat_token_rows, token_table, token_verdicts
+from analysis.stats.tokens import (
+    TIMELINE_COLUMNS,
+    TOKEN_COLUMNS,
+    flat_token_rows,
+    token_curves,
+    token_table,
+    token_timeline,
+    token_verdicts,
+)
 from analysis.stats.validity import groups_of, validity_rows
 from contract.profile import Profile
 
@@ -140,7 +148,7 @@ def _statistics(run: _Run) -> list[Statistic]:
     token_columns = TOKEN_COLUMNS if generative else ()
 
     def decomposition(c: Columns, r: Results):
-        table = decomposition_table(c, r["slowest"].index.to_numpy())
+        table = decomposition_table(c, r["slowest"].index.to_numpy(), generative)
         figures.submit("decomposition_bars", table[0])
         figures.submit("clock_offsets", data.clock)
         return table
@@ -163,6 +171,22 @@ def _statistics(run: _Run) -> list[Statistic]:
 
     def goodput(c: Columns, r: Results):
         add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), slos, duration, r["groups"])
+
+    phase_starts = phase_boundaries_s(p)
+
+    def drawn(figure: str, result, *more):
+        """`result`, its figure handed to the figure process."""
+        if result:
+            figures.submit(figure, result, *more)
+        return result
+
+    def tokens(c: Columns, r: Results):
+        if not token_columns:
+            return []
+        rows = token_table(c.frame(token_columns), duration, generative, slos)
+        figures.submit("token_heatmap", rows)
+        figures.submit("ttft_bars", r["ttft_decomposition"])
+        return rows
 
     def verdicts(c: Columns, r: Results):
         ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
@@ -219,8 +243,14 @@ def _statistics(run: _Run) -> list[Statistic]:
                   uses=("timeline",), beside="cdfs"),
         Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
         # streamed (generative) requests: TTFT, TPOT, ITL, E2E and tokens/s
-        Statistic("tokens", token_columns, lambda c, r: token_table(
-            c.frame(token_columns), duration, generative) if token_columns else []),
+        Statistic("ttft_decomposition", TTFT_DECOMPOSITION_COLUMNS if generative else (), lambda c, r: ttft_decomposition(
+            c.frame(TTFT_DECOMPOSITION_COLUMNS), generative) if generative else []),
+        Statistic("tokens", token_columns, tokens, uses=("ttft_decomposition",)),
+        Statistic("token_curves", token_columns, lambda c, r: drawn("token_cdfs", token_curves(
+            c.frame(token_columns), generative)) if token_columns else {}),
+        Statistic("token_timeline", TIMELINE_COLUMNS if generative else (), lambda c, r: drawn(
+            "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
+                  if generative else {}),
         Statistic("token_verdicts", token_columns, lambda c, r: token_verdicts(
             c.frame(token_columns), slos, generative, region_names) if token_columns else []),
     ]
@@ -229,6 +259,7 @@ def _statistics(run: _Run) -> list[Statistic]:
 # the results the summary is made of (the others are dropped after their last user)
 SUMMARY_RESULTS = {"arrivals", "scenario", "slowest", "decomposition", "server_statistics", "queueing", "decision",
                    "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors", "tokens",
+                   "ttft_decomposition", "token_curves", "token_timeline",
                    "token_verdicts"}
 
 
@@ -310,6 +341,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"],
+        "ttft_decomposition": r["ttft_decomposition"],
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
@@ -325,4 +357,6 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
               "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
     if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
         tables["tokens"] = flat_token_rows(r["tokens"])
-    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"])
+        tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
+    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"],
+                    {"curves": r["token_curves"], "timeline": r["token_timeline"]})

@@ -19,6 +19,8 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # region → (latency ms, fraction slower): the points of the report's CDF plot (analysis/stats/latency.py)
     cdfs: dict[str, tuple] = field(default_factory=dict)
+    # streamed requests' figures: "curves" (metric → region → (ms, 1 − CDF)), "timeline" (analysis/stats/tokens.py)
+    token_figures: dict = field(default_factory=dict)
 
 
 def notices(summary: dict) -> list[tuple[str, str]]:

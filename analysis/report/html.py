@@ -79,19 +79,22 @@ def _token_cell(e: dict) -> str | None:
     return f"{e['value']:.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
 
 
-def _tokens_section(rows: list[dict]) -> str:
-    """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, how they ended."""
+def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> str:
+    """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, goodput, how they
+    ended; the TTFT heatmap, CDFs, the timeline and where TTFT goes."""
     table_rows = []
     for r in rows:
         row = {"endpoint": r["endpoint"], "region": r["region"], "ok": f"{r['ok']:,} / {r['requests']:,}",
                "tps": r["output_tokens_per_s"], "sources": ", ".join(r["token_sources"]),
+               "goodput": r.get("goodput_rps"),
                "outcomes": ", ".join(f"{k} {v:,}" for k, v in r["outcomes"].items())}
         for metric in ("ttft", "tpot", "itl", "e2e"):
             for p in ("p50", "p99"):
                 row[f"{metric}_{p}"] = _token_cell(r[f"{metric}_ms"][p])
         table_rows.append(row)
     cols = [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok / streams"), ("tps", "output tokens/s"),
-            ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"), ("tpot_p99", "TPOT p99"),
+            ("goodput", "goodput /s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"),
+            ("tpot_p99", "TPOT p99"),
             ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
             ("outcomes", "how streams ended"), ("sources", "token counts from")]
     note = ("<p class='note'>All in ms with 95% intervals. TTFT = first token − intended send time (never the actual "
@@ -101,9 +104,34 @@ def _tokens_section(rows: list[dict]) -> str:
             "independent sample, since the gaps of one stream are not independent. Token counts come from the "
             "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'events': the server "
             "reported none, so events were counted — then a token count may be off where an event carried "
-            "several).</p>")
-    return "<h2 id='tokens'>Streamed responses: tokens</h2>" + _table(table_rows, cols, left={"endpoint", "region",
-                                                                                              "outcomes", "sources"}) + note
+            "several). Goodput: streams per second that succeeded within every token SLO that applies to them, "
+            "each judged on its own TTFT, TPOT, E2E and largest gap.</p>")
+    s, curves = analysis.summary, analysis.token_figures
+    parts = ["<h2 id='tokens'>Streamed responses: tokens</h2>",
+             _table(table_rows, cols, left={"endpoint", "region", "outcomes", "sources"}), note,
+             "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
+             figures.svg("token_heatmap", lambda: (rows,)) or "",
+             "<h3>TTFT and TPOT per region</h3>",
+             figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",
+             "<h3>Tokens and TTFT over time</h3>",
+             figures.svg("token_over_time", lambda: (curves.get("timeline") or {},
+                                                     phase_boundaries_s(analysis.data.plan.profile))) or ""]
+    split = s.get("ttft_decomposition") or []
+    parts.append("<h3>Where time to first token goes</h3>")
+    if split:
+        parts.append(figures.svg("ttft_bars", lambda: (split,)) or "")
+        parts.append(_table(split, [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
+                                    ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
+                                    ("server_queue_ms", "queue"), ("server_prefill_ms", "prefill"),
+                                    ("server_other_ms", "server other"), ("network_down_ms", "network down"),
+                                    ("sum_ms", "sum"), ("ttft_mean_ms", "mean TTFT")], left={"region", "endpoint"}))
+        parts.append("<p class='note'>Means in ms, from the server's own account of each stream (its server-timing "
+                     "header: queue, prefill, when it received the request and sent the first token); network legs "
+                     "on the reference clock.</p>")
+    else:
+        parts.append("<p class='note'>The servers did not say when they received the requests and sent their first "
+                     "tokens (a server-timing header with queue, prefill, recv and send), so TTFT is not split.</p>")
+    return "".join(parts)
 
 
 def _scenario_section(sc: dict) -> str:
@@ -358,7 +386,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                  "time-ordered requests); a percentile is shown only with enough samples for both CI ends. Goodput: "
                  "requests per second that succeeded within every latency SLO that applies to them.</p>")
     if s.get("tokens"):
-        parts.append(_tokens_section(s["tokens"]))
+        parts.append(_tokens_section(s["tokens"], analysis, figures))
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")

@@ -28,7 +28,7 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def heatmap_p99(latency_rows: list[dict]) -> str | None:
+def heatmap_p99(latency_rows: list[dict], label: str = "p99 latency (ms)") -> str | None:
     rows = [r for r in latency_rows if r["endpoint"] != "*" and r["region"] != "*"]
     if not rows:
         return None
@@ -50,7 +50,7 @@ def heatmap_p99(latency_rows: list[dict]) -> str | None:
             value = grid[i, j]
             ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.1f}", ha="center", va="center",
                     color="black" if np.isnan(value) else _readable_on(cmap(norm(value))))
-    fig.colorbar(im, ax=ax, label="p99 latency (ms)")
+    fig.colorbar(im, ax=ax, label=label)
     return _svg(fig)
 
 
@@ -158,10 +158,67 @@ def server_timeline(timelines: dict[str, list[dict]], t0_ns: int, phase_starts_s
     return _svg(fig)
 
 
-def decomposition_bars(rows: list[dict]) -> str | None:
+def token_heatmap(token_rows: list[dict]) -> str | None:
+    """TTFT p99 per region × endpoint (analysis/stats/tokens.py token_table's rows); p90 where some group has too
+    few streams for a p99 (the colour bar says which)."""
+    cells = [r for r in token_rows if r["endpoint"] != "*" and r["region"] != "*"]
+    p = "p99" if all(r["ttft_ms"]["p99"]["value"] is not None for r in cells) else "p90"
+    return heatmap_p99([{"endpoint": r["endpoint"], "region": r["region"], "percentiles": {"p99": r["ttft_ms"][p]}}
+                        for r in cells], f"TTFT {p} (ms)")
+
+
+def token_cdfs(curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]) -> str | None:
+    """1 − CDF of TTFT and of TPOT per region, side by side, log axes."""
+    if not any(curves.values()):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, (metric, label) in zip(axes, (("ttft", "TTFT from intended send (ms)"), ("tpot", "TPOT (ms)"))):
+        for region, (x, y) in curves.get(metric, {}).items():
+            ax.plot(x, y, label=region, lw=1.4)
+        if curves.get(metric):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            _plain_ms_ticks(ax.xaxis)
+            _plain_ms_ticks(ax.yaxis, subs=(1.0,))
+            ax.legend(fontsize=7)
+        else:
+            _no_data(ax, "no stream with this metric")
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("fraction slower (1 − CDF)")
+    return _svg(fig)
+
+
+def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
+    """Output tokens received per second and the TTFT p99 of the streams intended in each second, per region."""
+    if not line:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)
+    centres = np.arange(line["whole_s"]) + 0.5
+    for region, p99 in line["ttft_p99_ms"].items():
+        ax1.plot(centres, p99, lw=1, label=f"{region} TTFT p99")
+        ax2.plot(centres, line["tokens_per_s"][region], lw=1, label=region)
+    _mark_phases((ax1, ax2), phase_starts_s)
+    ax1.set_yscale("log")
+    _plain_ms_ticks(ax1.yaxis)
+    ax1.set_ylabel("TTFT p99 (ms)")
+    ax1.legend(fontsize=7)
+    ax2.set_ylabel("output tokens / s")
+    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts")
+    ax2.legend(fontsize=7, ncol=4)
+    return _svg(fig)
+
+
+def ttft_bars(rows: list[dict]) -> str | None:
+    """Where TTFT goes, per region × endpoint (analysis/stats/decomposition.py ttft_decomposition)."""
+    return decomposition_bars(rows, ("send_lag", "network_up", "server_queue", "server_prefill", "server_other",
+                                     "network_down"), "mean time to first token (ms)")
+
+
+def decomposition_bars(rows: list[dict], legs: tuple[str, ...] = ("send_lag", "network_up", "server_queue",
+                                                                   "server_compute", "server_other", "network_down"),
+                       label: str = "mean time (ms)") -> str | None:
     if not rows:
         return None
-    legs = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
     labels = [f"{r['region']}\n{r['endpoint']}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(rows)))
     left = np.zeros(len(rows))
@@ -170,7 +227,7 @@ def decomposition_bars(rows: list[dict]) -> str | None:
         ax.barh(labels, v, left=left, label=leg.replace("_", " "))
         left += v
     ax.invert_yaxis()
-    ax.set_xlabel("mean time (ms)")
+    ax.set_xlabel(label)
     ax.legend(ncol=3, fontsize=7, loc="lower right")
     return _svg(fig)
 

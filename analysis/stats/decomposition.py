@@ -50,13 +50,18 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
     return formula(*(take(column(c), rows, runs) for c in names))
 
 
-def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict], pd.DataFrame]:
+def decomposition_table(log, also: np.ndarray | None = None, streamed: set[str] = frozenset()
+                        ) -> tuple[list[dict], pd.DataFrame]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
     report server timing; and the legs of the requests at rows `also` that do (decompose's, in `also`'s order).
+    The requests to the `streamed` endpoints are left out: their server timing covers the first token
+    (ttft_decomposition), not the whole response.
     `log`: the request log (analysis/read/chunks.py's ChunkColumns), read a leg at a time — each column spared after
     its last leg, one group's leg at a time: never a leg table of the whole run."""
     keys = log.frame(["status", "server_receive_ns", "region", "endpoint"])
     has_legs = _has_legs(keys)
+    if streamed:
+        has_legs = has_legs & ~keys["endpoint"].astype(str).isin(streamed).to_numpy()
     also = np.asarray([] if also is None else also, dtype=np.int64)
     also = also[has_legs[also]]
     slow = {"region": take_column(keys["region"], also), "endpoint": take_column(keys["endpoint"], also)}
@@ -97,3 +102,40 @@ def decomposition_table(log, also: np.ndarray | None = None) -> tuple[list[dict]
                                               "sum_ms", "latency_mean_ms", "p99_server_queue_ms")})
     return rows_out, frame_of({"region": slow["region"], "endpoint": slow["endpoint"],
                                **{leg: slow[leg] for leg in (*LEGS, "latency")}}, pd.Index(also))
+
+
+# a streamed request's time to first token, split the same way: the server reports its queue and prefill time and
+# when it received the request and sent the first token (the embedded server's server-timing); the first token's
+# instant is moved to the reference clock with the offset at its send (a stream lasts seconds: the drift is not seen)
+TTFT_LEGS = ("send_lag", "network_up", "server_queue", "server_prefill", "server_other", "network_down")
+TTFT_DECOMPOSITION_COLUMNS = ("endpoint", "region", "phase", "status", "send_lag_ns", "server_receive_ns",
+                              "t_sent_ref", "t_sent", "server_queue_ns", "server_compute_ns", "server_send_ns",
+                              "t_first_token", "ttft_ns")
+
+
+def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
+    """Mean of each leg of TTFT (ms) per region × endpoint, of the measured phases' successful streams to the
+    generative `endpoints` whose server reported its timing; the legs add up to the mean TTFT."""
+    status = df["status"].astype(str).to_numpy()
+    rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+                          & (status == "ok") & (df["server_receive_ns"].to_numpy() > 0)
+                          & (df["server_send_ns"].to_numpy() > 0) & (df["t_first_token"].to_numpy() > 0))
+    if not len(rows):
+        return []
+    col = {c: df[c].to_numpy()[rows] for c in TTFT_DECOMPOSITION_COLUMNS[4:]}
+    queue, prefill = np.clip(col["server_queue_ns"], 0, None), np.clip(col["server_compute_ns"], 0, None)
+    first_ref = col["t_first_token"] + (col["t_sent_ref"] - col["t_sent"])
+    legs = {"send_lag": col["send_lag_ns"], "network_up": col["server_receive_ns"] - col["t_sent_ref"],
+            "server_queue": queue, "server_prefill": prefill,
+            "server_other": col["server_send_ns"] - col["server_receive_ns"] - queue - prefill,
+            "network_down": first_ref - col["server_send_ns"], "ttft": col["ttft_ns"]}
+    keys = pd.DataFrame({"region": df["region"].astype(str).to_numpy()[rows],
+                         "endpoint": df["endpoint"].astype(str).to_numpy()[rows]})
+    out = []
+    for (region, endpoint), positions in sorted(group_positions(keys, ["region", "endpoint"]).items()):
+        row = {"region": region, "endpoint": endpoint, "count": int(len(positions))}
+        for leg, values in legs.items():
+            row[("ttft_mean" if leg == "ttft" else leg) + "_ms"] = float(values[positions].mean() / 1e6)
+        row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in TTFT_LEGS))
+        out.append(row)
+    return out

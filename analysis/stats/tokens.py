@@ -6,7 +6,9 @@ Definitions, each written once here:
 - TPOT = (t_last_token − t_first_token) / (output_tokens − 1), per request (undefined for one token);
 - ITL = the gaps between consecutive token events after the first, an event of k tokens counting as k gaps of
   gap / k, pooled over the requests of a group;
-- output tokens/s = the output tokens of the measured phases' successful streams / the measured duration.
+- output tokens/s = the output tokens of the measured phases' successful streams / the measured duration;
+- goodput = the requests per second that succeeded within every token SLO that applies to them, each judged on
+  the request's own value (its TTFT, TPOT, E2E; for ITL its largest gap).
 
 Intervals: TTFT, TPOT and E2E are one value a request (order-statistic intervals, as the latency table's). ITL
 pools many gaps of each stream, and the gaps of one stream are not independent: its interval counts each stream
@@ -142,10 +144,10 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
     }
 
 
-def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str]) -> list[dict]:
+def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: list[dict] = ()) -> list[dict]:
     """Per endpoint × region, per endpoint and overall: TTFT, TPOT, ITL and E2E percentiles with intervals,
-    output tokens/s, how streams ended ("not streamed": refused before a stream began) and where token counts came
-    from — for the measured phases' requests to the generative `endpoints` (none: an empty list)."""
+    output tokens/s, goodput (token_goodput), how streams ended ("not streamed": refused before a stream began) and
+    where token counts came from — for the measured phases' requests to the generative `endpoints` (none: [])."""
     streamed = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
     rows = np.flatnonzero(streamed)
     if not len(rows):
@@ -161,6 +163,9 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str]) -> lis
         positions = np.flatnonzero(plain["endpoint"].to_numpy() == endpoint)
         out.append({"endpoint": endpoint, "region": "*", **_group_row(plain, positions, duration_s)})
     out.append({"endpoint": "*", "region": "*", **_group_row(plain, np.arange(len(plain)), duration_s)})
+    goodput = token_goodput(df, list(slos), duration_s, endpoints)
+    for row in out:
+        row["goodput_rps"] = goodput.get((row["endpoint"], row["region"]), 0.0)
     return out
 
 
@@ -168,8 +173,8 @@ def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
     """The token table as CSV columns: one per metric × percentile (value and interval)."""
     flat = []
     for r in rows:
-        row = {k: r[k] for k in ("endpoint", "region", "requests", "ok", "output_tokens", "output_tokens_per_s",
-                                 "mean_output_tokens")}
+        row = {k: r.get(k) for k in ("endpoint", "region", "requests", "ok", "output_tokens", "output_tokens_per_s",
+                                     "mean_output_tokens", "goodput_rps")}
         row["token_sources"] = ",".join(r["token_sources"])
         row["outcomes"] = ";".join(f"{k}={v}" for k, v in r["outcomes"].items())
         for metric in METRICS:
@@ -181,3 +186,103 @@ def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
                 row[f"{metric}_{p}_ci_low"], row[f"{metric}_{p}_ci_high"] = e["ci_low"], e["ci_high"]
         flat.append(row)
     return pd.DataFrame(flat)
+
+
+def _ok_streams(df: pd.DataFrame, endpoints: set[str]) -> np.ndarray:
+    """Positions of the measured phases' successful requests to the generative `endpoints`."""
+    return np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+                          & (df["status"].astype(str).to_numpy() == "ok"))
+
+
+def _tail_curve(values: np.ndarray, points: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """(x, 1 − CDF) of `values` at most `points` points, dense in the tail."""
+    x = np.sort(values)
+    n = len(x)
+    at = np.unique(np.r_[np.linspace(0, n - 1, points // 2).astype(np.int64),
+                         n - np.unique(np.geomspace(1, n, points // 2).astype(np.int64))])
+    return x[at], 1.0 - at / n
+
+
+def token_curves(df: pd.DataFrame, endpoints: set[str]) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per metric (ttft, tpot) and region, 1 − CDF (ms) of the measured successful streams."""
+    rows = _ok_streams(df, endpoints)
+    region = df["region"].astype(str).to_numpy()[rows]
+    ttft = df["ttft_ns"].to_numpy()[rows] / 1e6
+    tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
+    span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
+    out: dict[str, dict] = {"ttft": {}, "tpot": {}}
+    for name in sorted(set(region)):
+        mine = region == name
+        if (mine & (ttft >= 0)).any():
+            out["ttft"][name] = _tail_curve(ttft[mine & (ttft >= 0)])
+        many = mine & (tokens > 1)
+        if many.any():
+            out["tpot"][name] = _tail_curve(span[many] / (tokens[many] - 1))
+    return out
+
+
+TIMELINE_COLUMNS = ("endpoint", "region", "phase", "status", "t_intended_ref", "ttft_ns", "token_event_us",
+                    "token_event_counts")
+
+
+def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> dict:
+    """Per second of the run (reference time from the first intended send), per region: output tokens received
+    (each token event placed at its own instant: intended send + TTFT + its offset) and the TTFT p99 of the streams
+    intended in that second. {} without streams."""
+    rows = _ok_streams(df, endpoints)
+    if not len(rows):
+        return {}
+    t0 = int(df["t_intended_ref"].to_numpy()[rows].min())
+    intended_s = (df["t_intended_ref"].to_numpy()[rows] - t0) / 1e9
+    first_s = intended_s + df["ttft_ns"].to_numpy()[rows] / 1e9
+    offsets, counts = df["token_event_us"].to_numpy()[rows], df["token_event_counts"].to_numpy()[rows]
+    region = df["region"].astype(str).to_numpy()[rows]
+    ttft_ms = df["ttft_ns"].to_numpy()[rows] / 1e6
+    event_s = [first + np.frombuffer(o, dtype="<i4") / 1e6 for first, o in zip(first_s, offsets)]
+    whole_s = int(np.floor(max(float(np.max(e)) if len(e) else 0.0 for e in event_s))) + 1
+    edges = np.arange(whole_s + 1)
+    tokens, p99 = {}, {}
+    for name in sorted(set(region)):
+        mine = np.flatnonzero(region == name)
+        at = np.concatenate([event_s[i] for i in mine])
+        weights = np.concatenate([np.frombuffer(counts[i], dtype="<u2").astype(np.float64) for i in mine])
+        tokens[name] = np.histogram(at, edges, weights=weights)[0]
+        second = np.floor(intended_s[mine]).astype(np.int64)
+        line = np.full(whole_s, np.nan)
+        for s in np.unique(second):
+            line[s] = np.percentile(ttft_ms[mine][second == s], 99)
+        p99[name] = line
+    return {"t0_ns": t0, "whole_s": whole_s, "tokens_per_s": tokens, "ttft_p99_ms": p99}
+
+
+def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoints: set[str]) -> dict:
+    """(endpoint, region) → requests per second that succeeded within every token SLO that applies to them (each
+    judged on the request's own value: its TTFT, TPOT, E2E, and for ITL its largest gap)."""
+    rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0))
+    endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
+    good = df["status"].astype(str).to_numpy()[rows] == "ok"
+    token_slos = [s for s in slos if s["metric"] in METRICS]
+    if token_slos:
+        tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
+        span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
+        per_request = {
+            "ttft": df["ttft_ns"].to_numpy()[rows] / 1e6,
+            "tpot": np.where(tokens > 1, span / np.maximum(tokens - 1, 1), 0.0),
+            "e2e": df["latency_ns"].to_numpy()[rows] / 1e6,
+            "itl": np.array([inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2")).max(
+                initial=0.0) for o, c in zip(df["token_event_us"].to_numpy()[rows],
+                                             df["token_event_counts"].to_numpy()[rows])])}
+        for slo in token_slos:
+            applies = np.ones(len(rows), dtype=bool)
+            if slo["endpoint"] != "*":
+                applies &= endpoint == slo["endpoint"]
+            if slo["region"] != "*":
+                applies &= region == slo["region"]
+            good &= ~applies | (per_request[slo["metric"]] <= slo["threshold_ms"])
+    out = {}
+    for e, r in set(zip(endpoint, region)):
+        out[(e, r)] = float(good[(endpoint == e) & (region == r)].sum() / duration_s)
+    for e in set(endpoint):
+        out[(e, "*")] = float(good[endpoint == e].sum() / duration_s)
+    out[("*", "*")] = float(good.sum() / duration_s)
+    return out

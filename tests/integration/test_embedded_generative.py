@@ -96,16 +96,16 @@ def generative_profile(model_repo, model: str, rate: float, duration_s: float, i
 
 
 def test_tiny_lm_from_two_regions_every_stream_complete_with_verdicts_and_a_report(model_repo, tmp_path):
-    profile = generative_profile(model_repo, "tiny_lm", 20, 8, 24, 16, slos=[
+    profile = generative_profile(model_repo, "tiny_lm", 24, 12, 24, 16, slos=[
         {"metric": "ttft", "percentile": 90, "threshold_ms": 500},
         {"metric": "tpot", "percentile": 90, "threshold_ms": 100},
-        {"metric": "itl", "percentile": 99, "threshold_ms": 200},
+        {"metric": "itl", "percentile": 90, "threshold_ms": 200},  # p99 of ~40 streams a group: INCONCLUSIVE
         {"metric": "e2e", "percentile": 90, "threshold_ms": 3000}])
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
-    assert len(measured) > 120 and (measured["status"] == "ok").all()
+    assert len(measured) > 220 and (measured["status"] == "ok").all()
     assert set(measured["stream_outcome"].astype(str)) == {"complete"}
     assert (measured["output_tokens"] == 16).all() and (measured["input_tokens"] == 24).all()
     assert set(measured["token_source"].astype(str)) == {"usage"}
@@ -130,7 +130,10 @@ def test_tiny_lm_from_two_regions_every_stream_complete_with_verdicts_and_a_repo
     assert r.returncode == 0, r.stdout + r.stderr
     page = Path(run.run_dir) / "report" / "index.html"
     html = page.read_text()
-    assert "Streamed responses" in html and "ttft_cdfs" in html and "ttft_heatmap" in html
+    for heading in ("Streamed responses", "TTFT p99 per region × endpoint", "TTFT and TPOT per region",
+                    "Tokens and TTFT over time", "Where time to first token goes"):
+        assert heading in html
+    assert html.count("<svg") >= 4 + html.split("Streamed responses")[0].count("<svg")
     render_in_chromium(page, tmp_path)
 
 

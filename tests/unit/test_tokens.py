@@ -62,3 +62,45 @@ def test_token_slos_pass_fail_and_undecided():
     itl = got[("itl", "near")]
     assert itl["verdict"] == "FAIL" and itl["n"] == 4000 and itl["effective_n"] <= 400  # a stream counts once
     assert ("latency", "near") not in got  # analysis/stats/slo.py judges those
+
+
+def test_goodput_counts_the_streams_within_every_token_slo_that_applies():
+    df = pd.concat([stream_rows(100, "near", 50, 20, 11), stream_rows(100, "far", 80, 20, 11),
+                    stream_rows(10, "far", 80, 20, 11, status="timeout")], ignore_index=True)
+    slos = [{"metric": "ttft", "threshold_ms": 60, "endpoint": "*", "region": "*", "percentile": 90},
+            {"metric": "itl", "threshold_ms": 25, "endpoint": "llm", "region": "near", "percentile": 90}]
+    rows = {(r["endpoint"], r["region"]): r for r in token_table(df, 10, {"llm"}, slos)}
+    assert rows[("llm", "near")]["goodput_rps"] == 10  # 100 streams in 10 s, all within 60 ms TTFT and 25 ms gaps
+    assert rows[("llm", "far")]["goodput_rps"] == 0  # TTFT 80 ms > 60 ms
+    tight = [{**slos[1], "threshold_ms": 15}]
+    assert {(r["endpoint"], r["region"]): r for r in token_table(df, 10, {"llm"}, tight)}[("llm", "near")][
+        "goodput_rps"] == 0  # every gap is 20 ms
+    assert rows[("*", "*")]["goodput_rps"] == 10 and token_table(df, 10, {"llm"})[-1]["goodput_rps"] == 20
+
+
+def test_ttft_splits_into_network_queue_prefill_and_back_adding_up_to_the_mean():
+    from analysis.stats.decomposition import ttft_decomposition
+
+    n = 50
+    sent = np.arange(n, dtype=np.int64) * 10**8 + 10**18  # worker clock, 5 ms behind the reference
+    df = pd.DataFrame({
+        "endpoint": "llm", "region": "far", "phase": 1, "status": "ok", "send_lag_ns": np.full(n, 200_000),
+        "t_sent": sent, "t_sent_ref": sent + 5_000_000, "server_receive_ns": sent + 5_000_000 + 12_000_000,
+        "server_queue_ns": np.full(n, 3_000_000), "server_compute_ns": np.full(n, 9_000_000),
+        "server_send_ns": sent + 5_000_000 + 12_000_000 + 12_500_000,
+        "t_first_token": sent + 12_000_000 + 12_500_000 + 12_000_000, "ttft_ns": np.full(n, 36_700_000)})
+    (row,) = ttft_decomposition(df, {"llm"})
+    assert row["network_up_ms"] == 12 and row["network_down_ms"] == 12 and row["server_queue_ms"] == 3
+    assert row["server_prefill_ms"] == 9 and row["server_other_ms"] == 0.5
+    assert row["sum_ms"] == row["ttft_mean_ms"] == 36.7 and row["count"] == n
+    assert ttft_decomposition(df.assign(server_receive_ns=-1), {"llm"}) == []  # no server timing: no split
+
+
+def test_token_timeline_places_each_token_event_at_its_own_second():
+    from analysis.stats.tokens import token_timeline
+
+    df = stream_rows(4, "near", 500, 400, 5)  # one stream a second: tokens at 0.5, 0.9, 1.3, 1.7, 2.1 s after
+    df["t_intended_ref"] = np.arange(4, dtype=np.int64) * 10**9
+    line = token_timeline(df, {"llm"})
+    assert line["whole_s"] == 6 and line["tokens_per_s"]["near"].tolist() == [2, 4, 5, 5, 3, 1]
+    assert line["ttft_p99_ms"]["near"][:4].tolist() == [500, 500, 500, 500]
