@@ -193,7 +193,8 @@ def _statistics(run: _Run) -> list[Statistic]:
         request_slos = [s for s in slos if s["metric"] in ("latency", "error_rate")]  # the token ones: "tokens"
         return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(request_slos, endpoint_names,
                                                                             region_names),
-                             endpoint_names, region_names, r["time_groups"], ok_sorted, run.threads)
+                             endpoint_names, region_names, r["time_groups"], ok_sorted, run.threads,
+                             frozenset(generative))
 
     return [
         Statistic("arrivals", ARRIVAL_COLUMNS, lambda c, r: arrival_checks(c.frame(ARRIVAL_COLUMNS), p)),

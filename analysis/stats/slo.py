@@ -33,12 +33,16 @@ def with_implicit_slos(slos: list[dict], endpoints: list[str], regions: list[str
                      if not any(_covers(s, e, r) for s in declared))]
 
 
-def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[str], regions: list[str]
-              ) -> list[tuple[str, str, Group]]:
+def _matching(groups: dict[tuple[str, str], Group], slo: dict, endpoints: list[str], regions: list[str],
+              streamed: frozenset[str] = frozenset()) -> list[tuple[str, str, Group]]:
     """The groups an SLO applies to: each endpoint × region it names ('*' = each one the plan has, whether or
-    not it has rows: a group that sent nothing is never silently absent from the verdict)."""
+    not it has rows: a group that sent nothing is never silently absent from the verdict). A latency SLO over
+    every endpoint ('*') leaves the `streamed` (generative) endpoints out: their goals are ttft, tpot, itl and e2e
+    (naming one of them applies it: its latency is its E2E)."""
     present_e, present_r = {e for e, _ in groups}, {r for _, r in groups}
     endpoints = sorted(set(endpoints) | present_e) if slo["endpoint"] == "*" else [slo["endpoint"]]
+    if slo["metric"] == "latency" and slo["endpoint"] == "*":
+        endpoints = [e for e in endpoints if e not in streamed]
     regions = sorted(set(regions) | present_r) if slo["region"] == "*" else [slo["region"]]
     empty = Group(*(np.empty(0, dtype=np.int64),) * 2, np.empty(0, dtype=bool), np.empty(0, dtype=np.int32))
     return [(e, r, groups.get((e, r), empty)) for e in endpoints for r in regions]
@@ -56,7 +60,8 @@ def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) ->
 
 def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),
                   groups: dict[tuple[str, str], Group] | None = None,
-                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, threads: int = 1) -> list[dict]:
+                  ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, threads: int = 1,
+                  streamed: frozenset[str] = frozenset()) -> list[dict]:
     """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
     measured phases. A group with no measured requests is INCONCLUSIVE. `groups`: groups_of(df)
     (analysis/stats/validity.py), when the caller has it; `ok_sorted`: each group's successful latencies (ms) sorted,
@@ -75,7 +80,7 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
     # each verdict its own: the same numbers in any order
     trends = dict(zip(groups, map_in_threads(lambda g: g.stationarity(), groups.values(), threads)))
     tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
-                                                                                       list(regions))]
+                                                                                       list(regions), streamed)]
     return [v for v in map_in_threads(lambda t: _verdict(*t, trends, ok_sorted), tasks, threads) if v is not None]
 
 
