@@ -3,7 +3,8 @@
 When both runs share the seed and the load (the same schedule), requests are paired by their place in it —
 the k-th request a worker scheduled in A with the k-th in B (common random numbers) — and the differences of
 p50 / p95 / p99 get paired intervals (analysis/stats/correlation.py), with the Wilcoxon signed-rank test. Otherwise
-the runs are compared as independent samples: bootstrap intervals and Mann–Whitney U.
+the runs are compared as independent samples: bootstrap intervals and Mann–Whitney U. Each row is one metric:
+latency (a streamed request's E2E); for streamed (generative) endpoints also TTFT and TPOT, each paired the same way.
 """
 from __future__ import annotations
 
@@ -32,17 +33,35 @@ from contract import exit_codes
 
 PERCENTILES = (50, 95, 99)
 COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
+# a run with streams also has these (analysis/read/rundir.py reads its token columns): TTFT and TPOT are compared
+STREAM_METRIC_COLUMNS = ("ttft_ns", "t_first_token", "t_last_token", "output_tokens")
+METRICS = ("latency", "ttft", "tpot")
 GROUP = ["endpoint", "region"]
 MIN_SAMPLES = 20
 PAIRED_MATCH = 0.99  # the share of pairs whose sent sample must agree for the schedules to count as one
 
 
+def _with_metrics(rows: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
+    """`rows` with one column (ms) per compared metric: latency; for streamed requests also TTFT and TPOT (NaN
+    where a request has none: a one-shot request, a one-token stream)."""
+    out = {"latency": rows["latency_ns" + suffix].to_numpy() / 1e6}
+    if "ttft_ns" + suffix in rows:
+        ttft = rows["ttft_ns" + suffix].to_numpy()
+        tokens = rows["output_tokens" + suffix].to_numpy().astype(np.int64)
+        span = (rows["t_last_token" + suffix].to_numpy() - rows["t_first_token" + suffix].to_numpy()) / 1e6
+        out["ttft"] = np.where(ttft >= 0, ttft / 1e6, np.nan)
+        out["tpot"] = np.where((ttft >= 0) & (tokens > 1), span / np.maximum(tokens - 1, 1), np.nan)
+    return pd.DataFrame(out, index=rows.index)
+
+
 def _latencies(df: pd.DataFrame) -> pd.DataFrame:
-    """The successful measured requests' latencies, in intended-send order (the order their correlation is
-    measured in; workers' clocks differ by their offsets, which leaves the order of neighbours)."""
-    rows = take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(),
-                     ["endpoint", "region", "t_intended", "latency_ns"])
-    return rows.iloc[np.argsort(rows["t_intended"].to_numpy(), kind="stable")]
+    """The successful measured requests' latencies (and streams' TTFT and TPOT), in intended-send order (the order
+    their correlation is measured in; workers' clocks differ by their offsets, which leaves the order of
+    neighbours)."""
+    columns = ["endpoint", "region", "t_intended", "latency_ns", *(c for c in STREAM_METRIC_COLUMNS if c in df)]
+    rows = take_rows(df, ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy(), columns)
+    rows = rows.iloc[np.argsort(rows["t_intended"].to_numpy(), kind="stable")]
+    return pd.concat([rows[["endpoint", "region"]], _with_metrics(rows)], axis=1)
 
 
 def _verdict(significant: bool, p50_diff: float) -> str:
@@ -138,7 +157,8 @@ def same_schedule(a: RunData, b: RunData) -> bool:
 def _schedule_positions(df: pd.DataFrame) -> pd.DataFrame:
     """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...)."""
     rows = df.loc[(df["phase"] > 0).to_numpy(), ["endpoint", "region", "worker", "t_intended", "sample_index",
-                                                  "status", "latency_ns"]]
+                                                  "status", "latency_ns",
+                                                  *(c for c in STREAM_METRIC_COLUMNS if c in df)]]
     rows = rows.sort_values(["endpoint", "region", "worker", "t_intended"], kind="stable")
     rows["position"] = rows.groupby(["endpoint", "region", "worker"], observed=True).cumcount()
     return rows
@@ -158,9 +178,8 @@ def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
         return None
     pairs = pairs[(pairs["status_a"] == "ok").to_numpy() & (pairs["status_b"] == "ok").to_numpy()]
     pairs = pairs.sort_values(["endpoint", "region", "t_intended_a"], kind="stable")
-    return pd.DataFrame({"endpoint": pairs["endpoint"], "region": pairs["region"],
-                         "latency_a_ms": pairs["latency_ns_a"].to_numpy() / 1e6,
-                         "latency_b_ms": pairs["latency_ns_b"].to_numpy() / 1e6})
+    a, b = _with_metrics(pairs, "_a"), _with_metrics(pairs, "_b")
+    return pd.concat([pairs[["endpoint", "region"]], a.add_suffix("_a_ms"), b.add_suffix("_b_ms")], axis=1)
 
 
 def _rows_read(data: RunData) -> dict[str, int]:
@@ -188,20 +207,37 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
     if paired and pairs is None:
         raise RunDirError(f"{run_b}: not the schedule of {run_a} (seed, load, regions or endpoints differ, or the "
                           "sent samples disagree): the requests cannot be paired")
-    if pairs is not None:
-        return [{"endpoint": e, "region": r, **compare_paired(g["latency_a_ms"].to_numpy(), g["latency_b_ms"].to_numpy())}
-                for (e, r), g in pairs.groupby(GROUP, sort=True) if len(g) >= MIN_SAMPLES]
-    a, b = _latencies(data_a.requests), _latencies(data_b.requests)
     rows = []
+    if pairs is not None:
+        for (e, r), g in pairs.groupby(GROUP, sort=True):
+            for metric in METRICS:
+                if f"{metric}_a_ms" not in g:
+                    continue
+                a, b = g[f"{metric}_a_ms"].to_numpy(), g[f"{metric}_b_ms"].to_numpy()
+                both = ~(np.isnan(a) | np.isnan(b))
+                if both.sum() >= MIN_SAMPLES:
+                    rows.append({"endpoint": e, "region": r, "metric": metric, **compare_paired(a[both], b[both])})
+        return rows
+    a, b = _latencies(data_a.requests), _latencies(data_b.requests)
     groups_b = b.groupby(GROUP, observed=True).indices
     for (endpoint, region), ga in a.groupby(GROUP, sort=True, observed=True):
         gb = b.iloc[groups_b.get((endpoint, region), [])]
-        if len(ga) < MIN_SAMPLES or len(gb) < MIN_SAMPLES:
-            continue
-        rows.append({"endpoint": endpoint, "region": region,
-                     **compare_groups(ga["latency_ns"].to_numpy() / 1e6, gb["latency_ns"].to_numpy() / 1e6)})
+        for metric in METRICS:
+            if metric not in ga or metric not in gb:
+                continue
+            va, vb = ga[metric].to_numpy(), gb[metric].to_numpy()
+            va, vb = va[~np.isnan(va)], vb[~np.isnan(vb)]
+            if len(va) >= MIN_SAMPLES and len(vb) >= MIN_SAMPLES:
+                rows.append({"endpoint": endpoint, "region": region, "metric": metric, **compare_groups(va, vb)})
     return rows
 
+
+
+METRIC_LABELS = {"latency": "latency (E2E)", "ttft": "TTFT", "tpot": "TPOT"}
+
+
+def _metric_suffix(row: dict) -> str:
+    return "" if row["metric"] == "latency" else f" {METRIC_LABELS[row['metric']]}"
 
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
@@ -236,12 +272,13 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
     how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
            if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
     table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% CI; {how})")
-    for col in ("endpoint", "region", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
+    for col in ("endpoint", "region", "metric", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
         table.add_column(col, justify="right")
     for r in rows:
         cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]"
                  if r[f"p{p}_diff_ms"] is not None else f"needs ≥ {min_samples_for(p / 100)}" for p in PERCENTILES]
-        table.add_row(r["endpoint"], r["region"], f"{min(r['n_a'], r['n_b']):,}", *cells, f"{r['test_p']:.3g}",
+        table.add_row(r["endpoint"], r["region"], METRIC_LABELS[r["metric"]], f"{min(r['n_a'], r['n_b']):,}", *cells,
+                      f"{r['test_p']:.3g}",
                       f"{r['cohens_d']:+.2f}", r["verdict"])
     console().print(table)
     if out:
@@ -252,12 +289,12 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         except OSError as exc:  # the table above is printed: nothing measured is lost
             print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
             return exit_codes.INTERNAL
-    tripped = [f"{r['endpoint']}/{r['region']}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
+    tripped = [f"{r['endpoint']}/{r['region']}{_metric_suffix(r)}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
                f"[{r[f'p{p:g}_ci_low']:+.2f}, {r[f'p{p:g}_ci_high']:+.2f}] > {margin:.0%} of {r[f'p{p:g}_a_ms']:.2f} ms"
                for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
     for line in tripped:
         print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
-    unjudged = [f"{r['endpoint']}/{r['region']}: p{p:g} has no interval ("
+    unjudged = [f"{r['endpoint']}/{r['region']}{_metric_suffix(r)}: p{p:g} has no interval ("
                 + "; ".join(n for n in r.get("notes") or [] if n.startswith(f"p{p:g}")) + ")"
                 for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
     for line in unjudged:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from analysis.analyze import analyze_run
+from analysis.decide.compare import compare_runs
 from contract.layout import RunLayout
 from tests.support import IN_CI, make_profile, run_with, start_endpoint
 
@@ -83,13 +84,13 @@ def test_tiny_lm_is_deterministic_and_models_lists_both(server):
 
 
 def generative_profile(model_repo, model: str, rate: float, duration_s: float, input_tokens: int,
-                       output_tokens: int, **extra):
+                       output_tokens: int, chat_only: bool = False, **extra):
     prompts = {"input_tokens": {"mean": input_tokens}, "output_tokens": {"mean": output_tokens}, "count": 32}
-    return make_profile(model_repo, endpoints=[
-        {"name": "chat", "url": "embedded", "protocol": "openai-chat", "model": model, "prompts": prompts,
-         "timeout_ms": 20000},
-        {"name": "text", "url": "embedded", "protocol": "openai-completions", "model": model, "prompts": prompts,
-         "timeout_ms": 20000}],
+    endpoints = [{"name": "chat", "url": "embedded", "protocol": "openai-chat", "model": model, "prompts": prompts,
+                  "timeout_ms": 20000},
+                 {"name": "text", "url": "embedded", "protocol": "openai-completions", "model": model,
+                  "prompts": prompts, "timeout_ms": 20000}]
+    return make_profile(model_repo, endpoints=endpoints[:1] if chat_only else endpoints,
         regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS},
                  {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
         load={"rate": rate, "duration_s": duration_s, "warmup_s": 1, "seed": 5}, **extra)
@@ -159,8 +160,9 @@ def test_synthetic_lm_known_times_found_again_and_queueing_shows_in_ttft_not_tpo
     with max_num_seqs 2 and more arrivals than two places serve, requests wait: TTFT grows by the server's queue
     time, TPOT does not."""
     inputs, outputs = 50, 20
-    low, _ = run_with(generative_profile(model_repo, "synthetic_lm", 3, 10, inputs, outputs), tmp_path / "low")
-    loaded, _ = run_with(generative_profile(model_repo, "synthetic_lm", 16, 6, inputs, outputs,
+    low, _ = run_with(generative_profile(model_repo, "synthetic_lm", 4, 12, inputs, outputs, chat_only=True),
+                      tmp_path / "low")
+    loaded, _ = run_with(generative_profile(model_repo, "synthetic_lm", 16, 6, inputs, outputs, chat_only=True,
                                             embedded__max_num_seqs={"synthetic_lm": 2}), tmp_path / "loaded")
     prefill_step = STEP_MS + PER_SEQ_MS + PREFILL_MS_PER_TOKEN * (inputs - 1)
 
@@ -187,3 +189,11 @@ def test_synthetic_lm_known_times_found_again_and_queueing_shows_in_ttft_not_tpo
     assert np.median(queue) > 100 and np.median(ttft) > low_ttft + 100  # the queue shows in TTFT
     assert 0 <= np.median(ttft - 2 * delay - server) <= 3
     assert np.median(tpot) == pytest.approx(STEP_MS + 2 * PER_SEQ_MS, abs=1.0)  # ... not in TPOT
+    # tailrace compare says the same: TTFT much slower under load, TPOT about the same (independent samples)
+    rows = {(r["endpoint"], r["region"], r["metric"]): r for r in compare_runs(low.run_dir, loaded.run_dir)}
+    ttft_row, tpot_row = rows[("chat", "far", "ttft")], rows[("chat", "far", "tpot")]
+    assert ttft_row["verdict"] == "B slower" and ttft_row["p50_diff_ms"] > 100 and not ttft_row["paired"]
+    assert abs(tpot_row["p50_diff_ms"]) < 1.5 and ("chat", "far", "latency") in rows
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(low.run_dir), str(loaded.run_dir)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and "TTFT" in r.stdout and "TPOT" in r.stdout, r.stdout + r.stderr

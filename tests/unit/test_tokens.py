@@ -104,3 +104,17 @@ def test_token_timeline_places_each_token_event_at_its_own_second():
     line = token_timeline(df, {"llm"})
     assert line["whole_s"] == 6 and line["tokens_per_s"]["near"].tolist() == [2, 4, 5, 5, 3, 1]
     assert line["ttft_p99_ms"]["near"][:4].tolist() == [500, 500, 500, 500]
+
+
+def test_compare_pairs_streams_by_schedule_and_compares_ttft_and_tpot():
+    from analysis.decide.compare import compare_paired, pair_requests
+
+    def run(ttft_ms: float, gap_ms: float) -> pd.DataFrame:
+        df = stream_rows(60, "near", ttft_ms, gap_ms, 11)
+        return df.assign(worker="near-w0", t_intended=np.arange(60, dtype=np.int64) * 10**8, sample_index=np.arange(60))
+
+    pairs = pair_requests(run(50, 20), run(65, 20))
+    assert {"ttft_a_ms", "ttft_b_ms", "tpot_a_ms", "tpot_b_ms", "latency_a_ms"} <= set(pairs.columns)
+    ttft = compare_paired(pairs["ttft_a_ms"].to_numpy(), pairs["ttft_b_ms"].to_numpy())
+    tpot = compare_paired(pairs["tpot_a_ms"].to_numpy(), pairs["tpot_b_ms"].to_numpy())
+    assert ttft["p50_diff_ms"] == 15 and ttft["verdict"] == "B slower" and tpot["p50_diff_ms"] == 0
