@@ -4,8 +4,9 @@ token timestamps against the truth (tests/integration/test_generative_client.py;
 Each POST to /v1/completions or /v1/chat/completions is answered with server-sent events (chunked): the first token
 `--first-ms` after the request arrived, then one event every `--gap-ms`, every third event carrying two tokens,
 with usage on every event (vLLM's continuous_usage_stats), a finish event, the usage trailer and [DONE]. Every
-event's write instant (perf_counter_ns: CLOCK_MONOTONIC, the same clock as a client on this host) is appended to
-`--log` as JSON lines with the request's trace ID. The prompt picks a fault: "mode:cut" (the connection closes
+event's write instant (perf_counter_ns: CLOCK_MONOTONIC, the same clock as a client on this host; and the wall
+clock, with the request's arrival, for clients that stamp epoch time) is appended to `--log` as JSON lines with the
+request's trace ID (or "arrival-<ns>" when it sent none). The prompt picks a fault: "mode:cut" (the connection closes
 after two events), "mode:error" (an error event in the 200 stream), "mode:slow" (the first token after 2 s),
 "mode:malformed" (an event that is not JSON), "mode:busy" (429 with an error body). GET /v1/models lists the
 model "sink"; any other GET is 404.
@@ -33,14 +34,14 @@ def event(obj) -> bytes:
 
 class Sink:
     def __init__(self, log_path: str, first_ms: float, gap_ms: float, tokens: int) -> None:
-        self.log = open(log_path, "a", buffering=1)
+        self.log = open(log_path, "a")  # buffered: flushed once a stream ends (a write per event costs the sink)
         self.first_s, self.gap_s, self.tokens = first_ms / 1000, gap_ms / 1000, tokens
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                arrived = time.perf_counter()
+                arrived, arrived_wall_ns = time.perf_counter(), time.time_ns()
                 length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1)) if b"ontent-" in head else 0
                 body = await reader.readexactly(length) if length else b""
                 if head.startswith(b"GET ") and not head.startswith(b"GET /v1/models "):
@@ -54,13 +55,15 @@ class Sink:
                     await writer.drain()
                     continue
                 trace = TRACE.search(head)
-                await self.stream(writer, json.loads(body or b"{}"), arrived, trace.group(1).decode() if trace else "")
+                await self.stream(writer, json.loads(body or b"{}"), arrived, trace.group(1).decode() if trace
+                                  else f"arrival-{arrived_wall_ns}", arrived_wall_ns)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
 
-    async def stream(self, writer: asyncio.StreamWriter, request: dict, arrived: float, trace: str) -> None:
+    async def stream(self, writer: asyncio.StreamWriter, request: dict, arrived: float, trace: str,
+                     arrived_wall_ns: int = 0) -> None:
         chat = "messages" in request
         text = json.dumps(request.get("messages") or request.get("prompt") or "")
         mode = re.search(r"mode:(\w+)", text)
@@ -85,6 +88,7 @@ class Sink:
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
             payload = {"choices": [choice], "usage": {"prompt_tokens": 7, "completion_tokens": sent}}
             written_ns = time.perf_counter_ns()  # transport.write sends at once when nothing waits before it
+            wall_ns = time.time_ns()  # for clients that stamp the wall clock (a peer tool's epoch seconds)
             if mode == "malformed" and k == 1:
                 writer.write(event(b"{not json"))
             elif mode == "error" and k == 2:
@@ -92,12 +96,14 @@ class Sink:
             else:
                 writer.write(event(payload))
             await writer.drain()
-            self.log.write(json.dumps({"trace_id": trace, "event": k, "tokens": n, "t_ns": written_ns})
-                           + "\n")
+            self.log.write(json.dumps({"trace_id": trace, "event": k, "tokens": n, "t_ns": written_ns,
+                                       "wall_ns": wall_ns, "arrived_wall_ns": arrived_wall_ns}) + "\n")
             if mode == "cut" and k == 1:
+                self.log.flush()
                 writer.transport.abort()
                 raise ConnectionError("cut on purpose")
             if mode in ("error", "malformed") and k == 2:
+                self.log.flush()
                 break
             k += 1
             due += self.gap_s
@@ -107,6 +113,7 @@ class Sink:
         writer.write(event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": sent}}))
         writer.write(event(b"[DONE]") + b"0\r\n\r\n")
         await writer.drain()
+        self.log.flush()
 
 
 async def main() -> None:
@@ -125,4 +132,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        import uvloop  # the sink's own cost per event, low: it must keep up with thousands of streams
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())

@@ -135,6 +135,12 @@ class Prompts(_Strict):
                                                              "and optionally \"max_tokens\" per line")
     ignore_eos: bool = Field(True, description="ask the server to generate max_tokens whatever the text "
                                                "(vLLM, SGLang): output lengths as asked")
+    min_tokens: int | None = Field(None, ge=1, description="ask the server for at least this many tokens (vLLM's "
+                                                           "min_tokens), where ignore_eos is off")
+    prefix_tokens: int = Field(0, ge=0, le=100_000, description="synthetic prompts begin with a shared prefix of "
+                                                                "this many words (exercises prefix caching)")
+    prefix_count: int = Field(1, ge=1, le=10_000, description="how many distinct prefixes the prompts share, "
+                                                              "drawn in turn")
 
 
 class Endpoint(_Strict):

@@ -69,7 +69,7 @@ class FirstTokenTimeout(socket.timeout):
 
 
 def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
-                 stream: bool = True) -> bytes:
+                 stream: bool = True, min_tokens: int | None = None) -> bytes:
     """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
     (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server."""
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
@@ -83,6 +83,8 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM, SGLang, TGI's OpenAI route: the output length is the one asked for
+    if min_tokens is not None:
+        body["min_tokens"] = min(min_tokens, max_tokens)
     return orjson.dumps(body)
 
 

@@ -47,12 +47,16 @@ def draw_counts(spec: TokenCount, n: int, rng: np.random.Generator) -> np.ndarra
 
 
 def synthetic_prompts(prompts: Prompts, seed: int) -> list[tuple[str, int]]:
-    """(prompt, max_tokens) × prompts.count, the same for a given seed on every worker."""
+    """(prompt, max_tokens) × prompts.count, the same for a given seed on every worker. With `prefix_tokens`, prompt
+    i begins with prefix i mod `prefix_count` (each `prefix_tokens` words, drawn once), then its own words."""
     rng = np.random.default_rng(seed)
     inputs = draw_counts(prompts.input_tokens, prompts.count, rng)
     outputs = draw_counts(prompts.output_tokens, prompts.count, rng)
     vocabulary = np.array(WORDS)
-    return [(" ".join(vocabulary[rng.integers(0, len(vocabulary), int(k))]), int(m)) for k, m in zip(inputs, outputs)]
+    words = lambda k: " ".join(vocabulary[rng.integers(0, len(vocabulary), int(k))])  # noqa: E731
+    prefixes = [words(prompts.prefix_tokens) + " " for _ in range(prompts.prefix_count)] if prompts.prefix_tokens \
+        else [""]
+    return [(prefixes[i % len(prefixes)] + words(k), int(m)) for i, (k, m) in enumerate(zip(inputs, outputs))]
 
 
 def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, int]]:
@@ -94,5 +98,5 @@ def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[bytes]
         items = file_prompts(path, spec.output_tokens.mean)
     else:
         items = synthetic_prompts(spec, seed)
-    return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos)
-            for prompt, max_tokens in items]
+    return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos,
+                         min_tokens=spec.min_tokens) for prompt, max_tokens in items]

@@ -88,3 +88,17 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
     ok = parse_profile({**base, "endpoints": [kserve, chat],
                         "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 500}]}, "g.toml")
     assert [e.generative for e in ok.endpoints] == [False, True] and [e.name for e in ok.kserve_endpoints] == ["k"]
+
+
+def test_prompts_share_prefixes_in_turn_and_ask_min_tokens():
+    from harness.client.generative import request_body
+
+    spec = Prompts(input_tokens=TokenCount(mean=5), output_tokens=TokenCount(mean=8), count=6, prefix_tokens=4,
+                   prefix_count=2)
+    prompts = [p for p, _ in synthetic_prompts(spec, seed=3)]
+    heads = [" ".join(p.split()[:4]) for p in prompts]
+    assert all(len(p.split()) == 9 for p in prompts)  # 4 shared + 5 of its own
+    assert heads[0] == heads[2] == heads[4] != heads[1] == heads[3] == heads[5]
+    assert len({" ".join(p.split()[4:]) for p in prompts}) == 6
+    body = orjson.loads(request_body("openai-completions", "m", "hi", 8, ignore_eos=False, min_tokens=4))
+    assert body["min_tokens"] == 4 and "ignore_eos" not in body

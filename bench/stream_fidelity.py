@@ -1,0 +1,223 @@
+"""Stream fidelity and cost of the generator: tailrace's token stamps against a sink's write instants.
+
+The sink (bench/stream_sink.py, pinned to one core) streams 20 tokens a request — the first `--first-ms` after the
+request arrives, then an event every gap, every third event carrying two tokens — and records when it writes each
+event (CLOCK_MONOTONIC, the clock the client stamps with on this host). The client, pinned to the other core, is
+tailrace's OpenAISender (the worker's request path for streams), holding N streams open at once for `--seconds`
+(each finished stream replaced at once). Per request: first-token error = the client's stamp − the sink's write of
+the first token event; ITL error = each gap between events as stamped − as written. Reported per N: error p50 / p99,
+the tokens/s the client core sustained, and its CPU (user + system over wall time).
+
+A peer (guidellm, in its own virtualenv: `--guidellm PATH/bin/guidellm`) runs against the same sink at the same
+concurrency; its per-request first-token time (epoch) is matched to the sink's first write by the request's
+arrival (the sink also records wall-clock instants).
+
+    python bench/stream_fidelity.py [--concurrency 100 1000 2000] [--seconds 20] [--guidellm PATH] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TOKENS, FIRST_MS = 20, 50.0
+GAP_MS = {100: 20.0, 1000: 40.0, 2000: 80.0}  # the sink's gap per concurrency: ~6k, ~30k, ~31k tokens/s offered
+
+
+def gap_for(n: int) -> float:
+    return GAP_MS.get(n, 20.0 * max(1, n // 250))
+
+
+# -- the client (a child process, pinned) ----------------------------------------------------------------------
+def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Path) -> None:
+    import gevent
+
+    from contract.trace_context import format_traceparent, new_ids
+    from harness.client.generative import COMPLETIONS, OpenAISender, request_body
+
+    sender = OpenAISender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
+                          timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency)
+    sender.warm_up()
+    records: list[tuple] = []
+    start = time.monotonic()
+    end = start + warmup_s + seconds
+
+    def stream() -> None:
+        while time.monotonic() < end:
+            trace_id, span_id = new_ids()
+            began = time.monotonic()
+            outcome = sender.send(0, {"traceparent": format_traceparent(trace_id, span_id)}, lambda: None)
+            if began >= start + warmup_s and outcome.status == "ok":
+                s = outcome.stream
+                records.append((trace_id, s.first_token_ns, bytes(s.event_ns), bytes(s.event_tokens)))
+
+    gevent.sleep(0)
+    usage0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    gevent.joinall([gevent.spawn(stream) for _ in range(concurrency)])
+    usage1, wall1 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    cpu = (usage1.ru_utime - usage0.ru_utime + usage1.ru_stime - usage0.ru_stime) / (wall1 - wall0)
+    tokens = sum(int(np.frombuffer(c, dtype=np.uint16).sum()) for *_, c in records)
+    out.write_text(json.dumps({"cpu": cpu, "tokens": tokens, "seconds": seconds, "records": [
+        (t, f, np.frombuffer(e, dtype=np.int64).tolist(), np.frombuffer(c, dtype=np.uint16).tolist())
+        for t, f, e, c in records]}))
+    sender.close()
+
+
+# -- the parent ------------------------------------------------------------------------------------------------
+def _start_sink(port: int, log: Path, gap_ms: float, cpu: str) -> subprocess.Popen:
+    proc = subprocess.Popen(["taskset", "-c", cpu, sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port",
+                             str(port), "--log", str(log), "--first-ms", str(FIRST_MS), "--gap-ms", str(gap_ms),
+                             "--tokens", str(TOKENS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    for _ in range(100):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the sink did not start")
+
+
+def _sink_writes(log: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        out.setdefault(e["trace_id"], []).append(e)
+    return out
+
+
+def errors_against_sink(records: list, writes: dict[str, list[dict]]) -> tuple[np.ndarray, np.ndarray]:
+    """(first-token errors ms, |ITL errors| ms) of the client's records against the sink's writes."""
+    first, gaps = [], []
+    for trace, first_ns, event_ns, _ in records:
+        written = [e["t_ns"] for e in sorted(writes.get(trace, []), key=lambda e: e["event"])]
+        if len(written) != len(event_ns) or not written:
+            continue
+        first.append((first_ns - written[0]) / 1e6)
+        gaps.extend(np.abs(np.diff(event_ns) - np.diff(written)) / 1e6)
+    return np.asarray(first), np.asarray(gaps)
+
+
+def run_tailrace(n: int, seconds: float, warmup_s: float, work: Path, port: int) -> dict:
+    log = work / f"sink-{n}.jsonl"
+    sink = _start_sink(port, log, gap_for(n), "1")
+    try:
+        out = work / f"client-{n}.json"
+        subprocess.run(["taskset", "-c", "0", sys.executable, __file__, "--client", f"http://127.0.0.1:{port}",
+                        "--concurrency", str(n), "--seconds", str(seconds), "--warmup", str(warmup_s),
+                        "--out", str(out)], check=True)
+    finally:
+        sink.terminate()
+        sink.wait(10)
+    result = json.loads(out.read_text())
+    first, gaps = errors_against_sink(result["records"], _sink_writes(log))
+    return {"tool": "tailrace", "streams": n, "gap_ms": gap_for(n), "requests": len(first),
+            "tokens_per_s": result["tokens"] / seconds, "cpu": result["cpu"],
+            "first_p50_ms": float(np.median(first)), "first_p99_ms": float(np.percentile(first, 99)),
+            "itl_p50_ms": float(np.median(gaps)), "itl_p99_ms": float(np.percentile(gaps, 99))}
+
+
+def run_guidellm(guidellm: str, n: int, seconds: float, work: Path, port: int) -> dict:
+    """guidellm against the same sink at concurrency n: its first-token times (epoch s) against the sink's writes
+    (epoch ns), each guidellm request matched to the sink request that arrived first after it started."""
+    log = work / f"sink-guidellm-{n}.jsonl"
+    sink = _start_sink(port, log, gap_for(n), "1")
+    out = work / f"guidellm-{n}.json"
+    try:
+        env = {**os.environ, "GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL": "ERROR"}
+        cmd = ["taskset", "-c", "0", guidellm, "benchmark", "run", "--target", f"http://127.0.0.1:{port}",
+               "--model", "sink", "--processor", str(work / "tokenizer"), "--profile", "concurrent", "--rate", str(n),
+               "--max-seconds", str(seconds), "--data", f"prompt_tokens=8,output_tokens={TOKENS}",
+               "--output-path", str(out), "--request-type", "text_completions"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 4 + 300)
+        if proc.returncode != 0 or not out.exists():
+            return {"tool": "guidellm", "streams": n, "error": (proc.stderr or proc.stdout)[-800:]}
+    finally:
+        sink.terminate()
+        sink.wait(10)
+    return guidellm_errors(out, _sink_writes(log), n, seconds)
+
+
+def guidellm_errors(report: Path, writes: dict[str, list[dict]], n: int, seconds: float) -> dict:
+    doc = json.loads(report.read_text())
+    bench = doc["benchmarks"][0]
+    requests = bench["requests"]["successful"]
+    firsts = sorted((min(w, key=lambda e: e["event"])["arrived_wall_ns"], min(w, key=lambda e: e["event"])["wall_ns"])
+                    for w in writes.values() if w)
+    arrivals = np.array([a for a, _ in firsts])
+    first_writes = np.array([f for _, f in firsts])
+    errors = []
+    for r in requests:
+        timings = r.get("info", {}).get("timings") or r.get("timings") or {}
+        started, first = timings.get("request_start"), timings.get("first_iteration") or timings.get("first_token")
+        if started is None or first is None:
+            continue
+        at = int(np.searchsorted(arrivals, int(started * 1e9)))
+        if at < len(arrivals):
+            errors.append((first * 1e9 - first_writes[at]) / 1e6)
+    errors = np.asarray(errors)
+    tokens = sum(r.get("output_tokens") or 0 for r in requests)
+    return {"tool": "guidellm", "streams": n, "gap_ms": gap_for(n), "requests": len(errors),
+            "tokens_per_s": tokens / seconds, "cpu": None,
+            "first_p50_ms": float(np.median(errors)) if len(errors) else None,
+            "first_p99_ms": float(np.percentile(errors, 99)) if len(errors) else None,
+            "itl_p50_ms": None, "itl_p99_ms": None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[100, 1000, 2000])
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--warmup", type=float, default=3)
+    ap.add_argument("--guidellm", default=None, help="guidellm executable (its own virtualenv) to run beside")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/BENCHMARKS.md")
+    args = ap.parse_args()
+    if args.client:
+        client(args.client, args.concurrency[0], args.seconds, args.warmup, args.out)
+        return 0
+    from harness.services.processes import free_port
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for n in args.concurrency:
+            rows.append(run_tailrace(n, args.seconds, args.warmup, work, free_port()))
+            print(json.dumps(rows[-1]), flush=True)
+            if args.guidellm:
+                rows.append(run_guidellm(args.guidellm, n, args.seconds, work, free_port()))
+                print(json.dumps(rows[-1]), flush=True)
+    if args.write:
+        from bench.common import write_section
+
+        lines = ["| tool | streams | sink gap (ms) | requests | tokens/s | client CPU | first-token error p50 / p99 (ms) "
+                 "| ITL error p50 / p99 (ms) |", "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            if "error" in r:
+                lines.append(f"| {r['tool']} | {r['streams']} | — | failed: {r['error'][:120]} | | | | |")
+                continue
+            cpu = f"{r['cpu']:.0%}" if r["cpu"] is not None else "—"
+            itl = f"{r['itl_p50_ms']:.3f} / {r['itl_p99_ms']:.3f}" if r["itl_p50_ms"] is not None else "—"
+            lines.append(f"| {r['tool']} | {r['streams']:,} | {r['gap_ms']:g} | {r['requests']:,} | "
+                         f"{r['tokens_per_s']:,.0f} | {cpu} | {r['first_p50_ms']:.3f} / {r['first_p99_ms']:.3f} | "
+                         f"{itl} |")
+        write_section("Stream fidelity: token stamps against the sink's writes", "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
