@@ -133,8 +133,10 @@ class OpenAISender:
             if self.ttft_timeout_s else None
 
         faults: list[Exception] = []  # raised inside the HTTP parser's callback: kept here, then classified
+        streamed: list[int] = []  # a stream began: a 200's body was read (a cut is a stream that began)
 
         def consume(data: bytes, read_ns: int) -> None:
+            streamed.append(read_ns)
             try:
                 for at, event in parser.feed(data, read_ns):
                     stream.feed(at, event)
@@ -166,7 +168,7 @@ class OpenAISender:
                 status, code, error = "bad_response", "stream", str(faults[0])[:200]
             else:
                 status, code, error = classify_exception(exc)
-                result.outcome = TIMEOUT if status == "timeout" else CUT
+                result.outcome = TIMEOUT if status == "timeout" else CUT if streamed else ""
         finally:
             if first is not None:
                 first.cancel()

@@ -197,3 +197,38 @@ def test_synthetic_lm_known_times_found_again_and_queueing_shows_in_ttft_not_tpo
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(low.run_dir), str(loaded.run_dir)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and "TTFT" in r.stdout and "TPOT" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_passes(model_repo, tmp_path):
+    """The embedded server SIGKILLed 4 s into the measured phase: the streams open then are `cut`, the ones sent
+    after it fail to connect; every one is recorded and classified, the verdict is not PASS, nothing is a
+    traceback."""
+    import os
+    import signal
+
+    from tests.support import sleep_until_measuring
+
+    killed = {}
+
+    def kill(run):
+        sleep_until_measuring(run, 4)
+        pid = run.servers.instances[0].process.pid
+        os.kill(pid, signal.SIGKILL)
+        killed["pid"] = pid
+
+    profile = generative_profile(model_repo, "synthetic_lm", 12, 8, 24, 40, chat_only=True,
+                                 slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 1000}])
+    run, manifest = run_with(profile, tmp_path, during=kill)
+    assert "pid" in killed
+    a = analyze_run(run.run_dir)
+    measured = a.requests[a.requests["phase"] > 0]
+    status = measured["status"].astype(str)
+    outcome = measured["stream_outcome"].astype(str)
+    assert (status == "ok").sum() > 20 and (status == "connection").sum() > 20  # before, and after the kill
+    assert (outcome == "cut").sum() >= 1  # streams open at the kill: cut, their tokens so far kept
+    cut = measured[outcome == "cut"]
+    assert (cut["t_first_token"] > 0).any() and (cut["output_tokens"] < 40).all()
+    assert set(outcome[status == "connection"]) <= {"cut", ""}  # "": refused before any stream began
+    assert a.summary["verdict"] in ("FAIL", "INVALID") and a.summary["exit_code"] != 0
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    assert rows[("chat", "*")]["outcomes"].get("cut", 0) >= 1
