@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
 import resource
 import subprocess
 import sys
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TOKENS, FIRST_MS = 20, 50.0
-GAP_MS = {100: 20.0, 1000: 40.0, 2000: 80.0}  # the sink's gap per concurrency: ~6k, ~30k, ~31k tokens/s offered
+GAP_MS = {100: 20.0, 500: 30.0, 1000: 60.0, 2000: 120.0}  # the sink's gap: ~6k, ~21k, ~22k, ~23k tokens/s offered
 
 
 def gap_for(n: int) -> float:
@@ -131,47 +131,54 @@ def run_tailrace(n: int, seconds: float, warmup_s: float, work: Path, port: int)
 
 
 def run_guidellm(guidellm: str, n: int, seconds: float, work: Path, port: int) -> dict:
-    """guidellm against the same sink at concurrency n: its first-token times (epoch s) against the sink's writes
-    (epoch ns), each guidellm request matched to the sink request that arrived first after it started."""
+    """guidellm (0.8.1's CLI) against the same sink at concurrency n, its prompts each carrying a key ("req-<i>")
+    the sink logs: its first-token instants (epoch s, `first_token_iteration`) against the sink's writes (epoch ns),
+    and the client CPU it used (its process tree's, from /proc, over the run)."""
     log = work / f"sink-guidellm-{n}.jsonl"
+    prompts = work / "prompts.jsonl"
+    if not prompts.exists():
+        prompts.write_text("".join(json.dumps({"prompt": f"req-{i} one two three four five",
+                                               "output_tokens_count": TOKENS, "prompt_tokens_count": 8}) + "\n"
+                                   for i in range(200_000)))
     sink = _start_sink(port, log, gap_for(n), "1")
     out = work / f"guidellm-{n}.json"
     try:
-        env = {**os.environ, "GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL": "ERROR"}
-        cmd = ["taskset", "-c", "0", guidellm, "benchmark", "run", "--target", f"http://127.0.0.1:{port}",
-               "--model", "sink", "--processor", str(work / "tokenizer"), "--profile", "concurrent", "--rate", str(n),
-               "--max-seconds", str(seconds), "--data", f"prompt_tokens=8,output_tokens={TOKENS}",
-               "--output-path", str(out), "--request-type", "text_completions"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 4 + 300)
+        cmd = ["taskset", "-c", "0", guidellm, "run", "--backend",
+               f"kind=openai_http,target=http://127.0.0.1:{port},model=sink", "--profile",
+               f"kind=concurrent,streams={n}", "--constraint", f"kind=max_duration,seconds={seconds:g}",
+               "--data", f"kind=json_file,path={prompts}", "--output", f"kind=json,path={out}",
+               "--disable-console-interactive"]
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 4 + 600)
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0 or not out.exists():
-            return {"tool": "guidellm", "streams": n, "error": (proc.stderr or proc.stdout)[-800:]}
+            return {"tool": "guidellm 0.8.1", "streams": n, "error": (proc.stderr or proc.stdout)[-800:]}
     finally:
         sink.terminate()
         sink.wait(10)
-    return guidellm_errors(out, _sink_writes(log), n, seconds)
+    cpu_s = (children1.ru_utime - children0.ru_utime + children1.ru_stime - children0.ru_stime)
+    return guidellm_errors(out, _sink_writes(log), n, seconds) | {
+        "cpu_whole_run": cpu_s / (time.monotonic() - began)}
 
 
 def guidellm_errors(report: Path, writes: dict[str, list[dict]], n: int, seconds: float) -> dict:
-    doc = json.loads(report.read_text())
-    bench = doc["benchmarks"][0]
+    """guidellm's first-token instants against the sink's first writes, request by request (by the prompt's key)."""
+    bench = json.loads(report.read_text())["benchmarks"][0]
     requests = bench["requests"]["successful"]
-    firsts = sorted((min(w, key=lambda e: e["event"])["arrived_wall_ns"], min(w, key=lambda e: e["event"])["wall_ns"])
-                    for w in writes.values() if w)
-    arrivals = np.array([a for a, _ in firsts])
-    first_writes = np.array([f for _, f in firsts])
-    errors = []
+    errors, tokens = [], 0
     for r in requests:
-        timings = r.get("info", {}).get("timings") or r.get("timings") or {}
-        started, first = timings.get("request_start"), timings.get("first_iteration") or timings.get("first_token")
-        if started is None or first is None:
+        key = re.search(r"req-\d+", r.get("request_args") or "")
+        first = ((r.get("info") or {}).get("timings") or {}).get("first_token_iteration")
+        tokens += (r.get("output_metrics") or {}).get("text_tokens") or 0
+        written = writes.get(key.group(0)) if key else None
+        if first is None or not written:
             continue
-        at = int(np.searchsorted(arrivals, int(started * 1e9)))
-        if at < len(arrivals):
-            errors.append((first * 1e9 - first_writes[at]) / 1e6)
+        errors.append((first * 1e9 - min(written, key=lambda e: e["event"])["wall_ns"]) / 1e6)
     errors = np.asarray(errors)
-    tokens = sum(r.get("output_tokens") or 0 for r in requests)
-    return {"tool": "guidellm", "streams": n, "gap_ms": gap_for(n), "requests": len(errors),
-            "tokens_per_s": tokens / seconds, "cpu": None,
+    duration = bench.get("duration") or seconds
+    return {"tool": "guidellm 0.8.1", "streams": n, "gap_ms": gap_for(n), "requests": len(errors),
+            "tokens_per_s": tokens / duration, "cpu": None,
             "first_p50_ms": float(np.median(errors)) if len(errors) else None,
             "first_p99_ms": float(np.percentile(errors, 99)) if len(errors) else None,
             "itl_p50_ms": None, "itl_p99_ms": None}
@@ -215,7 +222,15 @@ def main() -> int:
             lines.append(f"| {r['tool']} | {r['streams']:,} | {r['gap_ms']:g} | {r['requests']:,} | "
                          f"{r['tokens_per_s']:,.0f} | {cpu} | {r['first_p50_ms']:.3f} / {r['first_p99_ms']:.3f} | "
                          f"{itl} |")
-        write_section("Stream fidelity: token stamps against the sink's writes", "\n".join(lines))
+        command = "python bench/stream_fidelity.py " + " ".join(sys.argv[1:])
+        notes = ("\n\nCommand: `" + command + "` (guidellm 0.8.1 in its own virtualenv). The sink on CPU 1, the client "
+                 "on CPU 0; error = the client's stamp − the sink's write of the same event (first token), and "
+                 "|stamped gap − written gap| between consecutive events (ITL); tokens/s and CPU are the client's "
+                 "over the measured seconds. tailrace stamps a streamed body with the kernel's receive instant "
+                 "(SO_TIMESTAMPNS; plain TCP on Linux), so a busy client loop does not move its stamps. guidellm "
+                 "stamps `first_token_iteration` with time.time() once its asyncio loop has parsed the event; it "
+                 "records no per-token instants, so it has no ITL error to show.")
+        write_section("Stream fidelity: token stamps against the sink's writes", "\n".join(lines) + notes)
     return 0
 
 

@@ -6,10 +6,12 @@ Each POST to /v1/completions or /v1/chat/completions is answered with server-sen
 with usage on every event (vLLM's continuous_usage_stats), a finish event, the usage trailer and [DONE]. Every
 event's write instant (perf_counter_ns: CLOCK_MONOTONIC, the same clock as a client on this host; and the wall
 clock, with the request's arrival, for clients that stamp epoch time) is appended to `--log` as JSON lines with the
-request's trace ID (or "arrival-<ns>" when it sent none). The prompt picks a fault: "mode:cut" (the connection closes
-after two events), "mode:error" (an error event in the 200 stream), "mode:slow" (the first token after 2 s),
-"mode:malformed" (an event that is not JSON), "mode:busy" (429 with an error body). GET /v1/models lists the
-model "sink"; any other GET is 404.
+request's trace ID (else the "req-<n>" its prompt carries, else "arrival-<ns>").
+
+The prompt picks a fault: "mode:cut" (the connection closes after two events), "mode:error" (an error event in the
+200 stream), "mode:slow" (the first token after 2 s), "mode:malformed" (an event that is not JSON), "mode:busy"
+(429 with an error body). GET /v1/models lists the
+model "sink", GET /health answers 200; any other GET is 404.
 
     python bench/stream_sink.py --port P --log FILE [--first-ms 50] [--gap-ms 20] [--tokens 20]
 """
@@ -22,6 +24,7 @@ import re
 import time
 
 TRACE = re.compile(rb"traceparent: 00-([0-9a-f]{32})-", re.I)
+KEY = re.compile(rb"req-\d+")  # a prompt's own key, for clients that send no traceparent (a peer tool)
 
 
 def chunk(data: bytes) -> bytes:
@@ -44,6 +47,10 @@ class Sink:
                 arrived, arrived_wall_ns = time.perf_counter(), time.time_ns()
                 length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1)) if b"ontent-" in head else 0
                 body = await reader.readexactly(length) if length else b""
+                if head.startswith(b"GET /health "):  # vLLM's health route (guidellm asks it first)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 if head.startswith(b"GET ") and not head.startswith(b"GET /v1/models "):
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     await writer.drain()
@@ -54,9 +61,10 @@ class Sink:
                                  % len(payload) + payload)
                     await writer.drain()
                     continue
-                trace = TRACE.search(head)
+                trace, key = TRACE.search(head), KEY.search(body)
                 await self.stream(writer, json.loads(body or b"{}"), arrived, trace.group(1).decode() if trace
-                                  else f"arrival-{arrived_wall_ns}", arrived_wall_ns)
+                                  else key.group(0).decode() if key else f"arrival-{arrived_wall_ns}",
+                                  arrived_wall_ns)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:

@@ -103,7 +103,8 @@ class OpenAISender:
             from gevent.ssl import SSLContext
 
             context = ssl_context(tls, SSLContext)
-        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
+        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None,
+                                kernel_stamps=True)
         self.payloads = PromptPayloads(bodies)
         self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
         self.credential = credential

@@ -17,6 +17,8 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: the kernel stamps each packet as it arrives
+_ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
 _HEADER_LENGTH = b"inference-header-content-length"
 _SERVER_TIMING = b"server-timing"
 
@@ -72,6 +74,19 @@ def _send_parts(sock, parts: tuple[bytes, ...]) -> None:
             views[0] = views[0][sent:]
 
 
+def _stamped_recv(sock, offset_ns: int) -> tuple[bytes, int]:
+    """recv with the kernel's receive instant of the bytes (SO_TIMESTAMPNS, wall clock) moved to the monotonic
+    clock by `offset_ns`; the read's own instant when the kernel gave none. Never later than now."""
+    data, ancillary, _, _ = sock.recvmsg(65536, _ANCILLARY)
+    now = time.perf_counter_ns()
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+            stamp = int.from_bytes(payload[:8], "little", signed=True) * 1_000_000_000 + int.from_bytes(
+                payload[8:16], "little", signed=True) - offset_ns
+            return data, min(stamp, now)
+    return data, now
+
+
 class ConnectionClosed(ConnectionError):
     """The server closed the connection before a complete response."""
 
@@ -81,15 +96,24 @@ class Http1Pool:
     handshake and every read and write yield to the other requests)."""
 
     def __init__(self, host: str, port: int, timeout_s: float, tls: "ssl.SSLContext | None" = None,
-                 server_name: str | None = None) -> None:
+                 server_name: str | None = None, kernel_stamps: bool = False) -> None:
         self.host, self.port, self.timeout_s = host, port, timeout_s
         self.tls, self.server_name = tls, server_name or host
+        # a streamed body's pieces stamped with the kernel's receive instant (plain TCP on Linux): what a busy
+        # event loop does after the bytes arrive no longer moves the stamp
+        self.kernel_stamps = kernel_stamps and tls is None and hasattr(socket.socket, "recvmsg")
         self._idle: list = []
         self.host_header = f"{host}:{port}".encode()
 
     def _connect(self):
         sock = gsocket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        sock.settimeout(None)  # the request's own timeout (`request`) bounds every read: no timer per read
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.kernel_stamps:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                self.kernel_stamps = False
         # room for a large request in one write (a 602 kB image): fewer wake-ups of the sending loop per request
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         if self.tls is not None:
@@ -130,9 +154,14 @@ class Http1Pool:
                         sock.sendall(part)
             else:
                 sock.sendall(raw)
+            stamped = consumer is not None and self.kernel_stamps
+            offset_ns = time.time_ns() - time.perf_counter_ns()  # wall − monotonic, for the kernel's stamps
             while not response.complete:
-                data = sock.recv(65536)
-                response.read_ns = time.perf_counter_ns()
+                if stamped:
+                    data, response.read_ns = _stamped_recv(sock, offset_ns)
+                else:
+                    data = sock.recv(65536)
+                    response.read_ns = time.perf_counter_ns()
                 if not data:
                     raise ConnectionClosed("during response" if got_bytes else "before response")
                 got_bytes = True

@@ -45,6 +45,8 @@ class SseParser:
         return events
 
     def _event(self, block: bytes) -> bytes | None:
+        if block.startswith(b"data: ") and b"\n" not in block:
+            return block[6:]  # the usual event: one data line
         data = None
         for line in block.split(b"\n"):
             if not line:
