@@ -135,6 +135,8 @@ class Prompts(_Strict):
                                                              "and optionally \"max_tokens\" per line")
     ignore_eos: bool = Field(True, description="ask the server to generate max_tokens whatever the text "
                                                "(vLLM, SGLang): output lengths as asked")
+    stream: bool = Field(True, description="false: whole responses (stream = false): E2E and tokens from usage "
+                                           "only, no TTFT / TPOT / ITL")
     min_tokens: int | None = Field(None, ge=1, description="ask the server for at least this many tokens (vLLM's "
                                                            "min_tokens), where ignore_eos is off")
     prefix_tokens: int = Field(0, ge=0, le=100_000, description="synthetic prompts begin with a shared prefix of "
@@ -519,6 +521,10 @@ class Profile(_Strict):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} is a streamed request's: it needs "
                                      f"{'the endpoint ' + repr(slo.endpoint) if slo.endpoint != '*' else 'an endpoint'}"
                                      " of protocol openai-chat or openai-completions")
+                whole = {e.name for e in self.endpoints if e.generative and e.prompts and not e.prompts.stream}
+                if slo.metric != "e2e" and (slo.endpoint in whole or (slo.endpoint == "*" and generative <= whole)):
+                    raise ValueError(f"slos[{i}].metric: {slo.metric} needs streamed responses, and "
+                                     f"{', '.join(sorted(whole))} asks for whole ones (prompts.stream = false)")
         return self
 
     @property

@@ -68,7 +68,8 @@ def _metric_values(df: pd.DataFrame, rows: np.ndarray, metric: str) -> tuple[np.
     elif metric == "tpot":
         tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
         span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
-        keep = ~ok | (tokens > 1)  # a one-token stream has no TPOT; a failed one did not meet it
+        streamed = df["t_first_token"].to_numpy()[rows] >= 0
+        keep = ~ok | ((tokens > 1) & streamed)  # a one-token stream, a whole response: no TPOT; a failure missed it
         values = np.where(ok, span / np.maximum(tokens - 1, 1), np.inf)[keep]
         return values, np.ones(len(values), dtype=bool), len(values)
     else:  # e2e
@@ -124,7 +125,7 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
     ttft = df["ttft_ns"].to_numpy()[ok]
     first, last = df["t_first_token"].to_numpy()[ok], df["t_last_token"].to_numpy()[ok]
     tokens = df["output_tokens"].to_numpy()[ok].astype(np.int64)
-    many = tokens > 1
+    many = (tokens > 1) & (first >= 0)  # a whole response (stream = false) has no token instants
     tpot = (last[many] - first[many]) / (tokens[many] - 1) / 1e6
     offsets, counts = df["token_event_us"].to_numpy()[ok], df["token_event_counts"].to_numpy()[ok]
     itl = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2"))
@@ -215,7 +216,7 @@ def token_curves(df: pd.DataFrame, endpoints: set[str]) -> dict[str, dict[str, t
         mine = region == name
         if (mine & (ttft >= 0)).any():
             out["ttft"][name] = _tail_curve(ttft[mine & (ttft >= 0)])
-        many = mine & (tokens > 1)
+        many = mine & (tokens > 1) & (ttft >= 0)
         if many.any():
             out["tpot"][name] = _tail_curve(span[many] / (tokens[many] - 1))
     return out
@@ -267,7 +268,8 @@ def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoin
         span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
         per_request = {
             "ttft": df["ttft_ns"].to_numpy()[rows] / 1e6,
-            "tpot": np.where(tokens > 1, span / np.maximum(tokens - 1, 1), 0.0),
+            "tpot": np.where((tokens > 1) & (df["t_first_token"].to_numpy()[rows] >= 0),
+                             span / np.maximum(tokens - 1, 1), 0.0),
             "e2e": df["latency_ns"].to_numpy()[rows] / 1e6,
             "itl": np.array([inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2")).max(
                 initial=0.0) for o, c in zip(df["token_event_us"].to_numpy()[rows],

@@ -93,9 +93,9 @@ class OpenAISender:
     https://), each body encoded before the run."""
 
     def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
-                 credential: Credential | None, tls: Tls | None = None, pool: int = 16) -> None:
+                 credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True) -> None:
         parsed = urlparse(url)
-        self.chat = protocol == CHAT
+        self.chat, self.stream = protocol == CHAT, stream
         self.path = parsed.path.rstrip("/") + PATHS[protocol]
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         context = None
@@ -129,6 +129,8 @@ class OpenAISender:
             return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=result)
         head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+        if not self.stream:
+            return self._send_whole(head, body, on_sent, result)
         parser, stream = SseParser(), OpenAIStream(self.chat)
         first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
             if self.ttft_timeout_s else None
@@ -183,6 +185,26 @@ class OpenAISender:
         return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), bytes_in=bytes_in,
                        stream=result, **timing)
 
+    def _send_whole(self, head: bytes, body: bytes, on_sent, result: StreamOutcome) -> Outcome:
+        """stream = false: one JSON response; E2E only, its tokens from the usage, no token instants."""
+        on_sent()
+        try:
+            response = self.client.request(head + body)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            status, code, error = classify_exception(exc)
+            result.outcome = TIMEOUT if status == "timeout" else ""
+            return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), stream=result)
+        status, code, error = classify_http_status(response.status), str(response.status), ""
+        if status != "ok":
+            error = _error_text(response.body)
+        else:
+            try:
+                whole_response(response.body, self.chat, result)
+            except StreamProtocolError as exc:
+                status, code, error = "bad_response", "body", str(exc)[:200]
+        return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body),
+                       bytes_in=len(response.body), stream=result)
+
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v1/models, with the credential), then the pool filled."""
         models = self.path.rsplit("/v1/", 1)[0] + "/v1/models"
@@ -194,6 +216,23 @@ class OpenAISender:
 
     def close(self) -> None:
         self.client.close()
+
+
+def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> None:
+    """A stream = false response's tokens (from its usage), finish reason and first words into `result`."""
+    try:
+        doc = orjson.loads(payload)
+        choice = doc["choices"][0]
+        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+        usage = doc.get("usage") or {}
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+        raise StreamProtocolError(f"a response that is not a completion: {payload[:80]!r}") from None
+    result.output_tokens = int(usage.get("completion_tokens", -1)) if isinstance(usage, dict) else -1
+    result.input_tokens = int(usage.get("prompt_tokens", -1)) if isinstance(usage, dict) else -1
+    result.token_source = "final_usage" if result.output_tokens >= 0 else ""
+    result.finish_reason = str(choice.get("finish_reason") or "")[:32]
+    result.preview = (text or "")[:80]
+    result.outcome = "complete"
 
 
 def _stream_into(result: StreamOutcome, stream: OpenAIStream) -> None:

@@ -98,5 +98,5 @@ def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[bytes]
         items = file_prompts(path, spec.output_tokens.mean)
     else:
         items = synthetic_prompts(spec, seed)
-    return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos,
+    return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
                          min_tokens=spec.min_tokens) for prompt, max_tokens in items]

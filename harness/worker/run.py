@@ -128,7 +128,7 @@ class WorkerRun:
         bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."))
         return OpenAISender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
                             ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                            sender_tls(ep), pool)
+                            sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream))
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:

@@ -232,3 +232,16 @@ def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_p
     assert a.summary["verdict"] in ("FAIL", "INVALID") and a.summary["exit_code"] != 0
     rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
     assert rows[("chat", "*")]["outcomes"].get("cut", 0) >= 1
+
+
+def test_whole_responses_stream_false_record_e2e_and_usage_tokens_only(server, tmp_path):
+    """prompts.stream = false: the sender reads one JSON response; its tokens from the usage, no token instants."""
+    from harness.client.generative import COMPLETIONS, OpenAISender, request_body
+
+    body = request_body(COMPLETIONS, "synthetic_lm", "one two three", 6, stream=False)
+    sender = OpenAISender(server, COMPLETIONS, [body], 10, None, None, stream=False)
+    out = sender.send(0, {}, lambda: None)
+    sender.close()
+    assert out.status == "ok" and out.stream.outcome == "complete" and out.stream.finish_reason == "length"
+    assert (out.stream.output_tokens, out.stream.input_tokens, out.stream.token_source) == (6, 3, "final_usage")
+    assert out.stream.first_token_ns == -1 and len(out.stream.event_ns) == 0 and len(out.stream.preview.split()) == 6

@@ -118,3 +118,24 @@ def test_compare_pairs_streams_by_schedule_and_compares_ttft_and_tpot():
     ttft = compare_paired(pairs["ttft_a_ms"].to_numpy(), pairs["ttft_b_ms"].to_numpy())
     tpot = compare_paired(pairs["tpot_a_ms"].to_numpy(), pairs["tpot_b_ms"].to_numpy())
     assert ttft["p50_diff_ms"] == 15 and ttft["verdict"] == "B slower" and tpot["p50_diff_ms"] == 0
+
+
+def test_whole_responses_have_e2e_and_tokens_but_no_tpot_or_ttft():
+    whole = stream_rows(40, "near", 50, 20, 11).assign(t_first_token=-1, t_last_token=-1, ttft_ns=-1,
+                                                       token_event_us=b"", token_event_counts=b"")
+    (row, *_) = token_table(whole, 10, {"llm"})
+    assert row["tpot_ms"]["p50"]["value"] is None and row["ttft_ms"]["p50"]["value"] is None
+    assert row["e2e_ms"]["p50"]["value"] == 250 and row["output_tokens"] == 440
+
+
+def test_a_ttft_slo_on_whole_responses_is_refused_where_the_profile_is_read():
+    from contract.profile import ProfileError, parse_profile
+
+    chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m", "prompts": {"stream": False}}
+    base = {"name": "g", "regions": [{"name": "a", "share": 1}], "load": {"rate": 1, "duration_s": 1},
+            "endpoints": [chat]}
+    import pytest
+
+    with pytest.raises(ProfileError, match="ttft needs streamed responses"):
+        parse_profile({**base, "slos": [{"metric": "ttft", "percentile": 90, "threshold_ms": 5}]}, "g.toml")
+    parse_profile({**base, "slos": [{"metric": "e2e", "percentile": 90, "threshold_ms": 5}]}, "g.toml")
