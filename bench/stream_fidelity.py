@@ -3,7 +3,7 @@
 The sink (bench/stream_sink.py, pinned to one core) streams 20 tokens a request — the first `--first-ms` after the
 request arrives, then an event every gap, every third event carrying two tokens — and records when it writes each
 event (CLOCK_MONOTONIC, the clock the client stamps with on this host). The client, pinned to the other core, is
-tailrace's OpenAISender (the worker's request path for streams), holding N streams open at once for `--seconds`
+tailrace's StreamSender (the worker's request path for streams), holding N streams open at once for `--seconds`
 (each finished stream replaced at once). Per request: first-token error = the client's stamp − the sink's write of
 the first token event; ITL error = each gap between events as stamped − as written. Reported per N: error p50 / p99,
 the tokens/s the client core sustained, and its CPU (user + system over wall time).
@@ -44,9 +44,9 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     import gevent
 
     from contract.trace_context import format_traceparent, new_ids
-    from harness.client.generative import COMPLETIONS, OpenAISender, request_body
+    from harness.client.generative import COMPLETIONS, StreamSender, request_body
 
-    sender = OpenAISender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
+    sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
                           timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency)
     sender.warm_up()
     records: list[tuple] = []

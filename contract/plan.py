@@ -35,6 +35,7 @@ class RunPlan(BaseModel):
     models_dir: str
     lead_s: float
     requests: dict[str, RequestSpec] = {}  # per endpoint: the request resolved from the model before the start
+    model_inputs: dict[str, list[str]] = {}  # per triton-generate endpoint: its model's input names (metadata)
     data_root: str = ""  # relative data paths are read from here (the orchestrator's directory; "" = each worker's)
 
     # -- derived settings (one definition each) ----------------------------------------------------------

@@ -22,9 +22,10 @@ class _Strict(BaseModel):
 
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
-GENERATIVE = ("openai-chat", "openai-completions")  # streamed OpenAI-compatible completions
+# streamed generation: OpenAI-compatible completions, Triton's generate extension
+GENERATIVE = ("openai-chat", "openai-completions", "triton-generate")
 SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
-           "openai-completions": ("http", "https")}
+           "openai-completions": ("http", "https"), "triton-generate": ("http", "https")}
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -151,9 +152,11 @@ class Endpoint(_Strict):
     name: str = Field(pattern=NAME)
     url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
-    protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions"] = Field(
+    protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions",
+                      "triton-generate"] = Field(
         description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network "
-                    "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions")
+                    "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions; "
+                    "triton-generate: Triton's /v2/models/{model}/generate_stream")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0)
@@ -187,6 +190,9 @@ class Endpoint(_Strict):
                                                       "64 tokens out)")
     ttft_timeout_ms: float | None = Field(None, gt=0, description="generative endpoints: a request with no first "
                                                                   "token this long after it was sent fails")
+    token_count_output: str | None = Field(None, min_length=1, description="triton-generate: the output field "
+                                           "saying how many tokens an event carries (the vLLM backend's "
+                                           "num_output_tokens); default: one event = one token")
 
     @field_validator("ranges")
     @classmethod
@@ -229,7 +235,10 @@ class Endpoint(_Strict):
             raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL of an OpenAI-compatible "
                              f"server, or 'embedded' (its generative models: tiny_lm, synthetic_lm), not {self.url!r}")
         if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
-            raise ValueError("prompts and ttft_timeout_ms are for openai-chat / openai-completions endpoints")
+            raise ValueError("prompts and ttft_timeout_ms are for generative endpoints (openai-chat, "
+                             "openai-completions, triton-generate)")
+        if self.token_count_output is not None and self.protocol != "triton-generate":
+            raise ValueError("token_count_output is for triton-generate endpoints (OpenAI streams report usage)")
         return self
 
     @property
@@ -520,7 +529,7 @@ class Profile(_Strict):
                 if not generative or (slo.endpoint != "*" and slo.endpoint not in generative):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} is a streamed request's: it needs "
                                      f"{'the endpoint ' + repr(slo.endpoint) if slo.endpoint != '*' else 'an endpoint'}"
-                                     " of protocol openai-chat or openai-completions")
+                                     " of protocol openai-chat, openai-completions or triton-generate")
                 whole = {e.name for e in self.endpoints if e.generative and e.prompts and not e.prompts.stream}
                 if slo.metric != "e2e" and (slo.endpoint in whole or (slo.endpoint == "*" and generative <= whole)):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} needs streamed responses, and "

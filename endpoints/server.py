@@ -12,10 +12,12 @@ import uvicorn
 
 from contract.credentials import Credential
 from endpoints.auth import CredentialInterceptor, require_credential
+from endpoints.generation.hub import StreamHub
+from endpoints.generation.routes import OpenAIRoutes
+from endpoints.generation.triton_generate import GenerateRoutes
 from endpoints.http_guard import guarded_protocol
 from endpoints.kserve.grpc_service import start_grpc_server
 from endpoints.kserve.http_app import build_app
-from endpoints.openai.routes import OpenAIRoutes
 from endpoints.serving.core import InferenceServer, ServerOptions
 
 
@@ -53,16 +55,23 @@ class ServerTls:
             require_client_auth=self.client_ca is not None)
 
 
-def with_openai_routes(kserve_app, server: InferenceServer):
-    """The KServe v2 application, with /v1/… going to the OpenAI-compatible routes when generative models are
-    served."""
+def with_generation_routes(kserve_app, server: InferenceServer):
+    """The KServe v2 application, with the generative models' routes in front when there are any: /v1/… (the
+    OpenAI-compatible ones) and /v2/models/{m}/generate[_stream] (Triton's generate extension)."""
     if not server.generators:
         return kserve_app
-    openai = OpenAIRoutes(server)
+    hub = StreamHub(server)
+    openai, generate = OpenAIRoutes(hub), GenerateRoutes(hub)
 
     def app(scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            return openai(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path.startswith("/v1/"):
+                return openai(scope, receive, send)
+            if path.endswith(("/generate", "/generate_stream")):
+                target = generate.target(path)
+                if target is not None:
+                    return generate(scope, receive, send, *target)
         return kserve_app(scope, receive, send)
 
     return app
@@ -80,7 +89,7 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
     interceptors = [CredentialInterceptor(credential)] if credential else []
     grpc_server = start_grpc_server(server, host, grpc_port, tls.grpc_credentials() if tls else None,
                                     interceptors) if grpc_port else None
-    app = with_openai_routes(build_app(server), server)
+    app = with_generation_routes(build_app(server), server)
     config = uvicorn.Config(require_credential(app, credential) if credential else app, host=host, port=http_port,
                             loop="uvloop",
                             http=guarded_protocol(options.header_timeout_s), interface="asgi3", access_log=False,

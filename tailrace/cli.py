@@ -251,7 +251,8 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     try:
         endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
                                   args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check,
-                                  tls, auth, prompts)
+                                  tls, auth, prompts,
+                                  {"token_count_output": args.token_count_output} if args.token_count_output else None)
     except ProfileError as exc:
         print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
         return USAGE
@@ -497,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "all worked, 1 on a mismatch or a failed request, 2 when unreachable.")
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
-    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions"],
+    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions",
+                                              "triton-generate"],
                        default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")
@@ -508,6 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
     probe.add_argument("--input-tokens", type=int, default=32, help="openai-*: words a prompt (default 32)")
     probe.add_argument("--output-tokens", type=int, default=32, help="openai-*: max_tokens (default 32)")
+    probe.add_argument("--token-count-output", default=None, metavar="OUTPUT",
+                       help="triton-generate: the output saying how many tokens an event carries")
     probe.add_argument("--batch-size", type=int, default=1)
     probe.add_argument("--binary", choices=["auto", "true", "false"], default="auto",
                        help="HTTP binary tensor extension (default auto: tensors over 1 kB)")

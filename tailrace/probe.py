@@ -30,13 +30,15 @@ def protocol_of(url: str, protocol: str | None) -> str:
 
 def probe_endpoint(url: str, model: str, protocol: str, version: str, data: str, shapes: dict[str, list[int]],
                    batch_size: int, timeout_ms: float, binary: bool | str, check: dict | None,
-                   tls: dict | None = None, auth: dict | None = None, prompts: dict | None = None) -> Endpoint:
+                   tls: dict | None = None, auth: dict | None = None, prompts: dict | None = None,
+                   extra: dict | None = None) -> Endpoint:
     """The endpoint a probe talks to, validated like a profile's (ProfileError names the option). `tls`: the
     profile's tls table; `auth`: auth_header with auth_env or auth_file; `prompts`: a generative endpoint's."""
     entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "timeout_ms": timeout_ms,
              **(auth or {})}
     if protocol in GENERATIVE:
         entry["prompts"] = prompts or {}
+        entry.update(extra or {})
     else:
         entry.update(model_version=version, data=data, shapes=shapes, batch_size=batch_size, binary=binary)
     if check:
@@ -138,29 +140,37 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
 
 
 def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
-    """An OpenAI-compatible endpoint: the models it lists, then `requests` streamed prompts one after another, each
+    """A generative endpoint: the models it lists (its model's inputs, for triton-generate), then `requests` streamed
+    prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
-    from harness.client.generative import OpenAISender
+    from harness.client.generative import TRITON_GENERATE, StreamSender
     from harness.client.prompts import prompt_bodies
-    from harness.orchestration.endpoint_check import served_models
+    from harness.orchestration.endpoint_check import check_generate, served_models
 
+    inputs: list[str] = []
     try:
         credential = Credential.of(endpoint)
-        ids = served_models(url, timeout_s=min(10.0, endpoint.timeout_ms / 1000), tls=sender_tls(endpoint),
-                            headers=credential.headers() if credential else None)
+        if endpoint.protocol == TRITON_GENERATE:
+            inputs = check_generate(url, endpoint)
+            print(f"{url.rstrip('/')}/v2/models/{endpoint.model}: ready, inputs {', '.join(inputs)}")
+        else:
+            ids = served_models(url, timeout_s=min(10.0, endpoint.timeout_ms / 1000), tls=sender_tls(endpoint),
+                                headers=credential.headers() if credential else None)
+            print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
+            if endpoint.model not in ids:
+                print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
+                return USAGE
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return USAGE
-    print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
-    if endpoint.model not in ids:
-        print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
-        return USAGE
     spec = endpoint.prompts
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
-          f"{spec.output_tokens.mean}, stream with usage on every event")
-    sender = OpenAISender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd()), endpoint.timeout_ms / 1000,
+          f"{spec.output_tokens.mean}, " + ("generate_stream" if endpoint.protocol == TRITON_GENERATE
+                                            else "stream with usage on every event"))
+    sender = StreamSender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd(), tuple(inputs)),
+                          endpoint.timeout_ms / 1000,
                           endpoint.ttft_timeout_ms / 1000 if endpoint.ttft_timeout_ms else None, credential,
-                          sender_tls(endpoint), pool=1)
+                          sender_tls(endpoint), pool=1, model=endpoint.model, count_output=endpoint.token_count_output)
     failed = 0
     try:
         for k in range(requests):

@@ -34,7 +34,7 @@ class InferCall:
         """Find the model (NOT_FOUND), check the version, count the request."""
         self.spec = self.server.spec(self.name)
         self.server.check_version(self.name, version)
-        self.scheduler = self.server.schedulers[self.name]
+        self.scheduler = self.server.scheduler(self.name)
         self.scheduler.statistics.count_request(self.protocol)
 
     def bound(self, size: int, what: str) -> None:

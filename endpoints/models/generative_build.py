@@ -30,7 +30,7 @@ VOCAB_SIZE, HIDDEN = 512, 128
 DECODER_FILE, VOCAB_FILE = "decoder.onnx", "vocab.json"
 OPSET = 17
 _INPUTS = (TensorSpec("text_input", "BYTES", (1,)), TensorSpec("max_tokens", "INT32", (1,)))
-_OUTPUTS = (TensorSpec("text_output", "BYTES", (-1,)),)
+_OUTPUTS = (TensorSpec("text_output", "BYTES", (-1,)), TensorSpec("num_output_tokens", "INT32", (1,)))
 # the defaults a model's config carries (tailrace serve's --max-num-seqs etc. override them)
 SCHEDULING = {"max_num_seqs": "64", "max_num_batched_tokens": "2048", "max_waiting": "256", "max_model_len": "4096"}
 SYNTHETIC_TIMES = {"step_ms": "8.0", "step_ms_per_seq": "0.1", "prefill_ms_per_token": "0.02"}

@@ -62,5 +62,6 @@ class WordVocabulary:
         return np.asarray(out, dtype=np.int64)
 
     def piece(self, token: int) -> str:
-        """The text a generated token adds to the output: a space, then its word."""
-        return " " + self.words[token]
+        """The text a generated token adds to the output: a space, then its word (nothing for the end of sequence,
+        as servers skip special tokens)."""
+        return " " + self.words[token] if token != EOS else ""

@@ -115,7 +115,7 @@ class InferenceServer:
         unknown = (set(options.slots) | set(options.queue_depth) | set(options.max_batch)) - set(self.specs)
         if unknown:
             raise ValueError(f"--slots/--queue-depth/--max-batch name unknown model(s): {', '.join(sorted(unknown))}")
-        generative = {n: s for n, s in every.items() if s.backend == GENERATIVE_BACKEND}
+        generative = self.generative_specs = {n: s for n, s in every.items() if s.backend == GENERATIVE_BACKEND}
         unknown = set(options.batching) - set(generative)
         if unknown:
             raise ValueError(f"--max-num-seqs/--max-num-batched-tokens/--max-waiting name unknown generative "
@@ -137,11 +137,21 @@ class InferenceServer:
         self.ready = True
 
     def spec(self, name: str) -> ModelSpec:
-        """The model's spec, or a NOT_FOUND error naming it."""
-        spec = self.specs.get(name)
+        """The model's spec (a generative model's too: its metadata, readiness and config), or a NOT_FOUND error
+        naming it."""
+        spec = self.specs.get(name) or self.generative_specs.get(name)
         if spec is None:
             raise not_found(f"unknown model '{name}' (models: {', '.join(sorted(self.specs))})")
         return spec
+
+    def scheduler(self, name: str) -> ModelScheduler:
+        """A one-shot model's scheduler; a generative model's inference goes through its generate routes."""
+        scheduler = self.schedulers.get(name)
+        if scheduler is None:
+            self.spec(name)  # NOT_FOUND for an unknown model
+            raise InferenceError(f"model '{name}' generates (decoupled): use /v2/models/{name}/generate_stream, "
+                                 f"/v2/models/{name}/generate or the OpenAI-compatible /v1 routes")
+        return scheduler
 
     def check_version(self, name: str, version: str | None) -> None:
         """Only version 1 exists (the repository layout's `1/`)."""

@@ -1,6 +1,7 @@
-"""The OpenAI-compatible generative sender: POST /v1/completions or /v1/chat/completions with `stream: true`,
-the server-sent events read as they arrive on the worker's event loop (harness/client/http1.py hands each piece
-of the body over with the instant it was read), parsed incrementally (sse.py) and interpreted (openai_stream.py).
+"""The generative sender: POST /v1/completions or /v1/chat/completions with `stream: true` (OpenAI-compatible), or
+Triton's /v2/models/{m}/generate_stream; the server-sent events read as they arrive on the worker's event loop
+(harness/client/http1.py hands each piece of the body over with the instant it arrived), parsed incrementally
+(sse.py) and interpreted (openai_stream.py, triton_stream.py).
 
 What a streamed request adds to its Outcome: the first and last token instants, every token event's instant and
 token count (arrays, no object per token), the output and input token counts and where they came from, the
@@ -24,9 +25,17 @@ from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT, OpenAIStrea
 from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.sse import SseError, SseParser
 from harness.client.tls import ssl_context
+from harness.client.triton_stream import TritonGenerateStream
 
-CHAT, COMPLETIONS = "openai-chat", "openai-completions"
+CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
 PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}
+
+
+def stream_path(protocol: str, model: str, stream: bool = True) -> str:
+    """The route a generative protocol posts to (Triton's generate extension: the model's own route)."""
+    if protocol == TRITON_GENERATE:
+        return f"/v2/models/{model}/generate" + ("_stream" if stream else "")
+    return PATHS[protocol]
 
 
 @dataclass(frozen=True)
@@ -69,9 +78,13 @@ class FirstTokenTimeout(socket.timeout):
 
 
 def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
-                 stream: bool = True, min_tokens: int | None = None) -> bytes:
+                 stream: bool = True, min_tokens: int | None = None, model_inputs: tuple[str, ...] = ()) -> bytes:
     """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
-    (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server."""
+    (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server. Triton's generate
+    extension: `text_input`, and max_tokens / stream / ignore_eos / min_tokens as inputs where the model declares
+    them (`model_inputs`, from its metadata), else as request parameters."""
+    if protocol == TRITON_GENERATE:
+        return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs)
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if protocol == CHAT:
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -88,15 +101,34 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
     return orjson.dumps(body)
 
 
-class OpenAISender:
-    """One endpoint's streamed generative requests over the generator's keep-alive HTTP/1.1 pool (TLS for
-    https://), each body encoded before the run."""
+def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream: bool, min_tokens: int | None,
+                  model_inputs: tuple[str, ...]) -> bytes:
+    text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else prompt
+    body: dict = {"text_input": text}
+    parameters: dict = {}
+    asked = {"max_tokens": max_tokens, "stream": stream, "ignore_eos": ignore_eos or None,
+             "min_tokens": min(min_tokens, max_tokens) if min_tokens else None}
+    for name, value in asked.items():
+        if value is None:
+            continue
+        (body if name in model_inputs else parameters)[name] = value
+    if parameters:
+        body["parameters"] = parameters
+    return orjson.dumps(body)
+
+
+class StreamSender:
+    """One endpoint's streamed generative requests — OpenAI-compatible completions or Triton's generate extension
+    — over the generator's keep-alive HTTP/1.1 pool (TLS for https://), each body encoded before the run."""
 
     def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
-                 credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True) -> None:
+                 credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True,
+                 model: str = "", count_output: str | None = None) -> None:
         parsed = urlparse(url)
-        self.chat, self.stream = protocol == CHAT, stream
-        self.path = parsed.path.rstrip("/") + PATHS[protocol]
+        self.chat, self.stream, self.protocol = protocol == CHAT, stream, protocol
+        self.model, self.count_output = model, count_output
+        self.base_path = parsed.path.rstrip("/")
+        self.path = self.base_path + stream_path(protocol, model, stream)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         context = None
         if parsed.scheme == "https":
@@ -131,7 +163,8 @@ class OpenAISender:
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
         if not self.stream:
             return self._send_whole(head, body, on_sent, result)
-        parser, stream = SseParser(), OpenAIStream(self.chat)
+        parser = SseParser()
+        stream = TritonGenerateStream(self.count_output) if self.protocol == TRITON_GENERATE else OpenAIStream(self.chat)
         first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
             if self.ttft_timeout_s else None
 
@@ -199,19 +232,23 @@ class OpenAISender:
             error = _error_text(response.body)
         else:
             try:
-                whole_response(response.body, self.chat, result)
+                if self.protocol == TRITON_GENERATE:
+                    whole_generate_response(response.body, self.count_output, result)
+                else:
+                    whole_response(response.body, self.chat, result)
             except StreamProtocolError as exc:
                 status, code, error = "bad_response", "body", str(exc)[:200]
         return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body),
                        bytes_in=len(response.body), stream=result)
 
     def warm_up(self) -> None:
-        """One connection opened and checked (GET /v1/models, with the credential), then the pool filled."""
-        models = self.path.rsplit("/v1/", 1)[0] + "/v1/models"
-        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {models}", 1).encode("latin-1")
+        """One connection opened and checked (GET /v1/models, or the Triton model's ready route, with the
+        credential), then the pool filled."""
+        check = self.base_path + (f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE else "/v1/models")
+        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {check}", 1).encode("latin-1")
         response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
-            raise ConnectionError(f"GET {models} answered {response.status}")
+            raise ConnectionError(f"GET {check} answered {response.status}")
         self.client.prewarm(self.warm_connections)
 
     def close(self) -> None:
@@ -235,7 +272,23 @@ def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> None:
     result.outcome = "complete"
 
 
-def _stream_into(result: StreamOutcome, stream: OpenAIStream) -> None:
+def whole_generate_response(payload: bytes, count_output: str | None, result: StreamOutcome) -> None:
+    """A Triton /generate response's text, and its tokens when the model reports them (`count_output`)."""
+    try:
+        doc = orjson.loads(payload)
+        text = doc["text_output"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise StreamProtocolError(f"a response without text_output: {payload[:80]!r}") from None
+    text = text[0] if isinstance(text, list) and text else text
+    count = doc.get(count_output) if count_output else None
+    count = count[0] if isinstance(count, list) and count else count
+    result.output_tokens = count if isinstance(count, int) and not isinstance(count, bool) else -1
+    result.token_source = "output" if result.output_tokens >= 0 else ""
+    result.preview = str(text)[:80]
+    result.outcome = "complete"
+
+
+def _stream_into(result: StreamOutcome, stream) -> None:
     result.first_token_ns, result.last_token_ns = stream.first_token_ns, stream.last_token_ns
     result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
     result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens

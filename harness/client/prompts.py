@@ -90,8 +90,9 @@ def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, 
     return out
 
 
-def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[bytes]:
-    """The request bodies of a generative endpoint, encoded before the run."""
+def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = ()) -> list[bytes]:
+    """The request bodies of a generative endpoint, encoded before the run (`model_inputs`: a triton-generate
+    model's input names, from the endpoint check)."""
     spec = endpoint.prompts or Prompts()
     if spec.file is not None:
         path = Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file
@@ -99,4 +100,4 @@ def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[bytes]
     else:
         items = synthetic_prompts(spec, seed)
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
-                         min_tokens=spec.min_tokens) for prompt, max_tokens in items]
+                         min_tokens=spec.min_tokens, model_inputs=model_inputs) for prompt, max_tokens in items]

@@ -215,20 +215,46 @@ def check_data(plan: RunPlan, ep: Endpoint, request: RequestSpec, here: bool = T
     return None
 
 
-def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_here: bool = True
-                     ) -> tuple[dict[str, RequestSpec], list[str]]:
+@dataclass(frozen=True)
+class Resolved:
+    """What the endpoint check found: each KServe endpoint's request, notes (data left to the workers), and each
+    triton-generate endpoint's model inputs."""
+
+    requests: dict[str, RequestSpec]
+    notes: list[str]
+    model_inputs: dict[str, list[str]]
+
+
+def check_generate(url: str, ep: Endpoint) -> list[str]:
+    """A triton-generate endpoint's model: known, ready, with a text_input; its input names."""
+    credential = Credential.of(ep)
+    info = model_info_http(url, ep.model, ep.model_version, timeout_s=min(10.0, ep.timeout_ms / 1000),
+                           headers=credential.headers() if credential else None, tls=sender_tls(ep))
+    names = [t.name for t in info.inputs]
+    if "text_input" not in names:
+        raise EndpointCheckError(f"model {ep.model!r} on {url.rstrip('/')} has no text_input input (it has "
+                                 f"{', '.join(names) or 'none'}): not a model for Triton's generate extension")
+    if not info.ready:
+        raise EndpointCheckError(f"model {ep.model!r} on {url.rstrip('/')} is not ready")
+    return names
+
+
+def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_here: bool = True) -> Resolved:
     """Check every endpoint of a plan (network endpoints over their protocol, inprocess ones from their ONNX
     file) and resolve its request; EndpointCheckError lists every problem, one line each, naming the
-    endpoint. Returns the requests and notes (data left to the workers)."""
+    endpoint."""
     profile = plan.profile
     default_batch = profile.inputs.batch_size
-    requests, problems, notes = {}, [], []
+    requests, problems, notes, model_inputs = {}, [], [], {}
     for ep in profile.endpoints:
         url = (urls or {}).get(ep.name, ep.url)
         where = f"endpoint {ep.name} ({ep.model} on {url})"
         if ep.generative:  # no tensors to resolve: the model must be served, and the prompts must read
             try:
-                check_generative(url, ep)
+                if ep.protocol == "triton-generate":
+                    model_inputs[ep.name] = check_generate(url, ep)
+                else:
+                    check_generative(url, ep)
                 if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
                     prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
             except (EndpointCheckError, CredentialError, TlsError, PromptFileError) as exc:
@@ -260,4 +286,4 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
             problems.append(f"{where}: {exc}")
     if problems:
         raise EndpointCheckError("\n".join(problems))
-    return requests, notes
+    return Resolved(requests, notes, model_inputs)

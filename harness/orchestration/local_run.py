@@ -130,10 +130,11 @@ class LocalRun:
                        endpoint_kinds={e.name: endpoint_kind(e) for e in p.endpoints}, ntp_servers=ntp_servers,
                        models_dir=str(Path(p.embedded.models_dir).resolve()), lead_s=LEAD_S,
                        data_root=str(Path.cwd()))
-        requests, _ = resolve_requests(plan)  # no load before every endpoint takes the requests and its data fits
+        checked = resolve_requests(plan)  # no load before every endpoint takes the requests and its data fits
         proxies, region_urls = start_region_proxies(resolved, self.layout)
         self.processes.extend(proxies)
-        self.plan = plan.model_copy(update={"requests": requests, "region_urls": region_urls})
+        self.plan = plan.model_copy(update={"requests": checked.requests, "model_inputs": checked.model_inputs,
+                                            "region_urls": region_urls})
         self.lifecycle = RunLifecycle(self.plan, self.layout, self.reserve, "tailrace run", self.quiet)
         self.lifecycle.open(stats_targets(self.plan), proxied_regions(resolved))
         write_cold_starts(self.layout, self._cold_starts())

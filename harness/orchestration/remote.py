@@ -121,14 +121,14 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         plan = plan.model_copy(update={"ntp_servers": [f"{MASTER_CLOCK}:{sntp_port}" if s == MASTER_CLOCK else s
                                                        for s in plan.ntp_servers]})
     try:  # data files live on the workers' hosts: relative paths are read from each worker's directory
-        requests, notes = resolve_requests(plan, data_here=False)
+        checked = resolve_requests(plan, data_here=False)
     except EndpointCheckError as exc:
         print(f"tailrace master: an endpoint cannot take the run's requests; no load was sent:\n{exc}",
               file=sys.stderr)
         return None, USAGE
-    for note in notes:
+    for note in checked.notes:
         print(f"tailrace master: {note}")
-    plan = plan.model_copy(update={"requests": requests})
+    plan = plan.model_copy(update={"requests": checked.requests, "model_inputs": checked.model_inputs})
     layout = RunLayout(out / run_id)
     lifecycle = RunLifecycle(plan, layout, reserve, "tailrace master", quiet)
     try:

@@ -18,7 +18,7 @@ from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from contract.profile import MASTER_CLOCK
 from contract.requests import scenario_request
-from harness.client.generative import OpenAISender
+from harness.client.generative import StreamSender
 from harness.client.payloads import AnswerCheck, wanted_outputs
 from harness.client.prompts import prompt_bodies
 from harness.client.request_data import samples_for
@@ -125,10 +125,12 @@ class WorkerRun:
     def _generative_sender(self, ep, url: str, pool: int) -> Sender:
         """An OpenAI-compatible endpoint's sender, its prompts drawn from the run's seed (the same on every
         worker) or read from its prompt file (on this worker's host, relative to where it runs)."""
-        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."))
-        return OpenAISender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
+        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."),
+                               tuple(self.plan.model_inputs.get(ep.name, ())))
+        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
                             ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                            sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream))
+                            sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream), model=ep.model,
+                            count_output=ep.token_count_output)
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:

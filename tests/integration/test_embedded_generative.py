@@ -236,12 +236,46 @@ def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_p
 
 def test_whole_responses_stream_false_record_e2e_and_usage_tokens_only(server, tmp_path):
     """prompts.stream = false: the sender reads one JSON response; its tokens from the usage, no token instants."""
-    from harness.client.generative import COMPLETIONS, OpenAISender, request_body
+    from harness.client.generative import COMPLETIONS, StreamSender, request_body
 
     body = request_body(COMPLETIONS, "synthetic_lm", "one two three", 6, stream=False)
-    sender = OpenAISender(server, COMPLETIONS, [body], 10, None, None, stream=False)
+    sender = StreamSender(server, COMPLETIONS, [body], 10, None, None, stream=False)
     out = sender.send(0, {}, lambda: None)
     sender.close()
     assert out.status == "ok" and out.stream.outcome == "complete" and out.stream.finish_reason == "length"
     assert (out.stream.output_tokens, out.stream.input_tokens, out.stream.token_source) == (6, 3, "final_usage")
     assert out.stream.first_token_ns == -1 and len(out.stream.event_ns) == 0 and len(out.stream.preview.split()) == 6
+
+
+def test_triton_generate_from_two_regions_tokens_counted_from_the_models_output(model_repo, tmp_path):
+    """protocol triton-generate on the embedded server's /v2/models/{m}/generate_stream: the endpoint check reads
+    the model's inputs (max_tokens goes as an input, ignore_eos as a parameter), every stream complete, tokens from
+    num_output_tokens; without token_count_output, one event = one token and the report says "events"."""
+    prompts = {"input_tokens": {"mean": 16}, "output_tokens": {"mean": 12}, "count": 16}
+    profile = make_profile(model_repo, endpoints=[
+        {"name": "gen", "url": "embedded", "protocol": "triton-generate", "model": "synthetic_lm", "prompts": prompts,
+         "token_count_output": "num_output_tokens"},
+        {"name": "gen-events", "url": "embedded", "protocol": "triton-generate", "model": "tiny_lm",
+         "prompts": prompts}],
+        regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+        load={"rate": 16, "duration_s": 6, "warmup_s": 1, "seed": 9},
+        slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 300}])
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    assert run.plan.model_inputs["gen"] == ["text_input", "max_tokens"]
+    a = analyze_run(run.run_dir)
+    measured = a.requests[a.requests["phase"] > 0]
+    assert len(measured) > 60 and (measured["status"] == "ok").all()
+    assert set(measured["stream_outcome"].astype(str)) == {"complete"}
+    by_endpoint = measured["endpoint"].astype(str)
+    assert (measured.loc[by_endpoint == "gen", "output_tokens"] == 12).all()
+    # tiny_lm outruns its stream: an event often carries several tokens, and counted as events they are fewer —
+    # why a count output (or usage) matters
+    assert (measured.loc[by_endpoint == "gen-events", "output_tokens"] <= 12).all()
+    sources = measured.groupby(measured["endpoint"].astype(str))["token_source"].agg(lambda s: set(s.astype(str)))
+    assert sources["gen"] == {"output"} and sources["gen-events"] == {"events"}
+    assert set(measured["finish_reason"].astype(str)) == {"length"}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    assert abs(rows[("gen", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
+    split = {(r["endpoint"], r["region"]): r for r in a.summary["ttft_decomposition"]}
+    assert split[("gen", "far")]["network_up_ms"] == pytest.approx(FAR_MS, abs=3)

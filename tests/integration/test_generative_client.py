@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from contract.trace_context import format_traceparent, new_ids
-from harness.client.generative import CHAT, COMPLETIONS, OpenAISender, request_body
+from harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
 from harness.services.processes import free_port, start_process, wait_http_ok
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def sink_events(log: Path) -> dict[str, list[dict]]:
     return out
 
 
-def send_all(sender: OpenAISender, n: int, concurrency: int) -> list[tuple[str, object]]:
+def send_all(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, object]]:
     """n requests, `concurrency` at a time on this thread's event loop; (trace ID, outcome) each."""
     results = []
 
@@ -58,7 +58,7 @@ def send_all(sender: OpenAISender, n: int, concurrency: int) -> list[tuple[str, 
 @pytest.mark.parametrize("protocol", [CHAT, COMPLETIONS])
 def test_token_instants_match_the_sinks_write_instants(sink, protocol):
     url, log = sink
-    sender = OpenAISender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], 10, 2.0, None)
+    sender = StreamSender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], 10, 2.0, None)
     sender.warm_up()
     results = send_all(sender, 40, concurrency=20)
     truth = sink_events(log)
@@ -90,7 +90,7 @@ def test_token_instants_match_the_sinks_write_instants(sink, protocol):
 ])
 def test_stream_faults_are_classified(sink, mode, status, code, outcome, words):
     url, _ = sink
-    sender = OpenAISender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], 10, 2.0, None)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], 10, 2.0, None)
     [(_, out)] = send_all(sender, 1, 1)
     sender.close()
     assert out.status == status and (code is None or out.code == code), out
@@ -100,7 +100,7 @@ def test_stream_faults_are_classified(sink, mode, status, code, outcome, words):
 
 def test_no_first_token_within_the_ttft_timeout(sink):
     url, _ = sink
-    sender = OpenAISender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, 0.3, None)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, 0.3, None)
     [(_, out)] = send_all(sender, 1, 1)
     sender.close()
     assert (out.status, out.code, out.stream.outcome) == ("timeout", "ttft_timeout", "ttft_timeout"), out
@@ -108,12 +108,12 @@ def test_no_first_token_within_the_ttft_timeout(sink):
 
 def test_a_refused_request_keeps_its_status_and_message(sink):
     url, _ = sink
-    sender = OpenAISender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], 5, None, None)
+    sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], 5, None, None)
     [(_, out)] = send_all(sender, 1, 1)
     assert (out.status, out.code, out.error) == ("http_error", "429", "sink: too many requests"), out
     assert out.stream.first_token_ns == -1 and out.stream.output_tokens == 0
     sender.warm_up()  # the next request on the same keep-alive connection is fine
     sender.close()
-    wrong = OpenAISender(url + "/nope", CHAT, [b"{}"], 5, None, None)
+    wrong = StreamSender(url + "/nope", CHAT, [b"{}"], 5, None, None)
     with pytest.raises(ConnectionError, match="answered 404"):
         wrong.warm_up()  # before the start instant: GET /nope/v1/models is not a model list

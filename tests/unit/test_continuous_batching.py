@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from endpoints.generation.requests import parse_completion
 from endpoints.models.decoders import StepBatch
 from endpoints.models.vocabulary import EOS, WordVocabulary
-from endpoints.openai.requests import parse_completion
 from endpoints.serving.continuous import BatchingLimits, ContinuousBatcher, Generation
 from endpoints.serving.errors import InferenceError
 from endpoints.serving.generation_metrics import GenerationMetrics

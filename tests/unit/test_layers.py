@@ -22,7 +22,7 @@ ALLOWED = {
 SUBLAYERS = {
     "analysis": [{"analysis.read"}, {"analysis.stats"}, {"analysis.decide"}, {"analysis.result"},
                  {"analysis.report"}, {"analysis.analyze", "analysis.command"}],
-    "endpoints": [{"endpoints.models"}, {"endpoints.serving"}, {"endpoints.kserve", "endpoints.openai"},
+    "endpoints": [{"endpoints.models"}, {"endpoints.serving"}, {"endpoints.kserve", "endpoints.generation"},
                   {"endpoints.auth", "endpoints.http_guard", "endpoints.server"}],
     "harness": [{"harness.client", "harness.spool", "harness.services"}, {"harness.worker"},
                 {"harness.orchestration"}],

@@ -58,3 +58,33 @@ def test_an_error_event_in_a_200_stream_is_a_failure_with_its_message():
 def test_malformed_events_are_protocol_errors(data):
     with pytest.raises(StreamProtocolError):
         OpenAIStream(chat=False).feed(1, data)
+
+
+def test_triton_generate_events_count_the_named_output_else_one_each_and_an_error_fails():
+    from harness.client.triton_stream import TritonGenerateStream
+
+    counted = TritonGenerateStream("num_output_tokens")
+    for at, doc in ((10, b'{"text_output": " a", "num_output_tokens": 1}'),
+                    (20, b'{"text_output": " b c", "num_output_tokens": 2}'),
+                    (30, b'{"text_output": " d", "num_output_tokens": 1, "finish_reason": "length"}')):
+        counted.feed(at, doc)
+    assert (counted.output_tokens, counted.count_source, counted.finish_reason) == (4, "output", "length")
+    assert list(counted.event_tokens) == [1, 2, 1] and (counted.first_token_ns, counted.last_token_ns) == (10, 30)
+    assert counted.outcome() == "complete"
+    plain = TritonGenerateStream()
+    plain.feed(5, b'{"text_output": " a b"}')
+    plain.feed(6, b'{"text_output": ""}')  # no text: no token
+    assert (plain.output_tokens, plain.count_source) == (1, "events")
+    plain.feed(7, b'{"error": "out of memory"}')
+    assert plain.outcome() == "error_event" and plain.error == "out of memory"
+
+
+def test_a_generate_body_puts_what_the_model_declares_in_inputs_and_the_rest_in_parameters():
+    import orjson
+
+    from harness.client.generative import TRITON_GENERATE, request_body
+
+    declared = orjson.loads(request_body(TRITON_GENERATE, "m", "hi there", 8, model_inputs=("text_input", "max_tokens")))
+    assert declared == {"text_input": "hi there", "max_tokens": 8, "parameters": {"stream": True, "ignore_eos": True}}
+    bare = orjson.loads(request_body(TRITON_GENERATE, "m", "hi", 8, ignore_eos=False, model_inputs=("text_input",)))
+    assert bare == {"text_input": "hi", "parameters": {"max_tokens": 8, "stream": True}}

@@ -1,0 +1,110 @@
+"""The OpenAI-compatible routes of the embedded server, over the continuous-batching engines
+(endpoints/serving/continuous.py): GET /v1/models, POST /v1/completions and /v1/chat/completions, streamed
+(server-sent events, vLLM's shapes) or not.
+
+A streamed response starts once its first token exists, so its `server-timing` header carries the request's queue
+and prefill time and the server's receive and first-send instants (epoch ns) — what tailrace needs to split TTFT
+into network, queue and prefill. Each later event carries the tokens generated since the last one (one, or more
+when the stream fell behind the engine), with the running usage when asked (`continuous_usage_stats`); the usage
+trailer adds the queue, prefill and decode time. A client that goes away cancels its request at the next step.
+"""
+from __future__ import annotations
+
+from endpoints.generation.chunks import DONE, ChunkWriter, error_body, models_body, usage
+from endpoints.generation.hub import (
+    StreamHub,
+    echoed_traceparent,
+    end_stream,
+    read_body,
+    send_event,
+    send_whole,
+    start_stream,
+    timing_header,
+)
+from endpoints.generation.requests import CompletionRequest, parse_completion
+from endpoints.serving.continuous import ContinuousBatcher, Generation
+from endpoints.serving.core import RequestClock
+from endpoints.serving.errors import InferenceError, not_found
+
+COMPLETIONS, CHAT, MODELS = "/v1/completions", "/v1/chat/completions", "/v1/models"
+
+
+class OpenAIRoutes:
+    """An ASGI handler for the /v1 paths."""
+
+    def __init__(self, hub: StreamHub) -> None:
+        self.hub, self.server = hub, hub.server
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.hub.start()
+        path, method = scope["path"].rstrip("/"), scope["method"]
+        if path == MODELS and method == "GET":
+            gens = self.server.generators
+            await send_whole(send, 200, models_body(sorted(gens), {n: e.limits.max_model_len
+                                                                    for n, e in gens.items()}))
+        elif path in (COMPLETIONS, CHAT) and method == "POST":
+            await self._completion(scope, receive, send, path == CHAT)
+        elif path in (COMPLETIONS, CHAT, MODELS):
+            await send_whole(send, 405, error_body(f"{path} does not take {method}", 405))
+        else:
+            await send_whole(send, 404, error_body(f"no route {path}", 404))
+
+    async def _completion(self, scope, receive, send, chat: bool) -> None:
+        clock = RequestClock()
+        echo = echoed_traceparent(scope)
+        try:
+            body = await read_body(receive, self.server.options.max_body_bytes)
+            if body is None:
+                return
+            request = parse_completion(body, chat)
+            engine = self.server.generators.get(request.model)
+            if engine is None:
+                raise not_found(f"the model '{request.model}' does not exist (models: "
+                                f"{', '.join(sorted(self.server.generators)) or 'none'})")
+            g = Generation(prompt=engine.decoder.vocabulary.encode(request.text), max_tokens=request.max_tokens,
+                           ignore_eos=request.ignore_eos, min_tokens=request.min_tokens,
+                           arrival_ns=clock.receive_mono_ns)
+            async with self.hub.generating(engine, g, receive):
+                if request.stream:
+                    await self._stream(send, engine, g, request, clock, chat, echo)
+                else:
+                    await self._whole(send, engine, g, request, clock, chat, echo)
+        except InferenceError as exc:
+            await send_whole(send, exc.http_status, error_body(exc.message, exc.http_status), echo)
+
+    async def _whole(self, send, engine: ContinuousBatcher, g: Generation, request: CompletionRequest,
+                     clock: RequestClock, chat: bool, echo: list) -> None:
+        if not await self.hub.finished(g):
+            return
+        vocabulary = engine.decoder.vocabulary
+        writer = ChunkWriter(chat, request.model, g.request_id)
+        payload = writer.whole("".join(vocabulary.piece(t) for t in g.tokens), g.finish_reason,
+                               usage(len(g.prompt), len(g.tokens)), g.timings_ms())
+        await send_whole(send, 200, payload, [(b"server-timing", timing_header(clock, g)), *echo])
+
+    async def _stream(self, send, engine: ContinuousBatcher, g: Generation, request: CompletionRequest,
+                      clock: RequestClock, chat: bool, echo: list) -> None:
+        if not await self.hub.first_token(g):
+            return
+        await start_stream(send, clock, g, echo)
+        writer = ChunkWriter(chat, request.model, g.request_id)
+        piece = engine.decoder.vocabulary.piece
+        if chat:
+            await send_event(send, writer.role())
+        sent = 0
+        while True:
+            count, finished = len(g.tokens), g.done
+            if count > sent:
+                running = usage(len(g.prompt), count) if request.include_usage and request.continuous_usage else None
+                text = "".join(piece(t) for t in g.tokens[sent:count])
+                await send_event(send, writer.text(text, g.finish_reason if finished else None, running))
+                sent = count
+            if finished or g.cancelled:
+                break
+            await self.hub.progress(g)
+        if g.cancelled and not finished:
+            return
+        if request.include_usage:
+            await send_event(send, writer.trailer(usage(len(g.prompt), len(g.tokens)), g.timings_ms()))
+        await send_event(send, DONE)
+        await end_stream(send)
