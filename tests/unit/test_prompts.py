@@ -73,7 +73,7 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
     chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m"}
     cases = [
         ({"endpoints": [{**chat, "url": "triton"}]}, "endpoints[0]: url: protocol 'openai-chat' needs an http://"),
-        ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for openai-chat"),
+        ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for generative endpoints"),
         ({"endpoints": [{**chat, "prompts": {"output_tokens": {"mean": 9, "distribution": "uniform"}}}]},
          "uniform needs min and max"),
         ({"endpoints": [kserve], "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 5}]},
