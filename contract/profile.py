@@ -231,9 +231,11 @@ class Endpoint(_Strict):
                              f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
-        if self.generative and not scheme and self.url != EMBEDDED:
-            raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL of an OpenAI-compatible "
-                             f"server, or 'embedded' (its generative models: tiny_lm, synthetic_lm), not {self.url!r}")
+        started = (EMBEDDED, TRITON) if self.protocol == "triton-generate" else (EMBEDDED,)
+        if self.generative and not scheme and self.url not in started:
+            raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL, or "
+                             f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
+                             f"not {self.url!r}")
         if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
             raise ValueError("prompts and ttft_timeout_ms are for generative endpoints (openai-chat, "
                              "openai-completions, triton-generate)")

@@ -178,6 +178,71 @@ def synthetic_compute(model_dir: Path):
     return compute
 
 
+GENERATE_INPUTS = [Tensor(name="text_input", dtype=np.bytes_, shape=(1,)),
+                   Tensor(name="max_tokens", dtype=np.int32, shape=(1,), optional=True)]
+GENERATE_OUTPUTS = [Tensor(name="text_output", dtype=np.bytes_, shape=(1,)),
+                    Tensor(name="num_output_tokens", dtype=np.int32, shape=(1,))]
+EOS = 0
+
+
+def generative_model(model_dir: Path):
+    """A decoupled generator for tailrace's tiny_lm / synthetic_lm: each request's prompt (words; a word outside the
+    vocabulary by a stable hash, as the embedded server does) prefilled in one decoder step, then one response per
+    generated token (`text_output`, `num_output_tokens` = 1) until max_tokens (default 16). tiny_lm runs its ONNX
+    decoder step; synthetic_lm sleeps its step times. End of sequence is never generated (ignore_eos)."""
+    import zlib
+
+    config_text = (model_dir / "config.pbtxt").read_text()
+    words = json.loads((model_dir / "1" / "vocab.json").read_text())
+    ids = {w: i for i, w in enumerate(words)}
+    span = len(words) - 1
+    if _pbtxt_parameter(config_text, "decoder", "onnx") == "onnx":
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(model_dir / "1" / "decoder.onnx"), options,
+                                       providers=["CPUExecutionProvider"])
+        hidden = int(_pbtxt_parameter(config_text, "hidden", "128"))
+
+        def step(tokens: np.ndarray, state: np.ndarray):
+            next_token, new_state = session.run(None, {"tokens": tokens[None, :], "mask": np.ones((1, len(tokens)),
+                                                       np.float32), "state": state[None, :]})
+            return int(next_token[0]), new_state[0]
+    else:
+        step_s = float(_pbtxt_parameter(config_text, "step_ms", "8")) / 1000.0
+        per_token_s = float(_pbtxt_parameter(config_text, "prefill_ms_per_token", "0")) / 1000.0
+        hidden = 1
+
+        def step(tokens: np.ndarray, state: np.ndarray):
+            time.sleep(step_s + per_token_s * (len(tokens) - 1))
+            return 1 + (int(tokens[-1]) * 7 + int(state[0])) % span, state + len(tokens)
+
+    def encode(text: str) -> np.ndarray:
+        return np.asarray([ids.get(w) or 1 + zlib.crc32(w.encode()) % span for w in text.split()] or [1], np.int64)
+
+    def infer(requests):
+        runs = []
+        for request in requests:
+            text = request["text_input"].reshape(-1)[0]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+            max_tokens = int(request["max_tokens"].reshape(-1)[0]) if "max_tokens" in request else 16
+            runs.append({"tokens": encode(text), "state": np.zeros(hidden, np.float32), "left": max(1, max_tokens)})
+        while any(r["left"] for r in runs):
+            responses = []
+            for r in runs:
+                if not r["left"]:
+                    responses.append({"text_output": np.array([b""], dtype=np.bytes_),
+                                      "num_output_tokens": np.array([0], dtype=np.int32)})
+                    continue
+                token, r["state"] = step(r["tokens"], r["state"])
+                token = token if token != EOS else 1 + int(np.abs(r["state"]).argmax()) % span
+                r["tokens"], r["left"] = np.asarray([token], np.int64), r["left"] - 1
+                responses.append({"text_output": np.array([(" " + words[token]).encode()], dtype=np.bytes_),
+                                  "num_output_tokens": np.array([1], dtype=np.int32)})
+            yield responses
+
+    return infer
+
+
 def _pbtxt_parameter(text: str, key: str, default: str) -> str:
     """A string parameter of a config.pbtxt (`parameters { key: "k" value { string_value: "v" } }`)."""
     marker = f'key: "{key}"'
@@ -224,6 +289,12 @@ DIGITS_OUTPUTS = [("label", np.int64, (-1,)), ("probabilities", np.float32, (-1,
 def bind_models(triton: Triton, models: dict[str, Path], args: argparse.Namespace, trace_log: TraceLog) -> None:
     for name, model_dir in models.items():
         onnx_path = model_dir / "1" / "model.onnx"
+        if (model_dir / "1" / "vocab.json").exists():  # a generative model: decoupled, one response per token
+            triton.bind(model_name=name, infer_func=[generative_model(model_dir) for _ in range(args.instances)],
+                        inputs=GENERATE_INPUTS, outputs=GENERATE_OUTPUTS,
+                        config=ModelConfig(batching=False, decoupled=True), strict=True)
+            LOG.info("bound %s (decoupled, %d instance(s)): text_input → text_output per token", name, args.instances)
+            continue
         if onnx_path.exists():
             parts = [onnx_model(onnx_path, args.threads) for _ in range(args.instances)]
             _, inputs, outputs, is_batched = parts[0]

@@ -116,7 +116,8 @@ def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> di
 
 
 def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> dict:
-    """One real generation (one token) through /v1/completions until it succeeds; when and how long it took."""
+    """One real generation (one token) through the generate extension (the embedded server and a real Triton both
+    answer it) until it succeeds; when and how long it took."""
     deadline = time.monotonic() + timeout_s
     attempts, last = 0, ""
     with httpx.Client(timeout=10.0) as client:
@@ -124,7 +125,8 @@ def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> d
             attempts += 1
             try:
                 sent = time.time_ns()
-                r = client.post(f"{base}/v1/completions", json={"model": model, "prompt": "warm up", "max_tokens": 1})
+                r = client.post(f"{base}/v2/models/{model}/generate_stream", json={"text_input": "warm up",
+                                                                                     "max_tokens": 1})
                 if r.status_code == 200:
                     done = time.time_ns()
                     return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,
@@ -196,7 +198,8 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
                 instances=t.instances, models=triton_models), python=t.python)
             servers.instances.append(ServerInstance("triton", triton_models, triton.http_url, triton.grpc_url,
                                                     triton.metrics_url, triton.process, triton))
-            servers.instances[-1].cold_start = _timed("triton", triton_models, spawn, triton.http_url)
+            generative = frozenset(e.model for e in profile.endpoints if e.url == TRITON and e.generative)
+            servers.instances[-1].cold_start = _timed("triton", triton_models, spawn, triton.http_url, generative)
             log(f"Triton ready on {triton.http_url} (HTTP) / {triton.grpc_url} (gRPC) / {triton.metrics_url}")
     except BaseException:
         servers.stop()
