@@ -133,7 +133,18 @@ class Prompts(_Strict):
     output_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=64), description="max_tokens asked")
     count: int = Field(256, ge=1, le=100_000, description="distinct prompts drawn; requests cycle through them")
     file: str | None = Field(None, min_length=1, description="a JSONL file, one {\"prompt\": …} (or \"messages\") "
-                                                             "and optionally \"max_tokens\" per line")
+                                                             "and optionally \"max_tokens\" per line; or a "
+                                                             "ShareGPT-format JSON file")
+    format: Literal["auto", "jsonl", "sharegpt"] = Field("auto", description="the file's format (auto: by its "
+                                                                            "extension, .json is ShareGPT)")
+    conversation: Literal["first_turn", "messages"] = Field(
+        "first_turn", description="ShareGPT: the first human turn as the prompt, or the conversation up to its last "
+                                  "human turn as chat messages")
+    output_from: Literal["file", "profile"] = Field(
+        "file", description="max_tokens from the file where it gives one (a JSONL max_tokens, a ShareGPT reply's "
+                            "length in words), or from output_tokens")
+    sample: Literal["in_order", "with_replacement", "without_replacement"] = Field(
+        "in_order", description="a file's prompts in its order, or `count` of them drawn (seeded from load.seed)")
     ignore_eos: bool = Field(True, description="ask the server to generate max_tokens whatever the text "
                                                "(vLLM, SGLang): output lengths as asked")
     stream: bool = Field(True, description="false: whole responses (stream = false): E2E and tokens from usage "

@@ -73,9 +73,40 @@ def decoder_graph(rng: np.random.Generator, vocab: int = VOCAB_SIZE, hidden: int
     return model
 
 
+PROMPTS_JSONL = Path("_data") / "prompts.jsonl"
+PROMPTS_SHAREGPT = Path("_data") / "sharegpt.json"
+
+
+def write_prompt_sets(out: Path, words: list[str], n: int = 64, seed: int = SEED) -> None:
+    """A small deterministic prompt set in both file formats tailrace reads: JSONL ({"prompt", "max_tokens"}, every
+    fourth as chat messages) and ShareGPT (conversations of one to three exchanges, replies of known length)."""
+    import json
+
+    rng = np.random.default_rng(seed)
+
+    def text(k: int) -> str:
+        return " ".join(words[i] for i in rng.integers(1, len(words), k))
+
+    lines, conversations = [], []
+    for i in range(n):
+        prompt, reply = int(rng.integers(8, 96)), int(rng.integers(4, 48))
+        lines.append({"messages": [{"role": "system", "content": text(6)}, {"role": "user", "content": text(prompt)}],
+                      "max_tokens": reply} if i % 4 == 3 else {"prompt": text(prompt), "max_tokens": reply})
+        turns = []
+        for _ in range(int(rng.integers(1, 4))):
+            turns += [{"from": "human", "value": text(int(rng.integers(8, 64)))},
+                      {"from": "gpt", "value": text(int(rng.integers(4, 48)))}]
+        conversations.append({"id": f"conv-{i}", "conversations": turns})
+    (out / PROMPTS_JSONL).parent.mkdir(parents=True, exist_ok=True)
+    (out / PROMPTS_JSONL).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (out / PROMPTS_SHAREGPT).write_text(json.dumps(conversations, indent=1))
+
+
 def build_generative(out: Path, write_metadata) -> list:
-    """Write tiny_lm and synthetic_lm into the repository `out`; `write_metadata` as model_build's."""
+    """Write tiny_lm and synthetic_lm into the repository `out` (and the prompt sets); `write_metadata` as
+    model_build's."""
     vocab = WordVocabulary.build(VOCAB_SIZE)
+    write_prompt_sets(out, vocab.words)
     built = []
     for name in GENERATIVE_MODELS:
         model_dir = out / name

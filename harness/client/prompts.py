@@ -1,5 +1,6 @@
-"""What a generative endpoint is sent: prompts drawn from the profile's lengths (seeded), or read from a JSONL file,
-each with its max_tokens, encoded as request bodies before the run.
+"""What a generative endpoint is sent: prompts drawn from the profile's lengths (seeded), or read from a JSONL or
+ShareGPT-format file (in order, or drawn with or without replacement), each with its max_tokens, encoded as request
+bodies before the run.
 
 Synthetic prompts are words of a fixed vocabulary, one word for each input token asked (a tokenizer splits common
 words into about one token each; the server's usage reports the real count, and the record keeps it). A prompt
@@ -59,8 +60,9 @@ def synthetic_prompts(prompts: Prompts, seed: int) -> list[tuple[str, int]]:
     return [(prefixes[i % len(prefixes)] + words(k), int(m)) for i, (k, m) in enumerate(zip(inputs, outputs))]
 
 
-def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, int]]:
-    """(prompt or messages, max_tokens) of every line of a JSONL prompt file."""
+def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str | list, int | None]]:
+    """(prompt or messages, max_tokens — `default_max_tokens` where a line gives none) of every line of a JSONL
+    prompt file."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:
@@ -82,7 +84,8 @@ def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, 
             raise PromptFileError(f"{path}:{n}: needs \"prompt\" (a non-empty string) or \"messages\" (a list of "
                                   "{\"role\", \"content\"} objects)")
         max_tokens = doc.get("max_tokens", default_max_tokens)
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                       or max_tokens < 1):
             raise PromptFileError(f"{path}:{n}: max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
         out.append((prompt, max_tokens))
     if not out:
@@ -90,13 +93,67 @@ def file_prompts(path: Path, default_max_tokens: int) -> list[tuple[str | list, 
     return out
 
 
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
+          "bard": "assistant", "bing": "assistant", "system": "system"}
+
+
+def sharegpt_prompts(path: Path, conversation: str = "first_turn") -> list[tuple[str | list, int | None]]:
+    """(prompt or chat messages, the reply's length in words or None) of every conversation of a ShareGPT-format
+    file (a JSON list of {"conversations": [{"from": "human" | "gpt" | "system", "value": …}, …]}) that has a
+    human turn: its first human turn, or (`conversation` = "messages") every turn up to its last human one."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise PromptFileError(f"{path}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise PromptFileError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, list):
+        raise PromptFileError(f"{path}: a ShareGPT file is a JSON list of {{\"conversations\": [...]}} items")
+    out = []
+    for n, item in enumerate(doc):
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("value"), str)
+                                                  and t.get("from") in _ROLES for t in turns):
+            raise PromptFileError(f"{path}: item {n}: needs \"conversations\", a list of {{\"from\": human | gpt | "
+                                  "system, \"value\": text}} turns")
+        humans = [i for i, t in enumerate(turns) if _ROLES[t["from"]] == "user" and t["value"].strip()]
+        if not humans:
+            continue  # nothing to ask
+        last = humans[0] if conversation == "first_turn" else humans[-1]
+        reply = next((t["value"] for t in turns[last + 1:] if _ROLES[t["from"]] == "assistant"), None)
+        prompt = turns[last]["value"] if conversation == "first_turn" else [
+            {"role": _ROLES[t["from"]], "content": t["value"]} for t in turns[:last + 1]]
+        out.append((prompt, max(1, len(reply.split())) if reply else None))
+    if not out:
+        raise PromptFileError(f"{path}: no conversation with a human turn")
+    return out
+
+
+def file_items(spec: Prompts, seed: int, path: Path) -> list[tuple[str | list, int]]:
+    """A prompt file's (prompt, max_tokens), read in its format, max_tokens from the file where it gives one (unless
+    `output_from` is "profile"), else drawn from output_tokens; in order, or `count` of them drawn."""
+    fmt = spec.format if spec.format != "auto" else ("sharegpt" if path.suffix.lower() == ".json" else "jsonl")
+    items = sharegpt_prompts(path, spec.conversation) if fmt == "sharegpt" else file_prompts(path, None)
+    rng = np.random.default_rng(seed)
+    drawn = draw_counts(spec.output_tokens, len(items), rng)
+    items = [(prompt, int(given) if given is not None and spec.output_from == "file" else int(k))
+             for (prompt, given), k in zip(items, drawn)]
+    if spec.sample == "with_replacement":
+        return [items[i] for i in rng.integers(0, len(items), spec.count)]
+    if spec.sample == "without_replacement":
+        if spec.count > len(items):
+            raise PromptFileError(f"{path}: prompts.count {spec.count} without replacement, but the file has "
+                                  f"{len(items)} prompts")
+        return [items[i] for i in rng.permutation(len(items))[:spec.count]]
+    return items
+
+
 def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = ()) -> list[bytes]:
     """The request bodies of a generative endpoint, encoded before the run (`model_inputs`: a triton-generate
     model's input names, from the endpoint check)."""
     spec = endpoint.prompts or Prompts()
     if spec.file is not None:
-        path = Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file
-        items = file_prompts(path, spec.output_tokens.mean)
+        items = file_items(spec, seed, Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file)
     else:
         items = synthetic_prompts(spec, seed)
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,

@@ -279,3 +279,30 @@ def test_triton_generate_from_two_regions_tokens_counted_from_the_models_output(
     assert abs(rows[("gen", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
     split = {(r["endpoint"], r["region"]): r for r in a.summary["ttft_decomposition"]}
     assert split[("gen", "far")]["network_up_ms"] == pytest.approx(FAR_MS, abs=3)
+
+
+def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
+    """The prompt sets tailrace models build writes: ShareGPT conversations as chat messages (their replies' lengths
+    as max_tokens) and JSONL prompts drawn without replacement; the server's usage agrees with the files."""
+    import orjson
+
+    from contract.profile import Prompts
+    from endpoints.models.generative_build import PROMPTS_JSONL, PROMPTS_SHAREGPT
+    from harness.client.prompts import file_items
+
+    sharegpt = {"file": str(model_repo / PROMPTS_SHAREGPT), "conversation": "messages"}
+    jsonl = {"file": str(model_repo / PROMPTS_JSONL), "sample": "without_replacement", "count": 40}
+    profile = make_profile(model_repo, endpoints=[
+        {"name": "chat", "url": "embedded", "protocol": "openai-chat", "model": "synthetic_lm", "prompts": sharegpt},
+        {"name": "text", "url": "embedded", "protocol": "openai-completions", "model": "synthetic_lm",
+         "prompts": jsonl}],
+        regions=[{"name": "solo", "share": 1.0}], load={"rate": 12, "duration_s": 5, "warmup_s": 1, "seed": 3})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    df = analyze_run(run.run_dir).requests
+    assert (df["status"] == "ok").all() and len(df) > 40
+    asked = {orjson.loads(line).get("max_tokens") for line in (model_repo / PROMPTS_JSONL).read_text().splitlines()}
+    text = df[df["endpoint"].astype(str) == "text"]
+    assert set(text["output_tokens"]) <= asked  # each stream as long as its line asked
+    chat_lengths = {m for _, m in file_items(Prompts(**sharegpt), 3, model_repo / PROMPTS_SHAREGPT)}
+    assert set(df.loc[df["endpoint"].astype(str) == "chat", "output_tokens"]) <= chat_lengths

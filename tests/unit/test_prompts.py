@@ -102,3 +102,41 @@ def test_prompts_share_prefixes_in_turn_and_ask_min_tokens():
     assert len({" ".join(p.split()[4:]) for p in prompts}) == 6
     body = orjson.loads(request_body("openai-completions", "m", "hi", 8, ignore_eos=False, min_tokens=4))
     assert body["min_tokens"] == 4 and "ignore_eos" not in body
+
+
+def test_sharegpt_first_turns_or_whole_conversations_with_the_replies_lengths(tmp_path):
+    from harness.client.prompts import sharegpt_prompts
+
+    path = tmp_path / "sg.json"
+    path.write_text(orjson.dumps([
+        {"id": "a", "conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": "hi there"},
+                                      {"from": "gpt", "value": "one two three"}, {"from": "human", "value": "more"},
+                                      {"from": "gpt", "value": "four five"}]},
+        {"id": "b", "conversations": [{"from": "gpt", "value": "nobody asked"}]},  # no human turn: skipped
+        {"id": "c", "conversations": [{"from": "human", "value": "last"}]}]).decode())
+    assert sharegpt_prompts(path) == [("hi there", 3), ("last", None)]
+    messages, _ = sharegpt_prompts(path, "messages")
+    assert messages == ([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"},
+                         {"role": "assistant", "content": "one two three"}, {"role": "user", "content": "more"}], 2)
+    path.write_text('[{"conversations": [{"from": "robot", "value": "x"}]}]')
+    with pytest.raises(PromptFileError, match="sg.json: item 0: needs"):
+        sharegpt_prompts(path)
+
+
+def test_a_prompt_file_is_sampled_in_order_or_drawn_with_or_without_replacement(tmp_path):
+    from harness.client.prompts import file_items
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(orjson.dumps({"prompt": f"p{i}", **({"max_tokens": i + 1} if i % 2 else {})}).decode()
+                            + "\n" for i in range(10)))
+    base = {"file": str(path), "output_tokens": TokenCount(mean=7)}
+    in_order = file_items(Prompts(**base), 1, path)
+    assert [p for p, _ in in_order] == [f"p{i}" for i in range(10)]
+    assert [m for _, m in in_order] == [7, 2, 7, 4, 7, 6, 7, 8, 7, 10]  # the file's where given, else the profile's
+    assert {m for _, m in file_items(Prompts(**base, output_from="profile"), 1, path)} == {7}
+    without = file_items(Prompts(**base, sample="without_replacement", count=10), 3, path)
+    assert sorted(p for p, _ in without) == sorted(p for p, _ in in_order) and without != in_order
+    assert without == file_items(Prompts(**base, sample="without_replacement", count=10), 3, path)  # seeded
+    assert len(file_items(Prompts(**base, sample="with_replacement", count=25), 3, path)) == 25
+    with pytest.raises(PromptFileError, match="count 11 without replacement, but the file has 10"):
+        file_items(Prompts(**base, sample="without_replacement", count=11), 3, path)
