@@ -23,9 +23,10 @@ class _Strict(BaseModel):
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
 # streamed generation: OpenAI-compatible completions, Triton's generate extension
-GENERATIVE = ("openai-chat", "openai-completions", "triton-generate")
+GENERATIVE = ("openai-chat", "openai-completions", "triton-generate", "kserve-grpc-stream")
 SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
-           "openai-completions": ("http", "https"), "triton-generate": ("http", "https")}
+           "openai-completions": ("http", "https"), "triton-generate": ("http", "https"),
+           "kserve-grpc-stream": ("grpc", "grpcs")}
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -164,10 +165,11 @@ class Endpoint(_Strict):
     url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions",
-                      "triton-generate"] = Field(
+                      "triton-generate", "kserve-grpc-stream"] = Field(
         description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network "
                     "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions; "
-                    "triton-generate: Triton's /v2/models/{model}/generate_stream")
+                    "triton-generate: Triton's /v2/models/{model}/generate_stream; kserve-grpc-stream: "
+                    "ModelStreamInfer on a decoupled model")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0)
@@ -242,16 +244,18 @@ class Endpoint(_Strict):
                              f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
-        started = (EMBEDDED, TRITON) if self.protocol == "triton-generate" else (EMBEDDED,)
+        started = (EMBEDDED, TRITON) if self.protocol in ("triton-generate", "kserve-grpc-stream") else (EMBEDDED,)
         if self.generative and not scheme and self.url not in started:
-            raise ValueError(f"url: protocol {self.protocol!r} needs an http:// or https:// URL, or "
+            raise ValueError(f"url: protocol {self.protocol!r} needs a "
+                             f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, or "
                              f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
                              f"not {self.url!r}")
         if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
             raise ValueError("prompts and ttft_timeout_ms are for generative endpoints (openai-chat, "
-                             "openai-completions, triton-generate)")
-        if self.token_count_output is not None and self.protocol != "triton-generate":
-            raise ValueError("token_count_output is for triton-generate endpoints (OpenAI streams report usage)")
+                             "openai-completions, triton-generate, kserve-grpc-stream)")
+        if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
+            raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
+                             "streams report usage)")
         return self
 
     @property
@@ -542,7 +546,8 @@ class Profile(_Strict):
                 if not generative or (slo.endpoint != "*" and slo.endpoint not in generative):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} is a streamed request's: it needs "
                                      f"{'the endpoint ' + repr(slo.endpoint) if slo.endpoint != '*' else 'an endpoint'}"
-                                     " of protocol openai-chat, openai-completions or triton-generate")
+                                     " of a generative protocol (openai-chat, openai-completions, triton-generate, "
+                                     "kserve-grpc-stream)")
                 whole = {e.name for e in self.endpoints if e.generative and e.prompts and not e.prompts.stream}
                 if slo.metric != "e2e" and (slo.endpoint in whole or (slo.endpoint == "*" and generative <= whole)):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} needs streamed responses, and "

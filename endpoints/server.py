@@ -12,6 +12,7 @@ import uvicorn
 
 from contract.credentials import Credential
 from endpoints.auth import CredentialInterceptor, require_credential
+from endpoints.generation.grpc_streams import GrpcStreams
 from endpoints.generation.hub import StreamHub
 from endpoints.generation.routes import OpenAIRoutes
 from endpoints.generation.triton_generate import GenerateRoutes
@@ -55,12 +56,11 @@ class ServerTls:
             require_client_auth=self.client_ca is not None)
 
 
-def with_generation_routes(kserve_app, server: InferenceServer):
+def with_generation_routes(kserve_app, hub: StreamHub | None):
     """The KServe v2 application, with the generative models' routes in front when there are any: /v1/… (the
     OpenAI-compatible ones) and /v2/models/{m}/generate[_stream] (Triton's generate extension)."""
-    if not server.generators:
+    if hub is None:
         return kserve_app
-    hub = StreamHub(server)
     openai, generate = OpenAIRoutes(hub), GenerateRoutes(hub)
 
     def app(scope, receive, send):
@@ -87,9 +87,10 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
         credential.value()  # CredentialError (a ValueError naming the file) before anything is bound
     server = InferenceServer(options)
     interceptors = [CredentialInterceptor(credential)] if credential else []
+    hub = StreamHub(server) if server.generators else None  # starts the generative engines
     grpc_server = start_grpc_server(server, host, grpc_port, tls.grpc_credentials() if tls else None,
-                                    interceptors) if grpc_port else None
-    app = with_generation_routes(build_app(server), server)
+                                    interceptors, stream_infer=GrpcStreams(hub) if hub else None) if grpc_port else None
+    app = with_generation_routes(build_app(server), hub)
     config = uvicorn.Config(require_credential(app, credential) if credential else app, host=host, port=http_port,
                             loop="uvloop",
                             http=guarded_protocol(options.header_timeout_s), interface="asgi3", access_log=False,

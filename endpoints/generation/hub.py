@@ -4,6 +4,7 @@ server-timing header, and the ASGI plumbing (a body read, an event sent, a whole
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,18 +19,39 @@ class StreamHub:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
-        self._waiters: dict[Generation, asyncio.Event] = {}
+        self._waiters: dict[Generation, asyncio.Event] = {}  # the HTTP routes' (on the event loop)
+        self._thread_waiters: dict[Generation, threading.Event] = {}  # the gRPC streams' (on its threads)
         self._loop: asyncio.AbstractEventLoop | None = None
+        for engine in server.generators.values():
+            engine.start(self._publish)
 
     def start(self) -> None:
-        """On the first request: the engines publish to this event loop."""
+        """On the first HTTP request: the event loop to wake its requests on."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-            for engine in self.server.generators.values():
-                engine.start(self._publish)
 
     def _publish(self, moved: list[Generation]) -> None:  # on an engine thread
-        self._loop.call_soon_threadsafe(self._wake, moved)
+        for g in moved:
+            event = self._thread_waiters.get(g)
+            if event is not None:
+                event.set()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake, moved)
+
+    def follow_on_thread(self, engine: ContinuousBatcher, g: Generation) -> threading.Event:
+        """Submit `g` for a caller on a thread (InferenceError when refused); the event is set whenever it moves.
+        `release` ends it."""
+        event = self._thread_waiters[g] = threading.Event()
+        try:
+            engine.submit(g)
+        except BaseException:
+            self._thread_waiters.pop(g, None)
+            raise
+        return event
+
+    def release(self, engine: ContinuousBatcher, g: Generation) -> None:
+        engine.cancel(g)
+        self._thread_waiters.pop(g, None)
 
     def _wake(self, moved: list[Generation]) -> None:
         for g in moved:

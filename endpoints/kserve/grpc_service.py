@@ -1,4 +1,5 @@
-"""KServe v2 `GRPCInferenceService` over the server core (sync grpcio, thread pool)."""
+"""KServe v2 `GRPCInferenceService` over the server core (sync grpcio, thread pool); ModelStreamInfer is handed to
+the generative front end (endpoints/generation/grpc_streams.py) by the server that composes them."""
 from __future__ import annotations
 
 from concurrent import futures
@@ -21,8 +22,9 @@ def _abort(context: grpc.ServicerContext, exc: InferenceError):
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     """The subset of Triton's gRPC service that clients of a KServe v2 endpoint use."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceServer, stream_infer=None) -> None:
         self.server = server
+        self.stream_infer = stream_infer  # ModelStreamInfer's handler (the generative models'), or None
 
     def ServerLive(self, request, context):
         return service_pb2.ServerLiveResponse(live=True)
@@ -94,15 +96,21 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
 
+    def ModelStreamInfer(self, request_iterator, context):
+        if self.stream_infer is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server has no decoupled (generative) model to stream")
+        yield from self.stream_infer(request_iterator, context)
+
+
 def start_grpc_server(server: InferenceServer, host: str, port: int, credentials=None, interceptors=(),
-                      max_workers: int = 64) -> grpc.Server:
+                      max_workers: int = 64, stream_infer=None) -> grpc.Server:
     """Start the gRPC server on host:port (TLS with `credentials`, grpc.ServerCredentials); returns it running."""
     limit = server.options.max_body_bytes
     grpc_server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"), interceptors=list(interceptors),
         options=[("grpc.max_receive_message_length", 2 * limit + 65536),
                  ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), grpc_server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server, stream_infer), grpc_server)
     bound = (grpc_server.add_secure_port(f"{host}:{port}", credentials) if credentials is not None
              else grpc_server.add_insecure_port(f"{host}:{port}"))
     if bound == 0:

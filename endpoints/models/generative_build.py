@@ -127,6 +127,6 @@ def build_generative(out: Path, write_metadata) -> list:
             note = ("synthetic decoder: a step sleeps step_ms + step_ms_per_seq × batch + prefill_ms_per_token × "
                     "prompt tokens in the step (known TTFT and TPOT)")
         write_config(model_dir / "config.pbtxt", ModelSpec(
-            name=name, backend=GENERATIVE_BACKEND, inputs=_INPUTS, outputs=_OUTPUTS, parameters=params))
+            name=name, backend=GENERATIVE_BACKEND, inputs=_INPUTS, outputs=_OUTPUTS, parameters=params, decoupled=True))
         built.append(write_metadata(model_dir, artifact, None, parameters, {"description": note}))
     return built

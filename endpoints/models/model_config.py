@@ -43,6 +43,7 @@ class ModelSpec:
     max_queue_size: int = 0
     parameters: dict[str, str] = field(default_factory=dict)
     directory: Path | None = None
+    decoupled: bool = False  # model_transaction_policy.decoupled: any number of responses per request
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
@@ -68,6 +69,8 @@ def to_config(spec: ModelSpec) -> model_config_pb2.ModelConfig:
     group = cfg.instance_group.add()
     group.count = spec.instance_count
     group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
+    if spec.decoupled:
+        cfg.model_transaction_policy.decoupled = True
     params = dict(spec.parameters)
     if spec.max_queue_size:
         # A parameter, not dynamic_batching.default_queue_policy: Triton refuses dynamic batching
@@ -120,6 +123,7 @@ def read_config(path: Path) -> ModelSpec:
         max_queue_size=int(queue),
         parameters=params,
         directory=path.parent,
+        decoupled=bool(cfg.model_transaction_policy.decoupled),
     )
     onnx_file = path.parent / "1" / "model.onnx"
     if not spec.inputs and spec.backend in ONNX_BACKENDS and onnx_file.is_file():

@@ -148,13 +148,18 @@ def file_items(spec: Prompts, seed: int, path: Path) -> list[tuple[str | list, i
     return items
 
 
+def prompt_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[str | list, int]]:
+    """(prompt or chat messages, max_tokens) of a generative endpoint: its file's, or drawn."""
+    spec = endpoint.prompts or Prompts()
+    if spec.file is not None:
+        return file_items(spec, seed, Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file)
+    return synthetic_prompts(spec, seed)
+
+
 def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = ()) -> list[bytes]:
     """The request bodies of a generative endpoint, encoded before the run (`model_inputs`: a triton-generate
     model's input names, from the endpoint check)."""
     spec = endpoint.prompts or Prompts()
-    if spec.file is not None:
-        items = file_items(spec, seed, Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file)
-    else:
-        items = synthetic_prompts(spec, seed)
+    items = prompt_items(endpoint, seed, data_root)
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
                          min_tokens=spec.min_tokens, model_inputs=model_inputs) for prompt, max_tokens in items]

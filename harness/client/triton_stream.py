@@ -37,6 +37,7 @@ class TritonGenerateStream:
         self._missing = count_output is None  # some token event lacked the count output
 
     def feed(self, read_ns: int, data: bytes) -> None:
+        """One server-sent event's data, arrived at `read_ns`."""
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -44,23 +45,31 @@ class TritonGenerateStream:
         if not isinstance(event, dict):
             raise StreamProtocolError(f"an event that is not a JSON object: {data[:80]!r}")
         if "error" in event:
-            self.error = str(event["error"])[:200]
+            self.add(read_ns, "", None, "", str(event["error"]))
             return
         text = event.get("text_output", "")
         if isinstance(text, list):  # a BYTES output of one element
             text = text[0] if text else ""
         if not isinstance(text, str):
             raise StreamProtocolError(f"an event without text_output: {data[:80]!r}")
+        reported = event.get(self.count_output) if self.count_output is not None else None
+        if isinstance(reported, list):
+            reported = reported[0] if reported else None
         reason = event.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            self.finish_reason = reason[:32]
+        self.add(read_ns, text, reported, reason if isinstance(reason, str) else "", "")
+
+    def add(self, read_ns: int, text: str, reported, finish_reason: str = "", error: str = "") -> None:
+        """One response of the model (an event, or a gRPC stream's message): its text, the token count it reports
+        (None: not reported), its finish reason, or an error."""
+        if error:
+            self.error = error[:200]
+            return
+        if finish_reason:
+            self.finish_reason = finish_reason[:32]
         if not text:
             return
         tokens = 1
         if self.count_output is not None:
-            reported = event.get(self.count_output)
-            if isinstance(reported, list):
-                reported = reported[0] if reported else None
             if isinstance(reported, int) and not isinstance(reported, bool) and reported >= 1:
                 tokens = reported
             else:

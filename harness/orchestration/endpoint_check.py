@@ -35,6 +35,7 @@ class ModelInfo:
     outputs: list[TensorSpec] = field(default_factory=list)
     ready: bool = False
     max_batch_size: int | None = None  # from the model's config; None when the server gives none
+    decoupled: bool | None = None  # the config's model_transaction_policy.decoupled; None without a config
 
 
 class EndpointCheckError(Exception):
@@ -81,16 +82,18 @@ def model_info_http(url: str, model: str, version: str = "", timeout_s: float = 
     if meta.status_code != 200:
         raise EndpointCheckError(f"model {model!r} is not on {base} (HTTP {meta.status_code}: {_said(meta)})")
     doc = meta.json()
-    max_batch = None
+    max_batch = decoupled = None
     if config is not None and config.status_code == 200:
         try:
-            max_batch = int(config.json().get("max_batch_size", 0))
+            cfg = config.json()
+            max_batch = int(cfg.get("max_batch_size", 0))
+            decoupled = bool((cfg.get("model_transaction_policy") or {}).get("decoupled", False))
         except (ValueError, TypeError, AttributeError):
-            max_batch = None
+            max_batch = decoupled = None
     return ModelInfo(server=server.json() if server.status_code == 200 else {}, name=doc.get("name", model),
                      versions=list(doc.get("versions") or []), platform=doc.get("platform", ""),
                      inputs=_tensors(doc.get("inputs") or []), outputs=_tensors(doc.get("outputs") or []),
-                     ready=ready.status_code == 200, max_batch_size=max_batch)
+                     ready=ready.status_code == 200, max_batch_size=max_batch, decoupled=decoupled)
 
 
 def _said(response: httpx.Response) -> str:
@@ -134,15 +137,16 @@ def model_info_grpc(url: str, model: str, version: str = "", timeout_s: float = 
             raise EndpointCheckError(f"model {model!r} is not on {target} ({exc.code().name}: "
                                      f"{exc.details()})") from None
         try:
-            max_batch = int(stub.ModelConfig(service_pb2.ModelConfigRequest(name=model, version=version),
-                                             timeout=timeout_s, metadata=metadata).config.max_batch_size)
+            config = stub.ModelConfig(service_pb2.ModelConfigRequest(name=model, version=version),
+                                      timeout=timeout_s, metadata=metadata).config
+            max_batch, decoupled = int(config.max_batch_size), bool(config.model_transaction_policy.decoupled)
         except grpc.RpcError:  # a server without the configuration extension
-            max_batch = None
+            max_batch = decoupled = None
     tensors = lambda ts: [TensorSpec(t.name, t.datatype, tuple(t.shape)) for t in ts]  # noqa: E731
     return ModelInfo(server={"name": server.name, "version": server.version, "extensions": list(server.extensions)},
                      name=meta.name, versions=list(meta.versions), platform=meta.platform,
                      inputs=tensors(meta.inputs), outputs=tensors(meta.outputs), ready=ready,
-                     max_batch_size=max_batch)
+                     max_batch_size=max_batch, decoupled=decoupled)
 
 
 def served_models(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None,
@@ -226,10 +230,16 @@ class Resolved:
 
 
 def check_generate(url: str, ep: Endpoint) -> list[str]:
-    """A triton-generate endpoint's model: known, ready, with a text_input; its input names."""
+    """A triton-generate or kserve-grpc-stream endpoint's model: known, ready, with a text_input (and decoupled, for
+    a gRPC stream); its input names."""
     credential = Credential.of(ep)
-    info = model_info_http(url, ep.model, ep.model_version, timeout_s=min(10.0, ep.timeout_ms / 1000),
-                           headers=credential.headers() if credential else None, tls=sender_tls(ep))
+    info = model_info(url, "kserve-grpc" if ep.protocol == "kserve-grpc-stream" else "kserve-http", ep.model,
+                      ep.model_version, timeout_s=min(10.0, ep.timeout_ms / 1000),
+                      headers=credential.headers() if credential else None, tls=sender_tls(ep))
+    if ep.protocol == "kserve-grpc-stream" and info.decoupled is False:
+        raise EndpointCheckError(f"model {ep.model!r} on {url.rstrip('/')} is not decoupled (its config has no "
+                                 "model_transaction_policy.decoupled): ModelStreamInfer would answer it once, not "
+                                 "token by token; use kserve-grpc")
     names = [t.name for t in info.inputs]
     if "text_input" not in names:
         raise EndpointCheckError(f"model {ep.model!r} on {url.rstrip('/')} has no text_input input (it has "
@@ -251,7 +261,7 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
         where = f"endpoint {ep.name} ({ep.model} on {url})"
         if ep.generative:  # no tensors to resolve: the model must be served, and the prompts must read
             try:
-                if ep.protocol == "triton-generate":
+                if ep.protocol in ("triton-generate", "kserve-grpc-stream"):
                     model_inputs[ep.name] = check_generate(url, ep)
                 else:
                     check_generative(url, ep)

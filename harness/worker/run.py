@@ -16,11 +16,12 @@ import gevent
 from contract.credentials import Credential
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
-from contract.profile import MASTER_CLOCK
+from contract.profile import MASTER_CLOCK, Prompts
 from contract.requests import scenario_request
 from harness.client.generative import StreamSender
+from harness.client.grpc_stream import GrpcStreamSender, stream_request
 from harness.client.payloads import AnswerCheck, wanted_outputs
-from harness.client.prompts import prompt_bodies
+from harness.client.prompts import prompt_bodies, prompt_items
 from harness.client.request_data import samples_for
 from harness.client.senders import Sender, build_sender
 from harness.client.tls import sender_tls
@@ -125,10 +126,17 @@ class WorkerRun:
     def _generative_sender(self, ep, url: str, pool: int) -> Sender:
         """An OpenAI-compatible endpoint's sender, its prompts drawn from the run's seed (the same on every
         worker) or read from its prompt file (on this worker's host, relative to where it runs)."""
-        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."),
-                               tuple(self.plan.model_inputs.get(ep.name, ())))
-        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
-                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+        inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
+        ttft_timeout_s = ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None
+        if ep.protocol == "kserve-grpc-stream":
+            spec = ep.prompts or Prompts()
+            requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, inputs)
+                        for prompt, max_tokens in prompt_items(ep, self.profile.load.seed,
+                                                               Path(self.plan.data_root or "."))]
+            return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
+                                    sender_tls(ep), ep.token_count_output)
+        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."), inputs)
+        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
                             sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream), model=ep.model,
                             count_output=ep.token_count_output)
 

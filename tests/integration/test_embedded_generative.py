@@ -306,3 +306,46 @@ def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
     assert set(text["output_tokens"]) <= asked  # each stream as long as its line asked
     chat_lengths = {m for _, m in file_items(Prompts(**sharegpt), 3, model_repo / PROMPTS_SHAREGPT)}
     assert set(df.loc[df["endpoint"].astype(str) == "chat", "output_tokens"]) <= chat_lengths
+
+
+def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_is_refused(model_repo, tmp_path):
+    """ModelStreamInfer on the embedded server's decoupled generative model: every stream ends with its final
+    response, tokens from num_output_tokens; a one-shot model asked for a gRPC stream stops the run before any
+    load (exit 2, naming the endpoint)."""
+    prompts = {"input_tokens": {"mean": 16}, "output_tokens": {"mean": 10}, "count": 8}
+    profile = make_profile(model_repo, endpoints=[
+        {"name": "stream", "url": "embedded", "protocol": "kserve-grpc-stream", "model": "synthetic_lm",
+         "prompts": prompts, "token_count_output": "num_output_tokens", "ttft_timeout_ms": 2000}],
+        regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+        load={"rate": 12, "duration_s": 5, "warmup_s": 1, "seed": 2})
+    run, manifest = run_with(profile, tmp_path / "ok")
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    measured = a.requests[a.requests["phase"] > 0]
+    assert len(measured) > 40 and (measured["status"] == "ok").all(), measured["error"].unique()
+    assert set(measured["stream_outcome"].astype(str)) == {"complete"} and (measured["output_tokens"] == 10).all()
+    assert set(measured["token_source"].astype(str)) == {"output"} and set(measured["protocol"].astype(str)) == {
+        "kserve-grpc-stream"}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    assert abs(rows[("stream", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
+    assert rows[("stream", "far")]["ttft_ms"]["p50"]["value"] > 2 * FAR_MS
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"""name = "bad"
+[[endpoints]]
+name = "oneshot"
+url = "embedded"
+protocol = "kserve-grpc-stream"
+model = "digits_mlp_fp32"
+[[regions]]
+name = "solo"
+share = 1.0
+[load]
+rate = 5
+duration_s = 2
+[embedded]
+models_dir = "{model_repo}"
+""")
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "run", str(bad), "--out", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "endpoint oneshot:" in r.stderr and "is not decoupled" in r.stderr and "Traceback" not in r.stderr

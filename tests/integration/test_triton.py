@@ -187,13 +187,16 @@ def test_pytriton_rejects_a_bad_model_repository(tmp_path):
 
 
 def test_a_real_triton_streams_the_generative_model_over_generate_stream(model_repo, tmp_path):
-    """tiny_lm and synthetic_lm bound as decoupled PyTriton models (one response per token): a triton-generate run
-    from two regions — every stream complete, tokens from num_output_tokens, TTFT and TPOT in the report."""
+    """tiny_lm and synthetic_lm bound as decoupled PyTriton models (one response per token): triton-generate
+    (generate_stream) and kserve-grpc-stream (ModelStreamInfer) from two regions — every stream complete (the gRPC
+    ones with Triton's empty final response), tokens from num_output_tokens, TTFT and TPOT in the report."""
     prompts = {"input_tokens": {"mean": 12}, "output_tokens": {"mean": 10}, "count": 8}
     profile = make_profile(model_repo, endpoints=[
         {"name": "tiny", "url": "triton", "protocol": "triton-generate", "model": "tiny_lm", "prompts": prompts,
          "token_count_output": "num_output_tokens"},
         {"name": "synthetic", "url": "triton", "protocol": "triton-generate", "model": "synthetic_lm",
+         "prompts": prompts, "token_count_output": "num_output_tokens"},
+        {"name": "grpc-stream", "url": "triton", "protocol": "kserve-grpc-stream", "model": "synthetic_lm",
          "prompts": prompts, "token_count_output": "num_output_tokens"}],
         regions=[{"name": "near", "share": 0.5, "delay_ms": 2}, {"name": "far", "share": 0.5, "delay_ms": 10}],
         load={"rate": 10, "duration_s": 6, "warmup_s": 1, "seed": 4}, triton={"models_dir": str(model_repo),
@@ -202,9 +205,10 @@ def test_a_real_triton_streams_the_generative_model_over_generate_stream(model_r
     assert manifest["valid"], manifest["invalid_reasons"]
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
-    assert len(measured) > 40 and (measured["status"] == "ok").all(), measured["error"].unique()
+    assert len(measured) > 45 and (measured["status"] == "ok").all(), measured["error"].unique()
     assert set(measured["stream_outcome"].astype(str)) == {"complete"} and (measured["output_tokens"] == 10).all()
     assert set(measured["token_source"].astype(str)) == {"output"}
     rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
     assert rows[("synthetic", "*")]["tpot_ms"]["p50"]["value"] >= 7.5  # the synthetic step (8 ms), through Triton
+    assert rows[("grpc-stream", "*")]["tpot_ms"]["p50"]["value"] >= 7.5 and rows[("grpc-stream", "*")]["ok"] > 10
     assert rows[("tiny", "far")]["ttft_ms"]["p50"]["value"] > 20  # both ways through the far region

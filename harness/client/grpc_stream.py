@@ -1,0 +1,170 @@
+"""kserve-grpc-stream: GRPCInferenceService/ModelStreamInfer on a decoupled model (Triton's streaming gRPC, the way
+TensorRT-LLM and vLLM backends stream), behind the same Sender interface as the HTTP streams.
+
+One request a call: `text_input` (BYTES) and, where the model declares them, `max_tokens` (INT32) and the like as
+inputs, else as request parameters; `enable_empty_final_response` is asked, so the stream ends with the response
+marked `triton_final_response`. Each response is stamped (monotonic) when gRPC hands it over; the first with text is
+the first token; an `error_message` in the stream is a failure with its text; a stream that ends without the final
+response was cut. Token counts: the output the profile names (`token_count_output`), else one response = one token.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import gevent
+
+from contract.credentials import Credential, CredentialError
+from contract.profile import Tls
+from harness.client.classify import classify_exception
+from harness.client.generative import FirstTokenTimeout, PromptPayloads
+from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
+from harness.client.outcome import Outcome, StreamOutcome
+from harness.client.tls import grpc_channel
+from harness.client.triton_stream import TritonGenerateStream
+
+FINAL = "triton_final_response"
+
+
+def stream_request(model: str, prompt: str | list, max_tokens: int, ignore_eos: bool, min_tokens: int | None,
+                   model_inputs: tuple[str, ...]):
+    """The ModelInferRequest of one prompt (chat messages: their contents, one after another)."""
+    from tritonclient.grpc import service_pb2
+
+    text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else prompt
+    request = service_pb2.ModelInferRequest(model_name=model)
+    encoded = text.encode()
+    request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(struct.pack("<I", len(encoded)) + encoded)
+    asked = {"max_tokens": max_tokens, "ignore_eos": ignore_eos or None,
+             "min_tokens": min(min_tokens, max_tokens) if min_tokens else None}
+    for name, value in asked.items():
+        if value is None:
+            continue
+        if name in model_inputs and not isinstance(value, bool):
+            request.inputs.add(name=name, datatype="INT32", shape=[1])
+            request.raw_input_contents.append(struct.pack("<i", value))
+        elif isinstance(value, bool):
+            request.parameters[name].bool_param = value
+        else:
+            request.parameters[name].int64_param = value
+    request.parameters["triton_enable_empty_final_response"].bool_param = True  # as tritonclient asks it
+    return request
+
+
+def _output(response, name: str):
+    """An output's first element (BYTES → str, INT32 / INT64 → int), or None."""
+    for i, tensor in enumerate(response.outputs):
+        if tensor.name != name:
+            continue
+        if i < len(response.raw_output_contents):
+            raw = response.raw_output_contents[i]
+            if tensor.datatype == "BYTES":
+                return raw[4:4 + struct.unpack_from("<I", raw)[0]].decode("utf-8", "replace") if len(raw) >= 4 else ""
+            if tensor.datatype in ("INT32", "INT64") and raw:
+                return struct.unpack_from("<i" if tensor.datatype == "INT32" else "<q", raw)[0]
+            return None
+        contents = tensor.contents
+        if tensor.datatype == "BYTES" and contents.bytes_contents:
+            return contents.bytes_contents[0].decode("utf-8", "replace")
+        values = contents.int_contents or contents.int64_contents
+        return values[0] if values else None
+    return None
+
+
+class GrpcStreamSender:
+    """One endpoint's ModelStreamInfer requests over one channel, each encoded before the run."""
+
+    def __init__(self, url: str, model: str, requests: list, timeout_s: float, ttft_timeout_s: float | None,
+                 credential: Credential | None, tls: Tls | None = None, count_output: str | None = None) -> None:
+        from tritonclient.grpc import service_pb2_grpc
+
+        self.channel = grpc_channel(url, tls, [("grpc.max_receive_message_length", 64 << 20),
+                                               ("grpc.initial_reconnect_backoff_ms", 100),
+                                               ("grpc.max_reconnect_backoff_ms", 500)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.requests = requests
+        self.payloads = PromptPayloads([b""] * len(requests))  # the request path's view: one request a prompt
+        self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
+        self.credential, self.count_output = credential, count_output
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        """Stream prompt `sample` (modulo the prompts); never raises (a failure is an Outcome with a status class,
+        and its stream says how far it got)."""
+        request = self.requests[self.payloads.index(sample)]
+        result, stream = StreamOutcome(), TritonGenerateStream(self.count_output)
+        metadata = [(k.lower(), v) for k, v in headers.items()]
+        try:
+            if self.credential is not None:
+                metadata.append((self.credential.header.lower(), self.credential.value()))
+        except CredentialError as exc:
+            return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=result)
+        status, code, error, final, bytes_in = "ok", "OK", "", False, 0
+        first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
+            if self.ttft_timeout_s else None
+        on_sent()
+        ended = threading.Event()
+
+        def outgoing():
+            """The one request, then the stream kept open until the final response (a stream the client closes at
+            once loses the server's empty final response)."""
+            yield request
+            ended.wait(self.timeout_s)
+
+        call = self.stub.ModelStreamInfer(outgoing(), metadata=metadata, timeout=self.timeout_s)
+        if first is not None:
+            first.start()
+        try:
+            for message in call:
+                read_ns = time.perf_counter_ns()
+                bytes_in += message.ByteSize()
+                if message.error_message:
+                    stream.add(read_ns, "", None, "", message.error_message)
+                    break
+                response = message.infer_response
+                text = _output(response, "text_output") or ""
+                reported = _output(response, self.count_output) if self.count_output else None
+                reason = _output(response, "finish_reason")
+                stream.add(read_ns, text, reported, reason if isinstance(reason, str) else "")
+                if first is not None and stream.first_token_ns >= 0:
+                    first.cancel()
+                if FINAL in response.parameters and response.parameters[FINAL].bool_param:
+                    final = True
+                    break
+        except FirstTokenTimeout:
+            status, code, error, result.outcome = "timeout", "ttft_timeout", \
+                f"no first token within {self.ttft_timeout_s:g} s", TTFT_TIMEOUT
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            status, code, error = classify_exception(exc)
+            result.outcome = TIMEOUT if status == "timeout" else CUT if stream.event_ns else ""
+        finally:
+            if first is not None:
+                first.cancel()
+            ended.set()
+            call.cancel()
+        result.first_token_ns, result.last_token_ns = stream.first_token_ns, stream.last_token_ns
+        result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
+        result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
+        result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
+        result.preview = stream.preview
+        if status == "ok":
+            if stream.error:
+                status, code, error, result.outcome = "bad_response", "error_event", stream.error, "error_event"
+            elif not final:
+                status, code, error, result.outcome = "bad_response", CUT, "the stream ended before the final " \
+                                                                          "response", CUT
+            else:
+                result.outcome = "complete"
+        return Outcome(status=status, code=code, error=error, bytes_out=request.ByteSize(), bytes_in=bytes_in,
+                       stream=result)
+
+    def warm_up(self) -> None:
+        import grpc
+
+        if self.credential is not None:
+            self.credential.value()
+        grpc.channel_ready_future(self.channel).result(timeout=10)
+
+    def close(self) -> None:
+        self.channel.close()
