@@ -246,8 +246,8 @@ class Endpoint(_Strict):
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
         started = (EMBEDDED, TRITON) if self.protocol in ("triton-generate", "kserve-grpc-stream") else (EMBEDDED,)
         if self.generative and not scheme and self.url not in started:
-            raise ValueError(f"url: protocol {self.protocol!r} needs a "
-                             f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, or "
+            raise ValueError(f"url: protocol {self.protocol!r} needs a URL "
+                             f"({' or '.join(s + '://' for s in SCHEMES[self.protocol])}), or "
                              f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
                              f"not {self.url!r}")
         if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):

@@ -72,7 +72,7 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
     kserve = {"name": "k", "url": "http://h:1", "protocol": "kserve-http", "model": "m"}
     chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m"}
     cases = [
-        ({"endpoints": [{**chat, "url": "triton"}]}, "endpoints[0]: url: protocol 'openai-chat' needs an http://"),
+        ({"endpoints": [{**chat, "url": "triton"}]}, "endpoints[0]: url: protocol 'openai-chat' needs a URL (http:// or https://)"),
         ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for generative endpoints"),
         ({"endpoints": [{**chat, "prompts": {"output_tokens": {"mean": 9, "distribution": "uniform"}}}]},
          "uniform needs min and max"),
