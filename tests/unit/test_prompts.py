@@ -1,6 +1,8 @@
 """Generative prompts: seeded lengths after the profile, JSONL prompt files, errors naming the file and line."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pytest
@@ -83,7 +85,7 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
         ({"endpoints": [chat], "slos": [{"metric": "tpot", "percentile": 99}]}, "a tpot SLO needs percentile and "),
     ]
     for extra, words in cases:
-        with pytest.raises(ProfileError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        with pytest.raises(ProfileError, match=re.escape(words)):
             parse_profile({**base, **extra}, "g.toml")
     ok = parse_profile({**base, "endpoints": [kserve, chat],
                         "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 500}]}, "g.toml")
