@@ -74,14 +74,15 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
     kserve = {"name": "k", "url": "http://h:1", "protocol": "kserve-http", "model": "m"}
     chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m"}
     cases = [
-        ({"endpoints": [{**chat, "url": "triton"}]}, "endpoints[0]: url: protocol 'openai-chat' needs a URL (http:// or https://)"),
+        ({"endpoints": [{**chat, "url": "triton"}]},
+         "endpoints[0]: url: protocol 'openai-chat' needs a URL (http:// or https://)"),
         ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for generative endpoints"),
         ({"endpoints": [{**chat, "prompts": {"output_tokens": {"mean": 9, "distribution": "uniform"}}}]},
          "uniform needs min and max"),
         ({"endpoints": [kserve], "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 5}]},
-         "slos[0].metric: ttft is a streamed request's: it needs an endpoint of protocol openai-chat"),
+         "slos[0].metric: ttft is a streamed request's: it needs an endpoint of a generative protocol (openai-chat"),
         ({"endpoints": [kserve, chat], "slos": [{"metric": "itl", "percentile": 99, "threshold_ms": 5, "endpoint": "k"}]},
-         "needs the endpoint 'k' of protocol openai-chat"),
+         "needs the endpoint 'k' of a generative protocol"),
         ({"endpoints": [chat], "slos": [{"metric": "tpot", "percentile": 99}]}, "a tpot SLO needs percentile and "),
     ]
     for extra, words in cases:
