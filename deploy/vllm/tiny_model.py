@@ -1,9 +1,9 @@
 """A tiny random-weight causal LM in the Hugging Face layout vLLM reads, built offline: nothing is downloaded.
 
-A LlamaForCausalLM (2 layers, hidden 128, 2 heads of 64 — the head size vLLM's CPU attention takes —, 2048-token context) with seeded random weights, and a word-level
-tokenizer trained with `tokenizers` on a generated corpus of the embedded models' made-up words (so a prompt of k
-such words is about k tokens), saved with its chat template. Runs in the vLLM virtualenv (transformers, torch,
-tokenizers come with vLLM).
+A LlamaForCausalLM (2 layers, hidden 128, 2 heads of 64 — the head size vLLM's CPU attention takes —, a 2048-token
+context) with seeded random weights, and a word-level tokenizer trained with `tokenizers` on a generated corpus of
+the embedded models' made-up words (so a prompt of k such words is about k tokens), saved with its chat template.
+Runs in the vLLM virtualenv (transformers, torch, tokenizers come with vLLM).
 
     python deploy/vllm/tiny_model.py OUT_DIR
 """
