@@ -168,10 +168,10 @@ def build_app(server: InferenceServer):
             seconds = float(body["seconds"])
             if not 0 < seconds <= 60:
                 raise ValueError("seconds must be in (0, 60]")
-            targets = [body["model"]] if body.get("model") else list(server.schedulers)
+            targets = [body["model"]] if body.get("model") else [*server.schedulers, *server.generators]
             for model in targets:
                 server.spec(model)
-                server.schedulers[model].stall(seconds)
+                (server.schedulers.get(model) or server.generators[model]).stall(seconds)
             return _json({"stalled": targets, "seconds": seconds})
         except InferenceError as exc:
             return _error(exc)

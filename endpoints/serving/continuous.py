@@ -102,6 +102,7 @@ class ContinuousBatcher:
         self._stopped = False
         self._publish: Callable[[list[Generation]], None] = lambda _: None
         self._thread: threading.Thread | None = None
+        self._stall_until = 0.0
         self.steps = 0
         for gauge in (metrics.running, metrics.waiting):
             gauge.labels(name).set(0)
@@ -128,6 +129,12 @@ class ContinuousBatcher:
                                      grpc.StatusCode.RESOURCE_EXHAUSTED)
             self._waiting.append(generation)
             self._metrics.waiting.labels(self.name).set(len(self._waiting))
+            self._cond.notify()
+
+    def stall(self, seconds: float) -> None:
+        """Fault injection: no step runs for `seconds` (waiting and running requests wait; new ones queue)."""
+        self._stall_until = time.monotonic() + seconds
+        with self._cond:
             self._cond.notify()
 
     def cancel(self, generation: Generation) -> None:
@@ -182,6 +189,10 @@ class ContinuousBatcher:
     def _loop(self) -> None:
         vocabulary_span = len(self.decoder.vocabulary) - 1
         while self._admit():
+            stalled = self._stall_until - time.monotonic()
+            if stalled > 0:
+                time.sleep(stalled)
+                continue
             self._running = [g for g in self._running if not g.cancelled]
             if not self._running:
                 continue

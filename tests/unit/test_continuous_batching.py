@@ -163,3 +163,17 @@ def test_chat_messages_are_the_prompt_one_word_one_token():
                                b'"continuous_usage_stats": true}}', chat=True)
     assert request.max_tokens == 7 and request.include_usage and request.continuous_usage
     assert len(WordVocabulary.build(64).encode(request.text)) == 5
+
+
+def test_a_stalled_engine_runs_no_step_until_the_stall_ends():
+    decoder = RecordingDecoder()
+    batcher, _, _ = engine(decoder)
+    try:
+        batcher.stall(0.2)
+        g = Generation(prompt=np.array([4]), max_tokens=2)
+        started = time.monotonic()
+        batcher.submit(g)
+        wait_done(g)
+        assert time.monotonic() - started >= 0.18 and g.first_token_ns - g.arrival_ns >= 0.18e9
+    finally:
+        batcher.stop()
