@@ -499,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
     probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions",
-                                              "triton-generate"],
+                                              "triton-generate", "kserve-grpc-stream"],
                        default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")
@@ -511,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--input-tokens", type=int, default=32, help="openai-*: words a prompt (default 32)")
     probe.add_argument("--output-tokens", type=int, default=32, help="openai-*: max_tokens (default 32)")
     probe.add_argument("--token-count-output", default=None, metavar="OUTPUT",
-                       help="triton-generate: the output saying how many tokens an event carries")
+                       help="triton-generate / kserve-grpc-stream: the output saying how many tokens a response "
+                            "carries")
     probe.add_argument("--batch-size", type=int, default=1)
     probe.add_argument("--binary", choices=["auto", "true", "false"], default="auto",
                        help="HTTP binary tensor extension (default auto: tensors over 1 kB)")

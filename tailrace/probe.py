@@ -144,15 +144,16 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
     from harness.client.generative import TRITON_GENERATE, StreamSender
-    from harness.client.prompts import prompt_bodies
+    from harness.client.grpc_stream import GrpcStreamSender, stream_request
+    from harness.client.prompts import prompt_bodies, prompt_items
     from harness.orchestration.endpoint_check import check_generate, served_models
 
     inputs: list[str] = []
     try:
         credential = Credential.of(endpoint)
-        if endpoint.protocol == TRITON_GENERATE:
+        if endpoint.protocol in (TRITON_GENERATE, "kserve-grpc-stream"):
             inputs = check_generate(url, endpoint)
-            print(f"{url.rstrip('/')}/v2/models/{endpoint.model}: ready, inputs {', '.join(inputs)}")
+            print(f"{url.rstrip('/')} model {endpoint.model}: ready, inputs {', '.join(inputs)}")
         else:
             ids = served_models(url, timeout_s=min(10.0, endpoint.timeout_ms / 1000), tls=sender_tls(endpoint),
                                 headers=credential.headers() if credential else None)
@@ -165,12 +166,18 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
         return USAGE
     spec = endpoint.prompts
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
-          f"{spec.output_tokens.mean}, " + ("generate_stream" if endpoint.protocol == TRITON_GENERATE
-                                            else "stream with usage on every event"))
-    sender = StreamSender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd(), tuple(inputs)),
-                          endpoint.timeout_ms / 1000,
-                          endpoint.ttft_timeout_ms / 1000 if endpoint.ttft_timeout_ms else None, credential,
-                          sender_tls(endpoint), pool=1, model=endpoint.model, count_output=endpoint.token_count_output)
+          f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer"}
+          .get(endpoint.protocol, "stream with usage on every event"))
+    ttft_timeout_s = endpoint.ttft_timeout_ms / 1000 if endpoint.ttft_timeout_ms else None
+    if endpoint.protocol == "kserve-grpc-stream":
+        encoded = [stream_request(endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, tuple(inputs))
+                   for prompt, max_tokens in prompt_items(endpoint, 0, Path.cwd())]
+        sender = GrpcStreamSender(url, endpoint.model, encoded, endpoint.timeout_ms / 1000, ttft_timeout_s,
+                                  credential, sender_tls(endpoint), endpoint.token_count_output)
+    else:
+        sender = StreamSender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd(), tuple(inputs)),
+                              endpoint.timeout_ms / 1000, ttft_timeout_s, credential, sender_tls(endpoint), pool=1,
+                              model=endpoint.model, count_output=endpoint.token_count_output)
     failed = 0
     try:
         for k in range(requests):

@@ -126,6 +126,8 @@ class GrpcStreamSender:
                 text = _output(response, "text_output") or ""
                 reported = _output(response, self.count_output) if self.count_output else None
                 reason = _output(response, "finish_reason")
+                if not reason and "finish_reason" in response.parameters:  # the embedded server says it as one
+                    reason = response.parameters["finish_reason"].string_param
                 stream.add(read_ns, text, reported, reason if isinstance(reason, str) else "")
                 if first is not None and stream.first_token_ns >= 0:
                     first.cancel()

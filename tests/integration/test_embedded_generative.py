@@ -26,12 +26,17 @@ NEAR_MS, FAR_MS = 2, 12
 
 
 @pytest.fixture(scope="module")
-def server(model_repo, tmp_path_factory):
+def server_ports(model_repo, tmp_path_factory):
     ep = start_endpoint(model_repo, tmp_path_factory.mktemp("gen-endpoint"),
                         ["--model", "tiny_lm", "--model", "synthetic_lm", "--max-num-seqs", "synthetic_lm=1",
                          "--max-waiting", "synthetic_lm=2"])
-    yield f"http://{ep.host}:{ep.http_port}"
+    yield f"http://{ep.host}:{ep.http_port}", f"grpc://{ep.host}:{ep.grpc_port}"
     ep.proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(server_ports):
+    return server_ports[0]
 
 
 def stream_body(model: str, max_tokens: int, **extra) -> dict:
@@ -349,3 +354,15 @@ models_dir = "{model_repo}"
                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "endpoint oneshot:" in r.stderr and "is not decoupled" in r.stderr and "Traceback" not in r.stderr
+
+
+
+def test_probe_streams_over_modelstreaminfer(server_ports, tmp_path):
+    """tailrace probe over ModelStreamInfer: the model's inputs, then streams with tokens from its count output and
+    its finish reason."""
+    http_url, grpc_url = server_ports
+    probe = [sys.executable, "-m", "tailrace.cli", "probe", grpc_url, "--protocol", "kserve-grpc-stream",
+             "--requests", "2", "--output-tokens", "6", "--token-count-output", "num_output_tokens"]
+    r = subprocess.run([*probe, "--model", "synthetic_lm"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("6 tokens out (output)") == 2 and "finish length" in r.stdout
