@@ -174,6 +174,9 @@ class InferenceServer:
 
     def statistics(self, name: str | None) -> dict:
         """Triton statistics extension body for one model or all."""
+        if name in self.generators:
+            raise not_found(f"model '{name}' generates: its statistics are the server's Prometheus metrics "
+                            "(/metrics, tailrace:*)")
         names = [self.spec(name).name] if name else sorted(self.specs)
         return {"model_stats": [self.schedulers[n].statistics.as_dict() for n in names]}
 

@@ -86,6 +86,13 @@ def test_tiny_lm_is_deterministic_and_models_lists_both(server):
     text = first["choices"][0]["message"]["content"]
     assert text == second["choices"][0]["message"]["content"] and len(text.split()) == 12
     assert first["usage"] == {"prompt_tokens": 2, "completion_tokens": 12, "total_tokens": 14}
+    # the KServe routes know it (metadata, ready) and refuse what it does not do, never with a 5xx
+    assert httpx.get(f"{server}/v2/models/tiny_lm").json()["inputs"][0]["name"] == "text_input"
+    assert httpx.get(f"{server}/v2/models/tiny_lm/ready").status_code == 200
+    stats = httpx.get(f"{server}/v2/models/tiny_lm/stats")
+    infer = httpx.post(f"{server}/v2/models/tiny_lm/infer", json={"inputs": []})
+    assert stats.status_code == 404 and "Prometheus" in stats.json()["error"]
+    assert infer.status_code == 400 and "generate_stream" in infer.json()["error"]
 
 
 def generative_profile(model_repo, model: str, rate: float, duration_s: float, input_tokens: int,
