@@ -94,15 +94,24 @@ class ServerStatsRecorder:
         return self._clients[tls]
 
 
+    def _get(self, target: StatsTarget, url: str) -> httpx.Response | None:
+        """GET `url`; once more on a kept-alive connection the server had closed (a server closes it after an
+        error of its own: the next scrape must not be lost with it); None when it cannot be had."""
+        for attempt in (1, 2):
+            try:
+                return self._client(target, url).get(url, headers=target.headers())
+            except httpx.RemoteProtocolError:
+                if attempt == 2:
+                    return None
+            except httpx.HTTPError:
+                return None
+        return None
+
     def _stats(self, target: StatsTarget) -> dict | None:
         if not target.stats_base:
             return None
-        try:
-            url = f"{target.stats_base}/v2/models/{target.model}/stats"
-            r = self._client(target, url).get(url, headers=target.headers())
-        except httpx.HTTPError:
-            return None
-        if r.status_code != 200:
+        r = self._get(target, f"{target.stats_base}/v2/models/{target.model}/stats")
+        if r is None or r.status_code != 200:
             return None
         return {"t_ns": time.time_ns(), "server": target.stats_base, "kind": target.kind, "model": target.model,
                 "model_stats": r.json().get("model_stats", [])}
@@ -110,11 +119,8 @@ class ServerStatsRecorder:
     def _metrics(self, target: StatsTarget) -> str | None:
         if not target.metrics_url:
             return None
-        try:
-            r = self._client(target, target.metrics_url).get(target.metrics_url, headers=target.headers())
-        except httpx.HTTPError:
-            return None
-        return r.text if r.status_code == 200 else None
+        r = self._get(target, target.metrics_url)
+        return r.text if r is not None and r.status_code == 200 else None
 
     def _scrape(self) -> list[tuple[StatsTarget, dict | None, str | None]]:
         """Statistics and metrics per target, asking each server once for endpoints that share it."""

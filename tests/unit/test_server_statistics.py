@@ -46,3 +46,26 @@ def test_the_gauge_returns_to_zero_after_slot_threads_and_callers_race_on_it():
         scheduler.stop()
     assert scheduler.statistics.execution_count > 0
     assert scheduler.statistics.in_flight == 0
+
+
+def test_a_scrape_survives_a_connection_the_server_closed_after_an_error(tmp_path):
+    """A server that closes its kept-alive connection after answering an error: the next scrape on it is retried
+    once on a fresh connection, not lost."""
+    import httpx
+
+    from contract.layout import RunLayout
+    from harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
+
+    calls = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        return httpx.Response(200, text="tailrace:num_requests_running 0\n")
+
+    target = StatsTarget("llm", "m", "embedded", None, "http://127.0.0.1:1/metrics", None, None)
+    recorder = ServerStatsRecorder(RunLayout(tmp_path), [target], 1.0)
+    recorder._clients[None] = httpx.Client(transport=httpx.MockTransport(handler))
+    recorder.snapshot("before")
+    assert calls["n"] == 2 and "num_requests_running" in RunLayout(tmp_path).metrics_scrape("llm", "before").read_text()
