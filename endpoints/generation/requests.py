@@ -21,32 +21,40 @@ class CompletionRequest:
     min_tokens: int
 
 
-def _whole(body: dict, name: str, default: int | None, low: int) -> int:
-    value = body.get(name, default)
-    if value is None:
-        value = default
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InferenceError(f"{name}: must be a whole number ≥ {low}, got {value!r}")
-    return value
-
-
-def _flag(doc: dict, name: str, default: bool = False) -> bool:
-    value = doc.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InferenceError(f"{name}: must be true or false, got {value!r}")
-    return value
-
-
-def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -> CompletionRequest:
-    """The request `payload` asks for; InferenceError naming the field when it is not one."""
+def json_object(payload: bytes, what: str) -> dict:
+    """The body as a JSON object; InferenceError (400) saying `what` it must be otherwise."""
     try:
         body = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise InferenceError(f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise InferenceError("the body must be a JSON object")
+        raise InferenceError(what)
+    return body
+
+
+def whole_number(body: dict, name: str, default: int | None, low: int, label: str = "") -> int:
+    """body[name], a whole number ≥ low (`label`: how the message names it)."""
+    value = body.get(name, default)
+    if value is None:
+        value = default
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InferenceError(f"{label or name}: must be a whole number ≥ {low}, got {value!r}")
+    return value
+
+
+def flag(doc: dict, name: str, default: bool = False, label: str = "") -> bool:
+    """doc[name], true or false."""
+    value = doc.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InferenceError(f"{label or name}: must be true or false, got {value!r}")
+    return value
+
+
+def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -> CompletionRequest:
+    """The request `payload` asks for; InferenceError naming the field when it is not one."""
+    body = json_object(payload, "the body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InferenceError("model: required (a model /v1/models lists)")
@@ -73,17 +81,17 @@ def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -
     if not text.split():
         raise InferenceError(("messages" if chat else "prompt") + ": is empty (no tokens)")
     max_name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-    max_tokens = _whole(body, max_name, default_max_tokens, 1)
+    max_tokens = whole_number(body, max_name, default_max_tokens, 1)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise InferenceError("stream_options: must be an object")
-    stream = _flag(body, "stream")
+    stream = flag(body, "stream")
     if options and not stream:
         raise InferenceError("stream_options: only with stream = true")
     n = body.get("n", 1)
     if n not in (1, None):
         raise InferenceError(f"n: only 1 is served, got {n!r}")
     return CompletionRequest(model=model, text=text, max_tokens=max_tokens, stream=stream,
-                             include_usage=_flag(options, "include_usage"),
-                             continuous_usage=_flag(options, "continuous_usage_stats"),
-                             ignore_eos=_flag(body, "ignore_eos"), min_tokens=_whole(body, "min_tokens", 0, 0))
+                             include_usage=flag(options, "include_usage"),
+                             continuous_usage=flag(options, "continuous_usage_stats"),
+                             ignore_eos=flag(body, "ignore_eos"), min_tokens=whole_number(body, "min_tokens", 0, 0))

@@ -25,6 +25,7 @@ from endpoints.generation.hub import (
     start_stream,
     timing_header,
 )
+from endpoints.generation.requests import flag, json_object, whole_number
 from endpoints.serving.continuous import Generation
 from endpoints.serving.core import RequestClock
 from endpoints.serving.errors import InferenceError
@@ -34,14 +35,14 @@ _INPUTS = ("text_input", "max_tokens")
 _PARAMETERS = ("max_tokens", "ignore_eos", "min_tokens", "stream", "temperature", "top_p", "top_k", "seed")
 
 
+def _one(value):
+    """A KServe JSON input of one element may come as a list of it."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
 def parse_generate(payload: bytes) -> tuple[str, int, bool, int]:
     """(text, max_tokens, ignore_eos, min_tokens) of a generate request; InferenceError naming what is wrong."""
-    try:
-        body = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise InferenceError(f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InferenceError("the body must be a JSON object of the model's inputs")
+    body = json_object(payload, "the body must be a JSON object of the model's inputs")
     unknown = set(body) - set(_INPUTS) - {"parameters", "id"}
     if unknown:
         raise InferenceError(f"unexpected inference input '{sorted(unknown)[0]}' for the model (inputs: "
@@ -49,23 +50,13 @@ def parse_generate(payload: bytes) -> tuple[str, int, bool, int]:
     parameters = body.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InferenceError("parameters: must be an object")
-    text = body.get("text_input")
-    if isinstance(text, list) and len(text) == 1:
-        text = text[0]
+    text = _one(body.get("text_input"))
     if not isinstance(text, str) or not text.split():
         raise InferenceError("text_input: required, a non-empty string")
-    max_tokens = body.get("max_tokens", parameters.get("max_tokens", 16))
-    if isinstance(max_tokens, list) and len(max_tokens) == 1:
-        max_tokens = max_tokens[0]
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise InferenceError(f"max_tokens: must be a whole number ≥ 1, got {max_tokens!r}")
-    ignore_eos = parameters.get("ignore_eos", False)
-    min_tokens = parameters.get("min_tokens", 0)
-    if not isinstance(ignore_eos, bool):
-        raise InferenceError(f"parameters.ignore_eos: must be true or false, got {ignore_eos!r}")
-    if not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 0:
-        raise InferenceError(f"parameters.min_tokens: must be a whole number ≥ 0, got {min_tokens!r}")
-    return text, max_tokens, ignore_eos, min_tokens
+    max_tokens = whole_number({"max_tokens": _one(body.get("max_tokens", parameters.get("max_tokens", 16)))},
+                              "max_tokens", 16, 1)
+    return (text, max_tokens, flag(parameters, "ignore_eos", label="parameters.ignore_eos"),
+            whole_number(parameters, "min_tokens", 0, 0, label="parameters.min_tokens"))
 
 
 def _error(message: str) -> bytes:

@@ -180,6 +180,7 @@ def build_app(server: InferenceServer):
 
     routes = [
         Route("/v2/health/live", live),
+        Route("/health", live),  # vLLM's liveness route (clients such as guidellm ask it first)
         Route("/v2/health/ready", ready),
         Route("/v2", server_metadata),
         Route("/v2/models/stats", statistics),

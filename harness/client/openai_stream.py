@@ -21,6 +21,20 @@ DONE = b"[DONE]"
 COMPLETE, ERROR_EVENT, CUT, TTFT_TIMEOUT, TIMEOUT = "complete", "error_event", "cut", "ttft_timeout", "timeout"
 
 
+def record_token_event(stream, read_ns: int, text: str, tokens: int) -> None:
+    """A token event into a stream's state (OpenAIStream's, TritonGenerateStream's): its instant and token count,
+    the first and last token's instants, the text's first 80 characters, the tokens counted."""
+    stream.text_bytes += len(text)
+    if len(stream.preview) < 80:
+        stream.preview = (stream.preview + text)[:80]
+    if stream.first_token_ns < 0:
+        stream.first_token_ns = read_ns
+    stream.last_token_ns = read_ns
+    stream.event_ns.append(read_ns)
+    stream.event_tokens.append(min(tokens, 65535))
+    stream._counted += tokens
+
+
 class StreamProtocolError(ValueError):
     """An event that is not the JSON an OpenAI-compatible stream sends."""
 
@@ -91,15 +105,7 @@ class OpenAIStream:
                     tokens = max(1, completion - max(self.usage_tokens, 0))
                 self.usage_tokens = completion
         if text:
-            self.text_bytes += len(text)
-            if len(self.preview) < 80:
-                self.preview = (self.preview + text)[:80]
-            if self.first_token_ns < 0:
-                self.first_token_ns = read_ns
-            self.last_token_ns = read_ns
-            self.event_ns.append(read_ns)
-            self.event_tokens.append(min(tokens, 65535))
-            self._counted += tokens
+            record_token_event(self, read_ns, text, tokens)
 
     @property
     def output_tokens(self) -> int:

@@ -12,7 +12,7 @@ from array import array
 
 import orjson
 
-from harness.client.openai_stream import COMPLETE, ERROR_EVENT, StreamProtocolError
+from harness.client.openai_stream import COMPLETE, ERROR_EVENT, StreamProtocolError, record_token_event
 
 
 class TritonGenerateStream:
@@ -74,15 +74,7 @@ class TritonGenerateStream:
                 tokens = reported
             else:
                 self._missing = True
-        self.text_bytes += len(text)
-        if len(self.preview) < 80:
-            self.preview = (self.preview + text)[:80]
-        if self.first_token_ns < 0:
-            self.first_token_ns = read_ns
-        self.last_token_ns = read_ns
-        self.event_ns.append(read_ns)
-        self.event_tokens.append(min(tokens, 65535))
-        self._counted += tokens
+        record_token_event(self, read_ns, text, tokens)
 
     @property
     def output_tokens(self) -> int:

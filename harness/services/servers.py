@@ -89,36 +89,9 @@ def zero_request(metadata: dict) -> tuple[bytes, dict[str, str]]:
                                       "Content-Type": "application/octet-stream"}
 
 
-def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> dict:
-    """Send one real inference (zeros, from the model's metadata) until it succeeds; when it did and how long
-    that request took."""
-    deadline = time.monotonic() + timeout_s
-    attempts, last, body = 0, "", None
-    with httpx.Client(timeout=10.0) as client:
-        while time.monotonic() < deadline:
-            attempts += 1
-            try:
-                if body is None:
-                    meta = client.get(f"{base}/v2/models/{model}")
-                    if meta.status_code != 200:
-                        raise httpx.HTTPError(f"metadata: HTTP {meta.status_code}")
-                    body, headers = zero_request(meta.json())
-                sent = time.time_ns()
-                r = client.post(f"{base}/v2/models/{model}/infer", content=body, headers=headers)
-                if r.status_code == 200:
-                    done = time.time_ns()
-                    return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,
-                            "attempts": attempts}
-                last = f"HTTP {r.status_code}"
-            except httpx.HTTPError as exc:
-                last = str(exc)
-            time.sleep(0.05)
-    return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
-
-
-def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> dict:
-    """One real generation (one token) through the generate extension (the embedded server and a real Triton both
-    answer it) until it succeeds; when and how long it took."""
+def _first_success(model: str, send, timeout_s: float) -> dict:
+    """Call `send(client)` (an httpx.Response: one real request) until it answers 200; when it did and how long
+    that request took, or why none did."""
     deadline = time.monotonic() + timeout_s
     attempts, last = 0, ""
     with httpx.Client(timeout=10.0) as client:
@@ -126,8 +99,7 @@ def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> d
             attempts += 1
             try:
                 sent = time.time_ns()
-                r = client.post(f"{base}/v2/models/{model}/generate_stream", json={"text_input": "warm up",
-                                                                                     "max_tokens": 1})
+                r = send(client)
                 if r.status_code == 200:
                     done = time.time_ns()
                     return {"model": model, "first_ok_ns": done, "first_request_ms": (done - sent) / 1e6,
@@ -137,6 +109,30 @@ def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> d
                 last = str(exc)
             time.sleep(0.05)
     return {"model": model, "first_ok_ns": None, "attempts": attempts, "error": last[:200]}
+
+
+def _probe_first_inference(base: str, model: str, timeout_s: float = 60.0) -> dict:
+    """One real inference (zeros, from the model's metadata) until it succeeds."""
+    encoded: list = []
+
+    def send(client: httpx.Client) -> httpx.Response:
+        if not encoded:
+            meta = client.get(f"{base}/v2/models/{model}")
+            if meta.status_code != 200:
+                raise httpx.HTTPError(f"metadata: HTTP {meta.status_code}")
+            encoded.append(zero_request(meta.json()))
+        body, headers = encoded[0]
+        return client.post(f"{base}/v2/models/{model}/infer", content=body, headers=headers)
+
+    return _first_success(model, send, timeout_s)
+
+
+def _probe_first_generation(base: str, model: str, timeout_s: float = 60.0) -> dict:
+    """One real generation (one token) through the generate extension (the embedded server and a real Triton both
+    answer it) until it succeeds."""
+    return _first_success(model, lambda client: client.post(f"{base}/v2/models/{model}/generate_stream",
+                                                            json={"text_input": "warm up", "max_tokens": 1}),
+                          timeout_s)
 
 
 def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str, generative: frozenset[str] = frozenset()
