@@ -130,12 +130,17 @@ class Prompts(_Strict):
     """What a generative endpoint is sent: synthetic prompts (seeded from load.seed) or a JSONL file of them."""
 
     input_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=128),
-                                     description="prompt length in words (~tokens; the server's usage counts them)")
+                                     description="prompt length in tokens: exact in `tokenizer`'s tokens where the "
+                                                 "profile names one, else in words (≈ tokens)")
     output_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=64), description="max_tokens asked")
     count: int = Field(256, ge=1, le=100_000, description="distinct prompts drawn; requests cycle through them")
     file: str | None = Field(None, min_length=1, description="a JSONL file, one {\"prompt\": …} (or \"messages\") "
                                                              "and optionally \"max_tokens\" per line; or a "
                                                              "ShareGPT-format JSON file")
+    tokenizer: str | None = Field(None, min_length=1, description="the served model's tokenizer.json (Hugging Face "
+                                                                  "tokenizers; read, never downloaded): synthetic "
+                                                                  "prompts of exact token lengths, and token counts "
+                                                                  "where the server reports no usage")
     format: Literal["auto", "jsonl", "sharegpt"] = Field("auto", description="the file's format (auto: by its "
                                                                             "extension, .json is ShareGPT)")
     conversation: Literal["first_turn", "messages"] = Field(

@@ -79,6 +79,19 @@ def _token_cell(e: dict) -> str | None:
     return f"{e['value']:.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
 
 
+def _prompt_lengths_note(profile) -> str:
+    """How exact each generative endpoint's prompt lengths are: in its tokenizer's tokens, or words ≈ tokens."""
+    items = []
+    for ep in (e for e in profile.endpoints if e.generative):
+        spec = ep.prompts
+        source = f"a prompt file ({html.escape(spec.file)})" if spec and spec.file else "synthetic prompts"
+        exact = (f"lengths in the tokenizer's tokens ({html.escape(spec.tokenizer)}; outputs counted with it where the "
+                 "server reported none)") if spec and spec.tokenizer else \
+            "lengths approximate (words ≈ tokens: the profile names no prompts.tokenizer)"
+        items.append(f"<li>{html.escape(ep.name)}: {source}, {exact}</li>")
+    return f"<p class='note'>Prompts:</p><ul class='note'>{''.join(items)}</ul>" if items else ""
+
+
 def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> str:
     """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, goodput, how they
     ended; the TTFT heatmap, CDFs, the timeline and where TTFT goes."""
@@ -102,13 +115,15 @@ def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> s
             "first token) / (output tokens − 1) per request; ITL = the gaps between token events after the first, an "
             "event of k tokens counting as k gaps of gap/k, pooled — its interval counts each stream as one "
             "independent sample, since the gaps of one stream are not independent. Token counts come from the "
-            "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'events': the server "
-            "reported none, so events were counted — then a token count may be off where an event carried "
-            "several). Goodput: streams per second that succeeded within every token SLO that applies to them, "
+            "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'output': the model's "
+            "count output; 'tokenizer': the server reported none and the profile's tokenizer counted the text; "
+            "'events': none of these, so events were counted — then a token count may be off where an event "
+            "carried several). Goodput: streams per second that succeeded within every token SLO that applies to them, "
             "each judged on its own TTFT, TPOT, E2E and largest gap.</p>")
     s, curves = analysis.summary, analysis.token_figures
     parts = ["<h2 id='tokens'>Streamed responses: tokens</h2>",
              _table(table_rows, cols, left={"endpoint", "region", "outcomes", "sources"}), note,
+             _prompt_lengths_note(analysis.data.plan.profile),
              "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
              figures.svg("token_heatmap", lambda: (rows,)) or "",
              "<h3>TTFT and TPOT per region</h3>",

@@ -25,6 +25,7 @@ from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT, OpenAIStrea
 from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.sse import SseError, SseParser
 from harness.client.tls import ssl_context
+from harness.client.tokenizer import TokenCounter
 from harness.client.triton_stream import TritonGenerateStream
 
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
@@ -123,10 +124,10 @@ class StreamSender:
 
     def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
                  credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True,
-                 model: str = "", count_output: str | None = None) -> None:
+                 model: str = "", count_output: str | None = None, counter: TokenCounter | None = None) -> None:
         parsed = urlparse(url)
         self.chat, self.stream, self.protocol = protocol == CHAT, stream, protocol
-        self.model, self.count_output = model, count_output
+        self.model, self.count_output, self.counter = model, count_output, counter
         self.base_path = parsed.path.rstrip("/")
         self.path = self.base_path + stream_path(protocol, model, stream)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -153,7 +154,8 @@ class StreamSender:
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
         with a status class, and its stream says how far it got)."""
-        body = self.payloads.bodies[self.payloads.index(sample)]
+        index = self.payloads.index(sample)
+        body = self.payloads.bodies[index]
         result = StreamOutcome()
         try:
             auth = self._auth_line()
@@ -162,7 +164,7 @@ class StreamSender:
         head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
         if not self.stream:
-            return self._send_whole(head, body, on_sent, result)
+            return self._send_whole(head, body, on_sent, result, index)
         parser = SseParser()
         stream = TritonGenerateStream(self.count_output) if self.protocol == TRITON_GENERATE else OpenAIStream(self.chat)
         first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
@@ -208,7 +210,7 @@ class StreamSender:
         finally:
             if first is not None:
                 first.cancel()
-        _stream_into(result, stream)
+        stream_into(result, stream, self.counter, index)
         if status == "ok":
             result.outcome = result.outcome or stream.outcome()
             if result.outcome != "complete":
@@ -218,7 +220,7 @@ class StreamSender:
         return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), bytes_in=bytes_in,
                        stream=result, **timing)
 
-    def _send_whole(self, head: bytes, body: bytes, on_sent, result: StreamOutcome) -> Outcome:
+    def _send_whole(self, head: bytes, body: bytes, on_sent, result: StreamOutcome, index: int) -> Outcome:
         """stream = false: one JSON response; E2E only, its tokens from the usage, no token instants."""
         on_sent()
         try:
@@ -233,9 +235,11 @@ class StreamSender:
         else:
             try:
                 if self.protocol == TRITON_GENERATE:
-                    whole_generate_response(response.body, self.count_output, result)
+                    text = whole_generate_response(response.body, self.count_output, result)
                 else:
-                    whole_response(response.body, self.chat, result)
+                    text = whole_response(response.body, self.chat, result)
+                if self.counter is not None:
+                    self.counter.fill(result, index, text)
             except StreamProtocolError as exc:
                 status, code, error = "bad_response", "body", str(exc)[:200]
         return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body),
@@ -255,8 +259,9 @@ class StreamSender:
         self.client.close()
 
 
-def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> None:
-    """A stream = false response's tokens (from its usage), finish reason and first words into `result`."""
+def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> str:
+    """A stream = false response's tokens (from its usage), finish reason and first words into `result`; its
+    text."""
     try:
         doc = orjson.loads(payload)
         choice = doc["choices"][0]
@@ -270,10 +275,12 @@ def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> None:
     result.finish_reason = str(choice.get("finish_reason") or "")[:32]
     result.preview = (text or "")[:80]
     result.outcome = "complete"
+    return str(text or "")
 
 
-def whole_generate_response(payload: bytes, count_output: str | None, result: StreamOutcome) -> None:
-    """A Triton /generate response's text, and its tokens when the model reports them (`count_output`)."""
+def whole_generate_response(payload: bytes, count_output: str | None, result: StreamOutcome) -> str:
+    """A Triton /generate response's tokens when the model reports them (`count_output`) into `result`; its
+    text."""
     try:
         doc = orjson.loads(payload)
         text = doc["text_output"]
@@ -286,14 +293,19 @@ def whole_generate_response(payload: bytes, count_output: str | None, result: St
     result.token_source = "output" if result.output_tokens >= 0 else ""
     result.preview = str(text)[:80]
     result.outcome = "complete"
+    return str(text)
 
 
-def _stream_into(result: StreamOutcome, stream) -> None:
+def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, prompt_index: int) -> None:
+    """What a stream state (OpenAIStream, TritonGenerateStream) read, into the request's StreamOutcome; counts from
+    the profile's tokenizer where the server reported none."""
     result.first_token_ns, result.last_token_ns = stream.first_token_ns, stream.last_token_ns
     result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
     result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
     result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
     result.preview = stream.preview
+    if counter is not None:
+        counter.fill(result, prompt_index, "".join(stream.texts))
 
 
 _TIMING = re.compile(rb'(\w+);(?:dur=([0-9.]+)|desc="?(-?\d+)"?)')

@@ -18,10 +18,11 @@ import gevent
 from contract.credentials import Credential, CredentialError
 from contract.profile import Tls
 from harness.client.classify import classify_exception
-from harness.client.generative import FirstTokenTimeout, PromptPayloads
+from harness.client.generative import FirstTokenTimeout, PromptPayloads, stream_into
 from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
 from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.tls import grpc_channel
+from harness.client.tokenizer import TokenCounter
 from harness.client.triton_stream import TritonGenerateStream
 
 FINAL = "triton_final_response"
@@ -77,7 +78,8 @@ class GrpcStreamSender:
     """One endpoint's ModelStreamInfer requests over one channel, each encoded before the run."""
 
     def __init__(self, url: str, model: str, requests: list, timeout_s: float, ttft_timeout_s: float | None,
-                 credential: Credential | None, tls: Tls | None = None, count_output: str | None = None) -> None:
+                 credential: Credential | None, tls: Tls | None = None, count_output: str | None = None,
+                 counter: TokenCounter | None = None) -> None:
         from tritonclient.grpc import service_pb2_grpc
 
         self.channel = grpc_channel(url, tls, [("grpc.max_receive_message_length", 64 << 20),
@@ -87,12 +89,13 @@ class GrpcStreamSender:
         self.requests = requests
         self.payloads = PromptPayloads([b""] * len(requests))  # the request path's view: one request a prompt
         self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
-        self.credential, self.count_output = credential, count_output
+        self.credential, self.count_output, self.counter = credential, count_output, counter
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         """Stream prompt `sample` (modulo the prompts); never raises (a failure is an Outcome with a status class,
         and its stream says how far it got)."""
-        request = self.requests[self.payloads.index(sample)]
+        index = self.payloads.index(sample)
+        request = self.requests[index]
         result, stream = StreamOutcome(), TritonGenerateStream(self.count_output)
         metadata = [(k.lower(), v) for k, v in headers.items()]
         try:
@@ -145,11 +148,7 @@ class GrpcStreamSender:
                 first.cancel()
             ended.set()
             call.cancel()
-        result.first_token_ns, result.last_token_ns = stream.first_token_ns, stream.last_token_ns
-        result.event_ns, result.event_tokens = stream.event_ns, stream.event_tokens
-        result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
-        result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
-        result.preview = stream.preview
+        stream_into(result, stream, self.counter, index)
         if status == "ok":
             if stream.error:
                 status, code, error, result.outcome = "bad_response", "error_event", stream.error, "error_event"

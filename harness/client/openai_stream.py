@@ -25,6 +25,7 @@ def record_token_event(stream, read_ns: int, text: str, tokens: int) -> None:
     """A token event into a stream's state (OpenAIStream's, TritonGenerateStream's): its instant and token count,
     the first and last token's instants, the text's first 80 characters, the tokens counted."""
     stream.text_bytes += len(text)
+    stream.texts.append(text)
     if len(stream.preview) < 80:
         stream.preview = (stream.preview + text)[:80]
     if stream.first_token_ns < 0:
@@ -43,7 +44,8 @@ class OpenAIStream:
     """The state of one streamed response, fed its events as they are read (instants: monotonic ns)."""
 
     __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
-                 "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview")
+                 "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview",
+                 "texts")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -60,6 +62,7 @@ class OpenAIStream:
         self._counted = 0
         self.text_bytes = 0
         self.preview = ""  # the text's first 80 characters (tailrace probe prints them)
+        self.texts: list[str] = []  # every token event's text (counted with the profile's tokenizer, if any)
 
     def feed(self, read_ns: int, data: bytes) -> None:
         """One event's data, read at `read_ns`."""

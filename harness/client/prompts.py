@@ -3,7 +3,8 @@ ShareGPT-format file (in order, or drawn with or without replacement), each with
 bodies before the run.
 
 Synthetic prompts are words of a fixed vocabulary, one word for each input token asked (a tokenizer splits common
-words into about one token each; the server's usage reports the real count, and the record keeps it). A prompt
+words into about one token each; the server's usage reports the real count, and the record keeps it) — or, where the
+profile names the model's tokenizer (`prompts.tokenizer`), tokens of its vocabulary, exactly as many as asked. A prompt
 file has one JSON object a line: {"prompt": "…"} or {"messages": [{"role": …, "content": …}, …]}, and optionally
 "max_tokens"; a line that is not one is a PromptFileError naming the file and the line.
 """
@@ -16,6 +17,7 @@ import orjson
 
 from contract.profile import Endpoint, Prompts, TokenCount
 from harness.client.generative import request_body
+from harness.client.tokenizer import PromptTokenizer, TokenCounter, TokenizerError, load_tokenizer
 
 WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "
          "government company number group problem fact able bad best better big black certain clear different early "
@@ -47,17 +49,34 @@ def draw_counts(spec: TokenCount, n: int, rng: np.random.Generator) -> np.ndarra
     return np.clip(np.rint(counts), low, high).astype(np.int64)
 
 
-def synthetic_prompts(prompts: Prompts, seed: int) -> list[tuple[str, int]]:
+def synthetic_prompts(prompts: Prompts, seed: int, tokenizer: PromptTokenizer | None = None) -> list[tuple[str, int]]:
     """(prompt, max_tokens) × prompts.count, the same for a given seed on every worker. With `prefix_tokens`, prompt
-    i begins with prefix i mod `prefix_count` (each `prefix_tokens` words, drawn once), then its own words."""
+    i begins with prefix i mod `prefix_count` (each `prefix_tokens` words, drawn once), then its own words. With a
+    tokenizer, each prompt is exactly its drawn length in the tokenizer's tokens (prefix included)."""
     rng = np.random.default_rng(seed)
     inputs = draw_counts(prompts.input_tokens, prompts.count, rng)
     outputs = draw_counts(prompts.output_tokens, prompts.count, rng)
+    if tokenizer is not None:
+        return _tokenized_prompts(prompts, inputs, outputs, tokenizer, rng)
     vocabulary = np.array(WORDS)
     words = lambda k: " ".join(vocabulary[rng.integers(0, len(vocabulary), int(k))])  # noqa: E731
     prefixes = [words(prompts.prefix_tokens) + " " for _ in range(prompts.prefix_count)] if prompts.prefix_tokens \
         else [""]
     return [(prefixes[i % len(prefixes)] + words(k), int(m)) for i, (k, m) in enumerate(zip(inputs, outputs))]
+
+
+def _tokenized_prompts(prompts: Prompts, inputs: np.ndarray, outputs: np.ndarray, tokenizer: PromptTokenizer,
+                       rng: np.random.Generator) -> list[tuple[str, int]]:
+    words = tokenizer.word_ids()
+    prefixes = [rng.choice(words, prompts.prefix_tokens) for _ in range(prompts.prefix_count)] \
+        if prompts.prefix_tokens else [np.empty(0, np.int64)]
+    out = []
+    for i, (k, m) in enumerate(zip(inputs, outputs)):
+        prefix = prefixes[i % len(prefixes)]
+        own = rng.choice(words, max(0, int(k) - len(prefix)))
+        text, _ = tokenizer.text_of(np.concatenate([prefix, own]), max(int(k), len(prefix)), rng)
+        out.append((text, int(m)))
+    return out
 
 
 def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str | list, int | None]]:
@@ -148,18 +167,41 @@ def file_items(spec: Prompts, seed: int, path: Path) -> list[tuple[str | list, i
     return items
 
 
+def _path(name: str, data_root: Path) -> Path:
+    return Path(name) if Path(name).is_absolute() else data_root / name
+
+
+def prompt_tokenizer(endpoint: Endpoint, data_root: Path) -> PromptTokenizer | None:
+    """The tokenizer the endpoint's prompts name (relative to the data root), or None."""
+    spec = endpoint.prompts or Prompts()
+    if spec.tokenizer is None:
+        return None
+    try:
+        return load_tokenizer(str(_path(spec.tokenizer, data_root)))
+    except TokenizerError as exc:
+        raise PromptFileError(f"prompts.tokenizer: {exc}") from None
+
+
 def prompt_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[str | list, int]]:
     """(prompt or chat messages, max_tokens) of a generative endpoint: its file's, or drawn."""
     spec = endpoint.prompts or Prompts()
     if spec.file is not None:
-        return file_items(spec, seed, Path(spec.file) if Path(spec.file).is_absolute() else data_root / spec.file)
-    return synthetic_prompts(spec, seed)
+        return file_items(spec, seed, _path(spec.file, data_root))
+    return synthetic_prompts(spec, seed, prompt_tokenizer(endpoint, data_root))
 
 
-def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = ()) -> list[bytes]:
-    """The request bodies of a generative endpoint, encoded before the run (`model_inputs`: a triton-generate
-    model's input names, from the endpoint check)."""
+def token_counter(endpoint: Endpoint, items: list[tuple[str | list, int]], data_root: Path) -> TokenCounter | None:
+    """With the endpoint's tokenizer (None without one): each prompt's length in its tokens, and the counter a
+    sender fills a record's token counts with where the server reports none."""
+    tokenizer = prompt_tokenizer(endpoint, data_root)
+    return None if tokenizer is None else TokenCounter(tokenizer, [tokenizer.count_prompt(p) for p, _ in items])
+
+
+def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = (),
+                  items: list[tuple[str | list, int]] | None = None) -> list[bytes]:
+    """The request bodies of a generative endpoint (of `items`, else of its prompt_items), encoded before the run
+    (`model_inputs`: a triton-generate model's input names, from the endpoint check)."""
     spec = endpoint.prompts or Prompts()
-    items = prompt_items(endpoint, seed, data_root)
+    items = prompt_items(endpoint, seed, data_root) if items is None else items
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
                          min_tokens=spec.min_tokens, model_inputs=model_inputs) for prompt, max_tokens in items]

@@ -20,7 +20,7 @@ class TritonGenerateStream:
     surface as OpenAIStream."""
 
     __slots__ = ("count_output", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "input_tokens",
-                 "finish_reason", "error", "text_bytes", "preview", "_counted", "_missing")
+                 "finish_reason", "error", "text_bytes", "preview", "_counted", "_missing", "texts")
 
     def __init__(self, count_output: str | None = None) -> None:
         self.count_output = count_output
@@ -33,6 +33,7 @@ class TritonGenerateStream:
         self.error = ""
         self.text_bytes = 0
         self.preview = ""
+        self.texts: list[str] = []
         self._counted = 0
         self._missing = count_output is None  # some token event lacked the count output
 

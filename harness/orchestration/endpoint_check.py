@@ -267,6 +267,10 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                     check_generative(url, ep)
                 if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
                     prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
+                if ep.prompts is None or ep.prompts.tokenizer is None:
+                    notes.append(f"endpoint {ep.name}: prompt lengths are approximate (words ≈ tokens) and token "
+                                 "counts come from the server; name the model's tokenizer.json in prompts.tokenizer "
+                                 "for exact lengths")
             except (EndpointCheckError, CredentialError, TlsError, PromptFileError) as exc:
                 problems.append(f"endpoint {ep.name}: {exc}")
             continue

@@ -49,6 +49,7 @@ class VllmServer:
     process: ManagedProcess
     url: str  # http://127.0.0.1:PORT
     model: str
+    model_dir: Path  # the served model's Hugging Face directory (its tokenizer.json for exact prompt lengths)
 
     def stop(self) -> None:
         """SIGTERM (vLLM stops its engine processes), then whatever is left of its process group."""
@@ -74,7 +75,7 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
     if cpus:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
     process = start_process(f"vllm :{port}", argv, log_dir / f"vllm-{port}.log", env=env, cpus=cpus)
-    server = VllmServer(process, f"http://127.0.0.1:{port}", SERVED_NAME)
+    server = VllmServer(process, f"http://127.0.0.1:{port}", SERVED_NAME, Path(model))
     try:
         wait_http_ok(f"{server.url}/v1/models", process, timeout=START_TIMEOUT_S)
     except BaseException:

@@ -21,7 +21,7 @@ from contract.requests import scenario_request
 from harness.client.generative import StreamSender
 from harness.client.grpc_stream import GrpcStreamSender, stream_request
 from harness.client.payloads import AnswerCheck, wanted_outputs
-from harness.client.prompts import prompt_bodies, prompt_items
+from harness.client.prompts import prompt_bodies, prompt_items, token_counter
 from harness.client.request_data import samples_for
 from harness.client.senders import Sender, build_sender
 from harness.client.tls import sender_tls
@@ -128,17 +128,19 @@ class WorkerRun:
         worker) or read from its prompt file (on this worker's host, relative to where it runs)."""
         inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
         ttft_timeout_s = ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None
+        root = Path(self.plan.data_root or ".")
+        items = prompt_items(ep, self.profile.load.seed, root)
+        counter = token_counter(ep, items, root)
         if ep.protocol == "kserve-grpc-stream":
             spec = ep.prompts or Prompts()
             requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, inputs)
-                        for prompt, max_tokens in prompt_items(ep, self.profile.load.seed,
-                                                               Path(self.plan.data_root or "."))]
+                        for prompt, max_tokens in items]
             return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
-                                    sender_tls(ep), ep.token_count_output)
-        bodies = prompt_bodies(ep, self.profile.load.seed, Path(self.plan.data_root or "."), inputs)
+                                    sender_tls(ep), ep.token_count_output, counter)
+        bodies = prompt_bodies(ep, self.profile.load.seed, root, inputs, items)
         return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
                             sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream), model=ep.model,
-                            count_output=ep.token_count_output)
+                            count_output=ep.token_count_output, counter=counter)
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:

@@ -44,9 +44,11 @@ def _sums(text: str) -> dict[str, float]:
 
 def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_repo, tmp_path):
     prompts = {"input_tokens": {"mean": 24}, "output_tokens": {"mean": OUTPUT}, "count": 16}
-    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": prompts,
+    # the completions endpoint's prompts are built in the model's own tokens (its tokenizer.json): vLLM counts them
+    exact = {**prompts, "tokenizer": str(vllm.model_dir / "tokenizer.json")}
+    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": spec,
                   "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics"}
-                 for name, protocol in (("chat", "openai-chat"), ("text", "openai-completions"))]
+                 for name, protocol, spec in (("chat", "openai-chat", prompts), ("text", "openai-completions", exact))]
     profile = make_profile(model_repo, endpoints=endpoints,
                            regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS},
                                     {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
@@ -58,6 +60,8 @@ def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_re
     assert len(df) > 40 and (df["status"] == "ok").all(), df["error"].unique()
     assert set(df["stream_outcome"].astype(str)) == {"complete"} and (df["output_tokens"] == OUTPUT).all()
     assert set(df["token_source"].astype(str)) == {"usage"} and set(df["finish_reason"].astype(str)) == {"length"}
+    text = df[df["endpoint"] == "text"]
+    assert set(text["input_tokens"] - text["input_tokens"].min()) == {0} and text["input_tokens"].min() in (24, 25)
     # vLLM's histograms over the same run: one TTFT per request, the same number of generated tokens' gaps
     layout = RunLayout(Path(run.run_dir))
     before, after = (_sums(layout.metrics_scrape("chat", stage).read_text()) for stage in ("before", "after"))
