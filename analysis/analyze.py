@@ -146,6 +146,7 @@ def _statistics(run: _Run) -> list[Statistic]:
     report_columns = REPORT_COLUMNS if figures.ahead else ()
     generative = {e.name for e in p.endpoints if e.generative}
     token_columns = TOKEN_COLUMNS if generative else ()
+    verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()  # and when: a TTFT that trends
 
     def decomposition(c: Columns, r: Results):
         table = decomposition_table(c, r["slowest"].index.to_numpy(), generative)
@@ -252,8 +253,8 @@ def _statistics(run: _Run) -> list[Statistic]:
         Statistic("token_timeline", TIMELINE_COLUMNS if generative else (), lambda c, r: drawn(
             "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
                   if generative else {}),
-        Statistic("token_verdicts", token_columns, lambda c, r: token_verdicts(
-            c.frame(token_columns), slos, generative, region_names) if token_columns else []),
+        Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
+            c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
     ]
 
 

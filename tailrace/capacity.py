@@ -1,4 +1,5 @@
-"""`tailrace capacity PROFILE`: the highest Poisson rate at which every latency SLO still PASSES.
+"""`tailrace capacity PROFILE`: the highest Poisson rate at which every latency SLO still PASSES (on a generative
+profile, every TTFT / TPOT / ITL / E2E SLO; the answer then says the output tokens/s at that rate too).
 
 Servers the profile asks for ('embedded' / 'triton') are started once and reused by every trial; each trial
 is a full run (Locust master + workers, region proxies, clock reference) at one rate, analysed like any
@@ -18,6 +19,7 @@ import pandas as pd
 from analysis.decide.capacity_search import (
     FAIL,
     GENERATOR_LIMIT,
+    LATENCY_METRICS,
     UNDECIDED,
     SearchState,
     beyond_reach,
@@ -48,8 +50,9 @@ def check_profile(profile: Profile) -> None:
     if profile.load.scenario != "server":
         raise CapacityError(f"load.scenario: capacity search sends Poisson load (scenario 'server'), "
                             f"not {profile.load.scenario!r}")
-    if not any(s.metric == "latency" for s in profile.slos):
-        raise CapacityError("slos: capacity search needs at least one latency SLO (percentile + threshold_ms)")
+    if not any(s.metric in LATENCY_METRICS for s in profile.slos):
+        raise CapacityError("slos: capacity search needs at least one latency SLO (metric latency, or ttft / tpot / "
+                            "itl / e2e on a generative endpoint; percentile + threshold_ms)")
 
 
 def _trial_profile(profile: Profile, rate: float, duration_s: float, index: int) -> Profile:
@@ -80,6 +83,7 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     s = a.summary
     outcome, why = classify_trial(s["slos"], s["valid"], s["invalid_reasons"])
     overall = next(r for r in s["latency"] if r["endpoint"] == "*" and r["region"] == "*")
+    streamed = next((r for r in s.get("tokens") or [] if r["endpoint"] == "*" and r["region"] == "*"), None)
     row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall["achieved_rate"],
            "count": overall["count"], "errors": overall["errors"], "mean_ms": overall["mean_ms"],
            "outcome": outcome, "why": why, "run_id": s["run_id"],
@@ -88,6 +92,10 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     for p in ("p50", "p95", "p99"):
         est = overall["percentiles"][p]
         row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est["value"], est["ci_low"], est["ci_high"]
+    row["output_tokens_per_s"] = streamed["output_tokens_per_s"] if streamed else None
+    for metric in ("ttft", "tpot"):
+        for p in ("p50", "p99"):
+            row[f"{metric}_{p}_ms"] = streamed[f"{metric}_ms"][p]["value"] if streamed else None
     queueing = s.get("queueing") or []
     row["utilization"] = max((q["utilization"] for q in queueing), default=None)
     busiest = max(queueing, key=lambda q: q["utilization"], default=None)
@@ -185,8 +193,11 @@ def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spe
                 else f"time budget spent while every rate passed: capacity is at least {lo:g} req/s")
     result = {"profile": profile.name, "status": status, "note": note, "capacity_rps": lo,
               "bracket": [lo, hi], "tolerance": c.tolerance, "trials": len(rows), "elapsed_s": elapsed_s,
-              "slos": [s.model_dump(mode="json") for s in profile.slos if s.metric == "latency"]}
+              "slos": [s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS]}
     best = next((r for r in reversed(rows) if r["rate"] == lo), None)
+    if best is not None and best.get("output_tokens_per_s") is not None:
+        result["capacity_output_tokens_per_s"] = best["output_tokens_per_s"]
+        result["note"] += f" ({best['output_tokens_per_s']:,.0f} output tokens/s at that rate)"
     if lo and best:
         result["recommendation"] = recommendation(lo, best["mean_service_ms"], best["slots"], best["mean_ms"],
                                                   c.headroom, c.max_utilization, c.peak_rate)
@@ -203,8 +214,11 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
     write_atomic(layout.trials_table, pd.DataFrame(rows).to_csv(index=False))
     svg = plots.latency_vs_load_svg(rows, result) if rows else ""
     write_atomic(layout.figure, svg)
+    streamed = any(r.get("output_tokens_per_s") is not None for r in rows)
     cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
             "p99_ci_low", "p99_ci_high", "utilization", "outcome", "why"]
+    if streamed:  # a generative profile: its tokens/s and token latencies beside the E2E ones
+        cols[6:6] = ["output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"]
     table = pd.DataFrame(rows, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
                                                      classes="trials", border=0)
     rec = result.get("recommendation") or {}
@@ -229,13 +243,17 @@ def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
     from contract.terminal import console as terminal_console
 
     console = terminal_console()
+    streamed = any(r.get("output_tokens_per_s") is not None for r in rows)
     t = Table(title="capacity trials")
-    for col in ("rate", "s", "achieved", "p50", "p95", "p99 [95% CI]", "ρ", "outcome"):
+    for col in ("rate", "s", "achieved", *(("tokens/s", "TTFT p99", "TPOT p99") if streamed else ()), "p50", "p95",
+                "p99 [95% CI]", "ρ", "outcome"):
         t.add_column(col, justify="right")
     for r in rows:
         f = (lambda v: "–" if v is None or v != v else f"{v:.2f}")
-        t.add_row(f"{r['rate']:g}", f"{r['duration_s']:g}", f(r["achieved_rate"]), f(r["p50_ms"]), f(r["p95_ms"]),
-                  f"{f(r['p99_ms'])} [{f(r['p99_ci_low'])}, {f(r['p99_ci_high'])}]", f(r["utilization"]), r["outcome"])
+        tokens = (f(r["output_tokens_per_s"]), f(r["ttft_p99_ms"]), f(r["tpot_p99_ms"])) if streamed else ()
+        t.add_row(f"{r['rate']:g}", f"{r['duration_s']:g}", f(r["achieved_rate"]), *tokens, f(r["p50_ms"]),
+                  f(r["p95_ms"]), f"{f(r['p99_ms'])} [{f(r['p99_ci_low'])}, {f(r['p99_ci_high'])}]",
+                  f(r["utilization"]), r["outcome"])
     console.print(t)
     colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result["status"]]
     console.print(f"[bold {colour}]{result['status']}[/]: {result['note']}")

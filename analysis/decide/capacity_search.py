@@ -2,8 +2,9 @@
 means, and what to provision (Little's law and a utilization bound).
 
 The search grows the rate geometrically while trials PASS, then bisects the bracket [highest pass, lowest
-fail] until hi / lo − 1 ≤ tolerance. A trial passes when every latency SLO PASSES (an INCONCLUSIVE one is
-not a pass: too few samples or too close to call) and no error-rate SLO FAILS. A trial whose latency rose
+fail] until hi / lo − 1 ≤ tolerance. A trial passes when every latency SLO (on a generative profile: every TTFT,
+TPOT, ITL and E2E SLO) PASSES (an INCONCLUSIVE one is not a pass: too few samples or too close to call) and no
+error-rate SLO FAILS. A trial whose latency rose
 through it (a growing backlog: analysis/stats/validity.py) fails whatever its SLO verdicts, since it is above
 capacity and a longer trial would only be slower. A trial whose generators
 saturated — and whose latency SLOs did not clearly fail anyway — ends the search: the answer is then
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from analysis.stats.estimators import min_samples_for
 
 PASS, FAIL, GENERATOR_LIMIT, UNDECIDED = "pass", "fail", "generator-limit", "undecided"
+# the SLOs a capacity is judged on: a one-shot request's latency, a streamed one's TTFT, TPOT, ITL and E2E
+LATENCY_METRICS = ("latency", "ttft", "tpot", "itl", "e2e")
 
 
 @dataclass
@@ -65,13 +68,14 @@ class SearchState:
 
 def trial_duration_s(rate: float, slos: list[dict], profile: dict, min_s: float, max_s: float,
                      margin: float) -> float:
-    """Long enough that each latency SLO's smallest group holds `margin` × the samples its percentile needs."""
+    """Long enough that each latency (or token) SLO's smallest group holds `margin` × the samples its percentile
+    needs."""
     regions = {r["name"]: r["share"] for r in profile["regions"]}
     weights = {e["name"]: e["weight"] for e in profile["endpoints"]}
     total_w = sum(weights.values())
     needed = min_s
     for slo in slos:
-        if slo["metric"] != "latency":
+        if slo["metric"] not in LATENCY_METRICS:
             continue
         n = min_samples_for(slo["percentile"] / 100.0)
         region_share = regions[slo["region"]] if slo["region"] != "*" else min(regions.values())
@@ -83,7 +87,7 @@ def trial_duration_s(rate: float, slos: list[dict], profile: dict, min_s: float,
 
 def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[str]) -> tuple[str, str]:
     """(outcome, why) of one trial from its SLO verdicts and validity."""
-    latency = [v for v in slo_verdicts if v.get("metric") == "latency"]
+    latency = [v for v in slo_verdicts if v.get("metric") in LATENCY_METRICS]
     errors = [v for v in slo_verdicts if v.get("metric") == "error_rate"]
     failed = [v for v in latency + errors if v["verdict"] == "FAIL"]
     saturated = not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
@@ -117,7 +121,7 @@ def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float |
     decides it."""
     longest = duration_s
     for v in slo_verdicts:
-        if v.get("metric") != "latency" or v["verdict"] != "INCONCLUSIVE":
+        if v.get("metric") not in LATENCY_METRICS or v["verdict"] != "INCONCLUSIVE":
             continue
         if v.get("trend") == "falling":
             longest = max(longest, duration_s * 2)

@@ -310,10 +310,15 @@ def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
         low, high = (pd.to_numeric(d[f"{p}_ci_{side}"], errors="coerce") for side in ("low", "high"))
         err = [(d[f"{p}_ms"] - low).clip(lower=0).fillna(0), (high - d[f"{p}_ms"]).clip(lower=0).fillna(0)]
         ax.errorbar(d["rate"], d[f"{p}_ms"], yerr=err, fmt=style, ms=4, lw=1, capsize=2, label=p)
+    for column, label in (("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("tpot_p50_ms", "TPOT p50")):
+        d = df[pd.to_numeric(df[column], errors="coerce").notna()] if column in df else df.iloc[:0]
+        if not d.empty:
+            ax.plot(d["rate"], d[column], "--", marker="D", ms=3, lw=1, label=label)
     for slo in result["slos"]:
         ax.axhline(slo["threshold_ms"], color="red", ls=":", lw=1)
-        ax.annotate(f"p{slo['percentile']:g} SLO {slo['threshold_ms']:g} ms", (df["rate"].min(), slo["threshold_ms"]),
-                    fontsize=7, color="red", va="bottom")
+        name = "" if slo["metric"] == "latency" else slo["metric"].upper() + " "
+        ax.annotate(f"{name}p{slo['percentile']:g} SLO {slo['threshold_ms']:g} ms",
+                    (df["rate"].min(), slo["threshold_ms"]), fontsize=7, color="red", va="bottom")
     lo, hi = result["bracket"]
     if lo:
         ax.axvline(lo, color="green", lw=1.2, label=f"capacity {lo:g}/s")

@@ -17,11 +17,13 @@ support.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from analysis.read.frames import group_positions
-from analysis.stats.correlation import integrated_time
+from analysis.stats.correlation import integrated_time, stationarity
 from analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
@@ -90,7 +92,7 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
     measured = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
     rows = np.flatnonzero(measured)
     plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status") else df[c]).to_numpy()[rows]
-                          for c in TOKEN_COLUMNS if c in df}).reset_index(drop=True)
+                          for c in (*TOKEN_COLUMNS, "t_intended_ref") if c in df}).reset_index(drop=True)
     groups = group_positions(plain, ["endpoint", "region"]) if len(plain) else {}
     out = []
     for i, slo in token_slos:
@@ -106,6 +108,10 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
                 n, k = len(values), int(exceeding.sum())
                 tau = max(1.0, n / streams) if slo["metric"] == "itl" and streams else integrated_time(exceeding)
                 v = proportion_verdict(k, n, 1 - q / 100, tau=tau)
+                trend, reason = _trend(plain, positions, values) if slo["metric"] in ("ttft", "e2e") and n \
+                    else (None, None)
+                if trend is not None and v.verdict == "PASS":
+                    v = replace(v, verdict="INCONCLUSIVE")
                 estimate = sorted_percentile_ci(np.sort(values), q, effective_n=streams if slo["metric"] == "itl"
                                                 else None) if n else None
                 out.append({"slo": i, "description": f"{slo['metric'].upper()} p{q:g} < {threshold:g} ms",
@@ -114,8 +120,24 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
                             "measured": estimate.value if estimate else None,
                             "ci_low": estimate.ci_low if estimate else None,
                             "ci_high": estimate.ci_high if estimate else None,
-                            "more_samples_needed": v.more_samples_needed, "trend": None, "reason": None})
+                            "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason})
     return out
+
+
+def _trend(plain: pd.DataFrame, positions: np.ndarray, values: np.ndarray) -> tuple[str | None, str | None]:
+    """("rising" | "falling", why) when a group's TTFT or E2E (`values`, one a request of `positions`) trended
+    through a measured phase — a queue that grows above capacity, or a server still settling — else (None, None),
+    as analysis/stats/slo.py judges a latency SLO's group."""
+    if "t_intended_ref" not in plain:
+        return None, None
+    phases, times = plain["phase"].to_numpy()[positions], plain["t_intended_ref"].to_numpy()[positions]
+    for phase in np.unique(phases):
+        rows = np.flatnonzero(phases == phase)
+        order = rows[np.argsort(times[rows], kind="stable")]
+        st = stationarity(times[order] / 1e9, values[order])
+        if st.stationary is False:
+            return ("rising" if st.change > 0 else "falling"), f"phase {int(phase)}: {st.reason()}"
+    return None, None
 
 
 def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:

@@ -95,3 +95,50 @@ def test_a_trial_above_capacity_fails_on_its_growing_backlog(model_repo, tmp_pat
     print(f"trial at {rate:g}/s: {row['outcome']} — {row['why']}; p99 {row['p99_ms']} ms")
     assert row["outcome"] == "fail" and row["why"].startswith("backlog growing"), row
     assert "latency rose through the run" in row["why"]
+
+
+# synthetic_lm's known times (endpoints/models/generative_build.py): a step of every running sequence takes
+# STEP_MS + PER_SEQ_MS × sequences (+ 0.02 ms a prompt token); a request holds one of MAX_NUM_SEQS places for
+# OUTPUT steps (its prefill step gives the first token). The most it can serve: MAX_NUM_SEQS / (OUTPUT × step).
+STEP_MS, PER_SEQ_MS, MAX_NUM_SEQS, OUTPUT, TTFT_SLO_MS = 8.0, 0.1, 4, 16, 250.0
+
+
+def lm_profile(model_repo):
+    return parse_profile({
+        "name": "cap-lm",
+        "endpoints": [{"name": "lm", "url": "embedded", "protocol": "openai-chat", "model": "synthetic_lm",
+                       "timeout_ms": 30000,
+                       "prompts": {"input_tokens": {"mean": 16}, "output_tokens": {"mean": OUTPUT}, "count": 64}}],
+        "regions": [{"name": "local", "share": 1.0}],
+        "load": {"rate": 8, "duration_s": 5, "seed": 5},
+        "clock": {"servers": ["embedded"], "interval_s": 2},
+        "embedded": {"models_dir": str(model_repo), "max_num_seqs": {"synthetic_lm": MAX_NUM_SEQS},
+                     "cpus": ENDPOINT_CPUS},
+        "generator": {"send_lag_p99_ms": 20, "cpus": GENERATOR_CPUS},
+        "slos": [{"metric": "ttft", "percentile": 95, "threshold_ms": TTFT_SLO_MS},
+                 {"metric": "tpot", "percentile": 90, "threshold_ms": 12}],
+        "capacity": {"start_rate": 8, "growth": 2, "tolerance": 0.25, "budget_s": 600, "min_trial_s": 8,
+                     "max_trial_s": 20, "samples_margin": 1.5},
+    }, "generative capacity test profile")
+
+
+@pytest.mark.timeout(900)
+def test_capacity_search_on_synthetic_lm_finds_its_rate_and_tokens_per_second(model_repo, tmp_path):
+    """TTFT p95 < 250 ms and TPOT p90 < 12 ms on synthetic_lm with 4 places: TPOT stays one step (~8.5 ms) at
+    any rate, so TTFT decides. Its ceiling is 4 / (16 × 8.4 ms) ≈ 29.8 requests/s; a discrete-step simulation of
+    the same scheduler puts the TTFT SLO's rate at ~23–24/s (the queue grows steeply past ~26/s). The search must
+    answer below the ceiling and above 55% of it, with output tokens/s = its rate × 16."""
+    cap_dir, result = run_capacity(lm_profile(model_repo), tmp_path, quiet=True)
+    ceiling = MAX_NUM_SEQS / (OUTPUT * (STEP_MS + PER_SEQ_MS * MAX_NUM_SEQS) / 1000)
+    rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
+    trials = [(r["rate"], r["outcome"], r["why"][:120]) for r in rows]
+    assert result["status"] == "found", (result["note"], trials)
+    assert 0.55 * ceiling < result["capacity_rps"] < ceiling, (result["capacity_rps"], ceiling, trials)
+    tokens = result["capacity_output_tokens_per_s"]
+    assert tokens == pytest.approx(result["capacity_rps"] * OUTPUT, rel=0.15), (tokens, result["capacity_rps"])
+    assert "output tokens/s at that rate" in result["note"]
+    passing = [r for r in rows if r["outcome"] == PASS]
+    assert passing and all(r["tpot_p50_ms"] < 12 for r in passing), rows
+    failing = [r for r in rows if r["outcome"] == "fail"]
+    assert failing and all("TTFT" in r["why"] or "backlog" in r["why"] for r in failing), failing
+    assert "TTFT p50" in (cap_dir / "index.html").read_text()

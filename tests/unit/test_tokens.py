@@ -139,3 +139,23 @@ def test_a_ttft_slo_on_whole_responses_is_refused_where_the_profile_is_read():
     with pytest.raises(ProfileError, match="ttft needs streamed responses"):
         parse_profile({**base, "slos": [{"metric": "ttft", "percentile": 90, "threshold_ms": 5}]}, "g.toml")
     parse_profile({**base, "slos": [{"metric": "e2e", "percentile": 90, "threshold_ms": 5}]}, "g.toml")
+
+
+def test_a_ttft_that_rises_through_the_run_is_a_growing_queue_never_a_pass():
+    """TTFT well under its SLO but rising from 20 to 180 ms across the run (a queue growing above capacity): the
+    verdict is INCONCLUSIVE with trend 'rising', and a capacity trial with it fails on its backlog; the same TTFTs
+    without the trend pass."""
+    from analysis.decide.capacity_search import FAIL, PASS, classify_trial
+    from analysis.stats.tokens import token_verdicts
+
+    df = stream_rows(600, "near", 20, 10, 5)
+    df["t_intended_ref"] = np.arange(600, dtype=np.int64) * 50_000_000
+    slos = [{"metric": "ttft", "percentile": 95, "threshold_ms": 500, "endpoint": "*", "region": "*"}]
+    flat = token_verdicts(df, slos, {"llm"}, ["near"])[0]
+    assert (flat["verdict"], flat["trend"]) == ("PASS", None)
+    df["ttft_ns"] = np.linspace(20e6, 180e6, 600).astype(np.int64)
+    rising = token_verdicts(df, slos, {"llm"}, ["near"])[0]
+    assert (rising["verdict"], rising["trend"]) == ("INCONCLUSIVE", "rising") and "backlog growing" in rising["reason"]
+    assert classify_trial([flat], True, [])[0] == PASS
+    outcome, why = classify_trial([rising], True, [])
+    assert outcome == FAIL and why.startswith("backlog growing"), why
