@@ -147,6 +147,8 @@ def _statistics(run: _Run) -> list[Statistic]:
     generative = {e.name for e in p.endpoints if e.generative}
     token_columns = TOKEN_COLUMNS if generative else ()
     verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()  # and when: a TTFT that trends
+    variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") if generative \
+        else VARIANT_COLUMNS
 
     def decomposition(c: Columns, r: Results):
         table = decomposition_table(c, r["slowest"].index.to_numpy(), generative)
@@ -209,8 +211,8 @@ def _statistics(run: _Run) -> list[Statistic]:
         Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
             endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
         Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
-        Statistic("decision", VARIANT_COLUMNS if p.decision else (), lambda c, r: variant_decision(
-            c.frame(VARIANT_COLUMNS), data, r["server_statistics"]) if p.decision else None,
+        Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
+            c.frame(variant_columns), data, r["server_statistics"]) if p.decision else None,
                   uses=("server_statistics",)),
         Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
             c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),

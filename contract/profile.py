@@ -441,6 +441,13 @@ class DecisionConstraints(_Strict):
     accuracy_min: float | None = Field(None, ge=0, le=1)
     memory_mb_max: float | None = Field(None, gt=0)
     capacity_rps_min: float | None = Field(None, gt=0)
+    ttft_p95_ms_max: float | None = Field(None, gt=0, description="generative variants: TTFT p95 ≤")
+    tpot_p95_ms_max: float | None = Field(None, gt=0, description="generative variants: TPOT p95 ≤")
+    output_tokens_per_s_min: float | None = Field(None, gt=0, description="generative variants: output tokens/s ≥")
+
+
+DECISION_METRICS = Literal["p95_ms", "accuracy", "memory_mb", "capacity_rps", "ttft_p95_ms", "tpot_p95_ms",
+                           "output_tokens_per_s"]
 
 
 class Decision(_Strict):
@@ -449,15 +456,19 @@ class Decision(_Strict):
     variants: list[str] = Field(default_factory=list, description="endpoint names (default: every endpoint "
                                                                     "except the baseline)")
     baseline: str | None = Field(None, description="an 'inprocess' endpoint: the model's own cost, no serving")
-    weights: dict[Literal["p95_ms", "accuracy", "memory_mb", "capacity_rps"], float] = Field(
-        default_factory=lambda: {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5})
+    weights: dict[DECISION_METRICS, float] | None = Field(
+        None, description="default: p95_ms 1, accuracy 1, memory_mb 0.5, capacity_rps 0.5; for generative variants "
+                          "ttft_p95_ms 1, tpot_p95_ms 1, output_tokens_per_s 0.5, capacity_rps 0.5, memory_mb 0.25 "
+                          "(their p95_ms is E2E)")
     constraints: DecisionConstraints = Field(default_factory=DecisionConstraints)
     capacity_rps: dict[str, float] = Field(default_factory=dict, description="measured capacities (e.g. from "
                                            "`tailrace capacity`) per endpoint; otherwise slots / mean service time")
 
     @field_validator("weights")
     @classmethod
-    def _weights(cls, v: dict) -> dict:
+    def _weights(cls, v: dict | None) -> dict | None:
+        if v is None:
+            return v
         if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
             raise ValueError("weights must be >= 0 and at least one > 0")
         return v

@@ -4,8 +4,9 @@ Each variant is one endpoint (fp32 / int8, logreg / MLP, embedded / Triton). The
   1. hard constraints from the profile (p95 ≤, accuracy ≥, memory ≤, capacity ≥) remove variants;
   2. the survivors are ranked by a composite score: each metric min-max normalised across all variants
      (1 = best, direction-aware), weighted by the profile's weights;
-  3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity) mark dominated variants;
-  4. the ranking's differences are tested pairwise: latency by Mann–Whitney U and Cohen's d; accuracy by
+  3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity; generative: TTFT p95 vs output tokens/s) mark
+     dominated variants;
+  4. the ranking's differences are tested pairwise: latency (and TTFT, TPOT) by Mann–Whitney U and Cohen's d; accuracy by
      McNemar's exact test on the held-out samples both variants answered (a model's answer to a sample is
      deterministic, so repeated sends of one sample are not independent trials), or Fisher's exact test
      on counts when per-sample answers are unknown — a ranking that rests on insignificant differences
@@ -19,9 +20,15 @@ from scipy import stats as sps
 from analysis.stats.estimators import cohens_d
 
 # metric → True when higher is better
-DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True}
+DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True,
+              "ttft_p95_ms": False, "tpot_p95_ms": False, "output_tokens_per_s": True}
 CONSTRAINTS = {"p95_ms_max": ("p95_ms", "≤"), "accuracy_min": ("accuracy", "≥"), "memory_mb_max": ("memory_mb", "≤"),
-               "capacity_rps_min": ("capacity_rps", "≥")}
+               "capacity_rps_min": ("capacity_rps", "≥"), "ttft_p95_ms_max": ("ttft_p95_ms", "≤"),
+               "tpot_p95_ms_max": ("tpot_p95_ms", "≤"), "output_tokens_per_s_min": ("output_tokens_per_s", "≥")}
+# when the profile sets no weights: what a model variant is chosen on, and what an LLM endpoint is
+DEFAULT_WEIGHTS = {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5}
+GENERATIVE_WEIGHTS = {"ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "output_tokens_per_s": 0.5, "capacity_rps": 0.5,
+                      "memory_mb": 0.25}
 ALPHA = 0.05
 
 
@@ -104,16 +111,30 @@ def mcnemar(a_correct: dict[int, bool], b_correct: dict[int, bool]) -> tuple[flo
     return (a_only - b_only) / len(common), p, len(common)
 
 
+def _latency_test(la: np.ndarray, lb: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    """(p95 a − p95 b, Mann–Whitney p, Cohen's d) of two samples (None without two values each)."""
+    if len(la) < 2 or len(lb) < 2:
+        return None, None, None
+    return (float(np.percentile(la, 95) - np.percentile(lb, 95)),
+            float(sps.mannwhitneyu(la, lb, alternative="two-sided").pvalue),
+            float(cohens_d(lb, la)))  # (mean a − mean b) / pooled sd, like Δp95 = a − b
+
+
 def pairwise(a: dict, b: dict, latencies: dict[str, np.ndarray],
-             correctness: dict[str, dict[int, bool]] | None = None) -> dict:
-    """Significance of the differences between variants a and b (latency and accuracy)."""
+             correctness: dict[str, dict[int, bool]] | None = None,
+             token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
+    """Significance of the differences between variants a and b (latency and accuracy; for generative variants
+    also TTFT and TPOT, from `token_latencies`: name → {"ttft": ms, "tpot": ms})."""
     la, lb = latencies.get(a["name"], np.array([])), latencies.get(b["name"], np.array([]))
     out = {"a": a["name"], "b": b["name"], "p95_diff_ms": None, "mann_whitney_p": None, "cohens_d": None,
            "accuracy_diff": None, "accuracy_p": None, "accuracy_test": None}
-    if len(la) >= 2 and len(lb) >= 2:
-        out["p95_diff_ms"] = float(np.percentile(la, 95) - np.percentile(lb, 95))
-        out["mann_whitney_p"] = float(sps.mannwhitneyu(la, lb, alternative="two-sided").pvalue)
-        out["cohens_d"] = float(cohens_d(lb, la))  # (mean a − mean b) / pooled sd, like Δp95 = a − b
+    out["p95_diff_ms"], out["mann_whitney_p"], out["cohens_d"] = _latency_test(la, lb)
+    for metric in ("ttft", "tpot"):
+        ta, tb = ((token_latencies or {}).get(n, {}).get(metric, np.array([])) for n in (a["name"], b["name"]))
+        if len(ta) and len(tb):
+            diff, p, _ = _latency_test(ta, tb)
+            out[f"{metric}_p95_diff_ms"], out[f"{metric}_mann_whitney_p"] = diff, p
+            out[f"{metric}_significant"] = p is not None and p < ALPHA
     paired = mcnemar(correctness[a["name"]], correctness[b["name"]]) \
         if correctness and a["name"] in correctness and b["name"] in correctness else None
     if paired is not None:
@@ -133,9 +154,14 @@ def ranking_caveat(top: str, second: str, test: dict) -> str | None:
     """A warning when `top` is better than `second` on neither latency nor accuracy by a significant margin."""
     faster = test["p95_diff_ms"] is not None and test["p95_diff_ms"] < 0
     more_accurate = test["accuracy_diff"] is not None and test["accuracy_diff"] > 0
-    if (faster and test["latency_significant"]) or (more_accurate and test["accuracy_significant"]):
+    token_edges = [m for m in ("ttft", "tpot") if (test.get(f"{m}_p95_diff_ms") or 0) < 0]
+    if (faster and test["latency_significant"]) or (more_accurate and test["accuracy_significant"]) or any(
+            test.get(f"{m}_significant") for m in token_edges):
         return None
     edges = []
+    for m in token_edges:
+        edges.append(f"lower {m.upper()} p95 by {-test[f'{m}_p95_diff_ms']:.3g} ms (Mann–Whitney p = "
+                     f"{_p(test[f'{m}_mann_whitney_p'])})")
     if faster:
         edges.append(f"lower p95 by {-test['p95_diff_ms']:.3g} ms (Mann–Whitney p = {_p(test['mann_whitney_p'])})")
     if more_accurate:
@@ -147,24 +173,28 @@ def ranking_caveat(top: str, second: str, test: dict) -> str | None:
 
 
 def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str, float],
-           constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None) -> dict:
+           constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None,
+           token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
     """The decision table: constraints, score, rank, Pareto status, and the pairwise tests behind the ranking."""
     scores = composite_scores(rows, weights)
     front_latency = pareto(rows, [("p95_ms", False), ("accuracy", True)])
     front_memory = pareto(rows, [("memory_mb", False), ("capacity_rps", True)])
+    front_tokens = pareto(rows, [("ttft_p95_ms", False), ("output_tokens_per_s", True)])
     table = []
     for r in rows:
         fails = constraint_failures(r, constraints)
         table.append({**{k: v for k, v in r.items() if k != "samples_latency"}, "score": scores[r["name"]],
                       "constraint_failures": fails, "survives": not fails,
                       "dominated_latency_accuracy_by": front_latency[r["name"]],
-                      "dominated_memory_capacity_by": front_memory[r["name"]]})
+                      "dominated_memory_capacity_by": front_memory[r["name"]],
+                      "dominated_ttft_throughput_by": front_tokens[r["name"]]})
     survivors = sorted((t for t in table if t["survives"]), key=lambda t: -t["score"])
     for i, t in enumerate(survivors, start=1):
         t["rank"] = i
     for t in table:
         t.setdefault("rank", None)
-    tests = [pairwise(survivors[0], other, latencies, correctness) for other in survivors[1:]] if survivors else []
+    tests = [pairwise(survivors[0], other, latencies, correctness, token_latencies) for other in survivors[1:]] \
+        if survivors else []
     recommended = survivors[0]["name"] if survivors else None
     caveats = []
     if len(survivors) > 1:

@@ -1,11 +1,12 @@
 """The per-variant numbers a model-variant decision needs, read from one run (accuracy from responses,
-latency with CIs, capacity, peak server memory, model size) and the decision itself."""
+latency with CIs, capacity, peak server memory, model size; for generative variants TTFT, TPOT and output tokens/s)
+and the decision itself."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from analysis.decide.decision import decide
+from analysis.decide.decision import DEFAULT_WEIGHTS, GENERATIVE_WEIGHTS, decide
 from analysis.read.triton_stats import requests_per_execution
 from analysis.stats.correlation import correlated_percentiles_ci, time_order
 from contract.plan import RunPlan
@@ -46,6 +47,31 @@ def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def token_samples(ok: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A generative variant's successful streams' TTFT and TPOT (ms, in time order; a stream of one token has no
+    TPOT)."""
+    if "ttft_ns" not in ok:
+        return {}
+    if "t_intended_ref" in ok:  # time order: the intervals count the independent samples a series is worth
+        ok = ok.iloc[time_order(ok["t_intended_ref"].to_numpy())]
+    ttft = ok["ttft_ns"].to_numpy(dtype=float)
+    tokens = ok["output_tokens"].to_numpy(dtype=float)
+    first, last = ok["t_first_token"].to_numpy(dtype=float), ok["t_last_token"].to_numpy(dtype=float)
+    many = (tokens > 1) & (first >= 0)
+    return {"ttft": ttft[ttft >= 0] / 1e6, "tpot": (last[many] - first[many]) / (tokens[many] - 1) / 1e6}
+
+
+def _token_metrics(ok: pd.DataFrame, duration_s: float) -> dict:
+    """TTFT / TPOT p50 and p95 with intervals, and output tokens/s, of a generative variant."""
+    out = {}
+    for metric, values in token_samples(ok).items():
+        for p, est in correlated_percentiles_ci(values, (50, 95)).items():
+            out[f"{metric}_p{p}_ms"], out[f"{metric}_p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+    tokens = ok["output_tokens"].to_numpy(dtype=float) if "output_tokens" in ok else np.empty(0)
+    out["output_tokens_per_s"] = float(tokens[tokens > 0].sum() / duration_s) if duration_s else None
+    return out
+
+
 def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, float] | None = None,
                 per_execution: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
     """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
@@ -63,6 +89,8 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
            "accuracy": correct / samples if samples else None}
     for p, est in correlated_percentiles_ci(lat, (50, 95, 99)).items():
         row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+    if endpoint.generative:
+        row.update(_token_metrics(ok, profile.load.duration_s))
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]
     from_responses = len(compute) > 0
@@ -70,7 +98,7 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     override = profile.decision.capacity_rps.get(name) if profile.decision else None
     if override:
         row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
-    elif row["mean_compute_ms"]:
+    elif row["mean_compute_ms"] and not endpoint.generative:  # an LLM's compute is not one request's
         # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
         batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
         row["capacity_rps"] = _slots(data.plan, endpoint) * batch * 1000 / row["mean_compute_ms"]
@@ -98,18 +126,22 @@ def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict]) -> dict | No
     names = spec.variants or [e.name for e in data.plan.profile.endpoints if e.name != baseline]
     stats_compute = server_compute_ms(stat_rows)
     per_execution = requests_per_execution(stat_rows)
-    rows, latencies, correctness = [], {}, {}
+    rows, latencies, correctness, token_latencies = [], {}, {}, {}
+    generative = {e.name for e in data.plan.profile.endpoints if e.generative}
     for name in names:
         g = df[df["endpoint"] == name]
         row, lat = variant_row(name, g, data, stats_compute, per_execution)
         rows.append(row)
         latencies[name] = lat
+        if name in generative:
+            token_latencies[name] = token_samples(g[(g["phase"] > 0) & (g["status"] == "ok")])
         answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])
         if answered:
             correctness[name] = answered
             row["distinct_samples"] = len(answered)
             row["accuracy_distinct"] = sum(answered.values()) / len(answered)
-    result = decide(rows, latencies, dict(spec.weights), spec.constraints.model_dump(), correctness)
+    weights = dict(spec.weights or (GENERATIVE_WEIGHTS if names and set(names) <= generative else DEFAULT_WEIGHTS))
+    result = decide(rows, latencies, weights, spec.constraints.model_dump(), correctness, token_latencies)
     if baseline:
         base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], data)
         result["baseline"] = base

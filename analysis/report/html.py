@@ -193,7 +193,12 @@ def _decision_section(d: dict, figures: Figures) -> str:
                          "pareto_mem": "dominated by " + ", ".join(v["dominated_memory_capacity_by"])
                          if v["dominated_memory_capacity_by"] else "frontier",
                          "fails": "; ".join(v["constraint_failures"]) or "–",
-                         "overhead": v.get("serving_overhead_p50_ms")})
+                         "overhead": v.get("serving_overhead_p50_ms"),
+                         "ttft": f"{_fmt(v.get('ttft_p95_ms'))} {_ci(v.get('ttft_p95_ci'))}",
+                         "tpot": f"{_fmt(v.get('tpot_p95_ms'))} {_ci(v.get('tpot_p95_ci'))}",
+                         "pareto_tokens": "dominated by " + ", ".join(v.get("dominated_ttft_throughput_by") or [])
+                         if v.get("dominated_ttft_throughput_by") else "frontier"})
+    streamed = any(v.get("ttft_p95_ms") is not None for v in d["variants"])
     parts = ["<h2 id='decision'>Model variants: trade-offs and decision</h2>"]
     rec = d.get("recommended")
     verdict = html.escape(rec) if rec else "none — no variant meets every constraint"
@@ -201,15 +206,19 @@ def _decision_section(d: dict, figures: Figures) -> str:
     parts.append(f"<p id='recommended'>Recommended: <b>{verdict}</b>{ranking}</p>")
     for c in d.get("caveats", []):
         parts.append(f"<p class='flag'>{html.escape(c)}</p>")
+    token_cols = [("ttft", "TTFT p95 ms [CI]"), ("tpot", "TPOT p95 ms [CI]"),
+                  ("output_tokens_per_s", "output tokens/s")] if streamed else []
     parts.append(_table(rows, [("name", "variant"), ("model", "model"), ("protocol", "protocol"),
-                               ("requests", "requests"), ("accuracy", "accuracy"), ("p50", "p50 ms [CI]"),
+                               ("requests", "requests"), ("accuracy", "accuracy"), *token_cols, ("p50", "p50 ms [CI]"),
                                ("p95", "p95 ms [CI]"), ("p99", "p99 ms [CI]"), ("capacity_rps", "capacity /s"),
                                ("memory", "peak RSS MB"), ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
                                ("score", "score"), ("fails", "constraint failures"), ("rank", "rank")],
-                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory"}))
+                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory", "ttft", "tpot"}))
     parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "Pareto: p95 vs accuracy"),
-                               ("pareto_mem", "Pareto: memory vs capacity"), ("capacity_source", "capacity from")],
-                        left={"name", "pareto_lat", "pareto_mem", "capacity_source"}))
+                               ("pareto_mem", "Pareto: memory vs capacity"),
+                               *([("pareto_tokens", "Pareto: TTFT p95 vs tokens/s")] if streamed else []),
+                               ("capacity_source", "capacity from")],
+                        left={"name", "pareto_lat", "pareto_mem", "pareto_tokens", "capacity_source"}))
     latency_accuracy = figures.svg("pareto_scatter", lambda: (
         d["variants"], "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
         True))
@@ -219,6 +228,9 @@ def _decision_section(d: dict, figures: Figures) -> str:
     parts.append("<div class='plots'>" + (latency_accuracy or "") + (memory_capacity or "") + "</div>")
     parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
                                         ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
+                                        *([("ttft_p95_diff_ms", "ΔTTFT p95 ms"), ("ttft_mann_whitney_p", "TTFT p"),
+                                           ("tpot_p95_diff_ms", "ΔTPOT p95 ms"), ("tpot_mann_whitney_p", "TPOT p")]
+                                          if streamed else []),
                                         ("accuracy_diff", "Δaccuracy"), ("accuracy_p", "accuracy p"),
                                         ("accuracy_test", "accuracy test")], left={"a", "b", "accuracy_test"}))
     weights = ", ".join(f"{k} ×{v:g}" for k, v in d["weights"].items())

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from analysis.analyze import analyze_run
+from analysis.command import write_outputs
 from analysis.decide.compare import compare_runs
 from contract.layout import RunLayout
 from tests.support import IN_CI, make_profile, run_with, start_endpoint
@@ -363,3 +364,28 @@ def test_probe_streams_over_modelstreaminfer(server_ports, tmp_path):
     r = subprocess.run([*probe, "--model", "synthetic_lm"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("6 tokens out (output)") == 2 and "finish length" in r.stdout
+
+
+def test_a_decision_between_generative_variants_ranks_them_on_ttft_tpot_and_tokens(model_repo, tmp_path):
+    """tiny_lm (an ONNX step of ~1 ms) against synthetic_lm (8 ms a step) behind the same routes: the decision
+    weighs TTFT, TPOT and output tokens/s (the generative defaults), recommends tiny_lm, and its TPOT edge is
+    significant."""
+    prompts = {"input_tokens": {"mean": 16}, "output_tokens": {"mean": 12}, "count": 16}
+    endpoints = [{"name": name, "url": "embedded", "protocol": "openai-chat", "model": model, "prompts": prompts,
+                  "timeout_ms": 20000} for name, model in (("tiny", "tiny_lm"), ("synthetic", "synthetic_lm"))]
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "local", "share": 1.0}],
+                           load={"rate": 20, "duration_s": 12, "warmup_s": 1, "seed": 4}, decision={})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    analysis = analyze_run(run.run_dir)
+    d = analysis.summary["decision"]
+    assert set(d["weights"]) == {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "capacity_rps", "memory_mb"}
+    rows = {v["name"]: v for v in d["variants"]}
+    assert rows["tiny"]["tpot_p95_ms"] < rows["synthetic"]["tpot_p95_ms"] and rows["synthetic"]["tpot_p50_ms"] > 8
+    assert all(rows[n]["output_tokens_per_s"] > 0 and rows[n]["ttft_p95_ms"] > 0 for n in rows)
+    assert d["recommended"] == "tiny" and not d["caveats"], d
+    test = d["pairwise"][0]
+    assert test["tpot_p95_diff_ms"] < 0 and test["tpot_significant"], test
+    write_outputs(analysis, tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "TTFT p95 ms [CI]" in page and "Pareto: TTFT p95 vs tokens/s" in page
