@@ -7,7 +7,10 @@ steps). Then the embedded server stalls its engine for 1 s in the middle of each
 once more for vLLM's bench with --max-concurrency 2: which tools see the stall in TTFT? Prompts: 24 words in,
 16 tokens out (ignore_eos), the same words for every tool (the tiny Llama's tokenizer reads them one token each).
 
-    python bench/generative_peers.py --guidellm PATH/bin/guidellm [--rate 8] [--seconds 20] [--write]
+    python bench/generative_peers.py --guidellm PATH/bin/guidellm [--rate 8] [--seconds 20] [--repeats 2] [--write]
+
+With --repeats N every run is repeated N times (the servers stay up) and the table gives each number as the median
+of the repeats with their range: this VM is noisy.
 """
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ def main() -> int:
     ap.add_argument("--guidellm", required=True)
     ap.add_argument("--rate", type=float, default=8)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     rows = []
@@ -161,50 +165,64 @@ def main() -> int:
         embedded_url = f"http://127.0.0.1:{embedded_port}"
         try:
             wait_http_ok(f"{embedded_url}/v1/models", embedded, timeout=60)
-            for target, url, model, prefix in (("vLLM (tiny Llama)", vllm.url, vllm.model, "vllm:"),
-                                               ("embedded synthetic_lm", embedded_url, "synthetic_lm", "tailrace:")):
-                for tool, run in (("tailrace", lambda d: run_tailrace(url, model, args.rate, args.seconds, d)),
-                                  ("vLLM bench serve", lambda d: run_vllm_bench(url, model, args.rate, args.seconds, d)),
-                                  ("guidellm 0.8.1", lambda d: run_guidellm(args.guidellm, url, model, args.rate,
-                                                                          args.seconds, d))):
+            for repeat in range(args.repeats):
+                for target, url, model, prefix in (("vLLM (tiny Llama)", vllm.url, vllm.model, "vllm:"),
+                                                   ("embedded synthetic_lm", embedded_url, "synthetic_lm", "tailrace:")):
+                    for tool, run in (("tailrace", lambda d: run_tailrace(url, model, args.rate, args.seconds, d)),
+                                      ("vLLM bench serve", lambda d: run_vllm_bench(url, model, args.rate, args.seconds, d)),
+                                      ("guidellm 0.8.1", lambda d: run_guidellm(args.guidellm, url, model, args.rate,
+                                                                              args.seconds, d))):
+                        d = Path(tempfile.mkdtemp(dir=work))
+                        rows.append({**measured(tool, target, lambda: run(d), url, prefix), "repeat": repeat})
+                        print(json.dumps(rows[-1]), flush=True)
+                stall_at = args.seconds / 2 + 2
+                for tool, run in (("tailrace", lambda d: run_tailrace(embedded_url, "synthetic_lm", args.rate,
+                                                                      args.seconds, d)),
+                                  ("vLLM bench serve", lambda d: run_vllm_bench(embedded_url, "synthetic_lm", args.rate,
+                                                                                args.seconds, d)),
+                                  ("vLLM bench serve --max-concurrency 2", lambda d: run_vllm_bench(
+                                      embedded_url, "synthetic_lm", args.rate, args.seconds, d, concurrency=2)),
+                                  ("guidellm 0.8.1", lambda d: run_guidellm(args.guidellm, embedded_url, "synthetic_lm",
+                                                                          args.rate, args.seconds, d))):
                     d = Path(tempfile.mkdtemp(dir=work))
-                    rows.append(measured(tool, target, lambda: run(d), url, prefix))
+                    rows.append({**measured(tool, "embedded synthetic_lm, 1 s stall", lambda: run(d), embedded_url,
+                                              "tailrace:", stall_at), "repeat": repeat})
                     print(json.dumps(rows[-1]), flush=True)
-            stall_at = args.seconds / 2 + 2
-            for tool, run in (("tailrace", lambda d: run_tailrace(embedded_url, "synthetic_lm", args.rate,
-                                                                  args.seconds, d)),
-                              ("vLLM bench serve", lambda d: run_vllm_bench(embedded_url, "synthetic_lm", args.rate,
-                                                                            args.seconds, d)),
-                              ("vLLM bench serve --max-concurrency 2", lambda d: run_vllm_bench(
-                                  embedded_url, "synthetic_lm", args.rate, args.seconds, d, concurrency=2)),
-                              ("guidellm 0.8.1", lambda d: run_guidellm(args.guidellm, embedded_url, "synthetic_lm",
-                                                                      args.rate, args.seconds, d))):
-                d = Path(tempfile.mkdtemp(dir=work))
-                rows.append(measured(tool, "embedded synthetic_lm, 1 s stall", lambda: run(d), embedded_url,
-                                     "tailrace:", stall_at))
-                print(json.dumps(rows[-1]), flush=True)
         finally:
             embedded.stop()
             vllm.stop()
     if args.write:
         from bench.common import write_section
 
-        def f(v) -> str:
-            return "—" if v is None else f"{v:,.1f}"
+        def f(values: list) -> str:
+            """The median of the repeats, with their range when there are several."""
+            values = sorted(v for v in values if v is not None)
+            if not values:
+                return "—"
+            mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1]
+                                                                       + values[len(values) // 2]) / 2
+            return f"{mid:,.1f}" + (f" ({values[0]:,.1f}–{values[-1]:,.1f})" if len(values) > 1 else "")
 
-        lines = ["| target | tool | TTFT p50 / p99 / max (ms) | TPOT p50 (ms) | output tokens/s | requests/s | "
-                 "intervals | server's mean TTFT (ms), requests |", "|---|---|---|---|---|---|---|---|"]
+        lines = ["| target | tool | TTFT p50 | TTFT p99 | TTFT max | TPOT p50 | output tokens/s | requests/s | "
+                 "intervals | server's mean TTFT | runs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        groups: dict[tuple[str, str], list[dict]] = {}
         for r in rows:
-            if "error" in r:
-                lines.append(f"| {r['target']} | {r['tool']} | failed: {r['error'][:100]} | | | | | |")
+            groups.setdefault((r["target"], r["tool"]), []).append(r)
+        for (target, tool), runs in groups.items():
+            good = [r for r in runs if "error" not in r]
+            failed = [r["error"][:100] for r in runs if "error" in r]
+            if not good:
+                lines.append(f"| {target} | {tool} | failed: {failed[0]} | | | | | | | | {len(runs)} |")
                 continue
-            lines.append(f"| {r['target']} | {r['tool']} | {f(r['ttft_p50'])} / {f(r['ttft_p99'])} / "
-                         f"{f(r['ttft_max'])} | {f(r['tpot_p50'])} | {f(r['tokens_per_s'])} | "
-                         f"{f(r['requests_per_s'])} | {r['interval']} | {f(r['server_ttft_mean'])}, "
-                         f"{r['server_requests']} |")
+            col = lambda key: f([r[key] for r in good])  # noqa: E731
+            lines.append(f"| {target} | {tool} | {col('ttft_p50')} | {col('ttft_p99')} | {col('ttft_max')} | "
+                         f"{col('tpot_p50')} | {col('tokens_per_s')} | {col('requests_per_s')} | {good[0]['interval']} "
+                         f"| {col('server_ttft_mean')} | {len(good)}" + (f" ({len(failed)} failed)" if failed else "")
+                         + " |")
         command = "python bench/generative_peers.py " + " ".join(sys.argv[1:])
         write_section("Generative endpoints: tailrace beside vLLM's bench and guidellm",
-                      "\n".join(lines) + f"\n\nCommand: `{command}`.")
+                      "All times in ms; each cell the median of the runs (their range).\n\n" + "\n".join(lines)
+                      + f"\n\nCommand: `{command}`.")
     return 0
 
 
