@@ -20,6 +20,7 @@ from analysis.read.schedule import run as run_statistics
 from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.report.figures import Figures, InlineFigures
 from analysis.result import Analysis
+from analysis.stats.arrival_process import failed_checks, process_checks
 from analysis.stats.arrivals import arrival_checks
 from analysis.stats.cold_start import cold_start_table
 from analysis.stats.correlation import TimeOrder
@@ -200,7 +201,9 @@ def _statistics(run: _Run) -> list[Statistic]:
                              frozenset(generative))
 
     return [
-        Statistic("arrivals", ARRIVAL_COLUMNS, lambda c, r: arrival_checks(c.frame(ARRIVAL_COLUMNS), p)),
+        Statistic("arrivals", ARRIVAL_COLUMNS, lambda c, r: arrival_checks(c.frame(ARRIVAL_COLUMNS), p)
+                  if p.load.arrivals.process == "poisson" else []),
+        Statistic("arrival_process", ARRIVAL_COLUMNS, lambda c, r: process_checks(c.frame(ARRIVAL_COLUMNS), p)),
         # the open loop's own numbers are the latency table's: its scenario summary reads no column
         Statistic("scenario", scenario_columns,
                   lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
@@ -261,10 +264,9 @@ def _statistics(run: _Run) -> list[Statistic]:
 
 
 # the results the summary is made of (the others are dropped after their last user)
-SUMMARY_RESULTS = {"arrivals", "scenario", "slowest", "decomposition", "server_statistics", "queueing", "decision",
-                   "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages", "errors", "tokens",
-                   "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts"}
+SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
+                   "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
+                   "errors", "tokens", "ttft_decomposition", "token_curves", "token_timeline", "token_verdicts"}
 
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
@@ -316,6 +318,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=REPORT_COLUMNS)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrivals"]]
+    arrival_process = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrival_process"]]
     validity = r["validity"]
     for row in validity:
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
@@ -332,12 +335,12 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": invalid_reasons,
-        "warnings": manifest.get("warnings", []) + unsampled,
+        "warnings": manifest.get("warnings", []) + unsampled + failed_checks(arrival_process),
         "input": {"rows_read": int(log.rows), "chunks_read": data.chunks_read,
                   "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
         "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
         "decomposition": decomposition,
-        "queueing": queueing, "arrivals": arrivals, "validity": validity,
+        "queueing": queueing, "arrivals": arrivals, "arrival_process": arrival_process, "validity": validity,
         "clock": [m.as_dict() for m in models.values()],
         "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
         "endpoint_statistics": stat_rows,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.layout import RunLayout, write_atomic
 from contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
+from contract.rates import describe_arrivals
 from contract.requests import RequestSpec
 
 PLAN_VERSION = 1
@@ -81,7 +82,8 @@ class RunPlan(BaseModel):
     def effective_settings(self) -> list[str]:
         """The settings that shape the numbers, one line each, for the log (LoadGen's LogEffectiveSettings)."""
         p, load, gen = self.profile, self.profile.load, self.profile.generator
-        lines = [f"run {self.run_id}: scenario {load.scenario}, rate {load.rate} req/s, seed {load.seed}, "
+        arrivals = describe_arrivals(load) if load.scenario == "server" else "closed loop"
+        lines = [f"run {self.run_id}: scenario {load.scenario}, {arrivals}, seed {load.seed}, "
                  f"warm-up {load.warmup_s:g} s, duration {load.duration_s:g} s, {len(load.phases)} phase change(s)",
                  f"samples per request {self.samples_per_request}, selection {p.inputs.selection}, at most "
                  f"{p.inputs.max_samples} samples / {p.inputs.max_encoded_mb:g} MB of requests per endpoint",

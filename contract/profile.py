@@ -311,6 +311,56 @@ class Phase(_Strict):
         return self
 
 
+class Trace(_Strict):
+    """A file of arrival instants to replay (`load.arrivals.process = "trace"`)."""
+
+    file: str = Field(min_length=1, description="the trace (relative paths: from where the worker runs)")
+    format: Literal["auto", "csv", "jsonl", "azure", "mooncake"] = Field(
+        "auto", description="csv / jsonl: `timestamp` (s) and optionally endpoint, region, input_tokens, "
+                            "output_tokens, prompt_id; azure: the Azure LLM inference trace CSV (TIMESTAMP, "
+                            "ContextTokens, GeneratedTokens); mooncake: JSONL (timestamp ms, input_length, "
+                            "output_length, hash_ids); auto: by the header / first line")
+    time_scale: float = Field(1.0, gt=0, le=1000, description="2 = twice as fast")
+    start_s: float = Field(0, ge=0, description="skip the trace's first seconds (its own time)")
+    window_s: float | None = Field(None, gt=0, description="replay this much of the trace (its own time)")
+    loop: bool = Field(False, description="replay the window again until duration_s ends")
+
+
+class Arrivals(_Strict):
+    """The arrival process of the server scenario: one global process, drawn in advance from load.seed and split
+    across regions by share (each arrival of the one sequence assigned with a seeded draw)."""
+
+    process: Literal["poisson", "gamma", "onoff", "constant", "trace"] = Field(
+        "poisson", description="poisson; gamma (renewal, gaps' coefficient of variation `cv`); onoff (a two-state "
+                               "Markov-modulated Poisson process); constant (evenly spaced); trace (replay a file)")
+    cv: float | None = Field(None, gt=0, le=20, description="gamma: the gaps' coefficient of variation (1 = Poisson, "
+                                                           "> 1 burstier, < 1 smoother)")
+    on_rate: float | None = Field(None, gt=0, le=100_000, description="onoff: requests/s while on")
+    off_rate: float | None = Field(None, ge=0, le=100_000, description="onoff: requests/s while off")
+    on_s: float | None = Field(None, gt=0, le=86_400, description="onoff: mean time on (exponential)")
+    off_s: float | None = Field(None, gt=0, le=86_400, description="onoff: mean time off (exponential)")
+    trace: Trace | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Arrivals":
+        need = {"gamma": ("cv",), "onoff": ("on_rate", "off_rate", "on_s", "off_s"), "trace": ("trace",)}
+        missing = [f for f in need.get(self.process, ()) if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"the {self.process} process needs {', '.join(missing)}")
+        extra = [f for f in ("cv", "on_rate", "off_rate", "on_s", "off_s", "trace")
+                 if getattr(self, f) is not None and f not in need.get(self.process, ())]
+        if extra:
+            raise ValueError(f"{', '.join(extra)}: not a setting of the {self.process} process")
+        return self
+
+    @property
+    def mean_rate(self) -> float | None:
+        """onoff: its long-run rate (the states' rates weighted by their mean sojourns)."""
+        if self.process != "onoff":
+            return None
+        return (self.on_rate * self.on_s + self.off_rate * self.off_s) / (self.on_s + self.off_s)
+
+
 class Load(_Strict):
     """What traffic to send, after MLPerf Inference's scenarios."""
 
@@ -323,6 +373,7 @@ class Load(_Strict):
     warmup_s: float = Field(0, ge=0, le=3600)
     seed: int = Field(0, ge=0, lt=2**63, description="the arrival process's seed (0 ≤ seed < 2^63)")
     phases: list[Phase] = Field(default_factory=list)
+    arrivals: Arrivals = Field(default_factory=Arrivals, description="server: the arrival process (default Poisson)")
     samples_per_query: int = Field(8, ge=1, le=1024, description="multi-stream: samples (batch) per query")
     interval_ms: float = Field(50, gt=0, le=60_000, description="multi-stream: query interval")
     offline_batch: int = Field(256, ge=1, le=4096, description="offline: samples per request")
@@ -340,7 +391,14 @@ class Load(_Strict):
 
     @model_validator(mode="after")
     def _scenario(self) -> "Load":
-        if self.scenario == "server" and self.rate is None:
+        process = self.arrivals.process
+        if self.scenario != "server" and process != "poisson":
+            raise ValueError(f"arrivals: only the server scenario has an arrival process, not {self.scenario}")
+        if process in ("onoff", "trace"):
+            if self.rate is not None or self.phases:
+                raise ValueError(f"rate, phases: the {process} process sets its own rate "
+                                 f"({'on_rate / off_rate' if process == 'onoff' else 'the trace'})")
+        elif self.scenario == "server" and self.rate is None:
             raise ValueError("rate: the server scenario needs a rate (requests/s)")
         if self.scenario != "server" and self.phases:
             raise ValueError(f"phases: only the server scenario has phases, not {self.scenario}")

@@ -83,3 +83,30 @@ def rate_segments(rate: float, phases: list[Phase], warmup_s: float, duration_s:
     out = [Segment(0.0, warmup_s, measured[0].rate_start, measured[0].rate_start, "warm-up")] if warmup_s > 0 else []
     return out + [Segment(s.start_s + warmup_s, s.end_s + warmup_s, s.rate_start, s.rate_end, s.name)
                   for s in measured]
+
+
+def describe_arrivals(load) -> str:
+    """The arrival process in words: 'Poisson 200 req/s', 'gamma (cv 2) 200 req/s', 'on/off 50/5 req/s …'."""
+    a = load.arrivals
+    if a.process == "trace":
+        t = a.trace
+        return (f"trace {t.file} ×{t.time_scale:g}" + (f" from {t.start_s:g} s" if t.start_s else "")
+                + (f", {t.window_s:g} s window" if t.window_s else "") + (", looped" if t.loop else ""))
+    if a.process == "onoff":
+        return (f"on/off {a.on_rate:g}/s for ~{a.on_s:g} s, {a.off_rate:g}/s for ~{a.off_s:g} s "
+                f"(mean {a.mean_rate:.3g}/s)")
+    kind = {"poisson": "Poisson", "gamma": f"gamma (cv {a.cv:g})", "constant": "constant"}[a.process]
+    return f"{kind} {load.rate:g} req/s" + (f" with {len(load.phases)} phase change(s)" if load.phases else "")
+
+
+def load_segments(load, warmup_s: float | None = None) -> list[Segment]:
+    """The server scenario's rate segments, whatever its process: the profile's rate and phases; an on/off
+    process's long-run mean rate; a trace one segment of unknown rate (0: its rate is the trace's)."""
+    warmup = load.warmup_s if warmup_s is None else warmup_s
+    a = load.arrivals
+    if a.process in ("onoff", "trace"):
+        rate = a.mean_rate if a.process == "onoff" else 0.0
+        name = "trace replay" if a.process == "trace" else f"on/off (mean {rate:.3g}/s)"
+        out = [Segment(0.0, warmup, rate, rate, "warm-up")] if warmup > 0 else []
+        return out + [Segment(warmup, warmup + load.duration_s, rate, rate, name)]
+    return rate_segments(load.rate, load.phases, warmup, load.duration_s)

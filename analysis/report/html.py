@@ -154,8 +154,8 @@ def _scenario_section(sc: dict) -> str:
     name = sc.get("scenario", "server")
     head = f"<h2 id='scenario'>Scenario: {html.escape(name)}</h2>"
     if name == "server":
-        return head + "<p class='note'>Poisson arrivals at the profile's rate (open loop); latency from intended " \
-                      "send time.</p>"
+        return head + f"<p class='note'>{html.escape(sc.get('arrivals', 'Poisson'))} arrivals, open loop; latency " \
+                      "from the intended send time.</p>"
     if name == "single-stream":
         flat = ", ".join(f"{k}: {v}" for k, v in sc["max_in_flight_per_region"].items())
         return head + _table(sc["p90"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
@@ -243,6 +243,42 @@ def _decision_section(d: dict, figures: Figures) -> str:
     return "".join(parts)
 
 
+def _poisson_section(s: dict) -> str:
+    """The Poisson checks of the delivered sends, per phase and worker."""
+    parts = []
+    parts.append("<h2 id='arrivals'>Was the load Poisson?</h2>")
+    parts.append(f"<p class='note'>{html.escape(CHECKS['arrivals'])} The schedule (intended send times) is the load "
+                 "tailrace offered; the actual sends are what the endpoint received.</p>")
+    parts.append(_table([a | {k: _p(a[k]) for k in ("ks_pvalue", "ad_pvalue", "dispersion_pvalue")}
+                         for a in s["arrivals"]], [("phase_name", "phase"), ("source", "worker"), ("count", "n"),
+                                        ("rate", "rate /s"), ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"),
+                                        ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
+                                        ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
+                        left={"source", "phase_name", "interpretation"}))
+    return "".join(parts)
+
+
+def _process_section(rows: list[dict], figures: Figures) -> str:
+    """The delivered sends against the asked process (gamma, constant, on/off, trace), and a trace's per second."""
+    process = rows[0]["process"]
+    parts = [f"<h2 id='arrivals'>Was the load the {html.escape(process)} process asked for?</h2>",
+             "<p class='note'>Merged: every region's sends on the reference clock (the one global process); per "
+             "worker: its share of it — thinning a renewal process moves its gaps' c² toward 1 (p·(cv² − 1) + 1), "
+             "thinning an on/off process scales its rates. gamma / constant: gap cv with a 99% bootstrap interval "
+             "against the expected; on/off: index of dispersion of counts over one cycle's windows against the "
+             "model's; trace: send lag behind each row's (scaled) instant.</p>",
+             _table([r | {"ok": {True: "yes", False: "NO", None: "–"}[r.get("ok")],
+                          "interval": _ci([r.get("ci_low"), r.get("ci_high")])} for r in rows],
+                    [("phase_name", "phase"), ("source", "worker"), ("count", "n"), ("statistic", "statistic"),
+                     ("measured", "measured"), ("interval", "99% CI"), ("expected", "asked / model"),
+                     ("ok", "as asked"), ("interpretation", "what it means")],
+                    left={"phase_name", "source", "statistic", "interpretation", "interval"})]
+    merged = next((r for r in rows if r["source"] == "merged" and r.get("per_second")), None)
+    if merged is not None:
+        parts.append(figures.svg("trace_rates", lambda: (merged["per_second"],)) or "")
+    return "".join(parts)
+
+
 def _validity_section(s: dict) -> str:
     """Stationarity and independence per endpoint × region, each check explained in one sentence."""
     rows = [v | {"stationarity": ("trend: " + v["reason"]) if v["stationary"] is False else
@@ -266,6 +302,7 @@ _QUEUE_CORE = [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"),
                ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival c_a²")]
 _QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), ("mm1_service_cv2", "service c_s²"),
                  ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"), ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
+                 ("mm1_wait_from_burstiness_ms", "of it from burstiness ms"),
                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
 
 
@@ -453,15 +490,10 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append("<p class='note'>For servers this run started itself: spawn to readiness, to the first "
                      "successful inference (a real sample), and the run's first K requests per endpoint against "
                      "the measured phase (profile <code>cold_start.first_k</code>).</p>")
-    parts.append("<h2 id='arrivals'>Was the load Poisson?</h2>")
-    parts.append(f"<p class='note'>{html.escape(CHECKS['arrivals'])} The schedule (intended send times) is the load "
-                 "tailrace offered; the actual sends are what the endpoint received.</p>")
-    parts.append(_table([a | {k: _p(a[k]) for k in ("ks_pvalue", "ad_pvalue", "dispersion_pvalue")}
-                         for a in s["arrivals"]], [("phase_name", "phase"), ("source", "worker"), ("count", "n"),
-                                        ("rate", "rate /s"), ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"),
-                                        ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
-                                        ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
-                        left={"source", "phase_name", "interpretation"}))
+    if s.get("arrival_process"):
+        parts.append(_process_section(s["arrival_process"], figures))
+    else:
+        parts.append(_poisson_section(s))
     parts.append("<h2>Clocks</h2>" + (figures.svg("clock_offsets", lambda: (analysis.data.clock,))
                                       or "<p class='note'>no samples</p>"))
     parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),

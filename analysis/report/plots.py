@@ -271,6 +271,20 @@ def clock_offsets(clock: pd.DataFrame) -> str | None:
     return _svg(fig)
 
 
+def trace_rates(per_second: dict) -> str | None:
+    """A replayed trace: its requests per second (its instants, scaled) against the sends per second."""
+    trace, sent = per_second.get("trace") or [], per_second.get("sent") or []
+    if not trace:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.step(range(len(trace)), trace, where="post", lw=1.5, label="trace (requests its instants put in each second)")
+    ax.step(range(len(sent)), sent, where="post", lw=1, ls="--", label="sent")
+    ax.set_xlabel("second of the measured window")
+    ax.set_ylabel("requests / s")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
 def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label: str, y_label: str,
                    x_better_low: bool, y_better_high: bool) -> str | None:
     """Variants as points (hollow = dominated), the frontier joined; arrows say which way is better."""

@@ -13,7 +13,7 @@ from analysis.read.frames import endpoint_region_positions, group_positions
 from analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from analysis.stats.estimators import SortedUnion, tail_needed, tail_quantile
 from contract.profile import Profile
-from contract.rates import rate_segments
+from contract.rates import load_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
@@ -28,7 +28,9 @@ def intended_rate(profile: Profile, region: str | None, endpoint: str | None) ->
     load = profile.load
     if load.scenario != "server":
         return None
-    segments = rate_segments(load.rate, load.phases, 0.0, load.duration_s)
+    if load.arrivals.process == "trace":
+        return None  # the trace's own rate: the arrival checks compare the sends with it
+    segments = load_segments(load, warmup_s=0.0)
     rate = sum(s.expected for s in segments) / load.duration_s
     if region is not None:
         rate *= next(r.share for r in profile.regions if r.name == region)

@@ -178,5 +178,9 @@ def _queueing_row(endpoint, model, g: dict, slots: dict[str, int],
                       # ... and the G/G/1 wait that the measured burstiness of the arrivals implies
                       "arrival_cv2": arrival_cv2,
                       "gg1_mean_wait_ms": gg1_wait * 1e3 if gg1_wait is not None else None,
-                      "gg1_rel_error": (wq - gg1_wait) / gg1_wait if gg1_wait not in (None, 0, math.inf) else None}
+                      "gg1_rel_error": (wq - gg1_wait) / gg1_wait if gg1_wait not in (None, 0, math.inf) else None,
+                      # the part of the G/G/1 wait the arrivals' burstiness explains: what c_a² above Poisson's 1
+                      # adds, (c_a² − 1) / (c_a² + c_s²) of it (negative: smoother than Poisson, less waiting)
+                      "wait_from_burstiness_ms": gg1_wait * (arrival_cv2 - 1) / (arrival_cv2 + service_cv2) * 1e3
+                      if gg1_wait not in (None, math.inf) and arrival_cv2 + service_cv2 > 0 else None}
     return row

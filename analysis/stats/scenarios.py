@@ -8,7 +8,7 @@ from analysis.read.frames import group_positions
 from analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from analysis.stats.latency import accuracy_of
 from contract.profile import Profile
-from contract.rates import Segment, rate_segments
+from contract.rates import Segment, describe_arrivals, load_segments
 
 _TIME = "t_intended_ref"
 
@@ -24,7 +24,7 @@ def phase_segments(profile: Profile) -> list[Segment]:
     load = profile.load
     if load.scenario != "server":
         return []
-    return rate_segments(load.rate, load.phases, load.warmup_s, load.duration_s)
+    return load_segments(load)
 
 
 def phase_names(profile: Profile) -> dict[int, str]:
@@ -98,7 +98,7 @@ def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[
     scenario = load.scenario
     out: dict = {"scenario": scenario}
     if scenario == "server":  # open loop: its numbers are the latency table's
-        return out
+        return out | {"arrivals": describe_arrivals(load)}
     measured = df[df["phase"] > 0]
     if scenario == "single-stream":
         out["p90"] = _percentile_rows(measured, 90)

@@ -56,6 +56,12 @@ def synthetic_prompts(prompts: Prompts, seed: int, tokenizer: PromptTokenizer | 
     rng = np.random.default_rng(seed)
     inputs = draw_counts(prompts.input_tokens, prompts.count, rng)
     outputs = draw_counts(prompts.output_tokens, prompts.count, rng)
+    return prompts_of_lengths(prompts, inputs, outputs, rng, tokenizer)
+
+
+def prompts_of_lengths(prompts: Prompts, inputs: np.ndarray, outputs: np.ndarray, rng: np.random.Generator,
+                       tokenizer: PromptTokenizer | None = None) -> list[tuple[str, int]]:
+    """(prompt of inputs[i] tokens — words without a tokenizer —, max_tokens outputs[i]) for each i."""
     if tokenizer is not None:
         return _tokenized_prompts(prompts, inputs, outputs, tokenizer, rng)
     vocabulary = np.array(WORDS)
@@ -188,6 +194,19 @@ def prompt_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[s
     if spec.file is not None:
         return file_items(spec, seed, _path(spec.file, data_root))
     return synthetic_prompts(spec, seed, prompt_tokenizer(endpoint, data_root))
+
+
+def trace_items(endpoint: Endpoint, input_tokens: np.ndarray | None, output_tokens: np.ndarray | None, seed: int,
+                data_root: Path) -> list[tuple[str, int]]:
+    """One synthetic prompt a trace row, of the row's input and output lengths (where the row leaves one out, or the
+    trace has no such column, drawn from the endpoint's prompts settings)."""
+    spec = endpoint.prompts or Prompts()
+    n = len(input_tokens if input_tokens is not None else output_tokens)
+    rng = np.random.default_rng([seed, 2])
+    drawn_in, drawn_out = draw_counts(spec.input_tokens, n, rng), draw_counts(spec.output_tokens, n, rng)
+    inputs = drawn_in if input_tokens is None else np.where(input_tokens > 0, input_tokens, drawn_in)
+    outputs = drawn_out if output_tokens is None else np.where(output_tokens > 0, output_tokens, drawn_out)
+    return prompts_of_lengths(spec, inputs, outputs, rng, prompt_tokenizer(endpoint, data_root))
 
 
 def token_counter(endpoint: Endpoint, items: list[tuple[str | list, int]], data_root: Path) -> TokenCounter | None:

@@ -21,6 +21,7 @@ from harness.client.prompts import PromptFileError, prompt_bodies
 from harness.client.request_data import DataError, samples_for
 from harness.client.senders import inprocess_model
 from harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
+from harness.worker.traces import TraceError, load_trace
 
 
 @dataclass
@@ -298,6 +299,13 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                 notes.append(note)
         except (RequestSpecError, DataError) as exc:
             problems.append(f"{where}: {exc}")
+    trace = profile.load.arrivals.trace
+    if trace is not None and data_here:  # a trace file, like a data file, lives where the workers run
+        try:
+            load_trace(trace, Path(plan.data_root or "."), [e.name for e in profile.endpoints],
+                       [r.name for r in profile.regions])
+        except TraceError as exc:
+            problems.append(f"load.arrivals.trace: {exc}")
     if problems:
         raise EndpointCheckError("\n".join(problems))
     return Resolved(requests, notes, model_inputs)

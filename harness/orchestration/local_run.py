@@ -15,6 +15,7 @@ from pathlib import Path
 from contract.layout import RunLayout
 from contract.plan import RunPlan, endpoint_kind
 from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
+from contract.rates import describe_arrivals
 from harness.orchestration.disk_space import MIN_FREE_BYTES, min_free_bytes
 from harness.orchestration.endpoint_check import resolve_requests
 from harness.orchestration.lifecycle import (
@@ -40,7 +41,7 @@ def describe_load(profile: Profile) -> str:
     """One line: the scenario and its knobs."""
     load = profile.load
     if load.scenario == "server":
-        return f"Poisson {load.rate:g} req/s" + (f" with {len(load.phases)} phase change(s)" if load.phases else "")
+        return describe_arrivals(load)
     if load.scenario == "single-stream":
         return "single-stream (one request at a time per region)"
     if load.scenario == "multi-stream":

@@ -1,4 +1,4 @@
-"""The open-loop arrival schedule: one seeded global Poisson process, split by region, worker, endpoint.
+"""The open-loop arrival schedule: one seeded global arrival process, split by region, worker, endpoint.
 
 The rate λ(t) is piecewise linear: steps, ramps and spikes over the run, each a segment of it (and a
 phase of the report). Arrivals come from unit-rate exponential gaps mapped through the inverse of
@@ -7,6 +7,14 @@ its region (by share), worker and endpoint (by weight): independent thinning of 
 independent Poisson processes, so each worker's arrivals are Poisson at its share and their
 superposition is the global process. Every worker computes the same global draw from the seed and keeps
 its own part: no coordination needed, and phase boundaries fall at the same reference instant everywhere.
+
+The other processes (`load.arrivals`): `gamma` draws unit-mean gamma gaps with the asked coefficient of variation
+and `constant` unit gaps, both mapped through the same Λ⁻¹ (so steps, ramps and spikes apply to them too); `onoff`
+alternates exponential sojourns in its two states, Poisson at each state's rate; `trace` replays a file's instants
+(harness/worker/traces.py). The split is the same seeded draw for every process, so the regions' arrivals merged are
+the one global process asked for. Thinning keeps only a Poisson process Poisson: a region with share p of a gamma
+process sees gaps whose c² is p·(cv² − 1) + 1 (a geometric sum of gamma gaps), nearer 1 than the global cv²; of an
+on/off process it sees the same modulation at p times the rates.
 """
 from __future__ import annotations
 
@@ -14,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.profile import Phase
+from contract.profile import Arrivals, Phase
 from contract.rates import Segment, rate_segments
+from harness.worker.traces import TraceRows, replay
 
 
 def phase_of(segments: list[Segment], warmup_s: float, times_s: np.ndarray) -> np.ndarray:
@@ -25,15 +34,45 @@ def phase_of(segments: list[Segment], warmup_s: float, times_s: np.ndarray) -> n
     return phase if warmup_s > 0 else phase + 1
 
 
-def global_arrivals(segments: list[Segment], seed: int) -> np.ndarray:
-    """Arrival times (s) of a Poisson process with the piecewise-linear rate `segments` describe."""
+def unit_gaps(arrivals: Arrivals, rng: np.random.Generator, n: int) -> np.ndarray:
+    """n gaps of a unit-rate renewal process: exponential (Poisson), gamma with coefficient of variation cv, or 1."""
+    if arrivals.process == "gamma":
+        shape = 1.0 / arrivals.cv ** 2
+        return rng.gamma(shape, 1.0 / shape, n)
+    if arrivals.process == "constant":
+        return np.ones(n)
+    return rng.exponential(1.0, n)
+
+
+def onoff_arrivals(arrivals: Arrivals, run_s: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of a two-state Markov-modulated Poisson process over [0, run_s): exponential sojourns of
+    mean on_s / off_s, Poisson at on_rate / off_rate in each, starting in a state drawn from its long-run share."""
+    a = arrivals
+    on = rng.random() < a.on_s / (a.on_s + a.off_s)
+    t, times = 0.0, []
+    while t < run_s:
+        length = rng.exponential(a.on_s if on else a.off_s)
+        rate = a.on_rate if on else a.off_rate
+        n = rng.poisson(rate * length)
+        times.append(t + np.sort(rng.uniform(0.0, length, n)))
+        t, on = t + length, not on
+    out = np.concatenate(times) if times else np.empty(0)
+    return out[out < run_s]
+
+
+def global_arrivals(segments: list[Segment], seed: int, arrivals: Arrivals | None = None) -> np.ndarray:
+    """Arrival times (s) of the process `arrivals` asks for (default Poisson) with the piecewise-linear rate
+    `segments` describe (an on/off process makes its own rate; a trace is not drawn: trace_plan)."""
+    arrivals = arrivals or Arrivals()
     rng = np.random.default_rng(seed)
+    if arrivals.process == "onoff":
+        return onoff_arrivals(arrivals, segments[-1].end_s, rng)
     cum = np.concatenate([[0.0], np.cumsum([s.expected for s in segments])])  # Λ at each segment start
     expected = cum[-1]
-    n_draw = int(expected + 10 * np.sqrt(expected) + 100)
-    unit = np.cumsum(rng.exponential(1.0, n_draw))
+    n_draw = int(expected + 10 * np.sqrt(expected) * max(1.0, arrivals.cv or 1.0) + 100)
+    unit = np.cumsum(unit_gaps(arrivals, rng, n_draw))
     while unit[-1] < expected:
-        unit = np.concatenate([unit, unit[-1] + np.cumsum(rng.exponential(1.0, n_draw))])
+        unit = np.concatenate([unit, unit[-1] + np.cumsum(unit_gaps(arrivals, rng, n_draw))])
     unit = unit[unit < expected]
     k = np.searchsorted(cum, unit, side="right") - 1
     times = np.empty_like(unit)
@@ -54,17 +93,35 @@ class Plan:
     sample_index: np.ndarray
 
 
-def worker_plan(*, rate: float, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
+def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
                 region_shares: list[float], region_index: int, workers_in_region: int, worker_index: int,
-                endpoint_weights: list[float], n_samples: int, sequential: bool) -> Plan:
-    """The part of the global process that one worker sends."""
-    segments = rate_segments(rate, phases, warmup_s, duration_s)
-    times = global_arrivals(segments, seed)
+                endpoint_weights: list[float], n_samples: int, sequential: bool, arrivals: Arrivals | None = None,
+                trace: TraceRows | None = None, region_names: list[str] = (), endpoint_names: list[str] = ()) -> Plan:
+    """The part of the global process that one worker sends (`trace`: the rows of a trace process, read)."""
+    arrivals = arrivals or Arrivals()
     rng = np.random.default_rng([seed, 1])
     shares = np.asarray(region_shares) / np.sum(region_shares)
+    weights = np.asarray(endpoint_weights) / np.sum(endpoint_weights)
+    if arrivals.process == "trace":
+        segments = [Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []
+        segments.append(Segment(warmup_s, warmup_s + duration_s, 0.0, 0.0, "trace replay"))
+        rows, times = replay(trace, arrivals.trace, warmup_s + duration_s)
+        region = rng.choice(len(shares), size=len(times), p=shares) if trace.region is None else \
+            np.array([region_names.index(trace.region[i]) for i in rows], dtype=np.int64)
+        endpoint = rng.choice(len(weights), size=len(times), p=weights) if trace.endpoint is None else \
+            np.array([endpoint_names.index(trace.endpoint[i]) for i in rows], dtype=np.int64)
+        worker = rng.integers(0, workers_in_region, size=len(times))
+        sample = rows.astype(np.int64)  # the trace row: its prompt and output lengths (generative endpoints)
+        phase = phase_of(segments, warmup_s, times)
+        mine = (region == region_index) & (worker == worker_index)
+        return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32),
+                    phase[mine].astype(np.int32), sample[mine])
+    segments = rate_segments(rate, phases, warmup_s, duration_s) if arrivals.process != "onoff" else \
+        ([Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []) + \
+        [Segment(warmup_s, warmup_s + duration_s, 0.0, 0.0, "on/off")]
+    times = global_arrivals(segments, seed, arrivals)
     region = rng.choice(len(shares), size=len(times), p=shares)
     worker = rng.integers(0, workers_in_region, size=len(times))
-    weights = np.asarray(endpoint_weights) / np.sum(endpoint_weights)
     endpoint = rng.choice(len(weights), size=len(times), p=weights)
     sample = np.arange(len(times)) % n_samples if sequential else rng.integers(0, n_samples, size=len(times))
     phase = phase_of(segments, warmup_s, times)

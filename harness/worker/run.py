@@ -21,7 +21,7 @@ from contract.requests import scenario_request
 from harness.client.generative import StreamSender
 from harness.client.grpc_stream import GrpcStreamSender, stream_request
 from harness.client.payloads import AnswerCheck, wanted_outputs
-from harness.client.prompts import prompt_bodies, prompt_items, token_counter
+from harness.client.prompts import prompt_bodies, prompt_items, token_counter, trace_items
 from harness.client.request_data import samples_for
 from harness.client.senders import Sender, build_sender
 from harness.client.tls import sender_tls
@@ -36,6 +36,7 @@ from harness.worker.metrics import WorkerMetrics
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
+from harness.worker.traces import load_trace
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
 
@@ -83,6 +84,9 @@ class WorkerRun:
         self.saturation = SaturationMonitor(identity.name, int(gen.send_lag_p99_ms * 1e6), gen.max_in_flight,
                                             stall_max_ns=int(gen.stall_max_ms * 1e6),
                                             behind_max_ns=int(gen.behind_max_s * 1e9))
+        arrivals = p.load.arrivals
+        self.trace = load_trace(arrivals.trace, Path(plan.data_root or "."), [e.name for e in p.endpoints],
+                                [r.name for r in p.regions]) if arrivals.process == "trace" else None
         senders = senders if senders is not None else self._senders()
         checks = [AnswerCheck(ep.check, s.payloads.samples, s.payloads.request.batched)
                   for ep, s in zip(p.endpoints, senders)]
@@ -129,7 +133,11 @@ class WorkerRun:
         inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
         ttft_timeout_s = ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None
         root = Path(self.plan.data_root or ".")
-        items = prompt_items(ep, self.profile.load.seed, root)
+        trace = self.trace
+        if trace is not None and (trace.input_tokens is not None or trace.output_tokens is not None):
+            items = trace_items(ep, trace.input_tokens, trace.output_tokens, self.profile.load.seed, root)
+        else:
+            items = prompt_items(ep, self.profile.load.seed, root)
         counter = token_counter(ep, items, root)
         if ep.protocol == "kserve-grpc-stream":
             spec = ep.prompts or Prompts()
@@ -192,7 +200,8 @@ class WorkerRun:
             seed=p.load.seed, region_shares=[r.share for r in p.regions], region_index=self.region_index,
             workers_in_region=self.region.workers, worker_index=self.identity.index,
             endpoint_weights=[e.weight for e in p.endpoints], n_samples=self.n_samples,
-            sequential=p.inputs.selection == "sequential")
+            sequential=p.inputs.selection == "sequential", arrivals=p.load.arrivals, trace=self.trace,
+            region_names=[r.name for r in p.regions], endpoint_names=[e.name for e in p.endpoints])
 
     def run(self) -> None:
         """Sample the clock, wait for the common start instant, run the scenario, drain, finish."""
