@@ -46,6 +46,14 @@ WORKER_DONE = MasterEvent("worker_done", ("client_id", "summary"), "it finished 
 WORKER_ERROR = MasterEvent("worker_error", ("client_id", "error"), "it could not run the plan")
 WORKER_LEFT = MasterEvent("worker_left", ("client_id", "worker", "reason"),
                           "it went silent (reason: 'heartbeat missing') or disconnected")
+WORKER_SILENT = MasterEvent("worker_silent", ("client_id", "worker", "since_ns"),
+                            "no heartbeat from it for a few seconds (since_ns: its last one, master's clock); it is "
+                            "not lost until generator.master_timeout_s")
+WORKER_RETURNED = MasterEvent("worker_returned", ("client_id", "worker", "gap_s"),
+                              "a silent worker's heartbeats came back within the timeout: the same worker, going on")
+MASTER_STALLED = MasterEvent("master_stalled", ("since_ns", "gap_s"),
+                             "the master itself did not run for gap_s (a pause: SIGSTOP, a VM stall); its workers "
+                             "kept their schedules")
 CHUNK_REFUSED = MasterEvent("chunk_refused", ("client_id", "name", "reason"),
                             "a CHUNK from no admitted worker, or of a file no worker sends")
 CHUNK_NOT_WRITTEN = MasterEvent("chunk_not_written", ("worker", "name", "error"),
@@ -55,7 +63,7 @@ PLAN_SENT = MasterEvent("plan_sent", ("start_ref_ns", "master_offset_ns", "worke
 
 CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
     WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_HELLO, WORKER_DONE, WORKER_ERROR, WORKER_LEFT,
-    CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT)}
+    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT)}
 
 
 class MasterEventLog:

@@ -95,7 +95,7 @@ def describe_arrivals(load) -> str:
     if a.process == "onoff":
         return (f"on/off {a.on_rate:g}/s for ~{a.on_s:g} s, {a.off_rate:g}/s for ~{a.off_s:g} s "
                 f"(mean {a.mean_rate:.3g}/s)")
-    kind = {"poisson": "Poisson", "gamma": f"gamma (cv {a.cv:g})", "constant": "constant"}[a.process]
+    kind = f"gamma (cv {a.cv:g})" if a.process == "gamma" else {"poisson": "Poisson", "constant": "constant"}[a.process]
     return f"{kind} {load.rate:g} req/s" + (f" with {len(load.phases)} phase change(s)" if load.phases else "")
 
 

@@ -211,7 +211,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(f"tailrace worker: {exc}", file=sys.stderr)
         return USAGE
     return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
-                      args.models, args.metrics_port, args.spool, token, args.metrics_bind)
+                      args.models, args.metrics_port, args.spool, token, args.metrics_bind, args.master_timeout_s)
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     worker.add_argument("--metrics-bind", default="127.0.0.1", help="address the metrics port binds (default "
                                                                      "127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
+    worker.add_argument("--master-timeout-s", type=_positive_float, default=None,
+                        help="keep sending through a silent master this long, then stop and keep the spool "
+                             "(default: the profile's generator.master_timeout_s, 30 s; shorter: orphaned load ends "
+                             "sooner)")
     worker.set_defaults(func=lambda a, p: _cmd_worker(a))
 
     collect_cmd = sub.add_parser("collect", help="add a worker's spooled results to a run directory",

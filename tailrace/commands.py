@@ -25,7 +25,8 @@ def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: 
 
 
 def worker_args(*, master: str, region: str, spool: str, index: str | int = 0, token_file: str | None = None,
-                endpoint_urls: dict[str, str] | None = None, metrics_port: int | None = None) -> list[str]:
+                endpoint_urls: dict[str, str] | None = None, metrics_port: int | None = None,
+                master_timeout_s: float | None = None) -> list[str]:
     """`tailrace worker …` arguments: `master` is HOST:PORT; `index` may be a placeholder the platform fills
     (Kubernetes' $(TAILRACE_WORKER_INDEX))."""
     args = ["worker", "--master", master, "--region", region, "--index", str(index), "--spool", spool]
@@ -35,4 +36,6 @@ def worker_args(*, master: str, region: str, spool: str, index: str | int = 0, t
         args += ["--endpoint-url", f"{name}={url}"]
     if metrics_port is not None:
         args += ["--metrics-port", str(metrics_port)]
+    if master_timeout_s is not None:
+        args += ["--master-timeout-s", f"{master_timeout_s:g}"]
     return args

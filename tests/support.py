@@ -143,7 +143,8 @@ def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: 
 
 
 def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Path]], regions: dict[str, float], *,
-                        rate: float, duration_s: float, seed: int, warmup_s: float = 1) -> str:
+                        rate: float, duration_s: float, seed: int, warmup_s: float = 1,
+                        master_timeout_s: float | None = None) -> str:
     """A profile for a master and workers started by hand (tailrace master / worker): the master is the clock
     reference, one error-rate SLO; `endpoints` are (name, url, protocol, model, data file), each label-checked."""
     text = f'name = "{name}"\n'
@@ -154,7 +155,8 @@ def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Pat
         text += f'[[regions]]\nname = "{region}"\nshare = {share}\n'
     return text + (f"[load]\nrate = {rate}\nduration_s = {duration_s}\nwarmup_s = {warmup_s}\nseed = {seed}\n"
                    '[clock]\nservers = ["master"]\ninterval_s = 2\n'
-                   '[[slos]]\nmetric = "error_rate"\nthreshold = 0.05\n')
+                   '[[slos]]\nmetric = "error_rate"\nthreshold = 0.05\n'
+                   + (f"[generator]\nmaster_timeout_s = {master_timeout_s}\n" if master_timeout_s else ""))
 
 
 # -- run directories with known truth (analysis tests) ----------------------------------------------

@@ -162,7 +162,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
 
 def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_urls: list[str], out_dir: str | None,
                models: str | None, metrics_port: int | None, spool: str | None = None,
-               token: str | None = None, metrics_bind: str | None = None) -> int:
+               token: str | None = None, metrics_bind: str | None = None, master_timeout_s: float | None = None) -> int:
     """Exec a Locust worker with this region's settings (and the run token) in its environment."""
     host, _, port = master.rpartition(":")
     if not host or not port.isdigit():
@@ -181,7 +181,8 @@ def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_ur
         return USAGE
     spool = None if out_dir else str(Path(spool or "tailrace-spool").resolve())
     identity = WorkerIdentity(region, index, skew_ms, urls or None, out_dir, models, metrics_port=metrics_port,
-                              metrics_bind=metrics_bind, spool=spool, master_host=host)
+                              metrics_bind=metrics_bind, spool=spool, master_host=host,
+                              master_timeout_s=master_timeout_s)
     argv = locust_argv("--worker", "--master-host", host, "--master-port", port)
     os.execvpe(argv[0], argv, {**os.environ, **identity.env(), TOKEN_ENV: token})
     return OK  # not reached

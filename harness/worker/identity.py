@@ -17,6 +17,7 @@ MODELS_DIR = "TAILRACE_MODELS_DIR"
 SPOOL = "TAILRACE_SPOOL"
 TOKEN_ENV = "TAILRACE_RUN_TOKEN"  # the run's token (master and workers); never written to the run directory
 MASTER_HOST = "TAILRACE_MASTER_HOST"
+MASTER_TIMEOUT = "TAILRACE_MASTER_TIMEOUT_S"  # tailrace worker --master-timeout-s (else the profile's)
 PLAN_ENV = "TAILRACE_PLAN"  # the Locust master's: the run plan it reads (plan.json) and sends to its workers
 
 
@@ -37,6 +38,7 @@ class WorkerIdentity:
     metrics_bind: str | None = None  # default 127.0.0.1 (harness/worker/metrics.py)
     spool: str | None = None
     master_host: str | None = None
+    master_timeout_s: float | None = None  # None: the profile's generator.master_timeout_s
 
     @property
     def name(self) -> str:
@@ -49,7 +51,8 @@ class WorkerIdentity:
                     METRICS_PORT: str(self.metrics_port) if self.metrics_port else None,
                     METRICS_BIND: self.metrics_bind,
                     OUT_DIR: self.out_dir, MODELS_DIR: self.models_dir, SPOOL: self.spool,
-                    MASTER_HOST: self.master_host}
+                    MASTER_HOST: self.master_host,
+                    MASTER_TIMEOUT: str(self.master_timeout_s) if self.master_timeout_s else None}
         return env | {k: v for k, v in optional.items() if v}
 
     @classmethod
@@ -64,6 +67,7 @@ class WorkerIdentity:
                        out_dir=env.get(OUT_DIR) or None, models_dir=env.get(MODELS_DIR) or None,
                        metrics_port=int(env[METRICS_PORT]) if env.get(METRICS_PORT) else None,
                        metrics_bind=env.get(METRICS_BIND) or None,
-                       spool=env.get(SPOOL) or None, master_host=env.get(MASTER_HOST) or None)
+                       spool=env.get(SPOOL) or None, master_host=env.get(MASTER_HOST) or None,
+                       master_timeout_s=float(env[MASTER_TIMEOUT]) if env.get(MASTER_TIMEOUT) else None)
         except (ValueError, json.JSONDecodeError) as exc:
             raise RuntimeError(f"bad TAILRACE_* environment: {exc}") from exc

@@ -10,6 +10,7 @@ Worker: proves the token as it connects, runs harness/worker/run.py's WorkerRun 
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class _WorkerState:
     inbox: PlanInbox = field(default_factory=PlanInbox)
     run: WorkerRun | None = None
     claimed: bool = False
+    gaps: list[tuple[float, float]] = field(default_factory=list)  # (last heartbeat before, first after): epoch s
 
 
 _state = _WorkerState()
@@ -75,22 +77,49 @@ def _on_init(environment, **_kwargs) -> None:
         except RuntimeError as exc:
             print(f"tailrace worker: {exc}", file=sys.stderr, flush=True)
             os._exit(USAGE)
+        locust_runners.MASTER_HEARTBEAT_TIMEOUT = master_timeout_s(identity)
         _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
                                                    token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
         gevent.spawn(_watch_master, runner)
 
 
 def _watch_master(runner) -> None:
-    """A master that stops answering heartbeats is gone: close this worker's files (its spool keeps them for
+    """The control channel, watched: a master silent for SILENT_S is a gap — the schedule goes on, the spool keeps
+    every chunk and the uplink re-sends what is unacknowledged once it is back — recorded with when it began and
+    ended. A master silent for the whole timeout is gone: close this worker's files (its spool keeps them for
     `tailrace collect`) and end the process, so nothing is sent to a run nobody records."""
+    silent_since: float | None = None
     while True:
-        gevent.sleep(1)
+        gevent.sleep(0.5)
+        last = getattr(runner, "last_heartbeat_timestamp", None)
+        if not last:
+            continue
+        now = time.time()
+        if silent_since is None and now - last > SILENT_S:
+            silent_since = last
+            print(f"tailrace worker: no heartbeat from the master for {now - last:.0f} s; the schedule goes on (it "
+                  f"stops after {locust_runners.MASTER_HEARTBEAT_TIMEOUT:g} s)", file=sys.stderr, flush=True)
+        elif silent_since is not None and now - last <= SILENT_S:
+            _state.gaps.append((silent_since, last))
+            print(f"tailrace worker: the master is back after {last - silent_since:.1f} s", file=sys.stderr,
+                  flush=True)
+            if _state.run is not None:
+                _state.run.control_gaps = list(_state.gaps)
+            silent_since = None
         if _master_lost(runner):
             print("tailrace worker: master lost (no heartbeat for "
-                  f"{locust_runners.MASTER_HEARTBEAT_TIMEOUT} s); stopping", file=sys.stderr, flush=True)
+                  f"{locust_runners.MASTER_HEARTBEAT_TIMEOUT:g} s); stopping", file=sys.stderr, flush=True)
             if _state.run is not None:
+                _state.run.control_gaps = [*_state.gaps, (silent_since or last, None)]
                 _state.run.finish(master_lost=True)
             os._exit(WORKER_MASTER_LOST)
+
+
+def master_timeout_s(identity: WorkerIdentity | None, plan: RunPlan | None = None) -> float:
+    """How long a silent master is waited for: `tailrace worker --master-timeout-s`, else the profile's."""
+    if identity is not None and identity.master_timeout_s:
+        return identity.master_timeout_s
+    return plan.profile.generator.master_timeout_s if plan is not None else DEFAULT_MASTER_TIMEOUT_S
 
 
 
@@ -180,8 +209,32 @@ def _init_master(environment) -> None:
     def _joined(client_id, **_kw) -> None:
         log.write(master_events.WORKER_JOINED, client_id=client_id)
 
+    # a worker is "missing" (and, if it was the last, Locust stops the test) after HEARTBEAT_LIVENESS silent
+    # seconds: the profile's timeout, so that a blip of the control channel loses nobody
+    locust_runners.HEARTBEAT_LIVENESS = max(3, math.ceil(plan.profile.generator.master_timeout_s))
+    silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
+
+    def watch_gaps() -> None:
+        """Silent workers (no heartbeat for SILENT_S) and their return, into master-events.jsonl."""
+        liveness = locust_runners.HEARTBEAT_LIVENESS
+        for c in list(runner.clients.values()):
+            quiet_s = liveness - c.heartbeat  # Locust counts a worker's heartbeat down once a second
+            if c.id not in silent and quiet_s >= SILENT_S and c.state != "missing":
+                silent[c.id] = time.time() - quiet_s
+                log.write(master_events.WORKER_SILENT, client_id=c.id, worker=names.get(c.id),
+                          since_ns=int(silent[c.id] * 1e9))
+            elif c.id in silent and quiet_s <= 1:
+                log.write(master_events.WORKER_RETURNED, client_id=c.id, worker=names.get(c.id),
+                          gap_s=round(time.time() - silent.pop(c.id), 1))
+
     def watch_workers() -> None:
+        tick = time.time()
         while True:
+            now = time.time()
+            if now - tick > SILENT_S:  # this loop sleeps 0.5 s: the master itself was paused
+                log.write(master_events.MASTER_STALLED, since_ns=int(tick * 1e9), gap_s=round(now - tick, 1))
+            tick = now
+            watch_gaps()
             current = {c.id: c.state for c in runner.clients.values()}
             for cid, state in current.items():
                 if seen_states.get(cid) != state and state == "missing":
@@ -232,9 +285,11 @@ def _on_ack(environment, msg, **_kw) -> None:
         _state.run.uplink.ack(ack.name)
 
 
-# A worker notices a lost master within this many seconds (Locust's default, 60 s, would keep it sending to a
-# run nobody records); the master answers every heartbeat within ~1 s.
-locust_runners.MASTER_HEARTBEAT_TIMEOUT = 6
+# A worker stops after this long without a heartbeat (generator.master_timeout_s; Locust's own default, 60 s); the
+# master answers every heartbeat within ~1 s, so SILENT_S without one is a gap in the control channel.
+DEFAULT_MASTER_TIMEOUT_S = 30.0
+SILENT_S = 3.0
+locust_runners.MASTER_HEARTBEAT_TIMEOUT = DEFAULT_MASTER_TIMEOUT_S
 
 
 def _master_lost(runner) -> bool:
@@ -276,6 +331,7 @@ class OpenLoopUser(User):
             if identity.spool:
                 def ship(name: str, data: bytes) -> None:
                     _send(runner, messages.CHUNK, messages.Chunk(client_id, name, data))
+            locust_runners.MASTER_HEARTBEAT_TIMEOUT = master_timeout_s(identity, plan)
             run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship)
         except Exception as exc:
             _send(runner, messages.ERROR, messages.Error(client_id, str(exc)))

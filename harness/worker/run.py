@@ -101,6 +101,8 @@ class WorkerRun:
         self._done = False
         self._background: list[gevent.Greenlet] = []
         self._finisher: gevent.Greenlet | None = None
+        # silences of the master (epoch s: last heartbeat before, first after; None: it never came back)
+        self.control_gaps: list[tuple[float, float | None]] = []
 
     def log(self, message: str) -> None:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)
@@ -272,12 +274,26 @@ class WorkerRun:
                      (f"; {len(unacked)} not acknowledged, kept in {self.layout.dir} (tailrace collect)"
                       if unacked else ""))
 
+    def _gap_warnings(self) -> list[str]:
+        """One line a silence of the master: when (seconds from the start instant) and how long."""
+        start_s = self.start_ref_ns / 1e9
+        out = []
+        for since, back in self.control_gaps:
+            if back is None:
+                out.append(f"{self.identity.name}: no contact with the master from {since - start_s:.1f} s on; it "
+                           f"stopped after generator.master_timeout_s, its spool kept (tailrace collect)")
+            else:
+                out.append(f"{self.identity.name}: no contact with the master for {back - since:.1f} s at "
+                           f"{since - start_s:.1f}–{back - start_s:.1f} s; the schedule went on")
+        return out
+
     def summary(self) -> dict:
         reasons, warnings = self.saturation.verdict()
         for shipper in (self.request_chunks, self.clock_chunks):
             if shipper.failures:
                 reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
                                f"rows are lost (first: {shipper.failures[0]})")
+        warnings += self._gap_warnings()
         sat = self.saturation
         planned = self.loop.counts.issued if self.planned is None else self.planned
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
@@ -287,4 +303,5 @@ class WorkerRun:
                 "max_send_lag_p99_ms": sat.max_lag_p99_ns / 1e6, "peak_in_flight": sat.peak_in_flight,
                 "invalid_reasons": reasons, "warnings": warnings, "send_lag_windows": len(sat.windows),
                 "lagging_windows": [w.as_dict() for w in sat.windows if w.lagging],
-                "scenario": self.scenario_stats, "started_ns": self.started_ns, "finished_ns": self.finished_ns}
+                "scenario": self.scenario_stats, "started_ns": self.started_ns, "finished_ns": self.finished_ns,
+                "control_gaps": [[since, back] for since, back in self.control_gaps]}

@@ -284,3 +284,36 @@ def test_a_capacity_search_on_a_disk_below_the_reserve_starts_nothing(model_repo
     code = capacity_command(mm1_profile(model_repo), tmp_path / "runs", quiet=True, budget_s=None)
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == "tailrace capacity: TAILRACE_MIN_FREE_MB='lots': expected a number of MiB", err
+
+
+def test_a_master_paused_15_s_mid_run_loses_nothing_and_the_gap_is_named(model_repo, tmp_path):
+    """The Locust master SIGSTOPped for 15 s, then SIGCONT (a GC pause, a VM stall): the workers keep their schedules
+    (generator.master_timeout_s is 30 s), every planned request is sent, every row is in the run directory, the run
+    is VALID, and each worker's silence of the master is named in the manifest and the report."""
+    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 30, "warmup_s": 1, "seed": 8},
+                           slos=[{"metric": "latency", "percentile": 50, "threshold_ms": 1000}])
+    paused = {}
+
+    def during(run):
+        sleep_until_measuring(run, 6)
+        os.kill(run.master.pid, signal.SIGSTOP)
+        paused["at"] = time.time()
+        time.sleep(15)
+        os.kill(run.master.pid, signal.SIGCONT)
+
+    run, manifest = run_with(profile, tmp_path, during=during)
+    assert "at" in paused
+    assert manifest["valid"], manifest["invalid_reasons"]
+    workers = manifest["workers"]
+    assert all(w["summary"]["sent"] == w["summary"]["planned"] > 0 for w in workers.values()), workers
+    gaps = [w for w in manifest["warnings"] if "no contact with the master for" in w]
+    assert len(gaps) == len(workers), manifest["warnings"]
+    lengths = [float(g.split("for ")[1].split(" s")[0]) for g in gaps]
+    assert all(12 < x < 18 for x in lengths), gaps
+    summary = analyze_run(run.run_dir).summary
+    assert summary["valid"] and summary["input"]["rows_read"] == sum(w["summary"]["planned"] for w in workers.values())
+    assert any("no contact with the master" in w for w in summary["warnings"])
+    from contract.master_events import MASTER_STALLED, read_master_events
+
+    stalls = MASTER_STALLED.among(read_master_events(run.layout))
+    assert stalls and 12 < stalls[0]["gap_s"] < 18, stalls
