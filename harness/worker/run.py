@@ -294,6 +294,9 @@ class WorkerRun:
                 reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
                                f"rows are lost (first: {shipper.failures[0]})")
         warnings += self._gap_warnings()
+        clock_gap = self.clocks.gap_warning(self.start_ref_ns / 1e9)
+        if clock_gap:
+            warnings.append(clock_gap)
         sat = self.saturation
         planned = self.loop.counts.issued if self.planned is None else self.planned
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
