@@ -50,6 +50,9 @@ def check_profile(profile: Profile) -> None:
     if profile.load.scenario != "server":
         raise CapacityError(f"load.scenario: capacity search sends Poisson load (scenario 'server'), "
                             f"not {profile.load.scenario!r}")
+    if profile.load.arrivals.process in ("onoff", "trace"):
+        raise CapacityError(f"load.arrivals: capacity search varies load.rate; the {profile.load.arrivals.process} "
+                            "process sets its own rate (use poisson, gamma or constant)")
     if not any(s.metric in LATENCY_METRICS for s in profile.slos):
         raise CapacityError("slos: capacity search needs at least one latency SLO (metric latency, or ttft / tpot / "
                             "itl / e2e on a generative endpoint; percentile + threshold_ms)")

@@ -63,7 +63,8 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
         seg_index = phase - (0 if warm else 1)
         if 0 <= seg_index < len(segments):
             seg = segments[seg_index]
-            row.update({"start_s": seg.start_s, "end_s": seg.end_s, "intended_rate": seg.expected / seg.width_s,
+            row.update({"start_s": seg.start_s, "end_s": seg.end_s,  # a trace's rate is its own: none intended
+                        "intended_rate": seg.expected / seg.width_s if seg.expected else None,
                         "achieved_rate": len(idx) / seg.width_s})
         for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
             row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
