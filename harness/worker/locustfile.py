@@ -73,6 +73,7 @@ class _WorkerState:
     run: WorkerRun | None = None
     claimed: bool = False
     gaps: list[tuple[float, float]] = field(default_factory=list)  # (last heartbeat before, first after): epoch s
+    quitting: bool = False  # Locust is quitting (the master ended the run): only the final drain is left
 
 
 _state = _WorkerState()
@@ -128,6 +129,12 @@ def _watch_master(runner) -> None:
             if _state.run is not None:
                 _state.run.control_gaps = list(_state.gaps)
             silent_since = None
+        if _state.quitting and silent_since is not None:  # the master ended the run and is gone: waiting is moot
+            print("tailrace worker: the master ended the run and went silent; what it did not acknowledge stays in "
+                  "the spool (tailrace collect)", file=sys.stderr, flush=True)
+            if _state.run is not None and _state.run.finishing is False:
+                _state.run.finish(master_lost=True)
+            os._exit(WORKER_MASTER_LOST)
         if _master_lost(runner):
             print("tailrace worker: master lost (no heartbeat for "
                   f"{locust_runners.MASTER_HEARTBEAT_TIMEOUT:g} s); stopping", file=sys.stderr, flush=True)
@@ -319,8 +326,15 @@ def _master_lost(runner) -> bool:
     return bool(last) and time.time() - last > locust_runners.MASTER_HEARTBEAT_TIMEOUT - 1
 
 
+@events.test_stopping.add_listener
+def _on_test_stopping(environment, **_kw) -> None:
+    if isinstance(environment.runner, WorkerRunner):  # the master stopped the test: the end, early or on time
+        _state.quitting = True
+
+
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
+    _state.quitting = True
     if _state.run is not None:  # close files even if the user greenlet was killed
         _state.run.finish(master_lost=_master_lost(environment.runner))
 

@@ -233,6 +233,11 @@ class WorkerRun:
             lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
         self.finish()
 
+    @property
+    def finishing(self) -> bool:
+        """finish() has begun (its files are being closed, or are)."""
+        return self._finisher is not None
+
     def finish(self, master_lost: bool = False) -> dict:
         """Stop background work, close the last chunks, write worker.json, and (remote) send what the master
         lacks — unless the master is gone: then the spool keeps it; idempotent. The work runs in a greenlet of

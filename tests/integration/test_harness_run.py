@@ -194,8 +194,8 @@ def test_worker_killed_mid_run(model_repo, tmp_path):
     assert not data.skipped
     near = data.requests[data.requests.worker == "near-w0"]
     assert abs(len(near) - 100 * 0.5 * 8) / (100 * 0.5 * 8) < 0.15  # the other worker finished its schedule
-    far = manifest["workers"]["far-w0"]
-    assert far["left_ns"] is not None and far["done_ns"] is None
+    far = manifest["workers"]["far-w0"]  # the master marks it lost only after generator.master_timeout_s (30 s)
+    assert far["done_ns"] is None
     assert not manifest["valid"] and any("far-w0" in r for r in manifest["invalid_reasons"])
 
 
