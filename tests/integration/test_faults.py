@@ -290,12 +290,12 @@ def test_a_master_paused_15_s_mid_run_loses_nothing_and_the_gap_is_named(model_r
     """The Locust master SIGSTOPped for 15 s, then SIGCONT (a GC pause, a VM stall): the workers keep their schedules
     (generator.master_timeout_s is 30 s), every planned request is sent, every row is in the run directory, the run
     is VALID, and each worker's silence of the master is named in the manifest and the report."""
-    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 30, "warmup_s": 1, "seed": 8},
+    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 25, "warmup_s": 1, "seed": 8},
                            slos=[{"metric": "latency", "percentile": 50, "threshold_ms": 1000}])
     paused = {}
 
     def during(run):
-        sleep_until_measuring(run, 6)
+        sleep_until_measuring(run, 4)
         os.kill(run.master.pid, signal.SIGSTOP)
         paused["at"] = time.time()
         time.sleep(15)

@@ -302,7 +302,7 @@ def test_a_regions_link_to_the_master_down_15_s_loses_nothing(network, served, m
     """us's link to the master is cut for 15 s mid-run (generator.master_timeout_s 30 s): its worker keeps its
     schedule and its spool, re-sends what was not acknowledged when the link returns, the master marks nobody lost;
     the run is VALID with every row at the master, and the gap is named."""
-    d = deploy(network, model_repo, tmp_path / "d", duration_s=40)
+    d = deploy(network, model_repo, tmp_path / "d", duration_s=30)
     try:
         _wait_for_chunks(d)
         _control_link(network, "us", up=False)
