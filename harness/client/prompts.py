@@ -85,6 +85,23 @@ def _tokenized_prompts(prompts: Prompts, inputs: np.ndarray, outputs: np.ndarray
     return out
 
 
+def json_lines(path: Path, lines: list, error: type[ValueError], wanted: str = "") -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file; `error` names the file and line of one that
+    is not a JSON object (prompt files, trace files)."""
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise error(f"{path}:{n}: not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise error(f"{path}:{n}: a line must be a JSON object" + (f" {wanted}" if wanted else ""))
+        out.append((n, doc))
+    return out
+
+
 def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str | list, int | None]]:
     """(prompt or messages, max_tokens — `default_max_tokens` where a line gives none) of every line of a JSONL
     prompt file."""
@@ -93,15 +110,7 @@ def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str |
     except OSError as exc:
         raise PromptFileError(f"{path}: {exc.strerror or exc}") from None
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            doc = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise PromptFileError(f"{path}:{n}: not JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise PromptFileError(f"{path}:{n}: a line must be a JSON object with \"prompt\" or \"messages\"")
+    for n, doc in json_lines(path, lines, PromptFileError, 'with "prompt" or "messages"'):
         prompt = doc.get("prompt", doc.get("messages"))
         valid_messages = isinstance(prompt, list) and prompt and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)

@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from contract.profile import Trace
+from harness.client.prompts import json_lines
 
 FORMATS = ("csv", "jsonl", "azure", "mooncake")
 
@@ -94,16 +95,7 @@ def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
             raise TraceError(f"{path}:1: the header has no {need} column (it has {', '.join(reader.fieldnames or [])})")
         records = [(reader.line_num, row) for row in reader]
     else:
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{n}: not JSON ({exc})") from None
-            if not isinstance(doc, dict):
-                raise TraceError(f"{path}:{n}: a line must be a JSON object")
-            records.append((n, doc))
+        records = json_lines(path, lines, TraceError)
     if not records:
         raise TraceError(f"{path}: no rows")
     keys = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
