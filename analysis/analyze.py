@@ -25,7 +25,16 @@ from analysis.stats.arrivals import arrival_checks
 from analysis.stats.cold_start import cold_start_table
 from analysis.stats.correlation import TimeOrder
 from analysis.stats.decomposition import DECOMPOSITION_COLUMNS, TTFT_DECOMPOSITION_COLUMNS, decomposition_table, ttft_decomposition
-from analysis.stats.latency import add_goodput, flat_rows, latency_table, region_cdfs, request_count_table
+from analysis.stats.latency import (
+    ONE_SHOT,
+    STREAM,
+    add_goodput,
+    flat_rows,
+    latency_table,
+    region_cdfs,
+    request_count_table,
+    with_stream_goodput,
+)
 from analysis.stats.outages import outage_windows
 from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
@@ -57,10 +66,11 @@ SLOWEST_COLUMNS = ("region", "endpoint", "status", "latency_ns", "send_lag_ns", 
 QUEUEING_COLUMNS = ("status", "server_receive_ns", "endpoint", "model")  # and each of SERVER_COLUMNS in turn
 VARIANT_COLUMNS = ("endpoint", "phase", "status", "latency_ns", "t_intended_ref", "correct", "correct_count",
                    "batch_size", "sample_index", "server_compute_ns")
-PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref")
+PHASE_COLUMNS = ("phase", "status", "latency_ns", "t_intended_ref", "endpoint")
 COLD_START_COLUMNS = ("endpoint", "model", "phase", "status", "latency_ns", "t_intended_ref")
 ERROR_COLUMNS = ("status", "code", "error", "t_intended_ref", "endpoint", "region")  # and outage_windows'
-REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns")  # the report's timeline (analysis/report/plots.py)
+# the report's timeline (analysis/report/plots.py; the endpoint: its p99 line holds one kind of endpoint)
+REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns", "endpoint")
 SLOWEST = 20
 
 
@@ -146,6 +156,7 @@ def _statistics(run: _Run) -> list[Statistic]:
     worker_summaries = {n: (w or {}).get("summary") or {} for n, w in (data.manifest.get("workers") or {}).items()}
     report_columns = REPORT_COLUMNS if figures.ahead else ()
     generative = {e.name for e in p.endpoints if e.generative}
+    streamed = frozenset(generative)
     token_columns = TOKEN_COLUMNS if generative else ()
     verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()  # and when: a TTFT that trends
     variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") if generative \
@@ -167,14 +178,14 @@ def _statistics(run: _Run) -> list[Statistic]:
 
     def cdfs(c: Columns, r: Results):
         rows, ok_sorted = r["latency_table"]
-        out = region_cdfs(ok_sorted)
+        out = region_cdfs(ok_sorted, streamed)
         # the report's other figures, drawn while the statistics below compute
         figures.submit("heatmap_p99", rows)
         figures.submit("latency_cdfs", out)
         return out
 
     def goodput(c: Columns, r: Results):
-        add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), slos, duration, r["groups"])
+        add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), slos, duration, r["groups"], streamed)
 
     phase_starts = phase_boundaries_s(p)
 
@@ -207,8 +218,8 @@ def _statistics(run: _Run) -> list[Statistic]:
         # the open loop's own numbers are the latency table's: its scenario summary reads no column
         Statistic("scenario", scenario_columns,
                   lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
-        Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: c.frame(SLOWEST_COLUMNS).loc[largest_positions(
-            c.values("latency_ns"), np.flatnonzero(run.in_measured), SLOWEST)]),
+        Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.in_measured,
+                                                                    streamed)),
         # the slowest requests' legs, labelled by their rows, as the table's legs are read
         Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
         Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
@@ -225,13 +236,15 @@ def _statistics(run: _Run) -> list[Statistic]:
             c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
         Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref")),
                   beside="decomposition", beside_only=True),
-        Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order")),
+        Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order"),
+                                                                        streamed),
                   uses=("order",), beside="decomposition"),
         # counts, send lag and accuracy first: their columns are freed before the latencies are sorted
         Statistic("counts", COUNT_COLUMNS, lambda c, r: request_count_table(
-            c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows), uses=("groups",)),
+            c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows, streamed), uses=("groups",)),
         Statistic("latency_table", MEASURED_COLUMNS, lambda c, r: latency_table(
-            c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order")),
+            c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order"),
+            streamed),
                   uses=("groups", "counts", "order")),
         Statistic("cdfs", (), cdfs, uses=("latency_table",)),
         Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
@@ -243,7 +256,7 @@ def _statistics(run: _Run) -> list[Statistic]:
         Statistic("latency", (), lambda c, r: r["latency_table"][0], uses=("latency_table",)),
         # the report's timeline (a long run's once the statistics above freed their rows) and the outages it
         # shades, beside the verdicts where the log fits
-        Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns)) if figures.ahead
+        Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns), streamed) if figures.ahead
                   else None, beside="decomposition"),
         Statistic("outages", ERROR_COLUMNS, lambda c, r: _outages_drawn(
             c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
@@ -269,6 +282,19 @@ SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomp
                    "errors", "tokens", "ttft_decomposition", "token_curves", "token_timeline", "token_verdicts"}
 
 
+def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:
+    """The SLOWEST slowest measured requests of each kind of endpoint (one-shot by latency, streams by E2E: a mixed
+    run's slowest one-shot requests are not crowded out by streams that take seconds by design), slowest first."""
+    measured = np.flatnonzero(in_measured)
+    latency = df["latency_ns"].to_numpy()
+    if not streamed:
+        return df.loc[largest_positions(latency, measured, SLOWEST)]
+    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy()
+    parts = [largest_positions(latency, measured[is_stream[measured] == (kind == STREAM)], SLOWEST)
+             for kind in (ONE_SHOT, STREAM)]
+    return df.loc[np.concatenate(parts)]
+
+
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
     """Failed requests by status class and code: how many, an example error, the first three trace IDs."""
     failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
@@ -282,11 +308,12 @@ def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -
     return errors
 
 
-def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]
-                  ) -> list[dict]:
+def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
+                  streamed: frozenset[str] = frozenset()) -> list[dict]:
     rows = []
     for r, trace_id in zip(slowest.itertuples(), trace_ids(slowest.index)):
-        row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint, "status": r.status,
+        row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint,
+               "kind": STREAM if str(r.endpoint) in streamed else ONE_SHOT, "status": r.status,
                "latency_ms": r.latency_ns / 1e6, "send_lag_ms": r.send_lag_ns / 1e6,
                "t_intended_ref_ns": int(r.t_intended_ref)}
         if r.Index in slow_legs.index:
@@ -328,8 +355,10 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
-    slowest_rows = _slowest_rows(r["slowest"], slow_legs, data.trace_ids)
-    latency_rows, stat_rows, duration = r["latency"], r["server_statistics"], profile.load.duration_s
+    slowest_rows = _slowest_rows(r["slowest"], slow_legs, data.trace_ids,
+                                 frozenset(e.name for e in profile.endpoints if e.generative))
+    latency_rows = with_stream_goodput(r["latency"], r["tokens"])
+    stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     summary = {
         "summary_version": SUMMARY_VERSION,

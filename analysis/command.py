@@ -56,10 +56,12 @@ def print_summary(summary: dict) -> None:
     lat = Table(title="latency from intended send time (ms)")
     for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
         lat.add_column(col, justify="right")
+    mixed = bool(summary.get("tokens")) and any(r.get("kind") == "one-shot" for r in summary["latency"])
     for r in summary["latency"]:
         p = r["percentiles"]
         p99 = p["p99"]
-        lat.add_row(r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
+        overall = r["endpoint"] == "*" and r["region"] == "*"
+        lat.add_row(f"* ({r['kind']})" if overall and mixed else r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
                     "–" if p["p50"]["value"] is None else f"{p['p50']['value']:.2f}",
                     f"needs ≥ {p99['min_samples']}" if p99["value"] is None else
                     f"{p99['value']:.2f} \\[no interval: worth {p99['effective_n']:,} independent]" if p99["ci_low"] is None else

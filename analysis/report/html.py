@@ -413,34 +413,48 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append(_scenario_section(s["scenario"]))
     if s.get("decision"):
         parts.append(_decision_section(s["decision"], figures))
-    parts.append("<h2>p99 latency by region × endpoint</h2>")
+    streamed = frozenset(e.name for e in analysis.data.plan.profile.endpoints if e.generative)
+    mixed = bool(streamed) and any(r.get("kind") == "one-shot" for r in s["latency"])
+    only = (" <span class='note'>(one-shot endpoints; the streams' TTFT and TPOT per region are in "
+            "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
+    parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
     parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
     parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
                  "latency table).</p>")
-    parts.append("<h2>Latency distribution per region</h2>" + figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
+    parts.append(f"<h2>Latency distribution per region{only}</h2>" +
+                 figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
     starts = phase_boundaries_s(analysis.data.plan.profile)
+    line_note = ("<p class='note'>The p99 lines are the one-shot endpoints' (the streams' TTFT over time is in "
+                 "<a href='#tokens'>Streamed responses</a>); requests / s counts every request.</p>") if mixed else ""
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
-                 figures.svg("over_time_of", lambda: (timeline(df), starts, s["outages"])))
+                 figures.svg("over_time_of", lambda: (timeline(df, streamed), starts, s["outages"])) + line_note)
     parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
                          for r in s["phases"]],
-                        [("name", "phase"), ("start_s", "from s"), ("end_s", "to s"), ("count", "requests"),
+                        [("name", "phase"), *([("kind", "endpoints")] if mixed else []), ("start_s", "from s"),
+                         ("end_s", "to s"), ("count", "requests"),
                          ("errors", "errors"), ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
                          ("p50_ms", "p50 ms"), ("p50_ci", "95% CI"), ("p95_ms", "p95 ms"), ("p95_ci", "95% CI"),
-                         ("p99_ms", "p99 ms"), ("p99_ci", "95% CI")], left={"name"}))
+                         ("p99_ms", "p99 ms"), ("p99_ci", "95% CI")], left={"name", "kind"}))
+    if mixed:
+        parts.append("<p class='note'>One row per phase and kind of endpoint: a stream's latency is its E2E (first "
+                     "byte to last token), never pooled with the one-shot endpoints' latencies.</p>")
 
     parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
     rows = []
     for r in s["latency"]:
-        rows.append({"endpoint": r["endpoint"], "region": r["region"], "count": r["count"],
+        overall = r["endpoint"] == "*" and r["region"] == "*"
+        rows.append({"endpoint": f"* ({r['kind']})" if overall and mixed else r["endpoint"], "region": r["region"],
+                     "kind": "stream (E2E)" if r.get("kind") == "stream" else r.get("kind"), "count": r["count"],
                      "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
                                                                else "closed loop"), "errors": r["errors"],
                      "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
                      "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"],
                      "goodput": r.get("goodput_rps")})
-    cols = [("endpoint", "endpoint"), ("region", "region"), ("count", "n"), ("rate", "rate achieved / intended"),
+    cols = [("endpoint", "endpoint"), ("region", "region"), *([("kind", "kind")] if mixed else []), ("count", "n"),
+            ("rate", "rate achieved / intended"),
             ("goodput", "goodput /s"), ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
             ("p99", "p99"), ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
-    table = _table(rows, cols, left={"endpoint", "region"})
+    table = _table(rows, cols, left={"endpoint", "region", "kind"})
     for r in rows:  # percentile cells hold markup
         for k in ("p50", "p90", "p99", "p99.9"):
             table = table.replace(html.escape(r[k]), r[k], 1)
@@ -448,7 +462,11 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append("<p class='note'>Percentiles use numpy's default (linear) definition; CIs are order-statistic "
                  "(binomial) intervals for the independent samples the requests are worth (batch means over "
                  "time-ordered requests); a percentile is shown only with enough samples for both CI ends. Goodput: "
-                 "requests per second that succeeded within every latency SLO that applies to them.</p>")
+                 "requests per second that succeeded within every latency SLO that applies to them"
+                 + (" — for a stream, within every TTFT, TPOT, ITL and E2E SLO that applies to it (the same number as "
+                    "in <a href='#tokens'>Streamed responses</a>). A stream's latency is its E2E; the overall row "
+                    "'* (one-shot)' pools the one-shot endpoints only (the streams' is in the tokens table)"
+                    if mixed else "") + ".</p>")
     if s.get("tokens"):
         parts.append(_tokens_section(s["tokens"], analysis, figures))
     parts.append(_validity_section(s))
@@ -518,11 +536,16 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     if not all_failed:
         parts.append(errors_section)
     parts.append("<h2>Slowest requests</h2>")
+    if mixed:
+        parts.append("<p class='note'>The slowest of each kind of endpoint: one-shot requests by latency, streams by "
+                     "E2E.</p>")
     parts.append(_table(s["slowest"], [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
+                                       *([("kind", "kind")] if mixed else []),
                                        ("status", "status"), ("latency_ms", "latency ms"),
                                        ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
                                        ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
-                                       ("network_down_ms", "net down")], left={"trace_id", "region", "endpoint"}))
+                                       ("network_down_ms", "net down")],
+                        left={"trace_id", "region", "endpoint", "kind"}))
     parts.append(_manifest_section(s))
     script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
               "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")

@@ -29,7 +29,11 @@ def _svg(fig) -> str:
 
 
 def heatmap_p99(latency_rows: list[dict], label: str = "p99 latency (ms)") -> str | None:
+    """p99 per region × endpoint on one colour scale: one kind of endpoint (a mixed run's one-shot endpoints; a
+    stream's E2E would wash their differences out — its TTFT has token_heatmap)."""
     rows = [r for r in latency_rows if r["endpoint"] != "*" and r["region"] != "*"]
+    if {r.get("kind") for r in rows} >= {"one-shot", "stream"}:
+        rows = [r for r in rows if r.get("kind") == "one-shot"]
     if not rows:
         return None
     endpoints = sorted({r["endpoint"] for r in rows})

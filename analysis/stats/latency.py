@@ -214,10 +214,23 @@ def cdf_ranks(n: int, points: int = CDF_POINTS) -> np.ndarray:
     return np.unique(np.concatenate([n - slower, np.arange(n - points, n)]).clip(0, n - 1))
 
 
-def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+ONE_SHOT, STREAM = "one-shot", "stream"  # the two kinds of endpoint whose latencies are never pooled
+
+
+def pooled_kind(endpoints, streamed: frozenset[str] | set[str]) -> str:
+    """The kind of endpoint a pooled row or curve over `endpoints` holds: one-shot where any endpoint is one-shot
+    (a stream's E2E is hundreds of ms of generation, not a latency to pool with a classifier's), else stream."""
+    return ONE_SHOT if any(str(e) not in streamed for e in endpoints) else STREAM
+
+
+def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray], streamed: frozenset[str] | set[str] = frozenset()
+                ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """region → (latency ms, fraction slower) at cdf_ranks of its successful requests' sorted latencies, merged
     from its endpoint × region groups (`ok_sorted`, as latency_table sorts them): the report's CDF plot, drawn
-    without sorting the requests again."""
+    without sorting the requests again. One kind only: the one-shot endpoints' groups where the run has any, else
+    the `streamed` ones' (their E2E)."""
+    kind = pooled_kind((e for e, _ in ok_sorted), streamed)
+    ok_sorted = {(e, r): v for (e, r), v in ok_sorted.items() if (str(e) in streamed) == (kind == STREAM)}
     curves = {}
     for region in sorted({r for _, r in ok_sorted}, key=str):
         x = _merged([v for (_, r), v in ok_sorted.items() if r == region])
@@ -227,35 +240,55 @@ def region_cdfs(ok_sorted: dict[tuple[str, str], np.ndarray]) -> dict[str, tuple
     return curves
 
 
-def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.ndarray | None = None
-                 ) -> list[tuple[dict, Callable[[], np.ndarray]]]:
+def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.ndarray | None = None,
+                  streamed: frozenset[str] = frozenset()) -> list[tuple[dict, Callable[[], np.ndarray]]]:
     """The latency table's rows as (labels, their ascending positions when called), in the order
-    latency_table computes them: the overall row, each endpoint × region (`positions`:
-    endpoint_region_positions(df, among)), each endpoint. An endpoint's positions are made when asked for, from
-    its groups' (one endpoint's at a time: a day's run holds a hundred million positions)."""
-    return [(labels, idx) for labels, idx, _ in _table_rows(df, positions, among)]
+    latency_table computes them: the overall row (one kind of endpoint: pooled_kind), each endpoint × region
+    (`positions`: endpoint_region_positions(df, among)), each endpoint. An endpoint's positions are made when asked
+    for, from its groups' (one endpoint's at a time: a day's run holds a hundred million positions)."""
+    return [(labels, idx) for labels, idx, _ in _table_rows(df, positions, among, streamed)]
 
 
-def _table_rows(df: pd.DataFrame, positions: dict | None, among: np.ndarray | None
-                ) -> list[tuple[dict, Callable[[], np.ndarray], list | None]]:
+def _kind_positions(df: pd.DataFrame, among: np.ndarray | None, streamed: frozenset[str], kind: str) -> np.ndarray:
+    """The ascending positions (of all rows, or of `among`) of the rows to endpoints of `kind`."""
+    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy()
+    mine = is_stream if kind == STREAM else ~is_stream
+    return np.flatnonzero(mine) if among is None else among[mine[among]]
+
+
+def _table_rows(df: pd.DataFrame, positions: dict | None, among: np.ndarray | None,
+                streamed: frozenset[str] = frozenset()) -> list[tuple[dict, Callable[[], np.ndarray], list | None]]:
     """row_positions, each row with the keys of the endpoint × region groups whose rows are exactly its rows
-    (None where some of its rows are in no group: rows with no endpoint or no region)."""
+    (None where some of its rows are in no group: rows with no endpoint or no region). Each row's labels say
+    its kind of endpoint (one-shot or stream); the overall row holds one kind (pooled_kind): in a run that mixes
+    one-shot endpoints with `streamed` ones, the one-shot endpoints only."""
     positions = endpoint_region_positions(df, among) if positions is None else positions
     size = len(df) if among is None else len(among)
-    whole = list(positions) if sum(len(idx) for idx in positions.values()) == size else None
+    endpoints = set(df["endpoint"].astype(str).unique()) if not positions else {str(e) for e, _ in positions}
+    kind = pooled_kind(endpoints, streamed)
+    pooled = [key for key in positions if (str(key[0]) in streamed) == (kind == STREAM)]
+    mixed = len(pooled) < len(positions) or (not positions and any((e in streamed) != (kind == STREAM)
+                                                                   for e in endpoints))
+    if not mixed:
+        whole = list(positions) if sum(len(idx) for idx in positions.values()) == size else None
+        overall: Callable[[], np.ndarray] = lambda: np.arange(len(df)) if among is None else among  # noqa: E731
+    else:
+        whole = pooled if sum(len(idx) for idx in positions.values()) == size else None
+        overall = lambda: _kind_positions(df, among, streamed, kind)  # noqa: E731
     rows: list[tuple[dict, Callable[[], np.ndarray], list | None]] = [
-        ({"endpoint": "*", "region": "*"}, lambda: np.arange(len(df)) if among is None else among, whole)]
-    rows += [({"endpoint": e, "region": r}, lambda idx=idx: idx, [(e, r)]) for (e, r), idx in positions.items()]
+        ({"endpoint": "*", "region": "*", "kind": kind}, overall, whole)]
+    rows += [({"endpoint": e, "region": r, "kind": STREAM if str(e) in streamed else ONE_SHOT}, lambda idx=idx: idx,
+              [(e, r)]) for (e, r), idx in positions.items()]
     codes = df["region"].cat.codes.to_numpy() if isinstance(df["region"].dtype, pd.CategoricalDtype) else None
     missing_region = codes is None or bool((codes < 0).any() if among is None else (codes[among] < 0).any())
     if missing_region:  # rows with no region belong to their endpoint's row but to no endpoint × region group
         by_endpoint = group_positions(df, ["endpoint"], among)
-        rows += [({"endpoint": e, "region": "*"}, lambda idx=idx: idx, None) for e, idx in
-                 sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
+        rows += [({"endpoint": e, "region": "*", "kind": STREAM if str(e) in streamed else ONE_SHOT},
+                  lambda idx=idx: idx, None) for e, idx in sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
     else:
-        endpoints = sorted({e for e, _ in positions}, key=str)
-        rows += [({"endpoint": e, "region": "*"}, lambda e=e: _endpoint_positions(df, e, positions, among),
-                  [key for key in positions if key[0] == e]) for e in endpoints]
+        rows += [({"endpoint": e, "region": "*", "kind": STREAM if str(e) in streamed else ONE_SHOT},
+                  lambda e=e: _endpoint_positions(df, e, positions, among),
+                  [key for key in positions if key[0] == e]) for e in sorted({e for e, _ in positions}, key=str)]
     return rows
 
 
@@ -273,14 +306,14 @@ def _endpoint_positions(df: pd.DataFrame, endpoint, positions: dict, among: np.n
 
 
 def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | None = None,
-                        among: np.ndarray | None = None) -> list[dict]:
+                        among: np.ndarray | None = None, streamed: frozenset[str] = frozenset()) -> list[dict]:
     """request_counts of each of row_positions(df, positions, among), in that order: what the latency table
     reads of the send lag and accuracy columns, so that the caller can free them before the latencies are
     sorted. The endpoint × region groups are counted from their rows; an endpoint's and the overall row, where
     they are the union of groups, from the groups' counts and their slowest send lags (GroupCounts), without
     reading their rows again — the same numbers."""
     rows = _Rows(df)
-    table = _table_rows(df, positions, among)
+    table = _table_rows(df, positions, among, streamed)
     sizes = {members[0]: len(idx()) for labels, idx, members in table if labels["region"] != "*"}
     top = max((tail_needed(sum(sizes[k] for k in members), SEND_LAG_Q) for labels, _, members in table
                if labels["region"] == "*" and members), default=0)
@@ -307,8 +340,8 @@ def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[t
 
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positions: dict | None = None,
-                  among: np.ndarray | None = None, counts: list[dict] | None = None, order: TimeOrder | None = None
-                  ) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
+                  among: np.ndarray | None = None, counts: list[dict] | None = None, order: TimeOrder | None = None,
+                  streamed: frozenset[str] = frozenset()) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
     """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
     `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
     Each group is sorted once (`positions`: endpoint_region_positions(df, among), when the caller has it); an
@@ -317,11 +350,14 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     the small groups' rows, so that at most one large row's temporaries are in memory at a time. `counts`:
     request_count_table of the same rows, when the caller computed it (and freed the columns it reads);
     else computed here. `order`: the time order of `df`'s rows (TimeOrder of its time column), when the caller
-    found it."""
+    found it. `streamed`: the generative endpoints (their rows' latency is the stream's E2E; the overall row holds
+    one kind: row_positions)."""
     positions = endpoint_region_positions(df, among) if positions is None else positions
-    counts = request_count_table(df, duration_s, positions, among) if counts is None else counts
+    counts = request_count_table(df, duration_s, positions, among, streamed) if counts is None else counts
     rows = _Rows(df, order)
-    table_rows = _table_rows(df, positions, among)
+    table_rows = _table_rows(df, positions, among, streamed)
+    kind = table_rows[0][0]["kind"]
+    overall_endpoints = [e.name for e in getattr(profile, "endpoints", ()) if (e.name in streamed) == (kind == STREAM)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         ok_sorted = _sorted_ok(rows, positions, pool)
 
@@ -342,6 +378,8 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
             (labels, idx, members), count = task
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
+            if e == "*" and rate is not None and len(overall_endpoints) < len(profile.endpoints):
+                rate = sum(intended_rate(profile, None, name) for name in overall_endpoints)
             return {**labels, **summarize_latency(rows, idx(), lambda: merged(members), count), "intended_rate": rate}
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted
@@ -361,23 +399,39 @@ def flat_rows(rows: list[dict]) -> pd.DataFrame:
 
 
 def _met_threshold_ns(slos: list[dict], endpoint: str, region: str) -> float:
-    """The tightest latency threshold among the latency SLOs that apply to an endpoint × region (inf: none)."""
+    """The tightest latency threshold among the latency SLOs that apply to a one-shot endpoint × region (inf:
+    none)."""
     thresholds = [s["threshold_ms"] * 1e6 for s in slos if s["metric"] == "latency"
                   and s["endpoint"] in ("*", endpoint) and s["region"] in ("*", region)]
     return min(thresholds, default=np.inf)
 
 
 def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s: float,
-                positions: dict | None = None) -> None:
-    """Add `goodput_rps` to each latency row: the rate of requests that succeeded within every latency SLO that
-    applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases.
+                positions: dict | None = None, streamed: frozenset[str] = frozenset()) -> None:
+    """Add `goodput_rps` to each one-shot latency row: the rate of requests that succeeded within every latency
+    SLO that applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases.
+    A stream's row (kind "stream") is left None here: its goodput is judged by its token SLOs
+    (analysis/stats/tokens.py token_goodput) and copied from the token table (with_stream_goodput).
     `positions`: endpoint_region_positions(df), when the caller has it."""
     ok = (df["status"] == "ok").to_numpy()
     latency = df["latency_ns"].to_numpy()
     good: dict[tuple[str, str], int] = {}
     for (endpoint, region), idx in (endpoint_region_positions(df) if positions is None else positions).items():
+        if str(endpoint) in streamed:
+            continue
         limit = _met_threshold_ns(slos, str(endpoint), str(region))
         good[(str(endpoint), str(region))] = int((ok[idx] & (latency[idx] <= limit)).sum())
     for row in rows:
+        if row.get("kind") == STREAM:
+            row["goodput_rps"] = None
+            continue
         count = sum(v for (e, r), v in good.items() if row["endpoint"] in ("*", e) and row["region"] in ("*", r))
         row["goodput_rps"] = count / duration_s if duration_s else None
+
+
+def with_stream_goodput(rows: list[dict], token_rows: list[dict]) -> list[dict]:
+    """The latency rows, each stream row's goodput the token table's for the same endpoint × region (one number
+    per group, judged by the SLOs that apply to a stream: TTFT, TPOT, ITL, E2E)."""
+    by_group = {(t["endpoint"], t["region"]): t.get("goodput_rps") for t in token_rows}
+    return [r | {"goodput_rps": by_group.get((r["endpoint"], r["region"]))} if r.get("kind") == STREAM else r
+            for r in rows]

@@ -6,7 +6,7 @@ import pandas as pd
 
 from analysis.read.frames import group_positions
 from analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
-from analysis.stats.latency import accuracy_of
+from analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
 from contract.profile import Profile
 from contract.rates import Segment, describe_arrivals, load_segments
 
@@ -44,9 +44,12 @@ def phase_boundaries_s(profile: Profile) -> list[float]:
     return [profile.load.warmup_s] if profile.load.warmup_s else []
 
 
-def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None = None) -> list[dict]:
+def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None = None,
+                    streamed: frozenset[str] = frozenset()) -> list[dict]:
     """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms). `order`: the time
-    order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it."""
+    order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it. A run that mixes one-shot
+    endpoints with `streamed` (generative) ones has a row per phase and kind: a stream's latency is its E2E, never
+    pooled with a one-shot latency; each kind's intended rate is its endpoints' share of the phase's."""
     names = phase_names(profile)
     segments = phase_segments(profile)
     warm = profile.load.warmup_s > 0
@@ -54,21 +57,28 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
     ok_rows = (df["status"] == "ok").to_numpy()
     latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
     times = df[_TIME].to_numpy() if _TIME in df else None
-    for phase, idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
-        ok_idx = idx[ok_rows[idx]]
-        ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
-              else latency_ms[ok_idx[time_order(times[ok_idx])]])
-        row = {"phase": phase, "name": names.get(phase, str(phase)), "count": int(len(idx)),
-               "errors": int(len(idx) - len(ok_idx))}
-        seg_index = phase - (0 if warm else 1)
-        if 0 <= seg_index < len(segments):
-            seg = segments[seg_index]
-            row.update({"start_s": seg.start_s, "end_s": seg.end_s,  # a trace's rate is its own: none intended
-                        "intended_rate": seg.expected / seg.width_s if seg.expected else None,
-                        "achieved_rate": len(idx) / seg.width_s})
-        for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
-            row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
-        rows.append(row)
+    weights = {e.name: e.weight for e in profile.endpoints}
+    kinds = sorted({STREAM if name in streamed else ONE_SHOT for name in weights}) or [ONE_SHOT]
+    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy() if len(kinds) > 1 else None
+    for phase, all_idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
+        for kind in kinds:
+            idx = all_idx if is_stream is None else all_idx[is_stream[all_idx] == (kind == STREAM)]
+            share = sum(w for name, w in weights.items() if (name in streamed) == (kind == STREAM)) / \
+                sum(weights.values()) if weights else 1.0
+            ok_idx = idx[ok_rows[idx]]
+            ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
+                  else latency_ms[ok_idx[time_order(times[ok_idx])]])
+            row = {"phase": phase, "name": names.get(phase, str(phase)), "kind": kind, "count": int(len(idx)),
+                   "errors": int(len(idx) - len(ok_idx))}
+            seg_index = phase - (0 if warm else 1)
+            if 0 <= seg_index < len(segments):
+                seg = segments[seg_index]
+                row.update({"start_s": seg.start_s, "end_s": seg.end_s,  # a trace's rate is its own: none intended
+                            "intended_rate": seg.expected * share / seg.width_s if seg.expected else None,
+                            "achieved_rate": len(idx) / seg.width_s})
+            for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
+                row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+            rows.append(row)
     return rows
 
 

@@ -280,11 +280,14 @@ def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> dict:
 
 def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoints: set[str]) -> dict:
     """(endpoint, region) → requests per second that succeeded within every token SLO that applies to them (each
-    judged on the request's own value: its TTFT, TPOT, E2E, and for ITL its largest gap)."""
+    judged on the request's own value: its TTFT, TPOT, E2E, and for ITL its largest gap). A latency SLO that names
+    a generative endpoint applies to it as an E2E SLO (as its verdict does: analysis/stats/slo.py); one over every
+    endpoint ('*') is the one-shot endpoints' goal, not a stream's."""
     rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0))
     endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
     good = df["status"].astype(str).to_numpy()[rows] == "ok"
-    token_slos = [s for s in slos if s["metric"] in METRICS]
+    token_slos = [s for s in slos if s["metric"] in METRICS] + [
+        s | {"metric": "e2e"} for s in slos if s["metric"] == "latency" and s["endpoint"] in endpoints]
     if token_slos:
         tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
         span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
