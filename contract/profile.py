@@ -163,6 +163,44 @@ class Prompts(_Strict):
                                                               "drawn in turn")
 
 
+class ThinkTime(_Strict):
+    """The user's pause between a reply's end and the next turn's send (seconds)."""
+
+    distribution: Literal["fixed", "exponential", "lognormal", "data"] = Field(
+        "fixed", description="data: each turn's own `delay` from a sessionized JSONL file")
+    mean: float = Field(0, ge=0, le=86_400)
+    stddev: float = Field(0, ge=0, le=86_400, description="lognormal: the standard deviation of the pause")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ThinkTime":
+        if self.distribution == "lognormal" and (self.mean <= 0 or self.stddev <= 0):
+            raise ValueError("a lognormal think time needs mean > 0 and stddev > 0")
+        return self
+
+
+class Sessions(_Strict):
+    """Multi-turn sessions (conversations, agents): the arrival process starts sessions; each runs its turns one
+    after another, turn k+1 due at turn k's end + a think time, carrying the conversation so far."""
+
+    turns: TokenCount = Field(default_factory=lambda: TokenCount(mean=4), description="turns a session has "
+                              "(synthetic sessions; a file's sessions have their own), fixed or drawn")
+    think_s: ThinkTime = Field(default_factory=ThinkTime, description="pause before each later turn")
+    user_tokens: TokenCount | None = Field(None, description="synthetic sessions: each later turn's new user text "
+                                                             "(default: prompts.input_tokens)")
+    on_error: Literal["end", "continue"] = Field("end", description="a failed turn ends its session, or the next "
+                                                                    "turn goes on without its reply")
+    history: Literal["actual", "recorded"] = Field(
+        "actual", description="actual: the server's own replies (the text it streamed) go into the next turn; "
+                              "recorded: the file's replies (deterministic prompts; synthetic: a fixed text of the "
+                              "turn's max_tokens words)")
+    context_tokens: int | None = Field(None, ge=1, le=10_000_000, description="the longest prompt a turn may send "
+                                       "(words, or prompts.tokenizer's tokens); default: no limit")
+    on_context_limit: Literal["end", "truncate"] = Field(
+        "end", description="a next prompt over context_tokens ends the session, or drops the oldest turns")
+    tool_result_tokens: int = Field(0, ge=0, le=1_000_000, description="agents: each later turn carries the "
+                                    "previous turn's tool call (if any) and a tool result of this many words")
+
+
 class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint, or an OpenAI-compatible generative one."""
 
@@ -177,7 +215,9 @@ class Endpoint(_Strict):
                     "ModelStreamInfer on a decoupled model")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
-    timeout_ms: float = Field(5000, gt=0)
+    timeout_ms: float = Field(5000, gt=0, description="a request's whole time; default 5 s, or for a generative "
+                                                      "endpoint 600 s (a long stream is bounded by "
+                                                      "ttft_timeout_ms and stall_timeout_ms instead)")
     auth_header: str | None = Field(None, description="header / metadata key to send, e.g. Authorization")
     auth_env: str | None = Field(None, description="environment variable holding its value (never logged)")
     auth_file: str | None = Field(None, min_length=1, description="a file holding its value, re-read when it changes "
@@ -208,9 +248,23 @@ class Endpoint(_Strict):
                                                       "64 tokens out)")
     ttft_timeout_ms: float | None = Field(None, gt=0, description="generative endpoints: a request with no first "
                                                                   "token this long after it was sent fails")
+    stall_timeout_ms: float | None = Field(None, gt=0, description="generative endpoints: a stream with no event "
+                                                                   "for this long after its first token fails "
+                                                                   "(stalled)")
+    sessions: Sessions | None = Field(None, description="generative endpoints: multi-turn sessions (arrivals start "
+                                                        "sessions)")
     token_count_output: str | None = Field(None, min_length=1, description="triton-generate: the output field "
                                            "saying how many tokens an event carries (the vLLM backend's "
                                            "num_output_tokens); default: one event = one token")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_defaults(cls, data):
+        """A generative endpoint's defaults fit streams: no 5 s total (a 500-token stream at 9 ms a token takes
+        longer), a 30 s stall timeout between events."""
+        if isinstance(data, dict) and data.get("protocol") in GENERATIVE:
+            data = {"timeout_ms": 600_000.0, "stall_timeout_ms": 30_000.0, **data}
+        return data
 
     @field_validator("ranges")
     @classmethod
@@ -255,9 +309,13 @@ class Endpoint(_Strict):
                              f"({' or '.join(s + '://' for s in SCHEMES[self.protocol])}), or "
                              f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
                              f"not {self.url!r}")
-        if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None):
-            raise ValueError("prompts and ttft_timeout_ms are for generative endpoints (openai-chat, "
-                             "openai-completions, triton-generate, kserve-grpc-stream)")
+        if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None
+                                    or self.stall_timeout_ms is not None or self.sessions is not None):
+            raise ValueError("prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints "
+                             "(openai-chat, openai-completions, triton-generate, kserve-grpc-stream)")
+        if self.sessions is not None and self.protocol not in ("openai-chat", "openai-completions"):
+            raise ValueError("sessions: for openai-chat and openai-completions endpoints (a turn carries the "
+                             "conversation so far)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")
@@ -465,6 +523,14 @@ class Embedded(_Strict):
         default_factory=dict, description="generative model → token budget of one step")
     max_waiting: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict, description="generative model → waiting requests before new ones are refused (429)")
+    max_model_len: dict[str, Annotated[int, Field(ge=1, le=10_000_000)]] = Field(
+        default_factory=dict, description="generative model → the longest prompt + max_tokens it takes (default 4096)")
+    kv_cache_tokens: dict[str, Annotated[int, Field(ge=16, le=1_000_000_000)]] = Field(
+        default_factory=dict, description="generative model → its prefix cache's budget in tokens (default 262144; "
+                                          "least recently used blocks evicted beyond it)")
+    prefix_caching: dict[str, bool] = Field(
+        default_factory=dict, description="generative model → automatic prefix caching (default on, as vLLM's; "
+                                          "tiny_lm does not cache)")
 
 
 class TritonLocal(_Strict):

@@ -55,6 +55,19 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("stream_outcome", "string", "complete | error_event | cut | ttft_timeout | timeout | '' (one-shot)"),
     ("token_event_us", "binary", "each token event's read instant after the first's, µs (int32 little-endian)"),
     ("token_event_counts", "binary", "tokens each event carried (uint16 little-endian)"),
+    # added with sessions and prefix caching (older runs read with STREAM_DEFAULTS)
+    ("cached_tokens", "int32", "prompt tokens the server's prefix cache held (usage.prompt_tokens_details."
+                               "cached_tokens; -1: not reported)"),
+    ("ideal_cached_tokens", "int32", "prompt tokens an unbounded prefix cache would hold from what was sent before "
+                                     "(whole blocks; tailrace's count of the prompts it built; -1: not known)"),
+    ("prompt_tokens_sent", "int32", "the prompt's length as tailrace built it (the tokenizer's tokens, else words; "
+                                    "-1: not known)"),
+    ("reasoning_tokens", "int32", "output tokens that were reasoning (reasoning_content deltas; -1: none seen)"),
+    ("ttfa_ns", "int64", "first answer token (content or tool call, not reasoning) - t_intended (-1: none)"),
+    ("session_id", "int64", "the session this request is a turn of (-1: not a session)"),
+    ("turn", "int32", "its turn in the session, 1.. (0: not a session)"),
+    ("session_end", "string", "on a session's last request, why it ended: done | error | context_limit | "
+                              "run_end ('' otherwise)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -71,14 +84,16 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 # strings with few distinct values: dictionary-encoded in the Parquet chunks (a chunk stores each once) and read
 # as categoricals (one code per row, never a Python object per row); the rest of a string column is plain
 FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
-                        "server", "stage", "token_source", "finish_reason", "stream_outcome"})
+                        "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end"})
 
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
 # columns added after the first release: older run directories lack them and get these values
 STREAM_DEFAULTS: dict[str, object] = {
     "t_first_token": -1, "t_last_token": -1, "ttft_ns": -1, "output_tokens": -1, "input_tokens": -1,
-    "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b""}
+    "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b"",
+    "cached_tokens": -1, "ideal_cached_tokens": -1, "prompt_tokens_sent": -1, "reasoning_tokens": -1, "ttfa_ns": -1,
+    "session_id": -1, "turn": 0, "session_end": ""}
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 # what a run without generative endpoints writes: its chunks leave the stream columns out (read with their
 # defaults), so one-shot requests never pay for converting them on the worker's event loop

@@ -101,7 +101,10 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     models = ", ".join([f"{n}(slots={s.slots}, queue={s.queue_depth})" for n, s in server.schedulers.items()]
                        + [f"{n}(generative: /v1, max_num_seqs={e.limits.max_num_seqs}, max_waiting="
-                          f"{e.limits.max_waiting})" for n, e in server.generators.items()])
+                          f"{e.limits.max_waiting}, max_model_len={e.limits.max_model_len}, prefix caching "
+                          + (f"on, {e.limits.kv_cache_tokens} tokens" if e.prefix_cache is not None else
+                             "off" if not e.limits.enable_prefix_caching else "not supported by its decoder") + ")"
+                          for n, e in server.generators.items()])
     mutual = (" (mutual TLS)" if tls and tls.client_ca else "") + (f" (requires {credential.header})" if credential
                                                                    else "")
     print(f"tailrace serve: http{'s' if tls else ''}://{host}:{http_port}"

@@ -23,6 +23,13 @@ def _model_int(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _model_switch(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected MODEL=on or MODEL=off, got {text!r}")
+    return name, int(value == "on")
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -59,9 +66,11 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
 def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
     """--max-num-seqs / --max-num-batched-tokens / --max-waiting MODEL=N → model → BatchingLimits overrides."""
     out: dict[str, dict[str, int]] = {}
-    for field_name in ("max_num_seqs", "max_num_batched_tokens", "max_waiting"):
+    for field_name in ("max_num_seqs", "max_num_batched_tokens", "max_waiting", "max_model_len", "kv_cache_tokens"):
         for model, n in getattr(args, field_name):
             out.setdefault(model, {})[field_name] = n
+    for model, on in args.prefix_caching:
+        out.setdefault(model, {})["enable_prefix_caching"] = on
     return out
 
 
@@ -335,8 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dynamic batching over HTTP: run up to N waiting rows as one batch (default 1: off)")
     for flag, text in (("--max-num-seqs", "generative model: most sequences in the running batch"),
                        ("--max-num-batched-tokens", "generative model: token budget of one step"),
-                       ("--max-waiting", "generative model: waiting requests before new ones are refused (429)")):
+                       ("--max-waiting", "generative model: waiting requests before new ones are refused (429)"),
+                       ("--max-model-len", "generative model: the longest prompt + max_tokens it takes (default 4096)"),
+                       ("--kv-cache-tokens", "generative model: the prefix cache's budget in tokens (default 262144)")):
         serve.add_argument(flag, type=_model_int, action="append", default=[], metavar="MODEL=N", help=text)
+    serve.add_argument("--prefix-caching", type=_model_switch, action="append", default=[], metavar="MODEL=on|off",
+                       help="generative model: automatic prefix caching (default on, as vLLM's)")
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
     serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
                        help="override synthetic_mm1's mean service time")

@@ -21,7 +21,7 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     try:
         run_dir, manifest = run_local(profile, out, quiet=quiet)
     except EndpointCheckError as exc:
-        print(f"tailrace run: an endpoint cannot take the run's requests; no load was sent:\n{exc}", file=sys.stderr)
+        print(f"tailrace run: {exc.headline}; no load was sent:\n{exc}", file=sys.stderr)
         return USAGE
     except LowDiskError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)

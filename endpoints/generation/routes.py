@@ -79,7 +79,7 @@ class OpenAIRoutes:
         vocabulary = engine.decoder.vocabulary
         writer = ChunkWriter(chat, request.model, g.request_id)
         payload = writer.whole("".join(vocabulary.piece(t) for t in g.tokens), g.finish_reason,
-                               usage(len(g.prompt), len(g.tokens)), g.timings_ms())
+                               usage(len(g.prompt), len(g.tokens), g.cached_tokens), g.timings_ms())
         await send_whole(send, 200, payload, [(b"server-timing", timing_header(clock, g)), *echo])
 
     async def _stream(self, send, engine: ContinuousBatcher, g: Generation, request: CompletionRequest,
@@ -95,7 +95,8 @@ class OpenAIRoutes:
         while True:
             count, finished = len(g.tokens), g.done
             if count > sent:
-                running = usage(len(g.prompt), count) if request.include_usage and request.continuous_usage else None
+                running = usage(len(g.prompt), count, g.cached_tokens) \
+                    if request.include_usage and request.continuous_usage else None
                 text = "".join(piece(t) for t in g.tokens[sent:count])
                 await send_event(send, writer.text(text, g.finish_reason if finished else None, running))
                 sent = count
@@ -105,6 +106,6 @@ class OpenAIRoutes:
         if g.cancelled and not finished:
             return
         if request.include_usage:
-            await send_event(send, writer.trailer(usage(len(g.prompt), len(g.tokens)), g.timings_ms()))
+            await send_event(send, writer.trailer(usage(len(g.prompt), len(g.tokens), g.cached_tokens), g.timings_ms()))
         await send_event(send, DONE)
         await end_stream(send)

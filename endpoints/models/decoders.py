@@ -48,13 +48,18 @@ class Decoder(Protocol):
 
     hidden: int
     vocabulary: WordVocabulary
+    caches_prefix: bool  # a prompt's cached leading blocks may skip prefill (False: the engine does not cache)
 
     def step(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
         """(next token per row, new state [batch, hidden])."""
 
 
 class OnnxDecoder:
-    """`1/decoder.onnx` on onnxruntime, one intra-op thread (the step loop is the server's one engine thread)."""
+    """`1/decoder.onnx` on onnxruntime, one intra-op thread (the step loop is the server's one engine thread). Its
+    state is one recurrent vector that depends on how the prompt was chunked, not per-block KV: it does not cache
+    prefixes (the server says so at start, and its prefix-cache counters stay 0)."""
+
+    caches_prefix = False
 
     def __init__(self, spec: ModelSpec) -> None:
         import onnxruntime as ort
@@ -77,7 +82,10 @@ class OnnxDecoder:
 
 class SyntheticDecoder:
     """Known step times: step_ms + step_ms_per_seq × batch + prefill_ms_per_token × prompt tokens in the step
-    (sleep's overshoot compensated). Tokens: a deterministic walk over the vocabulary (never EOS)."""
+    (sleep's overshoot compensated). Tokens: a deterministic walk over the vocabulary (never EOS). Prefix caching
+    skips the cached prompt tokens' prefill, so a cached token costs no prefill_ms_per_token: the truth is known."""
+
+    caches_prefix = True
 
     def __init__(self, spec: ModelSpec, step_ms: float | None = None) -> None:
         p = spec.parameters

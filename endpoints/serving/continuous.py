@@ -6,6 +6,9 @@ One engine thread per model runs steps. Between steps it admits waiting requests
 (chunked prefill: a long prompt takes several steps), and runs one decoder call for the whole batch. A request
 whose prompt is done gets a token from every step until `max_tokens` (finish "length") or, unless `ignore_eos`,
 the end-of-sequence token (finish "stop"). A full waiting queue (`max_waiting`) refuses new requests at once.
+With automatic prefix caching (`enable_prefix_caching`, on by default as in vLLM's V1 engine; a decoder that cannot
+reuse state says so and does not cache) a request admitted skips the prefill of its prompt's leading blocks already
+computed (endpoints/serving/prefix_cache.py): its prefill starts after them, so only uncached tokens cost time.
 
 The engine never touches the event loop: after each step it hands the requests that moved to `publish` (the front
 end wakes their streams with one call_soon_threadsafe). Times are perf_counter ns, from the request's arrival.
@@ -26,6 +29,7 @@ from endpoints.models.decoders import Decoder, StepBatch
 from endpoints.models.vocabulary import EOS
 from endpoints.serving.errors import InferenceError, unavailable
 from endpoints.serving.generation_metrics import GenerationMetrics
+from endpoints.serving.prefix_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class BatchingLimits:
     max_num_batched_tokens: int = 2048
     max_waiting: int = 256
     max_model_len: int = 4096
+    kv_cache_tokens: int = 262_144  # the prefix cache's block budget, in tokens
+    block_size: int = 16  # tokens a cache block holds (vLLM's default)
+    enable_prefix_caching: int = 1  # 1 on, 0 off
 
     @classmethod
     def of(cls, parameters: dict[str, str], overrides: dict[str, int] | None = None) -> "BatchingLimits":
@@ -46,8 +53,14 @@ class BatchingLimits:
                 values[name] = int(raw)
             except (TypeError, ValueError):
                 raise ValueError(f"parameter {name} must be a whole number, got {raw!r}") from None
-            if values[name] < 1:
+            if values[name] < (0 if name == "enable_prefix_caching" else 1):
                 raise ValueError(f"parameter {name} must be ≥ 1, got {values[name]}")
+        if values["enable_prefix_caching"] not in (0, 1):
+            raise ValueError(f"parameter enable_prefix_caching must be 1 (on) or 0 (off), got "
+                             f"{values['enable_prefix_caching']}")
+        if values["enable_prefix_caching"] and values["kv_cache_tokens"] < values["block_size"]:
+            raise ValueError(f"parameter kv_cache_tokens must hold a block ({values['block_size']} tokens), got "
+                             f"{values['kv_cache_tokens']}")
         return cls(**values)
 
 
@@ -71,7 +84,8 @@ class Generation:
     first_token_ns: int = -1
     last_token_ns: int = -1
     cancelled: bool = False
-    fed: int = 0  # prompt tokens prefilled so far
+    fed: int = 0  # prompt tokens prefilled so far (from the cached ones on)
+    cached_tokens: int = 0  # leading prompt tokens found in the prefix cache (not prefilled)
     state: np.ndarray | None = None
 
     @property
@@ -104,6 +118,8 @@ class ContinuousBatcher:
         self._thread: threading.Thread | None = None
         self._stall_until = 0.0
         self.steps = 0
+        caching = bool(limits.enable_prefix_caching) and getattr(decoder, "caches_prefix", False)
+        self.prefix_cache = PrefixCache(limits.kv_cache_tokens, limits.block_size) if caching else None
         for gauge in (metrics.running, metrics.waiting):
             gauge.labels(name).set(0)
 
@@ -163,6 +179,10 @@ class ContinuousBatcher:
                     continue
                 generation.admitted_ns = now
                 generation.state = np.zeros(self.decoder.hidden, np.float32)
+                if self.prefix_cache is not None:
+                    generation.cached_tokens = generation.fed = self.prefix_cache.lookup(generation.prompt)
+                    self._metrics.prefix_queries.labels(self.name).inc(len(generation.prompt))
+                    self._metrics.prefix_hits.labels(self.name).inc(generation.cached_tokens)
                 self._running.append(generation)
                 self._metrics.queue.labels(self.name).observe((now - generation.arrival_ns) / 1e9)
             self._metrics.waiting.labels(self.name).set(len(self._waiting))
@@ -241,6 +261,9 @@ class ContinuousBatcher:
             g.finish_reason = "length"
         elif token == EOS:
             g.finish_reason = "stop"
+        if g.finish_reason and self.prefix_cache is not None:  # its computed blocks, for later requests
+            self.prefix_cache.insert(np.concatenate([g.prompt, np.asarray(g.tokens, np.int64)]))
+            m.cache_usage.labels(name).set(self.prefix_cache.usage())
         if g.finish_reason:
             m.e2e.labels(name).observe((now - g.arrival_ns) / 1e9)
             m.decode.labels(name).observe((now - g.first_token_ns) / 1e9)

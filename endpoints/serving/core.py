@@ -118,7 +118,8 @@ class InferenceServer:
         generative = self.generative_specs = {n: s for n, s in every.items() if s.backend == GENERATIVE_BACKEND}
         unknown = set(options.batching) - set(generative)
         if unknown:
-            raise ValueError(f"--max-num-seqs/--max-num-batched-tokens/--max-waiting name unknown generative "
+            raise ValueError(f"--max-num-seqs/--max-num-batched-tokens/--max-waiting/--max-model-len/--kv-cache-tokens/"
+                             f"--prefix-caching name unknown generative "
                              f"model(s): {', '.join(sorted(unknown))}")
         generation_metrics = GenerationMetrics(self.metrics.registry) if generative else None
         self.generators: dict[str, ContinuousBatcher] = {}

@@ -26,6 +26,13 @@ class GenerationMetrics:
         self.generation_tokens = Counter(PREFIX + "generation_tokens", "Tokens generated", label, registry=registry)
         self.success = Counter(PREFIX + "request_success", "Requests finished", label + ["finished_reason"],
                                registry=registry)
+        # vLLM's prefix-cache counters, in tokens: prompt tokens looked up, and of them found cached
+        self.prefix_queries = Counter(PREFIX + "prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
+                                      label, registry=registry)
+        self.prefix_hits = Counter(PREFIX + "prefix_cache_hits", "Prompt tokens found in the prefix cache", label,
+                                   registry=registry)
+        self.cache_usage = Gauge(PREFIX + "kv_cache_usage_perc", "Fraction of the prefix cache's blocks in use",
+                                 label, registry=registry)
         self.refused = Counter(PREFIX + "request_refused", "Requests refused because the waiting queue was full",
                                label, registry=registry)
 

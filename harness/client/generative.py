@@ -20,8 +20,8 @@ import orjson
 from contract.credentials import Credential, CredentialError
 from contract.profile import Tls
 from harness.client.classify import classify_exception, classify_http_status
-from harness.client.http1 import Http1Pool
-from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT, OpenAIStream, StreamProtocolError
+from harness.client.http1 import Http1Pool, Stalled
+from harness.client.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT, OpenAIStream, StreamProtocolError
 from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.sse import SseError, SseParser
 from harness.client.tls import ssl_context
@@ -62,13 +62,14 @@ class PromptPayloads:
 
     bodies: list[bytes]
     request: _OneRequest = _OneRequest()
+    count: int = 0  # the samples where no body is built before the run (a session endpoint's: its sessions)
 
     @property
     def samples(self) -> PromptSamples:
-        return PromptSamples(len(self.bodies))
+        return PromptSamples(len(self.bodies) or self.count)
 
     def index(self, sample: int) -> int:
-        return sample % len(self.bodies)
+        return sample % (len(self.bodies) or self.count or 1)
 
     def first_row(self, sample: int) -> int:
         return self.index(sample)
@@ -124,7 +125,8 @@ class StreamSender:
 
     def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
                  credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True,
-                 model: str = "", count_output: str | None = None, counter: TokenCounter | None = None) -> None:
+                 model: str = "", count_output: str | None = None, counter: TokenCounter | None = None,
+                 stall_timeout_s: float | None = None, samples: int = 0) -> None:
         parsed = urlparse(url)
         self.chat, self.stream, self.protocol = protocol == CHAT, stream, protocol
         self.model, self.count_output, self.counter = model, count_output, counter
@@ -138,8 +140,8 @@ class StreamSender:
             context = ssl_context(tls, SSLContext)
         self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None,
                                 kernel_stamps=True)
-        self.payloads = PromptPayloads(bodies)
-        self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
+        self.payloads = PromptPayloads(bodies, count=samples)
+        self.timeout_s, self.ttft_timeout_s, self.stall_timeout_s = timeout_s, ttft_timeout_s, stall_timeout_s
         self.credential = credential
         self.warm_connections = min(16, pool)
         self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {parsed.hostname}:{port}\r\n"
@@ -155,7 +157,11 @@ class StreamSender:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
         with a status class, and its stream says how far it got)."""
         index = self.payloads.index(sample)
-        body = self.payloads.bodies[index]
+        return self.send_body(self.payloads.bodies[index], headers, on_sent, index)
+
+    def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1) -> Outcome:
+        """Send one request body (a session's turn, built at its send) and read its stream, as send does
+        (`index`: the prompt's in the token counter, -1: none)."""
         result = StreamOutcome()
         try:
             auth = self._auth_line()
@@ -189,7 +195,7 @@ class StreamSender:
             first.start()
         status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
         try:
-            response = self.client.request(head + body, consume)
+            response = self.client.request(head + body, consume, self.stall_timeout_s)
             bytes_in = response.body_bytes
             timing = server_timing(response.server_timing)
             code = str(response.status)
@@ -201,6 +207,8 @@ class StreamSender:
         except FirstTokenTimeout:
             status, code, error, result.outcome = "timeout", "ttft_timeout", "no first token within " \
                 f"{self.ttft_timeout_s:g} s", TTFT_TIMEOUT
+        except Stalled as exc:
+            status, code, error, result.outcome = "timeout", STALLED, str(exc), STALLED
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             if faults:
                 status, code, error = "bad_response", "stream", str(faults[0])[:200]
@@ -274,6 +282,10 @@ def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> str:
     result.token_source = "final_usage" if result.output_tokens >= 0 else ""
     result.finish_reason = str(choice.get("finish_reason") or "")[:32]
     result.preview = (text or "")[:80]
+    result.text = str(text or "")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        result.cached_tokens = details["cached_tokens"]
     result.outcome = "complete"
     return str(text or "")
 
@@ -304,6 +316,11 @@ def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, pro
     result.output_tokens, result.input_tokens = stream.output_tokens, stream.input_tokens
     result.token_source, result.finish_reason = stream.count_source, stream.finish_reason
     result.preview = stream.preview
+    result.cached_tokens = getattr(stream, "cached_tokens", -1)
+    result.reasoning_tokens = getattr(stream, "reasoning_tokens", -1)
+    result.first_answer_ns = getattr(stream, "first_answer_ns", stream.first_token_ns)
+    result.text = "".join(getattr(stream, "answer", stream.texts))
+    result.tool_calls = [call for _, call in sorted(getattr(stream, "tool_calls", {}).items())]
     if counter is not None:
         counter.fill(result, prompt_index, "".join(stream.texts))
 

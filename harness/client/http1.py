@@ -91,6 +91,10 @@ class ConnectionClosed(ConnectionError):
     """The server closed the connection before a complete response."""
 
 
+class Stalled(socket.timeout):
+    """A response that began, then sent nothing for the stall timeout."""
+
+
 class Http1Pool:
     """Keep-alive connections to one host:port, over TLS when given a client context (gevent's ssl, so the
     handshake and every read and write yield to the other requests)."""
@@ -124,24 +128,26 @@ class Http1Pool:
                 raise
         return sock
 
-    def request(self, raw: bytes | tuple[bytes, ...], consumer: Callable[[bytes, int], None] | None = None
-                ) -> HttpResponse:
+    def request(self, raw: bytes | tuple[bytes, ...], consumer: Callable[[bytes, int], None] | None = None,
+                stall_s: float | None = None) -> HttpResponse:
         """Send one complete request (bytes, or its parts: a large pre-encoded body is sent as it is, never copied
         into a joined buffer) and read its response; raises on timeout / connection errors. `consumer`: a 200
         response's body is handed to it piece by piece as it is read (with perf_counter_ns() of the read, taken
-        before any parsing) instead of being kept."""
+        before any parsing) instead of being kept. `stall_s`: once the response has begun, a read that waits longer
+        than this raises Stalled (a stream that stopped sending)."""
         with gevent.Timeout(self.timeout_s, socket.timeout(f"no complete response within {self.timeout_s:g} s")):
             if self._idle:
                 sock = self._idle.pop()
                 try:
-                    return self._exchange(sock, raw, consumer)
+                    return self._exchange(sock, raw, consumer, stall_s)
                 except ConnectionClosed as exc:
                     if exc.args and exc.args[0] == "before response":
-                        return self._exchange(self._connect(), raw, consumer)  # stale keep-alive: retry once
+                        return self._exchange(self._connect(), raw, consumer, stall_s)  # stale keep-alive: retry once
                     raise
-            return self._exchange(self._connect(), raw, consumer)
+            return self._exchange(self._connect(), raw, consumer, stall_s)
 
-    def _exchange(self, sock, raw: bytes | tuple[bytes, ...], consumer=None) -> HttpResponse:
+    def _exchange(self, sock, raw: bytes | tuple[bytes, ...], consumer=None, stall_s: float | None = None
+                  ) -> HttpResponse:
         response = HttpResponse(consumer)
         parser = response.parser = httptools.HttpResponseParser(response)
         got_bytes = False
@@ -164,8 +170,16 @@ class Http1Pool:
                     response.read_ns = time.perf_counter_ns()
                 if not data:
                     raise ConnectionClosed("during response" if got_bytes else "before response")
+                if not got_bytes and stall_s is not None:
+                    sock.settimeout(stall_s)  # from here on every read waits at most stall_s
                 got_bytes = True
                 parser.feed_data(data)
+        except socket.timeout as exc:
+            sock.close()
+            silent_s = (time.perf_counter_ns() - response.read_ns) / 1e9 if got_bytes else 0.0
+            if stall_s is not None and silent_s >= stall_s * 0.99:  # the read's own timeout, not the request's
+                raise Stalled(f"no data for {stall_s:g} s in the middle of the response") from exc
+            raise
         except (ConnectionResetError, BrokenPipeError) as exc:
             sock.close()
             if not got_bytes:  # a peer that had closed a kept-alive connection answers with a reset
@@ -174,6 +188,8 @@ class Http1Pool:
         except BaseException:
             sock.close()
             raise
+        if stall_s is not None:
+            sock.settimeout(None)
         response.status = parser.get_status_code()
         response.parser = None
         if response.keep_alive:

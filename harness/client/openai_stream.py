@@ -3,7 +3,9 @@ event: which events carry tokens and how many, the finish reason, the usage, in-
 
 Rules (docs/METHODS.md, "Streams"):
 - a token event is one whose choice carries text: `choices[0].text` (completions) or `choices[0].delta.content`
-  (chat; the chat stream's first event carries only the role and is not a token);
+  (chat; the chat stream's first event carries only the role and is not a token); a reasoning model's
+  `delta.reasoning_content` (vLLM; newer releases `delta.reasoning`) and an agent's `delta.tool_calls` are output
+  too: reasoning tokens are counted apart, and the first answer token (content or a tool call) has its own instant;
 - how many tokens an event carries: the growth of `usage.completion_tokens` when the server reports usage on every
   event (vLLM's `continuous_usage_stats`), else 1; the output tokens of the request: the last usage the server
   reported, else the events counted (`count_source` says which: "usage", "final_usage", "events");
@@ -18,7 +20,8 @@ from array import array
 import orjson
 
 DONE = b"[DONE]"
-COMPLETE, ERROR_EVENT, CUT, TTFT_TIMEOUT, TIMEOUT = "complete", "error_event", "cut", "ttft_timeout", "timeout"
+COMPLETE, ERROR_EVENT, CUT, TTFT_TIMEOUT, TIMEOUT, STALLED = ("complete", "error_event", "cut", "ttft_timeout",
+                                                              "timeout", "stalled")
 
 
 def record_token_event(stream, read_ns: int, text: str, tokens: int) -> None:
@@ -45,7 +48,7 @@ class OpenAIStream:
 
     __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
                  "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview",
-                 "texts")
+                 "texts", "cached_tokens", "reasoning_tokens", "first_answer_ns", "answer", "tool_calls")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -63,6 +66,11 @@ class OpenAIStream:
         self.text_bytes = 0
         self.preview = ""  # the text's first 80 characters (tailrace probe prints them)
         self.texts: list[str] = []  # every token event's text (counted with the profile's tokenizer, if any)
+        self.cached_tokens = -1  # usage.prompt_tokens_details.cached_tokens
+        self.reasoning_tokens = -1  # tokens of reasoning deltas (-1: none seen)
+        self.first_answer_ns = -1  # the first content or tool-call event's read instant
+        self.answer: list[str] = []  # the answer's text pieces (not the reasoning)
+        self.tool_calls: dict[int, dict] = {}  # index → {"id", "name", "arguments"} as streamed
 
     def feed(self, read_ns: int, data: bytes) -> None:
         """One event's data, read at `read_ns`."""
@@ -84,14 +92,23 @@ class OpenAIStream:
         choices = event.get("choices")
         if not isinstance(choices, list):
             raise StreamProtocolError(f"an event without choices: {data[:80]!r}")
-        text = ""
+        text, reasoning = "", False
         if choices:
             choice = choices[0]
             if not isinstance(choice, dict):
                 raise StreamProtocolError(f"a choice that is not an object: {data[:80]!r}")
             if self.chat:
                 delta = choice.get("delta") or {}
-                text = (delta.get("content") or "") if isinstance(delta, dict) else ""
+                if isinstance(delta, dict):
+                    text = delta.get("content") or ""
+                    calls = delta.get("tool_calls")
+                    if not text and isinstance(calls, list) and calls:
+                        text = self._tool_call_pieces(calls)
+                    if not text:
+                        text = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                        reasoning = bool(text)
+                    if not isinstance(text, str):
+                        raise StreamProtocolError(f"a delta whose text is not a string: {data[:80]!r}")
             else:
                 text = choice.get("text") or ""
             if choice.get("finish_reason"):
@@ -102,6 +119,9 @@ class OpenAIStream:
             prompt = usage.get("prompt_tokens")
             if isinstance(prompt, int):
                 self.input_tokens = prompt
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                self.cached_tokens = details["cached_tokens"]
             if isinstance(completion, int):
                 if choices and text:
                     self._continuous = True
@@ -109,6 +129,28 @@ class OpenAIStream:
                 self.usage_tokens = completion
         if text:
             record_token_event(self, read_ns, text, tokens)
+            if reasoning:
+                self.reasoning_tokens = max(self.reasoning_tokens, 0) + tokens
+            else:
+                self.answer.append(text)
+                if self.first_answer_ns < 0:
+                    self.first_answer_ns = read_ns
+
+    def _tool_call_pieces(self, calls: list) -> str:
+        """A delta's tool-call pieces into the calls so far (by index); the text they carry (name, arguments)."""
+        pieces = []
+        for call in calls:
+            if not isinstance(call, dict):
+                raise StreamProtocolError(f"a tool call that is not an object: {str(call)[:80]!r}")
+            mine = self.tool_calls.setdefault(int(call.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+            function = call.get("function") or {}
+            if call.get("id"):
+                mine["id"] = str(call["id"])
+            if isinstance(function, dict):
+                mine["name"] += str(function.get("name") or "")
+                mine["arguments"] += str(function.get("arguments") or "")
+                pieces.append(str(function.get("name") or "") + str(function.get("arguments") or ""))
+        return "".join(pieces)
 
     @property
     def output_tokens(self) -> int:

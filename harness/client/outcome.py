@@ -21,6 +21,11 @@ class StreamOutcome:
     finish_reason: str = ""
     outcome: str = ""  # complete | error_event | cut | ttft_timeout | timeout
     preview: str = ""  # the text's first 80 characters
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1: not reported)
+    reasoning_tokens: int = -1  # output tokens that were reasoning (-1: no reasoning seen)
+    first_answer_ns: int = -1  # perf_counter_ns() of the read that carried the first answer token (not reasoning)
+    text: str = ""  # the answer's whole text (a session's next turn carries it); kept only when asked for
+    tool_calls: list = field(default_factory=list)  # the tool calls streamed ({"id", "name", "arguments"})
 
 
 @dataclass

@@ -131,32 +131,41 @@ _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "ass
           "bard": "assistant", "bing": "assistant", "system": "system"}
 
 
-def sharegpt_prompts(path: Path, conversation: str = "first_turn") -> list[tuple[str | list, int | None]]:
-    """(prompt or chat messages, the reply's length in words or None) of every conversation of a ShareGPT-format
-    file (a JSON list of {"conversations": [{"from": "human" | "gpt" | "system", "value": …}, …]}) that has a
-    human turn: its first human turn, or (`conversation` = "messages") every turn up to its last human one."""
+def sharegpt_conversations(path: Path, error: type[ValueError] = PromptFileError) -> list[list[tuple[str, str]]]:
+    """Every conversation of a ShareGPT-format file (a JSON list of {"conversations": [{"from": "human" | "gpt" |
+    "system", "value": …}, …]}) as (role, text) turns, roles in OpenAI's names; `error` names the file and item."""
     try:
         doc = orjson.loads(path.read_bytes())
     except OSError as exc:
-        raise PromptFileError(f"{path}: {exc.strerror or exc}") from None
+        raise error(f"{path}: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
-        raise PromptFileError(f"{path}: not JSON ({exc})") from None
+        raise error(f"{path}: not JSON ({exc})") from None
     if not isinstance(doc, list):
-        raise PromptFileError(f"{path}: a ShareGPT file is a JSON list of {{\"conversations\": [...]}} items")
+        raise error(f"{path}: a ShareGPT file is a JSON list of {{\"conversations\": [...]}} items")
     out = []
     for n, item in enumerate(doc):
         turns = item.get("conversations") if isinstance(item, dict) else None
         if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("value"), str)
                                                   and t.get("from") in _ROLES for t in turns):
-            raise PromptFileError(f"{path}: item {n}: needs \"conversations\", a list of {{\"from\": human | gpt | "
-                                  "system, \"value\": text}} turns")
-        humans = [i for i, t in enumerate(turns) if _ROLES[t["from"]] == "user" and t["value"].strip()]
+            raise error(f"{path}: item {n}: needs \"conversations\", a list of {{\"from\": human | gpt | "
+                        "system, \"value\": text}} turns")
+        out.append([(_ROLES[t["from"]], t["value"]) for t in turns])
+    return out
+
+
+def sharegpt_prompts(path: Path, conversation: str = "first_turn") -> list[tuple[str | list, int | None]]:
+    """(prompt or chat messages, the reply's length in words or None) of every conversation of a ShareGPT-format
+    file that has a human turn: its first human turn, or (`conversation` = "messages") every turn up to its last
+    human one."""
+    out = []
+    for turns in sharegpt_conversations(path):
+        humans = [i for i, (role, text) in enumerate(turns) if role == "user" and text.strip()]
         if not humans:
             continue  # nothing to ask
         last = humans[0] if conversation == "first_turn" else humans[-1]
-        reply = next((t["value"] for t in turns[last + 1:] if _ROLES[t["from"]] == "assistant"), None)
-        prompt = turns[last]["value"] if conversation == "first_turn" else [
-            {"role": _ROLES[t["from"]], "content": t["value"]} for t in turns[:last + 1]]
+        reply = next((text for role, text in turns[last + 1:] if role == "assistant"), None)
+        prompt = turns[last][1] if conversation == "first_turn" else [
+            {"role": role, "content": text} for role, text in turns[:last + 1]]
         out.append((prompt, max(1, len(reply.split())) if reply else None))
     if not out:
         raise PromptFileError(f"{path}: no conversation with a human turn")

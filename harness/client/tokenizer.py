@@ -88,7 +88,7 @@ class TokenCounter:
     def fill(self, result, prompt_index: int, text: str) -> None:
         """Into a StreamOutcome: the prompt's tokens unless the server said, and the output's tokens (source
         "tokenizer") where the server reported no count ("events", or a whole response without usage)."""
-        if result.input_tokens < 0:
+        if result.input_tokens < 0 and prompt_index >= 0:
             result.input_tokens = self.input_tokens[prompt_index]
         if result.token_source in ("events", "") and text:
             result.output_tokens, result.token_source = self.tokenizer.count(text), "tokenizer"

@@ -17,6 +17,7 @@ from contract.plan import RunPlan
 from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from contract.tensors import TensorSpec, onnx_tensors
+from harness.client.conversations import SessionFileError, session_source
 from harness.client.prompts import PromptFileError, prompt_bodies
 from harness.client.request_data import DataError, samples_for
 from harness.client.senders import inprocess_model
@@ -40,7 +41,10 @@ class ModelInfo:
 
 
 class EndpointCheckError(Exception):
-    """An endpoint that cannot take the run's requests; the message names the endpoint and what is wrong."""
+    """An endpoint that cannot take the run's requests, or inputs the run cannot use (a trace, a session file); the
+    message names the endpoint or the file and what is wrong; `headline` says which."""
+
+    headline = "an endpoint cannot take the run's requests"
 
 
 def _tensors(items) -> list[TensorSpec]:
@@ -267,12 +271,15 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                 else:
                     check_generative(url, ep)
                 if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
-                    prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
+                    if ep.sessions is not None:
+                        session_source(ep, profile.load.seed, Path(plan.data_root or "."))
+                    else:
+                        prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
                 if ep.prompts is None or ep.prompts.tokenizer is None:
                     notes.append(f"endpoint {ep.name}: prompt lengths are approximate (words ≈ tokens) and token "
                                  "counts come from the server; name the model's tokenizer.json in prompts.tokenizer "
                                  "for exact lengths")
-            except (EndpointCheckError, CredentialError, TlsError, PromptFileError) as exc:
+            except (EndpointCheckError, CredentialError, TlsError, PromptFileError, SessionFileError) as exc:
                 problems.append(f"endpoint {ep.name}: {exc}")
             continue
         try:
@@ -307,5 +314,8 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
         except TraceError as exc:
             problems.append(f"load.arrivals.trace: {exc}")
     if problems:
-        raise EndpointCheckError("\n".join(problems))
+        error = EndpointCheckError("\n".join(problems))
+        if all(p.startswith("load.arrivals.trace") for p in problems):
+            error.headline = f"the trace {trace.file} cannot be replayed"
+        raise error
     return Resolved(requests, notes, model_inputs)

@@ -123,7 +123,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     try:  # data files live on the workers' hosts: relative paths are read from each worker's directory
         checked = resolve_requests(plan, data_here=False)
     except EndpointCheckError as exc:
-        print(f"tailrace master: an endpoint cannot take the run's requests; no load was sent:\n{exc}",
+        print(f"tailrace master: {exc.headline}; no load was sent:\n{exc}",
               file=sys.stderr)
         return None, USAGE
     for note in checked.notes:

@@ -152,9 +152,12 @@ def _embedded_flags(profile: Profile) -> list[str]:
     e = profile.embedded
     for flag, mapping in (("--slots", e.slots), ("--queue-depth", e.queue_depth), ("--max-batch", e.max_batch),
                           ("--max-num-seqs", e.max_num_seqs), ("--max-num-batched-tokens", e.max_num_batched_tokens),
-                          ("--max-waiting", e.max_waiting)):
+                          ("--max-waiting", e.max_waiting), ("--max-model-len", e.max_model_len),
+                          ("--kv-cache-tokens", e.kv_cache_tokens)):
         for model, n in mapping.items():
             extra += [flag, f"{model}={n}"]
+    for model, on in e.prefix_caching.items():
+        extra += ["--prefix-caching", f"{model}={'on' if on else 'off'}"]
     if e.mm1_mean_ms:
         extra += ["--mm1-mean-ms", str(e.mm1_mean_ms)]
     if e.fault_injection:

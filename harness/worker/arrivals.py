@@ -85,12 +85,14 @@ def global_arrivals(segments: list[Segment], seed: int, arrivals: Arrivals | Non
 
 @dataclass(frozen=True)
 class Plan:
-    """One worker's arrivals: offsets (ns) from the start of the run, which endpoint, which phase, which sample."""
+    """One worker's arrivals: offsets (ns) from the start of the run, which endpoint, which phase, which sample, and
+    each one's place in the global process (a session's id: unique in the run, the same in every run of the seed)."""
 
     offsets_ns: np.ndarray
     endpoint_index: np.ndarray
     phase_index: np.ndarray
     sample_index: np.ndarray
+    arrival_index: np.ndarray
 
 
 def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
@@ -115,7 +117,7 @@ def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, dur
         phase = phase_of(segments, warmup_s, times)
         mine = (region == region_index) & (worker == worker_index)
         return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32),
-                    phase[mine].astype(np.int32), sample[mine])
+                    phase[mine].astype(np.int32), sample[mine], np.flatnonzero(mine))
     segments = rate_segments(rate, phases, warmup_s, duration_s) if arrivals.process != "onoff" else \
         ([Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []) + \
         [Segment(warmup_s, warmup_s + duration_s, 0.0, 0.0, "on/off")]
@@ -127,5 +129,5 @@ def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, dur
     phase = phase_of(segments, warmup_s, times)
     mine = (region == region_index) & (worker == worker_index)
     return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32), phase[mine].astype(np.int32),
-                sample[mine].astype(np.int64))
+                sample[mine].astype(np.int64), np.flatnonzero(mine))
 

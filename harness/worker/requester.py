@@ -21,6 +21,7 @@ from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import Arrival
+from harness.worker.turns import Turn
 
 
 @dataclass
@@ -39,14 +40,16 @@ class RequestPath:
     start_mono: int = 0
     in_flight: int = 0
     sent: int = 0
+    later_turns: int = 0  # sessions' turns after their first
 
     def __post_init__(self) -> None:
         self.endpoints = self.plan.profile.endpoints
         self.batches = [self.plan.batch_size(e) for e in self.endpoints]  # read per request: computed once
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
 
-    def send(self, arrival: Arrival) -> None:
-        """Send one arrival and record it; never raises (a failure is an outcome)."""
+    def send(self, arrival: Arrival, turn: Turn | None = None) -> Outcome:
+        """Send one arrival and record it; never raises (a failure is an outcome). `turn`: a session's turn — its
+        body built at its send, its session fields recorded (harness/worker/sessions.py)."""
         trace_id, span_id = new_ids()
         offset_ns = self.clocks.offset_ns
         headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
@@ -59,20 +62,34 @@ class RequestPath:
             sent[0] = time.perf_counter_ns()
 
         try:
-            outcome = self.senders[arrival.endpoint].send(arrival.sample, headers, on_sent)
+            if turn is None:
+                outcome = self.senders[arrival.endpoint].send(arrival.sample, headers, on_sent)
+            else:
+                outcome = self.senders[arrival.endpoint].send_body(turn.body, headers, on_sent)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         done = time.perf_counter_ns()
         self.in_flight -= 1
-        self.sent += 1
+        if turn is None or turn.index == 1:
+            self.sent += 1  # what the schedule planned: requests, or sessions started
+        else:
+            self.later_turns += 1
+        if turn is not None:
+            turn.done_mono = done
+            turn.end = turn.decide(outcome)  # before the record: its last turn says why the session ended
         t_sent = sent[0] or done
         lag = t_sent - arrival.intended_mono
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
             self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, in_flight)
-        self.recorder.add(self.record(arrival, trace_id, span_id, t_sent, done, outcome, in_flight, offset_ns))
+        row = self.record(arrival, trace_id, span_id, t_sent, done, outcome, in_flight, offset_ns)
+        if turn is not None:
+            row = row._replace(session_id=turn.session_id, turn=turn.index, session_end=turn.end,
+                               prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached)
+        self.recorder.add(row)
         ep = self.endpoints[arrival.endpoint]
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,
                             self.in_flight)
+        return outcome
 
     def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
                in_flight: int, offset_ns: int) -> RequestRow:
@@ -104,4 +121,6 @@ def stream_fields(s: StreamOutcome, intended_mono: int, clock: WorkerClock) -> d
             "ttft_ns": first - intended_mono if first >= 0 else -1, "output_tokens": s.output_tokens,
             "input_tokens": s.input_tokens, "token_source": s.token_source, "finish_reason": s.finish_reason,
             "stream_outcome": s.outcome, "token_event_us": offsets.tobytes(),
-            "token_event_counts": s.event_tokens.tobytes()}
+            "token_event_counts": s.event_tokens.tobytes(), "cached_tokens": s.cached_tokens,
+            "reasoning_tokens": s.reasoning_tokens,
+            "ttfa_ns": s.first_answer_ns - intended_mono if s.first_answer_ns >= 0 else -1}

@@ -12,12 +12,15 @@ import time
 from pathlib import Path
 
 import gevent
+import numpy as np
 
 from contract.credentials import Credential
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
 from contract.profile import MASTER_CLOCK, Prompts
+from contract.rates import rate_segments
 from contract.requests import scenario_request
+from harness.client.conversations import session_source
 from harness.client.generative import StreamSender
 from harness.client.grpc_stream import GrpcStreamSender, stream_request
 from harness.client.payloads import AnswerCheck, wanted_outputs
@@ -28,7 +31,7 @@ from harness.client.tls import sender_tls
 from harness.spool.chunk_shipping import ChunkShipper
 from harness.spool.recorder import clock_writer, request_writer
 from harness.spool.uplink import ChunkUplink
-from harness.worker.arrivals import Plan, worker_plan
+from harness.worker.arrivals import Plan, phase_of, worker_plan
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.identity import WorkerIdentity
@@ -36,6 +39,7 @@ from harness.worker.metrics import WorkerMetrics
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
+from harness.worker.sessions import PreparedSession, SessionEndpoint, SessionRunner
 from harness.worker.traces import load_trace
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
@@ -87,13 +91,18 @@ class WorkerRun:
         arrivals = p.load.arrivals
         self.trace = load_trace(arrivals.trace, Path(plan.data_root or "."), [e.name for e in p.endpoints],
                                 [r.name for r in p.regions]) if arrivals.process == "trace" else None
+        self.session_endpoints: dict[int, SessionEndpoint] = {}
         senders = senders if senders is not None else self._senders()
         checks = [AnswerCheck(ep.check, s.payloads.samples, s.payloads.request.batched)
                   for ep, s in zip(p.endpoints, senders)]
         self.n_samples = max(len(s.payloads.samples) for s in senders)
         self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
-        self.loop = IssueLoop(self.path.send, int(gen.spin_ms * 1e6), plan.drain_s)
+        self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
+                              self._prepare if self.session_endpoints else None)
+        self.window: Window | None = None
+        self.sessions = SessionRunner(self.path.send, self.loop.wait_until, self.session_endpoints, p.load.seed,
+                                      lambda: self.window.end_mono, self._phase_at)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}
         self.started_ns = self.clock.now_ns()
@@ -103,6 +112,26 @@ class WorkerRun:
         self._finisher: gevent.Greenlet | None = None
         # silences of the master (epoch s: last heartbeat before, first after; None: it never came back)
         self.control_gaps: list[tuple[float, float | None]] = []
+
+    def _prepare(self, arrival):
+        """What an arrival needs before its instant: a session's script and first request (else the arrival)."""
+        return self.sessions.prepare(arrival) if self.sessions.handles(arrival) else arrival
+
+    def _issue(self, item) -> None:
+        """An arrival of the schedule: a session started, or one request sent."""
+        if isinstance(item, PreparedSession):
+            self.sessions.run(item)
+        else:
+            self.path.send(item)
+
+    def _phase_at(self, mono_ns: int) -> int:
+        """The phase an instant of the run falls in (a session's later turn: by its own intended instant)."""
+        load = self.profile.load
+        seconds = (mono_ns - self.path.start_mono) / 1e9
+        if load.scenario != "server" or load.arrivals.process in ("trace", "onoff"):
+            return 0 if seconds < load.warmup_s else 1
+        segments = rate_segments(load.rate, list(load.phases), load.warmup_s, load.duration_s)
+        return int(phase_of(segments, load.warmup_s, np.asarray([seconds]))[0])
 
     def log(self, message: str) -> None:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)
@@ -140,6 +169,8 @@ class WorkerRun:
             items = trace_items(ep, trace.input_tokens, trace.output_tokens, self.profile.load.seed, root)
         else:
             items = prompt_items(ep, self.profile.load.seed, root)
+        if ep.sessions is not None:
+            return self._session_sender(ep, url, pool, root)
         counter = token_counter(ep, items, root)
         if ep.protocol == "kserve-grpc-stream":
             spec = ep.prompts or Prompts()
@@ -150,7 +181,18 @@ class WorkerRun:
         bodies = prompt_bodies(ep, self.profile.load.seed, root, inputs, items)
         return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
                             sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream), model=ep.model,
-                            count_output=ep.token_count_output, counter=counter)
+                            count_output=ep.token_count_output, counter=counter,
+                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
+
+    def _session_sender(self, ep, url: str, pool: int, root: Path) -> Sender:
+        """A session endpoint's sender (its bodies built at each turn's send) and its sessions' source."""
+        source, count = session_source(ep, self.profile.load.seed, root)
+        self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count)
+        spec = ep.prompts or Prompts()
+        return StreamSender(url, ep.protocol, [], ep.timeout_ms / 1000,
+                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+                            sender_tls(ep), pool, stream=spec.stream, model=ep.model, samples=source.count,
+                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:
@@ -225,8 +267,8 @@ class WorkerRun:
                             gevent.spawn(self._saturation_loop, start_mono)]
         if self.uplink is not None:
             self._background.append(gevent.spawn(self._uplink_loop))
-        window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
-                        int(load.warmup_s * 1e9))
+        window = self.window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
+                                     int(load.warmup_s * 1e9))
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
         self.scenario_stats = run_scenario(
             self.loop, self.plan, window, schedule,
@@ -312,4 +354,5 @@ class WorkerRun:
                 "invalid_reasons": reasons, "warnings": warnings, "send_lag_windows": len(sat.windows),
                 "lagging_windows": [w.as_dict() for w in sat.windows if w.lagging],
                 "scenario": self.scenario_stats, "started_ns": self.started_ns, "finished_ns": self.finished_ns,
+                **({"sessions": self.sessions.summary()} if self.session_endpoints else {}),
                 "control_gaps": [[since, back] for since, back in self.control_gaps]}

@@ -23,12 +23,14 @@ from harness.worker.arrivals import Plan
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """One request to issue: when (perf_counter_ns), to which endpoint (index), in which phase, which sample."""
+    """One request to issue: when (perf_counter_ns), to which endpoint (index), in which phase, which sample; for a
+    session endpoint, the session it starts (its id: the arrival's place in the global process)."""
 
     intended_mono: int
     endpoint: int
     phase: int
     sample: int
+    session: int = -1
 
 
 @dataclass
@@ -53,8 +55,11 @@ class IssueCounts:
 class IssueLoop:
     """Issues arrivals through `send` (the request path): open loop at their instants, or closed loop."""
 
-    def __init__(self, send: Callable[[Arrival], None], spin_ns: int, drain_s: float) -> None:
-        self.send, self.spin_ns, self.drain_s = send, spin_ns, drain_s
+    def __init__(self, send: Callable[[Arrival], None], spin_ns: int, drain_s: float,
+                 prepare: Callable[[Arrival], object] | None = None) -> None:
+        """`prepare(arrival)`: what `send` is handed instead of the arrival, made before the arrival's instant
+        (while the loop waits for it); None: the arrival itself."""
+        self.send, self.spin_ns, self.drain_s, self.prepare = send, spin_ns, drain_s, prepare
         self.counts = IssueCounts()
 
     def wait_until(self, mono_ns: int) -> None:
@@ -66,26 +71,29 @@ class IssueLoop:
         while time.perf_counter_ns() < mono_ns:
             gevent.sleep(0)
 
-    def open_loop(self, arrivals: Iterable[Arrival], limit: int | None = None) -> None:
+    def open_loop(self, arrivals: Iterable[Arrival], limit: int | None = None, until_mono: int | None = None) -> None:
         """Send each arrival at its instant without waiting for responses. With `limit`, an arrival that finds
-        `limit` requests of this loop still in flight is missed (counted, nothing sent)."""
+        `limit` requests of this loop still in flight is missed (counted, nothing sent). `until_mono`: what was
+        sent may go on until then (sessions' later turns), then the drain time."""
         group = Group()
         active = [0]
 
-        def tracked(arrival: Arrival) -> None:
+        def tracked(item) -> None:
             try:
-                self.send(arrival)
+                self.send(item)
             finally:
                 active[0] -= 1
 
         for arrival in arrivals:
+            item = self.prepare(arrival) if self.prepare is not None else arrival
             self.wait_until(arrival.intended_mono)
             missed = limit is not None and active[0] >= limit
             self.counts.count(arrival, missed)
             if not missed:
                 active[0] += 1
-                group.spawn(tracked, arrival)
-        group.join(timeout=self.drain_s)
+                group.spawn(tracked, item)
+        more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None else 0.0
+        group.join(timeout=more_s + self.drain_s)
 
     def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
         """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""
@@ -103,9 +111,10 @@ class IssueLoop:
 
 def poisson_arrivals(plan: Plan, start_mono: int) -> Iterator[Arrival]:
     """server: the worker's planned arrivals, at start + offset."""
-    for offset, endpoint, phase, sample in zip(plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
-                                               plan.phase_index.tolist(), plan.sample_index.tolist()):
-        yield Arrival(start_mono + offset, endpoint, phase, sample)
+    for offset, endpoint, phase, sample, index in zip(plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
+                                                      plan.phase_index.tolist(), plan.sample_index.tolist(),
+                                                      plan.arrival_index.tolist()):
+        yield Arrival(start_mono + offset, endpoint, phase, sample, index)
 
 
 def draws(plan: RunPlan, region_index: int, worker_index: int, n_samples: int, stream: int = 0
@@ -160,7 +169,7 @@ def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Plan 
     load = plan.profile.load
     stats: dict = {"scenario": load.scenario}
     if load.scenario == "server":
-        loop.open_loop(poisson_arrivals(schedule, window.start_mono))
+        loop.open_loop(poisson_arrivals(schedule, window.start_mono), until_mono=window.end_mono)
     elif load.scenario == "single-stream":
         loop.wait_until(window.start_mono)
         loop.closed_loop(back_to_back(choices(0), window))

@@ -76,7 +76,8 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
     cases = [
         ({"endpoints": [{**chat, "url": "triton"}]},
          "endpoints[0]: url: protocol 'openai-chat' needs a URL (http:// or https://)"),
-        ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]}, "prompts and ttft_timeout_ms are for generative endpoints"),
+        ({"endpoints": [{**kserve, "ttft_timeout_ms": 5}]},
+             "prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints"),
         ({"endpoints": [{**chat, "prompts": {"output_tokens": {"mean": 9, "distribution": "uniform"}}}]},
          "uniform needs min and max"),
         ({"endpoints": [kserve], "slos": [{"metric": "ttft", "percentile": 99, "threshold_ms": 5}]},

@@ -1,0 +1,139 @@
+"""Sessions on the worker: the arrival process starts sessions; each runs its turns one after another in a greenlet
+of its own — open loop across sessions, closed within one.
+
+Turn 1's intended send is the arrival; turn k+1's is turn k's end + its think time, and every latency of it (TTFT,
+E2E) counts from that instant, so a generator late to send a next turn shows as send lag like any other request.
+A turn is built at its send from the conversation so far (harness/client/conversations.py). Whether a turn is its
+session's last is decided the moment its reply is in, so its record says why the session ended: done (its turns
+ran out), error (a failed turn with on_error = "end"), context_limit (the next prompt would not fit), run_end (the
+next turn would be due after the run's window).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from contract.profile import Endpoint, Prompts, Sessions
+from harness.client.conversations import Built, Conversation, SessionScript, TurnScript, words_of
+from harness.client.outcome import Outcome
+from harness.worker.scenarios import Arrival
+from harness.worker.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
+
+
+def think_ns(spec: Sessions, turn: TurnScript, rng: np.random.Generator) -> int:
+    """The pause before a later turn (ns): fixed, exponential or lognormal (seeded), or the data's own."""
+    t = spec.think_s
+    if t.distribution == "data":
+        seconds = turn.think_s if turn.think_s is not None else t.mean
+    elif t.distribution == "exponential":
+        seconds = rng.exponential(t.mean) if t.mean > 0 else 0.0
+    elif t.distribution == "lognormal":
+        sigma2 = np.log1p((t.stddev / t.mean) ** 2)
+        seconds = rng.lognormal(np.log(t.mean) - sigma2 / 2, np.sqrt(sigma2))
+    else:
+        seconds = t.mean
+    return int(seconds * 1e9)
+
+
+@dataclass
+class PreparedSession:
+    """A session ready to start: its arrival, script, conversation (the first turn in it) and first request."""
+
+    arrival: Arrival
+    script: SessionScript
+    conversation: Conversation
+    rng: np.random.Generator
+    first: Built | None  # None: its first turn alone is over the context limit
+
+
+@dataclass
+class SessionEndpoint:
+    """What one session endpoint's sessions are made of."""
+
+    endpoint: Endpoint
+    source: object  # SyntheticSessions | FileSessions: script(session_id, sample) -> SessionScript
+    count: Callable[[str], int]  # a text's length (words, or the tokenizer's tokens)
+
+
+class SessionRunner:
+    """Runs sessions through the request path (`send(arrival, turn)`), waiting for each later turn's instant."""
+
+    def __init__(self, send: Callable[[Arrival, Turn], Outcome], wait_until: Callable[[int], None],
+                 endpoints: dict[int, SessionEndpoint], seed: int, end_mono: Callable[[], int],
+                 phase_at: Callable[[int], int]) -> None:
+        self.send, self.wait_until, self.endpoints, self.seed = send, wait_until, endpoints, seed
+        self.end_mono, self.phase_at = end_mono, phase_at
+        self.started = 0
+        self.turns_sent = 0
+        self.ended: Counter = Counter()
+        self.dropped_turns = 0  # oldest turns dropped to fit the context (truncate)
+        self.in_flight = 0  # sessions running now
+
+    def handles(self, arrival: Arrival) -> bool:
+        return arrival.endpoint in self.endpoints
+
+    def prepare(self, arrival: Arrival) -> PreparedSession:
+        """A session's script and its first request, built before its arrival's instant (the issue loop does it
+        while it waits for the arrival before): none of it is send lag."""
+        ep = self.endpoints[arrival.endpoint]
+        spec, prompts = ep.endpoint.sessions, ep.endpoint.prompts or Prompts()
+        script: SessionScript = ep.source.script(arrival.session, arrival.sample)
+        rng = np.random.default_rng([self.seed, 5, arrival.session])
+        conversation = Conversation(ep.endpoint.protocol, ep.endpoint.model, prompts, spec, ep.count,
+                                    lambda: words_of(spec.tool_result_tokens, rng))
+        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(script.turns[0]))
+
+    def run(self, session: PreparedSession) -> None:
+        """One session, from its arrival to its last turn."""
+        self.started += 1
+        self.in_flight += 1
+        try:
+            self._turns(session)
+        finally:
+            self.in_flight -= 1
+            self.dropped_turns += session.conversation.dropped_turns
+
+    def _turns(self, session: PreparedSession) -> None:
+        arrival, script, conversation, rng = session.arrival, session.script, session.conversation, session.rng
+        spec, session_id, built = conversation.sessions, arrival.session, session.first
+        if built is None:  # its first turn alone is over the context limit: nothing to send
+            self.ended[CONTEXT_LIMIT] += 1
+            return
+        intended = arrival.intended_mono
+        for k, turn_script in enumerate(script.turns, 1):
+            state: dict = {}
+
+            def decide(outcome: Outcome, k=k, turn_script=turn_script, state=state) -> str:
+                """Is this turn the last? Prepares the next turn's request (its think time, its prompt)."""
+                if outcome.status != "ok" and spec.on_error == "end":
+                    return ERROR
+                if k == len(script.turns):
+                    return DONE
+                stream = outcome.stream
+                replied = outcome.status == "ok" and stream is not None
+                state["tool"] = conversation.add_reply(turn_script, stream.text if replied else "",
+                                                       stream.tool_calls if replied else [], replied)
+                following = script.turns[k]
+                state["at"] = turn.done_mono + think_ns(spec, following, rng)
+                if state["at"] >= self.end_mono():
+                    return RUN_END
+                state["next"] = conversation.next_request(following, state["tool"])
+                return CONTEXT_LIMIT if state["next"] is None else ""
+
+            turn = Turn(session_id, k, built.body, built.prompt_tokens, built.ideal_cached, decide)
+            if k > 1:
+                self.wait_until(intended)
+            self.send(Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
+                              arrival.sample, session_id), turn)
+            self.turns_sent += 1
+            if turn.end:
+                self.ended[turn.end] += 1
+                return
+            built, intended = state["next"], state["at"]
+
+    def summary(self) -> dict:
+        return {"started": self.started, "turns_sent": self.turns_sent, "ended": dict(self.ended),
+                "dropped_turns": self.dropped_turns}
