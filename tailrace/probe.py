@@ -145,8 +145,8 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
     from harness.client.generative import TRITON_GENERATE, StreamSender
     from harness.client.grpc_stream import GrpcStreamSender, stream_request
-    from harness.client.prompts import prompt_bodies, prompt_items
     from harness.orchestration.endpoint_check import check_generate, served_models
+    from harness.workload.prompts import prompt_bodies, prompt_items
 
     inputs: list[str] = []
     try:

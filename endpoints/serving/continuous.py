@@ -251,6 +251,8 @@ class ContinuousBatcher:
         m, name = self._metrics, self.name
         if g.first_token_ns < 0:
             g.first_token_ns = now
+            if self.prefix_cache is not None:  # its prompt's blocks are computed: later requests may reuse them
+                self.prefix_cache.insert(g.prompt)
             m.ttft.labels(name).observe((now - g.arrival_ns) / 1e9)
             m.prefill.labels(name).observe((now - g.admitted_ns) / 1e9)
         else:

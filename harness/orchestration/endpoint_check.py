@@ -17,12 +17,12 @@ from contract.plan import RunPlan
 from contract.profile import Endpoint, Tls
 from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from contract.tensors import TensorSpec, onnx_tensors
-from harness.client.conversations import SessionFileError, session_source
-from harness.client.prompts import PromptFileError, prompt_bodies
 from harness.client.request_data import DataError, samples_for
 from harness.client.senders import inprocess_model
 from harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
 from harness.worker.traces import TraceError, load_trace
+from harness.workload.conversations import SessionFileError, session_source
+from harness.workload.prompts import PromptFileError, prompt_bodies
 
 
 @dataclass

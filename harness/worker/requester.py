@@ -21,7 +21,7 @@ from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import Arrival
-from harness.worker.turns import Turn
+from harness.workload.turns import Turn
 
 
 @dataclass
@@ -65,12 +65,12 @@ class RequestPath:
             if turn is None:
                 outcome = self.senders[arrival.endpoint].send(arrival.sample, headers, on_sent)
             else:
-                outcome = self.senders[arrival.endpoint].send_body(turn.body, headers, on_sent)
+                outcome = self.senders[arrival.endpoint].send_body(turn.body, headers, on_sent, turn.prompt_index)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         done = time.perf_counter_ns()
         self.in_flight -= 1
-        if turn is None or turn.index == 1:
+        if turn is None or turn.index <= 1:
             self.sent += 1  # what the schedule planned: requests, or sessions started
         else:
             self.later_turns += 1

@@ -14,33 +14,27 @@ from pathlib import Path
 import gevent
 import numpy as np
 
-from contract.credentials import Credential
 from contract.layout import RunLayout, write_atomic
 from contract.plan import RunPlan
-from contract.profile import MASTER_CLOCK, Prompts
+from contract.profile import MASTER_CLOCK
 from contract.rates import rate_segments
-from contract.requests import scenario_request
-from harness.client.conversations import session_source
-from harness.client.generative import StreamSender
-from harness.client.grpc_stream import GrpcStreamSender, stream_request
-from harness.client.payloads import AnswerCheck, wanted_outputs
-from harness.client.prompts import prompt_bodies, prompt_items, token_counter, trace_items
-from harness.client.request_data import samples_for
-from harness.client.senders import Sender, build_sender
-from harness.client.tls import sender_tls
+from harness.client.payloads import AnswerCheck
+from harness.client.senders import Sender
 from harness.spool.chunk_shipping import ChunkShipper
 from harness.spool.recorder import clock_writer, request_writer
 from harness.spool.uplink import ChunkUplink
 from harness.worker.arrivals import Plan, phase_of, worker_plan
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
+from harness.worker.endpoint_senders import EndpointSenders
 from harness.worker.identity import WorkerIdentity
 from harness.worker.metrics import WorkerMetrics
 from harness.worker.requester import RequestPath
 from harness.worker.saturation import SaturationMonitor
 from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
-from harness.worker.sessions import PreparedSession, SessionEndpoint, SessionRunner
+from harness.worker.sessions import PreparedSession, SessionRunner
 from harness.worker.traces import load_trace
+from harness.workload.turns import PreparedRequest, single
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
 
@@ -91,15 +85,16 @@ class WorkerRun:
         arrivals = p.load.arrivals
         self.trace = load_trace(arrivals.trace, Path(plan.data_root or "."), [e.name for e in p.endpoints],
                                 [r.name for r in p.regions]) if arrivals.process == "trace" else None
-        self.session_endpoints: dict[int, SessionEndpoint] = {}
-        senders = senders if senders is not None else self._senders()
+        built = EndpointSenders(plan, identity, self.region.name, self.models_dir, self.trace)
+        senders = senders if senders is not None else built.all()
+        self.session_endpoints, self.trace_prompts = built.session_endpoints, built.trace_prompts
         checks = [AnswerCheck(ep.check, s.payloads.samples, s.payloads.request.batched)
                   for ep, s in zip(p.endpoints, senders)]
         self.n_samples = max(len(s.payloads.samples) for s in senders)
         self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
         self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
-                              self._prepare if self.session_endpoints else None)
+                              self._prepare if self.session_endpoints or self.trace_prompts else None)
         self.window: Window | None = None
         self.sessions = SessionRunner(self.path.send, self.loop.wait_until, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
@@ -114,13 +109,21 @@ class WorkerRun:
         self.control_gaps: list[tuple[float, float | None]] = []
 
     def _prepare(self, arrival):
-        """What an arrival needs before its instant: a session's script and first request (else the arrival)."""
-        return self.sessions.prepare(arrival) if self.sessions.handles(arrival) else arrival
+        """What an arrival needs before its instant (built while the issue loop waits for it): a session's script
+        and first request, a trace row's request; else the arrival itself."""
+        if self.sessions.handles(arrival):
+            return self.sessions.prepare(arrival)
+        prompts = self.trace_prompts.get(arrival.endpoint)
+        if prompts is None:
+            return arrival
+        return PreparedRequest(arrival, single(prompts[arrival.sample], *prompts.facts(arrival.sample), arrival.sample))
 
     def _issue(self, item) -> None:
         """An arrival of the schedule: a session started, or one request sent."""
         if isinstance(item, PreparedSession):
             self.sessions.run(item)
+        elif isinstance(item, PreparedRequest):
+            self.path.send(item.arrival, item.turn)
         else:
             self.path.send(item)
 
@@ -135,64 +138,6 @@ class WorkerRun:
 
     def log(self, message: str) -> None:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)
-
-    def _senders(self) -> list[Sender]:
-        """One sender per endpoint, its requests encoded from its samples (read and checked here, once)."""
-        stride = self.plan.samples_per_request if self.profile.load.scenario == "offline" else 1
-        pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
-        overrides = self.identity.endpoint_urls or {}
-        senders = []
-        for ep in self.profile.endpoints:
-            if ep.generative:
-                senders.append(self._generative_sender(ep, overrides.get(ep.name) or self.plan.endpoint_url(
-                    self.region.name, ep), pool))
-                continue
-            request = self.plan.requests.get(ep.name)
-            if request is None:
-                raise RuntimeError(f"endpoint {ep.name}: the run plan has no resolved request (the orchestration "
-                                   f"checks every endpoint before the start)")
-            request = scenario_request(request, self.plan.batch_size(ep))
-            samples = samples_for(self.plan, ep, request)
-            url = overrides.get(ep.name) or self.plan.endpoint_url(self.region.name, ep)
-            senders.append(build_sender(ep, url, samples, request, stride, pool, self.models_dir,
-                                        wanted_outputs(ep.check, samples)))
-        return senders
-
-    def _generative_sender(self, ep, url: str, pool: int) -> Sender:
-        """An OpenAI-compatible endpoint's sender, its prompts drawn from the run's seed (the same on every
-        worker) or read from its prompt file (on this worker's host, relative to where it runs)."""
-        inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
-        ttft_timeout_s = ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None
-        root = Path(self.plan.data_root or ".")
-        trace = self.trace
-        if trace is not None and (trace.input_tokens is not None or trace.output_tokens is not None):
-            items = trace_items(ep, trace.input_tokens, trace.output_tokens, self.profile.load.seed, root)
-        else:
-            items = prompt_items(ep, self.profile.load.seed, root)
-        if ep.sessions is not None:
-            return self._session_sender(ep, url, pool, root)
-        counter = token_counter(ep, items, root)
-        if ep.protocol == "kserve-grpc-stream":
-            spec = ep.prompts or Prompts()
-            requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, inputs)
-                        for prompt, max_tokens in items]
-            return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
-                                    sender_tls(ep), ep.token_count_output, counter)
-        bodies = prompt_bodies(ep, self.profile.load.seed, root, inputs, items)
-        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000, ttft_timeout_s, Credential.of(ep),
-                            sender_tls(ep), pool, stream=(ep.prompts is None or ep.prompts.stream), model=ep.model,
-                            count_output=ep.token_count_output, counter=counter,
-                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
-
-    def _session_sender(self, ep, url: str, pool: int, root: Path) -> Sender:
-        """A session endpoint's sender (its bodies built at each turn's send) and its sessions' source."""
-        source, count = session_source(ep, self.profile.load.seed, root)
-        self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count)
-        spec = ep.prompts or Prompts()
-        return StreamSender(url, ep.protocol, [], ep.timeout_ms / 1000,
-                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                            sender_tls(ep), pool, stream=spec.stream, model=ep.model, samples=source.count,
-                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
 
     # -- background -----------------------------------------------------------------------------
     def sample_clock(self, stage: str, packets: int | None = None) -> None:

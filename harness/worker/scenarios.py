@@ -10,6 +10,7 @@ Latency is always measured from an arrival's intended instant (perf_counter_ns, 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,10 @@ from gevent.pool import Group
 
 from contract.plan import RunPlan
 from harness.worker.arrivals import Plan
+
+PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
+PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)
+PREPARE_SLACK_NS = 5_000_000  # only while the next send is further off than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +89,40 @@ class IssueLoop:
             finally:
                 active[0] -= 1
 
-        for arrival in arrivals:
-            item = self.prepare(arrival) if self.prepare is not None else arrival
+        for arrival, item in self._prepared(arrivals):
             self.wait_until(arrival.intended_mono)
             missed = limit is not None and active[0] >= limit
             self.counts.count(arrival, missed)
             if not missed:
                 active[0] += 1
                 group.spawn(tracked, item)
+                if self.prepare is not None:
+                    gevent.sleep(0)  # it sends now, before more requests are built
         more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None else 0.0
         group.join(timeout=more_s + self.drain_s)
+
+    def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
+        """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — up to
+        PREPARE_AHEAD_S and PREPARE_AHEAD_N arrivals ahead — but only while the next arrival is not due within
+        PREPARE_SLACK_NS, so that building never delays a send that is due (a burst of a trace's rows at one
+        instant is built before it, not during it)."""
+        if self.prepare is None:
+            yield from ((a, a) for a in arrivals)
+            return
+        ahead: deque[tuple[Arrival, object]] = deque()
+        source = iter(arrivals)
+        upcoming = next(source, None)
+        while ahead or upcoming is not None:
+            if not ahead:
+                ahead.append((upcoming, self.prepare(upcoming)))
+                upcoming = next(source, None)
+            head_due = ahead[0][0].intended_mono
+            while upcoming is not None and len(ahead) < PREPARE_AHEAD_N \
+                    and upcoming.intended_mono - time.perf_counter_ns() < PREPARE_AHEAD_S * 1e9 \
+                    and head_due - time.perf_counter_ns() > PREPARE_SLACK_NS:
+                ahead.append((upcoming, self.prepare(upcoming)))
+                upcoming = next(source, None)
+            yield ahead.popleft()
 
     def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
         """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""

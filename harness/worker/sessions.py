@@ -3,7 +3,7 @@ of its own — open loop across sessions, closed within one.
 
 Turn 1's intended send is the arrival; turn k+1's is turn k's end + its think time, and every latency of it (TTFT,
 E2E) counts from that instant, so a generator late to send a next turn shows as send lag like any other request.
-A turn is built at its send from the conversation so far (harness/client/conversations.py). Whether a turn is its
+A turn is built at its send from the conversation so far (harness/workload/conversations.py). Whether a turn is its
 session's last is decided the moment its reply is in, so its record says why the session ended: done (its turns
 ran out), error (a failed turn with on_error = "end"), context_limit (the next prompt would not fit), run_end (the
 next turn would be due after the run's window).
@@ -17,10 +17,10 @@ from typing import Callable
 import numpy as np
 
 from contract.profile import Endpoint, Prompts, Sessions
-from harness.client.conversations import Built, Conversation, SessionScript, TurnScript, words_of
 from harness.client.outcome import Outcome
 from harness.worker.scenarios import Arrival
-from harness.worker.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
+from harness.workload.conversations import Built, Conversation, SessionScript, TurnScript, words_of
+from harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
 
 
 def think_ns(spec: Sessions, turn: TurnScript, rng: np.random.Generator) -> int:

@@ -1,7 +1,8 @@
 """Trace files to replay (`load.arrivals.process = "trace"`): a generic CSV / JSONL (`timestamp` in seconds, and
 optionally `endpoint`, `region`, `input_tokens`, `output_tokens`, `prompt_id`), the Azure LLM inference trace CSV
 (`TIMESTAMP`, `ContextTokens`, `GeneratedTokens`) and Mooncake JSONL (`timestamp` in ms, `input_length`,
-`output_length`, `hash_ids`).
+`output_length`, `hash_ids`: the 512-token blocks of the prompt, rows sharing leading ids sharing that prefix; a generic
+JSONL may carry `hash_ids` too). A file ending in .gz is read through gzip.
 
 Read without pandas (a generator host has only the core install). Every problem is a TraceError naming the file and
 its line: a row that does not parse, a timestamp earlier than the one before it (a trace must be sorted), an
@@ -10,6 +11,7 @@ endpoint or region the profile does not have.
 from __future__ import annotations
 
 import csv
+import gzip
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +20,7 @@ import numpy as np
 import orjson
 
 from contract.profile import Trace
-from harness.client.prompts import json_lines
+from harness.workload.prompts import json_lines
 
 FORMATS = ("csv", "jsonl", "azure", "mooncake")
 
@@ -38,6 +40,7 @@ class TraceRows:
     region: list[str] | None = None
     input_tokens: np.ndarray | None = None
     output_tokens: np.ndarray | None = None
+    hash_ids: list[tuple[int, ...]] | None = None  # each row's prompt blocks (Mooncake); () where a row has none
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -77,9 +80,9 @@ def _int_or_missing(value, what: str) -> int:
 def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
     """Every row of a trace file, checked (TraceError names the file and line)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not a text file") from None
     lines = text.splitlines()
@@ -102,7 +105,8 @@ def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
             "mooncake": ("timestamp", "input_length", "output_length")}.get(fmt, ("timestamp", "input_tokens",
                                                                                  "output_tokens"))
     has = {k: any(r.get(k) not in (None, "") for _, r in records) for k in (*keys, "endpoint", "region")}
-    times, lines_of, inputs, outputs, endpoints, regions = [], [], [], [], [], []
+    times, lines_of, inputs, outputs, endpoints, regions, blocks = [], [], [], [], [], [], []
+    with_blocks = any("hash_ids" in r for _, r in records) if fmt in ("jsonl", "mooncake") else False
     previous = -np.inf
     for n, row in records:
         try:
@@ -117,6 +121,8 @@ def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
                     raise ValueError(f"{keys[0]} {raw!r} is not a number")
             inputs.append(_int_or_missing(row.get(keys[1]), keys[1]))
             outputs.append(_int_or_missing(row.get(keys[2]), keys[2]))
+            if with_blocks:
+                blocks.append(_hash_ids(row.get("hash_ids")))
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{path}:{n}: {exc}") from None
         if t < previous:
@@ -131,7 +137,16 @@ def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
     return TraceRows(time_s - time_s[0], np.asarray(lines_of, dtype=np.int64),
                      endpoints if has["endpoint"] else None, regions if has["region"] else None,
                      np.asarray(inputs, dtype=np.int64) if has[keys[1]] else None,
-                     np.asarray(outputs, dtype=np.int64) if has[keys[2]] else None)
+                     np.asarray(outputs, dtype=np.int64) if has[keys[2]] else None, blocks if with_blocks else None)
+
+
+def _hash_ids(value) -> tuple[int, ...]:
+    """A row's hash_ids: a list of whole numbers (none: an empty tuple)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"hash_ids must be a list of whole numbers, got {str(value)[:60]}")
+    return tuple(value)
 
 
 def check_names(path: Path, rows: TraceRows, endpoints: list[str], regions: list[str]) -> None:

@@ -302,7 +302,7 @@ def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
 
     from contract.profile import Prompts
     from endpoints.models.generative_build import PROMPTS_JSONL, PROMPTS_SHAREGPT
-    from harness.client.prompts import file_items
+    from harness.workload.prompts import file_items
 
     sharegpt = {"file": str(model_repo / PROMPTS_SHAREGPT), "conversation": "messages"}
     jsonl = {"file": str(model_repo / PROMPTS_JSONL), "sample": "without_replacement", "count": 40}

@@ -24,7 +24,7 @@ SUBLAYERS = {
                  {"analysis.report"}, {"analysis.analyze", "analysis.command"}],
     "endpoints": [{"endpoints.models"}, {"endpoints.serving"}, {"endpoints.kserve", "endpoints.generation"},
                   {"endpoints.auth", "endpoints.http_guard", "endpoints.server"}],
-    "harness": [{"harness.client", "harness.spool", "harness.services"}, {"harness.worker"},
+    "harness": [{"harness.client", "harness.spool", "harness.services"}, {"harness.workload"}, {"harness.worker"},
                 {"harness.orchestration"}],
 }
 MAX_MODULES_PER_FOLDER = 15

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from contract.profile import Endpoint, Prompts, TokenCount
-from harness.client.prompts import PromptFileError, draw_counts, file_prompts, prompt_bodies, synthetic_prompts
+from harness.workload.prompts import PromptFileError, draw_counts, file_prompts, prompt_bodies, synthetic_prompts
 
 
 @pytest.mark.parametrize("spec, low, high, mean", [
@@ -109,7 +109,7 @@ def test_prompts_share_prefixes_in_turn_and_ask_min_tokens():
 
 
 def test_sharegpt_first_turns_or_whole_conversations_with_the_replies_lengths(tmp_path):
-    from harness.client.prompts import sharegpt_prompts
+    from harness.workload.prompts import sharegpt_prompts
 
     path = tmp_path / "sg.json"
     path.write_text(orjson.dumps([
@@ -128,7 +128,7 @@ def test_sharegpt_first_turns_or_whole_conversations_with_the_replies_lengths(tm
 
 
 def test_a_prompt_file_is_sampled_in_order_or_drawn_with_or_without_replacement(tmp_path):
-    from harness.client.prompts import file_items
+    from harness.workload.prompts import file_items
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(orjson.dumps({"prompt": f"p{i}", **({"max_tokens": i + 1} if i % 2 else {})}).decode()

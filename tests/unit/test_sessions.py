@@ -11,7 +11,11 @@ import orjson
 import pytest
 
 from contract.profile import Prompts, Sessions, ThinkTime, TokenCount
-from harness.client.conversations import (
+from harness.client.openai_stream import OpenAIStream
+from harness.client.outcome import Outcome, StreamOutcome
+from harness.worker.scenarios import Arrival
+from harness.worker.sessions import SessionEndpoint, SessionRunner
+from harness.workload.conversations import (
     Conversation,
     SessionFileError,
     SyntheticSessions,
@@ -19,11 +23,7 @@ from harness.client.conversations import (
     jsonl_sessions,
     sharegpt_sessions,
 )
-from harness.client.openai_stream import OpenAIStream
-from harness.client.outcome import Outcome, StreamOutcome
-from harness.worker.scenarios import Arrival
-from harness.worker.sessions import SessionEndpoint, SessionRunner
-from harness.worker.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END
+from harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END
 
 WORDS = lambda text: len(text.split())  # noqa: E731
 

@@ -9,8 +9,8 @@ from contract.profile import Endpoint, Prompts, TokenCount
 from harness.client.generative import stream_into
 from harness.client.openai_stream import OpenAIStream
 from harness.client.outcome import StreamOutcome
-from harness.client.prompts import PromptFileError, prompt_bodies, prompt_items, synthetic_prompts, token_counter
 from harness.client.tokenizer import load_tokenizer
+from harness.workload.prompts import PromptFileError, prompt_bodies, prompt_items, synthetic_prompts, token_counter
 
 CORPUS = [" ".join(np.random.default_rng(i).choice(
     "the river stone cloud garden window letter music paper market signal engine bridge walking talked ran "

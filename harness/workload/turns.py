@@ -1,5 +1,6 @@
 """One turn of a session as the request path sends it: the body built at its send, what the record says of it, and
-the session's decision, made the moment its reply is in, whether this turn is its last (and why)."""
+the session's decision, made the moment its reply is in, whether this turn is its last (and why). A trace row's
+request, built ahead of its send, travels the same way (`single`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,3 +24,17 @@ class Turn:
     decide: Callable[[Outcome], str]  # given the reply: '' (the session goes on) or why it ends
     done_mono: int = 0  # perf_counter_ns() when the reply ended
     end: str = ""
+    prompt_index: int = -1  # the prompt's place in the sender's token counter (-1: none)
+
+
+def single(body: bytes, prompt_tokens: int, ideal_cached: int, prompt_index: int) -> Turn:
+    """A request that is no session's turn, its body built ahead of its send (a trace row's)."""
+    return Turn(-1, 0, body, prompt_tokens, ideal_cached, lambda _outcome: "", prompt_index=prompt_index)
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """An arrival and its request, built before the arrival's instant."""
+
+    arrival: object
+    turn: Turn

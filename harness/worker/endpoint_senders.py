@@ -1,0 +1,104 @@
+"""The worker's senders, one per endpoint of the plan, built before the run: KServe senders from their samples
+(harness/client/senders.py), generative ones from their prompts — drawn, read from a file, a trace's rows (built
+just before each send: harness/workload/trace_prompts.py) or a session endpoint's turns (built at each turn's send:
+harness/worker/sessions.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from contract.credentials import Credential
+from contract.plan import RunPlan
+from contract.profile import Endpoint, Prompts
+from contract.requests import scenario_request
+from harness.client.generative import StreamSender
+from harness.client.grpc_stream import GrpcStreamSender, stream_request
+from harness.client.payloads import wanted_outputs
+from harness.client.request_data import samples_for
+from harness.client.senders import Sender, build_sender
+from harness.client.tls import sender_tls
+from harness.client.tokenizer import TokenCounter
+from harness.worker.identity import WorkerIdentity
+from harness.worker.sessions import SessionEndpoint
+from harness.worker.traces import TraceRows, replay
+from harness.workload.conversations import session_source
+from harness.workload.prompts import prompt_bodies, prompt_items, prompt_tokenizer, token_counter, trace_items
+from harness.workload.trace_prompts import TracePrompts
+
+
+class EndpointSenders:
+    """Builds every endpoint's sender for one worker; keeps what the issue loop needs besides them: the session
+    endpoints' sources and the trace-driven endpoints' prompts (by endpoint index)."""
+
+    def __init__(self, plan: RunPlan, identity: WorkerIdentity, region: str, models_dir: Path,
+                 trace: TraceRows | None) -> None:
+        self.plan, self.identity, self.region, self.models_dir, self.trace = plan, identity, region, models_dir, trace
+        self.profile = plan.profile
+        self.root = Path(plan.data_root or ".")
+        self.session_endpoints: dict[int, SessionEndpoint] = {}
+        self.trace_prompts: dict[int, TracePrompts] = {}
+
+    def all(self) -> list[Sender]:
+        """One sender per endpoint, its requests encoded from its samples (read and checked here, once)."""
+        stride = self.plan.samples_per_request if self.profile.load.scenario == "offline" else 1
+        pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
+        overrides = self.identity.endpoint_urls or {}
+        senders = []
+        for ep in self.profile.endpoints:
+            url = overrides.get(ep.name) or self.plan.endpoint_url(self.region, ep)
+            if ep.generative:
+                senders.append(self._generative(ep, url, pool))
+                continue
+            request = self.plan.requests.get(ep.name)
+            if request is None:
+                raise RuntimeError(f"endpoint {ep.name}: the run plan has no resolved request (the orchestration "
+                                   f"checks every endpoint before the start)")
+            request = scenario_request(request, self.plan.batch_size(ep))
+            samples = samples_for(self.plan, ep, request)
+            senders.append(build_sender(ep, url, samples, request, stride, pool, self.models_dir,
+                                        wanted_outputs(ep.check, samples)))
+        return senders
+
+    def _stream_sender(self, ep: Endpoint, url: str, pool: int, bodies, samples: int = 0,
+                       counter: TokenCounter | None = None) -> StreamSender:
+        spec = ep.prompts or Prompts()
+        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
+                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+                            sender_tls(ep), pool, stream=spec.stream, model=ep.model, samples=samples,
+                            count_output=ep.token_count_output, counter=counter,
+                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
+
+    def _generative(self, ep: Endpoint, url: str, pool: int) -> Sender:
+        """A generative endpoint's sender, its prompts drawn from the run's seed (the same on every worker) or read
+        from its prompt file (on this worker's host, relative to where it runs)."""
+        inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
+        seed, trace = self.profile.load.seed, self.trace
+        if ep.sessions is not None:
+            source, count = session_source(ep, seed, self.root)
+            self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count)
+            return self._stream_sender(ep, url, pool, [], samples=source.count)
+        by_row = trace is not None and (trace.input_tokens is not None or trace.output_tokens is not None
+                                        or trace.hash_ids is not None)
+        if by_row and ep.protocol != "kserve-grpc-stream":
+            return self._trace(ep, url, pool, inputs)
+        items = trace_items(ep, trace.input_tokens, trace.output_tokens, seed, self.root) if by_row else \
+            prompt_items(ep, seed, self.root)
+        counter = token_counter(ep, items, self.root)
+        if ep.protocol == "kserve-grpc-stream":
+            spec = ep.prompts or Prompts()
+            requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, inputs)
+                        for prompt, max_tokens in items]
+            return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000,
+                                    ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+                                    sender_tls(ep), ep.token_count_output, counter)
+        return self._stream_sender(ep, url, pool, prompt_bodies(ep, seed, self.root, inputs, items), counter=counter)
+
+    def _trace(self, ep: Endpoint, url: str, pool: int, model_inputs: tuple[str, ...]) -> Sender:
+        """A trace-driven endpoint's sender: each row's body built just before its send (TracePrompts)."""
+        load, trace = self.profile.load, self.trace
+        order, _ = replay(trace, load.arrivals.trace, load.warmup_s + load.duration_s)
+        prompts = TracePrompts(ep, trace.input_tokens, trace.output_tokens, trace.hash_ids, order, load.seed,
+                               model_inputs)
+        self.trace_prompts[self.profile.endpoints.index(ep)] = prompts
+        tokenizer = prompt_tokenizer(ep, self.root)
+        counter = TokenCounter(tokenizer, prompts.inputs.tolist()) if tokenizer is not None else None
+        return self._stream_sender(ep, url, pool, [], samples=len(prompts), counter=counter)

@@ -1,0 +1,101 @@
+"""A trace's prompts, built one row at a time just before its send, from cached blocks: an hour of a conversation
+trace is ~170 M words, so nothing is built for rows the run does not send, nor all at once.
+
+A row with `hash_ids` (Mooncake) is made of its blocks: block id b is always the same BLOCK_TOKENS words (seeded by
+the run's seed and b), so two rows that share a leading run of ids share exactly that prefix of text — the trace's
+prefix reuse reproduced at the server — and the row's last block is cut to its `input_length`. A row without them
+is `input_length` words of its own. Block texts are kept in a bounded least-recently-used cache.
+
+Beside each body: the prompt's length as built, and the tokens an unbounded prefix cache would hold of it (its
+leading blocks already sent in the replay's order, whole cache blocks of 16 tokens, never the last token).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from contract.profile import Endpoint, Prompts
+from harness.client.generative import request_body
+from harness.workload.conversations import BLOCK_TOKENS
+from harness.workload.prompts import WORDS, draw_counts
+
+TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one id per 512-token block
+BLOCK_CACHE = 4096  # block texts kept (~3.5 kB each)
+
+
+class TracePrompts:
+    """The request bodies of a trace's rows (`rows[i]` builds row i's body), with what each prompt is."""
+
+    def __init__(self, endpoint: Endpoint, input_tokens: np.ndarray | None, output_tokens: np.ndarray | None,
+                 hash_ids: list[tuple[int, ...]] | None, order: np.ndarray, seed: int,
+                 model_inputs: tuple[str, ...] = ()) -> None:
+        self.endpoint, self.seed, self.model_inputs = endpoint, seed, model_inputs
+        self.spec = endpoint.prompts or Prompts()
+        n = len(input_tokens if input_tokens is not None else output_tokens if output_tokens is not None else order)
+        rng = np.random.default_rng([seed, 2])
+        drawn_in, drawn_out = draw_counts(self.spec.input_tokens, n, rng), draw_counts(self.spec.output_tokens, n, rng)
+        self.inputs = drawn_in if input_tokens is None else np.where(input_tokens > 0, input_tokens, drawn_in)
+        self.outputs = drawn_out if output_tokens is None else np.where(output_tokens > 0, output_tokens, drawn_out)
+        self.hash_ids = hash_ids
+        self._blocks: OrderedDict[int, str] = OrderedDict()
+        self.ideal = ideal_cached(self.inputs, hash_ids, order) if hash_ids is not None else None
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def _block(self, block_id: int) -> str:
+        text = self._blocks.get(block_id)
+        if text is None:
+            rng = np.random.default_rng([self.seed, 6, block_id])
+            text = " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), TRACE_BLOCK_TOKENS).tolist()])
+            self._blocks[block_id] = text
+            if len(self._blocks) > BLOCK_CACHE:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(block_id)
+        return text
+
+    def prompt(self, row: int) -> str:
+        """Row `row`'s prompt: its blocks (the last cut to its length), or words of its own."""
+        length = int(self.inputs[row])
+        ids = self.hash_ids[row] if self.hash_ids is not None else ()
+        if not ids:
+            rng = np.random.default_rng([self.seed, 7, row])
+            return " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), length).tolist()])
+        parts = [self._block(b) for b in ids]
+        tail = length - TRACE_BLOCK_TOKENS * (len(ids) - 1)
+        if 0 < tail < TRACE_BLOCK_TOKENS:
+            parts[-1] = " ".join(parts[-1].split(" ", tail)[:tail])
+        elif tail <= 0:  # fewer tokens than its blocks: the leading words of them
+            return " ".join(" ".join(parts).split(" ", length)[:length])
+        return " ".join(parts)
+
+    def __getitem__(self, row: int) -> bytes:
+        return request_body(self.endpoint.protocol, self.endpoint.model, self.prompt(row), int(self.outputs[row]),
+                            self.spec.ignore_eos, self.spec.stream, min_tokens=self.spec.min_tokens,
+                            model_inputs=self.model_inputs)
+
+    def facts(self, row: int) -> tuple[int, int]:
+        """(the prompt's length as built, what an unbounded prefix cache would hold of it; -1: not known)."""
+        return int(self.inputs[row]), int(self.ideal[row]) if self.ideal is not None else -1
+
+
+def ideal_cached(inputs: np.ndarray, hash_ids: list[tuple[int, ...]], order: np.ndarray) -> np.ndarray:
+    """Per row, the prompt tokens an unbounded cache would hold when it is sent in `order` (the replay's rows, in
+    the order of their sends): its leading blocks some earlier row had, in whole cache blocks, less than the
+    prompt. A row sent again (a looped replay) keeps its first figure."""
+    seen: set[int] = set()
+    out = np.full(len(inputs), -1, dtype=np.int64)
+    for row in order.tolist():
+        ids = hash_ids[row]
+        if out[row] < 0:
+            run = 0
+            for b in ids:
+                if b not in seen:
+                    break
+                run += 1
+            tokens = min(run * TRACE_BLOCK_TOKENS, int(inputs[row]) - 1)
+            out[row] = max(0, tokens) // BLOCK_TOKENS * BLOCK_TOKENS
+        seen.update(ids)
+    return np.where(out < 0, 0, out)
