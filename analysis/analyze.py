@@ -17,6 +17,7 @@ from analysis.read.frames import endpoint_region_positions, largest_positions
 from analysis.read.rundir import RunData, load_run, run_validity
 from analysis.read.schedule import Columns, Results, Statistic
 from analysis.read.schedule import run as run_statistics
+from analysis.read.server_metrics import prefix_cache_deltas
 from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.report.figures import Figures, InlineFigures
 from analysis.result import Analysis
@@ -38,12 +39,22 @@ from analysis.stats.latency import (
 from analysis.stats.outages import outage_windows
 from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
+from analysis.stats.sessions import (
+    SESSION_COLUMNS,
+    cache_table,
+    flat_turn_rows,
+    hit_ratio_over_time,
+    session_table,
+    sessions_in_flight,
+    turn_table,
+)
 from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from analysis.stats.timeline import Timeline, timeline
 from analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
     flat_token_rows,
+    good_streams,
     token_curves,
     token_table,
     token_timeline,
@@ -159,6 +170,9 @@ def _statistics(run: _Run) -> list[Statistic]:
     streamed = frozenset(generative)
     token_columns = TOKEN_COLUMNS if generative else ()
     verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()  # and when: a TTFT that trends
+    session_columns = tuple(dict.fromkeys((*TOKEN_COLUMNS, *SESSION_COLUMNS))) if generative else ()
+    sessions_on = any(e.sessions is not None for e in p.endpoints)
+    arrival_columns = (*ARRIVAL_COLUMNS, "turn") if sessions_on else ARRIVAL_COLUMNS
     variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") if generative \
         else VARIANT_COLUMNS
 
@@ -212,9 +226,10 @@ def _statistics(run: _Run) -> list[Statistic]:
                              frozenset(generative))
 
     return [
-        Statistic("arrivals", ARRIVAL_COLUMNS, lambda c, r: arrival_checks(c.frame(ARRIVAL_COLUMNS), p)
+        Statistic("arrivals", arrival_columns, lambda c, r: arrival_checks(_arrivals(c.frame(arrival_columns)), p)
                   if p.load.arrivals.process == "poisson" else []),
-        Statistic("arrival_process", ARRIVAL_COLUMNS, lambda c, r: process_checks(c.frame(ARRIVAL_COLUMNS), p)),
+        Statistic("arrival_process", arrival_columns, lambda c, r: process_checks(
+            _arrivals(c.frame(arrival_columns)), p)),
         # the open loop's own numbers are the latency table's: its scenario summary reads no column
         Statistic("scenario", scenario_columns,
                   lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
@@ -271,6 +286,8 @@ def _statistics(run: _Run) -> list[Statistic]:
         Statistic("token_timeline", TIMELINE_COLUMNS if generative else (), lambda c, r: drawn(
             "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
                   if generative else {}),
+        Statistic("sessions", session_columns, lambda c, r: _sessions(c.frame(session_columns), data, slos, duration,
+                                                                     generative) if session_columns else {}),
         Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
             c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
     ]
@@ -279,7 +296,22 @@ def _statistics(run: _Run) -> list[Statistic]:
 # the results the summary is made of (the others are dropped after their last user)
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
-                   "errors", "tokens", "ttft_decomposition", "token_curves", "token_timeline", "token_verdicts"}
+                   "errors", "tokens", "ttft_decomposition", "token_curves", "token_timeline", "token_verdicts",
+                   "sessions"}
+
+
+def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
+    """Sessions by turn, what they did, sessions in flight, and the prefix cache's hit ratios ({}: a run with neither
+    sessions nor anything said of caching)."""
+    sessions = {str(e) for e in df.loc[df["turn"].to_numpy() > 0, "endpoint"].unique()} & generative
+    counters = prefix_cache_deltas(data.metrics_scrapes, {e.name: e.model for e in data.plan.profile.endpoints})
+    cache = cache_table(df, generative, counters)
+    if not sessions and not cache:
+        return {}
+    positions, good = good_streams(df, slos, generative)
+    return {"turns": turn_table(df, sessions), "sessions": session_table(df, sessions, positions, good, duration),
+            "in_flight": sessions_in_flight(df, sessions), "prefix_cache": cache,
+            "hit_ratio_over_time": hit_ratio_over_time(df, generative)}
 
 
 def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:
@@ -293,6 +325,14 @@ def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]
     parts = [largest_positions(latency, measured[is_stream[measured] == (kind == STREAM)], SLOWEST)
              for kind in (ONE_SHOT, STREAM)]
     return df.loc[np.concatenate(parts)]
+
+
+def _arrivals(df: pd.DataFrame) -> pd.DataFrame:
+    """The requests the arrival process sent: all, but of a session only its first turn (the process starts
+    sessions; a later turn is due at the turn before's end + think, not drawn from the process)."""
+    if "turn" not in df:
+        return df
+    return df.loc[(df["turn"].to_numpy() <= 1)]
 
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
@@ -377,7 +417,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"],
-        "ttft_decomposition": r["ttft_decomposition"],
+        "ttft_decomposition": r["ttft_decomposition"], "sessions": r["sessions"],
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     }
@@ -394,5 +434,11 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
         tables["tokens"] = flat_token_rows(r["tokens"])
         tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
+    if r["sessions"]:
+        tables["turns"] = flat_turn_rows(r["sessions"]["turns"])
+        tables["sessions"] = pd.DataFrame([{k: v for k, v in row.items() if k != "ended"}
+                                           | {f"ended_{k}": v for k, v in row["ended"].items()}
+                                           for row in r["sessions"]["sessions"]])
+        tables["prefix_cache"] = pd.DataFrame(r["sessions"]["prefix_cache"])
     return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

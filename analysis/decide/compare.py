@@ -32,7 +32,8 @@ from analysis.stats.estimators import bootstrap_diff_ci, cohens_d, min_samples_f
 from contract import exit_codes
 
 PERCENTILES = (50, 95, 99)
-COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index")
+COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index",
+                   "session_id", "turn")
 # a run with streams also has these (analysis/read/rundir.py reads its token columns): TTFT and TPOT are compared
 STREAM_METRIC_COLUMNS = ("ttft_ns", "t_first_token", "t_last_token", "output_tokens")
 METRICS = ("latency", "ttft", "tpot")
@@ -155,12 +156,17 @@ def same_schedule(a: RunData, b: RunData) -> bool:
 
 
 def _schedule_positions(df: pd.DataFrame) -> pd.DataFrame:
-    """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...)."""
+    """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...); a session's
+    turn is its own place (session id, turn): its later turns' instants depend on the replies, not the schedule."""
     rows = df.loc[(df["phase"] > 0).to_numpy(), ["endpoint", "region", "worker", "t_intended", "sample_index",
                                                   "status", "latency_ns",
+                                                  *(c for c in ("session_id", "turn") if c in df),
                                                   *(c for c in STREAM_METRIC_COLUMNS if c in df)]]
+    for column, default in (("session_id", -1), ("turn", 0)):
+        if column not in rows:
+            rows[column] = default
     rows = rows.sort_values(["endpoint", "region", "worker", "t_intended"], kind="stable")
-    rows["position"] = rows.groupby(["endpoint", "region", "worker"], observed=True).cumcount()
+    rows["position"] = rows.groupby(["endpoint", "region", "worker", "session_id", "turn"], observed=True).cumcount()
     return rows
 
 
@@ -168,7 +174,7 @@ def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
     """A's and B's measured requests paired by schedule position, both successful, in schedule order (columns
     endpoint, region, latency_a_ms, latency_b_ms); None when the sent samples disagree, i.e. the schedules
     were not the same after all."""
-    key = ["endpoint", "region", "worker", "position"]
+    key = ["endpoint", "region", "worker", "session_id", "turn", "position"]
     pa, pb = _schedule_positions(a), _schedule_positions(b)
     for frame in (pa, pb):
         for column in ("endpoint", "region", "worker"):

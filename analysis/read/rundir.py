@@ -44,6 +44,7 @@ class RunData:
     cold_starts: dict[str, dict] = field(default_factory=dict)  # endpoint → its server's start timing
     metrics_timelines: dict[str, list[dict]] = field(default_factory=dict)  # endpoint → periodic metric samples
     models: dict[str, dict] = field(default_factory=dict)  # endpoint → its model's build metadata
+    metrics_scrapes: dict[str, dict[str, str]] = field(default_factory=dict)  # endpoint → stage → Prometheus text
     _requests: pd.DataFrame | None = None
 
     @property
@@ -113,7 +114,8 @@ ANALYSIS_COLUMNS = ("region", "worker", "endpoint", "model", "phase", "sample_in
                     "batch_size", "correct_count", "clock_offset_ns")
 # read as well where the run's profile has generative endpoints (analysis/stats/tokens.py)
 STREAM_COLUMNS = ("stream_outcome", "ttft_ns", "t_first_token", "t_last_token", "output_tokens", "input_tokens",
-                  "token_source", "token_event_us", "token_event_counts")
+                  "token_source", "token_event_us", "token_event_counts", "session_id", "turn", "session_end",
+                  "cached_tokens", "ideal_cached_tokens", "prompt_tokens_sent", "reasoning_tokens", "ttfa_ns")
 
 
 def _fill_missing(log: ChunkColumns, name: str, values):
@@ -213,7 +215,10 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple
                if layout.metrics_timeline(n).exists()}
     cold = {n: d for n in endpoints if (d := _read_json(layout.cold_start(n), skipped)) is not None}
     models = {n: d for n in endpoints if (d := _read_json(layout.model_metadata(n), skipped)) is not None}
-    return RunData(run_dir, manifest, plan, log, clock, skipped, stats, timelines, cold, metrics, models)
+    scrapes = {n: {stage: path.read_text(errors="replace") for stage in STATS_STAGES
+                   if (path := layout.metrics_scrape(n, stage)).exists()} for n in endpoints}
+    return RunData(run_dir, manifest, plan, log, clock, skipped, stats, timelines, cold, metrics, models,
+                   {n: v for n, v in scrapes.items() if v})
 
 
 def _read_json(path: Path, skipped: list[SkippedChunk]) -> dict | None:

@@ -149,6 +149,60 @@ def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> s
     return "".join(parts)
 
 
+def _sessions_section(sessions: dict, profile, figures: Figures) -> str:
+    """Sessions: by turn (turn 1 against later turns, the headline of a session workload), what sessions did, and
+    the prefix cache's hit ratios side by side."""
+    parts = []
+    if sessions.get("turns"):
+        rows = [r | {k: _token_cell(r[k]) for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
+                | {"hit": f"{r['hit_ratio']:.1%}" if r["hit_ratio"] is not None else None} for r in sessions["turns"]]
+        parts += ["<h2 id='sessions'>Sessions</h2><h3>By turn</h3>",
+                  _table(rows, [("endpoint", "endpoint"), ("turn", "turn"), ("requests", "requests"), ("ok", "ok"),
+                                ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("e2e_p50", "E2E p50"),
+                                ("e2e_p99", "E2E p99"), ("prompt_tokens_mean", "prompt tokens"),
+                                ("cached_tokens_mean", "cached tokens"), ("hit", "hit ratio")],
+                         left={"endpoint", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"}),
+                  "<p class='note'>ms with 95% intervals, from each turn's intended send: turn 1's is the session's "
+                  "arrival, turn k+1's is turn k's end + its think time, so a generator late to send a next turn "
+                  "shows here as it does in send lag. A later turn carries the conversation so far: a longer prompt, "
+                  "most of it cached where the server caches prefixes.</p>"]
+        table = [r | {"ended": ", ".join(f"{k} {v:,}" for k, v in r["ended"].items()) or "–",
+                      "duration": f"{r['duration_p50_s']:.2f} / {r['duration_p95_s']:.2f}"}
+                 for r in sessions.get("sessions", [])]
+        parts += ["<h3>What sessions did</h3>",
+                  _table(table, [("endpoint", "endpoint"), ("sessions", "sessions"), ("turns_sent", "turns sent"),
+                                 ("turns_mean", "turns a session"), ("duration", "duration p50 / p95 s"),
+                                 ("ended", "how they ended"), ("still_running", "unfinished"),
+                                 ("good_sessions", "every turn met the SLOs"),
+                                 ("session_goodput_rps", "session goodput /s")], left={"endpoint", "ended"}),
+                  "<p class='note'>Sessions whose first turn was sent in a measured phase. Ended: done (its turns ran "
+                  "out), error (a failed turn, sessions.on_error = \"end\"), context_limit (the next prompt would "
+                  "not fit sessions.context_tokens), run_end (the next turn was due after the run). Session goodput: "
+                  "sessions per second whose every turn succeeded within every token SLO that applies.</p>"]
+    cache = sessions.get("prefix_cache") or []
+    if cache:
+        def ratio(v):
+            return f"{v:.1%}" if v is not None else "–"
+        rows = [r | {"server": ratio(r["server_hit_ratio"]), "usage": ratio(r["usage_hit_ratio"]),
+                     "ideal": ratio(r["ideal_hit_ratio"])} for r in cache]
+        parts += ["<h3 id='prefix-cache'>Prefix cache</h3>",
+                  _table(rows, [("endpoint", "endpoint"), ("server", "server's counters"),
+                                ("usage", "requests' usage"), ("ideal", "ideal (unbounded cache)"),
+                                ("prompt_tokens", "prompt tokens"), ("server_metric", "counters")],
+                         left={"endpoint", "server_metric"}),
+                  "<p class='note'>Hit ratio = prompt tokens served from the cache / prompt tokens. The server's "
+                  "counters are its model's over the whole run (warm-up and other endpoints of the model included); "
+                  "the usage is the requests' own (usage.prompt_tokens_details.cached_tokens); the ideal is what a "
+                  "cache that never evicts would hold of the prompts tailrace built (within a session, and a trace's "
+                  "shared blocks). A server well below the ideal has too small a cache, or evicts early.</p>"]
+    plot = figures.svg("sessions_over_time", lambda: (sessions.get("in_flight") or {},
+                                                      sessions.get("hit_ratio_over_time") or {},
+                                                      phase_boundaries_s(profile)))
+    if plot:
+        parts += ["<h3>Sessions in flight and the hit ratio over time</h3>", plot]
+    return "".join(parts)
+
+
 def _scenario_section(sc: dict) -> str:
     """What the scenario itself reports (MLPerf-style), above the generic tables."""
     name = sc.get("scenario", "server")
@@ -469,6 +523,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                     if mixed else "") + ".</p>")
     if s.get("tokens"):
         parts.append(_tokens_section(s["tokens"], analysis, figures))
+    if s.get("sessions"):
+        parts.append(_sessions_section(s["sessions"], analysis.data.plan.profile, figures))
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")

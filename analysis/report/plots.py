@@ -212,6 +212,35 @@ def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
     return _svg(fig)
 
 
+def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float]) -> str | None:
+    """Sessions in flight per second per endpoint, and the prefix-cache hit ratio over time (the requests' usage,
+    solid; the ideal of an unbounded cache, dashed), per endpoint (analysis/stats/sessions.py)."""
+    if not in_flight and not hits:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)
+    for name, line in (in_flight or {}).get("in_flight", {}).items():
+        ax1.plot(np.arange(len(line)) + 0.5, line, lw=1, label=name)
+    ax1.set_ylabel("sessions in flight")
+    if (in_flight or {}).get("in_flight"):
+        ax1.legend(fontsize=7)
+    else:
+        _no_data(ax1, "no sessions")
+    shift = ((hits or {}).get("t0_ns", 0) - (in_flight or {}).get("t0_ns", (hits or {}).get("t0_ns", 0))) / 1e9
+    for name, lines in (hits or {}).get("by_endpoint", {}).items():
+        for kind, style in (("usage", "-"), ("ideal", "--")):
+            values = lines.get(kind)
+            if values is not None:
+                centres = shift + (np.arange(len(values)) + 0.5) * hits["bin_s"]
+                ax2.plot(centres, values, ls=style, lw=1.2, label=f"{name} {'server usage' if kind == 'usage' else 'ideal'}")
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("prefix-cache hit ratio")
+    ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts / the ideal")
+    if (hits or {}).get("by_endpoint"):
+        ax2.legend(fontsize=7, ncol=2)
+    _mark_phases((ax1, ax2), phase_starts_s)
+    return _svg(fig)
+
+
 def ttft_bars(rows: list[dict]) -> str | None:
     """Where TTFT goes, per region × endpoint (analysis/stats/decomposition.py ttft_decomposition)."""
     return decomposition_bars(rows, ("send_lag", "network_up", "server_queue", "server_prefill", "server_other",

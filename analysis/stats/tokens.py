@@ -278,11 +278,11 @@ def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> dict:
     return {"t0_ns": t0, "whole_s": whole_s, "tokens_per_s": tokens, "ttft_p99_ms": p99}
 
 
-def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoints: set[str]) -> dict:
-    """(endpoint, region) → requests per second that succeeded within every token SLO that applies to them (each
-    judged on the request's own value: its TTFT, TPOT, E2E, and for ITL its largest gap). A latency SLO that names
-    a generative endpoint applies to it as an E2E SLO (as its verdict does: analysis/stats/slo.py); one over every
-    endpoint ('*') is the one-shot endpoints' goal, not a stream's."""
+def good_streams(df: pd.DataFrame, slos: list[dict], endpoints: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of the measured phases' requests to the generative `endpoints`, whether each succeeded within
+    every token SLO that applies to it — each judged on the request's own value: its TTFT, TPOT, E2E, and for ITL
+    its largest gap). A latency SLO that names a generative endpoint applies to it as an E2E SLO (as its verdict
+    does: analysis/stats/slo.py); one over every endpoint ('*') is the one-shot endpoints' goal, not a stream's."""
     rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0))
     endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
     good = df["status"].astype(str).to_numpy()[rows] == "ok"
@@ -306,6 +306,14 @@ def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoin
             if slo["region"] != "*":
                 applies &= region == slo["region"]
             good &= ~applies | (per_request[slo["metric"]] <= slo["threshold_ms"])
+    return rows, good
+
+
+def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoints: set[str]) -> dict:
+    """(endpoint, region) → requests per second that succeeded within every token SLO that applies to them
+    (good_streams)."""
+    rows, good = good_streams(df, slos, endpoints)
+    endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
     out = {}
     for e, r in set(zip(endpoint, region)):
         out[(e, r)] = float(good[(endpoint == e) & (region == r)].sum() / duration_s)

@@ -66,14 +66,14 @@ PROCESS_SAMPLES = ("process_resident_memory_bytes", "tailrace_server_peak_rss_by
 
 
 def model_samples(prom_text: str, model: str) -> dict[str, float]:
-    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*), and the server's
-    process-wide memory / CPU samples, by name{labels}."""
+    """Samples labelled with `model` (Triton's nv_* and the embedded endpoint's tailrace_*; vLLM's and the embedded
+    generative models' by model_name), and the server's process-wide memory / CPU samples, by name{labels}."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(prom_text):
         for s in family.samples:
-            if s.labels.get("model") != model and s.name not in PROCESS_SAMPLES:
+            if model not in (s.labels.get("model"), s.labels.get("model_name")) and s.name not in PROCESS_SAMPLES:
                 continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "model")
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k not in ("model", "model_name"))
             out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)
     return out
 

@@ -1,0 +1,43 @@
+"""The servers' own Prometheus counters, read from a run's before / after scrapes (endpoints/<e>/metrics-*.prom):
+the prefix-cache counters of vLLM (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`, in tokens) and of the
+embedded server (`tailrace:` with the same names), for the endpoint's model."""
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX_CACHE = ("prefix_cache_queries", "prefix_cache_hits")
+
+
+def prefix_cache_counters(text: str, model: str) -> dict[str, float]:
+    """{'queries': …, 'hits': …, 'metric': the family's prefix} of `model` (label model_name or model) in one scrape;
+    {} when the server exposes no prefix-cache counters (or the text is not Prometheus' format)."""
+    out: dict = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError):
+        return {}
+    for family in families:
+        prefix, _, name = family.name.rpartition(":")
+        if name not in PREFIX_CACHE:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total") and family.type == "counter":
+                continue
+            if sample.labels.get("model_name", sample.labels.get("model")) not in (model, None):
+                continue
+            key = "queries" if name == "prefix_cache_queries" else "hits"
+            out[key] = out.get(key, 0.0) + float(sample.value)
+            out["metric"] = f"{prefix}:prefix_cache_queries / _hits" if prefix else "prefix_cache_queries / _hits"
+    return out if "queries" in out and "hits" in out else {}
+
+
+def prefix_cache_deltas(scrapes: dict[str, dict[str, str]], models: dict[str, str]) -> dict[str, dict]:
+    """endpoint → {'queries', 'hits', 'metric'}: its model's prefix-cache counters after the run minus before."""
+    out = {}
+    for endpoint, stages in scrapes.items():
+        before = prefix_cache_counters(stages.get("before", ""), models.get(endpoint, ""))
+        after = prefix_cache_counters(stages.get("after", ""), models.get(endpoint, ""))
+        if after:
+            out[endpoint] = {"queries": after["queries"] - before.get("queries", 0.0),
+                             "hits": after["hits"] - before.get("hits", 0.0), "metric": after["metric"]}
+    return out
