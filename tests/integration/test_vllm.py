@@ -27,7 +27,7 @@ def vllm(tmp_path_factory):
         if IN_CI:
             pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
         pytest.skip(str(exc))
-    server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0])
+    server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0], block_size=32)
     yield server
     server.stop()
 
@@ -89,3 +89,47 @@ def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"/v1/models: {SERVED_NAME}" in r.stdout and r.stdout.count("8 tokens out (usage)") == 2
+
+
+def session_profile(model_repo, url: str, tokenizer: str):
+    prompts = {"input_tokens": {"mean": 160}, "output_tokens": {"mean": OUTPUT}, "tokenizer": tokenizer}
+    sessions = {"turns": {"mean": 4}, "think_s": {"mean": 0.1}, "user_tokens": {"mean": 24}}
+    return make_profile(model_repo, endpoints=[
+        {"name": "chat", "url": url, "protocol": "openai-completions", "model": SERVED_NAME, "prompts": prompts,
+         "sessions": sessions, "metrics_url": f"{url}/metrics"}],
+        regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+        load={"rate": 1.5, "duration_s": 8, "warmup_s": 1, "seed": 12},
+        generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+
+
+def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it_is_off(vllm, model_repo,
+                                                                                       tmp_path):
+    """Multi-turn sessions on vLLM with automatic prefix caching (32-token blocks): each later turn's prompt
+    (completions: the previous prompt, the reply, the new text) reuses the turn before's blocks — vLLM's own
+    prefix_cache_hits grow, its usage's cached_tokens agree with them, and tailrace's report says the same; the same
+    sessions on a vLLM with caching off hit nothing, and compare shows what the cache was worth."""
+    tokenizer = str(vllm.model_dir / "tokenizer.json")
+    run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    df = a.requests
+    assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
+    later = df[df["turn"] > 1]
+    assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
+    cache = a.summary["sessions"]["prefix_cache"][0]
+    assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
+    # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
+    assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
+    assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
+    off_server = start_vllm(tmp_path / "vllm-off", max_num_seqs=16, cpus=split_cpus()[0], prefix_caching=False,
+                            block_size=32)
+    try:
+        off, manifest = run_with(session_profile(model_repo, off_server.url, tokenizer), tmp_path / "off")
+    finally:
+        off_server.stop()
+    b = analyze_run(off.run_dir)
+    assert (b.requests["cached_tokens"] <= 0).all() and b.summary["sessions"]["prefix_cache"][0][
+        "server_hit_ratio"] in (None, 0.0)
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(run.run_dir), str(off.run_dir)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and "TTFT" in r.stdout, r.stdout + r.stderr
