@@ -102,9 +102,9 @@ class IssueLoop:
         group.join(timeout=more_s + self.drain_s)
 
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
-        """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — up to
-        PREPARE_AHEAD_S and PREPARE_AHEAD_N arrivals ahead — but only while the next arrival is not due within
-        PREPARE_SLACK_NS, so that building never delays a send that is due (a burst of a trace's rows at one
+        """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to
+        PREPARE_AHEAD_S after the next one, at most PREPARE_AHEAD_N — but only while the next arrival is not due
+        within PREPARE_SLACK_NS, so that building never delays a send that is due (a burst of a trace's rows at one
         instant is built before it, not during it)."""
         if self.prepare is None:
             yield from ((a, a) for a in arrivals)
@@ -117,8 +117,9 @@ class IssueLoop:
                 ahead.append((upcoming, self.prepare(upcoming)))
                 upcoming = next(source, None)
             head_due = ahead[0][0].intended_mono
+            # within PREPARE_AHEAD_S of the head (or of now, once it is due): a burst behind it is built with it
             while upcoming is not None and len(ahead) < PREPARE_AHEAD_N \
-                    and upcoming.intended_mono - time.perf_counter_ns() < PREPARE_AHEAD_S * 1e9 \
+                    and upcoming.intended_mono - max(head_due, time.perf_counter_ns()) < PREPARE_AHEAD_S * 1e9 \
                     and head_due - time.perf_counter_ns() > PREPARE_SLACK_NS:
                 ahead.append((upcoming, self.prepare(upcoming)))
                 upcoming = next(source, None)

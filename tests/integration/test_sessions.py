@@ -159,3 +159,29 @@ models_dir = "{model_repo}"
         assert r.returncode == 2, (name, r.stdout, r.stderr)
         assert words in r.stderr and "Traceback" not in r.stderr, (name, r.stderr)
         assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*/regions/*/*/requests-*"))
+
+
+def test_a_mooncake_slice_reuses_exactly_the_prefixes_its_hash_ids_share(model_repo, tmp_path):
+    """20 s of the public Mooncake conversation trace (profiles/traces/NOTICE.md; from 28 min in, 67 rows of 0.9k–85k
+    tokens): every row's prompt built from its 512-token blocks, at its own length; the hit ratio the server
+    reports within 5 points of the trace's ideal under an unbounded cache."""
+    endpoints = [{"name": "llm", "url": "embedded", "protocol": "openai-chat", "model": "synthetic_lm",
+                  "ttft_timeout_ms": 60000}]
+    trace = {"file": str(ROOT / "profiles" / "traces" / "mooncake-conversation.jsonl.gz"), "start_s": 1680,
+             "window_s": 20}
+    profile = make_profile(model_repo, endpoints=endpoints,
+                           load={"duration_s": 20, "warmup_s": 0, "seed": 7,
+                                 "arrivals": {"process": "trace", "trace": trace}},
+                           embedded={"models_dir": str(model_repo), "max_num_seqs": {"synthetic_lm": 256},
+                                     "max_model_len": {"synthetic_lm": 131072},
+                                     "kv_cache_tokens": {"synthetic_lm": 4194304}})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    df = a.requests
+    assert len(df) == 67 and (df["status"] == "ok").all(), df["error"].unique()
+    assert (df["input_tokens"] == df["prompt_tokens_sent"]).all()  # every row at its own input_length
+    cache = a.summary["sessions"]["prefix_cache"][0]
+    assert 0.10 < cache["ideal_hit_ratio"] < 0.20
+    assert abs(cache["usage_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.05
+    assert abs(cache["server_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.05

@@ -1,0 +1,125 @@
+"""The whole Mooncake conversation trace (profiles/traces/mooncake-conversation.jsonl.gz: 12,031 rows, an hour, prompts
+of 0.9k–121k tokens, each built from its 512-token blocks) replayed at its own pace against bench/stream_sink.py,
+for `--seconds`: does the generator stay VALID, keep contact with the master, and hold its memory flat while it
+builds ~14k-word prompts just before their sends?
+
+Reports: VALID or not (and why), rows sent against the trace's rows in the window, send lag p50 / p99 / max, the
+workers' control-channel gaps, and the workers' resident memory at 60 s and at the end (sampled every 5 s).
+
+    python bench/trace_replay_hour.py [--seconds 600] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import write_section  # noqa: E402
+from harness.services.processes import free_port  # noqa: E402
+
+TRACE = ROOT / "profiles" / "traces" / "mooncake-conversation.jsonl.gz"
+
+
+def profile(url: str, seconds: int, out: Path) -> str:
+    return f"""name = "mooncake-hour"
+output_dir = "{out}"
+[[endpoints]]
+name = "llm"
+url = "{url}"
+protocol = "openai-chat"
+model = "sink"
+[[regions]]
+name = "eu-west"
+share = 0.5
+[[regions]]
+name = "us-east"
+share = 0.5
+[load]
+duration_s = {seconds}
+warmup_s = 0
+seed = 7
+[load.arrivals]
+process = "trace"
+trace = {{ file = "{TRACE}" }}
+[clock]
+servers = ["embedded"]
+"""
+
+
+def worker_rss_mb(parent: psutil.Process) -> dict[int, float]:
+    out = {}
+    for child in parent.children(recursive=True):
+        try:
+            if any("worker" in part for part in child.cmdline()) and "locust" in " ".join(child.cmdline()):
+                out[child.pid] = child.memory_info().rss / 2**20
+        except psutil.Error:
+            continue
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=600)
+    ap.add_argument("--write", action="store_true", help="write the result into docs/BENCHMARKS.md")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="trace-hour-"))
+    port = free_port()
+    sink = subprocess.Popen([sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port), "--log",
+                             str(tmp / "sink.jsonl"), "--first-ms", "50", "--gap-ms", "20", "--tokens", "20"])
+    try:
+        toml = tmp / "p.toml"
+        toml.write_text(profile(f"http://127.0.0.1:{port}", args.seconds, tmp / "runs"))
+        run = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(toml), "--quiet"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        parent, samples, started = psutil.Process(run.pid), [], time.monotonic()
+        while run.poll() is None:
+            rss = worker_rss_mb(parent)
+            if rss:
+                samples.append((time.monotonic() - started, sum(rss.values())))
+            time.sleep(5)
+        output = run.stdout.read()
+    finally:
+        sink.terminate()
+        sink.wait(10)
+    run_dir = max((tmp / "runs").glob("mooncake-hour-*"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    from analysis.analyze import analyze_run
+    from harness.worker.traces import read_trace
+
+    df = analyze_run(run_dir).requests
+    rows = read_trace(TRACE)
+    due = int((rows.time_s < args.seconds).sum())
+    lag = df["send_lag_ns"].to_numpy() / 1e6
+    gaps = [w for w in manifest.get("warnings", []) if "no contact with the master" in w]
+    at_60 = next((mb for t, mb in samples if t >= 60), None)
+    body = (f"Command: `python bench/trace_replay_hour.py --seconds {args.seconds}` (2 regions, one worker each, "
+            f"against bench/stream_sink.py: 20 tokens a stream)\n\n"
+            "| | value |\n|---|---|\n"
+            f"| verdict | {'VALID' if manifest['valid'] else 'INVALID: ' + '; '.join(manifest['invalid_reasons'])} |\n"
+            f"| rows sent / due in the window | {len(df):,} / {due:,} |\n"
+            f"| prompt tokens sent (mean, max) | {df['prompt_tokens_sent'].mean():,.0f}, "
+            f"{df['prompt_tokens_sent'].max():,} |\n"
+            f"| send lag p50 / p99 / max (ms) | {np.percentile(lag, 50):.2f} / {np.percentile(lag, 99):.2f} / "
+            f"{lag.max():.1f} |\n"
+            f"| control-channel gaps | {len(gaps)} |\n"
+            f"| workers' RSS at 60 s / at the end (MB, both workers) | "
+            f"{at_60 or float('nan'):.0f} / {samples[-1][1] if samples else float('nan'):.0f} |\n")
+    print(body)
+    print(output[-2000:])
+    if args.write:
+        write_section("A whole trace's prompts, built as it plays", body)
+    return 0 if manifest["valid"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
