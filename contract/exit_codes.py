@@ -9,4 +9,6 @@ USAGE = 2  # bad flags, profile, run directory: nothing started, or nothing to c
 INCONCLUSIVE = 3  # no SLO fails, some are undecided — or a master that could not analyse its run
 INVALID = 4  # the run itself is not valid (saturation, a lost worker, an interrupt)
 INTERNAL = 5  # tailrace itself (or the machine under it) failed: never an SLO verdict
-WORKER_MASTER_LOST = 3  # a Locust worker process (not a command) stopped because its master went silent
+# a `tailrace worker` that stopped because its master went silent past generator.master_timeout_s: its results are
+# kept in its spool (tailrace collect); not a verdict, and not worth a restart (the run it belonged to is over)
+WORKER_MASTER_LOST = 6

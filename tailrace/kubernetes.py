@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.exit_codes import WORKER_MASTER_LOST
 from contract.profile import Profile
 from tailrace.commands import MASTER_PORT, SNTP_PORT, master_args, worker_args
 
@@ -239,8 +240,11 @@ def worker_doc(profile: Profile, region, image: str, namespace: str, res: Resour
             "metadata": {"name": f"tailrace-worker-{_dns(region.name)}", "namespace": namespace,
                          "labels": _labels("worker", region.name)},
             "spec": {"completionMode": "Indexed", "completions": region.workers, "parallelism": region.workers,
-                     "backoffLimit": 0, "template": {"metadata": {"labels": _labels("worker", region.name)},
-                                                     "spec": spec}}}
+                     "backoffLimit": 0,
+                     # a worker whose master went silent (exit 6) stopped with its results spooled: never retried
+                     "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                         "containerName": "worker", "operator": "In", "values": [WORKER_MASTER_LOST]}}]},
+                     "template": {"metadata": {"labels": _labels("worker", region.name)}, "spec": spec}}}
 
 
 def reader_doc(image: str, namespace: str) -> dict:

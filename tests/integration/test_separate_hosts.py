@@ -20,6 +20,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from contract.exit_codes import WORKER_MASTER_LOST
 from contract.layout import RunLayout
 from harness.services.processes import ManagedProcess, start_process
 from tailrace.commands import master_args, worker_args
@@ -344,7 +345,7 @@ def test_a_link_down_past_the_timeout_is_invalid_naming_the_worker_and_collect_b
         code = d.master.popen.wait(timeout=240)
     finally:
         stop_all(d)
-    assert d.workers["us"].popen.returncode != 0
+    assert d.workers["us"].popen.returncode == WORKER_MASTER_LOST  # its own code: not a verdict
     run = d.run_dir()
     manifest = json.loads((run / "manifest.json").read_text())
     assert code == 4 and not manifest["valid"]
