@@ -40,11 +40,16 @@ def gap_for(n: int) -> float:
 
 
 # -- the client (a child process, pinned) ----------------------------------------------------------------------
-def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Path) -> None:
+def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Path, sessions: bool = False) -> None:
+    """`sessions`: every stream a session's turn instead — 4 turns a session, each built at its send from the
+    conversation so far (the sink's actual reply and 24 new words), as the worker's session runner builds them."""
     import gevent
+    import numpy as np
 
+    from contract.profile import Prompts, Sessions
     from contract.trace_context import format_traceparent, new_ids
     from harness.client.generative import COMPLETIONS, StreamSender, request_body
+    from harness.workload.conversations import Conversation, TurnScript, words_of
 
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
                           timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency)
@@ -53,11 +58,31 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     start = time.monotonic()
     end = start + warmup_s + seconds
 
+    rng = np.random.default_rng(1)
+
+    def turns():
+        """Endless session turns: (a function sending the next turn, a function taking its outcome)."""
+        while True:
+            conversation = Conversation(COMPLETIONS, "sink", Prompts(), Sessions(), lambda t: len(t.split()),
+                                        lambda: "")
+            for k in range(4):
+                script = TurnScript(words_of(24, rng), TOKENS)
+                built = conversation.next_request(script)
+                yield built.body, lambda o, script=script: conversation.add_reply(
+                    script, o.stream.text if o.status == "ok" else "", [], o.status == "ok")
+
     def stream() -> None:
+        session = turns() if sessions else None
         while time.monotonic() < end:
             trace_id, span_id = new_ids()
             began = time.monotonic()
-            outcome = sender.send(0, {"traceparent": format_traceparent(trace_id, span_id)}, lambda: None)
+            headers = {"traceparent": format_traceparent(trace_id, span_id)}
+            if session is None:
+                outcome = sender.send(0, headers, lambda: None)
+            else:
+                body, replied = next(session)
+                outcome = sender.send_body(body, headers, lambda: None)
+                replied(outcome)
             if began >= start + warmup_s and outcome.status == "ok":
                 s = outcome.stream
                 records.append((trace_id, s.first_token_ns, bytes(s.event_ns), bytes(s.event_tokens)))
@@ -111,20 +136,21 @@ def errors_against_sink(records: list, writes: dict[str, list[dict]]) -> tuple[n
     return np.asarray(first), np.asarray(gaps)
 
 
-def run_tailrace(n: int, seconds: float, warmup_s: float, work: Path, port: int) -> dict:
-    log = work / f"sink-{n}.jsonl"
+def run_tailrace(n: int, seconds: float, warmup_s: float, work: Path, port: int, sessions: bool = False) -> dict:
+    log = work / f"sink-{n}-{sessions}.jsonl"
     sink = _start_sink(port, log, gap_for(n), "1")
     try:
-        out = work / f"client-{n}.json"
+        out = work / f"client-{n}-{sessions}.json"
         subprocess.run(["taskset", "-c", "0", sys.executable, __file__, "--client", f"http://127.0.0.1:{port}",
                         "--concurrency", str(n), "--seconds", str(seconds), "--warmup", str(warmup_s),
-                        "--out", str(out)], check=True)
+                        "--out", str(out), *(["--sessions"] if sessions else [])], check=True)
     finally:
         sink.terminate()
         sink.wait(10)
     result = json.loads(out.read_text())
     first, gaps = errors_against_sink(result["records"], _sink_writes(log))
-    return {"tool": "tailrace", "streams": n, "gap_ms": gap_for(n), "requests": len(first),
+    return {"tool": "tailrace (sessions)" if sessions else "tailrace", "streams": n, "gap_ms": gap_for(n),
+            "requests": len(first),
             "tokens_per_s": result["tokens"] / seconds, "cpu": result["cpu"],
             "first_p50_ms": float(np.median(first)), "first_p99_ms": float(np.percentile(first, 99)),
             "itl_p50_ms": float(np.median(gaps)), "itl_p99_ms": float(np.percentile(gaps, 99))}
@@ -192,10 +218,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--guidellm", default=None, help="guidellm executable (its own virtualenv) to run beside")
+    ap.add_argument("--sessions", action="store_true", help="also as sessions' turns, built at each send, beside")
+    ap.add_argument("--repeats", type=int, default=1, help="run each cell this many times (the table: each run)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/BENCHMARKS.md")
     args = ap.parse_args()
     if args.client:
-        client(args.client, args.concurrency[0], args.seconds, args.warmup, args.out)
+        client(args.client, args.concurrency[0], args.seconds, args.warmup, args.out, args.sessions)
         return 0
     from harness.services.processes import free_port
 
@@ -203,8 +231,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for n in args.concurrency:
-            rows.append(run_tailrace(n, args.seconds, args.warmup, work, free_port()))
-            print(json.dumps(rows[-1]), flush=True)
+            for _ in range(args.repeats):  # side by side, alternating: the VM's drift falls on both alike
+                for sessions in ((False, True) if args.sessions else (False,)):
+                    rows.append(run_tailrace(n, args.seconds, args.warmup, work, free_port(), sessions))
+                    print(json.dumps(rows[-1]), flush=True)
             if args.guidellm:
                 rows.append(run_guidellm(args.guidellm, n, args.seconds, work, free_port()))
                 print(json.dumps(rows[-1]), flush=True)
@@ -230,7 +260,13 @@ def main() -> int:
                  "(SO_TIMESTAMPNS; plain TCP on Linux), so a busy client loop does not move its stamps. guidellm "
                  "stamps `first_token_iteration` with time.time() once its asyncio loop has parsed the event; it "
                  "records no per-token instants, so it has no ITL error to show.")
-        write_section("Stream fidelity: token stamps against the sink's writes", "\n".join(lines) + notes)
+        if args.sessions:
+            notes += (" With --sessions each cell runs twice side by side, alternating: as independent requests (one "
+                      "body built before the run) and as sessions' turns (4 a session, each built at its send from "
+                      "the conversation so far — the sink's actual reply and 24 new words — as the worker's session "
+                      "runner builds them).")
+        title = "Stream fidelity with sessions" if args.sessions else "Stream fidelity: token stamps against the sink's writes"
+        write_section(title, "\n".join(lines) + notes)
     return 0
 
 

@@ -10,7 +10,8 @@ request's trace ID (else the "req-<n>" its prompt carries, else "arrival-<ns>").
 
 The prompt picks a fault: "mode:cut" (the connection closes after two events), "mode:error" (an error event in the
 200 stream), "mode:slow" (the first token after 2 s), "mode:malformed" (an event that is not JSON), "mode:busy"
-(429 with an error body). GET /v1/models lists the
+(429 with an error body), "mode:agent" (chat: three reasoning_content deltas, then a tool call in two deltas, then the
+answer). The first event's log line carries the request's message roles. GET /v1/models lists the
 model "sink", GET /health answers 200; any other GET is 404.
 
     python bench/stream_sink.py --port P --log FILE [--first-ms 50] [--gap-ms 20] [--tokens 20]
@@ -94,6 +95,13 @@ class Sink:
             sent += n
             piece = " tok" * n
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            if mode == "agent" and chat and k < 3:
+                choice = {"index": 0, "delta": {"reasoning_content": piece}}
+            elif mode == "agent" and chat and k < 5:
+                call = {"index": 0, "function": {"arguments": "{\"q\": 1}" if k == 4 else ""}}
+                if k == 3:
+                    call.update({"id": f"call_{trace[-6:]}", "type": "function", "function": {"name": "lookup"}})
+                choice = {"index": 0, "delta": {"tool_calls": [call]}}
             payload = {"choices": [choice], "usage": {"prompt_tokens": 7, "completion_tokens": sent}}
             written_ns = time.perf_counter_ns()  # transport.write sends at once when nothing waits before it
             wall_ns = time.time_ns()  # for clients that stamp the wall clock (a peer tool's epoch seconds)
@@ -104,8 +112,11 @@ class Sink:
             else:
                 writer.write(event(payload))
             await writer.drain()
-            self.log.write(json.dumps({"trace_id": trace, "event": k, "tokens": n, "t_ns": written_ns,
-                                       "wall_ns": wall_ns, "arrived_wall_ns": arrived_wall_ns}) + "\n")
+            line = {"trace_id": trace, "event": k, "tokens": n, "t_ns": written_ns, "wall_ns": wall_ns,
+                    "arrived_wall_ns": arrived_wall_ns}
+            if k == 0 and chat:
+                line["roles"] = [m.get("role") for m in request.get("messages") or []]
+            self.log.write(json.dumps(line) + "\n")
             if mode == "cut" and k == 1:
                 self.log.flush()
                 writer.transport.abort()

@@ -105,8 +105,15 @@ def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> s
             for p in ("p50", "p99"):
                 row[f"{metric}_{p}"] = _token_cell(r[f"{metric}_ms"][p])
         table_rows.append(row)
+    reasoned = any("ttfa_ms" in r for r in rows)
+    for r, row in zip(rows, table_rows):
+        if "ttfa_ms" in r:
+            row.update({"ttfa_p50": _token_cell(r["ttfa_ms"]["p50"]), "ttfa_p99": _token_cell(r["ttfa_ms"]["p99"]),
+                        "reasoning": r["mean_reasoning_tokens"]})
     cols = [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok / streams"), ("tps", "output tokens/s"),
-            ("goodput", "goodput /s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"),
+            ("goodput", "goodput /s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
+            *([("ttfa_p50", "first answer p50"), ("ttfa_p99", "first answer p99"),
+               ("reasoning", "reasoning tokens (mean)")] if reasoned else []), ("tpot_p50", "TPOT p50"),
             ("tpot_p99", "TPOT p99"),
             ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
             ("outcomes", "how streams ended"), ("sources", "token counts from")]

@@ -28,7 +28,7 @@ from analysis.stats.estimators import PercentileEstimate, proportion_verdict, so
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
-                 "token_event_counts")
+                 "token_event_counts", "ttfa_ns", "reasoning_tokens")
 PERCENTILES = (50.0, 90.0, 99.0)
 METRICS = ("ttft", "tpot", "itl", "e2e")
 
@@ -164,7 +164,21 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
         "tpot_ms": _estimate(tpot),
         "itl_ms": _estimate(itl_all, effective_n=int(sum(len(g) > 0 for g in itl))),
         "e2e_ms": _estimate(df["latency_ns"].to_numpy()[ok] / 1e6),
+        **_reasoning(df, ok),
     }
+
+
+def _reasoning(df: pd.DataFrame, ok: np.ndarray) -> dict:
+    """Where streams reasoned first (reasoning_content deltas): the time to the first answer token (content or a
+    tool call) and the reasoning tokens, beside TTFT (the first token of either); {} where none did."""
+    if "reasoning_tokens" not in df:
+        return {}
+    reasoning = df["reasoning_tokens"].to_numpy()[ok]
+    if not (reasoning >= 0).any():
+        return {}
+    ttfa = df["ttfa_ns"].to_numpy()[ok]
+    return {"ttfa_ms": _estimate(ttfa[ttfa >= 0] / 1e6), "reasoning_streams": int((reasoning >= 0).sum()),
+            "mean_reasoning_tokens": float(reasoning[reasoning >= 0].mean())}
 
 
 def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: list[dict] = ()) -> list[dict]:

@@ -117,3 +117,43 @@ def test_probe_lists_the_models_and_streams_a_few_prompts(sink, tmp_path):
     assert "finish length" in r.stdout and "TTFT" in r.stdout
     r = subprocess.run([*probe, "--model", "other"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "model 'other' is not served by" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(model_repo, tmp_path):
+    """Agent sessions against the sink in mode:agent (each reply: three reasoning deltas, a tool call, the answer):
+    every turn records its reasoning tokens and its first answer token (the tool call) three events after its first
+    token; each later turn carries the previous turn's assistant message with its tool call and a tool result."""
+    import json
+
+    log = tmp_path / "events.jsonl"
+    port = free_port()
+    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
+                                         "--log", str(log), "--first-ms", str(FIRST_MS), "--gap-ms", str(GAP_MS),
+                                         "--tokens", str(TOKENS)], tmp_path / "sink.log")
+    sessions = tmp_path / "agent.jsonl"
+    sessions.write_text("".join(json.dumps({"session_id": f"s{i}", "text": f"mode:agent find item {k}",
+                                            "output_tokens": TOKENS}) + "\n" for i in range(8) for k in range(3)))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http_ok(f"{url}/v1/models", proc, timeout=30)
+        profile = make_profile(model_repo, endpoints=[
+            {"name": "agent", "url": url, "protocol": "openai-chat", "model": "sink",
+             "prompts": {"file": str(sessions)},
+             "sessions": {"think_s": {"mean": 0.05}, "tool_result_tokens": 12}}],
+            regions=[{"name": "near", "share": 1.0, "delay_ms": NEAR_MS}],
+            load={"rate": 4, "duration_s": 4, "warmup_s": 0, "seed": 3})
+        run, manifest = run_with(profile, tmp_path / "run")
+    finally:
+        proc.stop()
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    df = a.requests
+    assert (df["status"] == "ok").all() and df["turn"].max() == 3
+    assert (df["reasoning_tokens"] == 4).all()  # events 0, 1, 2: 1 + 1 + 2 tokens (every third carries two)
+    gap_to_answer_ms = (df["ttfa_ns"] - df["ttft_ns"]) / 1e6
+    assert ((gap_to_answer_ms > 3 * GAP_MS - 5) & (gap_to_answer_ms < 3 * GAP_MS + 10)).all(), gap_to_answer_ms
+    roles = [e["roles"] for e in map(json.loads, log.read_text().splitlines()) if "roles" in e]
+    assert ["user"] in roles and ["user", "assistant", "tool", "user"] in roles
+    assert ["user", "assistant", "tool", "user", "assistant", "tool", "user"] in roles
+    row = next(r for r in a.summary["tokens"] if r["endpoint"] == "agent" and r["region"] == "*")
+    assert row["mean_reasoning_tokens"] == 4 and row["ttfa_ms"]["p50"]["value"] > row["ttft_ms"]["p50"]["value"]
