@@ -191,7 +191,7 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: 
         return []
     plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status", "stream_outcome",
                                                             "token_source") else df[c]).to_numpy()[rows]
-                          for c in TOKEN_COLUMNS}).reset_index(drop=True)
+                          for c in TOKEN_COLUMNS if c in df}).reset_index(drop=True)
     out = []
     groups = group_positions(plain, ["endpoint", "region"])
     for (endpoint, region), positions in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
