@@ -17,7 +17,7 @@ from analysis.read.frames import endpoint_region_positions, largest_positions
 from analysis.read.rundir import RunData, load_run, run_validity
 from analysis.read.schedule import Columns, Results, Statistic
 from analysis.read.schedule import run as run_statistics
-from analysis.read.server_metrics import prefix_cache_deltas
+from analysis.read.server_metrics import prefix_cache_deltas, prefix_cache_timeline
 from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from analysis.report.figures import Figures, InlineFigures
 from analysis.result import Analysis
@@ -309,9 +309,11 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
     if not sessions and not cache:
         return {}
     positions, good = good_streams(df, slos, generative)
+    over_time = hit_ratio_over_time(df, generative)
+    for name, lines in over_time.get("by_endpoint", {}).items():  # the server's own counters, interval by interval
+        lines["server"] = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time["t0_ns"])
     return {"turns": turn_table(df, sessions), "sessions": session_table(df, sessions, positions, good, duration),
-            "in_flight": sessions_in_flight(df, sessions), "prefix_cache": cache,
-            "hit_ratio_over_time": hit_ratio_over_time(df, generative)}
+            "in_flight": sessions_in_flight(df, sessions), "prefix_cache": cache, "hit_ratio_over_time": over_time}
 
 
 def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:

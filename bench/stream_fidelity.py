@@ -253,7 +253,8 @@ def main() -> int:
                          f"{r['tokens_per_s']:,.0f} | {cpu} | {r['first_p50_ms']:.3f} / {r['first_p99_ms']:.3f} | "
                          f"{itl} |")
         command = "python bench/stream_fidelity.py " + " ".join(sys.argv[1:])
-        notes = ("\n\nCommand: `" + command + "` (guidellm 0.8.1 in its own virtualenv). The sink on CPU 1, the client "
+        notes = ("\n\nCommand: `" + command + "`" + (" (guidellm 0.8.1 in its own virtualenv)" if args.guidellm else "")
+                 + ". The sink on CPU 1, the client "
                  "on CPU 0; error = the client's stamp − the sink's write of the same event (first token), and "
                  "|stamped gap − written gap| between consecutive events (ITL); tokens/s and CPU are the client's "
                  "over the measured seconds. tailrace stamps a streamed body with the kernel's receive instant "

@@ -41,3 +41,20 @@ def prefix_cache_deltas(scrapes: dict[str, dict[str, str]], models: dict[str, st
             out[endpoint] = {"queries": after["queries"] - before.get("queries", 0.0),
                              "hits": after["hits"] - before.get("hits", 0.0), "metric": after["metric"]}
     return out
+
+
+def prefix_cache_timeline(samples: list[dict], t0_ns: int) -> list[tuple[float, float]]:
+    """(seconds since `t0_ns` at the interval's middle, the hit ratio over the interval) between consecutive
+    periodic samples of an endpoint's metrics (metrics-timeline.jsonl) that carry prefix-cache counters."""
+    points, previous = [], None
+    for sample in samples:
+        values = sample.get("samples") or {}
+        hits = sum(v for k, v in values.items() if k.split("{")[0].endswith("prefix_cache_hits_total"))
+        queries = sum(v for k, v in values.items() if k.split("{")[0].endswith("prefix_cache_queries_total"))
+        if not any(k.split("{")[0].endswith("prefix_cache_queries_total") for k in values):
+            continue
+        if previous is not None and queries > previous[2]:
+            middle = (sample["t_ns"] + previous[0]) / 2
+            points.append(((middle - t0_ns) / 1e9, (hits - previous[1]) / (queries - previous[2])))
+        previous = (sample["t_ns"], hits, queries)
+    return points

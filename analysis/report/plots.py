@@ -214,7 +214,8 @@ def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
 
 def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float]) -> str | None:
     """Sessions in flight per second per endpoint, and the prefix-cache hit ratio over time (the requests' usage,
-    solid; the ideal of an unbounded cache, dashed), per endpoint (analysis/stats/sessions.py)."""
+    solid; the ideal of an unbounded cache, dashed; the server's counters between its periodic scrapes, dots), per
+    endpoint (analysis/stats/sessions.py)."""
     if not in_flight and not hits:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)
@@ -231,7 +232,10 @@ def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float])
             values = lines.get(kind)
             if values is not None:
                 centres = shift + (np.arange(len(values)) + 0.5) * hits["bin_s"]
-                ax2.plot(centres, values, ls=style, lw=1.2, label=f"{name} {'server usage' if kind == 'usage' else 'ideal'}")
+                ax2.plot(centres, values, ls=style, lw=1.2, label=f"{name} {'usage' if kind == 'usage' else 'ideal'}")
+        if lines.get("server"):
+            t, ratio = zip(*lines["server"])
+            ax2.plot(np.asarray(t) + shift, ratio, "o", ms=3, label=f"{name} server's counters")
     ax2.set_ylim(0, 1)
     ax2.set_ylabel("prefix-cache hit ratio")
     ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts / the ideal")

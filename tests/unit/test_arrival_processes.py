@@ -122,6 +122,9 @@ def test_three_trace_formats_read_with_their_token_lengths(tmp_path):
     ("tokens.jsonl", '{"timestamp": 1, "output_tokens": -3}\n', r"tokens.jsonl:1: output_tokens must be a whole"),
     ("nojson.jsonl", '{"timestamp": 1}\n{oops\n', r"nojson.jsonl:2: not JSON"),
     ("header.csv", "time,x\n1,2\n", r"header.csv:1: the header has no timestamp column"),
+    ("blocks.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [0, 1]}\n'
+                     '{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [0, "x"]}\n',
+     r"blocks.jsonl:2: hash_ids must be a list of whole numbers"),
 ])
 def test_a_bad_trace_names_its_file_and_line(tmp_path, name, text, message):
     with pytest.raises(TraceError, match=message):
@@ -158,3 +161,23 @@ def test_profiles_refuse_what_a_process_does_not_take():
                                                    "model": "m"}], "regions": [{"name": "r", "share": 1.0}],
                        "load": {"duration_s": 5, "rate": 10, "arrivals": {"process": "trace",
                                                                           "trace": {"file": "x"}}}}, "test")
+
+
+def test_mooncake_rows_share_exactly_the_text_of_the_blocks_they_share(tmp_path):
+    """A row's prompt is its blocks' text (512 words each, the last cut to its length); the ideal cache holds a
+    row's leading blocks an earlier row sent, in whole 16-token blocks, never its last token."""
+    import numpy as np
+
+    from contract.profile import Endpoint
+    from harness.workload.trace_prompts import TracePrompts
+
+    rows = read_trace(_write(tmp_path, "m.jsonl", "".join(
+        f'{{"timestamp": {t}, "input_length": {n}, "output_length": 4, "hash_ids": {ids}}}\n'
+        for t, n, ids in ((0, 1100, [0, 1, 2]), (1, 700, [0, 1]), (2, 1030, [0, 7, 8]), (3, 512, [0])))))
+    ep = Endpoint(name="llm", url="http://127.0.0.1:1", protocol="openai-chat", model="m")
+    prompts = TracePrompts(ep, rows.input_tokens, rows.output_tokens, rows.hash_ids, np.arange(4), seed=3)
+    words = [prompts.prompt(i).split() for i in range(4)]
+    assert [len(w) for w in words] == [1100, 700, 1030, 512]
+    assert words[1] == words[0][:700]  # blocks 0, 1 then cut: the first row's first 700 words
+    assert words[2][:512] == words[0][:512] and words[2][512:1024] != words[0][512:1024]
+    assert [prompts.facts(i) for i in range(4)] == [(1100, 0), (700, 688), (1030, 512), (512, 496)]
