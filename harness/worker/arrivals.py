@@ -84,7 +84,7 @@ def global_arrivals(segments: list[Segment], seed: int, arrivals: Arrivals | Non
 
 
 @dataclass(frozen=True)
-class Plan:
+class Schedule:
     """One worker's arrivals: offsets (ns) from the start of the run, which endpoint, which phase, which sample, and
     each one's place in the global process (a session's id: unique in the run, the same in every run of the seed)."""
 
@@ -95,10 +95,10 @@ class Plan:
     arrival_index: np.ndarray
 
 
-def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
+def worker_schedule(*, rate: float | None, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
                 region_shares: list[float], region_index: int, workers_in_region: int, worker_index: int,
                 endpoint_weights: list[float], n_samples: int, sequential: bool, arrivals: Arrivals | None = None,
-                trace: TraceRows | None = None, region_names: list[str] = (), endpoint_names: list[str] = ()) -> Plan:
+                trace: TraceRows | None = None, region_names: list[str] = (), endpoint_names: list[str] = ()) -> Schedule:
     """The part of the global process that one worker sends (`trace`: the rows of a trace process, read)."""
     arrivals = arrivals or Arrivals()
     rng = np.random.default_rng([seed, 1])
@@ -116,7 +116,7 @@ def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, dur
         sample = rows.astype(np.int64)  # the trace row: its prompt and output lengths (generative endpoints)
         phase = phase_of(segments, warmup_s, times)
         mine = (region == region_index) & (worker == worker_index)
-        return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32),
+        return Schedule((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32),
                     phase[mine].astype(np.int32), sample[mine], np.flatnonzero(mine))
     segments = rate_segments(rate, phases, warmup_s, duration_s) if arrivals.process != "onoff" else \
         ([Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []) + \
@@ -128,6 +128,6 @@ def worker_plan(*, rate: float | None, phases: list[Phase], warmup_s: float, dur
     sample = np.arange(len(times)) % n_samples if sequential else rng.integers(0, n_samples, size=len(times))
     phase = phase_of(segments, warmup_s, times)
     mine = (region == region_index) & (worker == worker_index)
-    return Plan((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32), phase[mine].astype(np.int32),
+    return Schedule((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32), phase[mine].astype(np.int32),
                 sample[mine].astype(np.int64), np.flatnonzero(mine))
 

@@ -23,7 +23,7 @@ from harness.client.senders import Sender
 from harness.spool.chunk_shipping import ChunkShipper
 from harness.spool.recorder import clock_writer, request_writer
 from harness.spool.uplink import ChunkUplink
-from harness.worker.arrivals import Plan, phase_of, worker_plan
+from harness.worker.arrivals import Schedule, phase_of, worker_schedule
 from harness.worker.clock import WorkerClock
 from harness.worker.clock_sampler import ClockSampler
 from harness.worker.endpoint_senders import EndpointSenders
@@ -179,12 +179,12 @@ class WorkerRun:
                 self.log(f"warm-up failed: {exc}")
 
     # -- the run --------------------------------------------------------------------------------
-    def schedule(self) -> Plan | None:
+    def schedule(self) -> Schedule | None:
         """The server scenario's arrivals for this worker (None for the closed-loop scenarios)."""
         p = self.profile
         if p.load.scenario != "server":
             return None
-        return worker_plan(
+        return worker_schedule(
             rate=p.load.rate, phases=list(p.load.phases), warmup_s=p.load.warmup_s, duration_s=p.load.duration_s,
             seed=p.load.seed, region_shares=[r.share for r in p.regions], region_index=self.region_index,
             workers_in_region=self.region.workers, worker_index=self.identity.index,

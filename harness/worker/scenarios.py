@@ -19,7 +19,7 @@ import numpy as np
 from gevent.pool import Group
 
 from contract.plan import RunPlan
-from harness.worker.arrivals import Plan
+from harness.worker.arrivals import Schedule
 
 PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
 PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)
@@ -139,11 +139,13 @@ class IssueLoop:
         group.join(timeout=max(0.0, (end_mono - time.perf_counter_ns()) / 1e9) + self.drain_s)
 
 
-def poisson_arrivals(plan: Plan, start_mono: int) -> Iterator[Arrival]:
-    """server: the worker's planned arrivals, at start + offset."""
-    for offset, endpoint, phase, sample, index in zip(plan.offsets_ns.tolist(), plan.endpoint_index.tolist(),
-                                                      plan.phase_index.tolist(), plan.sample_index.tolist(),
-                                                      plan.arrival_index.tolist()):
+def scheduled_arrivals(schedule: Schedule, start_mono: int) -> Iterator[Arrival]:
+    """The open-loop (server) scenario: the worker's scheduled arrivals — of any process: Poisson, gamma, constant,
+    on/off or a trace — at start + offset."""
+    s = schedule
+    for offset, endpoint, phase, sample, index in zip(s.offsets_ns.tolist(), s.endpoint_index.tolist(),
+                                                      s.phase_index.tolist(), s.sample_index.tolist(),
+                                                      s.arrival_index.tolist()):
         yield Arrival(start_mono + offset, endpoint, phase, sample, index)
 
 
@@ -192,14 +194,14 @@ def interval_ticks(choices: Iterator[tuple[int, int]], window: Window, interval_
         tick += interval_ns
 
 
-def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Plan | None,
+def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Schedule | None,
                  choices: Callable[[int], Iterator[tuple[int, int]]]) -> dict:
     """Run the plan's scenario on `loop`; returns its scenario statistics for the worker summary.
     `choices(stream)` gives the seeded draws of one closed-loop stream."""
     load = plan.profile.load
     stats: dict = {"scenario": load.scenario}
     if load.scenario == "server":
-        loop.open_loop(poisson_arrivals(schedule, window.start_mono), until_mono=window.end_mono)
+        loop.open_loop(scheduled_arrivals(schedule, window.start_mono), until_mono=window.end_mono)
     elif load.scenario == "single-stream":
         loop.wait_until(window.start_mono)
         loop.closed_loop(back_to_back(choices(0), window))

@@ -11,13 +11,13 @@ import pytest
 from analysis.stats.arrival_process import counts_idc, expected_cv, onoff_idc, process_checks
 from contract.profile import Arrivals, ProfileError, Trace, parse_profile
 from contract.rates import rate_segments
-from harness.worker.arrivals import global_arrivals, worker_plan
+from harness.worker.arrivals import global_arrivals, worker_schedule
 from harness.worker.traces import TraceError, check_names, read_trace, replay
 
 
 def plan(arrivals: Arrivals, region: int, rate: float | None = 400, duration_s: float = 300, shares=(0.3, 0.7),
          trace=None, names=("a", "b")):
-    return worker_plan(rate=rate, phases=[], warmup_s=0, duration_s=duration_s, seed=11, region_shares=list(shares),
+    return worker_schedule(rate=rate, phases=[], warmup_s=0, duration_s=duration_s, seed=11, region_shares=list(shares),
                        region_index=region, workers_in_region=1, worker_index=0, endpoint_weights=[1.0],
                        n_samples=10, sequential=True, arrivals=arrivals, trace=trace, region_names=list(names),
                        endpoint_names=["e"])

@@ -17,14 +17,14 @@ from contract.records import REQUEST_COLUMNS, RequestRow
 from contract.trace_context import format_traceparent, new_ids, parse_traceparent
 from harness.client.classify import classify_exception
 from harness.spool.recorder import request_writer
-from harness.worker.arrivals import global_arrivals, rate_segments, worker_plan
+from harness.worker.arrivals import global_arrivals, rate_segments, worker_schedule
 
 
 def _plans(rate=300.0, shares=(0.6, 0.4), workers=(1, 2), phases=(), seed=11, duration=40.0):
     out = []
     for ri, n in enumerate(workers):
         for wi in range(n):
-            out.append(worker_plan(rate=rate, phases=list(phases), warmup_s=0, duration_s=duration, seed=seed,
+            out.append(worker_schedule(rate=rate, phases=list(phases), warmup_s=0, duration_s=duration, seed=seed,
                                    region_shares=list(shares), region_index=ri, workers_in_region=n, worker_index=wi,
                                    endpoint_weights=[1, 1, 2], n_samples=100, sequential=False))
     return out
