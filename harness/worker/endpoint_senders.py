@@ -96,9 +96,9 @@ class EndpointSenders:
         """A trace-driven endpoint's sender: each row's body built just before its send (TracePrompts)."""
         load, trace = self.profile.load, self.trace
         order, _ = replay(trace, load.arrivals.trace, load.warmup_s + load.duration_s)
-        prompts = TracePrompts(ep, trace.input_tokens, trace.output_tokens, trace.hash_ids, order, load.seed,
-                               model_inputs)
-        self.trace_prompts[self.profile.endpoints.index(ep)] = prompts
         tokenizer = prompt_tokenizer(ep, self.root)
+        prompts = TracePrompts(ep, trace.input_tokens, trace.output_tokens, trace.hash_ids, order, load.seed,
+                               model_inputs, tokenizer)
+        self.trace_prompts[self.profile.endpoints.index(ep)] = prompts
         counter = TokenCounter(tokenizer, prompts.inputs.tolist()) if tokenizer is not None else None
         return self._stream_sender(ep, url, pool, [], samples=len(prompts), counter=counter)

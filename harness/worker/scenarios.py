@@ -201,7 +201,8 @@ def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Sched
     load = plan.profile.load
     stats: dict = {"scenario": load.scenario}
     if load.scenario == "server":
-        loop.open_loop(scheduled_arrivals(schedule, window.start_mono), until_mono=window.end_mono)
+        sessions = any(e.sessions is not None for e in plan.profile.endpoints)  # later turns go on to the end
+        loop.open_loop(scheduled_arrivals(schedule, window.start_mono), until_mono=window.end_mono if sessions else None)
     elif load.scenario == "single-stream":
         loop.wait_until(window.start_mono)
         loop.closed_loop(back_to_back(choices(0), window))

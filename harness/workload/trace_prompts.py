@@ -4,7 +4,8 @@ trace is ~170 M words, so nothing is built for rows the run does not send, nor a
 A row with `hash_ids` (Mooncake) is made of its blocks: block id b is always the same BLOCK_TOKENS words (seeded by
 the run's seed and b), so two rows that share a leading run of ids share exactly that prefix of text — the trace's
 prefix reuse reproduced at the server — and the row's last block is cut to its `input_length`. A row without them
-is `input_length` words of its own. Block texts are kept in a bounded least-recently-used cache.
+is `input_length` words of its own. With `prompts.tokenizer`, blocks are the tokenizer's word tokens instead and a row's
+prompt is exactly its `input_length` of them. Blocks are kept in a bounded least-recently-used cache.
 
 Beside each body: the prompt's length as built, and the tokens an unbounded prefix cache would hold of it (its
 leading blocks already sent in the replay's order, whole cache blocks of 16 tokens, never the last token).
@@ -17,6 +18,7 @@ import numpy as np
 
 from contract.profile import Endpoint, Prompts
 from harness.client.generative import request_body
+from harness.client.tokenizer import PromptTokenizer
 from harness.workload.conversations import BLOCK_TOKENS
 from harness.workload.prompts import WORDS, draw_counts
 
@@ -29,7 +31,7 @@ class TracePrompts:
 
     def __init__(self, endpoint: Endpoint, input_tokens: np.ndarray | None, output_tokens: np.ndarray | None,
                  hash_ids: list[tuple[int, ...]] | None, order: np.ndarray, seed: int,
-                 model_inputs: tuple[str, ...] = ()) -> None:
+                 model_inputs: tuple[str, ...] = (), tokenizer: PromptTokenizer | None = None) -> None:
         self.endpoint, self.seed, self.model_inputs = endpoint, seed, model_inputs
         self.spec = endpoint.prompts or Prompts()
         n = len(input_tokens if input_tokens is not None else output_tokens if output_tokens is not None else order)
@@ -37,18 +39,22 @@ class TracePrompts:
         drawn_in, drawn_out = draw_counts(self.spec.input_tokens, n, rng), draw_counts(self.spec.output_tokens, n, rng)
         self.inputs = drawn_in if input_tokens is None else np.where(input_tokens > 0, input_tokens, drawn_in)
         self.outputs = drawn_out if output_tokens is None else np.where(output_tokens > 0, output_tokens, drawn_out)
-        self.hash_ids = hash_ids
-        self._blocks: OrderedDict[int, str] = OrderedDict()
+        self.hash_ids, self.tokenizer = hash_ids, tokenizer
+        self._blocks: OrderedDict[int, str | np.ndarray] = OrderedDict()
         self.ideal = ideal_cached(self.inputs, hash_ids, order) if hash_ids is not None else None
 
     def __len__(self) -> int:
         return len(self.inputs)
 
-    def _block(self, block_id: int) -> str:
+    def _block(self, block_id: int) -> str | np.ndarray:
+        """Block `block_id`: its words (text), or with a tokenizer its token ids."""
         text = self._blocks.get(block_id)
         if text is None:
             rng = np.random.default_rng([self.seed, 6, block_id])
-            text = " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), TRACE_BLOCK_TOKENS).tolist()])
+            if self.tokenizer is not None:
+                text = rng.choice(self.tokenizer.word_ids(), TRACE_BLOCK_TOKENS)
+            else:
+                text = " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), TRACE_BLOCK_TOKENS).tolist()])
             self._blocks[block_id] = text
             if len(self._blocks) > BLOCK_CACHE:
                 self._blocks.popitem(last=False)
@@ -60,6 +66,11 @@ class TracePrompts:
         """Row `row`'s prompt: its blocks (the last cut to its length), or words of its own."""
         length = int(self.inputs[row])
         ids = self.hash_ids[row] if self.hash_ids is not None else ()
+        if self.tokenizer is not None:
+            rng = np.random.default_rng([self.seed, 7, row])
+            tokens = np.concatenate([self._block(b) for b in ids]) if ids else \
+                rng.choice(self.tokenizer.word_ids(), length)
+            return self.tokenizer.text_of(tokens[:length], length, rng)[0]
         if not ids:
             rng = np.random.default_rng([self.seed, 7, row])
             return " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), length).tolist()])

@@ -181,3 +181,31 @@ def test_mooncake_rows_share_exactly_the_text_of_the_blocks_they_share(tmp_path)
     assert words[1] == words[0][:700]  # blocks 0, 1 then cut: the first row's first 700 words
     assert words[2][:512] == words[0][:512] and words[2][512:1024] != words[0][512:1024]
     assert [prompts.facts(i) for i in range(4)] == [(1100, 0), (700, 688), (1030, 512), (512, 496)]
+
+
+def test_with_the_models_tokenizer_a_trace_rows_prompt_is_exactly_its_input_length_in_its_tokens(tmp_path):
+    """Blocks of the tokenizer's word tokens: each row's prompt encodes to exactly its input_length, and rows that
+    share a leading block share its tokens."""
+    import itertools
+
+    import numpy as np
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from contract.profile import Endpoint
+    from harness.client.tokenizer import PromptTokenizer
+    from harness.workload.trace_prompts import TracePrompts
+
+    words = ["".join(letters) for letters in itertools.product("abcdefg", repeat=3)][:300]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(words)] * 3, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = PromptTokenizer(tmp_path / "tokenizer.json")
+    rows = read_trace(_write(tmp_path, "m.jsonl", '{"timestamp": 0, "input_length": 700, "output_length": 4, '
+                                                  '"hash_ids": [0, 1]}\n{"timestamp": 1, "input_length": 600, '
+                                                  '"output_length": 4, "hash_ids": [0, 9]}\n'))
+    ep = Endpoint(name="llm", url="http://127.0.0.1:1", protocol="openai-chat", model="m")
+    prompts = TracePrompts(ep, rows.input_tokens, rows.output_tokens, rows.hash_ids, np.arange(2), 3,
+                           tokenizer=tokenizer)
+    first, second = (tokenizer.tokenizer.encode(prompts.prompt(i), add_special_tokens=False).ids for i in (0, 1))
+    assert (len(first), len(second)) == (700, 600) and first[:512] == second[:512] and first[512:] != second[512:600]
