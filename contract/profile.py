@@ -216,7 +216,7 @@ class Endpoint(_Strict):
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0, description="a request's whole time; default 5 s, or for a generative "
-                                                      "endpoint 600 s (a long stream is bounded by "
+                                                      "endpoint 120 s (a long stream is bounded by "
                                                       "ttft_timeout_ms and stall_timeout_ms instead)")
     auth_header: str | None = Field(None, description="header / metadata key to send, e.g. Authorization")
     auth_env: str | None = Field(None, description="environment variable holding its value (never logged)")
@@ -263,7 +263,7 @@ class Endpoint(_Strict):
         """A generative endpoint's defaults fit streams: no 5 s total (a 500-token stream at 9 ms a token takes
         longer), a 30 s stall timeout between events."""
         if isinstance(data, dict) and data.get("protocol") in GENERATIVE:
-            data = {"timeout_ms": 600_000.0, "stall_timeout_ms": 30_000.0, **data}
+            data = {"timeout_ms": 120_000.0, "stall_timeout_ms": 30_000.0, **data}
         return data
 
     @field_validator("ranges")

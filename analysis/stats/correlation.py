@@ -116,16 +116,23 @@ class Stationarity:
 
     @property
     def change(self) -> float | None:
+        """The relative change of the fitted median (None where its start is not above 0: a steep rise can fit a
+        start below 0; `rising` still says which way it went)."""
         if self.first_ms is None or self.last_ms is None or self.first_ms <= 0:
             return None
         return self.last_ms / self.first_ms - 1
+
+    @property
+    def rising(self) -> bool:
+        """The fitted median ended above where it began."""
+        return self.first_ms is not None and self.last_ms is not None and self.last_ms > self.first_ms
 
     def reason(self) -> str | None:
         """Why the series is not stationary, in words; None when it is (or cannot be told)."""
         if self.stationary is not False:
             return None
-        direction = "rose" if self.change > 0 else "fell"
-        cause = ("backlog growing: the endpoint did not keep up with the offered load" if self.change > 0
+        direction = "rose" if self.rising else "fell"
+        cause = ("backlog growing: the endpoint did not keep up with the offered load" if self.rising
                  else "the system was still settling (a longer warm-up may be needed)")
         return (f"latency {direction} through the run: the median went from {self.first_ms:.3g} ms to "
                 f"{self.last_ms:.3g} ms (trend p = {self.trend_pvalue:.2g}) — {cause}")

@@ -103,7 +103,7 @@ def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: di
         ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
         phase, st = trends.get((endpoint, region), (None, None))
         if st is not None and st.stationary is False:
-            trend = "rising" if st.change > 0 else "falling"
+            trend = "rising" if st.rising else "falling"
             reason = f"phase {phase}: {st.reason()}"
             if v.verdict == "PASS":
                 v = replace(v, verdict="INCONCLUSIVE")

@@ -136,7 +136,7 @@ def _trend(plain: pd.DataFrame, positions: np.ndarray, values: np.ndarray) -> tu
         order = rows[np.argsort(times[rows], kind="stable")]
         st = stationarity(times[order] / 1e9, values[order])
         if st.stationary is False:
-            return ("rising" if st.change > 0 else "falling"), f"phase {int(phase)}: {st.reason()}"
+            return ("rising" if st.rising else "falling"), f"phase {int(phase)}: {st.reason()}"
     return None, None
 
 
