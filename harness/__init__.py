@@ -1,1 +1,2 @@
-"""Load generation: profiles, the open-loop Poisson schedule, the Locust user, recording and orchestration."""
+"""Load generation: the protocol clients, what a generative endpoint is sent (prompts, traces, sessions), the
+open-loop schedule of any arrival process, the Locust worker and master, recording and orchestration."""
