@@ -315,7 +315,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="tailrace", description=(
-        "Distributed open-loop load testing for model-serving endpoints: KServe v2 over HTTP and gRPC, and LLM streams (OpenAI-compatible, Triton generate, gRPC) with sessions, from several regions."))
+        "Distributed open-loop load testing for model-serving endpoints: KServe v2 over HTTP and gRPC, and LLM "
+        "streams (OpenAI-compatible, Triton generate, gRPC) with sessions, from several regions."))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     models = sub.add_parser("models", help="build the model repository", description="Model repository tools.")

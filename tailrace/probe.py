@@ -143,10 +143,10 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """A generative endpoint: the models it lists (its model's inputs, for triton-generate), then `requests` streamed
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
-    from harness.client.generative import TRITON_GENERATE, StreamSender
-    from harness.client.grpc_stream import GrpcStreamSender, stream_request
+    from harness.client.generative import TRITON_GENERATE
     from harness.orchestration.endpoint_check import check_generate, served_models
-    from harness.workload.prompts import prompt_bodies, prompt_items
+    from harness.workload.prompts import prompt_items
+    from harness.workload.stream_senders import generative_sender
 
     inputs: list[str] = []
     try:
@@ -168,16 +168,8 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
           f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer"}
           .get(endpoint.protocol, "stream with usage on every event"))
-    ttft_timeout_s = endpoint.ttft_timeout_ms / 1000 if endpoint.ttft_timeout_ms else None
-    if endpoint.protocol == "kserve-grpc-stream":
-        encoded = [stream_request(endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, tuple(inputs))
-                   for prompt, max_tokens in prompt_items(endpoint, 0, Path.cwd())]
-        sender = GrpcStreamSender(url, endpoint.model, encoded, endpoint.timeout_ms / 1000, ttft_timeout_s,
-                                  credential, sender_tls(endpoint), endpoint.token_count_output)
-    else:
-        sender = StreamSender(url, endpoint.protocol, prompt_bodies(endpoint, 0, Path.cwd(), tuple(inputs)),
-                              endpoint.timeout_ms / 1000, ttft_timeout_s, credential, sender_tls(endpoint), pool=1,
-                              model=endpoint.model, count_output=endpoint.token_count_output)
+    sender = generative_sender(endpoint, url, prompt_items(endpoint, 0, Path.cwd()), 0, Path.cwd(), tuple(inputs),
+                               pool=1)
     failed = 0
     try:
         for k in range(requests):

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contract.credentials import Credential
 from contract.plan import RunPlan
-from contract.profile import Endpoint, Prompts
+from contract.profile import Endpoint
 from contract.requests import scenario_request
-from harness.client.generative import StreamSender
-from harness.client.grpc_stream import GrpcStreamSender, stream_request
 from harness.client.payloads import wanted_outputs
 from harness.client.request_data import samples_for
 from harness.client.senders import Sender, build_sender
-from harness.client.tls import sender_tls
 from harness.client.tokenizer import TokenCounter
 from harness.worker.identity import WorkerIdentity
 from harness.worker.sessions import SessionEndpoint
 from harness.worker.traces import TraceRows, replay
 from harness.workload.conversations import session_source
-from harness.workload.prompts import prompt_bodies, prompt_items, prompt_tokenizer, token_counter, trace_items
+from harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
+from harness.workload.stream_senders import generative_sender, stream_sender
 from harness.workload.trace_prompts import TracePrompts
 
 
@@ -58,15 +55,6 @@ class EndpointSenders:
                                         wanted_outputs(ep.check, samples)))
         return senders
 
-    def _stream_sender(self, ep: Endpoint, url: str, pool: int, bodies, samples: int = 0,
-                       counter: TokenCounter | None = None) -> StreamSender:
-        spec = ep.prompts or Prompts()
-        return StreamSender(url, ep.protocol, bodies, ep.timeout_ms / 1000,
-                            ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                            sender_tls(ep), pool, stream=spec.stream, model=ep.model, samples=samples,
-                            count_output=ep.token_count_output, counter=counter,
-                            stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
-
     def _generative(self, ep: Endpoint, url: str, pool: int) -> Sender:
         """A generative endpoint's sender, its prompts drawn from the run's seed (the same on every worker) or read
         from its prompt file (on this worker's host, relative to where it runs)."""
@@ -75,22 +63,14 @@ class EndpointSenders:
         if ep.sessions is not None:
             source, count = session_source(ep, seed, self.root)
             self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count)
-            return self._stream_sender(ep, url, pool, [], samples=source.count)
+            return stream_sender(ep, url, pool, [], samples=source.count)
         by_row = trace is not None and (trace.input_tokens is not None or trace.output_tokens is not None
                                         or trace.hash_ids is not None)
         if by_row and ep.protocol != "kserve-grpc-stream":
             return self._trace(ep, url, pool, inputs)
         items = trace_items(ep, trace.input_tokens, trace.output_tokens, seed, self.root) if by_row else \
             prompt_items(ep, seed, self.root)
-        counter = token_counter(ep, items, self.root)
-        if ep.protocol == "kserve-grpc-stream":
-            spec = ep.prompts or Prompts()
-            requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, inputs)
-                        for prompt, max_tokens in items]
-            return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000,
-                                    ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                                    sender_tls(ep), ep.token_count_output, counter)
-        return self._stream_sender(ep, url, pool, prompt_bodies(ep, seed, self.root, inputs, items), counter=counter)
+        return generative_sender(ep, url, items, seed, self.root, inputs, pool, token_counter(ep, items, self.root))
 
     def _trace(self, ep: Endpoint, url: str, pool: int, model_inputs: tuple[str, ...]) -> Sender:
         """A trace-driven endpoint's sender: each row's body built just before its send (TracePrompts)."""
@@ -101,4 +81,4 @@ class EndpointSenders:
                                model_inputs, tokenizer)
         self.trace_prompts[self.profile.endpoints.index(ep)] = prompts
         counter = TokenCounter(tokenizer, prompts.inputs.tolist()) if tokenizer is not None else None
-        return self._stream_sender(ep, url, pool, [], samples=len(prompts), counter=counter)
+        return stream_sender(ep, url, pool, [], samples=len(prompts), counter=counter)

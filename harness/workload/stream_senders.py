@@ -1,0 +1,38 @@
+"""One builder for every generative protocol's sender — the worker's (harness/worker/endpoint_senders.py) and
+`tailrace probe`'s: a streamed HTTP sender (OpenAI-compatible, Triton's generate_stream) or a gRPC ModelStreamInfer
+sender, with the endpoint's timeouts, credential and TLS, its prompts encoded before the run (or built at each send:
+`bodies` empty and `samples` their count), and the endpoint's tokenizer counting where the server reports no usage."""
+from __future__ import annotations
+
+from contract.credentials import Credential
+from contract.profile import Endpoint, Prompts
+from harness.client.generative import StreamSender
+from harness.client.grpc_stream import GrpcStreamSender, stream_request
+from harness.client.senders import Sender
+from harness.client.tls import sender_tls
+from harness.client.tokenizer import TokenCounter
+from harness.workload.prompts import prompt_bodies
+
+
+def stream_sender(ep: Endpoint, url: str, pool: int, bodies=(), samples: int = 0,
+                  counter: TokenCounter | None = None) -> StreamSender:
+    """An HTTP stream sender of `bodies` (a sequence of encoded requests; empty: each built at its send)."""
+    spec = ep.prompts or Prompts()
+    return StreamSender(url, ep.protocol, list(bodies) if isinstance(bodies, tuple) else bodies, ep.timeout_ms / 1000,
+                        ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep), sender_tls(ep),
+                        pool, stream=spec.stream, model=ep.model, samples=samples, count_output=ep.token_count_output,
+                        counter=counter, stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
+
+
+def generative_sender(ep: Endpoint, url: str, items: list[tuple[str | list, int]], seed: int, data_root,
+                      model_inputs: tuple[str, ...] = (), pool: int = 16,
+                      counter: TokenCounter | None = None) -> Sender:
+    """The sender of a generative endpoint's prompts `items` ((prompt or messages, max_tokens)), encoded now."""
+    if ep.protocol == "kserve-grpc-stream":
+        spec = ep.prompts or Prompts()
+        requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, model_inputs)
+                    for prompt, max_tokens in items]
+        return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000,
+                                ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
+                                sender_tls(ep), ep.token_count_output, counter)
+    return stream_sender(ep, url, pool, prompt_bodies(ep, seed, data_root, model_inputs, items), counter=counter)
