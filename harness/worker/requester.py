@@ -76,7 +76,12 @@ class RequestPath:
             self.later_turns += 1
         if turn is not None:
             turn.done_mono = done
-            turn.end = turn.decide(outcome)  # before the record: its last turn says why the session ended
+            try:  # before the record: its last turn says why the session ended
+                turn.end = turn.decide(outcome)
+            except Exception as exc:  # noqa: BLE001 - a next turn that cannot be built ends its session, recorded
+                turn.end = "error"
+                print(f"tailrace worker {self.identity.name}: session {turn.session_id} ended after turn "
+                      f"{turn.index}: its next turn could not be built ({type(exc).__name__}: {exc})", flush=True)
         t_sent = sent[0] or done
         lag = t_sent - arrival.intended_mono
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
