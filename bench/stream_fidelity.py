@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import subprocess
@@ -51,8 +52,10 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     from harness.client.generative import COMPLETIONS, StreamSender, request_body
     from harness.workload.conversations import Conversation, TurnScript, words_of
 
+    # the worker's defaults for a generative endpoint: a stall timeout on every read once a response has begun
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
-                          timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency)
+                          timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency,
+                          stall_timeout_s=float(os.environ.get("TAILRACE_BENCH_STALL_S", "30")) or None)
     sender.warm_up()
     records: list[tuple] = []
     start = time.monotonic()

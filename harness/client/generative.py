@@ -21,7 +21,15 @@ from contract.credentials import Credential, CredentialError
 from contract.profile import Tls
 from harness.client.classify import classify_exception, classify_http_status
 from harness.client.http1 import Http1Pool, Stalled
-from harness.client.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT, OpenAIStream, StreamProtocolError
+from harness.client.openai_stream import (
+    CUT,
+    STALLED,
+    TIMEOUT,
+    TTFT_TIMEOUT,
+    OpenAIStream,
+    StreamProtocolError,
+    cached_tokens,
+)
 from harness.client.outcome import Outcome, StreamOutcome
 from harness.client.sse import SseError, SseParser
 from harness.client.tls import ssl_context
@@ -282,10 +290,8 @@ def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> str:
     result.token_source = "final_usage" if result.output_tokens >= 0 else ""
     result.finish_reason = str(choice.get("finish_reason") or "")[:32]
     result.preview = (text or "")[:80]
-    result.text = str(text or "")
-    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        result.cached_tokens = details["cached_tokens"]
+    result.pieces = [str(text or "")]
+    result.cached_tokens = cached_tokens(usage)
     result.outcome = "complete"
     return str(text or "")
 
@@ -319,7 +325,8 @@ def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, pro
     result.cached_tokens = getattr(stream, "cached_tokens", -1)
     result.reasoning_tokens = getattr(stream, "reasoning_tokens", -1)
     result.first_answer_ns = getattr(stream, "first_answer_ns", stream.first_token_ns)
-    result.text = "".join(getattr(stream, "answer", stream.texts))
+    result.pieces = stream.texts
+    result.reasoning_events = tuple(getattr(stream, "reasoning_events", ()))
     result.tool_calls = [call for _, call in sorted(getattr(stream, "tool_calls", {}).items())]
     if counter is not None:
         counter.fill(result, prompt_index, "".join(stream.texts))

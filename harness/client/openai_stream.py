@@ -24,6 +24,13 @@ COMPLETE, ERROR_EVENT, CUT, TTFT_TIMEOUT, TIMEOUT, STALLED = ("complete", "error
                                                               "timeout", "stalled")
 
 
+def cached_tokens(usage) -> int:
+    """A usage's prompt_tokens_details.cached_tokens (vLLM's, OpenAI's): the prompt tokens its cache held; -1: none."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
 def record_token_event(stream, read_ns: int, text: str, tokens: int) -> None:
     """A token event into a stream's state (OpenAIStream's, TritonGenerateStream's): its instant and token count,
     the first and last token's instants, the text's first 80 characters, the tokens counted."""
@@ -48,7 +55,7 @@ class OpenAIStream:
 
     __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
                  "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview",
-                 "texts", "cached_tokens", "reasoning_tokens", "first_answer_ns", "answer", "tool_calls")
+                 "texts", "cached_tokens", "reasoning_tokens", "first_answer_ns", "reasoning_events", "tool_calls")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -69,7 +76,7 @@ class OpenAIStream:
         self.cached_tokens = -1  # usage.prompt_tokens_details.cached_tokens
         self.reasoning_tokens = -1  # tokens of reasoning deltas (-1: none seen)
         self.first_answer_ns = -1  # the first content or tool-call event's read instant
-        self.answer: list[str] = []  # the answer's text pieces (not the reasoning)
+        self.reasoning_events: list[int] = []  # which token events were reasoning (their places in `texts`)
         self.tool_calls: dict[int, dict] = {}  # index → {"id", "name", "arguments"} as streamed
 
     def feed(self, read_ns: int, data: bytes) -> None:
@@ -119,9 +126,8 @@ class OpenAIStream:
             prompt = usage.get("prompt_tokens")
             if isinstance(prompt, int):
                 self.input_tokens = prompt
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                self.cached_tokens = details["cached_tokens"]
+            if "prompt_tokens_details" in usage:
+                self.cached_tokens = cached_tokens(usage)
             if isinstance(completion, int):
                 if choices and text:
                     self._continuous = True
@@ -131,10 +137,9 @@ class OpenAIStream:
             record_token_event(self, read_ns, text, tokens)
             if reasoning:
                 self.reasoning_tokens = max(self.reasoning_tokens, 0) + tokens
-            else:
-                self.answer.append(text)
-                if self.first_answer_ns < 0:
-                    self.first_answer_ns = read_ns
+                self.reasoning_events.append(len(self.texts) - 1)
+            elif self.first_answer_ns < 0:
+                self.first_answer_ns = read_ns
 
     def _tool_call_pieces(self, calls: list) -> str:
         """A delta's tool-call pieces into the calls so far (by index); the text they carry (name, arguments)."""

@@ -24,8 +24,18 @@ class StreamOutcome:
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1: not reported)
     reasoning_tokens: int = -1  # output tokens that were reasoning (-1: no reasoning seen)
     first_answer_ns: int = -1  # perf_counter_ns() of the read that carried the first answer token (not reasoning)
-    text: str = ""  # the answer's whole text (a session's next turn carries it); kept only when asked for
+    pieces: list = field(default_factory=list)  # every token event's text, as read (no copy: the stream's own list)
+    reasoning_events: tuple = ()  # which of them were reasoning, not answer (empty unless the server reasoned)
     tool_calls: list = field(default_factory=list)  # the tool calls streamed ({"id", "name", "arguments"})
+
+    @property
+    def text(self) -> str:
+        """The answer's whole text (what a session's next turn carries), joined only when asked for: the request
+        path never pays for it."""
+        if not self.reasoning_events:
+            return "".join(self.pieces)
+        skip = set(self.reasoning_events)
+        return "".join(p for i, p in enumerate(self.pieces) if i not in skip)
 
 
 @dataclass

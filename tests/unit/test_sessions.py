@@ -131,7 +131,9 @@ def test_a_stream_reads_reasoning_tool_calls_and_cached_tokens():
         s.feed(1000 * (i + 1), orjson.dumps(e))
     assert (s.first_token_ns, s.first_answer_ns, s.reasoning_tokens) == (2000, 4000, 2)
     assert s.tool_calls == {0: {"id": "c1", "name": "f", "arguments": "{\"a\": 1}"}}
-    assert "".join(s.answer) == "f{\"a\": 1}done" and s.cached_tokens == 32
+    assert s.reasoning_events == [0, 1] and s.cached_tokens == 32
+    answer = StreamOutcome(pieces=s.texts, reasoning_events=tuple(s.reasoning_events))
+    assert answer.text == "f{\"a\": 1}done"  # the reasoning is not the answer
 
 
 class TurnSender:
@@ -146,7 +148,7 @@ class TurnSender:
         self.sent.append((arrival, turn))
         turn.done_mono = self.clock[0]
         ok = turn.index not in self.failing
-        stream = StreamOutcome(outcome="complete", text=" reply words here")
+        stream = StreamOutcome(outcome="complete", pieces=[" reply", " words", " here"])
         outcome = Outcome(status="ok" if ok else "timeout", stream=stream)
         turn.end = turn.decide(outcome)
         return outcome
