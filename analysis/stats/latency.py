@@ -267,8 +267,7 @@ def _table_rows(df: pd.DataFrame, positions: dict | None, among: np.ndarray | No
     endpoints = set(df["endpoint"].astype(str).unique()) if not positions else {str(e) for e, _ in positions}
     kind = pooled_kind(endpoints, streamed)
     pooled = [key for key in positions if (str(key[0]) in streamed) == (kind == STREAM)]
-    mixed = len(pooled) < len(positions) or (not positions and any((e in streamed) != (kind == STREAM)
-                                                                   for e in endpoints))
+    mixed = any((e in streamed) != (kind == STREAM) for e in endpoints)
     if not mixed:
         whole = list(positions) if sum(len(idx) for idx in positions.values()) == size else None
         overall: Callable[[], np.ndarray] = lambda: np.arange(len(df)) if among is None else among  # noqa: E731
