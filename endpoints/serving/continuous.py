@@ -29,7 +29,7 @@ from endpoints.models.decoders import Decoder, StepBatch
 from endpoints.models.vocabulary import EOS
 from endpoints.serving.errors import InferenceError, unavailable
 from endpoints.serving.generation_metrics import GenerationMetrics
-from endpoints.serving.prefix_cache import PrefixCache
+from endpoints.serving.prefix_cache import PrefixCache, block_names
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ class Generation:
     cancelled: bool = False
     fed: int = 0  # prompt tokens prefilled so far (from the cached ones on)
     cached_tokens: int = 0  # leading prompt tokens found in the prefix cache (not prefilled)
+    block_names: list[int] = field(default_factory=list)  # the prompt's full blocks' names (prefix caching)
     state: np.ndarray | None = None
 
     @property
@@ -180,7 +181,9 @@ class ContinuousBatcher:
                 generation.admitted_ns = now
                 generation.state = np.zeros(self.decoder.hidden, np.float32)
                 if self.prefix_cache is not None:
-                    generation.cached_tokens = generation.fed = self.prefix_cache.lookup(generation.prompt)
+                    generation.block_names = block_names(generation.prompt, self.limits.block_size)
+                    generation.cached_tokens = generation.fed = self.prefix_cache.lookup(generation.prompt,
+                                                                                         generation.block_names)
                     self._metrics.prefix_queries.labels(self.name).inc(len(generation.prompt))
                     self._metrics.prefix_hits.labels(self.name).inc(generation.cached_tokens)
                 self._running.append(generation)
@@ -252,7 +255,7 @@ class ContinuousBatcher:
         if g.first_token_ns < 0:
             g.first_token_ns = now
             if self.prefix_cache is not None:  # its prompt's blocks are computed: later requests may reuse them
-                self.prefix_cache.insert(g.prompt)
+                self.prefix_cache.insert(g.block_names)
             m.ttft.labels(name).observe((now - g.arrival_ns) / 1e9)
             m.prefill.labels(name).observe((now - g.admitted_ns) / 1e9)
         else:
@@ -264,7 +267,9 @@ class ContinuousBatcher:
         elif token == EOS:
             g.finish_reason = "stop"
         if g.finish_reason and self.prefix_cache is not None:  # its computed blocks, for later requests
-            self.prefix_cache.insert(np.concatenate([g.prompt, np.asarray(g.tokens, np.int64)]))
+            # the prompt's blocks were hashed at admission: only those that the reply completes are hashed now
+            self.prefix_cache.insert(block_names(np.concatenate([g.prompt, np.asarray(g.tokens, np.int64)]),
+                                                 self.limits.block_size, g.block_names))
             m.cache_usage.labels(name).set(self.prefix_cache.usage())
         if g.finish_reason:
             m.e2e.labels(name).observe((now - g.arrival_ns) / 1e9)

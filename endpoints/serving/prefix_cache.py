@@ -15,12 +15,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
 
-def block_names(tokens: Sequence[int], block_size: int) -> list[int]:
-    """The chained hash of every full block of `tokens`: names[i] stands for tokens[: (i + 1) · block_size]."""
-    names, previous = [], 0
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        previous = hash((previous, tuple(int(t) for t in tokens[start:start + block_size])))
+
+def block_names(tokens: Sequence[int], block_size: int, known: list[int] | None = None) -> list[int]:
+    """The chained hash of every full block of `tokens`: names[i] stands for tokens[: (i + 1) · block_size].
+    `known`: the names of its leading blocks already hashed (a request's prompt, when its reply is added): only the
+    blocks after them are hashed. Within one server process the names are stable (the cache is the process's)."""
+    raw = np.ascontiguousarray(tokens, dtype=np.int64)
+    names = list(known or ())
+    previous = names[-1] if names else 0
+    step = block_size * 8
+    data = raw.tobytes()
+    for start in range(len(names) * step, len(raw) // block_size * step, step):
+        previous = hash((previous, data[start:start + step]))
         names.append(previous)
     return names
 
@@ -41,11 +49,11 @@ class PrefixCache:
         self.hits = 0  # of them, found cached
         self.evicted_blocks = 0
 
-    def lookup(self, prompt: Sequence[int]) -> int:
+    def lookup(self, prompt: Sequence[int], names: list[int] | None = None) -> int:
         """How many leading tokens of `prompt` are cached (a whole number of blocks, less than the prompt); counts
-        the query and the hit."""
+        the query and the hit. `names`: block_names(prompt), when the caller keeps them."""
         usable = (len(prompt) - 1) // self.block_size  # the last token is always computed
-        names = block_names(prompt[:usable * self.block_size], self.block_size)
+        names = (block_names(prompt, self.block_size) if names is None else names)[:usable]
         with self._lock:
             found = 0
             for name in names:
@@ -58,10 +66,9 @@ class PrefixCache:
             self.hits += cached
         return cached
 
-    def insert(self, tokens: Sequence[int]) -> None:
-        """Cache every full block of a computed sequence (its prompt, and the tokens it generated), evicting the
-        least recently used blocks beyond the budget."""
-        names = block_names(tokens, self.block_size)
+    def insert(self, names: list[int]) -> None:
+        """Cache the blocks `names` (block_names of a computed sequence: its prompt, and the tokens it generated),
+        evicting the least recently used blocks beyond the budget."""
         with self._lock:
             for name in names:
                 if name in self._blocks:

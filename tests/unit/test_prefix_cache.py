@@ -18,13 +18,15 @@ def test_a_block_name_stands_for_its_whole_prefix():
     b[3] = 999  # the first block differs: every later block's name differs too
     assert block_names(a, 16)[1:] != block_names(b, 16)[1:] and block_names(a, 16)[0] != block_names(b, 16)[0]
     assert len(block_names(list(range(47)), 16)) == 2  # full blocks only
+    whole = block_names(list(range(80)), 16)
+    assert block_names(list(range(80)), 16, whole[:2]) == whole  # continued from known leading blocks
 
 
 def test_the_leading_run_of_cached_blocks_is_reused_but_never_the_last_token():
     cache = PrefixCache(capacity_tokens=1024, block_size=16)
     prompt = list(range(100))
     assert cache.lookup(prompt) == 0
-    cache.insert(prompt + [7] * 20)  # its prompt and its reply
+    cache.insert(block_names(prompt + [7] * 20, 16))  # its prompt and its reply
     assert cache.lookup(prompt + [7] * 20 + [1, 2, 3]) == 112  # 7 full blocks of the 123-token prompt
     assert cache.lookup(prompt[:64]) == 48  # the whole prompt cached: its last block is computed again
     changed = [999] + prompt[1:]
@@ -35,10 +37,10 @@ def test_the_leading_run_of_cached_blocks_is_reused_but_never_the_last_token():
 def test_the_budget_evicts_the_least_recently_used_blocks():
     cache = PrefixCache(capacity_tokens=64, block_size=16)  # four blocks
     first, second = list(range(33)), list(range(1000, 1033))
-    cache.insert(first)  # 2 blocks
-    cache.insert(second)  # 2 more: full
+    cache.insert(block_names(first, 16))  # 2 blocks
+    cache.insert(block_names(second, 16))  # 2 more: full
     assert cache.lookup(first) == 32  # used: now the most recent
-    cache.insert(list(range(2000, 2033)))  # 2 more: the two least recently used (second's) go
+    cache.insert(block_names(list(range(2000, 2033)), 16))  # 2 more: the two least recently used (second's) go
     assert cache.lookup(first) == 32 and cache.lookup(second) == 0 and cache.evicted_blocks == 2
     with pytest.raises(ValueError, match="kv_cache_tokens"):
         PrefixCache(capacity_tokens=8, block_size=16)
