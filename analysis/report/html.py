@@ -502,12 +502,14 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
 
     parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
     rows = []
+    open_loop = analysis.data.plan.profile.load.scenario == "server"
     for r in s["latency"]:
         overall = r["endpoint"] == "*" and r["region"] == "*"
         rows.append({"endpoint": f"* ({r['kind']})" if overall and mixed else r["endpoint"], "region": r["region"],
                      "kind": "stream (E2E)" if r.get("kind") == "stream" else r.get("kind"), "count": r["count"],
                      "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
-                                                               else "closed loop"), "errors": r["errors"],
+                                                               else "—" if open_loop else "closed loop"),
+                     "errors": r["errors"],
                      "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
                      "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"],
                      "goodput": r.get("goodput_rps")})

@@ -24,9 +24,12 @@ SEND_LAG_Q = 99 / 100  # the send lag quantile of each row (np.percentile(…, 9
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
     """Mean intended arrival rate over the measured window for a region / endpoint (None = all); None for
-    the closed-loop scenarios, whose rate is whatever the endpoint sustains."""
+    the closed-loop scenarios, whose rate is whatever the endpoint sustains, and for sessions (the process starts
+    sessions: their later turns' rate depends on the replies)."""
     load = profile.load
     if load.scenario != "server":
+        return None
+    if any(e.sessions is not None and endpoint in (None, e.name) for e in getattr(profile, "endpoints", ())):
         return None
     if load.arrivals.process == "trace":
         return None  # the trace's own rate: the arrival checks compare the sends with it
@@ -378,7 +381,8 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
             if e == "*" and rate is not None and len(overall_endpoints) < len(profile.endpoints):
-                rate = sum(intended_rate(profile, None, name) for name in overall_endpoints)
+                rates = [intended_rate(profile, None, name) for name in overall_endpoints]
+                rate = None if None in rates else sum(rates)
             return {**labels, **summarize_latency(rows, idx(), lambda: merged(members), count), "intended_rate": rate}
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted

@@ -74,7 +74,9 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
             if 0 <= seg_index < len(segments):
                 seg = segments[seg_index]
                 row.update({"start_s": seg.start_s, "end_s": seg.end_s,  # a trace's rate is its own: none intended
-                            "intended_rate": seg.expected * share / seg.width_s if seg.expected else None,
+                            "intended_rate": seg.expected * share / seg.width_s if seg.expected and not any(
+                                e.sessions is not None and (e.name in streamed) == (kind == STREAM)
+                                for e in profile.endpoints) else None,
                             "achieved_rate": len(idx) / seg.width_s})
             for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
                 row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
