@@ -95,6 +95,9 @@ class Stalled(socket.timeout):
     """A response that began, then sent nothing for the stall timeout."""
 
 
+STALL_CHECK_S = 0.25  # how often the stall watchdog looks (a stall is caught within this of its timeout)
+
+
 class Http1Pool:
     """Keep-alive connections to one host:port, over TLS when given a client context (gevent's ssl, so the
     handshake and every read and write yield to the other requests)."""
@@ -108,6 +111,10 @@ class Http1Pool:
         self.kernel_stamps = kernel_stamps and tls is None and hasattr(socket.socket, "recvmsg")
         self._idle: list = []
         self.host_header = f"{host}:{port}".encode()
+        # responses under a stall timeout: greenlet → (its response, stall_s), watched by one greenlet that wakes
+        # now and then — not a timer on every read of every stream
+        self._watched: dict = {}
+        self._watchdog: gevent.Greenlet | None = None
 
     def _connect(self):
         sock = gsocket.create_connection((self.host, self.port), timeout=self.timeout_s)
@@ -171,15 +178,9 @@ class Http1Pool:
                 if not data:
                     raise ConnectionClosed("during response" if got_bytes else "before response")
                 if not got_bytes and stall_s is not None:
-                    sock.settimeout(stall_s)  # from here on every read waits at most stall_s
+                    self._watch(response, stall_s)  # from here on no read may wait more than stall_s
                 got_bytes = True
                 parser.feed_data(data)
-        except socket.timeout as exc:
-            sock.close()
-            silent_s = (time.perf_counter_ns() - response.read_ns) / 1e9 if got_bytes else 0.0
-            if stall_s is not None and silent_s >= stall_s * 0.99:  # the read's own timeout, not the request's
-                raise Stalled(f"no data for {stall_s:g} s in the middle of the response") from exc
-            raise
         except (ConnectionResetError, BrokenPipeError) as exc:
             sock.close()
             if not got_bytes:  # a peer that had closed a kept-alive connection answers with a reset
@@ -188,8 +189,9 @@ class Http1Pool:
         except BaseException:
             sock.close()
             raise
-        if stall_s is not None:
-            sock.settimeout(None)
+        finally:
+            if stall_s is not None:
+                self._watched.pop(gevent.getcurrent(), None)
         response.status = parser.get_status_code()
         response.parser = None
         if response.keep_alive:
@@ -197,6 +199,24 @@ class Http1Pool:
         else:
             sock.close()
         return response
+
+    def _watch(self, response: HttpResponse, stall_s: float) -> None:
+        self._watched[gevent.getcurrent()] = (response, stall_s)
+        if self._watchdog is None or self._watchdog.dead:
+            self._watchdog = gevent.spawn(self._watch_stalls)
+
+    def _watch_stalls(self) -> None:
+        """Every STALL_CHECK_S while some response is watched: one that read nothing for its stall_s gets Stalled
+        raised where it waits (its socket is then closed, as after any failure)."""
+        while self._watched:
+            gevent.sleep(STALL_CHECK_S)
+            now = time.perf_counter_ns()
+            for greenlet, (response, stall_s) in list(self._watched.items()):
+                if now - response.read_ns >= stall_s * 1e9:
+                    self._watched.pop(greenlet, None)
+                    # raised where it waits, as gevent.Timeout raises (any greenlet, the main one included)
+                    gevent.get_hub().loop.run_callback(
+                        greenlet.throw, Stalled(f"no data for {stall_s:g} s in the middle of the response"))
 
     def prewarm(self, connections: int) -> None:
         """Open `connections` idle keep-alive connections now, so a burst at the start of a run does not

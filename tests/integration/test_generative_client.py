@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import gevent
@@ -117,3 +118,19 @@ def test_a_refused_request_keeps_its_status_and_message(sink):
     wrong = StreamSender(url + "/nope", CHAT, [b"{}"], 5, None, None)
     with pytest.raises(ConnectionError, match="answered 404"):
         wrong.warm_up()  # before the start instant: GET /nope/v1/models is not a model list
+
+
+def test_a_stream_that_stops_sending_is_stalled_once_its_stall_timeout_passes(sink):
+    """mode:slow answers at once (headers and the role event), then sends nothing for 2 s: with a 0.5 s stall
+    timeout the request ends `stalled` within the watchdog's check of it; streams that keep sending are untouched."""
+    url, _ = sink
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, None, None,
+                          stall_timeout_s=0.5)
+    began = time.perf_counter()
+    out = sender.send(0, {}, lambda: None)
+    waited = time.perf_counter() - began
+    assert out.status == "timeout" and out.code == "stalled" and out.stream.outcome == "stalled", out
+    assert 0.5 <= waited < 1.2, waited
+    steady = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)], 10, None, None,
+                          stall_timeout_s=0.5, pool=50)
+    assert {o.stream.outcome for _, o in send_all(steady, 50, 50)} == {"complete"}
