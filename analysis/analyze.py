@@ -10,23 +10,28 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.decide.variants import variant_decision
-from analysis.read.chunks import LateChunkError
-from analysis.read.clock_correction import fit_all, to_reference, worker_runs
-from analysis.read.frames import endpoint_region_positions, largest_positions
-from analysis.read.rundir import RunData, load_run, run_validity
-from analysis.read.schedule import Columns, Results, Statistic
-from analysis.read.schedule import run as run_statistics
-from analysis.read.server_metrics import prefix_cache_deltas, prefix_cache_timeline
-from analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
-from analysis.report.figures import Figures, InlineFigures
-from analysis.result import Analysis
-from analysis.stats.arrival_process import failed_checks, process_checks
-from analysis.stats.arrivals import arrival_checks
-from analysis.stats.cold_start import cold_start_table
-from analysis.stats.correlation import TimeOrder
-from analysis.stats.decomposition import DECOMPOSITION_COLUMNS, TTFT_DECOMPOSITION_COLUMNS, decomposition_table, ttft_decomposition
-from analysis.stats.latency import (
+from tailrace.analysis.decide.variants import variant_decision
+from tailrace.analysis.read.chunks import LateChunkError
+from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
+from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
+from tailrace.analysis.read.rundir import RunData, load_run, run_validity
+from tailrace.analysis.read.schedule import Columns, Results, Statistic
+from tailrace.analysis.read.schedule import run as run_statistics
+from tailrace.analysis.read.server_metrics import prefix_cache_deltas, prefix_cache_timeline
+from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
+from tailrace.analysis.report.figures import Figures, InlineFigures
+from tailrace.analysis.result import Analysis
+from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
+from tailrace.analysis.stats.arrivals import arrival_checks
+from tailrace.analysis.stats.cold_start import cold_start_table
+from tailrace.analysis.stats.correlation import TimeOrder
+from tailrace.analysis.stats.decomposition import (
+    DECOMPOSITION_COLUMNS,
+    TTFT_DECOMPOSITION_COLUMNS,
+    decomposition_table,
+    ttft_decomposition,
+)
+from tailrace.analysis.stats.latency import (
     ONE_SHOT,
     STREAM,
     add_goodput,
@@ -36,10 +41,10 @@ from analysis.stats.latency import (
     request_count_table,
     with_stream_goodput,
 )
-from analysis.stats.outages import outage_windows
-from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
-from analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
-from analysis.stats.sessions import (
+from tailrace.analysis.stats.outages import outage_windows
+from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
+from tailrace.analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
+from tailrace.analysis.stats.sessions import (
     SESSION_COLUMNS,
     cache_table,
     flat_turn_rows,
@@ -48,9 +53,9 @@ from analysis.stats.sessions import (
     sessions_in_flight,
     turn_table,
 )
-from analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
-from analysis.stats.timeline import Timeline, timeline
-from analysis.stats.tokens import (
+from tailrace.analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
+from tailrace.analysis.stats.timeline import Timeline, timeline
+from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
     flat_token_rows,
@@ -60,8 +65,8 @@ from analysis.stats.tokens import (
     token_timeline,
     token_verdicts,
 )
-from analysis.stats.validity import groups_of, validity_rows
-from contract.profile import Profile
+from tailrace.analysis.stats.validity import groups_of, validity_rows
+from tailrace.contract.profile import Profile
 
 SUMMARY_VERSION = 1
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO

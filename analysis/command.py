@@ -5,17 +5,17 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.report.figures import Figures, start_figures
-from contract.exit_codes import INTERNAL, INVALID, USAGE
-from contract.layout import ReportLayout, write_atomic
+from tailrace.analysis.report.figures import Figures, start_figures
+from tailrace.contract.exit_codes import INTERNAL, INVALID, USAGE
+from tailrace.contract.layout import ReportLayout, write_atomic
 
 
 def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
     """The report directory `out` (contract/layout.py's ReportLayout: index.html, summary.json, junit.xml,
     tables/*.csv), each file written whole; `figures`: who draws the report's figures (analysis/report/figures.py;
     default: drawn here)."""
-    from analysis.report.html import render
-    from analysis.report.junit import junit_xml
+    from tailrace.analysis.report.html import render
+    from tailrace.analysis.report.junit import junit_xml
 
     report = ReportLayout(Path(out))
     write_atomic(report.summary, json.dumps(analysis.summary, indent=2, default=_jsonable))
@@ -43,8 +43,8 @@ def print_summary(summary: dict) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
 
-    from analysis.result import notices
-    from contract.terminal import console as terminal_console
+    from tailrace.analysis.result import notices
+    from tailrace.contract.terminal import console as terminal_console
 
     console = terminal_console()
     colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
@@ -111,9 +111,9 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
 
 
 def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures) -> int:
-    from analysis.analyze import analyze_run
-    from analysis.read import process_memory
-    from analysis.read.rundir import (
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.analysis.read import process_memory
+    from tailrace.analysis.read.rundir import (
         ANALYSIS_COLUMNS,
         ANALYZE_BYTES_PER_ROW,
         ANALYZE_BYTES_PER_ROW_RETURNING,

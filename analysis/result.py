@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.read.clock_correction import OffsetModel
-from analysis.read.rundir import RunData
+from tailrace.analysis.read.clock_correction import OffsetModel
+from tailrace.analysis.read.rundir import RunData
 
 
 @dataclass

@@ -47,8 +47,8 @@ elif engine == "polars":
         groups[f"{row[0]}|{row[1]}"] = list(row[2:])
 else:
     import numpy as np
-    from analysis.read.frames import group_positions
-    from analysis.read.rundir import load_run
+    from tailrace.analysis.read.frames import group_positions
+    from tailrace.analysis.read.rundir import load_run
     df = load_run(sys.argv[2], ("endpoint", "region", "phase", "status", "latency_ns")).requests
     lat, ok = df["latency_ns"].to_numpy(), ((df["phase"] > 0) & (df["status"] == "ok")).to_numpy()
     for (e, r), idx in group_positions(df, ["endpoint", "region"]).items():

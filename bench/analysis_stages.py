@@ -43,11 +43,11 @@ def _child(run_dir: Path, out: Path) -> None:
     """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
-    import analysis.command as report_cli
-    from analysis.report.figures import start_figures
+    import tailrace.analysis.command as report_cli
+    from tailrace.analysis.report.figures import start_figures
 
     figures = start_figures()  # first, as analyze_and_report starts it for tailrace analyze
-    import analysis.analyze as analyze
+    import tailrace.analysis.analyze as analyze
     marks = []
 
     def timed(module, name: str) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
-from contract.profile import parse_profile  # noqa: E402
-from endpoints.models.model_build import build_repository  # noqa: E402
 from tailrace.capacity import run_capacity  # noqa: E402
+from tailrace.contract.profile import parse_profile  # noqa: E402
+from tailrace.endpoints.models.model_build import build_repository  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/capacity_mm1.py"
 MM1_S_MS, SLO_MS = 2.0, 50.0

@@ -24,12 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.read.rundir import ANALYSIS_COLUMNS  # noqa: E402
 from bench.common import write_section  # noqa: E402
 from bench.synthetic_run import Shape, write_synthetic_run  # noqa: E402
-from contract.layout import RunLayout  # noqa: E402
-from contract.records import FEW_VALUED  # noqa: E402
-from harness.spool.chunk_writer_process import chunk_encoding  # noqa: E402
+from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS  # noqa: E402
+from tailrace.contract.layout import RunLayout  # noqa: E402
+from tailrace.contract.records import FEW_VALUED  # noqa: E402
+from tailrace.harness.spool.chunk_writer_process import chunk_encoding  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/chunk_encodings.py"
 

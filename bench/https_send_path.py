@@ -24,12 +24,12 @@ import gevent  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, write_section  # noqa: E402
 from bench.generator_open_loop import start_nginx  # noqa: E402
-from contract.plan import unresolved_plan  # noqa: E402
-from contract.profile import parse_profile  # noqa: E402
-from contract.requests import declared_request  # noqa: E402
-from harness.client.request_data import samples_for  # noqa: E402
-from harness.client.senders import build_sender  # noqa: E402
-from harness.services.processes import free_port  # noqa: E402
+from tailrace.contract.plan import unresolved_plan  # noqa: E402
+from tailrace.contract.profile import parse_profile  # noqa: E402
+from tailrace.contract.requests import declared_request  # noqa: E402
+from tailrace.harness.client.request_data import samples_for  # noqa: E402
+from tailrace.harness.client.senders import build_sender  # noqa: E402
+from tailrace.harness.services.processes import free_port  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/https_send_path.py"
 

@@ -31,18 +31,18 @@ import psutil  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
-from contract import messages  # noqa: E402
-from contract.layout import RunLayout  # noqa: E402
-from contract.master_events import WORKER_LEFT  # noqa: E402
-from contract.plan import unresolved_plan  # noqa: E402
-from contract.profile import parse_profile  # noqa: E402
-from contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
-from contract.trace_context import new_ids  # noqa: E402
-from harness.services.processes import free_port  # noqa: E402
-from harness.spool.chunk_writer_process import write_chunk  # noqa: E402
-from harness.spool.recorder import ChunkWriter  # noqa: E402
-from harness.worker.admission import token_proof  # noqa: E402
-from harness.worker.identity import TOKEN_ENV  # noqa: E402
+from tailrace.contract import messages  # noqa: E402
+from tailrace.contract.layout import RunLayout  # noqa: E402
+from tailrace.contract.master_events import WORKER_LEFT  # noqa: E402
+from tailrace.contract.plan import unresolved_plan  # noqa: E402
+from tailrace.contract.profile import parse_profile  # noqa: E402
+from tailrace.contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
+from tailrace.contract.trace_context import new_ids  # noqa: E402
+from tailrace.harness.services.processes import free_port  # noqa: E402
+from tailrace.harness.spool.chunk_writer_process import write_chunk  # noqa: E402
+from tailrace.harness.spool.recorder import ChunkWriter  # noqa: E402
+from tailrace.harness.worker.admission import token_proof  # noqa: E402
+from tailrace.harness.worker.identity import TOKEN_ENV  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/master_ingest.py"
 WORKERS, CHUNK_ROWS, TOKEN = 4, 5000, "bench-token"
@@ -50,7 +50,7 @@ WORKERS, CHUNK_ROWS, TOKEN = 4, 5000, "bench-token"
 
 def chunk_bytes(tmp: Path) -> tuple[bytes, int]:
     """One realistic closed request chunk (5,000 rows) as a worker writes it."""
-    from contract.layout import WorkerLayout
+    from tailrace.contract.layout import WorkerLayout
 
     writer = ChunkWriter(WorkerLayout(tmp / "w"), "requests", REQUEST_FIELDS, RequestRow, CHUNK_ROWS, 1.0)
     rng = np.random.default_rng(0)
@@ -119,8 +119,8 @@ def trial(work: Path, data: bytes, rows_per_s: float, seconds: float) -> dict:
     run.mkdir(parents=True)
     plan.write(RunLayout(run))
     port = free_port()
-    from harness.orchestration.lifecycle import LOCUSTFILE
-    from harness.worker.identity import PLAN_ENV  # noqa: I001
+    from tailrace.harness.orchestration.lifecycle import LOCUSTFILE
+    from tailrace.harness.worker.identity import PLAN_ENV  # noqa: I001
 
     master = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--master",
                                "--headless", "-u", str(WORKERS), "-r", str(WORKERS), "--expect-workers", str(WORKERS),

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.decide.compare import COMPARE_COLUMNS, pair_requests  # noqa: E402
-from analysis.read.rundir import load_run  # noqa: E402
-from analysis.stats.correlation import paired_quantile_difference  # noqa: E402
-from analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 from bench.common import write_section  # noqa: E402
+from tailrace.analysis.decide.compare import COMPARE_COLUMNS, pair_requests  # noqa: E402
+from tailrace.analysis.read.rundir import load_run  # noqa: E402
+from tailrace.analysis.stats.correlation import paired_quantile_difference  # noqa: E402
+from tailrace.analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/paired_compare.py"
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.decide.compare import compare_groups  # noqa: E402
-from analysis.stats.correlation import paired_quantile_difference  # noqa: E402
-from analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 from bench.common import write_section  # noqa: E402
+from tailrace.analysis.decide.compare import compare_groups  # noqa: E402
+from tailrace.analysis.stats.correlation import paired_quantile_difference  # noqa: E402
+from tailrace.analysis.stats.estimators import bootstrap_diff_ci  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/paired_coverage.py"
 SLOWER = 1.05  # B's service times over A's

@@ -29,12 +29,12 @@ monkey.patch_all()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
 from bench.generator_open_loop import start_nginx  # noqa: E402
-from contract.profile import Endpoint  # noqa: E402
-from contract.requests import resolve_request  # noqa: E402
-from contract.tensors import TensorSpec  # noqa: E402
-from harness.client.request_data import load_samples  # noqa: E402
-from harness.client.senders import HttpSender  # noqa: E402
-from harness.services.processes import free_port  # noqa: E402
+from tailrace.contract.profile import Endpoint  # noqa: E402
+from tailrace.contract.requests import resolve_request  # noqa: E402
+from tailrace.contract.tensors import TensorSpec  # noqa: E402
+from tailrace.harness.client.request_data import load_samples  # noqa: E402
+from tailrace.harness.client.senders import HttpSender  # noqa: E402
+from tailrace.harness.services.processes import free_port  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/payload_cpu.py"
 KINDS = {"digits FP32 [1, 64] (JSON)": (TensorSpec("input", "FP32", (-1, 64)),),

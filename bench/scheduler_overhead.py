@@ -26,9 +26,9 @@ PROBE = """
 import asyncio, json, sys, time
 import numpy as np
 try:
-    from endpoints.serving.scheduler import ModelScheduler, Timings
+    from tailrace.endpoints.serving.scheduler import ModelScheduler, Timings
 except ImportError:  # trees before endpoints/ had rooms
-    from endpoints.scheduler import ModelScheduler, Timings
+    from tailrace.endpoints.scheduler import ModelScheduler, Timings
 
 class Echo:
     compute_only = True

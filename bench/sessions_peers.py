@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.services.processes import free_port, start_process, tailrace_argv, wait_http_ok  # noqa: E402
+from tailrace.harness.services.processes import free_port, start_process, tailrace_argv, wait_http_ok  # noqa: E402
 
 TURNS, WORDS, OUTPUT, THINK_S, SESSION_RATE = 4, 200, 16, 0.5, 0.5
 
@@ -75,7 +75,7 @@ arrivals = {{ process = "constant" }}
     subprocess.run(tailrace_argv("run", str(profile), "--out", str(out), "--quiet"), cwd=work, check=False,
                    capture_output=True)
     server = server_delta(url, before)
-    from analysis.analyze import analyze_run
+    from tailrace.analysis.analyze import analyze_run
 
     df = analyze_run(max(out.glob("sessions-peer-*"))).requests
     df = df[df["status"] == "ok"]

@@ -47,10 +47,10 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     import gevent
     import numpy as np
 
-    from contract.profile import Prompts, Sessions
-    from contract.trace_context import format_traceparent, new_ids
-    from harness.client.generative import COMPLETIONS, StreamSender, request_body
-    from harness.workload.conversations import Conversation, TurnScript, words_of
+    from tailrace.contract.profile import Prompts, Sessions
+    from tailrace.contract.trace_context import format_traceparent, new_ids
+    from tailrace.harness.client.generative import COMPLETIONS, StreamSender, request_body
+    from tailrace.harness.workload.conversations import Conversation, TurnScript, words_of
 
     # the worker's defaults for a generative endpoint: a stall timeout on every read once a response has begun
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
@@ -228,7 +228,7 @@ def main() -> int:
     if args.client:
         client(args.client, args.concurrency[0], args.seconds, args.warmup, args.out, args.sessions)
         return 0
-    from harness.services.processes import free_port
+    from tailrace.harness.services.processes import free_port
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from contract.layout import CLOCK, REQUESTS, RunLayout  # noqa: E402
-from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema  # noqa: E402
-from harness.spool.chunk_writer_process import write_chunk  # noqa: E402
+from tailrace.contract.layout import CLOCK, REQUESTS, RunLayout  # noqa: E402
+from tailrace.contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS, arrow_schema  # noqa: E402
+from tailrace.harness.spool.chunk_writer_process import write_chunk  # noqa: E402
 
 BASE_NS = 1_790_000_000_000_000_000
 REGIONS = (("us-east", 0.4, 2.0, 35.0), ("eu-west", 0.35, 20.0, -12.0), ("ap-south", 0.25, 55.0, 80.0))

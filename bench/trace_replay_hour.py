@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_section  # noqa: E402
-from harness.services.processes import free_port  # noqa: E402
+from tailrace.harness.services.processes import free_port  # noqa: E402
 
 TRACE = ROOT / "profiles" / "traces" / "mooncake-conversation.jsonl.gz"
 
@@ -93,8 +93,8 @@ def main() -> int:
         sink.wait(10)
     run_dir = max((tmp / "runs").glob("mooncake-hour-*"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    from analysis.analyze import analyze_run
-    from harness.worker.traces import read_trace
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.harness.worker.traces import read_trace
 
     df = analyze_run(run_dir).requests
     rows = read_trace(TRACE)

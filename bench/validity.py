@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
-from contract.layout import RunLayout  # noqa: E402
+from tailrace.contract.layout import RunLayout  # noqa: E402
 
 
 def run_once(profile: Path, out: Path) -> dict:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from contract.layout import RunLayout, append_line
+from tailrace.contract.layout import RunLayout, append_line
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contract.layout import RunLayout, write_atomic
-from contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
-from contract.rates import describe_arrivals
-from contract.requests import RequestSpec
+from tailrace.contract.layout import RunLayout, write_atomic
+from tailrace.contract.profile import EMBEDDED, INPROCESS, TRITON, Endpoint, Profile, ProfileError, parse_profile
+from tailrace.contract.rates import describe_arrivals
+from tailrace.contract.requests import RequestSpec
 
 PLAN_VERSION = 1
 EndpointKind = Literal["embedded", "triton", "remote", "inprocess"]

@@ -747,7 +747,7 @@ def parse_profile(data: dict, source: str) -> Profile:
 def load_profile(path: Path, overrides: list[str] = ()) -> Profile:
     """Read and validate a TOML profile, with `overrides` (contract/overrides.py: `field.path=value`) applied
     before validation, so they are checked like the file; the profile records them."""
-    from contract.overrides import OverrideError, apply
+    from tailrace.contract.overrides import OverrideError, apply
 
     try:
         data = tomllib.loads(path.read_text())

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.profile import Phase
+from tailrace.contract.profile import Phase
 
 
 @dataclass(frozen=True)

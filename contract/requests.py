@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from contract.profile import Endpoint
-from contract.tensors import TensorSpec
+from tailrace.contract.profile import Endpoint
+from tailrace.contract.tensors import TensorSpec
 
 
 class InputSpec(BaseModel):

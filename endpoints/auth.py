@@ -8,7 +8,7 @@ import hmac
 
 import grpc
 
-from contract.credentials import Credential, CredentialError
+from tailrace.contract.credentials import Credential, CredentialError
 
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/metrics")
 

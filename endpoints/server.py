@@ -10,16 +10,16 @@ from pathlib import Path
 
 import uvicorn
 
-from contract.credentials import Credential
-from endpoints.auth import CredentialInterceptor, require_credential
-from endpoints.generation.grpc_streams import GrpcStreams
-from endpoints.generation.hub import StreamHub
-from endpoints.generation.routes import OpenAIRoutes
-from endpoints.generation.triton_generate import GenerateRoutes
-from endpoints.http_guard import guarded_protocol
-from endpoints.kserve.grpc_service import start_grpc_server
-from endpoints.kserve.http_app import build_app
-from endpoints.serving.core import InferenceServer, ServerOptions
+from tailrace.contract.credentials import Credential
+from tailrace.endpoints.auth import CredentialInterceptor, require_credential
+from tailrace.endpoints.generation.grpc_streams import GrpcStreams
+from tailrace.endpoints.generation.hub import StreamHub
+from tailrace.endpoints.generation.routes import OpenAIRoutes
+from tailrace.endpoints.generation.triton_generate import GenerateRoutes
+from tailrace.endpoints.http_guard import guarded_protocol
+from tailrace.endpoints.kserve.grpc_service import start_grpc_server
+from tailrace.endpoints.kserve.http_app import build_app
+from tailrace.endpoints.serving.core import InferenceServer, ServerOptions
 
 
 @dataclass(frozen=True)

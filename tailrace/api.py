@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract.layout import ReportLayout
+from tailrace.contract.layout import ReportLayout
 
 __all__ = ["RunResult", "analyze", "compare", "load_requests", "run"]
 
@@ -29,9 +29,9 @@ def run(profile: str | Path, out: str | Path | None = None, overrides: list[str]
     workers), analyse it and write its report. `overrides`: `field.path=value` (as `--set`). Raises
     contract.profile.ProfileError (the message names the field) for a bad profile or override, before anything
     starts."""
-    from contract.profile import load_profile
-    from harness.orchestration.local_run import run_local
-    from harness.orchestration.preflight import check_local
+    from tailrace.contract.profile import load_profile
+    from tailrace.harness.orchestration.local_run import run_local
+    from tailrace.harness.orchestration.preflight import check_local
 
     loaded = load_profile(Path(profile), list(overrides))
     out_dir = Path(out) if out is not None else Path(loaded.output_dir)
@@ -44,8 +44,8 @@ def run(profile: str | Path, out: str | Path | None = None, overrides: list[str]
 def analyze(run_dir: str | Path, write_report: bool = False):
     """The analysis of a run directory (analysis/analyze.py's `Analysis`: `.summary` — summary.json's content —
     `.tables` — the report's tables as DataFrames — and `.requests`); `write_report` also writes RUN_DIR/report."""
-    from analysis.analyze import analyze_run
-    from analysis.command import write_outputs
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.analysis.command import write_outputs
 
     analysis = analyze_run(Path(run_dir))
     if write_report:
@@ -57,8 +57,8 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
     """Every request of a run in one DataFrame: the request log's columns (contract/records.py) plus the worker
     clock's timestamps moved to the reference clock (`t_intended_ref`, `t_sent_ref`, `t_done_ref`, …: each
     worker's fitted offset and drift applied, so regions line up on one timeline)."""
-    from analysis.read.clock_correction import add_reference_times, fit_all
-    from analysis.read.rundir import load_run
+    from tailrace.analysis.read.clock_correction import add_reference_times, fit_all
+    from tailrace.analysis.read.rundir import load_run
 
     data = load_run(Path(run_dir))
     return add_reference_times(data.requests, fit_all(data.clock))
@@ -69,7 +69,7 @@ def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> pd.D
     verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs
     share a seed and load), "paired" or "unpaired". `table.attrs["invalid_reasons"]`: why either run is INVALID
     (each reason naming run A or B; empty when both are valid), where `tailrace compare` exits 4."""
-    from analysis.decide.compare import compare_runs
+    from tailrace.analysis.decide.compare import compare_runs
 
     paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
     invalid: list[str] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.decide.capacity_search import (
+from tailrace.analysis.decide.capacity_search import (
     FAIL,
     GENERATOR_LIMIT,
     LATENCY_METRICS,
@@ -29,15 +29,15 @@ from analysis.decide.capacity_search import (
     retry_duration_s,
     trial_duration_s,
 )
-from analysis.report import plots
-from contract.exit_codes import USAGE
-from contract.layout import CapacityLayout, ReportLayout, write_atomic
-from contract.profile import Profile
-from harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
-from harness.orchestration.endpoint_check import EndpointCheckError
-from harness.orchestration.local_run import LEAD_S, LocalRun
-from harness.orchestration.run_record import write_manifest
-from harness.services.servers import Servers, start_servers
+from tailrace.analysis.report import plots
+from tailrace.contract.exit_codes import USAGE
+from tailrace.contract.layout import CapacityLayout, ReportLayout, write_atomic
+from tailrace.contract.profile import Profile
+from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
+from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.local_run import LEAD_S, LocalRun
+from tailrace.harness.orchestration.run_record import write_manifest
+from tailrace.harness.services.servers import Servers, start_servers
 
 TRIAL_OVERHEAD_S = LEAD_S + 12  # process start, clock samples, drain, analysis: what a trial costs beyond its load
 
@@ -77,9 +77,9 @@ def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
 
 
 def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
-    from analysis.analyze import analyze_run
-    from analysis.command import write_outputs
-    from analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.analysis.command import write_outputs
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     a = analyze_run(run_dir, ANALYSIS_COLUMNS)
     write_outputs(a, ReportLayout.of_run(run_dir).dir)
@@ -243,7 +243,7 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
 def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
     from rich.table import Table
 
-    from contract.terminal import console as terminal_console
+    from tailrace.contract.terminal import console as terminal_console
 
     console = terminal_console()
     streamed = any(r.get("output_tokens_per_s") is not None for r in rows)

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
+from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
 # in one line of its own (harness/client/tls.py). Set before any process of a run imports grpc; a user's value wins.
@@ -49,8 +49,8 @@ def _port(text: str) -> int:
 def _cmd_models_build(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from contract.terminal import console
-    from endpoints.models.model_build import build_repository
+    from tailrace.contract.terminal import console
+    from tailrace.endpoints.models.model_build import build_repository
 
     built = build_repository(args.out, args.mm1_mean_ms)
     table = Table(title=f"model repository {args.out}")
@@ -75,10 +75,10 @@ def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from contract.addresses import is_loopback
-    from contract.credentials import Credential
-    from endpoints.server import ServerTls, serve
-    from endpoints.serving.core import ServerOptions
+    from tailrace.contract.addresses import is_loopback
+    from tailrace.contract.credentials import Credential
+    from tailrace.endpoints.server import ServerTls, serve
+    from tailrace.endpoints.serving.core import ServerOptions
 
     if not is_loopback(args.host) and not args.expose:
         parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
@@ -103,7 +103,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 def overrides_of(args: argparse.Namespace) -> list[str]:
     """The profile overrides of a command: TAILRACE_SET_* first, then --set in order, then --rate / --duration."""
-    from contract.overrides import from_environment
+    from tailrace.contract.overrides import from_environment
 
     out = from_environment() + list(getattr(args, "set", None) or [])
     if getattr(args, "rate", None) is not None:
@@ -128,8 +128,8 @@ def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, ch
     """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
     starts). A local run is checked against this machine (CPUs, output directory, model repositories); a master
     only for CPUs."""
-    from contract.profile import ProfileError, load_profile
-    from harness.orchestration.preflight import check_local, check_output, check_placement
+    from tailrace.contract.profile import ProfileError, load_profile
+    from tailrace.harness.orchestration.preflight import check_local, check_output, check_placement
 
     try:
         profile = load_profile(path, overrides)
@@ -169,21 +169,21 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
-    from harness.services.delay_proxy import main_proxy
+    from tailrace.harness.services.delay_proxy import main_proxy
 
     return main_proxy(args.route, args.delay_ms, args.jitter_ms, args.seed)
 
 
 def _cmd_sntp(args: argparse.Namespace) -> int:
-    from harness.services.sntp_server import serve_sntp
+    from tailrace.harness.services.sntp_server import serve_sntp
 
     serve_sntp(args.host, args.port)
     return OK
 
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from contract.addresses import is_loopback
-    from harness.orchestration.remote import read_token, run_master
+    from tailrace.contract.addresses import is_loopback
+    from tailrace.harness.orchestration.remote import read_token, run_master
 
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
@@ -201,8 +201,8 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if run_dir is None:
         return code
     try:
-        import analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
-        from analysis.command import analyze_and_report
+        import tailrace.analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
+        from tailrace.analysis.command import analyze_and_report
     except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
         print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
@@ -212,7 +212,7 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from harness.orchestration.remote import read_token, run_worker
+    from tailrace.harness.orchestration.remote import read_token, run_worker
 
     try:
         token = read_token(args.token_file)
@@ -224,7 +224,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from harness.orchestration.collect import CollectError, collect
+    from tailrace.harness.orchestration.collect import CollectError, collect
 
     try:
         done = collect(args.spool, args.run_dir)
@@ -243,7 +243,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from contract.profile import ProfileError, check_url
+    from tailrace.contract.profile import ProfileError, check_url
     from tailrace.probe import parse_shapes, probe_endpoint, protocol_of, run_probe
 
     try:
@@ -269,14 +269,14 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from analysis.decide.compare import compare_command
+    from tailrace.analysis.decide.compare import compare_command
 
     return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
                            args.fail_if_slower, exits=True)
 
 
 def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
-    from contract.profile import ProfileError, load_profile
+    from tailrace.contract.profile import ProfileError, load_profile
     from tailrace.kubernetes import DeployError, Resources, render, secret_commands, warnings, write
 
     try:
@@ -305,7 +305,7 @@ def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     import gc
 
-    from analysis.command import analyze_and_report
+    from tailrace.analysis.command import analyze_and_report
 
     code = analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True)
     gc.freeze()  # the process exits next: its teardown collects nothing (0.15 of 0.18 s after a 1 M-row analysis)

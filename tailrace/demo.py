@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from contract.profile import load_profile
+from tailrace.contract.profile import load_profile
 from tailrace.run_command import run_and_report
 
 DEMO_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "demo.toml"

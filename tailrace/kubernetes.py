@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.exit_codes import WORKER_MASTER_LOST
-from contract.profile import Profile
 from tailrace.commands import MASTER_PORT, SNTP_PORT, master_args, worker_args
+from tailrace.contract.exit_codes import WORKER_MASTER_LOST
+from tailrace.contract.profile import Profile
 
 NAMESPACE = "tailrace"
 TOKEN_SECRET, TOKEN_KEY = "tailrace-run-token", "token"

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.credentials import Credential, CredentialError
-from contract.exit_codes import FAIL, USAGE
-from contract.plan import unresolved_plan
-from contract.profile import GENERATIVE, Endpoint, ProfileError, parse_profile
-from contract.requests import RequestSpec, RequestSpecError
-from harness.client.payloads import AnswerCheck, wanted_outputs
-from harness.client.request_data import DataError, SampleSet, samples_for
-from harness.client.senders import build_sender
-from harness.client.tls import sender_tls
-from harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.exit_codes import FAIL, USAGE
+from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.profile import GENERATIVE, Endpoint, ProfileError, parse_profile
+from tailrace.contract.requests import RequestSpec, RequestSpecError
+from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
+from tailrace.harness.client.request_data import DataError, SampleSet, samples_for
+from tailrace.harness.client.senders import build_sender
+from tailrace.harness.client.tls import sender_tls
+from tailrace.harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
 
 
 def protocol_of(url: str, protocol: str | None) -> str:
@@ -143,10 +143,10 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """A generative endpoint: the models it lists (its model's inputs, for triton-generate), then `requests` streamed
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
-    from harness.client.generative import TRITON_GENERATE
-    from harness.orchestration.endpoint_check import check_generate, served_models
-    from harness.workload.prompts import prompt_items
-    from harness.workload.stream_senders import generative_sender
+    from tailrace.harness.client.generative import TRITON_GENERATE
+    from tailrace.harness.orchestration.endpoint_check import check_generate, served_models
+    from tailrace.harness.workload.prompts import prompt_items
+    from tailrace.harness.workload.stream_senders import generative_sender
 
     inputs: list[str] = []
     try:
@@ -191,7 +191,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
 
 
 def _datatype(arr: np.ndarray) -> str:
-    from contract.tensors import datatype_of
+    from tailrace.contract.tensors import datatype_of
 
     return datatype_of(arr)
 

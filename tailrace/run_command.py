@@ -4,11 +4,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from contract.exit_codes import INTERNAL, USAGE
-from contract.profile import Profile
-from harness.orchestration.disk_space import LowDiskError, min_free_bytes
-from harness.orchestration.endpoint_check import EndpointCheckError
-from harness.orchestration.local_run import run_local
+from tailrace.contract.exit_codes import INTERNAL, USAGE
+from tailrace.contract.profile import Profile
+from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
+from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.local_run import run_local
 
 
 def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
@@ -29,6 +29,6 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return INTERNAL
-    from analysis.command import analyze_and_report
+    from tailrace.analysis.command import analyze_and_report
 
     return analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed, then exit

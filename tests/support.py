@@ -13,21 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contract.layout import RunLayout
-from contract.master_events import PLAN_SENT, read_master_events
-from contract.profile import Profile, parse_profile
-from contract.records import ClockRow, RequestRow
-from contract.requests import InputSpec, RequestSpec
-from endpoints.models.model_build import DATA_FILE as DIGITS_DATA
-from endpoints.models.model_build import build_repository
-from harness.client.outcome import Outcome
-from harness.client.payloads import Payloads
-from harness.client.request_data import SampleSet
-from harness.orchestration.local_run import LocalRun
-from harness.orchestration.run_record import write_manifest
-from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
-from harness.spool.recorder import clock_writer, request_writer
-from harness.worker.clock import WorkerClock, measure_offset
+from tailrace.contract.layout import RunLayout
+from tailrace.contract.master_events import PLAN_SENT, read_master_events
+from tailrace.contract.profile import Profile, parse_profile
+from tailrace.contract.records import ClockRow, RequestRow
+from tailrace.contract.requests import InputSpec, RequestSpec
+from tailrace.endpoints.models.model_build import DATA_FILE as DIGITS_DATA
+from tailrace.endpoints.models.model_build import build_repository
+from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.client.payloads import Payloads
+from tailrace.harness.client.request_data import SampleSet
+from tailrace.harness.orchestration.local_run import LocalRun
+from tailrace.harness.orchestration.run_record import write_manifest
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
+from tailrace.harness.spool.recorder import clock_writer, request_writer
+from tailrace.harness.worker.clock import WorkerClock, measure_offset
 
 IN_CI = os.environ.get("CI") == "true"
 

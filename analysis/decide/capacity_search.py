@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from analysis.stats.estimators import min_samples_for
+from tailrace.analysis.stats.estimators import min_samples_for
 
 PASS, FAIL, GENERATOR_LIMIT, UNDECIDED = "pass", "fail", "generator-limit", "undecided"
 # the SLOs a capacity is judged on: a one-shot request's latency, a streamed one's TTFT, TPOT, ITL and E2E

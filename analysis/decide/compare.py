@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.read import process_memory
-from analysis.read.frames import take_rows
-from analysis.read.rundir import (
+from tailrace.analysis.read import process_memory
+from tailrace.analysis.read.frames import take_rows
+from tailrace.analysis.read.rundir import (
     COMPARE_BYTES_PER_ROW,
     RunData,
     RunDirError,
@@ -27,9 +27,9 @@ from analysis.read.rundir import (
     request_rows,
     run_validity,
 )
-from analysis.stats.correlation import effective_size, paired_quantile_difference, quantile_tau
-from analysis.stats.estimators import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
-from contract import exit_codes
+from tailrace.analysis.stats.correlation import effective_size, paired_quantile_difference, quantile_tau
+from tailrace.analysis.stats.estimators import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
+from tailrace.contract import exit_codes
 
 PERCENTILES = (50, 95, 99)
 COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index",
@@ -255,7 +255,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
     `exits`: this process exits after it (analysis/read/process_memory.py's `settle`)."""
     from rich.table import Table
 
-    from contract.terminal import console
+    from tailrace.contract.terminal import console
 
     try:
         gates = [parse_gate(g) for g in fail_if_slower]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
-from analysis.stats.estimators import cohens_d
+from tailrace.analysis.stats.estimators import cohens_d
 
 # metric → True when higher is better
 DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True,

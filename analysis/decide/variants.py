@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.decide.decision import DEFAULT_WEIGHTS, GENERATIVE_WEIGHTS, decide
-from analysis.read.triton_stats import requests_per_execution
-from analysis.stats.correlation import correlated_percentiles_ci, time_order
-from contract.plan import RunPlan
-from contract.profile import Endpoint
+from tailrace.analysis.decide.decision import DEFAULT_WEIGHTS, GENERATIVE_WEIGHTS, decide
+from tailrace.analysis.read.triton_stats import requests_per_execution
+from tailrace.analysis.stats.correlation import correlated_percentiles_ci, time_order
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Endpoint
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:

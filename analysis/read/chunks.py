@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.read.frames import frame_of
-from contract.layout import REQUESTS
-from contract.records import FEW_VALUED, arrow_schema
+from tailrace.analysis.read.frames import frame_of
+from tailrace.contract.layout import REQUESTS
+from tailrace.contract.records import FEW_VALUED, arrow_schema
 
 CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
 # loaded columns kept between the statistics that read them (ChunkColumns.spare); a larger log is read again

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.read.frames import frame_of
+from tailrace.analysis.read.frames import frame_of
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.read.chunks import (
+from tailrace.analysis.read.chunks import (
     ChunkColumns,
     LateChunkError,
     RunDirError,
@@ -20,10 +20,10 @@ from analysis.read.chunks import (
     read_chunks,
     unread_request_chunks,
 )
-from contract.layout import STATS_STAGES, RunLayout
-from contract.plan import RunPlan
-from contract.profile import ProfileError
-from contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS
+from tailrace.contract.layout import STATS_STAGES, RunLayout
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import ProfileError
+from tailrace.contract.records import CLOCK_FIELDS, OPTIONAL_DEFAULTS, REQUEST_FIELDS
 
 __all__ = ["RunData", "RunDirError", "SkippedChunk", "load_run", "check_fits", "run_validity"]
 

@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from analysis.read.chunks import ChunkColumns
-from analysis.read.frames import frame_of
+from tailrace.analysis.read.chunks import ChunkColumns
+from tailrace.analysis.read.frames import frame_of
 
 
 class UndeclaredColumn(KeyError):

@@ -35,7 +35,7 @@ def draw(name: str, *args) -> str | None:
     """analysis/report/plots.py's figure `name` of `args` (matplotlib is imported on the first)."""
     if name not in FIGURES:
         raise ValueError(f"no figure named {name!r}")
-    from analysis.report import plots
+    from tailrace.analysis.report import plots
 
     return getattr(plots, name)(*args)
 
@@ -66,7 +66,7 @@ class InlineFigures(Figures):
 
 
 class ProcessFigures(Figures):
-    """Draws the submitted figures in a child process: `python -m analysis.report.figures FD`, FD its end of a socket
+    """Draws the submitted figures in a child process: `python -m tailrace.analysis.report.figures FD`, FD its end of a socket
     pair. It is started at once and stopped by `close`: asked to exit, killed by PID if it does not within
     STOP_TIMEOUT_S or never answered; it also exits by itself when this process goes away (its socket closes)."""
 
@@ -76,7 +76,7 @@ class ProcessFigures(Figures):
         mine, theirs = socket.socketpair()
         try:  # a fresh interpreter running this module: multiprocessing's spawn would import the caller's __main__
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "analysis.report.figures", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                [sys.executable, "-m", "tailrace.analysis.report.figures", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
         except BaseException:
@@ -154,7 +154,7 @@ def start_figures() -> Figures:
 def serve(conn: Connection) -> None:
     """The figure process: draw each DRAW in order; answer each GET with (svg, None) or (None, error)."""
     try:
-        from analysis.report import plots  # noqa: F401 — imported before the first figure is needed
+        from tailrace.analysis.report import plots  # noqa: F401 — imported before the first figure is needed
     except Exception as exc:  # noqa: BLE001 — every GET says why; the analysing process draws them itself
         failed = f"{type(exc).__name__}: {exc}"
     else:

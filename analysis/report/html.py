@@ -4,12 +4,12 @@ from __future__ import annotations
 import html
 import json
 
-from analysis.report.figures import Figures, InlineFigures
-from analysis.result import Analysis, notices
-from analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
-from analysis.stats.scenarios import phase_boundaries_s
-from analysis.stats.timeline import timeline
-from analysis.stats.validity import CHECKS
+from tailrace.analysis.report.figures import Figures, InlineFigures
+from tailrace.analysis.result import Analysis, notices
+from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
+from tailrace.analysis.stats.scenarios import phase_boundaries_s
+from tailrace.analysis.stats.timeline import timeline
+from tailrace.analysis.stats.validity import CHECKS
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}

@@ -11,10 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E402
+from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E402
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
-    from analysis.stats.timeline import Timeline
+    from tailrace.analysis.stats.timeline import Timeline
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -100,7 +100,7 @@ def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
 def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
     """p99 per second and requests per second per region of request rows `df`; phase starts dashed, outage
     windows shaded."""
-    from analysis.stats.timeline import timeline
+    from tailrace.analysis.stats.timeline import timeline
 
     return over_time_of(timeline(df), phase_starts_s, outages)
 
@@ -350,7 +350,7 @@ def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label
 
 def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
     """p50 / p95 / p99 (with CIs) against offered load; SLO thresholds dotted; the found capacity marked."""
-    from analysis.decide.capacity_search import PASS
+    from tailrace.analysis.decide.capacity_search import PASS
 
     fig, ax = plt.subplots(figsize=(8, 4))
     df = pd.DataFrame(rows).sort_values("rate")

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.read.frames import group_positions
-from contract.profile import Profile
+from tailrace.analysis.read.frames import group_positions
+from tailrace.contract.profile import Profile
 
 CV_TOLERANCE = 0.05  # a delivered cv within 5% of the asked one (beyond its interval) is the asked process: the
 # 1 ms-scale send jitter of a real generator moves the cv of short gaps a little

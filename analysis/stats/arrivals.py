@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.read.frames import group_positions, key_runs, take, take_runs
-from analysis.stats.estimators import dispersion_pvalue, index_of_dispersion, ks_exponential
-from contract.profile import Profile
+from tailrace.analysis.read.frames import group_positions, key_runs, take, take_runs
+from tailrace.analysis.stats.estimators import dispersion_pvalue, index_of_dispersion, ks_exponential
+from tailrace.contract.profile import Profile
 
 P_MIN = 0.001  # KS and dispersion: a row runs several tests and a report many rows; a chance failure is rare
 AD_P_MIN = 0.01  # scipy's interpolated Anderson–Darling p-values stop at 0.01
@@ -113,7 +113,7 @@ def _intended_rates(profile: Profile | None) -> tuple[dict[int, float], dict[str
     """(phase → the whole load's intended rate, region → the fraction one of its workers sends)."""
     if profile is None or profile.load.scenario != "server":
         return {}, {}
-    from analysis.stats.scenarios import phase_segments  # scenarios imports latency; keep this module's imports light
+    from tailrace.analysis.stats.scenarios import phase_segments  # scenarios imports latency; keep this module's imports light
 
     warm = profile.load.warmup_s > 0
     rates = {i + (0 if warm else 1): s.expected / s.width_s for i, s in enumerate(phase_segments(profile))

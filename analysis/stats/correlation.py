@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from analysis.stats.estimators import sorted_percentile, sorted_percentile_ci
+from tailrace.analysis.stats.estimators import sorted_percentile, sorted_percentile_ci
 
 MAX_BATCHES = 64
 MIN_BATCHES = 16

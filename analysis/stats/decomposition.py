@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
-from analysis.read.threads import map_in_threads
+from tailrace.analysis.read.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
+from tailrace.analysis.read.threads import map_in_threads
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 

@@ -9,11 +9,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import endpoint_region_positions, group_positions
-from analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
-from analysis.stats.estimators import SortedUnion, tail_needed, tail_quantile
-from contract.profile import Profile
-from contract.rates import load_segments
+from tailrace.analysis.read.frames import endpoint_region_positions, group_positions
+from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
+from tailrace.analysis.stats.estimators import SortedUnion, tail_needed, tail_quantile
+from tailrace.contract.profile import Profile
+from tailrace.contract.rates import load_segments
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import group_positions
+from tailrace.analysis.read.frames import group_positions
 
 MIN_FAILURES = 5
 MERGE_GAP_S = 1.0

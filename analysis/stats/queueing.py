@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import group_positions, take, take_rows
+from tailrace.analysis.read.frames import group_positions, take, take_rows
 
 MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import group_positions
-from analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
-from analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
-from contract.profile import Profile
-from contract.rates import Segment, describe_arrivals, load_segments
+from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
+from tailrace.analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
+from tailrace.contract.profile import Profile
+from tailrace.contract.rates import Segment, describe_arrivals, load_segments
 
 _TIME = "t_intended_ref"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.stats.estimators import sorted_percentile_ci
+from tailrace.analysis.stats.estimators import sorted_percentile_ci
 
 SESSION_COLUMNS = ("endpoint", "region", "phase", "status", "session_id", "turn", "session_end", "t_intended_ref",
                    "latency_ns", "ttft_ns", "input_tokens", "prompt_tokens_sent", "cached_tokens",

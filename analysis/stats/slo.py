@@ -6,11 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.read.threads import map_in_threads
-from analysis.stats.correlation import correlated_percentiles_ci, integrated_time
-from analysis.stats.estimators import proportion_verdict, sorted_percentile
-from analysis.stats.validity import Group, groups_of
-from contract import exit_codes
+from tailrace.analysis.read.threads import map_in_threads
+from tailrace.analysis.stats.correlation import correlated_percentiles_ci, integrated_time
+from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile
+from tailrace.analysis.stats.validity import Group, groups_of
+from tailrace.contract import exit_codes
 
 # the error-rate bound of each endpoint × region no declared error_rate SLO covers (docs/METHODS.md, "The implicit error-rate SLO")
 IMPLICIT_ERROR_RATE = 0.01

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import group_positions
+from tailrace.analysis.read.frames import group_positions
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def timeline(df: pd.DataFrame, streamed: frozenset[str] | set[str] = frozenset()
     groupby (which copies every column per group: ~0.6 s on ten million rows)."""
     # imported here, not above: the figure process (analysis/report/figures.py) imports this module to unpickle a Timeline,
     # and analysis.stats.estimators would bring scipy.stats with it (~1 CPU-second on the core the statistics share)
-    from analysis.stats.estimators import grouped_quantile
+    from tailrace.analysis.stats.estimators import grouped_quantile
 
     times = df["t_intended_ref"].to_numpy()
     ok_all = (df["status"] == "ok").to_numpy()

@@ -22,9 +22,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import group_positions
-from analysis.stats.correlation import integrated_time, stationarity
-from analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
+from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.stats.correlation import integrated_time, stationarity
+from tailrace.analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",

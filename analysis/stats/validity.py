@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import endpoint_region_positions
-from analysis.read.threads import map_in_threads
-from analysis.stats.correlation import (
+from tailrace.analysis.read.frames import endpoint_region_positions
+from tailrace.analysis.read.threads import map_in_threads
+from tailrace.analysis.stats.correlation import (
     Stationarity,
     TimeOrder,
     effective_size,
@@ -23,7 +23,7 @@ from analysis.stats.correlation import (
     stationarity,
     time_order,
 )
-from analysis.stats.estimators import sorted_percentile
+from tailrace.analysis.stats.estimators import sorted_percentile
 
 CHECKS = {
     "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "

@@ -10,10 +10,10 @@ import struct
 
 from tritonclient.grpc import service_pb2
 
-from endpoints.generation.hub import StreamHub
-from endpoints.serving.continuous import Generation
-from endpoints.serving.core import RequestClock
-from endpoints.serving.errors import InferenceError
+from tailrace.endpoints.generation.hub import StreamHub
+from tailrace.endpoints.serving.continuous import Generation
+from tailrace.endpoints.serving.core import RequestClock
+from tailrace.endpoints.serving.errors import InferenceError
 
 _WAIT_S = 1.0  # a waiting stream looks at its client this often
 

@@ -8,8 +8,8 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from endpoints.serving.continuous import ContinuousBatcher, Generation
-from endpoints.serving.core import InferenceServer, RequestClock
+from tailrace.endpoints.serving.continuous import ContinuousBatcher, Generation
+from tailrace.endpoints.serving.core import InferenceServer, RequestClock
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
@@ -113,14 +113,14 @@ def timing_header(clock: RequestClock, g: Generation) -> bytes:
 
 
 def echoed_traceparent(scope) -> list:
-    from contract.trace_context import parse_traceparent
+    from tailrace.contract.trace_context import parse_traceparent
 
     return [(k, v) for k, v in scope["headers"] if k == b"traceparent" and parse_traceparent(v.decode("latin-1"))]
 
 
 async def read_body(receive, limit: int) -> bytes | None:
     """The request body (None when the client left); InferenceError past `limit` bytes."""
-    from endpoints.serving.errors import InferenceError
+    from tailrace.endpoints.serving.errors import InferenceError
 
     chunks, size = [], 0
     while True:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from endpoints.serving.errors import InferenceError
+from tailrace.endpoints.serving.errors import InferenceError
 
 
 @dataclass(frozen=True)

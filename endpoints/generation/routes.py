@@ -10,8 +10,8 @@ trailer adds the queue, prefill and decode time. A client that goes away cancels
 """
 from __future__ import annotations
 
-from endpoints.generation.chunks import DONE, ChunkWriter, error_body, models_body, usage
-from endpoints.generation.hub import (
+from tailrace.endpoints.generation.chunks import DONE, ChunkWriter, error_body, models_body, usage
+from tailrace.endpoints.generation.hub import (
     StreamHub,
     echoed_traceparent,
     end_stream,
@@ -21,10 +21,10 @@ from endpoints.generation.hub import (
     start_stream,
     timing_header,
 )
-from endpoints.generation.requests import CompletionRequest, parse_completion
-from endpoints.serving.continuous import ContinuousBatcher, Generation
-from endpoints.serving.core import RequestClock
-from endpoints.serving.errors import InferenceError, not_found
+from tailrace.endpoints.generation.requests import CompletionRequest, parse_completion
+from tailrace.endpoints.serving.continuous import ContinuousBatcher, Generation
+from tailrace.endpoints.serving.core import RequestClock
+from tailrace.endpoints.serving.errors import InferenceError, not_found
 
 COMPLETIONS, CHAT, MODELS = "/v1/completions", "/v1/chat/completions", "/v1/models"
 

@@ -15,7 +15,7 @@ import re
 
 import orjson
 
-from endpoints.generation.hub import (
+from tailrace.endpoints.generation.hub import (
     StreamHub,
     echoed_traceparent,
     end_stream,
@@ -25,10 +25,10 @@ from endpoints.generation.hub import (
     start_stream,
     timing_header,
 )
-from endpoints.generation.requests import flag, json_object, whole_number
-from endpoints.serving.continuous import Generation
-from endpoints.serving.core import RequestClock
-from endpoints.serving.errors import InferenceError
+from tailrace.endpoints.generation.requests import flag, json_object, whole_number
+from tailrace.endpoints.serving.continuous import Generation
+from tailrace.endpoints.serving.core import RequestClock
+from tailrace.endpoints.serving.errors import InferenceError
 
 GENERATE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/1)?/(generate|generate_stream)$")
 _INPUTS = ("text_input", "max_tokens")

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from contract.tensors import datatype_of, from_json_data, from_raw, to_json_data, to_raw
-from endpoints.models.model_config import ModelSpec
-from endpoints.serving.errors import InferenceError
+from tailrace.contract.tensors import datatype_of, from_json_data, from_raw, to_json_data, to_raw
+from tailrace.endpoints.models.model_config import ModelSpec
+from tailrace.endpoints.serving.errors import InferenceError
 
 # gRPC InferTensorContents field per datatype.
 GRPC_CONTENTS_FIELD = {

@@ -8,11 +8,18 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from contract.trace_context import parse_traceparent
-from endpoints.kserve.codec import decode_grpc, encode_grpc
-from endpoints.kserve.pipeline import InferCall
-from endpoints.serving.core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_header
-from endpoints.serving.errors import InferenceError
+from tailrace.contract.trace_context import parse_traceparent
+from tailrace.endpoints.kserve.codec import decode_grpc, encode_grpc
+from tailrace.endpoints.kserve.pipeline import InferCall
+from tailrace.endpoints.serving.core import (
+    EXTENSIONS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    InferenceServer,
+    RequestClock,
+    server_timing_header,
+)
+from tailrace.endpoints.serving.errors import InferenceError
 
 
 def _abort(context: grpc.ServicerContext, exc: InferenceError):
@@ -57,7 +64,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     def ModelConfig(self, request, context):
-        from endpoints.models.model_config import config_as_json
+        from tailrace.endpoints.models.model_config import config_as_json
 
         try:
             body = config_as_json(self.server.spec(request.name))

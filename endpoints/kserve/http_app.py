@@ -13,11 +13,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from contract.trace_context import parse_traceparent
-from endpoints.kserve.codec import decode_http, encode_http
-from endpoints.kserve.pipeline import InferCall
-from endpoints.serving.core import EXTENSIONS, SERVER_NAME, SERVER_VERSION, InferenceServer, RequestClock, server_timing_value
-from endpoints.serving.errors import InferenceError
+from tailrace.contract.trace_context import parse_traceparent
+from tailrace.endpoints.kserve.codec import decode_http, encode_http
+from tailrace.endpoints.kserve.pipeline import InferCall
+from tailrace.endpoints.serving.core import (
+    EXTENSIONS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    InferenceServer,
+    RequestClock,
+    server_timing_value,
+)
+from tailrace.endpoints.serving.errors import InferenceError
 
 _JSON = "application/json"
 _JSON_BYTES, _BINARY = b"application/json", b"application/octet-stream"
@@ -144,7 +151,7 @@ def build_app(server: InferenceServer):
 
     async def model_config(request: Request) -> Response:
         try:
-            from endpoints.models.model_config import config_as_json
+            from tailrace.endpoints.models.model_config import config_as_json
 
             return _json(config_as_json(server.spec(request.path_params["model"])))
         except InferenceError as exc:

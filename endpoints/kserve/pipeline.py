@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from endpoints.kserve.codec import DecodedRequest
-from endpoints.models.model_config import ModelSpec
-from endpoints.serving.core import InferenceServer, RequestClock, timing_parameters
-from endpoints.serving.errors import InferenceError
-from endpoints.serving.scheduler import ModelScheduler, Timings
+from tailrace.endpoints.kserve.codec import DecodedRequest
+from tailrace.endpoints.models.model_config import ModelSpec
+from tailrace.endpoints.serving.core import InferenceServer, RequestClock, timing_parameters
+from tailrace.endpoints.serving.errors import InferenceError
+from tailrace.endpoints.serving.scheduler import ModelScheduler, Timings
 
 
 @dataclass

@@ -12,10 +12,10 @@ from typing import Protocol
 
 import numpy as np
 
-from endpoints.models.generative_build import DECODER_FILE, VOCAB_FILE
-from endpoints.models.model_config import ModelSpec
-from endpoints.models.runners import sleep_overshoot_ns
-from endpoints.models.vocabulary import WordVocabulary
+from tailrace.endpoints.models.generative_build import DECODER_FILE, VOCAB_FILE
+from tailrace.endpoints.models.model_config import ModelSpec
+from tailrace.endpoints.models.runners import sleep_overshoot_ns
+from tailrace.endpoints.models.vocabulary import WordVocabulary
 
 
 @dataclass(frozen=True)

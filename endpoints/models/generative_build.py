@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.tensors import TensorSpec
-from endpoints.models.model_config import ModelSpec, write_config
-from endpoints.models.onnx_tools import onnx_parameter_count
-from endpoints.models.vocabulary import WordVocabulary
+from tailrace.contract.tensors import TensorSpec
+from tailrace.endpoints.models.model_config import ModelSpec, write_config
+from tailrace.endpoints.models.onnx_tools import onnx_parameter_count
+from tailrace.endpoints.models.vocabulary import WordVocabulary
 
 SEED = 20261126
 GENERATIVE_BACKEND = "tailrace_generative"

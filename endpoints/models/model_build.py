@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.tensors import TensorSpec
-from endpoints.models.generative_build import GENERATIVE_MODELS, build_generative
-from endpoints.models.model_config import ModelSpec, write_config
-from endpoints.models.model_zoo import ZOO_MODELS, build_zoo
-from endpoints.models.onnx_tools import dedupe_opsets, onnx_parameter_count
+from tailrace.contract.tensors import TensorSpec
+from tailrace.endpoints.models.generative_build import GENERATIVE_MODELS, build_generative
+from tailrace.endpoints.models.model_config import ModelSpec, write_config
+from tailrace.endpoints.models.model_zoo import ZOO_MODELS, build_zoo
+from tailrace.endpoints.models.onnx_tools import dedupe_opsets, onnx_parameter_count
 
 SEED = 20261121
 N_FEATURES = 64
@@ -179,7 +179,7 @@ def _build_synthetic(out: Path, X_train, X_test, y_train, y_test, mean_ms: float
         name=SYNTHETIC_MODEL, backend="python", inputs=_DIGITS_INPUTS, outputs=_DIGITS_OUTPUTS,
         instance_count=1, max_queue_size=4096,
         parameters={"service_time_mean_ms": repr(float(mean_ms)), "seed": str(SEED), "tailrace_runner": "synthetic"}))
-    from endpoints.models.synthetic import nearest_centroid
+    from tailrace.endpoints.models.synthetic import nearest_centroid
 
     accuracy = float(np.mean(nearest_centroid(centroids, X_test)[0] == y_test))
     return _write_metadata(model_dir, artifact, accuracy, int(centroids.size), {

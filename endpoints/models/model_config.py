@@ -14,7 +14,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from contract.tensors import TensorSpec, onnx_tensors
+from tailrace.contract.tensors import TensorSpec, onnx_tensors
 
 # Triton's config datatype enum names → KServe v2 datatype strings.
 _CONFIG_TO_V2 = {

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.tensors import TensorSpec
-from endpoints.models.model_config import ModelSpec, write_config
-from endpoints.models.onnx_tools import dedupe_opsets, onnx_parameter_count
+from tailrace.contract.tensors import TensorSpec
+from tailrace.endpoints.models.model_config import ModelSpec, write_config
+from tailrace.endpoints.models.onnx_tools import dedupe_opsets, onnx_parameter_count
 
 SEED = 20261122
 IMAGE_SHAPE = (3, 224, 224)

@@ -7,8 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
-from endpoints.models.model_config import ModelSpec
-from endpoints.models.synthetic import nearest_centroid
+from tailrace.endpoints.models.model_config import ModelSpec
+from tailrace.endpoints.models.synthetic import nearest_centroid
 
 
 class Runner(Protocol):

@@ -25,11 +25,11 @@ from typing import Callable
 import grpc
 import numpy as np
 
-from endpoints.models.decoders import Decoder, StepBatch
-from endpoints.models.vocabulary import EOS
-from endpoints.serving.errors import InferenceError, unavailable
-from endpoints.serving.generation_metrics import GenerationMetrics
-from endpoints.serving.prefix_cache import PrefixCache, block_names
+from tailrace.endpoints.models.decoders import Decoder, StepBatch
+from tailrace.endpoints.models.vocabulary import EOS
+from tailrace.endpoints.serving.errors import InferenceError, unavailable
+from tailrace.endpoints.serving.generation_metrics import GenerationMetrics
+from tailrace.endpoints.serving.prefix_cache import PrefixCache, block_names
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from endpoints.models.decoders import load_decoder
-from endpoints.models.generative_build import GENERATIVE_BACKEND
-from endpoints.models.model_config import ModelSpec, model_spec
-from endpoints.models.runners import load_runner
-from endpoints.serving.continuous import BatchingLimits, ContinuousBatcher
-from endpoints.serving.errors import InferenceError, not_found
-from endpoints.serving.generation_metrics import GenerationMetrics
-from endpoints.serving.metrics import ServerMetrics
-from endpoints.serving.scheduler import ModelScheduler, Timings
+from tailrace.endpoints.models.decoders import load_decoder
+from tailrace.endpoints.models.generative_build import GENERATIVE_BACKEND
+from tailrace.endpoints.models.model_config import ModelSpec, model_spec
+from tailrace.endpoints.models.runners import load_runner
+from tailrace.endpoints.serving.continuous import BatchingLimits, ContinuousBatcher
+from tailrace.endpoints.serving.errors import InferenceError, not_found
+from tailrace.endpoints.serving.generation_metrics import GenerationMetrics
+from tailrace.endpoints.serving.metrics import ServerMetrics
+from tailrace.endpoints.serving.scheduler import ModelScheduler, Timings
 
 SERVER_NAME = "tailrace"
 SERVER_VERSION = "0.1.0"

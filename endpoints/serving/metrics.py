@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from endpoints.serving.statistics import STAGES, ModelStatistics
+from tailrace.endpoints.serving.statistics import STAGES, ModelStatistics
 
 
 class _StatisticsCollector:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from endpoints.models.runners import Runner
-from endpoints.serving.errors import InferenceError, unavailable
-from endpoints.serving.statistics import ModelStatistics
+from tailrace.endpoints.models.runners import Runner
+from tailrace.endpoints.serving.errors import InferenceError, unavailable
+from tailrace.endpoints.serving.statistics import ModelStatistics
 
 DEFAULT_QUEUE_DEPTH = 1024
 _SLOT = object()  # what the inline path yields to wait for the model's slot

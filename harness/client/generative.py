@@ -17,11 +17,11 @@ from urllib.parse import urlparse
 import gevent
 import orjson
 
-from contract.credentials import Credential, CredentialError
-from contract.profile import Tls
-from harness.client.classify import classify_exception, classify_http_status
-from harness.client.http1 import Http1Pool, Stalled
-from harness.client.openai_stream import (
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.profile import Tls
+from tailrace.harness.client.classify import classify_exception, classify_http_status
+from tailrace.harness.client.http1 import Http1Pool, Stalled
+from tailrace.harness.client.openai_stream import (
     CUT,
     STALLED,
     TIMEOUT,
@@ -30,11 +30,11 @@ from harness.client.openai_stream import (
     StreamProtocolError,
     cached_tokens,
 )
-from harness.client.outcome import Outcome, StreamOutcome
-from harness.client.sse import SseError, SseParser
-from harness.client.tls import ssl_context
-from harness.client.tokenizer import TokenCounter
-from harness.client.triton_stream import TritonGenerateStream
+from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.sse import SseError, SseParser
+from tailrace.harness.client.tls import ssl_context
+from tailrace.harness.client.tokenizer import TokenCounter
+from tailrace.harness.client.triton_stream import TritonGenerateStream
 
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
 PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}

@@ -15,15 +15,15 @@ import time
 
 import gevent
 
-from contract.credentials import Credential, CredentialError
-from contract.profile import Tls
-from harness.client.classify import classify_exception
-from harness.client.generative import FirstTokenTimeout, PromptPayloads, stream_into
-from harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
-from harness.client.outcome import Outcome, StreamOutcome
-from harness.client.tls import grpc_channel
-from harness.client.tokenizer import TokenCounter
-from harness.client.triton_stream import TritonGenerateStream
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.profile import Tls
+from tailrace.harness.client.classify import classify_exception
+from tailrace.harness.client.generative import FirstTokenTimeout, PromptPayloads, stream_into
+from tailrace.harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
+from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.tls import grpc_channel
+from tailrace.harness.client.tokenizer import TokenCounter
+from tailrace.harness.client.triton_stream import TritonGenerateStream
 
 FINAL = "triton_final_response"
 

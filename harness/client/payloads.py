@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from contract.profile import Check
-from contract.requests import RequestSpec
-from contract.tensors import from_json_data, from_raw, to_json_data, to_raw
-from harness.client.request_data import SampleSet
+from tailrace.contract.profile import Check
+from tailrace.contract.requests import RequestSpec
+from tailrace.contract.tensors import from_json_data, from_raw, to_json_data, to_raw
+from tailrace.harness.client.request_data import SampleSet
 
 BINARY_AUTO_BYTES = 1024  # binary = "auto": tensors over 1 kB go binary
 ALWAYS_BINARY = ("BYTES", "FP16", "BF16")  # "auto" sends these binary (Triton takes FP16 / BF16 only so)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.plan import RunPlan
-from contract.profile import Endpoint
-from contract.requests import InputSpec, RequestSpec
-from contract.tensors import NUMPY_DTYPES, element_count, to_array
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Endpoint
+from tailrace.contract.requests import InputSpec, RequestSpec
+from tailrace.contract.tensors import NUMPY_DTYPES, element_count, to_array
 
 RANDOM, ZERO = "random", "zero"
 _INT_RANGE = (0, 100)  # random integers when the profile gives no range: small, valid as ids / indices

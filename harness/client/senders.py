@@ -17,14 +17,14 @@ from urllib.parse import urlparse
 import numpy as np
 import orjson
 
-from contract.credentials import Credential, CredentialError
-from contract.profile import Endpoint, Tls
-from contract.requests import RequestSpec
-from harness.client.classify import classify_exception, classify_http_status
-from harness.client.outcome import Outcome
-from harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
-from harness.client.request_data import SampleSet
-from harness.client.tls import grpc_channel, sender_tls, ssl_context
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.profile import Endpoint, Tls
+from tailrace.contract.requests import RequestSpec
+from tailrace.harness.client.classify import classify_exception, classify_http_status
+from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
+from tailrace.harness.client.request_data import SampleSet
+from tailrace.harness.client.tls import grpc_channel, sender_tls, ssl_context
 
 
 class Sender(Protocol):
@@ -68,7 +68,7 @@ class HttpSender:
     def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float, pool: int,
                  credential: Credential | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
                  wanted: tuple[str, ...] = (), tls: Tls | None = None) -> None:
-        from harness.client.http1 import Http1Pool
+        from tailrace.harness.client.http1 import Http1Pool
 
         parsed = urlparse(url)
         self.path = f"{parsed.path.rstrip('/')}{_model_path(model, version)}/infer"

@@ -7,7 +7,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from contract.profile import Tls
+from tailrace.contract.profile import Tls
 
 
 class TlsError(ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.layout import RunLayout, write_atomic
+from tailrace.contract.layout import RunLayout, write_atomic
 
 
 class CollectError(ValueError):

@@ -12,17 +12,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from contract.credentials import Credential, CredentialError
-from contract.plan import RunPlan
-from contract.profile import Endpoint, Tls
-from contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
-from contract.tensors import TensorSpec, onnx_tensors
-from harness.client.request_data import DataError, samples_for
-from harness.client.senders import inprocess_model
-from harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
-from harness.worker.traces import TraceError, load_trace
-from harness.workload.conversations import SessionFileError, session_source
-from harness.workload.prompts import PromptFileError, prompt_bodies
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Endpoint, Tls
+from tailrace.contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
+from tailrace.contract.tensors import TensorSpec, onnx_tensors
+from tailrace.harness.client.request_data import DataError, samples_for
+from tailrace.harness.client.senders import inprocess_model
+from tailrace.harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
+from tailrace.harness.worker.traces import TraceError, load_trace
+from tailrace.harness.workload.conversations import SessionFileError, session_source
+from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
 
 
 @dataclass

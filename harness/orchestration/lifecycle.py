@@ -23,15 +23,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
-from contract.layout import RunLayout, write_atomic
-from contract.master_events import PLAN_SENT, WORKER_ADMITTED, read_master_events
-from contract.plan import RunPlan
-from contract.profile import Profile
-from harness.orchestration.disk_space import LowDiskError, low_disk_reason, stop_reason
-from harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
-from harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
-from harness.services.processes import ManagedProcess, start_process
-from harness.worker.identity import PLAN_ENV, TOKEN_ENV
+from tailrace.contract.layout import RunLayout, write_atomic
+from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, read_master_events
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Profile
+from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, stop_reason
+from tailrace.harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
+from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
+from tailrace.harness.services.processes import ManagedProcess, start_process
+from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks

@@ -12,13 +12,13 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.layout import RunLayout
-from contract.plan import RunPlan, endpoint_kind
-from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
-from contract.rates import describe_arrivals
-from harness.orchestration.disk_space import MIN_FREE_BYTES, min_free_bytes
-from harness.orchestration.endpoint_check import resolve_requests
-from harness.orchestration.lifecycle import (
+from tailrace.contract.layout import RunLayout
+from tailrace.contract.plan import RunPlan, endpoint_kind
+from tailrace.contract.profile import EMBEDDED, MASTER_CLOCK, Profile
+from tailrace.contract.rates import describe_arrivals
+from tailrace.harness.orchestration.disk_space import MIN_FREE_BYTES, min_free_bytes
+from tailrace.harness.orchestration.endpoint_check import resolve_requests
+from tailrace.harness.orchestration.lifecycle import (
     LEAD_S,
     RunLifecycle,
     create_run_directory,
@@ -26,13 +26,13 @@ from harness.orchestration.lifecycle import (
     new_run_id,
     write_cold_starts,
 )
-from harness.orchestration.preflight import check_local, needs_models_build
-from harness.orchestration.server_stats import stats_targets
-from harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
-from harness.services.region_proxies import proxied_regions, start_region_proxies
-from harness.services.servers import Servers, start_servers
-from harness.services.triton_server import TritonServer
-from harness.worker.identity import TOKEN_ENV, WorkerIdentity
+from tailrace.harness.orchestration.preflight import check_local, needs_models_build
+from tailrace.harness.orchestration.server_stats import stats_targets
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from tailrace.harness.services.region_proxies import proxied_regions, start_region_proxies
+from tailrace.harness.services.servers import Servers, start_servers
+from tailrace.harness.services.triton_server import TritonServer
+from tailrace.harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 __all__ = ["LEAD_S", "LocalRun", "LocalWorkers", "run_local"]
 
@@ -212,7 +212,7 @@ class LocalRun:
 
 def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, dict]:
     """Run a profile locally end to end; returns (run_dir, manifest)."""
-    from harness.orchestration.progress import Progress
+    from tailrace.harness.orchestration.progress import Progress
 
     run = LocalRun(profile, out, quiet=quiet)
     interrupted = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from contract.plan import unresolved_plan
-from contract.profile import Embedded, Profile
+from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.profile import Embedded, Profile
 
 DEFAULT_MODELS_DIR = Embedded.model_fields["models_dir"].default  # built on first use (documented in README)
 

@@ -54,7 +54,7 @@ class LiveScreen:
         from rich.live import Live
 
         if self._live is None:
-            from contract.terminal import console
+            from tailrace.contract.terminal import console
 
             self._live = Live(table, refresh_per_second=2, transient=False, console=console())
             self._live.start()

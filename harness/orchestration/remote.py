@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.exit_codes import INVALID, OK, USAGE
-from contract.layout import RunLayout
-from contract.master_events import PLAN_SENT, WORKER_ADMITTED, WORKER_REFUSED
-from contract.plan import unresolved_plan
-from contract.profile import EMBEDDED, MASTER_CLOCK, Profile
-from harness.orchestration.disk_space import LowDiskError, min_free_bytes
-from harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
-from harness.orchestration.lifecycle import (
+from tailrace.contract.exit_codes import INVALID, OK, USAGE
+from tailrace.contract.layout import RunLayout
+from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, WORKER_REFUSED
+from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.profile import EMBEDDED, MASTER_CLOCK, Profile
+from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
+from tailrace.harness.orchestration.endpoint_check import EndpointCheckError, resolve_requests
+from tailrace.harness.orchestration.lifecycle import (
     LEAD_S,
     RunLifecycle,
     create_run_directory,
@@ -34,10 +34,10 @@ from harness.orchestration.lifecycle import (
     new_run_id,
     waiting_for,
 )
-from harness.orchestration.progress import ChunkProgress
-from harness.orchestration.server_stats import stats_targets
-from harness.services.processes import start_process, tailrace_argv
-from harness.worker.identity import TOKEN_ENV, WorkerIdentity
+from tailrace.harness.orchestration.progress import ChunkProgress
+from tailrace.harness.orchestration.server_stats import stats_targets
+from tailrace.harness.services.processes import start_process, tailrace_argv
+from tailrace.harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 WAIT_FOR_WORKERS_S = 600
 

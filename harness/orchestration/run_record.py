@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from contract.layout import RunLayout, write_atomic
-from contract.master_events import PLAN_SENT, WORKER_DONE, WORKER_HELLO, WORKER_JOINED, WORKER_LEFT, read_master_events
-from contract.plan import RunPlan
-from harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
+from tailrace.contract.layout import RunLayout, write_atomic
+from tailrace.contract.master_events import PLAN_SENT, WORKER_DONE, WORKER_HELLO, WORKER_JOINED, WORKER_LEFT, read_master_events
+from tailrace.contract.plan import RunPlan
+from tailrace.harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
 
 _PACKAGES = ("tailrace", "locust", "gevent", "grpcio", "numpy", "scipy", "pandas", "pyarrow", "onnxruntime",
              "tritonclient", "ntplib", "prometheus-client", "pydantic", "uvicorn", "starlette")

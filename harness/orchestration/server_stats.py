@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from contract.credentials import Credential, CredentialError
-from contract.layout import RunLayout, append_line, write_atomic
-from contract.plan import RunPlan
-from contract.profile import Tls
-from harness.client.tls import ssl_context
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.layout import RunLayout, append_line, write_atomic
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Tls
+from tailrace.harness.client.tls import ssl_context
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from contract.exit_codes import OK
+from tailrace.contract.exit_codes import OK
 
 
 @dataclass(frozen=True)

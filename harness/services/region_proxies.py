@@ -6,9 +6,9 @@ import socket
 import time
 from urllib.parse import urlparse
 
-from contract.layout import RunLayout
-from contract.profile import Profile
-from harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from tailrace.contract.layout import RunLayout
+from tailrace.contract.profile import Profile
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
 
 
 def region_address(index: int) -> str:

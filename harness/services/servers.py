@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from contract.plan import endpoint_kind
-from contract.profile import EMBEDDED, TRITON, Profile
-from contract.tensors import NUMPY_DTYPES, to_raw
-from harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint
-from harness.services.triton_server import TritonOptions, TritonServer, start_triton
+from tailrace.contract.plan import endpoint_kind
+from tailrace.contract.profile import EMBEDDED, TRITON, Profile
+from tailrace.contract.tensors import NUMPY_DTYPES, to_raw
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint
+from tailrace.harness.services.triton_server import TritonOptions, TritonServer, start_triton
 
 
 @dataclass

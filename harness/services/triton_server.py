@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVE_SCRIPT = REPO_ROOT / "deploy" / "triton" / "serve_pytriton.py"

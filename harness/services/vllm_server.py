@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.spool.chunk_writer_process import encode_frame
-from harness.spool.recorder import ChunkWriter
+from tailrace.harness.spool.chunk_writer_process import encode_frame
+from tailrace.harness.spool.recorder import ChunkWriter
 
 
 class ChunkShipper:
@@ -23,7 +23,7 @@ class ChunkShipper:
         # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
         encode_frame(writer.to_table([]), 0)
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "harness.spool.chunk_writer_process",
+            self.process = subprocess.Popen([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process",
                                              str(writer.directory), writer.prefix], stdin=subprocess.PIPE)
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)

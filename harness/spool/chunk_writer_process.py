@@ -5,7 +5,7 @@ an Arrow IPC stream; this process writes it as `<prefix>-<index>.parquet` (temp 
 or absent). On end of input — the worker finished, or was killed — it writes what it received and exits,
 so a killed worker's shipped chunks still land.
 
-    python -m harness.spool.chunk_writer_process DIRECTORY PREFIX
+    python -m tailrace.harness.spool.chunk_writer_process DIRECTORY PREFIX
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import struct
 import sys
 from pathlib import Path
 
-from contract.layout import WorkerLayout, temporary
-from contract.records import FEW_VALUED
+from tailrace.contract.layout import WorkerLayout, temporary
+from tailrace.contract.records import FEW_VALUED
 
 HEADER = struct.Struct("<IQ")
 
@@ -101,5 +101,5 @@ def encode_frame(table, index: int) -> bytes:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m harness.spool.chunk_writer_process DIRECTORY PREFIX")
+        sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY PREFIX")
     serve(Path(sys.argv[1]), sys.argv[2], sys.stdin.buffer)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from contract.layout import CLOCK, REQUESTS, WorkerLayout
-from contract.records import CLOCK_FIELDS, ONE_SHOT_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
-from harness.spool.chunk_writer_process import write_chunk
+from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout
+from tailrace.contract.records import CLOCK_FIELDS, ONE_SHOT_FIELDS, REQUEST_FIELDS, ClockRow, RequestRow, arrow_schema
+from tailrace.harness.spool.chunk_writer_process import write_chunk
 
 
 class ChunkWriter:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.layout import WorkerLayout, append_line
+from tailrace.contract.layout import WorkerLayout, append_line
 
 
 class ChunkUplink:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from contract import messages
-from contract.plan import RunPlan
+from tailrace.contract import messages
+from tailrace.contract.plan import RunPlan
 
 
 def token_proof(token: str, client_id: str) -> str:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.profile import Arrivals, Phase
-from contract.rates import Segment, rate_segments
-from harness.worker.traces import TraceRows, replay
+from tailrace.contract.profile import Arrivals, Phase
+from tailrace.contract.rates import Segment, rate_segments
+from tailrace.harness.worker.traces import TraceRows, replay
 
 
 def phase_of(segments: list[Segment], warmup_s: float, times_s: np.ndarray) -> np.ndarray:

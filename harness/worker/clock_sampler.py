@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from contract.records import ClockRow
-from harness.worker.clock import ClockSample, WorkerClock, measure_offset
+from tailrace.contract.records import ClockRow
+from tailrace.harness.worker.clock import ClockSample, WorkerClock, measure_offset
 
 
 class ClockSampler:

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contract.plan import RunPlan
-from contract.profile import Endpoint
-from contract.requests import scenario_request
-from harness.client.payloads import wanted_outputs
-from harness.client.request_data import samples_for
-from harness.client.senders import Sender, build_sender
-from harness.client.tokenizer import TokenCounter
-from harness.worker.identity import WorkerIdentity
-from harness.worker.sessions import SessionEndpoint
-from harness.worker.traces import TraceRows, replay
-from harness.workload.conversations import session_source
-from harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
-from harness.workload.stream_senders import generative_sender, stream_sender
-from harness.workload.trace_prompts import TracePrompts
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import Endpoint
+from tailrace.contract.requests import scenario_request
+from tailrace.harness.client.payloads import wanted_outputs
+from tailrace.harness.client.request_data import samples_for
+from tailrace.harness.client.senders import Sender, build_sender
+from tailrace.harness.client.tokenizer import TokenCounter
+from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.sessions import SessionEndpoint
+from tailrace.harness.worker.traces import TraceRows, replay
+from tailrace.harness.workload.conversations import session_source
+from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
+from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
+from tailrace.harness.workload.trace_prompts import TracePrompts
 
 
 class EndpointSenders:

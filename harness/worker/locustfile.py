@@ -33,15 +33,15 @@ from locust.exception import StopUser  # noqa: E402
 from locust.rpc import zmqrpc  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
-from contract import master_events, messages  # noqa: E402
-from contract.exit_codes import USAGE, WORKER_MASTER_LOST  # noqa: E402
-from contract.layout import RunLayout, shippable, write_atomic  # noqa: E402
-from contract.plan import RunPlan  # noqa: E402
-from harness.worker.admission import Admission, token_proof  # noqa: E402
-from harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
-from harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity  # noqa: E402
-from harness.worker.plan_inbox import PlanInbox  # noqa: E402
-from harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
+from tailrace.contract import master_events, messages  # noqa: E402
+from tailrace.contract.exit_codes import USAGE, WORKER_MASTER_LOST  # noqa: E402
+from tailrace.contract.layout import RunLayout, shippable, write_atomic  # noqa: E402
+from tailrace.contract.plan import RunPlan  # noqa: E402
+from tailrace.harness.worker.admission import Admission, token_proof  # noqa: E402
+from tailrace.harness.worker.clock import WorkerClock, measure_offset  # noqa: E402
+from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity  # noqa: E402
+from tailrace.harness.worker.plan_inbox import PlanInbox  # noqa: E402
+from tailrace.harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
 
 # The control channel over a WAN. A link that drops every packet for a while leaves a TCP connection waiting on its
 # retransmission backoff (0.2, 0.6, 1.4 … 12.6, 25.4 s): a 15 s cut measured as 27 s of silence. ZMTP heartbeats

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from gevent.event import Event
 
-from contract import messages
+from tailrace.contract import messages
 
 
 @dataclass

@@ -8,20 +8,20 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from contract.plan import RunPlan
-from contract.records import RequestRow
-from contract.trace_context import format_traceparent, new_ids
-from harness.client.outcome import Outcome, StreamOutcome
-from harness.client.payloads import AnswerCheck
-from harness.client.senders import Sender
-from harness.spool.recorder import ChunkWriter
-from harness.worker.clock import WorkerClock
-from harness.worker.clock_sampler import ClockSampler
-from harness.worker.identity import WorkerIdentity
-from harness.worker.metrics import WorkerMetrics
-from harness.worker.saturation import SaturationMonitor
-from harness.worker.scenarios import Arrival
-from harness.workload.turns import Turn
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.records import RequestRow
+from tailrace.contract.trace_context import format_traceparent, new_ids
+from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.payloads import AnswerCheck
+from tailrace.harness.client.senders import Sender
+from tailrace.harness.spool.recorder import ChunkWriter
+from tailrace.harness.worker.clock import WorkerClock
+from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.metrics import WorkerMetrics
+from tailrace.harness.worker.saturation import SaturationMonitor
+from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.workload.turns import Turn
 
 
 @dataclass

@@ -14,27 +14,27 @@ from pathlib import Path
 import gevent
 import numpy as np
 
-from contract.layout import RunLayout, write_atomic
-from contract.plan import RunPlan
-from contract.profile import MASTER_CLOCK
-from contract.rates import rate_segments
-from harness.client.payloads import AnswerCheck
-from harness.client.senders import Sender
-from harness.spool.chunk_shipping import ChunkShipper
-from harness.spool.recorder import clock_writer, request_writer
-from harness.spool.uplink import ChunkUplink
-from harness.worker.arrivals import Schedule, phase_of, worker_schedule
-from harness.worker.clock import WorkerClock
-from harness.worker.clock_sampler import ClockSampler
-from harness.worker.endpoint_senders import EndpointSenders
-from harness.worker.identity import WorkerIdentity
-from harness.worker.metrics import WorkerMetrics
-from harness.worker.requester import RequestPath
-from harness.worker.saturation import SaturationMonitor
-from harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
-from harness.worker.sessions import PreparedSession, SessionRunner
-from harness.worker.traces import load_trace
-from harness.workload.turns import PreparedRequest, single
+from tailrace.contract.layout import RunLayout, write_atomic
+from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import MASTER_CLOCK
+from tailrace.contract.rates import rate_segments
+from tailrace.harness.client.payloads import AnswerCheck
+from tailrace.harness.client.senders import Sender
+from tailrace.harness.spool.chunk_shipping import ChunkShipper
+from tailrace.harness.spool.recorder import clock_writer, request_writer
+from tailrace.harness.spool.uplink import ChunkUplink
+from tailrace.harness.worker.arrivals import Schedule, phase_of, worker_schedule
+from tailrace.harness.worker.clock import WorkerClock
+from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.endpoint_senders import EndpointSenders
+from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.metrics import WorkerMetrics
+from tailrace.harness.worker.requester import RequestPath
+from tailrace.harness.worker.saturation import SaturationMonitor
+from tailrace.harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
+from tailrace.harness.worker.sessions import PreparedSession, SessionRunner
+from tailrace.harness.worker.traces import load_trace
+from tailrace.harness.workload.turns import PreparedRequest, single
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
 

@@ -18,8 +18,8 @@ import gevent
 import numpy as np
 from gevent.pool import Group
 
-from contract.plan import RunPlan
-from harness.worker.arrivals import Schedule
+from tailrace.contract.plan import RunPlan
+from tailrace.harness.worker.arrivals import Schedule
 
 PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
 PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)

@@ -16,11 +16,11 @@ from typing import Callable
 
 import numpy as np
 
-from contract.profile import Endpoint, Prompts, Sessions
-from harness.client.outcome import Outcome
-from harness.worker.scenarios import Arrival
-from harness.workload.conversations import Built, Conversation, SessionScript, TurnScript, words_of
-from harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
+from tailrace.contract.profile import Endpoint, Prompts, Sessions
+from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.workload.conversations import Built, Conversation, SessionScript, TurnScript, words_of
+from tailrace.harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
 
 
 def think_ns(spec: Sessions, turn: TurnScript, rng: np.random.Generator) -> int:

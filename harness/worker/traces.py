@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from contract.profile import Trace
-from harness.workload.prompts import json_lines
+from tailrace.contract.profile import Trace
+from tailrace.harness.workload.prompts import json_lines
 
 FORMATS = ("csv", "jsonl", "azure", "mooncake")
 

@@ -19,10 +19,10 @@ from typing import Callable
 
 import numpy as np
 
-from contract.profile import Prompts, Sessions
-from harness.client.generative import request_body
-from harness.client.tokenizer import PromptTokenizer
-from harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
+from tailrace.contract.profile import Prompts, Sessions
+from tailrace.harness.client.generative import request_body
+from tailrace.harness.client.tokenizer import PromptTokenizer
+from tailrace.harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
 
 BLOCK_TOKENS = 16  # the prefix cache's block (vLLM's default): the ideal hit counts whole blocks
 

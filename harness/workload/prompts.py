@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from contract.profile import Endpoint, Prompts, TokenCount
-from harness.client.generative import request_body
-from harness.client.tokenizer import PromptTokenizer, TokenCounter, TokenizerError, load_tokenizer
+from tailrace.contract.profile import Endpoint, Prompts, TokenCount
+from tailrace.harness.client.generative import request_body
+from tailrace.harness.client.tokenizer import PromptTokenizer, TokenCounter, TokenizerError, load_tokenizer
 
 WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "
          "government company number group problem fact able bad best better big black certain clear different early "

@@ -4,14 +4,14 @@ sender, with the endpoint's timeouts, credential and TLS, its prompts encoded be
 `bodies` empty and `samples` their count), and the endpoint's tokenizer counting where the server reports no usage."""
 from __future__ import annotations
 
-from contract.credentials import Credential
-from contract.profile import Endpoint, Prompts
-from harness.client.generative import StreamSender
-from harness.client.grpc_stream import GrpcStreamSender, stream_request
-from harness.client.senders import Sender
-from harness.client.tls import sender_tls
-from harness.client.tokenizer import TokenCounter
-from harness.workload.prompts import prompt_bodies
+from tailrace.contract.credentials import Credential
+from tailrace.contract.profile import Endpoint, Prompts
+from tailrace.harness.client.generative import StreamSender
+from tailrace.harness.client.grpc_stream import GrpcStreamSender, stream_request
+from tailrace.harness.client.senders import Sender
+from tailrace.harness.client.tls import sender_tls
+from tailrace.harness.client.tokenizer import TokenCounter
+from tailrace.harness.workload.prompts import prompt_bodies
 
 
 def stream_sender(ep: Endpoint, url: str, pool: int, bodies=(), samples: int = 0,

@@ -16,11 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from contract.profile import Endpoint, Prompts
-from harness.client.generative import request_body
-from harness.client.tokenizer import PromptTokenizer
-from harness.workload.conversations import BLOCK_TOKENS
-from harness.workload.prompts import WORDS, draw_counts
+from tailrace.contract.profile import Endpoint, Prompts
+from tailrace.harness.client.generative import request_body
+from tailrace.harness.client.tokenizer import PromptTokenizer
+from tailrace.harness.workload.conversations import BLOCK_TOKENS
+from tailrace.harness.workload.prompts import WORDS, draw_counts
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one id per 512-token block
 BLOCK_CACHE = 4096  # block texts kept (~3.5 kB each)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.client.outcome import Outcome
+from tailrace.harness.client.outcome import Outcome
 
 # why a session ended, on its last turn's record (contract/records.py session_end)
 DONE, ERROR, CONTEXT_LIMIT, RUN_END = "done", "error", "context_limit", "run_end"

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from analysis.command import analyze_and_report
-from analysis.decide.compare import compare_runs
-from analysis.stats.estimators import order_statistic_ranks
 from bench.synthetic_run import ENDPOINTS, REGIONS, Shape, latencies_ms, write_synthetic_run
+from tailrace.analysis.command import analyze_and_report
+from tailrace.analysis.decide.compare import compare_runs
+from tailrace.analysis.stats.estimators import order_statistic_ranks
 
 ROWS = 1_000_000
 

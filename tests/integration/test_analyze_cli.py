@@ -119,7 +119,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
 
 def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path):
-    from analysis.decide.compare import compare_runs
+    from tailrace.analysis.decide.compare import compare_runs
 
     def run(path, slow_factor, seed):
         write_run(path, profile=profile_dict(200, 20, regions=("r1",), endpoints=("e1", "e2")), seed=seed, workers={
@@ -143,7 +143,7 @@ def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path)
 
 
 def test_runs_with_one_schedule_are_compared_pair_by_pair_and_pairing_narrows_the_interval(tmp_path):
-    from analysis.decide.compare import compare_runs
+    from tailrace.analysis.decide.compare import compare_runs
 
     def run(path, slow_factor, seed=3):
         # one seed: the same schedule and the same draws — B's e1 requests are A's, 5% slower (common random numbers)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from analysis.analyze import analyze_run
-from harness.services.triton_server import TritonUnavailable, triton_python
+from tailrace.analysis.analyze import analyze_run
+from tailrace.harness.services.triton_server import TritonUnavailable, triton_python
 from tests.support import IN_CI, make_profile, run_with
 
 # model → (data file under _data, check) — each model × {HTTP, gRPC} × {embedded, Triton}

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from analysis.decide.capacity_search import (
+from tailrace.analysis.decide.capacity_search import (
     PASS,
 )
-from contract.profile import parse_profile
 from tailrace.capacity import CapacityError, run_capacity
+from tailrace.contract.profile import parse_profile
 from tests.support import split_cpus
 
 MM1_S_MS, SLO_MS = 2.0, 50.0

@@ -6,10 +6,10 @@ import sys
 
 import pyarrow.parquet as pq
 
-from contract.layout import WorkerLayout
-from contract.records import REQUEST_COLUMNS, RequestRow
-from harness.spool.chunk_writer_process import encode_frame
-from harness.spool.recorder import request_writer
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
+from tailrace.harness.spool.chunk_writer_process import encode_frame
+from tailrace.harness.spool.recorder import request_writer
 
 
 def test_chunk_writer_process_writes_frames_and_drops_a_torn_last_one(tmp_path):
@@ -18,7 +18,7 @@ def test_chunk_writer_process_writes_frames_and_drops_a_torn_last_one(tmp_path):
     frames = [encode_frame(w.to_table([row] * n), i) for i, n in enumerate((3, 5, 2))]
     torn = frames[2][: len(frames[2]) // 2]  # the worker died while sending its last chunk
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.spool.chunk_writer_process", str(out), "requests"],
+    proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out), "requests"],
                           input=frames[0] + frames[1] + torn, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     files = sorted(out.glob("requests-*.parquet"))

@@ -118,6 +118,6 @@ def test_missing_profile_file(tmp_path):
 
 @pytest.mark.parametrize("profile", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_profiles_are_valid(profile):
-    from contract.profile import load_profile
+    from tailrace.contract.profile import load_profile
 
     assert load_profile(profile).name

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from deploy.container.build_image import build, engine_argv
-from harness.services.processes import free_port, start_process
 from tailrace.commands import master_args, worker_args
+from tailrace.harness.services.processes import free_port, start_process
 from tests.support import IN_CI, remote_profile_toml, start_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]

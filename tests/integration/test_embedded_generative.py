@@ -15,10 +15,10 @@ import httpx
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
-from analysis.command import write_outputs
-from analysis.decide.compare import compare_runs
-from contract.layout import RunLayout
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.command import write_outputs
+from tailrace.analysis.decide.compare import compare_runs
+from tailrace.contract.layout import RunLayout
 from tests.support import IN_CI, make_profile, run_with, start_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,7 +251,7 @@ def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_p
 
 def test_whole_responses_stream_false_record_e2e_and_usage_tokens_only(server, tmp_path):
     """prompts.stream = false: the sender reads one JSON response; its tokens from the usage, no token instants."""
-    from harness.client.generative import COMPLETIONS, StreamSender, request_body
+    from tailrace.harness.client.generative import COMPLETIONS, StreamSender, request_body
 
     body = request_body(COMPLETIONS, "synthetic_lm", "one two three", 6, stream=False)
     sender = StreamSender(server, COMPLETIONS, [body], 10, None, None, stream=False)
@@ -301,9 +301,9 @@ def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
     as max_tokens) and JSONL prompts drawn without replacement; the server's usage agrees with the files."""
     import orjson
 
-    from contract.profile import Prompts
-    from endpoints.models.generative_build import PROMPTS_JSONL, PROMPTS_SHAREGPT
-    from harness.workload.prompts import file_items
+    from tailrace.contract.profile import Prompts
+    from tailrace.endpoints.models.generative_build import PROMPTS_JSONL, PROMPTS_SHAREGPT
+    from tailrace.harness.workload.prompts import file_items
 
     sharegpt = {"file": str(model_repo / PROMPTS_SHAREGPT), "conversation": "messages"}
     jsonl = {"file": str(model_repo / PROMPTS_JSONL), "sample": "without_replacement", "count": 40}
@@ -346,7 +346,7 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
     assert abs(rows[("stream", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
     assert rows[("stream", "far")]["ttft_ms"]["p50"]["value"] > 2 * FAR_MS
     # the endpoint check asks the model's config: a one-shot model is not decoupled — the run would stop (exit 2)
-    from harness.orchestration.endpoint_check import EndpointCheckError, check_generate
+    from tailrace.harness.orchestration.endpoint_check import EndpointCheckError, check_generate
 
     _, grpc_url = server_ports
     oneshot = make_profile(model_repo, endpoints=[{"name": "oneshot", "url": grpc_url, "protocol": "kserve-grpc-stream",

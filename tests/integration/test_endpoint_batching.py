@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from endpoints.models.model_build import load_heldout
+from tailrace.endpoints.models.model_build import load_heldout
 from tests.support import start_endpoint
 
 MODEL = "digits_mlp_fp32"
@@ -113,7 +113,7 @@ class _SumRunner:
 
 
 def _run_concurrently(scheduler, arrays: list[np.ndarray]) -> list:
-    from endpoints.serving.scheduler import Timings
+    from tailrace.endpoints.serving.scheduler import Timings
 
     async def main():  # bounded: a request the drainer loses must fail the test, not hang it
         return await asyncio.wait_for(asyncio.gather(*(scheduler.infer_async({"x": a}, Timings(), len(a))
@@ -124,7 +124,7 @@ def _run_concurrently(scheduler, arrays: list[np.ndarray]) -> list:
 def test_requests_whose_shapes_do_not_stack_run_one_by_one():
     """A variable non-batch dimension ([1, 3] next to [1, 5]) cannot be concatenated: each request runs on its
     own, inside the same slot turn, and still gets its answer."""
-    from endpoints.serving.scheduler import ModelScheduler
+    from tailrace.endpoints.serving.scheduler import ModelScheduler
 
     runner = _SumRunner()
     scheduler = ModelScheduler("m", runner, slots=1, queue_depth=64, max_batch=8)
@@ -137,7 +137,7 @@ def test_requests_whose_shapes_do_not_stack_run_one_by_one():
 
 def test_a_long_backlog_drains_batch_after_batch():
     """1,000 waiting requests at max_batch 2: 500 executions, each request answered with its own row."""
-    from endpoints.serving.scheduler import ModelScheduler
+    from tailrace.endpoints.serving.scheduler import ModelScheduler
 
     runner = _SumRunner()
     scheduler = ModelScheduler("m", runner, slots=1, queue_depth=2048, max_batch=2)

@@ -8,8 +8,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from contract.trace_context import format_traceparent, new_ids
-from endpoints.models.model_build import ONNX_MODELS, load_heldout
+from tailrace.contract.trace_context import format_traceparent, new_ids
+from tailrace.endpoints.models.model_build import ONNX_MODELS, load_heldout
 
 
 @pytest.fixture(scope="module")

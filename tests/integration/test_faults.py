@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.analyze import analyze_run
+from tailrace.analysis.analyze import analyze_run
 from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
 
 
@@ -224,7 +224,7 @@ def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_
     stops the run at the reserve instead of crashing when a write fails — the end manifest is written and
     says why, the verdict is INVALID (exit 4), the report is there; every chunk the worker closed is in the run
     directory or its spool (`tailrace collect` adds the rest)."""
-    from harness.services.processes import free_port, start_process, tailrace_argv
+    from tailrace.harness.services.processes import free_port, start_process, tailrace_argv
     from tests.support import remote_profile_toml
 
     (small_disk / "ballast").write_bytes(b"\0" * (20 * 2**20 - (16 * 2**20 + 400 * 2**10)))  # 16.4 MiB free
@@ -313,7 +313,7 @@ def test_a_master_paused_15_s_mid_run_loses_nothing_and_the_gap_is_named(model_r
     summary = analyze_run(run.run_dir).summary
     assert summary["valid"] and summary["input"]["rows_read"] == sum(w["summary"]["planned"] for w in workers.values())
     assert any("no contact with the master" in w for w in summary["warnings"])
-    from contract.master_events import MASTER_STALLED, read_master_events
+    from tailrace.contract.master_events import MASTER_STALLED, read_master_events
 
     stalls = MASTER_STALLED.among(read_master_events(run.layout))
     assert stalls and 12 < stalls[0]["gap_s"] < 18, stalls

@@ -12,9 +12,9 @@ import gevent
 import numpy as np
 import pytest
 
-from contract.trace_context import format_traceparent, new_ids
-from harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
-from harness.services.processes import free_port, start_process, wait_http_ok
+from tailrace.contract.trace_context import format_traceparent, new_ids
+from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_MS, GAP_MS, TOKENS = 50, 20, 20

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
-from harness.services.processes import free_port, start_process, wait_http_ok
+from tailrace.analysis.analyze import analyze_run
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
 from tests.support import make_profile, run_with
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.read.rundir import load_run
-from contract.records import STATUSES
-from harness.services.processes import free_port
+from tailrace.analysis.read.rundir import load_run
+from tailrace.contract.records import STATUSES
+from tailrace.harness.services.processes import free_port
 from tests.support import IN_CI, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
 
 RATE, DURATION, WARMUP, SKEW_MS = 150.0, 10.0, 1.0, 80.0
@@ -133,7 +133,7 @@ def test_skewed_worker_detected_against_chronyd(main_run):
 
 
 def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
-    from analysis.analyze import analyze_run
+    from tailrace.analysis.analyze import analyze_run
 
     run, _, _ = main_run
     a = analyze_run(run.run_dir)
@@ -204,7 +204,7 @@ def test_worker_killed_mid_run(model_repo, tmp_path):
 SLOW_SEND_PATH = """
 import importlib.abc, importlib.util, sys, time
 _block = time.sleep  # captured before gevent patches time
-_MODULE = "harness.client.senders"
+_MODULE = "tailrace.harness.client.senders"
 
 class _SlowSends(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from harness.client.classify import classify_exception
-from harness.client.http1 import Http1Pool
-from harness.services.processes import free_port
+from tailrace.harness.client.classify import classify_exception
+from tailrace.harness.client.http1 import Http1Pool
+from tailrace.harness.services.processes import free_port
 
 BODY = b'{"ok":true}'
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)

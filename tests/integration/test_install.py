@@ -1,5 +1,6 @@
-"""Installs that fit their job: a generator-only install (`pip install tailrace`, no extras) runs a real worker
-and a real master end to end; the master, lacking tailrace[analysis], leaves a complete run directory and says how
+"""Installs that fit their job: a generator-only install (`pip install tailrace`, no extras) claims one import
+name (`tailrace`: a user's own `analysis` or `contract` package beside it is untouched) and runs a real worker and a
+real master end to end; the master, lacking tailrace[analysis], leaves a complete run directory and says how
 to analyse it (exit 3); the full install analyses it."""
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.services.processes import free_port, start_process
 from tailrace.commands import master_args, worker_args
+from tailrace.harness.services.processes import free_port, start_process
 from tests.support import remote_profile_toml, start_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
+THEIR_PACKAGES = ("analysis", "contract", "harness", "endpoints")
 NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn", "uvicorn", "starlette", "onnx")
 
 
@@ -30,7 +32,35 @@ def generator_venv(tmp_path_factory) -> Path:
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(source)], capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
+    theirs = tmp_path_factory.mktemp("theirs")  # someone else's packages, named like tailrace's folders
+    for name in THEIR_PACKAGES:
+        (theirs / name).mkdir()
+        (theirs / name / "__init__.py").write_text(f"OWNER = 'not tailrace: {name}'\n")
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "their-packages.pth").write_text(f"{theirs}\n")
     return venv
+
+
+def _installed_top_level_names(venv: Path) -> set[str]:
+    """Every import name the tailrace distribution put in site-packages (its RECORD, the installer's own list)."""
+    r = subprocess.run([str(venv / "bin" / "python"), "-c",
+                        "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('tailrace')))"],
+                       capture_output=True, text=True, check=True, cwd=venv)  # not this checkout's tailrace
+    tops = {Path(f).parts[0] for f in r.stdout.split()}
+    return {t for t in tops if not t.endswith(".dist-info") and t not in ("..", "__pycache__")}
+
+
+def test_an_install_claims_only_the_tailrace_import_name(generator_venv):
+    assert _installed_top_level_names(generator_venv) == {"tailrace"}
+    python = generator_venv / "bin" / "python"
+    check = "; ".join(f"import {n}; assert {n}.OWNER == 'not tailrace: {n}', {n}.__file__" for n in THEIR_PACKAGES)
+    r = subprocess.run([str(python), "-c", f"import tailrace.cli, tailrace.harness.worker.run; {check}"],
+                       capture_output=True, text=True, cwd=generator_venv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([str(generator_venv / "bin" / "tailrace"), "--help"], capture_output=True, text=True, timeout=60,
+                       cwd=generator_venv)
+    assert r.returncode == 0 and "worker" in r.stdout and "analyze" in r.stdout, r.stderr[-2000:]
 
 
 @pytest.mark.timeout(1200)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
+from tailrace.analysis.analyze import analyze_run
 from tests.integration.test_embedded_generative import render_in_chromium
 from tests.support import make_profile, run_with
 
@@ -54,7 +54,7 @@ def test_a_mixed_runs_report_defines_every_number_for_its_endpoints_kind(model_r
     # the figures' numbers: the region curves, the timeline's p99 line and the phases, each of one kind
     for region, (x, _) in a.cdfs.items():
         assert x.max() < 200 and len(x) == int(((measured["endpoint"] == "mlp") & (measured["region"] == region)).sum())
-    from analysis.stats.timeline import timeline
+    from tailrace.analysis.stats.timeline import timeline
     line = timeline(a.requests, {"llm"})
     assert max(np.nanmax(v) for v in line.p99_ms.values()) < 200
     phases = [r for r in s["phases"] if r["phase"] > 0]

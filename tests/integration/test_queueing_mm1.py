@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from analysis.analyze import analyze_run
+from tailrace.analysis.analyze import analyze_run
 from tests.support import make_profile, run_with, split_cpus
 
 # μ = 500/s: 120 s at ρ≈0.8 pins the mean wait to about ±5% (sd). A host stall of a few ms (this is a shared VM)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
-from analysis.report.html import render
-from harness.worker.arrivals import rate_segments
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.report.html import render
+from tailrace.harness.worker.arrivals import rate_segments
 from tests.support import make_profile, run_with
 
 ENDPOINTS = [

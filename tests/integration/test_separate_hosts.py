@@ -20,10 +20,10 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from contract.exit_codes import WORKER_MASTER_LOST
-from contract.layout import RunLayout
-from harness.services.processes import ManagedProcess, start_process
 from tailrace.commands import master_args, worker_args
+from tailrace.contract.exit_codes import WORKER_MASTER_LOST
+from tailrace.contract.layout import RunLayout
+from tailrace.harness.services.processes import ManagedProcess, start_process
 from tests.support import IN_CI, remote_profile_toml
 
 MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
-from analysis.decide.compare import compare_runs
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.decide.compare import compare_runs
 from tests.integration.test_embedded_generative import PREFILL_MS_PER_TOKEN, render_in_chromium
 from tests.support import make_profile, run_with
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.analyze import analyze_run
+from tailrace.analysis.analyze import analyze_run
 from tests.support import make_profile, run_with
 
 ROOT = Path(__file__).resolve().parents[2]

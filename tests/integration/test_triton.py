@@ -8,10 +8,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.analyze import analyze_run
-from analysis.report.html import render
-from harness.services.processes import ManagedProcess
-from harness.services.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.report.html import render
+from tailrace.harness.services.processes import ManagedProcess
+from tailrace.harness.services.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
 from tests.support import IN_CI, kill_triton_server, make_profile, run_with, sleep_until_measuring
 
 ENDPOINTS = [

@@ -15,8 +15,8 @@ def variant(name, p95, acc, mem, cap, samples=2000):
 def variants_run(model_repo, tmp_path_factory):
     from pathlib import Path
 
-    from analysis.analyze import analyze_run
-    from contract.profile import load_profile
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.contract.profile import load_profile
     from tests.support import run_with
 
     profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "variants.toml")
@@ -31,7 +31,7 @@ def variants_run(model_repo, tmp_path_factory):
 
 
 def test_variants_profile_produces_the_decision_section(variants_run):
-    from analysis.report.html import render
+    from tailrace.analysis.report.html import render
 
     d = variants_run.summary["decision"]
     table = {v["name"]: v for v in d["variants"]}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.analyze import analyze_run
-from contract.layout import RunLayout
-from harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
+from tailrace.analysis.analyze import analyze_run
+from tailrace.contract.layout import RunLayout
+from tailrace.harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
 from tests.support import IN_CI, make_profile, run_with, split_cpus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis.analyze import analyze_run
-from analysis.read.clock_correction import fit_all
-from analysis.read.rundir import RunDirError, load_run
-from analysis.stats.estimators import cohens_d, min_samples_for, percentile_ci, proportion_verdict
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.read.clock_correction import fit_all
+from tailrace.analysis.read.rundir import RunDirError, load_run
+from tailrace.analysis.stats.estimators import cohens_d, min_samples_for, percentile_ci, proportion_verdict
 from tests.support import profile_dict, write_run
 
 
@@ -95,7 +95,7 @@ def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_00
 
 
 def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
-    from analysis.stats.outages import outage_windows
+    from tailrace.analysis.stats.outages import outage_windows
 
     # 0.1 s apart: 7 failures, 1 stray success, 6 failures (one outage), 20 ok, 3 failures (too few), 6 failures
     statuses = ["ok"] * 10 + ["connection"] * 7 + ["ok"] + ["http_error"] * 6 + ["ok"] * 20 + ["timeout"] * 3 + \
@@ -124,7 +124,7 @@ def test_queueing_holds_at_most_two_server_columns_and_gives_the_numbers_of_hold
     """A day's run cannot hold four server columns of a hundred million rows beside the rest: queueing_table asks
     for receive and send, then compute, then queue, and says when each is read no more; its numbers (M/M/1 rows
     included) are those of reading them from the frame."""
-    from analysis.stats.queueing import SERVER_COLUMNS, queueing_table
+    from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 
     df = _server_side(400, 20, 2.0)
     df["model"] = "synthetic_mm1"
@@ -150,8 +150,8 @@ def test_queueing_holds_at_most_two_server_columns_and_gives_the_numbers_of_hold
 def test_utilization_counts_a_batch_execution_once():
     """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
     at 4 requests per execution the slot is busy only a fifth of the time."""
-    from analysis.read.triton_stats import requests_per_execution
-    from analysis.stats.queueing import queueing_table
+    from tailrace.analysis.read.triton_stats import requests_per_execution
+    from tailrace.analysis.stats.queueing import queueing_table
 
     df = _server_side(400, 20, 2.0)
     unbatched = queueing_table(df, {}, set())[0]
@@ -166,7 +166,7 @@ def test_utilization_counts_a_batch_execution_once():
 
 
 def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_deterministic():
-    from analysis.stats.queueing import mg1_mean_wait, mm1
+    from tailrace.analysis.stats.queueing import mg1_mean_wait, mm1
 
     lam, s = 800.0, 0.001
     assert mg1_mean_wait(lam, s, 2 * s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"])
@@ -175,7 +175,7 @@ def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_determi
 
 
 def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_with_burstiness():
-    from analysis.stats.queueing import gg1_mean_wait, interarrival_cv2, mg1_mean_wait
+    from tailrace.analysis.stats.queueing import gg1_mean_wait, interarrival_cv2, mg1_mean_wait
 
     lam, s = 400.0, 0.002
     for cs2 in (0.0, 1.0, 1.5):
@@ -192,7 +192,7 @@ def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_wit
 
 
 def test_a_percentile_that_reaches_the_errors_is_infinite_not_nan():
-    from analysis.stats.estimators import percentile_ci
+    from tailrace.analysis.stats.estimators import percentile_ci
 
     ok = np.linspace(1.0, 100.0, 990)
     with_errors = np.concatenate([ok, np.full(10, np.inf)])  # 1% errors: infinitely slow
@@ -254,7 +254,7 @@ def test_a_run_directory_without_manifest_is_refused(tmp_path):
 
 
 def test_a_run_in_which_every_request_failed_gets_its_full_report(tmp_path):
-    from analysis.report.html import render
+    from tailrace.analysis.report.html import render
 
     profile = profile_dict(100, 10, slos=[{"metric": "latency", "percentile": 99, "threshold_ms": 50,
                                            "endpoint": "*", "region": "*"}])
@@ -272,7 +272,7 @@ def test_order_statistic_bootstrap_matches_resampling():
     the resampling bootstrap's (two-sample KS on 4,000 replicates each, for a median and a tail percentile)."""
     from scipy import stats as sps
 
-    from analysis.stats.estimators import bootstrap_percentiles
+    from tailrace.analysis.stats.estimators import bootstrap_percentiles
 
     rng = np.random.default_rng(11)
     x = np.sort(rng.lognormal(0, 1, 400))
@@ -287,9 +287,9 @@ def test_order_statistic_bootstrap_matches_resampling():
 def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, monkeypatch, capsys):
     """The analysis would need more memory than is available: exit 2 naming the rows and the memory, no report
     written, the run directory untouched — never the kernel killing the analysis half-way."""
-    import analysis.read.rundir as rundir
-    from analysis.command import analyze_and_report
-    from analysis.decide.compare import compare_command
+    import tailrace.analysis.read.rundir as rundir
+    from tailrace.analysis.command import analyze_and_report
+    from tailrace.analysis.decide.compare import compare_command
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
@@ -307,9 +307,9 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
 def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
     """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES returns freed memory to the
     system, and is checked against the memory it needs that way (a day's 100 M rows: ~9 GiB, not 22)."""
-    import analysis.read.process_memory as process_memory
-    import analysis.read.rundir as rundir
-    from analysis.command import analyze_and_report
+    import tailrace.analysis.read.process_memory as process_memory
+    import tailrace.analysis.read.rundir as rundir
+    from tailrace.analysis.command import analyze_and_report
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
@@ -333,7 +333,7 @@ def test_frames_take_rows_like_pandas_without_its_copies():
     """take_rows / take / as_slice give what pandas' boolean indexing gives, for scattered and contiguous rows."""
     import pandas as pd
 
-    from analysis.read.frames import as_slice, frame_of, take, take_rows
+    from tailrace.analysis.read.frames import as_slice, frame_of, take, take_rows
 
     rng = np.random.default_rng(4)
     n = 5000
@@ -352,8 +352,8 @@ def test_group_positions_are_pandas_groupby_indices():
     ascending positions, in the order pandas sorts the groups."""
     import pandas as pd
 
-    from analysis.read import frames
-    from analysis.read.frames import frame_of, group_positions
+    from tailrace.analysis.read import frames
+    from tailrace.analysis.read.frames import frame_of, group_positions
 
     rng = np.random.default_rng(7)
     n = 20_000
@@ -382,7 +382,7 @@ def test_the_slowest_rows_are_pandas_nlargest_with_its_ties_and_nans():
     equal values in row order, NaN last — for integer and float values, k above and below the rows' count."""
     import pandas as pd
 
-    from analysis.read.frames import largest_positions
+    from tailrace.analysis.read.frames import largest_positions
 
     rng = np.random.default_rng(3)
     for trial in range(300):
@@ -403,8 +403,8 @@ def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
     groups' sorted together, of all rows and of some (`among`), categorical or not."""
     import pandas as pd
 
-    from analysis.read.frames import frame_of
-    from analysis.stats.latency import row_positions
+    from tailrace.analysis.read.frames import frame_of
+    from tailrace.analysis.stats.latency import row_positions
 
     rng = np.random.default_rng(11)
     n = 30_000
@@ -427,8 +427,8 @@ def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_coun
     correct column, rows with no region or no endpoint (counted from their rows), empty groups."""
     import pandas as pd
 
-    from analysis.read.frames import endpoint_region_positions, frame_of
-    from analysis.stats.latency import _Rows, request_count_table, row_positions
+    from tailrace.analysis.read.frames import endpoint_region_positions, frame_of
+    from tailrace.analysis.stats.latency import _Rows, request_count_table, row_positions
 
     def counted(rows: _Rows, idx: np.ndarray) -> dict:  # each row's numbers as numpy gives them from its own rows
         ok = rows.ok[idx]
@@ -467,8 +467,8 @@ def test_rows_with_no_region_count_in_their_endpoints_and_the_overall_percentile
 
     import pandas as pd
 
-    from analysis.read.frames import frame_of
-    from analysis.stats.latency import latency_table
+    from tailrace.analysis.read.frames import frame_of
+    from tailrace.analysis.stats.latency import latency_table
 
     rng = np.random.default_rng(2)
     n = 5000
@@ -494,7 +494,7 @@ def test_clock_models_map_times_as_their_formula_in_place():
     slice of a larger array as to a new one; to_reference fills each worker's run by its model."""
     import pandas as pd
 
-    from analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
+    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
 
     rng = np.random.default_rng(5)
     t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 50_000))
@@ -519,7 +519,7 @@ def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
     with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
     import pyarrow.parquet as pq
 
-    from contract.layout import RunLayout
+    from tailrace.contract.layout import RunLayout
 
     write_run(tmp_path, profile=profile_dict(400, 5), chunk_rows=100, workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2},
@@ -549,7 +549,7 @@ def test_refused_requests_fail_a_run_that_declares_no_slo(tmp_path, error_fracti
 
 
 def test_a_declared_error_rate_slo_replaces_the_implicit_one_where_it_applies():
-    from analysis.stats.slo import with_implicit_slos
+    from tailrace.analysis.stats.slo import with_implicit_slos
 
     declared = [{"metric": "error_rate", "threshold": 0.2, "endpoint": "e1", "region": "*"},
                 {"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"}]
@@ -564,7 +564,7 @@ def test_grouped_quantile_is_pandas_groupby_quantile(q):
     """Packed integers and the lexsort fallback (floats) both give numpy's linear quantile per group."""
     import pandas as pd
 
-    from analysis.stats.estimators import grouped_quantile
+    from tailrace.analysis.stats.estimators import grouped_quantile
 
     rng = np.random.default_rng(3)
     keys = rng.integers(0, 50, 20_000)
@@ -586,7 +586,7 @@ def test_an_analysing_process_keeps_freed_memory_and_small_pages():
     import subprocess
     import sys
 
-    code = ("import ctypes, json, threading; from analysis.read.process_memory import reuse_freed_memory\n"
+    code = ("import ctypes, json, threading; from tailrace.analysis.read.process_memory import reuse_freed_memory\n"
             "s = reuse_freed_memory() if SETTLE else {}\n"
             "libc = ctypes.CDLL(None); libc.malloc.restype = libc.sbrk.restype = ctypes.c_void_p\n"
             "block = []; t = threading.Thread(target=lambda: block.append(libc.malloc(1 << 20))); t.start(); t.join()\n"
@@ -619,11 +619,11 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
     also when every spared column is freed and read again (keep_bytes 0: a day's log, above KEEP_BYTES)."""
     import json
 
-    import analysis.read.chunks
-    from analysis.analyze import REPORT_COLUMNS
-    from analysis.read.rundir import ANALYSIS_COLUMNS
-    from analysis.report.figures import Figures
-    from analysis.stats.timeline import timeline
+    import tailrace.analysis.read.chunks as chunks
+    from tailrace.analysis.analyze import REPORT_COLUMNS
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.report.figures import Figures
+    from tailrace.analysis.stats.timeline import timeline
 
     class Submitted(Figures):  # what tailrace analyze's figure process would be handed
         ahead = True
@@ -635,7 +635,7 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
             self.args[name] = args
 
     if keep_bytes != "default":
-        monkeypatch.setattr(analysis.read.chunks, "KEEP_BYTES", keep_bytes)
+        monkeypatch.setattr(chunks, "KEEP_BYTES", keep_bytes)
     run_dir = _synthetic(tmp_path)
     figures = Submitted()
     whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS, figures=figures)
@@ -673,7 +673,7 @@ def _corrupt_latency_pages(chunk) -> None:
 def test_compare_names_a_chunk_it_could_not_read(tmp_path, capsys):
     """tailrace compare of a run with a corrupt chunk compares the rows it could read, says which chunk it left
     out and exits INVALID, as tailrace analyze does: never a silent drop of measured rows, never a gate's pass."""
-    from analysis.decide.compare import compare_command
+    from tailrace.analysis.decide.compare import compare_command
 
     run_dir = _synthetic(tmp_path)
     other = tmp_path / "other"
@@ -694,7 +694,7 @@ def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_ag
     statistic is computed without it (the run analysed again), never half with it."""
     import pyarrow.parquet as pq
 
-    from analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     run_dir = _synthetic(tmp_path)
     chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
@@ -729,7 +729,7 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
     the trace ids, read last and only for the rows the report names."""
     import pyarrow.parquet as pq
 
-    from analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     run_dir = _synthetic(tmp_path)
     clean = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
@@ -751,7 +751,7 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
 def test_only_unreadable_request_chunks_make_a_run_invalid():
     """The requests are the measurement: a request chunk that cannot be read is missing from every number. A torn
     last line of a server-statistics log or a damaged clock chunk is reported as skipped, and the run stands."""
-    from analysis.read.chunks import SkippedChunk, unread_request_chunks
+    from tailrace.analysis.read.chunks import SkippedChunk, unread_request_chunks
 
     others = [SkippedChunk("/r/endpoints/a/stats-timeline.jsonl:7", "not valid JSON"),
               SkippedChunk("/r/regions/eu/eu-w0/clock-00002.parquet", "CRC mismatch")]
@@ -770,8 +770,8 @@ def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_
 
     import pyarrow.parquet as pq
 
-    from analysis.read.chunks import SkippedChunk, missing_requests
-    from analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.read.chunks import SkippedChunk, missing_requests
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     run_dir = _synthetic(tmp_path)
     assert analyze_run(run_dir, ANALYSIS_COLUMNS).summary["valid"]
@@ -795,7 +795,7 @@ def test_compare_judges_each_run_as_analyze_does(tmp_path, capsys):
     --fail-if-slower gate never passes on numbers tailrace analyze would not trust."""
     import json
 
-    from analysis.decide.compare import compare_command
+    from tailrace.analysis.decide.compare import compare_command
 
     run_dir = _synthetic(tmp_path)
     other = tmp_path / "other"

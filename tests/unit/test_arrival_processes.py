@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.stats.arrival_process import counts_idc, expected_cv, onoff_idc, process_checks
-from contract.profile import Arrivals, ProfileError, Trace, parse_profile
-from contract.rates import rate_segments
-from harness.worker.arrivals import global_arrivals, worker_schedule
-from harness.worker.traces import TraceError, check_names, read_trace, replay
+from tailrace.analysis.stats.arrival_process import counts_idc, expected_cv, onoff_idc, process_checks
+from tailrace.contract.profile import Arrivals, ProfileError, Trace, parse_profile
+from tailrace.contract.rates import rate_segments
+from tailrace.harness.worker.arrivals import global_arrivals, worker_schedule
+from tailrace.harness.worker.traces import TraceError, check_names, read_trace, replay
 
 
 def plan(arrivals: Arrivals, region: int, rate: float | None = 400, duration_s: float = 300, shares=(0.3, 0.7),
@@ -168,8 +168,8 @@ def test_mooncake_rows_share_exactly_the_text_of_the_blocks_they_share(tmp_path)
     row's leading blocks an earlier row sent, in whole 16-token blocks, never its last token."""
     import numpy as np
 
-    from contract.profile import Endpoint
-    from harness.workload.trace_prompts import TracePrompts
+    from tailrace.contract.profile import Endpoint
+    from tailrace.harness.workload.trace_prompts import TracePrompts
 
     rows = read_trace(_write(tmp_path, "m.jsonl", "".join(
         f'{{"timestamp": {t}, "input_length": {n}, "output_length": 4, "hash_ids": {ids}}}\n'
@@ -191,9 +191,9 @@ def test_with_the_models_tokenizer_a_trace_rows_prompt_is_exactly_its_input_leng
     import numpy as np
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from contract.profile import Endpoint
-    from harness.client.tokenizer import PromptTokenizer
-    from harness.workload.trace_prompts import TracePrompts
+    from tailrace.contract.profile import Endpoint
+    from tailrace.harness.client.tokenizer import PromptTokenizer
+    from tailrace.harness.workload.trace_prompts import TracePrompts
 
     words = ["".join(letters) for letters in itertools.product("abcdefg", repeat=3)][:300]
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))

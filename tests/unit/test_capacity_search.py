@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.decide.capacity_search import (
+from tailrace.analysis.decide.capacity_search import (
     FAIL,
     GENERATOR_LIMIT,
     PASS,
@@ -92,7 +92,7 @@ def test_which_trials_run_again(outcome, duration, retried, to_decide, first, ex
 def test_how_long_an_undecided_trial_would_take_to_decide():
     """The trial's duration scaled by (n + samples still needed) / n of its neediest INCONCLUSIVE latency group,
     from the verdicts `tailrace analyze` gives; None when some group can never decide."""
-    from analysis.stats.estimators import proportion_verdict
+    from tailrace.analysis.stats.estimators import proportion_verdict
 
     def verdict(k, n, metric="latency"):
         v = proportion_verdict(k, n, 0.01)
@@ -149,8 +149,8 @@ ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided():
     """The answer says whether a trial failed at the bracket's upper rate, or whether that rate was counted as not
     passing because no trial up to max_trial_s could decide it."""
-    from contract.profile import parse_profile
     from tailrace.capacity import summarize
+    from tailrace.contract.profile import parse_profile
 
     profile = parse_profile({
         "name": "cap", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": "kserve-http",

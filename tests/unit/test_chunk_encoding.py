@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contract.layout import WorkerLayout
-from contract.records import FEW_VALUED, REQUEST_COLUMNS, RequestRow
-from harness.spool.chunk_writer_process import write_chunk
-from harness.spool.recorder import request_writer
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.records import FEW_VALUED, REQUEST_COLUMNS, RequestRow
+from tailrace.harness.spool.chunk_writer_process import write_chunk
+from tailrace.harness.spool.recorder import request_writer
 
 
 def _rows(n: int) -> list[RequestRow]:

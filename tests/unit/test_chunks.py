@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.read.chunks import ChunkColumns, SkippedChunk
+from tailrace.analysis.read.chunks import ChunkColumns, SkippedChunk
 
 FIELDS = (("error", "string", ""), ("latency_ns", "int64", ""), ("phase", "int32", ""))
 
@@ -110,7 +110,7 @@ def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_pa
     """A chunk whose latency pages are corrupt fails in the background read: the error is raised to the statistic
     that asks for the column (a LateChunkError naming the chunk: the analysis runs again without it), and the
     batches after it are left to be read when asked for."""
-    from analysis.read.chunks import LateChunkError
+    from tailrace.analysis.read.chunks import LateChunkError
     from tests.unit.test_analysis import _corrupt_latency_pages
 
     files = _three_columns(tmp_path)
@@ -129,9 +129,9 @@ def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_pa
 def test_a_one_shot_runs_chunks_read_every_stream_column_with_its_default(tmp_path):
     """A run without generative endpoints writes no stream columns (and older runs never had them): every one reads
     back with its own type's default — not one chunk skipped (an int32-only filler had skipped them all)."""
-    from contract.layout import WorkerLayout
-    from contract.records import OPTIONAL_DEFAULTS, REQUEST_FIELDS, STREAM_DEFAULTS, RequestRow
-    from harness.spool.recorder import request_writer
+    from tailrace.contract.layout import WorkerLayout
+    from tailrace.contract.records import OPTIONAL_DEFAULTS, REQUEST_FIELDS, STREAM_DEFAULTS, RequestRow
+    from tailrace.harness.spool.recorder import request_writer
 
     writer = request_writer(WorkerLayout(tmp_path / "w"), max_rows=10, max_seconds=100, streams=False)
     row = RequestRow(*(0 if kind in ("int64", "int32") else "x" if kind == "string" else True

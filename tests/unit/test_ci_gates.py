@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.analyze import analyze_run
-from analysis.decide.compare import compare_command
-from analysis.report.junit import junit_xml
-from contract import exit_codes
 from tailrace import cli
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.decide.compare import compare_command
+from tailrace.analysis.report.junit import junit_xml
+from tailrace.contract import exit_codes
 from tests.support import profile_dict, write_run
 
 
@@ -57,7 +57,7 @@ def test_compare_with_nothing_in_common_exits_2_and_says_so(tmp_path, capsys):
 
 
 def test_compare_reports_no_percentile_below_the_sample_count_analyze_needs():
-    from analysis.decide.compare import compare_groups
+    from tailrace.analysis.decide.compare import compare_groups
 
     rng = np.random.default_rng(1)
     row = compare_groups(rng.exponential(10, 200), rng.exponential(10, 200))  # p99 needs 368
@@ -66,12 +66,12 @@ def test_compare_reports_no_percentile_below_the_sample_count_analyze_needs():
 
 
 def test_tailrace_itself_failing_has_its_own_exit_code(tmp_path, monkeypatch, capsys):
-    import analysis.command
+    import tailrace.analysis.command as report_command
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(analysis.command, "analyze_and_report", broken)
+    monkeypatch.setattr(report_command, "analyze_and_report", broken)
     assert cli.main(["analyze", str(tmp_path)]) == exit_codes.INTERNAL == 5
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error (ZeroDivisionError: a bug)" in err

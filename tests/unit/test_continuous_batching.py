@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from endpoints.generation.requests import parse_completion
-from endpoints.models.decoders import StepBatch
-from endpoints.models.vocabulary import EOS, WordVocabulary
-from endpoints.serving.continuous import BatchingLimits, ContinuousBatcher, Generation
-from endpoints.serving.errors import InferenceError
-from endpoints.serving.generation_metrics import GenerationMetrics
+from tailrace.endpoints.generation.requests import parse_completion
+from tailrace.endpoints.models.decoders import StepBatch
+from tailrace.endpoints.models.vocabulary import EOS, WordVocabulary
+from tailrace.endpoints.serving.continuous import BatchingLimits, ContinuousBatcher, Generation
+from tailrace.endpoints.serving.errors import InferenceError
+from tailrace.endpoints.serving.generation_metrics import GenerationMetrics
 
 
 class RecordingDecoder:

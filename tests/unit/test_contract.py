@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from contract import messages
-from contract.layout import RunLayout, chunk_name
-from contract.plan import RunPlan, unresolved_plan
-from contract.profile import ProfileError, parse_profile
-from contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
-from harness.worker.plan_inbox import PlanInbox
+from tailrace.contract import messages
+from tailrace.contract.layout import RunLayout, chunk_name
+from tailrace.contract.plan import RunPlan, unresolved_plan
+from tailrace.contract.profile import ProfileError, parse_profile
+from tailrace.contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
+from tailrace.harness.worker.plan_inbox import PlanInbox
 
 PROFILE = {"name": "c", "endpoints": [{"name": "a", "url": "embedded", "protocol": "kserve-http", "model": "m"},
                                       {"name": "b", "url": "inprocess", "protocol": "inprocess", "model": "m"}],

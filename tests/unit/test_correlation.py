@@ -8,10 +8,10 @@ import pytest
 from scipy import signal
 from scipy import stats as sps
 
-from analysis.decide.capacity_search import FAIL, classify_trial
-from analysis.stats.correlation import effective_size, quantile_tau, stationarity
-from analysis.stats.estimators import dispersion_pvalue, proportion_verdict, sorted_percentile, sorted_percentile_ci
-from analysis.stats.slo import evaluate_slos
+from tailrace.analysis.decide.capacity_search import FAIL, classify_trial
+from tailrace.analysis.stats.correlation import effective_size, quantile_tau, stationarity
+from tailrace.analysis.stats.estimators import dispersion_pvalue, proportion_verdict, sorted_percentile, sorted_percentile_ci
+from tailrace.analysis.stats.slo import evaluate_slos
 
 REPS = 200
 
@@ -136,8 +136,8 @@ def test_the_paired_p99_difference_interval_covers_the_truth_with_enough_pairs()
     """Common-random-number pairs of M/M/1 series at ρ = 0.5, B's service 5% slower (bench/paired_coverage.py,
     where fewer pairs or a busier queue cover less: docs/BENCHMARKS.md): with 50,000 pairs the 95% interval of
     Δp99 covers the true difference in at least 35 of 40 repetitions."""
-    from analysis.stats.correlation import paired_quantile_difference
     from bench.paired_coverage import crn_mm1_pair
+    from tailrace.analysis.stats.correlation import paired_quantile_difference
 
     rng = np.random.default_rng(21)
     covered = 0
@@ -152,8 +152,8 @@ def test_the_unpaired_p99_difference_interval_counts_the_correlation():
     """Two independent M/M/1 runs at ρ = 0.8 (B 5% slower), 20,000 requests each: the bootstrap resamples each
     run at the size its time-ordered latencies are worth, and covers the true Δp99 in ≥ 35 of 40 repetitions.
     Resampling all n (as if independent) covered 14% at 100,000 requests (docs/BENCHMARKS.md)."""
-    from analysis.decide.compare import compare_groups
     from bench.paired_coverage import crn_mm1_pair
+    from tailrace.analysis.decide.compare import compare_groups
 
     rng = np.random.default_rng(8)
     covered = 0
@@ -168,7 +168,7 @@ def test_the_unpaired_p99_difference_interval_counts_the_correlation():
 def test_dispersion_counts_of_sorted_times_are_numpys_histogram():
     """The sorted path of the dispersion checks counts by binary search: np.histogram's counts, bin edges
     (events exactly on an edge, the closed last bin) included."""
-    from analysis.stats.estimators import _bin_counts
+    from tailrace.analysis.stats.estimators import _bin_counts
 
     rng = np.random.default_rng(4)
     cases = [np.sort(rng.uniform(0, span, n) + 1.7e9) for n in (2, 3, 50, 20_000) for span in (0.5, 3, 40)]
@@ -181,7 +181,7 @@ def test_dispersion_counts_of_sorted_times_are_numpys_histogram():
 def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkeypatch):
     """A worker's phases come as runs of rows (no position arrays); a log whose rows change worker or phase
     too often falls back to positions. Both give the same rows, in the same order."""
-    import analysis.stats.arrivals as arrivals
+    import tailrace.analysis.stats.arrivals as arrivals
 
     rng = np.random.default_rng(2)
     n = 6000
@@ -203,7 +203,7 @@ def test_tau_of_a_boolean_indicator_is_the_same_bits_as_of_its_floats(p):
     """integrated_time keeps an indicator as booleans (one byte a value, not eight): its variance and batch means
     are numpy's float ones to the last bit, on an independent and on a correlated series."""
     rng = np.random.default_rng(7)
-    from analysis.stats.correlation import _variance, integrated_time
+    from tailrace.analysis.stats.correlation import _variance, integrated_time
     for z in (rng.random(200_003) < p, mm1_sojourn(rng, 200_003)[0] <= np.quantile(mm1_sojourn(rng, 1000)[0], p)):
         assert _variance(z) == float(z.astype(float).var())
         assert integrated_time(z) == integrated_time(z.astype(float))
@@ -215,7 +215,7 @@ def test_boolean_variance_and_batch_means_are_numpys_at_every_length():
     the last bit at lengths that exercise each branch of numpy's pairwise sum (under 8, within one block of 128,
     odd remainders, many blocks), at several densities."""
     rng = np.random.default_rng(11)
-    from analysis.stats.correlation import _batch_means, _variance
+    from tailrace.analysis.stats.correlation import _batch_means, _variance
     for n in (1, 5, 8, 127, 129, 1000, 4099, 65_541, 300_007):
         for p in (0.0, 0.01, 0.5, 0.97):
             z = rng.random(n) < p
@@ -229,8 +229,8 @@ def test_boolean_variance_and_batch_means_are_numpys_at_every_length():
 def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
     """evaluate_slos appends errors (+inf) to the latency table's sorted successes instead of sorting again:
     the same array as np.sort, NaN latencies (sorted after inf) falling back to the sort, and the same verdicts."""
-    from analysis.stats.slo import _sorted_with_errors
-    from analysis.stats.validity import groups_of
+    from tailrace.analysis.stats.slo import _sorted_with_errors
+    from tailrace.analysis.stats.validity import groups_of
 
     rng = np.random.default_rng(11)
     latency = rng.exponential(5, 50_000)
@@ -250,7 +250,7 @@ def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
 
 
 def test_poisson_checks_sort_what_is_out_of_order_and_take_what_is_in_order_as_it_is():
-    from analysis.stats.arrivals import poisson_checks
+    from tailrace.analysis.stats.arrivals import poisson_checks
 
     rng = np.random.default_rng(11)
     times = 1_764_000_000_000_000_000 + np.cumsum(rng.exponential(1e6, 20_000)).astype(np.int64)
@@ -264,9 +264,9 @@ def test_poisson_checks_sort_what_is_out_of_order_and_take_what_is_in_order_as_i
 def test_compare_groups_sorts_once_and_bootstraps_the_sorted_latencies():
     """compare_groups hands its sorted copies to the bootstrap (not sorted again): the intervals are those of
     bootstrap_diff_ci sorting the time-ordered latencies itself."""
-    from analysis.decide.compare import compare_groups
-    from analysis.stats.correlation import quantile_tau
-    from analysis.stats.estimators import bootstrap_diff_ci, sorted_percentile
+    from tailrace.analysis.decide.compare import compare_groups
+    from tailrace.analysis.stats.correlation import quantile_tau
+    from tailrace.analysis.stats.estimators import bootstrap_diff_ci, sorted_percentile
 
     rng = np.random.default_rng(11)
     a, b = rng.exponential(10, 20_000), rng.exponential(10.5, 20_000)  # in time order: not sorted
@@ -281,7 +281,7 @@ def test_compare_groups_sorts_once_and_bootstraps_the_sorted_latencies():
 def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():
     """SortedUnion gives, by rank, the values np.sort of the concatenated parts holds — with ties, empty parts, one
     part — and so the same percentiles and intervals (sorted_percentile, sorted_percentile_ci) as the merge."""
-    from analysis.stats.estimators import SortedUnion, sorted_percentile, sorted_percentile_ci
+    from tailrace.analysis.stats.estimators import SortedUnion, sorted_percentile, sorted_percentile_ci
 
     rng = np.random.default_rng(1)
     for trial in range(200):
@@ -303,7 +303,7 @@ def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():
 def test_a_percentile_read_from_each_groups_largest_values_is_numpys():
     """tail_quantile of the tail_needed largest values of each of several groups is np.quantile of all their
     values, to the last bit, integers and floats, at every quantile level the analysis reads."""
-    from analysis.stats.estimators import tail_needed, tail_quantile
+    from tailrace.analysis.stats.estimators import tail_needed, tail_quantile
 
     rng = np.random.default_rng(3)
     for trial in range(1000):
@@ -324,9 +324,9 @@ def test_rows_put_in_time_order_by_rank_are_those_sorted_by_time():
     it (groups_of) and their verdicts are those built by sorting each group."""
     import pandas as pd
 
-    from analysis.read.frames import frame_of
-    from analysis.stats.correlation import TimeOrder, time_order
-    from analysis.stats.validity import groups_of
+    from tailrace.analysis.read.frames import frame_of
+    from tailrace.analysis.stats.correlation import TimeOrder, time_order
+    from tailrace.analysis.stats.validity import groups_of
 
     rng = np.random.default_rng(4)
     n = 40_000

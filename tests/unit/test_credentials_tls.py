@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import trustme
 
-from contract.credentials import Credential, CredentialError
-from contract.profile import Tls, parse_profile
-from harness.client.tls import TlsError, describe_tls_failure, grpc_tls_options, sender_tls, ssl_context
+from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.profile import Tls, parse_profile
+from tailrace.harness.client.tls import TlsError, describe_tls_failure, grpc_tls_options, sender_tls, ssl_context
 
 
 class Clock:
@@ -115,11 +115,11 @@ def test_handshake_failures_are_described_with_the_setting_to_check():
 
 @pytest.mark.parametrize("url,protocol", [("http://127.0.0.1:9", "kserve-http"), ("grpc://127.0.0.1:9", "kserve-grpc")])
 def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends_nothing(url, protocol, monkeypatch):
-    from contract.plan import unresolved_plan
-    from contract.records import STATUSES
-    from contract.requests import declared_request
-    from harness.client.request_data import samples_for
-    from harness.client.senders import build_sender
+    from tailrace.contract.plan import unresolved_plan
+    from tailrace.contract.records import STATUSES
+    from tailrace.contract.requests import declared_request
+    from tailrace.harness.client.request_data import samples_for
+    from tailrace.harness.client.senders import build_sender
 
     monkeypatch.delenv("TAILRACE_ABSENT_TOKEN", raising=False)
     profile = parse_profile({"name": "t", "endpoints": [{

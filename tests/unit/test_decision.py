@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.decide.decision import composite_scores, constraint_failures, decide, dominates, normalised, pareto
+from tailrace.analysis.decide.decision import composite_scores, constraint_failures, decide, dominates, normalised, pareto
 
 
 def variant(name, p95, acc, mem, cap, samples=2000):

@@ -10,8 +10,8 @@ import signal
 import numpy as np
 import pytest
 
-from analysis.report import figures as figures_module
-from analysis.report.figures import InlineFigures, ProcessFigures, start_figures
+from tailrace.analysis.report import figures as figures_module
+from tailrace.analysis.report.figures import InlineFigures, ProcessFigures, start_figures
 
 HEATMAP = ([{"endpoint": "e", "region": r, "percentiles": {"p99": {"value": v}}} for r, v in (("a", 9.0), ("b", 3.0))],)
 CDFS = ({"a": (np.array([1.0, 2.0, 4.0]), np.array([0.8, 0.5, 0.1]))},)

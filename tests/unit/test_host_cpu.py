@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.orchestration.host_cpu import cpu_usage, parse_proc_stat, read_cpu_times, steal_warning
+from tailrace.harness.orchestration.host_cpu import cpu_usage, parse_proc_stat, read_cpu_times, steal_warning
 
 BEFORE = "cpu  1000 10 300 8000 50 0 40 100 0 0\ncpu0 500 5 150 4000 25 0 20 50 0 0\nintr 12345\n"
 AFTER = "cpu  1600 10 400 8700 50 0 40 300 0 0\ncpu0 800 5 200 4350 25 0 20 150 0 0\nintr 23456\n"

@@ -11,9 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from contract.profile import load_profile
 from tailrace.cli import build_parser
 from tailrace.commands import master_args, worker_args
+from tailrace.contract.profile import load_profile
 from tailrace.kubernetes import DeployError, render, secret_commands, write
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("contract", "endpoints", "harness", "analysis", "tailrace")
+# The repository's rooms; each installs as a sub-package of the one import name (harness/ is tailrace.harness), and
+# tailrace/ itself is the top room: the CLI and the Python API.
+ROOMS = ("contract", "endpoints", "harness", "analysis")
+PRODUCT = (*ROOMS, "tailrace")
 # room → rooms it may import (besides itself)
 ALLOWED = {
     "contract": set(),
@@ -18,15 +21,12 @@ ALLOWED = {
     "tailrace": {"contract", "endpoints", "harness", "analysis"},
 }
 # Inside a room, its sub-rooms in layers, lowest first: a module imports only its own layer and those below.
-# A name is a sub-package (`analysis.read`) or a module at the room's top (`analysis.result`).
-SUBLAYERS = {
-    "analysis": [{"analysis.read"}, {"analysis.stats"}, {"analysis.decide"}, {"analysis.result"},
-                 {"analysis.report"}, {"analysis.analyze", "analysis.command"}],
-    "endpoints": [{"endpoints.models"}, {"endpoints.serving"}, {"endpoints.kserve", "endpoints.generation"},
-                  {"endpoints.auth", "endpoints.http_guard", "endpoints.server"}],
-    "harness": [{"harness.client", "harness.spool", "harness.services"}, {"harness.workload"}, {"harness.worker"},
-                {"harness.orchestration"}],
-}
+# A name is a sub-package (`tailrace.analysis.read`) or a module at the room's top (`tailrace.analysis.result`).
+SUBLAYERS = {room: [{f"tailrace.{room}.{name}" for name in layer} for layer in layers] for room, layers in {
+    "analysis": [{"read"}, {"stats"}, {"decide"}, {"result"}, {"report"}, {"analyze", "command"}],
+    "endpoints": [{"models"}, {"serving"}, {"kserve", "generation"}, {"auth", "http_guard", "server"}],
+    "harness": [{"client", "spool", "services"}, {"workload"}, {"worker"}, {"orchestration"}],
+}.items()}
 MAX_MODULES_PER_FOLDER = 15
 # a run-directory or report path, spelled as a string: "regions/…", "summary.json", or a path join `/ "report"`
 SPELLED = re.compile(r"""(?<!["'])["'](regions/|endpoints/|manifest\.json|plan\.json|requests-|clock-|worker\.json"""
@@ -36,11 +36,20 @@ SPELLED = re.compile(r"""(?<!["'])["'](regions/|endpoints/|manifest\.json|plan\.
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:
-    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+    """The installed name of a product file: harness/worker/run.py is tailrace.harness.worker.run."""
+    parts = path.relative_to(root).with_suffix("").parts
+    dotted = ".".join(parts if parts[0] == "tailrace" else ("tailrace", *parts))
+    return dotted.removesuffix(".__init__")
+
+
+def room_of(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else "tailrace"
 
 
 def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """The product modules `path` imports, anywhere in it: `from a.b import c` is a.b.c when that is a module."""
+    """The product modules `path` imports, anywhere in it: `from a.b import c` is a.b.c when that is a module.
+    A room imported by its bare folder name (`import harness`) is kept as is, to be reported."""
     tree = ast.parse(path.read_text())
     out = set()
     for node in ast.walk(tree):
@@ -62,6 +71,15 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     known = set(modules)
     return {mod: {n for n in imported_modules(path, known) if n in known and n != mod}
             for mod, path in modules.items()}
+
+
+def test_every_import_spells_the_one_installed_name():
+    """An installed tailrace has one import name: `import harness` works in a checkout only (by accident of the
+    working directory) and breaks every installed copy."""
+    every = [*product_modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("deploy/**/*.py")]
+    modules = set(product_modules())
+    bare = [f"{p.relative_to(ROOT)}: {n}" for p in every for n in imported_modules(p, modules) if n.split(".")[0] in ROOMS]
+    assert bare == []
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -94,9 +112,9 @@ def _layer_of(mod: str, layers: list[set[str]]) -> int | None:
 def test_each_room_imports_only_the_rooms_below_it():
     wrong = []
     for mod, deps in import_graph().items():
-        room = mod.split(".")[0]
+        room = room_of(mod)
         for dep in deps:
-            top = dep.split(".")[0]
+            top = room_of(dep)
             if top != room and top not in ALLOWED[room]:
                 wrong.append(f"{mod} imports {dep}")
     assert wrong == []
@@ -105,8 +123,8 @@ def test_each_room_imports_only_the_rooms_below_it():
 def test_each_sub_room_imports_only_its_layer_and_those_below():
     wrong = []
     for mod, deps in import_graph().items():
-        layers = SUBLAYERS.get(mod.split(".")[0])
-        if not layers or mod.count(".") == 0 or mod.endswith("__init__"):
+        layers = SUBLAYERS.get(room_of(mod))
+        if not layers or mod.count(".") == 1:
             continue
         mine = _layer_of(mod, layers)
         assert mine is not None, f"{mod}: in no layer of SUBLAYERS — give it one (and docs/ARCHITECTURE.md a line)"
@@ -119,8 +137,8 @@ def test_each_sub_room_imports_only_its_layer_and_those_below():
 
 def test_the_worker_does_not_import_the_orchestration_around_it():
     """harness/worker runs inside Locust processes: it never imports the orchestration around it."""
-    wrong = [f"{m} imports {d}" for m, deps in import_graph().items() if m.startswith("harness.worker")
-             for d in deps if d.startswith("harness.orchestration")]
+    wrong = [f"{m} imports {d}" for m, deps in import_graph().items() if m.startswith("tailrace.harness.worker")
+             for d in deps if d.startswith("tailrace.harness.orchestration")]
     assert wrong == []
 
 
@@ -134,12 +152,12 @@ def test_a_cycle_through_from_package_import_module_is_found(tmp_path):
     pkg = tmp_path / "analysis"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "figures.py").write_text("def draw():\n    from analysis import plots\n")
-    (pkg / "plots.py").write_text("from analysis.figures import LIMIT\n")
+    (pkg / "figures.py").write_text("def draw():\n    from tailrace.analysis import plots\n")
+    (pkg / "plots.py").write_text("from tailrace.analysis.figures import LIMIT\n")
     for room in PRODUCT:
         (tmp_path / room).mkdir(exist_ok=True)
-    assert find_cycle(import_graph(tmp_path)) in (["analysis.figures", "analysis.plots", "analysis.figures"],
-                                                  ["analysis.plots", "analysis.figures", "analysis.plots"])
+    figures, plots = "tailrace.analysis.figures", "tailrace.analysis.plots"
+    assert find_cycle(import_graph(tmp_path)) in ([figures, plots, figures], [plots, figures, plots])
 
 
 def test_no_folder_of_product_code_holds_more_than_fifteen_modules():

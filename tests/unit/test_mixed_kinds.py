@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from analysis.read.frames import frame_of
-from analysis.stats.latency import add_goodput, latency_table, region_cdfs, with_stream_goodput
-from analysis.stats.scenarios import per_phase_table
-from analysis.stats.timeline import timeline
-from analysis.stats.tokens import token_table
+from tailrace.analysis.read.frames import frame_of
+from tailrace.analysis.stats.latency import add_goodput, latency_table, region_cdfs, with_stream_goodput
+from tailrace.analysis.stats.scenarios import per_phase_table
+from tailrace.analysis.stats.timeline import timeline
+from tailrace.analysis.stats.tokens import token_table
 from tests.unit.test_tokens import stream_rows
 
 DURATION_S = 10.0

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import onnx
 
-from endpoints.models.generative_build import SYNTHETIC_LM
-from endpoints.models.model_build import ALL_MODELS, DATA_FILE, build_repository, load_heldout, onnx_accuracy
-from endpoints.models.model_config import DEFAULT_MAX_BATCH, config_as_json, model_spec, read_config, spec_from_onnx
-from endpoints.models.model_zoo import ZOO_MODELS
+from tailrace.endpoints.models.generative_build import SYNTHETIC_LM
+from tailrace.endpoints.models.model_build import ALL_MODELS, DATA_FILE, build_repository, load_heldout, onnx_accuracy
+from tailrace.endpoints.models.model_config import DEFAULT_MAX_BATCH, config_as_json, model_spec, read_config, spec_from_onnx
+from tailrace.endpoints.models.model_zoo import ZOO_MODELS
 
 
 def test_build_is_deterministic(model_repo, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from harness.client.openai_stream import COMPLETE, CUT, ERROR_EVENT, OpenAIStream, StreamProtocolError
+from tailrace.harness.client.openai_stream import COMPLETE, CUT, ERROR_EVENT, OpenAIStream, StreamProtocolError
 
 
 def chat(content=None, role=None, finish=None, usage=None, choices=True):
@@ -61,7 +61,7 @@ def test_malformed_events_are_protocol_errors(data):
 
 
 def test_triton_generate_events_count_the_named_output_else_one_each_and_an_error_fails():
-    from harness.client.triton_stream import TritonGenerateStream
+    from tailrace.harness.client.triton_stream import TritonGenerateStream
 
     counted = TritonGenerateStream("num_output_tokens")
     for at, doc in ((10, b'{"text_output": " a", "num_output_tokens": 1}'),
@@ -82,7 +82,7 @@ def test_triton_generate_events_count_the_named_output_else_one_each_and_an_erro
 def test_a_generate_body_puts_what_the_model_declares_in_inputs_and_the_rest_in_parameters():
     import orjson
 
-    from harness.client.generative import TRITON_GENERATE, request_body
+    from tailrace.harness.client.generative import TRITON_GENERATE, request_body
 
     declared = orjson.loads(request_body(TRITON_GENERATE, "m", "hi there", 8, model_inputs=("text_input", "max_tokens")))
     assert declared == {"text_input": "hi there", "max_tokens": 8, "parameters": {"stream": True, "ignore_eos": True}}

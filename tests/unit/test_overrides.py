@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from contract.overrides import from_environment
-from contract.profile import ProfileError, load_profile
-from harness.orchestration.run_record import started_manifest
+from tailrace.contract.overrides import from_environment
+from tailrace.contract.profile import ProfileError, load_profile
+from tailrace.harness.orchestration.run_record import started_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "profiles" / "smoke.toml"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from endpoints.generation.chunks import usage
-from endpoints.serving.continuous import BatchingLimits, Generation
-from endpoints.serving.prefix_cache import PrefixCache, block_names
+from tailrace.endpoints.generation.chunks import usage
+from tailrace.endpoints.serving.continuous import BatchingLimits, Generation
+from tailrace.endpoints.serving.prefix_cache import PrefixCache, block_names
 from tests.unit.test_continuous_batching import RecordingDecoder, engine, wait_done
 
 

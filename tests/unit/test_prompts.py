@@ -7,8 +7,8 @@ import numpy as np
 import orjson
 import pytest
 
-from contract.profile import Endpoint, Prompts, TokenCount
-from harness.workload.prompts import PromptFileError, draw_counts, file_prompts, prompt_bodies, synthetic_prompts
+from tailrace.contract.profile import Endpoint, Prompts, TokenCount
+from tailrace.harness.workload.prompts import PromptFileError, draw_counts, file_prompts, prompt_bodies, synthetic_prompts
 
 
 @pytest.mark.parametrize("spec, low, high, mean", [
@@ -68,7 +68,7 @@ def test_a_missing_or_empty_file(tmp_path):
 
 
 def test_generative_profile_fields_are_checked_where_they_are_read():
-    from contract.profile import ProfileError, parse_profile
+    from tailrace.contract.profile import ProfileError, parse_profile
 
     base = {"name": "g", "regions": [{"name": "a", "share": 1}], "load": {"rate": 1, "duration_s": 1}}
     kserve = {"name": "k", "url": "http://h:1", "protocol": "kserve-http", "model": "m"}
@@ -95,7 +95,7 @@ def test_generative_profile_fields_are_checked_where_they_are_read():
 
 
 def test_prompts_share_prefixes_in_turn_and_ask_min_tokens():
-    from harness.client.generative import request_body
+    from tailrace.harness.client.generative import request_body
 
     spec = Prompts(input_tokens=TokenCount(mean=5), output_tokens=TokenCount(mean=8), count=6, prefix_tokens=4,
                    prefix_count=2)
@@ -109,7 +109,7 @@ def test_prompts_share_prefixes_in_turn_and_ask_min_tokens():
 
 
 def test_sharegpt_first_turns_or_whole_conversations_with_the_replies_lengths(tmp_path):
-    from harness.workload.prompts import sharegpt_prompts
+    from tailrace.harness.workload.prompts import sharegpt_prompts
 
     path = tmp_path / "sg.json"
     path.write_text(orjson.dumps([
@@ -128,7 +128,7 @@ def test_sharegpt_first_turns_or_whole_conversations_with_the_replies_lengths(tm
 
 
 def test_a_prompt_file_is_sampled_in_order_or_drawn_with_or_without_replacement(tmp_path):
-    from harness.workload.prompts import file_items
+    from tailrace.harness.workload.prompts import file_items
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(orjson.dumps({"prompt": f"p{i}", **({"max_tokens": i + 1} if i % 2 else {})}).decode()

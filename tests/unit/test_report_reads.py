@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 
-from analysis.analyze import analyze_run
-from analysis.report import plots
-from analysis.report.html import render
-from analysis.stats.timeline import timeline
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.report import plots
+from tailrace.analysis.report.html import render
+from tailrace.analysis.stats.timeline import timeline
 from tests.support import profile_dict, write_run
 
 
@@ -61,7 +61,7 @@ def test_the_page_explains_what_applies(tmp_path):
 
 
 def test_the_queueing_section_shows_only_what_applies():
-    from analysis.report.html import _queueing_section
+    from tailrace.analysis.report.html import _queueing_section
 
     ordinary = {"endpoint": "mlp", "model": "digits_mlp", "slots": 1, "arrival_rate": 60.0, "throughput": 60.0,
                 "L_measured": 0.02, "lambda_W": 0.02, "littles_gap": 0.0, "mean_service_ms": 0.3, "utilization": 0.02,
@@ -86,13 +86,13 @@ def test_goodput_counts_requests_within_every_latency_slo(tmp_path):
 
 
 def test_terminal_tables_are_wide_when_output_is_not_a_terminal():
-    from contract.terminal import WIDE, console
+    from tailrace.contract.terminal import WIDE, console
 
     assert console().width >= WIDE  # pytest captures stdout: not a terminal
 
 
 def test_the_live_tables_last_frame_keeps_each_regions_rate(monkeypatch):
-    from harness.orchestration import progress
+    from tailrace.harness.orchestration import progress
 
     frames = []
     monkeypatch.setattr(progress.LiveScreen, "show", lambda self, table: frames.append(table))

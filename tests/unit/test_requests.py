@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from contract.profile import Endpoint
-from contract.requests import RequestSpecError, resolve_request
-from contract.tensors import TensorSpec
-from harness.client.payloads import AnswerCheck, Payloads, batch_arrays, decode_http_outputs, http_body
-from harness.client.request_data import DataError, load_samples
+from tailrace.contract.profile import Endpoint
+from tailrace.contract.requests import RequestSpecError, resolve_request
+from tailrace.contract.tensors import TensorSpec
+from tailrace.harness.client.payloads import AnswerCheck, Payloads, batch_arrays, decode_http_outputs, http_body
+from tailrace.harness.client.request_data import DataError, load_samples
 
 DIGITS_IN = [TensorSpec("input", "FP32", (-1, 64))]
 DIGITS_OUT = [TensorSpec("label", "INT64", (-1,)), TensorSpec("probabilities", "FP32", (-1, 10))]

@@ -1,7 +1,7 @@
 """The run record's verdict on how a run went: planned vs sent."""
 from __future__ import annotations
 
-from harness.orchestration.run_record import shortfalls
+from tailrace.harness.orchestration.run_record import shortfalls
 
 
 def test_a_worker_that_sent_less_than_planned_is_named_with_the_numbers():
@@ -20,7 +20,7 @@ def test_the_disk_reserve_comes_from_the_environment_or_says_what_is_wrong(monke
     naming the variable; a reserve above the disk's free space is a reason to stop, naming the directory."""
     import pytest
 
-    from harness.orchestration.disk_space import MIN_FREE_BYTES, low_disk_reason, min_free_bytes
+    from tailrace.harness.orchestration.disk_space import MIN_FREE_BYTES, low_disk_reason, min_free_bytes
 
     monkeypatch.delenv("TAILRACE_MIN_FREE_MB", raising=False)
     assert min_free_bytes() == MIN_FREE_BYTES == 16 * 2**20

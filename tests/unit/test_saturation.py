@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.worker.saturation import SaturationMonitor, judge_windows, longest_late_episode
+from tailrace.harness.worker.saturation import SaturationMonitor, judge_windows, longest_late_episode
 
 MS = 1_000_000
 THRESHOLD = 5 * MS
@@ -137,7 +137,7 @@ def test_in_flight_bound_invalidates_once():
 
 def test_judge_windows_reports_each_growing_streak():
     def window(start: float, backlog_ms: float):
-        from harness.worker.saturation import LagWindow
+        from tailrace.harness.worker.saturation import LagWindow
         lagging = backlog_ms > 5
         return LagWindow(start, start + 1, 500, int(max(backlog_ms, 1) * MS), 50 if lagging else 0,
                          int(backlog_ms * MS) if lagging else 0, lagging, int(backlog_ms * MS))
@@ -150,7 +150,7 @@ def test_judge_windows_reports_each_growing_streak():
 
 
 def lag_window(start: float, length: float, backlog_ms: float, p99_ms: float | None = None):
-    from harness.worker.saturation import LagWindow
+    from tailrace.harness.worker.saturation import LagWindow
     p99 = backlog_ms if p99_ms is None else p99_ms
     lagging = p99 > 5
     return LagWindow(start, start + length, 6000, int(p99 * MS), 3000 if lagging else 0,

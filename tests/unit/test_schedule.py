@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from analysis.read.schedule import Statistic, UndeclaredColumn, plan, run
+from tailrace.analysis.read.schedule import Statistic, UndeclaredColumn, plan, run
 
 
 class FakeLog:

@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from contract.layout import WorkerLayout
-from contract.profile import Phase, ProfileError, parse_profile
-from contract.records import REQUEST_COLUMNS, RequestRow
-from contract.trace_context import format_traceparent, new_ids, parse_traceparent
-from harness.client.classify import classify_exception
-from harness.spool.recorder import request_writer
-from harness.worker.arrivals import global_arrivals, rate_segments, worker_schedule
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.profile import Phase, ProfileError, parse_profile
+from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
+from tailrace.contract.trace_context import format_traceparent, new_ids, parse_traceparent
+from tailrace.harness.client.classify import classify_exception
+from tailrace.harness.spool.recorder import request_writer
+from tailrace.harness.worker.arrivals import global_arrivals, rate_segments, worker_schedule
 
 
 def _plans(rate=300.0, shares=(0.6, 0.4), workers=(1, 2), phases=(), seed=11, duration=40.0):

@@ -22,7 +22,7 @@ def test_the_gauge_returns_to_zero_after_slot_threads_and_callers_race_on_it():
     the other thread's update)."""
     import numpy as np
 
-    from endpoints.serving.scheduler import ModelScheduler, Timings
+    from tailrace.endpoints.serving.scheduler import ModelScheduler, Timings
 
     scheduler = ModelScheduler("m", _EchoRunner(), slots=2, queue_depth=4096, max_batch=4)
     x = np.ones((1, 4))
@@ -53,8 +53,8 @@ def test_a_scrape_survives_a_connection_the_server_closed_after_an_error(tmp_pat
     once on a fresh connection, not lost."""
     import httpx
 
-    from contract.layout import RunLayout
-    from harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
+    from tailrace.contract.layout import RunLayout
+    from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
 
     calls = {"n": 0}
 

@@ -10,12 +10,12 @@ import numpy as np
 import orjson
 import pytest
 
-from contract.profile import Prompts, Sessions, ThinkTime, TokenCount
-from harness.client.openai_stream import OpenAIStream
-from harness.client.outcome import Outcome, StreamOutcome
-from harness.worker.scenarios import Arrival
-from harness.worker.sessions import SessionEndpoint, SessionRunner
-from harness.workload.conversations import (
+from tailrace.contract.profile import Prompts, Sessions, ThinkTime, TokenCount
+from tailrace.harness.client.openai_stream import OpenAIStream
+from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
+from tailrace.harness.workload.conversations import (
     Conversation,
     SessionFileError,
     SyntheticSessions,
@@ -23,7 +23,7 @@ from harness.workload.conversations import (
     jsonl_sessions,
     sharegpt_sessions,
 )
-from harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END
+from tailrace.harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END
 
 WORDS = lambda text: len(text.split())  # noqa: E731
 
@@ -155,7 +155,7 @@ class TurnSender:
 
 
 def runner(sender, clock, end_ns: int, **sessions) -> SessionRunner:
-    from contract.profile import Endpoint
+    from tailrace.contract.profile import Endpoint
 
     ep = Endpoint(name="chat", url="http://127.0.0.1:1", protocol="openai-chat", model="m",
                   prompts=Prompts(input_tokens=TokenCount(mean=8)), sessions=Sessions(**sessions))

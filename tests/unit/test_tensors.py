@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.tensors import (
+from tailrace.contract.tensors import (
     DATATYPES,
     NUMPY_DTYPES,
     deserialize_bytes,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contract.profile import Endpoint, Prompts, TokenCount
-from harness.client.generative import stream_into
-from harness.client.openai_stream import OpenAIStream
-from harness.client.outcome import StreamOutcome
-from harness.client.tokenizer import load_tokenizer
-from harness.workload.prompts import PromptFileError, prompt_bodies, prompt_items, synthetic_prompts, token_counter
+from tailrace.contract.profile import Endpoint, Prompts, TokenCount
+from tailrace.harness.client.generative import stream_into
+from tailrace.harness.client.openai_stream import OpenAIStream
+from tailrace.harness.client.outcome import StreamOutcome
+from tailrace.harness.client.tokenizer import load_tokenizer
+from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies, prompt_items, synthetic_prompts, token_counter
 
 CORPUS = [" ".join(np.random.default_rng(i).choice(
     "the river stone cloud garden window letter music paper market signal engine bridge walking talked ran "

@@ -6,7 +6,7 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from analysis.stats.tokens import inter_token_gaps_ms, token_table
+from tailrace.analysis.stats.tokens import inter_token_gaps_ms, token_table
 
 
 def test_an_event_of_k_tokens_counts_as_k_gaps_of_gap_over_k():
@@ -50,7 +50,7 @@ def test_a_run_without_generative_endpoints_has_no_token_rows():
 
 
 def test_token_slos_pass_fail_and_undecided():
-    from analysis.stats.tokens import token_verdicts
+    from tailrace.analysis.stats.tokens import token_verdicts
 
     df = pd.concat([stream_rows(400, "near", 50, 20, 11), stream_rows(20, "far", 80, 20, 11)], ignore_index=True)
     slos = [{"metric": "ttft", "percentile": 99, "threshold_ms": 60, "endpoint": "*", "region": "*"},
@@ -79,7 +79,7 @@ def test_goodput_counts_the_streams_within_every_token_slo_that_applies():
 
 
 def test_ttft_splits_into_network_queue_prefill_and_back_adding_up_to_the_mean():
-    from analysis.stats.decomposition import ttft_decomposition
+    from tailrace.analysis.stats.decomposition import ttft_decomposition
 
     n = 50
     sent = np.arange(n, dtype=np.int64) * 10**8 + 10**18  # worker clock, 5 ms behind the reference
@@ -97,7 +97,7 @@ def test_ttft_splits_into_network_queue_prefill_and_back_adding_up_to_the_mean()
 
 
 def test_token_timeline_places_each_token_event_at_its_own_second():
-    from analysis.stats.tokens import token_timeline
+    from tailrace.analysis.stats.tokens import token_timeline
 
     df = stream_rows(4, "near", 500, 400, 5)  # one stream a second: tokens at 0.5, 0.9, 1.3, 1.7, 2.1 s after
     df["t_intended_ref"] = np.arange(4, dtype=np.int64) * 10**9
@@ -107,7 +107,7 @@ def test_token_timeline_places_each_token_event_at_its_own_second():
 
 
 def test_compare_pairs_streams_by_schedule_and_compares_ttft_and_tpot():
-    from analysis.decide.compare import compare_paired, pair_requests
+    from tailrace.analysis.decide.compare import compare_paired, pair_requests
 
     def run(ttft_ms: float, gap_ms: float) -> pd.DataFrame:
         df = stream_rows(60, "near", ttft_ms, gap_ms, 11)
@@ -129,7 +129,7 @@ def test_whole_responses_have_e2e_and_tokens_but_no_tpot_or_ttft():
 
 
 def test_a_ttft_slo_on_whole_responses_is_refused_where_the_profile_is_read():
-    from contract.profile import ProfileError, parse_profile
+    from tailrace.contract.profile import ProfileError, parse_profile
 
     chat = {"name": "c", "url": "http://h:1", "protocol": "openai-chat", "model": "m", "prompts": {"stream": False}}
     base = {"name": "g", "regions": [{"name": "a", "share": 1}], "load": {"rate": 1, "duration_s": 1},
@@ -145,8 +145,8 @@ def test_a_ttft_that_rises_through_the_run_is_a_growing_queue_never_a_pass():
     """TTFT well under its SLO but rising from 20 to 180 ms across the run (a queue growing above capacity): the
     verdict is INCONCLUSIVE with trend 'rising', and a capacity trial with it fails on its backlog; the same TTFTs
     without the trend pass."""
-    from analysis.decide.capacity_search import FAIL, PASS, classify_trial
-    from analysis.stats.tokens import token_verdicts
+    from tailrace.analysis.decide.capacity_search import FAIL, PASS, classify_trial
+    from tailrace.analysis.stats.tokens import token_verdicts
 
     df = stream_rows(600, "near", 20, 10, 5)
     df["t_intended_ref"] = np.arange(600, dtype=np.int64) * 50_000_000

@@ -7,19 +7,19 @@ import gevent
 import numpy as np
 import pytest
 
-from contract.layout import WorkerLayout
-from contract.plan import unresolved_plan
-from contract.profile import Check, parse_profile
-from contract.trace_context import parse_traceparent
-from harness.client.payloads import AnswerCheck
-from harness.spool.recorder import request_writer
-from harness.worker.clock import WorkerClock
-from harness.worker.clock_sampler import ClockSampler
-from harness.worker.identity import WorkerIdentity
-from harness.worker.metrics import WorkerMetrics
-from harness.worker.requester import RequestPath
-from harness.worker.saturation import SaturationMonitor
-from harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.profile import Check, parse_profile
+from tailrace.contract.trace_context import parse_traceparent
+from tailrace.harness.client.payloads import AnswerCheck
+from tailrace.harness.spool.recorder import request_writer
+from tailrace.harness.worker.clock import WorkerClock
+from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.metrics import WorkerMetrics
+from tailrace.harness.worker.requester import RequestPath
+from tailrace.harness.worker.saturation import SaturationMonitor
+from tailrace.harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks
 from tests.support import FakeSender
 
 PROFILE = {"name": "unit", "endpoints": [{"name": "a", "url": "http://127.0.0.1:1", "protocol": "kserve-http",
