@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 LOCK = HERE / "requirements.lock"
-SOURCES = ("contract", "harness", "endpoints", "analysis", "tailrace", "pyproject.toml", "README.md")
+SOURCES = ("contract", "harness", "endpoints", "analysis", "tailrace", "pyproject.toml", "setup.py", "README.md")
 DEFAULT_BASE = "docker.io/library/python:3.11-slim-bookworm"
 
 
