@@ -1,5 +1,5 @@
 """A streaming sink: an OpenAI-compatible server that streams tokens at instants it records, to measure a client's
-token timestamps against the truth (tests/integration/test_generative_client.py; the stream-fidelity benchmark).
+token timestamps against the truth (tests/integration/harness/client/test_generative_client.py; the stream-fidelity benchmark).
 
 Each POST to /v1/completions or /v1/chat/completions is answered with server-sent events (chunked): the first token
 `--first-ms` after the request arrived, then one event every `--gap-ms`, every third event carrying two tokens,

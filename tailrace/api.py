@@ -1,5 +1,5 @@
 """tailrace from Python (notebooks, scripts): run a profile, load a run's requests into one DataFrame on the
-reference clock, analyse, compare. docs/API.md shows each call; tests/integration/test_api.py runs those
+reference clock, analyse, compare. docs/API.md shows each call; tests/integration/tailrace/test_api.py runs those
 examples as written. These names are the stable surface; everything else may move."""
 from __future__ import annotations
 

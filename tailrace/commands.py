@@ -1,7 +1,7 @@
-"""The command lines of a distributed run's two roles, built in one place: the multi-host test runs exactly these
-(tests/integration/test_separate_hosts.py) and the Kubernetes manifests render exactly these (tailrace/kubernetes.py)
-— one image, the role is the command. The run token never appears here: both roles read $TAILRACE_RUN_TOKEN or a
---token-file."""
+"""The command lines of a distributed run's two roles, built in one place: the multi-host test
+(tests/integration/harness/orchestration/test_separate_hosts.py) runs exactly these and the Kubernetes manifests
+render exactly these (tailrace/kubernetes.py) — one image, the role is the command. The run token never appears
+here: both roles read $TAILRACE_RUN_TOKEN or a --token-file."""
 from __future__ import annotations
 
 MASTER_PORT = 5557

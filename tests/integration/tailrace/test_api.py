@@ -1,0 +1,42 @@
+"""docs/API.md's examples, run as written (tailrace/api.py), from a directory laid out like the repository after
+`make demo`: profiles/ and build/models (the session's model repository)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import ROOT
+
+
+def _examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "API.md").read_text(), re.S)
+
+
+@pytest.mark.timeout(600)
+def test_the_documented_api_examples_run(model_repo, tmp_path, capsys):
+    examples = _examples()
+    assert len(examples) == 4
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "models").symlink_to(model_repo)
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    namespace: dict = {}
+    try:
+        for code in examples:
+            exec(compile(code, "docs/API.md", "exec"), namespace)  # noqa: S102 — the documentation's own code
+    finally:
+        os.chdir(here)
+    result, again, table = namespace["result"], namespace["again"], namespace["table"]
+    assert result.verdict in ("PASS", "INCONCLUSIVE") and result.exit_code in (0, 3)
+    assert (result.run_dir / "report" / "summary.json").exists()
+    requests = namespace["requests"]
+    assert {"t_intended_ref", "t_sent_ref", "t_done_ref", "trace_id"} <= set(requests.columns) and len(requests) > 300
+    assert namespace["analysis"].summary["run_id"] == result.summary["run_id"]
+    assert len(table) == 4 and table["paired"].all()  # 2 endpoints × 2 regions, one seed: paired
+    assert again.run_dir != result.run_dir
+    assert "p99" in capsys.readouterr().out

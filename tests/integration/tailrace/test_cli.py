@@ -1,0 +1,124 @@
+"""The CLI as a user meets it: --help everywhere, usage errors exit 2, bad profiles exit 2 and start nothing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import ROOT
+
+COMMANDS = [[], ["models"], ["models", "build"], ["serve"], ["run"], ["master"], ["worker"], ["proxy"], ["sntp"],
+            ["demo"], ["analyze"], ["compare"], ["capacity"]]
+
+
+def tailrace(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailrace.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "tailrace")
+def test_help_on_every_level(cmd):
+    r = tailrace(*cmd, "--help")
+    assert r.returncode == 0 and "usage: tailrace" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["nonsense"], ["serve"], ["serve", "--models", "x", "--http-port", "0"],
+                                  ["serve", "--models", "x", "--slots", "m=zero"], ["run"],
+                                  ["worker", "--region", "a"], ["master", "p.toml", "--bind", "10.1.2.3"]])
+def test_usage_errors_exit_2(args):
+    r = tailrace(*args)
+    assert r.returncode == 2, r.stderr
+    assert "error" in r.stderr
+
+
+BAD_TOML = [
+    ("syntax", "name = \n", "not valid TOML"),
+    ("unknown-key", 'name = "x"\nfoo = 1\n', "foo: unknown key"),
+    ("missing-endpoints", 'name = "x"\n[load]\nrate = 1\nduration_s = 1\n[[regions]]\nname="a"\nshare=1\n',
+     "endpoints: required field is missing"),
+    ("bad-region-share", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=0.7\n[load]\nrate=1\nduration_s=1\n', "shares must add up to 1"),
+    ("bad-type", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate="lots"\nduration_s=1\n', "load.rate"),
+    ("cpu-not-here", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\ncpus=[4096]\n',
+     "embedded.cpus: CPU 4096 not available here"),
+    ("models-dir-missing", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\nmodels_dir="/nonexistent/models"\n',
+     "embedded.models_dir: /nonexistent/models does not exist (build it with `tailrace models build"),
+    ("url-with-blanks", 'name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1: 80 00/ x"\nprotocol="kserve-http"\n'
+     'model="m"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n', "contains blanks"),
+    ("huge-seed", 'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="m"\n'
+     '[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\nseed=100000000000000000000\n', "load.seed"),
+]
+
+
+def test_a_model_missing_from_the_repository_exits_2_before_any_server_starts(model_repo, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(f'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\nmodel="nope"\n'
+                    f'[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\n'
+                    f'models_dir="{model_repo}"\n')
+    r = tailrace("run", str(path), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 2, r.stderr
+    assert f"endpoints[0].model: no model 'nope' in {model_repo} (models: " in r.stderr, r.stderr
+    assert "digits_mlp_fp32" in r.stderr and not (tmp_path / "runs").exists()
+
+
+def test_a_missing_data_file_exits_2_naming_the_field_before_anything_starts(model_repo, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(f'name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\n'
+                    f'model="digits_mlp_fp32"\ndata="{tmp_path / "nope.npz"}"\n'
+                    f'[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n[embedded]\n'
+                    f'models_dir="{model_repo}"\n')
+    r = tailrace("run", str(path), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 2, r.stderr
+    assert f"endpoints[0].data: {tmp_path / 'nope.npz'} not found" in r.stderr and not (tmp_path / "runs").exists()
+
+
+def test_an_output_directory_that_is_a_file_exits_2(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1:9"\nprotocol="kserve-http"\n'
+                    'model="m"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n')
+    runs = tmp_path / "runs"
+    runs.write_text("a file")
+    r = tailrace("run", str(path), "--out", str(runs))
+    assert r.returncode == 2 and f"output_dir: {runs} is a file, not a directory" in r.stderr, r.stderr
+    assert runs.read_text() == "a file"
+
+
+@pytest.mark.parametrize("command", ["run", "capacity"])
+@pytest.mark.parametrize("case", BAD_TOML, ids=[c[0] for c in BAD_TOML])
+def test_bad_profile_exits_2_names_file_and_field_and_starts_nothing(case, command, tmp_path):
+    _, text, expected = case
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    runs = tmp_path / "runs"
+    r = tailrace(command, str(path), "--out", str(runs))
+    assert r.returncode == 2
+    assert str(path) in r.stderr and expected in r.stderr, r.stderr
+    assert not runs.exists()
+
+
+def test_capacity_refuses_a_profile_without_latency_slo(tmp_path, model_repo):
+    path = tmp_path / "noslo.toml"
+    path.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="embedded"\nprotocol="kserve-http"\n'
+                    'model="digits_mlp_fp32"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n'
+                    f'[embedded]\nmodels_dir="{model_repo}"\n')
+    runs = tmp_path / "runs"
+    r = tailrace("capacity", str(path), "--out", str(runs))
+    assert r.returncode == 2 and "slos: capacity search needs at least one latency SLO" in r.stderr, r.stderr
+    assert not runs.exists()
+
+
+def test_missing_profile_file(tmp_path):
+    r = tailrace("run", str(tmp_path / "nope.toml"))
+    assert r.returncode == 2 and "no such profile" in r.stderr
+
+
+@pytest.mark.parametrize("profile", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_profiles_are_valid(profile):
+    from tailrace.contract.profile import load_profile
+
+    assert load_profile(profile).name

@@ -1,0 +1,359 @@
+"""Reading a run directory: clocks merged onto one timeline, chunks checked page by page and skipped with their reason,
+memory sized and returned, columns read a few at a time."""
+
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.read.clock_correction import fit_all
+from tailrace.analysis.read.rundir import RunDirError, load_run
+from tests.support import profile_dict, write_run
+
+
+def test_skewed_clocks_merged_into_one_timeline(tmp_path):
+    """Two workers with clocks ±50 ms off: offsets recovered within 1 ms, the order of events restored."""
+    profile = profile_dict(100, 20)
+    truth = write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "offset_ms": -50, "latency_ms": 5, "rate": 50, "duration_s": 20},
+        "r2-w0": {"region": "r2", "offset_ms": +50, "latency_ms": 5, "rate": 50, "duration_s": 20}})
+    data = load_run(tmp_path)
+    models = fit_all(data.clock)
+    assert abs(models["r1-w0"].intercept_ns / 1e6 + 50) < 1
+    assert abs(models["r2-w0"].intercept_ns / 1e6 - 50) < 1
+    a = analyze_run(tmp_path)
+    df = a.requests
+    true = df["trace_id"].map(truth).to_numpy()
+    assert np.max(np.abs(df["t_intended_ref"].to_numpy() - true)) < 1e6  # within 1 ms
+    by_truth = np.argsort(true, kind="stable")
+    true_gap = np.diff(true[by_truth])
+    resolvable = true_gap > 1e6  # events further apart than the clock uncertainty bound (1 ms)
+    raw = df["t_intended"].to_numpy()[by_truth]
+    ref = df["t_intended_ref"].to_numpy()[by_truth]
+    assert (np.diff(raw)[resolvable] < 0).sum() > 50  # the ±50 ms skew misorders many events ...
+    assert (np.diff(ref)[resolvable] > 0).all()  # ... and the correction restores their order
+
+
+def _two_regions(tmp_path, slos=None):
+    profile = profile_dict(100, 20, slos=slos or [{"metric": "latency", "percentile": 50, "threshold_ms": 50,
+                                                   "endpoint": "*", "region": "*"}])
+    write_run(tmp_path, profile=profile, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 20}})  # r2 sent nothing
+    return profile
+
+
+def test_a_chunk_with_a_wrongly_typed_column_is_skipped_with_its_reason(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _two_regions(tmp_path)
+    chunk = sorted(tmp_path.glob("regions/r1/r1-w0/requests-*.parquet"))[0]
+    table = pq.read_table(chunk)
+    bad = table.set_column(table.schema.get_field_index("latency_ns"), "latency_ns",
+                           pa.array([str(v) for v in table.column("latency_ns").to_pylist()]))
+    pq.write_table(bad, chunk.with_name("requests-00999.parquet"))
+    s = analyze_run(tmp_path).summary
+    (skipped,) = s["input"]["chunks_skipped"]
+    assert skipped["path"].endswith("requests-00999.parquet")
+    assert skipped["reason"] == "column latency_ns is string, expected int64"
+    assert s["input"]["rows_read"] == 1000
+
+
+def test_a_worker_without_clock_samples_is_named_in_a_warning(tmp_path):
+    _two_regions(tmp_path)
+    for f in tmp_path.glob("regions/r1/r1-w0/clock-*.parquet"):
+        f.unlink()
+    s = analyze_run(tmp_path).summary
+    assert any(w.startswith("r1-w0: no clock samples") for w in s["warnings"]), s["warnings"]
+
+
+def test_a_run_directory_without_manifest_is_refused(tmp_path):
+    _two_regions(tmp_path)
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(RunDirError, match="no manifest.json"):
+        load_run(tmp_path)
+
+
+def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, monkeypatch, capsys):
+    """The analysis would need more memory than is available: exit 2 naming the rows and the memory, no report
+    written, the run directory untouched — never the kernel killing the analysis half-way."""
+    import tailrace.analysis.read.rundir as rundir
+    from tailrace.analysis.command import analyze_and_report
+    from tailrace.analysis.decide.compare import compare_command
+
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
+    assert analyze_and_report(tmp_path, None, quiet=True) == 2
+    err = capsys.readouterr().err
+    assert "200 request rows need about" in err and "GiB available" in err and "Traceback" not in err
+    assert compare_command(tmp_path, tmp_path, None) == 2
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 2**40)
+    assert analyze_and_report(tmp_path, None, quiet=True) == 0
+
+
+def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
+    """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES returns freed memory to the
+    system, and is checked against the memory it needs that way (a day's 100 M rows: ~9 GiB, not 22)."""
+    import tailrace.analysis.read.process_memory as process_memory
+    import tailrace.analysis.read.rundir as rundir
+    from tailrace.analysis.command import analyze_and_report
+
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    returned = []
+    monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
+    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
+    heaps: list[bool] = []  # one heap for every thread, or (a run that returns memory) glibc's heap per thread
+    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda one_heap=True: heaps.append(one_heap) or {})
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
+    assert returned == [True] and heaps == [False]
+    assert "100,000,000 request rows need about 8.8 GiB" in capsys.readouterr().err
+    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
+    returned.clear()
+    heaps.clear()
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == [] and heaps == [True]
+    assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
+
+
+def test_clock_models_map_times_as_their_formula_in_place():
+    """OffsetModel.to_reference (in place, one temporary) gives t + round(offset_at(t)) to the nanosecond, into a
+    slice of a larger array as to a new one; to_reference fills each worker's run by its model."""
+    import pandas as pd
+
+    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
+
+    rng = np.random.default_rng(5)
+    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 50_000))
+    models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
+              "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
+    for model in models.values():
+        want = t + np.round(model.offset_at(t)).astype(np.int64)
+        assert np.array_equal(model.to_reference(t), want)
+        into = np.zeros(len(t) + 10, dtype=np.int64)
+        model.to_reference(t, out=into[5:-5])
+        assert np.array_equal(into[5:-5], want) and not into[:5].any() and not into[-5:].any()
+    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [20_000, 20_000, 10_000]))
+    offsets = rng.integers(-1000, 1000, len(t))
+    ref = to_reference(t, offsets, worker_runs(workers), models)
+    assert np.array_equal(ref[:20_000], models["w1"].to_reference(t[:20_000]))
+    assert np.array_equal(ref[20_000:40_000], models["w2"].to_reference(t[20_000:40_000]))
+    assert np.array_equal(ref[40_000:], t[40_000:] + offsets[40_000:])  # w3 has no model: its stamped offsets
+
+
+def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
+    """Chunks written before batch_size / correct_count existed (contract/records.py OPTIONAL_DEFAULTS), mixed
+    with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
+    import pyarrow.parquet as pq
+
+    from tailrace.contract.layout import RunLayout
+
+    write_run(tmp_path, profile=profile_dict(400, 5), chunk_rows=100, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2}})
+    chunks = RunLayout(tmp_path).request_chunks()
+    for path in chunks[::2]:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["batch_size", "correct_count"]), path)
+    df = load_run(tmp_path).requests
+    assert len(df) == 2000 and len(chunks) == 20
+    assert (df["batch_size"] == 1).all()
+    assert (df["correct_count"] == df["correct"].astype(int)).all() and (~df["correct"]).sum() > 100
+
+
+def test_an_analysing_process_keeps_freed_memory_and_small_pages():
+    """reuse_freed_memory (process_memory.settle's, for tailrace analyze / compare before they analyse) takes
+    effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), a thread's memory from the one heap,
+    and it reports the effective settings."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import ctypes, json, threading; from tailrace.analysis.read.process_memory import reuse_freed_memory\n"
+            "s = reuse_freed_memory() if SETTLE else {}\n"
+            "libc = ctypes.CDLL(None); libc.malloc.restype = libc.sbrk.restype = ctypes.c_void_p\n"
+            "block = []; t = threading.Thread(target=lambda: block.append(libc.malloc(1 << 20))); t.start(); t.join()\n"
+            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), block[0] < libc.sbrk(0)]))")
+
+    def run(settle: bool):
+        return json.loads(subprocess.run([sys.executable, "-c", f"SETTLE = {settle}\n" + code], capture_output=True,
+                                         text=True, check=True, timeout=60).stdout)
+
+    settings, thp_disabled, thread_block_in_main_heap = run(True)
+    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "malloc_arena_max": 1,
+                        "transparent_huge_pages": "off"}
+    assert thp_disabled == 1
+    assert thread_block_in_main_heap  # a thread's block comes from the one heap (below its break)
+    assert run(False)[2] is False  # by default a thread's comes from an arena of its own
+
+
+def _synthetic(tmp_path, rows: int = 30_000):
+    from bench.synthetic_run import Shape, write_synthetic_run
+
+    run_dir = tmp_path / "run"
+    write_synthetic_run(run_dir, Shape(rows, chunks=12, seed=5))
+    return run_dir
+
+
+@pytest.mark.parametrize("keep_bytes", ["default", 0])
+def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(tmp_path, monkeypatch, keep_bytes):
+    """`tailrace analyze` reads the log a few columns at a time and frees each after its last reader; the
+    Python API reads it whole. Same summary, same tables, and only the report's columns are left loaded —
+    also when every spared column is freed and read again (keep_bytes 0: a day's log, above KEEP_BYTES)."""
+    import json
+
+    import tailrace.analysis.read.chunks as chunks
+    from tailrace.analysis.analyze import REPORT_COLUMNS
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
+    from tailrace.analysis.report.figures import Figures
+    from tailrace.analysis.stats.timeline import timeline
+
+    class Submitted(Figures):  # what tailrace analyze's figure process would be handed
+        ahead = True
+
+        def __init__(self) -> None:
+            self.args: dict[str, tuple] = {}
+
+        def submit(self, name: str, *args) -> None:
+            self.args[name] = args
+
+    if keep_bytes != "default":
+        monkeypatch.setattr(chunks, "KEEP_BYTES", keep_bytes)
+    run_dir = _synthetic(tmp_path)
+    figures = Submitted()
+    whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS, figures=figures)
+    # the figures' numbers, whether the statistics computed beside each other (default) or in order (0)
+    assert sorted(figures.args) == ["clock_offsets", "decomposition_bars", "heatmap_p99", "latency_cdfs",
+                                    "over_time_of", "queue_vs_utilization"]
+    line, _, outages = figures.args["over_time_of"]
+    expected = timeline(lazy.requests)
+    assert line.whole_s == expected.whole_s and line.p99_ms.keys() == expected.p99_ms.keys()
+    for region, p99 in expected.p99_ms.items():
+        np.testing.assert_array_equal(line.p99_ms[region], p99)
+        np.testing.assert_array_equal(line.requests[region], expected.requests[region])
+    assert outages == lazy.summary["outages"] and figures.args["latency_cdfs"] == (lazy.cdfs,)
+    assert json.dumps(lazy.summary, default=str) == json.dumps(whole.summary, default=str)
+    assert lazy.tables.keys() == whole.tables.keys()
+    for name, table in whole.tables.items():
+        assert lazy.tables[name].equals(table), name
+    assert sorted(lazy.data.log._values) == sorted(REPORT_COLUMNS)
+    assert list(lazy.requests.columns) == list(REPORT_COLUMNS)
+    assert lazy.summary["input"]["rows_read"] == 30_000 and lazy.summary["latency"][-1]["count"] > 0
+
+
+def _corrupt_latency_pages(chunk) -> None:
+    """Overwrite a chunk's first latency_ns page past its header: its footer and other columns still read."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(chunk).row_group(0)
+    column = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == "latency_ns")
+    data = bytearray(chunk.read_bytes())
+    start = column.data_page_offset + 24  # past the page header: into the compressed values
+    data[start:start + 64] = bytes(range(64))
+    chunk.write_bytes(bytes(data))
+
+
+def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_again(tmp_path):
+    """A chunk whose footer and first columns read but whose latency pages are corrupt: found only when the
+    latency column is read, after statistics used its other columns. It is reported as skipped and every
+    statistic is computed without it (the run analysed again), never half with it."""
+    import pyarrow.parquet as pq
+
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
+
+    run_dir = _synthetic(tmp_path)
+    chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
+    rows = pq.read_metadata(chunk).num_rows
+    _corrupt_latency_pages(chunk)
+    with pytest.raises(Exception):
+        pq.read_table(chunk, columns=["latency_ns"])
+    pq.read_table(chunk, columns=["worker", "phase", "status", "endpoint", "region"])  # these still read
+
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    (skipped,) = summary["input"]["chunks_skipped"]
+    assert skipped["path"] == str(chunk) and "latency_ns" in skipped["reason"], skipped
+    assert summary["input"]["rows_read"] == 30_000 - rows
+    assert sum(r["count"] for r in summary["phases"]) == 30_000 - rows
+
+
+def _flip_one_bit(chunk, column_name: str) -> None:
+    """Flip one bit in the middle of a chunk's `column_name` pages: a damage no decoder notices by itself."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(chunk).row_group(0)
+    column = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column_name)
+    data = bytearray(chunk.read_bytes())
+    data[column.data_page_offset + column.total_compressed_size // 2] ^= 0x04
+    chunk.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("column_name", ["latency_ns", "trace_id"])
+def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_skipped(tmp_path, column_name):
+    """Delta-packed pages decode a flipped bit to other numbers without complaint: the chunk writer's page CRCs
+    make it an error naming the chunk, and the analysis runs again without it — also when the damage is in
+    the trace ids, read last and only for the rows the report names."""
+    import pyarrow.parquet as pq
+
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
+
+    run_dir = _synthetic(tmp_path)
+    clean = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    named = {r["trace_id"] for r in clean["slowest"]}
+    chunks = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))
+    chunk = next(c for c in chunks if named & set(pq.read_table(c, columns=["trace_id"]).column(0).to_pylist()))
+    rows = pq.read_metadata(chunk).num_rows
+    _flip_one_bit(chunk, column_name)
+    with pytest.raises(OSError, match="CRC"):
+        pq.read_table(chunk, columns=[column_name], page_checksum_verification=True)
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    (skipped,) = summary["input"]["chunks_skipped"]
+    assert skipped["path"] == str(chunk) and "CRC" in skipped["reason"] and column_name in skipped["reason"]
+    assert summary["input"]["rows_read"] == 30_000 - rows
+    assert clean["valid"] and not summary["valid"] and summary["verdict"] == "INVALID" and summary["exit_code"] == 4
+    assert summary["invalid_reasons"][-1].startswith(f"1 request chunk(s) could not be read ({chunk};")
+
+
+def test_only_unreadable_request_chunks_make_a_run_invalid():
+    """The requests are the measurement: a request chunk that cannot be read is missing from every number. A torn
+    last line of a server-statistics log or a damaged clock chunk is reported as skipped, and the run stands."""
+    from tailrace.analysis.read.chunks import SkippedChunk, unread_request_chunks
+
+    others = [SkippedChunk("/r/endpoints/a/stats-timeline.jsonl:7", "not valid JSON"),
+              SkippedChunk("/r/regions/eu/eu-w0/clock-00002.parquet", "CRC mismatch")]
+    assert unread_request_chunks(others) == []
+    lost = [SkippedChunk("/r/regions/eu/eu-w0/requests-00007.parquet", "CRC mismatch"),
+            SkippedChunk("/r/regions/us/us-w1/requests-00003.parquet", "truncated")]
+    (reason,) = unread_request_chunks(others + lost)
+    assert reason.startswith("2 request chunk(s) could not be read (/r/regions/eu/eu-w0/requests-00007.parquet and 1 "
+                             "more;")
+
+
+def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_worker(tmp_path):
+    """A request chunk deleted, or never delivered to the master, leaves nothing to skip: the analysis counts each
+    worker's rows against what its summary says it wrote, so the rest can never PASS as if it were the run."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from tailrace.analysis.read.chunks import SkippedChunk, missing_requests
+    from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
+
+    run_dir = _synthetic(tmp_path)
+    assert analyze_run(run_dir, ANALYSIS_COLUMNS).summary["valid"]
+    chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
+    rows, worker = pq.read_metadata(chunk).num_rows, chunk.parent.name
+    written = json.loads((run_dir / "manifest.json").read_text())["workers"][worker]["summary"]["rows_written"]
+    chunk.unlink()
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    assert not summary["valid"] and summary["verdict"] == "INVALID" and summary["exit_code"] == 4
+    assert summary["invalid_reasons"] == [f"{worker}: {rows:,} of the {written:,} requests it recorded are not in the "
+                                          "run directory (chunks missing; `tailrace collect SPOOL RUN_DIR` copies "
+                                          "those a worker kept)"]
+    # a worker with a damaged chunk is named once, by the damaged chunk
+    assert missing_requests({worker: written}, {worker: written - rows},
+                            [SkippedChunk(str(chunk), "CRC mismatch")]) == []

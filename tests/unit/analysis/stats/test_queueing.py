@@ -1,0 +1,113 @@
+"""Queueing and utilization from the server's columns, outage windows, and the queueing formulas."""
+
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_000):
+    import pandas as pd
+
+    n = len(statuses)
+    return pd.DataFrame({"endpoint": endpoint, "t_intended_ref": np.arange(n, dtype=np.int64) * gap_ns,
+                         "status": statuses, "code": ["c"] * n, "region": ["r"] * n,
+                         "trace_id": [f"{i:032x}" for i in range(n)]})
+
+
+def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
+    from tailrace.analysis.stats.outages import outage_windows
+
+    # 0.1 s apart: 7 failures, 1 stray success, 6 failures (one outage), 20 ok, 3 failures (too few), 6 failures
+    statuses = ["ok"] * 10 + ["connection"] * 7 + ["ok"] + ["http_error"] * 6 + ["ok"] * 20 + ["timeout"] * 3 + \
+        ["ok"] * 20 + ["connection"] * 6
+    windows = outage_windows(_requests(statuses))
+    assert len(windows) == 2
+    first, last = windows
+    assert (first["failed"], first["succeeded"], first["start_s"], first["end_s"]) == (13, 1, 1.0, 2.4)
+    assert first["errors"] == {"connection/c": 7, "http_error/c": 6} and first["recovered"]
+    assert last["end_s"] is None and not last["recovered"] and last["failed"] == 6
+    assert outage_windows(_requests(["ok"] * 50)) == []
+
+
+def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    receive = np.cumsum(rng.exponential(1e9 / rate, int(rate * seconds))).astype(np.int64) + 10**18
+    compute = np.full(len(receive), int(compute_ms * 1e6))
+    return pd.DataFrame({"endpoint": "e", "model": "m", "status": "ok", "server_receive_ns": receive,
+                         "server_send_ns": receive + compute + 50_000, "server_compute_ns": compute,
+                         "server_queue_ns": 10_000})
+
+
+def test_queueing_holds_at_most_two_server_columns_and_gives_the_numbers_of_holding_all_four():
+    """A day's run cannot hold four server columns of a hundred million rows beside the rest: queueing_table asks
+    for receive and send, then compute, then queue, and says when each is read no more; its numbers (M/M/1 rows
+    included) are those of reading them from the frame."""
+    from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
+
+    df = _server_side(400, 20, 2.0)
+    df["model"] = "synthetic_mm1"
+    loaded, most, calls = set(), 0, []
+
+    def column(name):
+        nonlocal most
+        loaded.add(name)
+        most = max(most, len(loaded))
+        calls.append(name)
+        return df[name].to_numpy()
+
+    def done(name):
+        loaded.discard(name)
+        calls.append("done " + name)
+
+    streamed = queueing_table(df[["endpoint", "model", "status", "server_receive_ns"]], {}, {"synthetic_mm1"},
+                              column=column, done=done)
+    assert streamed == queueing_table(df, {}, {"synthetic_mm1"}) and "mm1" in streamed[0]
+    assert most == 2 and not loaded and [c for c in calls if not c.startswith("done")] == list(SERVER_COLUMNS)
+
+
+def test_utilization_counts_a_batch_execution_once():
+    """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
+    at 4 requests per execution the slot is busy only a fifth of the time."""
+    from tailrace.analysis.read.triton_stats import requests_per_execution
+    from tailrace.analysis.stats.queueing import queueing_table
+
+    df = _server_side(400, 20, 2.0)
+    unbatched = queueing_table(df, {}, set())[0]
+    assert unbatched["utilization"] == pytest.approx(0.8, rel=0.05) and unbatched["requests_per_execution"] == 1
+    per_exec = requests_per_execution([{"endpoints": ["e"], "success": 8000, "execution_count": 2000}])
+    batched = queueing_table(df, {}, set(), per_exec)[0]
+    assert per_exec == {"e": 4.0}
+    assert batched["utilization"] == pytest.approx(unbatched["utilization"] / 4)
+    # requests of 128 samples each, one execution per request: no correction
+    assert requests_per_execution([{"endpoints": ["e"], "success": 50, "execution_count": 50,
+                                    "inference_count": 6400}]) == {"e": 1.0}
+
+
+def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_deterministic():
+    from tailrace.analysis.stats.queueing import mg1_mean_wait, mm1
+
+    lam, s = 800.0, 0.001
+    assert mg1_mean_wait(lam, s, 2 * s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"])
+    assert mg1_mean_wait(lam, s, s ** 2) == pytest.approx(mm1(lam, s)["mean_wait_s"] / 2)  # M/D/1
+    assert mg1_mean_wait(1000.0, s, 2 * s ** 2) == float("inf")
+
+
+def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_with_burstiness():
+    from tailrace.analysis.stats.queueing import gg1_mean_wait, interarrival_cv2, mg1_mean_wait
+
+    lam, s = 400.0, 0.002
+    for cs2 in (0.0, 1.0, 1.5):
+        assert gg1_mean_wait(lam, s, 1.0, cs2) == pytest.approx(mg1_mean_wait(lam, s, (cs2 + 1) * s ** 2))
+    assert gg1_mean_wait(lam, s, 1.4, 1.0) == pytest.approx(1.2 * gg1_mean_wait(lam, s, 1.0, 1.0))
+    assert gg1_mean_wait(600.0, s, 1.0, 1.0) == float("inf")
+    rng = np.random.default_rng(1)
+    poisson = np.cumsum(rng.exponential(2.5e6, 200_000)).astype(np.int64)
+    assert interarrival_cv2(poisson) == pytest.approx(1.0, abs=0.02)
+    assert interarrival_cv2(np.arange(0, 10**9, 10**6)) == pytest.approx(0.0)  # a metronome
+    # the same arrivals delivered in pairs (two per wake-up of a busy server): burstier
+    assert interarrival_cv2(poisson[1::2].repeat(2)) > 1.9
+    assert interarrival_cv2(np.array([5])) is None
