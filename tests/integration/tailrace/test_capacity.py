@@ -21,9 +21,9 @@ MM1_S_MS, SLO_MS = 2.0, 50.0
 ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 
-# The search at 15%: 100, 200, 400 (fails), then 300 and 350 — the whole search, in half the trials of the
-# profile's 5% (bench/capacity_mm1.py runs that one and docs/BENCHMARKS.md has its trials).
-TOLERANCE = 0.15
+# A coarse search — 200, 400 (fails), 300: three short trials — checks the search against theory as far as its
+# bracket resolves; bench/capacity_mm1.py runs the fine one (5%, ~10 trials) and docs/BENCHMARKS.md has its figure.
+TOLERANCE = 0.35
 
 
 def mm1_profile(model_repo):
@@ -40,24 +40,24 @@ def mm1_profile(model_repo):
         # twice). 20 ms still catches a generator that cannot keep up.
         "generator": {"send_lag_p99_ms": 20, "cpus": GENERATOR_CPUS},
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": SLO_MS}],
-        "capacity": {"start_rate": 100, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 8,
-                     "peak_rate": 600},
+        "capacity": {"start_rate": 200, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 4,
+                     "samples_margin": 1.5, "peak_rate": 600},
     }, "capacity test profile")
 
 
-@pytest.mark.timeout(900)  # ~5–7 trials, more when one is retried (default 300 s)
+@pytest.mark.timeout(600)  # ~3 trials, more when one is retried (default 300 s)
 def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     cap_dir, result = run_capacity(mm1_profile(model_repo), tmp_path, quiet=True)
     # M/M/1 sojourn time is Exp(μ − λ): p99 = ln(100) / (μ − λ) = T  ⇒  λ* = μ − ln(100) / T
     theory = 1000 / MM1_S_MS - math.log(100) / (SLO_MS / 1000)
     assert result["status"] == "found", result["note"]
-    # Within 15% of M/M/1 above; below, 25%: this VM's hypervisor takes CPU in bursts under load (steal),
-    # and stalls only ever add latency, so they can make the search find less than theory, never more.
-    assert -0.25 < (result["capacity_rps"] - theory) / theory < 0.15, (result["capacity_rps"], theory)
     lo, hi = result["bracket"]
-    assert hi / lo - 1 <= TOLERANCE
+    assert hi / lo - 1 <= TOLERANCE and result["capacity_rps"] == lo, (result["bracket"], result["capacity_rps"])
+    # The bracket holds theory, within 15% above it; below, 25%: this VM's hypervisor takes CPU in bursts under
+    # load (steal), and stalls only ever add latency, so they can make the search find less than theory, never more.
+    assert lo < theory * 1.15 and hi > theory * 0.75, (result["bracket"], theory)
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
-    assert list(dict.fromkeys(r["rate"] for r in rows))[:3] == [100, 200, 400]  # a retried rate repeats
+    assert list(dict.fromkeys(r["rate"] for r in rows))[:2] == [200, 400]  # a retried rate repeats
     for r in (r for r in rows if r["outcome"] == PASS):
         # the trial's own p99 is withheld (None) when its requests are worth fewer independent samples than a p99
         # interval needs; the SLO verdict decides on the exceedance proportion and always states what it measured
@@ -117,17 +117,18 @@ def lm_profile(model_repo):
         "generator": {"send_lag_p99_ms": 20, "cpus": GENERATOR_CPUS},
         "slos": [{"metric": "ttft", "percentile": 95, "threshold_ms": TTFT_SLO_MS},
                  {"metric": "tpot", "percentile": 90, "threshold_ms": 12}],
-        "capacity": {"start_rate": 8, "growth": 2, "tolerance": 0.25, "budget_s": 600, "min_trial_s": 8,
+        "capacity": {"start_rate": 16, "growth": 2, "tolerance": 0.35, "budget_s": 600, "min_trial_s": 5,
                      "max_trial_s": 20, "samples_margin": 1.5},
     }, "generative capacity test profile")
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_capacity_search_on_synthetic_lm_finds_its_rate_and_tokens_per_second(model_repo, tmp_path):
     """TTFT p95 < 250 ms and TPOT p90 < 12 ms on synthetic_lm with 4 places: TPOT stays one step (~8.5 ms) at
     any rate, so TTFT decides. Its ceiling is 4 / (16 × 8.4 ms) ≈ 29.8 requests/s; a discrete-step simulation of
-    the same scheduler puts the TTFT SLO's rate at ~23–24/s (the queue grows steeply past ~26/s). The search must
-    answer below the ceiling and above 55% of it, with output tokens/s = its rate × 16."""
+    the same scheduler puts the TTFT SLO's rate at ~23–24/s (the queue grows steeply past ~26/s). The search (16, 32,
+    24, then 28 or 20: three or four trials) must answer below the ceiling and above 55% of it, with output
+    tokens/s = its rate × 16."""
     cap_dir, result = run_capacity(lm_profile(model_repo), tmp_path, quiet=True)
     ceiling = MAX_NUM_SEQS / (OUTPUT * (STEP_MS + PER_SEQ_MS * MAX_NUM_SEQS) / 1000)
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
