@@ -24,9 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, write_section  # noqa: E402
+from tailrace.commands import tailrace_argv  # noqa: E402
 from tailrace.contract.layout import RunLayout  # noqa: E402
 from tailrace.endpoints.models.model_build import build_repository  # noqa: E402
-from tailrace.harness.services.processes import free_port, start_process, tailrace_argv  # noqa: E402
+from tailrace.harness.services.processes import free_port, start_process  # noqa: E402
 
 RESPONSE = ('{"model_name":"digits_mlp_fp32","model_version":"1","outputs":[{"name":"label","datatype":"INT64",'
             '"shape":[1],"data":[3]}],"parameters":{"queue_ns":1000,"compute_ns":20000}}')

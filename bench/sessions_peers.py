@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailrace.harness.services.processes import free_port, start_process, tailrace_argv, wait_http_ok  # noqa: E402
+from tailrace.commands import tailrace_argv  # noqa: E402
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok  # noqa: E402
 
 TURNS, WORDS, OUTPUT, THINK_S, SESSION_RATE = 4, 200, 16, 0.5, 0.5
 

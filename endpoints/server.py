@@ -11,6 +11,8 @@ from pathlib import Path
 import uvicorn
 
 from tailrace.contract.credentials import Credential
+from tailrace.contract.exit_codes import USAGE
+from tailrace.contract.internal_processes import EMBEDDED_SERVER, EmbeddedServerLaunch, ServerOptions, options_from_argv
 from tailrace.endpoints.auth import CredentialInterceptor, require_credential
 from tailrace.endpoints.generation.grpc_streams import GrpcStreams
 from tailrace.endpoints.generation.hub import StreamHub
@@ -19,7 +21,7 @@ from tailrace.endpoints.generation.triton_generate import GenerateRoutes
 from tailrace.endpoints.http_guard import guarded_protocol
 from tailrace.endpoints.kserve.grpc_service import start_grpc_server
 from tailrace.endpoints.kserve.http_app import build_app
-from tailrace.endpoints.serving.core import InferenceServer, ServerOptions
+from tailrace.endpoints.serving.core import InferenceServer
 
 
 @dataclass(frozen=True)
@@ -119,5 +121,15 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
     return 0 if http_server.started else 1
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: tailrace serve --models DIR")
+def main(argv: list[str]) -> int:
+    """The embedded server as a run starts it: `python -m tailrace.endpoints.server LAUNCH_JSON`."""
+    launch = options_from_argv(EmbeddedServerLaunch, argv, EMBEDDED_SERVER)
+    try:
+        return serve(launch.options, launch.host, launch.http_port, launch.grpc_port)
+    except (ValueError, OSError) as exc:
+        print(f"tailrace embedded server: {exc}", file=sys.stderr)
+        return USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

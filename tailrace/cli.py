@@ -75,10 +75,10 @@ def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.contract.addresses import is_loopback
+    from tailrace.commands import is_loopback
     from tailrace.contract.credentials import Credential
+    from tailrace.contract.internal_processes import ServerOptions
     from tailrace.endpoints.server import ServerTls, serve
-    from tailrace.endpoints.serving.core import ServerOptions
 
     if not is_loopback(args.host) and not args.expose:
         parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
@@ -168,21 +168,32 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
 
 
-def _cmd_proxy(args: argparse.Namespace) -> int:
+def _cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from pydantic import ValidationError
+
+    from tailrace.contract.internal_processes import ProxyOptions, ProxyRoute
     from tailrace.harness.services.delay_proxy import main_proxy
 
-    return main_proxy(args.route, args.delay_ms, args.jitter_ms, args.seed)
+    try:
+        options = ProxyOptions(routes=tuple(ProxyRoute.parse(r) for r in args.route), delay_ms=args.delay_ms,
+                               jitter_ms=args.jitter_ms, seed=args.seed)
+    except (ValueError, ValidationError) as exc:
+        parser.error(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else
+                     f"{'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}")
+    return main_proxy(options)
 
 
 def _cmd_sntp(args: argparse.Namespace) -> int:
+    from tailrace.contract.internal_processes import SntpOptions
     from tailrace.harness.services.sntp_server import serve_sntp
 
-    serve_sntp(args.host, args.port)
+    options = SntpOptions(host=args.host, port=args.port)
+    serve_sntp(options.host, options.port)
     return OK
 
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.contract.addresses import is_loopback
+    from tailrace.commands import is_loopback
     from tailrace.harness.orchestration.remote import read_token, run_master
 
     if not is_loopback(args.bind) and not args.expose:
@@ -450,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--delay-ms", type=float, default=0.0)
     proxy.add_argument("--jitter-ms", type=float, default=0.0)
     proxy.add_argument("--seed", type=int, default=0)
-    proxy.set_defaults(func=lambda a, p: _cmd_proxy(a))
+    proxy.set_defaults(func=lambda a, p: _cmd_proxy(a, p))
 
     sntp = sub.add_parser("sntp", help="minimal SNTP time reference on loopback",
                           description="Answer SNTP queries with this machine's clock (when no NTP server is at hand).")

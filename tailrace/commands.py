@@ -4,8 +4,26 @@ render exactly these (tailrace/kubernetes.py) — one image, the role is the com
 here: both roles read $TAILRACE_RUN_TOKEN or a --token-file."""
 from __future__ import annotations
 
+import ipaddress
+import sys
+
 MASTER_PORT = 5557
 SNTP_PORT = 12300
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost': what counts as this machine when a command binds a port."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tailrace_argv(*args: str) -> list[str]:
+    """argv that runs the tailrace CLI with this interpreter (`tailrace_argv(*master_args(…))`)."""
+    return [sys.executable, "-m", "tailrace.cli", *args]
 
 
 def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: int = SNTP_PORT, out: str,
@@ -14,7 +32,7 @@ def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: 
     """`tailrace master …` arguments (after the program name): binds `bind` (exposed when not loopback); the
     profile's `overrides` as --set (the workers get the resolved plan from the master)."""
     args = ["master", profile, "--bind", bind]
-    if not bind.startswith("127."):
+    if not is_loopback(bind):
         args.append("--expose")
     args += ["--port", str(port), "--sntp-port", str(sntp_port), "--out", out, "--wait-s", f"{wait_s:g}"]
     if token_file:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tailrace.commands import tailrace_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.master_events import PLAN_SENT, read_master_events
 from tailrace.contract.profile import Profile, parse_profile
@@ -25,7 +26,7 @@ from tailrace.harness.client.payloads import Payloads
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.orchestration.local_run import LocalRun
 from tailrace.harness.orchestration.run_record import write_manifest
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, start_process
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.worker.clock import WorkerClock, measure_offset
 
@@ -60,8 +61,16 @@ class Endpoint:
 
 
 def start_endpoint(repo: Path, log_dir: Path, extra: list[str] | None = None, host: str = "127.0.0.1") -> Endpoint:
+    """`tailrace serve` (the user's command, with its flags `extra`), ready."""
     http_port, grpc_port = free_port(host), free_port(host)
-    proc = start_embedded_endpoint(repo, host, http_port, grpc_port, log_dir / f"endpoint-{http_port}.log", extra)
+    proc = start_process(f"endpoint {host}:{http_port}", tailrace_argv(
+        "serve", "--models", str(repo), "--host", host, "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+        *(extra or [])), log_dir / f"endpoint-{http_port}.log")
+    try:
+        wait_http_ok(f"http://{host}:{http_port}/v2/health/ready", proc, 60.0)
+    except RuntimeError:
+        proc.stop()
+        raise
     return Endpoint(proc, host, http_port, grpc_port)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tailrace.contract.internal_processes import MODELS_BUILD, ModelsBuildOptions, options_from_argv
 from tailrace.contract.tensors import TensorSpec
 from tailrace.endpoints.models.generative_build import GENERATIVE_MODELS, build_generative
 from tailrace.endpoints.models.model_config import ModelSpec, write_config
@@ -228,3 +230,15 @@ def load_heldout(repository: Path) -> tuple[np.ndarray, np.ndarray]:
     path = repository / DATA_FILE
     with np.load(path) as data:
         return data["input"].astype(np.float32), data["labels"].astype(np.int64)
+
+
+def main(argv: list[str]) -> int:
+    """A build as a run starts it: `python -m tailrace.endpoints.models.model_build OPTIONS_JSON`."""
+    options = options_from_argv(ModelsBuildOptions, argv, MODELS_BUILD)
+    built = build_repository(options.out, options.mm1_mean_ms)
+    print(f"built {len(built)} models into {options.out}: {', '.join(m.name for m in built)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailrace.contract.internal_processes import ServerOptions
 from tailrace.endpoints.models.decoders import load_decoder
 from tailrace.endpoints.models.generative_build import GENERATIVE_BACKEND
 from tailrace.endpoints.models.model_config import ModelSpec, model_spec
@@ -18,23 +18,6 @@ from tailrace.endpoints.serving.scheduler import ModelScheduler, Timings
 SERVER_NAME = "tailrace"
 SERVER_VERSION = "0.1.0"
 EXTENSIONS = ["binary_tensor_data", "statistics", "model_configuration", "server_timing", "trace_context"]
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """Settings of one embedded server."""
-
-    repository: Path
-    slots: dict[str, int]
-    queue_depth: dict[str, int]
-    max_body_bytes: int = 8 * 1024 * 1024
-    service_time_mean_ms: float | None = None
-    fault_injection: bool = False
-    models: tuple[str, ...] = ()
-    max_batch: dict[str, int] = field(default_factory=dict)
-    header_timeout_s: float = 10.0  # a new connection must send a complete request header by then
-    idle_timeout_s: float = 30.0  # an idle keep-alive connection is closed after this
-    batching: dict[str, dict[str, int]] = field(default_factory=dict)  # generative model → BatchingLimits overrides
 
 
 def load_specs(repository: Path, only: tuple[str, ...] = ()) -> dict[str, ModelSpec]:

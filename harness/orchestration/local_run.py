@@ -12,6 +12,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailrace.contract.internal_processes import MODELS_BUILD, SNTP_SERVER, ModelsBuildOptions, SntpOptions, internal_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.plan import RunPlan, endpoint_kind
 from tailrace.contract.profile import EMBEDDED, MASTER_CLOCK, Profile
@@ -28,7 +29,7 @@ from tailrace.harness.orchestration.lifecycle import (
 )
 from tailrace.harness.orchestration.preflight import check_local, needs_models_build
 from tailrace.harness.orchestration.server_stats import stats_targets
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process
 from tailrace.harness.services.region_proxies import proxied_regions, start_region_proxies
 from tailrace.harness.services.servers import Servers, start_servers
 from tailrace.harness.services.triton_server import TritonServer
@@ -152,9 +153,8 @@ class LocalRun:
         models_dir = Path(self.profile.embedded.models_dir)
         if needs_models_build(self.profile):
             self.log(f"building models into {models_dir}")
-            build = start_process("models build", tailrace_argv(
-                "models", "build", "--out", str(models_dir), "--mm1-mean-ms",
-                str(self.profile.embedded.mm1_mean_ms or 2.0)), self.layout.log("models-build"))
+            options = ModelsBuildOptions(out=models_dir, mm1_mean_ms=self.profile.embedded.mm1_mean_ms or 2.0)
+            build = start_process("models build", internal_argv(MODELS_BUILD, options), self.layout.log("models-build"))
             if build.popen.wait() != 0:
                 raise RuntimeError(f"building models into {models_dir} failed:\n{build.log_tail()}")
 
@@ -164,7 +164,7 @@ class LocalRun:
         if EMBEDDED not in servers and MASTER_CLOCK not in servers:
             return servers
         port = free_port()  # on one machine, the master's reference and the embedded one are the same thing
-        self.processes.append(start_process("sntp", tailrace_argv("sntp", "--port", str(port)),
+        self.processes.append(start_process("sntp", internal_argv(SNTP_SERVER, SntpOptions(port=port)),
                                             self.layout.log("sntp")))
         return [f"127.0.0.1:{port}" if s in (EMBEDDED, MASTER_CLOCK) else s for s in servers]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailrace.contract.exit_codes import INVALID, OK, USAGE
+from tailrace.contract.internal_processes import SNTP_SERVER, SntpOptions, internal_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, WORKER_REFUSED
 from tailrace.contract.plan import unresolved_plan
@@ -36,7 +37,7 @@ from tailrace.harness.orchestration.lifecycle import (
 )
 from tailrace.harness.orchestration.progress import ChunkProgress
 from tailrace.harness.orchestration.server_stats import stats_targets
-from tailrace.harness.services.processes import start_process, tailrace_argv
+from tailrace.harness.services.processes import start_process
 from tailrace.harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
 WAIT_FOR_WORKERS_S = 600
@@ -142,7 +143,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         return None, USAGE
     sntp = None
     if MASTER_CLOCK in profile.clock.servers:
-        sntp = start_process("sntp", tailrace_argv("sntp", "--host", bind, "--port", str(sntp_port)),
+        sntp = start_process("sntp", internal_argv(SNTP_SERVER, SntpOptions(host=bind, port=sntp_port)),
                              layout.log("sntp"), with_parent=True)
     n = sum(r.workers for r in profile.regions)
     print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; results → {layout.root}")

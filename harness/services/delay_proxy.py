@@ -8,29 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
-from dataclasses import dataclass
 
 from tailrace.contract.exit_codes import OK
-
-
-@dataclass(frozen=True)
-class Route:
-    listen_host: str
-    listen_port: int
-    target_host: str
-    target_port: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Route":
-        """'LHOST:LPORT=THOST:TPORT'."""
-        try:
-            listen, target = text.split("=")
-            lh, lp = listen.rsplit(":", 1)
-            th, tp = target.rsplit(":", 1)
-            return cls(lh, int(lp), th, int(tp))
-        except ValueError:
-            raise ValueError(f"route must be LISTEN_HOST:PORT=TARGET_HOST:PORT, got {text!r}") from None
+from tailrace.contract.internal_processes import DELAY_PROXY, ProxyOptions, ProxyRoute, options_from_argv
 
 
 class DelayLink:
@@ -84,7 +66,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link
             pass
 
 
-async def _serve_route(route: Route, link_up: DelayLink, link_down: DelayLink) -> asyncio.AbstractServer:
+async def _serve_route(route: ProxyRoute, link_up: DelayLink, link_down: DelayLink) -> asyncio.AbstractServer:
     async def handle(client_reader, client_writer) -> None:
         try:
             server_reader, server_writer = await asyncio.open_connection(route.target_host, route.target_port)
@@ -102,19 +84,28 @@ async def _serve_route(route: Route, link_up: DelayLink, link_down: DelayLink) -
     return await asyncio.start_server(handle, route.listen_host, route.listen_port, backlog=4096)
 
 
-async def run_proxy(routes: list[Route], delay_ms: float, jitter_ms: float, seed: int = 0) -> None:
+async def run_proxy(options: ProxyOptions) -> None:
     """Serve every route until cancelled."""
-    servers = [await _serve_route(r, DelayLink(delay_ms, jitter_ms, seed), DelayLink(delay_ms, jitter_ms, seed + 1))
-               for r in routes]
-    print("tailrace proxy: " + ", ".join(f"{r.listen_host}:{r.listen_port}->{r.target_host}:{r.target_port}"
-                                         for r in routes) + f" delay {delay_ms} ms ± {jitter_ms} ms", flush=True)
+    seed = options.seed
+    servers = [await _serve_route(r, DelayLink(options.delay_ms, options.jitter_ms, seed),
+                                  DelayLink(options.delay_ms, options.jitter_ms, seed + 1)) for r in options.routes]
+    print("tailrace proxy: " + ", ".join(str(r) for r in options.routes)
+          + f" delay {options.delay_ms} ms ± {options.jitter_ms} ms", flush=True)
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
 
-def main_proxy(routes: list[str], delay_ms: float, jitter_ms: float, seed: int) -> int:
-    """Entry point for `tailrace proxy`."""
+def main_proxy(options: ProxyOptions) -> int:
+    """Serve `options` until stopped (`tailrace proxy`, and a run's region proxies)."""
     import uvloop
 
-    parsed = [Route.parse(r) for r in routes]
-    uvloop.run(run_proxy(parsed, delay_ms, jitter_ms, seed))
+    uvloop.run(run_proxy(options))
     return OK
+
+
+def main(argv: list[str]) -> int:
+    """A region's proxy as a run starts it: `python -m tailrace.harness.services.delay_proxy OPTIONS_JSON`."""
+    return main_proxy(options_from_argv(ProxyOptions, argv, DELAY_PROXY))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,12 +5,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tailrace.contract.internal_processes import EMBEDDED_SERVER, EmbeddedServerLaunch, internal_argv
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -99,11 +100,6 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
     return ManagedProcess(name, popen, log_path, handle)
 
 
-def tailrace_argv(*args: str) -> list[str]:
-    """argv that runs the tailrace CLI with this interpreter."""
-    return [sys.executable, "-m", "tailrace.cli", *args]
-
-
 def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0, verify=True) -> None:
     """Poll `url` until it answers 200 (`verify`: httpx's, e.g. an ssl context for https); raise RuntimeError with
     the process log if it dies or times out."""
@@ -122,15 +118,13 @@ def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float
                        + (f"\n{process.log_tail()}" if process else ""))
 
 
-def start_embedded_endpoint(models: Path, host: str, http_port: int, grpc_port: int, log_path: Path | None = None,
-                            extra: list[str] | None = None, timeout: float = 60.0,
+def start_embedded_endpoint(launch: EmbeddedServerLaunch, log_path: Path | None = None, timeout: float = 60.0,
                             cpus: list[int] | None = None) -> ManagedProcess:
-    """Start `tailrace serve` (pinned to `cpus` if given) and wait until it is ready."""
-    argv = tailrace_argv("serve", "--models", str(models), "--host", host, "--http-port", str(http_port),
-                         "--grpc-port", str(grpc_port), *(extra or []))
-    proc = start_process(f"endpoint {host}:{http_port}", argv, log_path, cpus=cpus)
+    """Start an embedded server (pinned to `cpus` if given) and wait until it is ready."""
+    proc = start_process(f"endpoint {launch.host}:{launch.http_port}", internal_argv(EMBEDDED_SERVER, launch),
+                         log_path, cpus=cpus)
     try:
-        wait_http_ok(f"http://{host}:{http_port}/v2/health/ready", proc, timeout)
+        wait_http_ok(f"http://{launch.host}:{launch.http_port}/v2/health/ready", proc, timeout)
     except RuntimeError:
         proc.stop()
         raise

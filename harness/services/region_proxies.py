@@ -6,9 +6,10 @@ import socket
 import time
 from urllib.parse import urlparse
 
+from tailrace.contract.internal_processes import DELAY_PROXY, ProxyOptions, ProxyRoute, internal_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, tailrace_argv
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process
 
 
 def region_address(index: int) -> str:
@@ -35,15 +36,16 @@ def start_region_proxies(profile: Profile, layout: RunLayout) -> tuple[list[Mana
         routes, urls, targets = [], {}, {}
         for ep in profile.network_endpoints:
             u = urlparse(ep.url)
-            target = f"{u.hostname}:{u.port}"
+            target = (u.hostname, u.port)
             if target not in targets:
                 targets[target] = free_port(addr)
-                routes.append(f"{addr}:{targets[target]}={target}")
+                routes.append(ProxyRoute(listen_host=addr, listen_port=targets[target], target_host=u.hostname,
+                                         target_port=u.port))
             urls[ep.name] = f"{u.scheme}://{addr}:{targets[target]}"
-        processes.append(start_process(f"proxy {region.name}", tailrace_argv(
-            "proxy", *[a for r in routes for a in ("--route", r)], "--delay-ms", str(region.delay_ms),
-            "--jitter-ms", str(region.jitter_ms), "--seed", str(profile.load.seed + i)),
-            layout.log(f"proxy-{region.name}"), cpus=profile.generator.cpus))
+        options = ProxyOptions(routes=tuple(routes), delay_ms=region.delay_ms, jitter_ms=region.jitter_ms,
+                               seed=profile.load.seed + i)
+        processes.append(start_process(f"proxy {region.name}", internal_argv(DELAY_PROXY, options),
+                                       layout.log(f"proxy-{region.name}"), cpus=profile.generator.cpus))
         urls_by_region[region.name] = urls
     _wait_accepting([u for urls in urls_by_region.values() for u in urls.values()])
     return processes, urls_by_region

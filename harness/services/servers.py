@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from tailrace.contract.internal_processes import EmbeddedServerLaunch, ServerOptions
 from tailrace.contract.plan import endpoint_kind
 from tailrace.contract.profile import EMBEDDED, TRITON, Profile
 from tailrace.contract.tensors import NUMPY_DTYPES, to_raw
@@ -147,42 +148,40 @@ def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str, gen
                           for p in probes]}
 
 
-def _embedded_flags(profile: Profile) -> list[str]:
-    extra = []
+# the generative engine's settings of [embedded], by BatchingLimits' names
+BATCHING_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "max_waiting", "max_model_len", "kv_cache_tokens")
+
+
+def embedded_server_options(profile: Profile, models: tuple[str, ...] = ()) -> ServerOptions:
+    """The profile's [embedded] table as the server's own options (`models`: only these)."""
     e = profile.embedded
-    for flag, mapping in (("--slots", e.slots), ("--queue-depth", e.queue_depth), ("--max-batch", e.max_batch),
-                          ("--max-num-seqs", e.max_num_seqs), ("--max-num-batched-tokens", e.max_num_batched_tokens),
-                          ("--max-waiting", e.max_waiting), ("--max-model-len", e.max_model_len),
-                          ("--kv-cache-tokens", e.kv_cache_tokens)):
-        for model, n in mapping.items():
-            extra += [flag, f"{model}={n}"]
+    batching: dict[str, dict[str, int]] = {}
+    for name in BATCHING_FIELDS:
+        for model, n in getattr(e, name).items():
+            batching.setdefault(model, {})[name] = n
     for model, on in e.prefix_caching.items():
-        extra += ["--prefix-caching", f"{model}={'on' if on else 'off'}"]
-    if e.mm1_mean_ms:
-        extra += ["--mm1-mean-ms", str(e.mm1_mean_ms)]
-    if e.fault_injection:
-        extra.append("--enable-fault-injection")
-    return extra
+        batching.setdefault(model, {})["enable_prefix_caching"] = int(on)
+    return ServerOptions(repository=Path(e.models_dir), slots=dict(e.slots), queue_depth=dict(e.queue_depth),
+                         max_batch=dict(e.max_batch), batching=batching, service_time_mean_ms=e.mm1_mean_ms or None,
+                         fault_injection=e.fault_injection, models=models)
 
 
 def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
     """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started."""
     servers = Servers()
-    models_dir = Path(profile.embedded.models_dir)
     try:
         embedded_models = tuple(sorted({e.model for e in profile.endpoints if e.url == EMBEDDED}))
         groups = [(m,) for m in embedded_models] if profile.embedded.process_per_model else \
             ([embedded_models] if embedded_models else [])
         for models in groups:
             http_port, grpc_port = free_port(), free_port()
-            extra = _embedded_flags(profile)
-            if profile.embedded.process_per_model:
-                extra += ["--model", models[0]]
+            options = embedded_server_options(profile, models if profile.embedded.process_per_model else ())
             log(f"starting embedded endpoint for {', '.join(models)} on 127.0.0.1:{http_port} (HTTP) / "
                 f":{grpc_port} (gRPC)")
             spawn = time.time_ns()
-            proc = start_embedded_endpoint(models_dir, "127.0.0.1", http_port, grpc_port,
-                                           logs / f"endpoint-{http_port}.log", extra, cpus=profile.embedded.cpus)
+            proc = start_embedded_endpoint(EmbeddedServerLaunch(options=options, http_port=http_port,
+                                                                grpc_port=grpc_port),
+                                           logs / f"endpoint-{http_port}.log", cpus=profile.embedded.cpus)
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))

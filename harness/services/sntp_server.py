@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import time
+
+from tailrace.contract.internal_processes import SNTP_SERVER, SntpOptions, options_from_argv
 
 _NTP_EPOCH_DELTA = 2208988800
 
@@ -37,3 +40,14 @@ def serve_sntp(host: str, port: int, ready_message: bool = True) -> None:
         header = header[:24] + orig + header[32:40]
         ts, tf = _to_ntp(time.time())
         sock.sendto(header + struct.pack("!II", ts, tf), addr)
+
+
+def main(argv: list[str]) -> int:
+    """The reference as a run starts it: `python -m tailrace.harness.services.sntp_server OPTIONS_JSON`."""
+    options = options_from_argv(SntpOptions, argv, SNTP_SERVER)
+    serve_sntp(options.host, options.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

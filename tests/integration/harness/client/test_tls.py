@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import trustme
 
+from tailrace.commands import tailrace_argv
 from tailrace.contract.profile import parse_profile
-from tailrace.harness.services.processes import free_port, start_process, tailrace_argv, wait_http_ok
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
 from tests.support import DIGITS_DATA, run_with, sleep_until_measuring
 
 TOKEN_ENV = "TAILRACE_TEST_TLS_TOKEN"
