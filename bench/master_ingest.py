@@ -38,10 +38,10 @@ from tailrace.contract.plan import unresolved_plan  # noqa: E402
 from tailrace.contract.profile import parse_profile  # noqa: E402
 from tailrace.contract.records import REQUEST_FIELDS, RequestRow  # noqa: E402
 from tailrace.contract.trace_context import new_ids  # noqa: E402
+from tailrace.harness.control.admission import token_proof  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
 from tailrace.harness.spool.chunk_writer_process import write_chunk  # noqa: E402
 from tailrace.harness.spool.recorder import ChunkWriter  # noqa: E402
-from tailrace.harness.worker.admission import token_proof  # noqa: E402
 from tailrace.harness.worker.identity import TOKEN_ENV  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/master_ingest.py"

@@ -33,7 +33,7 @@ from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, Sta
 from tailrace.harness.services.processes import ManagedProcess, start_process
 from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV
 
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "worker" / "locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "control" / "locustfile.py"
 LEAD_S = 6.0  # plan → start instant: time for workers to load data, pre-encode requests, sample clocks
 MASTER_GRACE_S = 90.0  # past the plan's run time (and the wait for workers): a master still running is stopped
 

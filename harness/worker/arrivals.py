@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailrace.contract.profile import Arrivals, Phase
+from tailrace.contract.profile import Arrivals, Load, Profile
 from tailrace.contract.rates import Segment, rate_segments
 from tailrace.harness.worker.traces import TraceRows, replay
 
@@ -95,33 +95,59 @@ class Schedule:
     arrival_index: np.ndarray
 
 
-def worker_schedule(*, rate: float | None, phases: list[Phase], warmup_s: float, duration_s: float, seed: int,
-                region_shares: list[float], region_index: int, workers_in_region: int, worker_index: int,
-                endpoint_weights: list[float], n_samples: int, sequential: bool, arrivals: Arrivals | None = None,
-                trace: TraceRows | None = None, region_names: list[str] = (), endpoint_names: list[str] = ()) -> Schedule:
+@dataclass(frozen=True)
+class Split:
+    """How the one global process is split: by region (its share), by worker (of its region), by endpoint (its
+    weight); the names are a trace's, whose rows may name their region and endpoint."""
+
+    region_shares: tuple[float, ...]
+    region_workers: tuple[int, ...]
+    endpoint_weights: tuple[float, ...]
+    region_names: tuple[str, ...] = ()
+    endpoint_names: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, profile: Profile) -> "Split":
+        return cls(tuple(r.share for r in profile.regions), tuple(r.workers for r in profile.regions),
+                   tuple(e.weight for e in profile.endpoints), tuple(r.name for r in profile.regions),
+                   tuple(e.name for e in profile.endpoints))
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Which worker: its region's index in the profile and its index in the region."""
+
+    region_index: int
+    worker_index: int
+
+
+def worker_schedule(load: Load, split: Split, slot: WorkerSlot, n_samples: int, sequential: bool = False,
+                    trace: TraceRows | None = None) -> Schedule:
     """The part of the global process that one worker sends (`trace`: the rows of a trace process, read)."""
-    arrivals = arrivals or Arrivals()
-    rng = np.random.default_rng([seed, 1])
-    shares = np.asarray(region_shares) / np.sum(region_shares)
-    weights = np.asarray(endpoint_weights) / np.sum(endpoint_weights)
+    arrivals, warmup_s, duration_s = load.arrivals, load.warmup_s, load.duration_s
+    region_index, worker_index = slot.region_index, slot.worker_index
+    workers_in_region = split.region_workers[region_index]
+    rng = np.random.default_rng([load.seed, 1])
+    shares = np.asarray(split.region_shares) / np.sum(split.region_shares)
+    weights = np.asarray(split.endpoint_weights) / np.sum(split.endpoint_weights)
     if arrivals.process == "trace":
         segments = [Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []
         segments.append(Segment(warmup_s, warmup_s + duration_s, 0.0, 0.0, "trace replay"))
         rows, times = replay(trace, arrivals.trace, warmup_s + duration_s)
         region = rng.choice(len(shares), size=len(times), p=shares) if trace.region is None else \
-            np.array([region_names.index(trace.region[i]) for i in rows], dtype=np.int64)
+            np.array([split.region_names.index(trace.region[i]) for i in rows], dtype=np.int64)
         endpoint = rng.choice(len(weights), size=len(times), p=weights) if trace.endpoint is None else \
-            np.array([endpoint_names.index(trace.endpoint[i]) for i in rows], dtype=np.int64)
+            np.array([split.endpoint_names.index(trace.endpoint[i]) for i in rows], dtype=np.int64)
         worker = rng.integers(0, workers_in_region, size=len(times))
         sample = rows.astype(np.int64)  # the trace row: its prompt and output lengths (generative endpoints)
         phase = phase_of(segments, warmup_s, times)
         mine = (region == region_index) & (worker == worker_index)
         return Schedule((times[mine] * 1e9).astype(np.int64), endpoint[mine].astype(np.int32),
                     phase[mine].astype(np.int32), sample[mine], np.flatnonzero(mine))
-    segments = rate_segments(rate, phases, warmup_s, duration_s) if arrivals.process != "onoff" else \
+    segments = rate_segments(load.rate, list(load.phases), warmup_s, duration_s) if arrivals.process != "onoff" else \
         ([Segment(0.0, warmup_s, 0.0, 0.0, "warm-up")] if warmup_s > 0 else []) + \
         [Segment(warmup_s, warmup_s + duration_s, 0.0, 0.0, "on/off")]
-    times = global_arrivals(segments, seed, arrivals)
+    times = global_arrivals(segments, load.seed, arrivals)
     region = rng.choice(len(shares), size=len(times), p=shares)
     worker = rng.integers(0, workers_in_region, size=len(times))
     endpoint = rng.choice(len(weights), size=len(times), p=weights)

@@ -23,7 +23,8 @@ from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.chunk_shipping import ChunkShipper
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
-from tailrace.harness.worker.arrivals import Schedule, phase_of, worker_schedule
+from tailrace.harness.worker.arrivals import Schedule, Split, WorkerSlot, phase_of, worker_schedule
+from tailrace.harness.worker.background import BackgroundWork
 from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
 from tailrace.harness.worker.endpoint_senders import EndpointSenders
@@ -102,8 +103,8 @@ class WorkerRun:
         self.scenario_stats: dict = {"scenario": p.load.scenario}
         self.started_ns = self.clock.now_ns()
         self.finished_ns = 0
-        self._done = False
-        self._background: list[gevent.Greenlet] = []
+        self.background = BackgroundWork(p, self.requests, self.request_chunks, self.sample_clock, self.saturation,
+                                          self.uplink)
         self._finisher: gevent.Greenlet | None = None
         # silences of the master (epoch s: last heartbeat before, first after; None: it never came back)
         self.control_gaps: list[tuple[float, float | None]] = []
@@ -144,32 +145,6 @@ class WorkerRun:
         self.clocks.sample(stage, packets)
         self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
 
-    def _clock_loop(self) -> None:
-        while not self._done:
-            gevent.sleep(self.profile.clock.interval_s)
-            if not self._done:
-                self.sample_clock("during")
-
-    def _flush_loop(self) -> None:
-        gen = self.profile.generator
-        while not self._done:
-            gevent.sleep(min(0.25, gen.chunk_seconds))
-            if self.requests.due() or len(self.requests.rows) >= gen.chunk_rows // 2:
-                self.request_chunks.ship_open_chunk()
-
-    def _uplink_loop(self) -> None:
-        while not self._done:
-            gevent.sleep(0.5)
-            if not self._done:
-                self.uplink.poll()
-
-    def _saturation_loop(self, start_mono: int) -> None:
-        window, k = self.profile.generator.window_s, 0
-        while not self._done:
-            k += 1
-            gevent.sleep(max(0.0, (start_mono + int(k * window * 1e9) - time.perf_counter_ns()) / 1e9))
-            self.saturation.close_window()
-
     def warm_up(self) -> None:
         """Open connections before the start instant, so that connecting is not counted as send lag."""
         for sender in self.path.senders:
@@ -184,13 +159,8 @@ class WorkerRun:
         p = self.profile
         if p.load.scenario != "server":
             return None
-        return worker_schedule(
-            rate=p.load.rate, phases=list(p.load.phases), warmup_s=p.load.warmup_s, duration_s=p.load.duration_s,
-            seed=p.load.seed, region_shares=[r.share for r in p.regions], region_index=self.region_index,
-            workers_in_region=self.region.workers, worker_index=self.identity.index,
-            endpoint_weights=[e.weight for e in p.endpoints], n_samples=self.n_samples,
-            sequential=p.inputs.selection == "sequential", arrivals=p.load.arrivals, trace=self.trace,
-            region_names=[r.name for r in p.regions], endpoint_names=[e.name for e in p.endpoints])
+        return worker_schedule(p.load, Split.of(p), WorkerSlot(self.region_index, self.identity.index), self.n_samples,
+                               p.inputs.selection == "sequential", self.trace)
 
     def run(self) -> None:
         """Sample the clock, wait for the common start instant, run the scenario, drain, finish."""
@@ -208,10 +178,7 @@ class WorkerRun:
         if start_mono < time.perf_counter_ns():
             self.log(f"start instant already passed by {(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; "
                      "late arrivals count as send lag")
-        self._background = [gevent.spawn(self._flush_loop), gevent.spawn(self._clock_loop),
-                            gevent.spawn(self._saturation_loop, start_mono)]
-        if self.uplink is not None:
-            self._background.append(gevent.spawn(self._uplink_loop))
+        self.background.start(start_mono)
         window = self.window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                                      int(load.warmup_s * 1e9))
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
@@ -236,12 +203,7 @@ class WorkerRun:
         return self.summary()
 
     def _finish(self, master_lost: bool) -> None:
-        self._done = True
-        flusher, *others = self._background or [None]
-        for g in others:
-            g.kill(block=False)
-        if flusher is not None:
-            flusher.join(timeout=5)  # let a chunk being written finish: never kill a write half-way
+        self.background.stop()  # a chunk being written is finished: never killed half-way
         self.saturation.close_window(final=True)
         self.request_chunks.ship_open_chunk()
         self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are

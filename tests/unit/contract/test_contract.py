@@ -8,7 +8,7 @@ from tailrace.contract.layout import RunLayout, chunk_name
 from tailrace.contract.plan import RunPlan, unresolved_plan
 from tailrace.contract.profile import ProfileError, parse_profile
 from tailrace.contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
-from tailrace.harness.worker.plan_inbox import PlanInbox
+from tailrace.harness.control.plan_inbox import PlanInbox
 
 PROFILE = {"name": "c", "endpoints": [{"name": "a", "url": "embedded", "protocol": "kserve-http", "model": "m"},
                                       {"name": "b", "url": "inprocess", "protocol": "inprocess", "model": "m"}],

@@ -1,5 +1,5 @@
 """The dependency bounds tell the truth: the installed Locust and grpcio satisfy pyproject.toml's bounds, and the
-internals tailrace relies on (harness/worker/locustfile.py, harness/client/senders.py) exist in them — a release
+internals tailrace relies on (harness/control/locust_adaptations.py names them) exist in them — a release
 that renames one fails here, before a run does. `requires-python` matches the code (tomllib)."""
 from __future__ import annotations
 
@@ -27,25 +27,15 @@ def test_locust_and_grpcio_are_bounded_above_and_the_installed_ones_fit():
 
 
 LOCUST_INTERNALS = """
-from locust import User, events, runners
-from locust.dispatch import UsersDispatcher
+from locust import User, events
 from locust.exception import StopUser
-from locust.runners import MasterRunner, WorkerRunner
-from tests import ROOT
 
-def names(cls):
-    return set(dir(cls)).union(*(getattr(getattr(c, "__init__", None), "__code__", None) and
-                                 c.__init__.__code__.co_names or () for c in cls.__mro__))
+from tailrace.harness.control.locust_adaptations import missing_internals
 
 assert User and StopUser
-assert isinstance(runners.MASTER_HEARTBEAT_TIMEOUT, (int, float))  # shortened in locustfile.py
-for hook in ("init", "quitting", "test_start", "worker_connect"):
+for hook in ("init", "quitting", "test_start", "test_stopping", "worker_connect"):
     assert hasattr(events, hook), hook
-for cls, wanted in ((MasterRunner, ("register_message", "send_message", "clients", "_users_dispatcher")),
-                    (WorkerRunner, ("register_message", "send_message", "client_id"))):
-    missing = [w for w in wanted if w not in names(cls)]
-    assert not missing, (cls.__name__, missing)
-assert hasattr(UsersDispatcher, "remove_worker")
+assert missing_internals() == [], missing_internals()
 print("ok")
 """
 

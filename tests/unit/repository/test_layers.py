@@ -26,7 +26,7 @@ ALLOWED = {
 SUBLAYERS = {room: [{f"tailrace.{room}.{name}" for name in layer} for layer in layers] for room, layers in {
     "analysis": [{"read"}, {"stats"}, {"decide"}, {"result"}, {"report"}, {"analyze", "command"}],
     "endpoints": [{"models"}, {"serving"}, {"kserve", "generation"}, {"auth", "http_guard", "server"}],
-    "harness": [{"client", "spool", "services"}, {"workload"}, {"worker"}, {"orchestration"}],
+    "harness": [{"client", "spool", "services"}, {"workload"}, {"worker"}, {"control"}, {"orchestration"}],
 }.items()}
 MAX_MODULES_PER_FOLDER = 15
 # a run-directory or report path, spelled as a string: "regions/…", "summary.json", or a path join `/ "report"`
@@ -176,3 +176,31 @@ def test_only_the_layout_spells_run_directory_and_report_paths():
              if p != ROOT / "contract" / "layout.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if SPELLED.search(line)]
     assert wrong == []
+
+
+MAX_CLASS_LINES, MAX_FUNCTION_LINES = 250, 100
+# Declarations, not logic: a parser's options, a page's sections, the statistics' list, a server's routes.
+DECLARATIVE = {"tailrace.cli.build_parser", "tailrace.analysis.report.html.render",
+               "tailrace.analysis.analyze._statistics", "tailrace.endpoints.kserve.http_app.build_app"}
+
+
+def long_units(root: Path = ROOT) -> list[str]:
+    """Classes over MAX_CLASS_LINES and functions over MAX_FUNCTION_LINES lines (not counting DECLARATIVE)."""
+    out = []
+    for mod, path in product_modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES if isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            lines = node.end_lineno - node.lineno + 1 if limit else 0
+            if limit and lines > limit and f"{mod}.{node.name}" not in DECLARATIVE:
+                out.append(f"{mod}.{node.name}: {lines} lines (at most {limit})")
+    return out
+
+
+def test_no_class_or_function_outgrows_what_a_reader_takes_in(tmp_path):
+    assert long_units() == []
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "big.py").write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    for room in PRODUCT:
+        (tmp_path / room).mkdir(exist_ok=True)
+    assert long_units(tmp_path) == [f"tailrace.harness.big.f: {MAX_FUNCTION_LINES + 1} lines (at most 100)"]

@@ -10,9 +10,9 @@ from tailrace.contract import messages
 from tailrace.contract.layout import RunLayout, shippable
 from tailrace.contract.plan import unresolved_plan
 from tailrace.contract.profile import parse_profile
+from tailrace.harness.control.admission import Admission, token_proof
 from tailrace.harness.orchestration.collect import CollectError, collect
 from tailrace.harness.spool.uplink import ChunkUplink
-from tailrace.harness.worker.admission import Admission, token_proof
 
 PROFILE = {"name": "u", "endpoints": [{"name": "a", "url": "http://127.0.0.1:1", "protocol": "kserve-http", "model": "m"}],
            "regions": [{"name": "eu", "share": 0.5, "workers": 2}, {"name": "us", "share": 0.5}],

@@ -9,18 +9,17 @@ import pandas as pd
 import pytest
 
 from tailrace.analysis.stats.arrival_process import counts_idc, expected_cv, onoff_idc, process_checks
-from tailrace.contract.profile import Arrivals, ProfileError, Trace, parse_profile
+from tailrace.contract.profile import Arrivals, Load, ProfileError, Trace, parse_profile
 from tailrace.contract.rates import rate_segments
-from tailrace.harness.worker.arrivals import global_arrivals, worker_schedule
+from tailrace.harness.worker.arrivals import Split, WorkerSlot, global_arrivals, worker_schedule
 from tailrace.harness.worker.traces import TraceError, check_names, read_trace, replay
 
 
 def plan(arrivals: Arrivals, region: int, rate: float | None = 400, duration_s: float = 300, shares=(0.3, 0.7),
          trace=None, names=("a", "b")):
-    return worker_schedule(rate=rate, phases=[], warmup_s=0, duration_s=duration_s, seed=11, region_shares=list(shares),
-                       region_index=region, workers_in_region=1, worker_index=0, endpoint_weights=[1.0],
-                       n_samples=10, sequential=True, arrivals=arrivals, trace=trace, region_names=list(names),
-                       endpoint_names=["e"])
+    load = Load.model_construct(rate=rate, phases=[], warmup_s=0, duration_s=duration_s, seed=11, arrivals=arrivals)
+    split = Split(tuple(shares), (1,) * len(shares), (1.0,), tuple(names), ("e",))
+    return worker_schedule(load, split, WorkerSlot(region, 0), 10, sequential=True, trace=trace)
 
 
 def cv(times_ns: np.ndarray) -> float:

@@ -12,21 +12,20 @@ import pytest
 from scipy import stats
 
 from tailrace.contract.layout import WorkerLayout
-from tailrace.contract.profile import Phase, ProfileError, parse_profile
+from tailrace.contract.profile import Load, Phase, ProfileError, parse_profile
 from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids, parse_traceparent
 from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.spool.recorder import request_writer
-from tailrace.harness.worker.arrivals import global_arrivals, rate_segments, worker_schedule
+from tailrace.harness.worker.arrivals import Split, WorkerSlot, global_arrivals, rate_segments, worker_schedule
 
 
 def _plans(rate=300.0, shares=(0.6, 0.4), workers=(1, 2), phases=(), seed=11, duration=40.0):
     out = []
     for ri, n in enumerate(workers):
         for wi in range(n):
-            out.append(worker_schedule(rate=rate, phases=list(phases), warmup_s=0, duration_s=duration, seed=seed,
-                                   region_shares=list(shares), region_index=ri, workers_in_region=n, worker_index=wi,
-                                   endpoint_weights=[1, 1, 2], n_samples=100, sequential=False))
+            out.append(worker_schedule(Load(rate=rate, phases=list(phases), duration_s=duration, seed=seed),
+                                       Split(tuple(shares), tuple(workers), (1, 1, 2)), WorkerSlot(ri, wi), 100))
     return out
 
 

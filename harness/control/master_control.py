@@ -1,0 +1,170 @@
+"""The master's side of the control channel (contract/messages.py), inside the Locust master: admits a worker that
+proves the run's token for a region and index of the profile (JOIN) and refuses any other (REFUSED); announces the
+plan with the start instant in reference time to the admitted workers only; writes the files remote workers send
+(CHUNK) into the run directory once and acknowledges them (ACK); ends the run once every worker has finished
+(DONE / ERROR); and records who joined, was admitted or refused, said hello, finished, fell silent, came back and
+left — and its own stalls — in master-events.jsonl."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import gevent
+
+from tailrace.contract import master_events, messages
+from tailrace.contract.layout import RunLayout, shippable, write_atomic
+from tailrace.contract.plan import RunPlan
+from tailrace.harness.control.admission import Admission
+from tailrace.harness.control.locust_adaptations import forget_worker, set_worker_liveness, worker_quiet_s
+from tailrace.harness.worker.clock import WorkerClock, measure_offset
+
+SILENT_S = 3.0  # the master answers every heartbeat within ~1 s: SILENT_S without one is a gap
+WATCH_S = 0.5  # how often the master looks at its workers (and a longer pause of this loop is its own stall)
+
+
+class MasterControl:
+    """One run's control channel at the master."""
+
+    def __init__(self, environment, plan: RunPlan, token: str) -> None:
+        self.runner = environment.runner
+        self.plan = plan
+        self.layout = RunLayout(Path(plan.run_dir))
+        self.log = master_events.MasterEventLog(self.layout)
+        self.admission = Admission(plan, token)
+        self.expected = sum(r.workers for r in plan.profile.regions)
+        self.names: dict[str, str] = {}  # client id → worker name
+        self.plan_payload: dict | None = None  # the PLAN message once sent: a worker admitted later gets it at once
+        self.finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
+        self.silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
+        self.seen_states: dict[str, str] = {}
+        # a silent worker is "missing" after the profile's timeout, so that a blip of the control channel loses nobody
+        set_worker_liveness(plan.profile.generator.master_timeout_s)
+        for message, handler in ((messages.JOIN, self.on_join), (messages.CHUNK, self.on_chunk),
+                                 (messages.HELLO, self.on_hello), (messages.DONE, self.on_done),
+                                 (messages.ERROR, self.on_error)):
+            self.runner.register_message(message.name, handler)
+        environment.events.worker_connect.add_listener(self.on_connect)
+        environment.events.test_start.add_listener(self.announce)
+        gevent.spawn(self.watch_workers)
+
+    # -- messages -------------------------------------------------------------------------------------------------
+    def on_connect(self, client_id: str, **_kw) -> None:
+        self.log.write(master_events.WORKER_JOINED, client_id=client_id)
+
+    def on_join(self, msg, **_kw) -> None:
+        join = messages.JOIN.decode(msg.data)
+        reason = self.admission.refusal(join)
+        if reason is not None:
+            self.log.write(master_events.WORKER_REFUSED, client_id=join.client_id, worker=join.worker,
+                           region=join.region, reason=reason)
+            self.runner.send_message(messages.REFUSED.name, messages.wire(messages.Refused(reason)),
+                                     client_id=join.client_id)
+            forget_worker(self.runner, join.client_id)
+            return
+        self.admission.admit(join)
+        self.names[join.client_id] = join.worker
+        self.log.write(master_events.WORKER_ADMITTED, client_id=join.client_id, worker=join.worker, region=join.region)
+        if self.plan_payload is not None:
+            self.runner.send_message(messages.PLAN.name, self.plan_payload, client_id=join.client_id)
+
+    def on_chunk(self, msg, **_kw) -> None:
+        chunk = messages.CHUNK.decode(msg.data)
+        join = self.admission.admitted.get(chunk.client_id)
+        if join is None or not shippable(chunk.name):
+            self.log.write(master_events.CHUNK_REFUSED, client_id=chunk.client_id, name=chunk.name[:80],
+                           reason="not an admitted worker" if join is None else "not a file a worker sends")
+            return
+        worker = self.layout.worker(join.region, join.worker)
+        target = worker.dir / chunk.name
+        try:
+            if target == worker.summary or not target.exists():  # chunks: once; the summary: its latest
+                write_atomic(target, chunk.data)
+        except OSError as exc:
+            try:
+                self.log.write(master_events.CHUNK_NOT_WRITTEN, worker=join.worker, name=chunk.name,
+                               error=exc.strerror)
+            except OSError:
+                pass  # the log is on the same full disk; the orchestrator stops the run on low space
+            return  # no ACK: the worker keeps it and sends it again
+        self.runner.send_message(messages.ACK.name, messages.wire(messages.Ack(chunk.name)), client_id=chunk.client_id)
+
+    def on_hello(self, msg, **_kw) -> None:
+        hello = messages.HELLO.decode(msg.data)
+        self.names[hello.client_id] = hello.worker
+        self.log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker,
+                       region=hello.region)
+
+    def on_done(self, msg, **_kw) -> None:
+        done = messages.DONE.decode(msg.data)
+        self.log.write(master_events.WORKER_DONE, client_id=done.client_id, summary=done.summary)
+        self._finished(done.client_id)
+
+    def on_error(self, msg, **_kw) -> None:
+        error = messages.ERROR.decode(msg.data)
+        self.log.write(master_events.WORKER_ERROR, client_id=error.client_id, error=error.error)
+        self._finished(error.client_id)
+
+    def _finished(self, client_id: str) -> None:
+        """Once every expected worker has finished, the run is over: quit now rather than at the run-time limit
+        (which leaves room for the slowest drain and start-up)."""
+        self.finished.add(client_id)
+        admitted = self.admission.admitted
+        if self.plan_payload is not None and len(admitted) == self.expected and set(admitted) <= self.finished:
+            gevent.spawn_later(0.2, self.runner.quit)
+
+    # -- the start --------------------------------------------------------------------------------------------------
+    def announce(self, **_kw) -> None:
+        """The plan and its start instant (reference time: the master's offset to its clock reference applied), to
+        the admitted workers only; again shortly after, for one whose JOIN is still on its way."""
+        offset = 0
+        for server in self.plan.ntp_servers:
+            try:
+                offset = measure_offset(server, WorkerClock(0), 4).offset_ns
+                break
+            except OSError:
+                continue
+        start_ref_ns = time.time_ns() + offset + int(self.plan.lead_s * 1e9)
+        self.log.write(master_events.PLAN_SENT, start_ref_ns=start_ref_ns, master_offset_ns=offset,
+                       workers=sorted(j.worker for j in self.admission.admitted.values()))
+        self.plan_payload = messages.wire(messages.Plan(self.plan.model_dump(mode="json"), start_ref_ns))
+        for _ in range(3):
+            for client_id in list(self.admission.admitted):
+                self.runner.send_message(messages.PLAN.name, self.plan_payload, client_id=client_id)
+            gevent.sleep(0.5)
+
+    # -- the workers' liveness ----------------------------------------------------------------------------------------
+    def watch_workers(self) -> None:
+        tick = time.time()
+        while True:
+            now = time.time()
+            if now - tick > SILENT_S:  # this loop sleeps WATCH_S: the master itself was paused
+                self.log.write(master_events.MASTER_STALLED, since_ns=int(tick * 1e9), gap_s=round(now - tick, 1))
+            tick = now
+            self._note_gaps()
+            self._note_departures()
+            gevent.sleep(WATCH_S)
+
+    def _note_gaps(self) -> None:
+        """Silent workers (no heartbeat for SILENT_S) and their return."""
+        for c in list(self.runner.clients.values()):
+            quiet_s = worker_quiet_s(c)
+            if c.id not in self.silent and quiet_s >= SILENT_S and c.state != "missing":
+                self.silent[c.id] = time.time() - quiet_s
+                self.log.write(master_events.WORKER_SILENT, client_id=c.id, worker=self.names.get(c.id),
+                               since_ns=int(self.silent[c.id] * 1e9))
+            elif c.id in self.silent and quiet_s <= 1:
+                self.log.write(master_events.WORKER_RETURNED, client_id=c.id, worker=self.names.get(c.id),
+                               gap_s=round(time.time() - self.silent.pop(c.id), 1))
+
+    def _note_departures(self) -> None:
+        """Workers Locust marked missing (heartbeats stopped) or that disconnected."""
+        current = {c.id: c.state for c in self.runner.clients.values()}
+        for cid, state in current.items():
+            if self.seen_states.get(cid) != state and state == "missing":
+                self.log.write(master_events.WORKER_LEFT, client_id=cid, worker=self.names.get(cid),
+                               reason="heartbeat missing")
+        for cid in set(self.seen_states) - set(current):
+            if self.seen_states[cid] != "missing":
+                self.log.write(master_events.WORKER_LEFT, client_id=cid, worker=self.names.get(cid),
+                               reason="disconnected")
+        self.seen_states = current

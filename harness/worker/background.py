@@ -1,0 +1,68 @@
+"""A worker's periodic work beside its schedule, each a greenlet: closing request chunks as they fill or age,
+sampling the clock, closing send-lag windows on the run's grid, and (a worker on its own host) sending closed files
+to the master."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import gevent
+
+from tailrace.contract.profile import Profile
+from tailrace.harness.spool.chunk_shipping import ChunkShipper
+from tailrace.harness.spool.recorder import ChunkWriter
+from tailrace.harness.spool.uplink import ChunkUplink
+from tailrace.harness.worker.saturation import SaturationMonitor
+
+
+class BackgroundWork:
+    """Started at the start instant, stopped when the worker finishes (the chunk flusher last, never mid-write)."""
+
+    def __init__(self, profile: Profile, requests: ChunkWriter, request_chunks: ChunkShipper,
+                 sample_clock: Callable[[str], None], saturation: SaturationMonitor,
+                 uplink: ChunkUplink | None) -> None:
+        self.profile, self.requests, self.request_chunks = profile, requests, request_chunks
+        self.sample_clock, self.saturation, self.uplink = sample_clock, saturation, uplink
+        self.stopping = False
+        self._flusher: gevent.Greenlet | None = None
+        self._others: list[gevent.Greenlet] = []
+
+    def start(self, start_mono: int) -> None:
+        self._flusher = gevent.spawn(self._flush_loop)
+        self._others = [gevent.spawn(self._clock_loop), gevent.spawn(self._saturation_loop, start_mono)]
+        if self.uplink is not None:
+            self._others.append(gevent.spawn(self._uplink_loop))
+
+    def stop(self) -> None:
+        """Stop every loop; the flusher finishes a chunk it is writing (at most 5 s)."""
+        self.stopping = True
+        for g in self._others:
+            g.kill(block=False)
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
+
+    def _flush_loop(self) -> None:
+        gen = self.profile.generator
+        while not self.stopping:
+            gevent.sleep(min(0.25, gen.chunk_seconds))
+            if self.requests.due() or len(self.requests.rows) >= gen.chunk_rows // 2:
+                self.request_chunks.ship_open_chunk()
+
+    def _clock_loop(self) -> None:
+        while not self.stopping:
+            gevent.sleep(self.profile.clock.interval_s)
+            if not self.stopping:
+                self.sample_clock("during")
+
+    def _uplink_loop(self) -> None:
+        while not self.stopping:
+            gevent.sleep(0.5)
+            if not self.stopping:
+                self.uplink.poll()
+
+    def _saturation_loop(self, start_mono: int) -> None:
+        window, k = self.profile.generator.window_s, 0
+        while not self.stopping:
+            k += 1
+            gevent.sleep(max(0.0, (start_mono + int(k * window * 1e9) - time.perf_counter_ns()) / 1e9))
+            self.saturation.close_window()
