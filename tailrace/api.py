@@ -9,18 +9,30 @@ from pathlib import Path
 import pandas as pd
 
 from tailrace.contract.layout import ReportLayout
+from tailrace.results import CompareRow, Comparison, Estimate, LatencyRow, SloVerdict, Summary, TokenRow
 
-__all__ = ["RunResult", "analyze", "compare", "load_requests", "run"]
+__all__ = ["AnalysisResult", "CompareRow", "Comparison", "Estimate", "LatencyRow", "RunResult", "SloVerdict", "Summary",
+           "TokenRow", "analyze", "compare", "load_requests", "run"]
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """A finished run: where it is, its verdict and exit code (README "Exit codes"), and summary.json's content."""
+    """A finished run: where it is, its verdict and exit code (README "Exit codes"), and its summary (typed; the
+    summary.json dict is `summary.raw`)."""
 
     run_dir: Path
     verdict: str
     exit_code: int
-    summary: dict
+    summary: Summary
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """A run directory analysed: its summary (typed), the report's tables as DataFrames, and every request."""
+
+    summary: Summary
+    tables: dict[str, pd.DataFrame]
+    requests: pd.DataFrame
 
 
 def run(profile: str | Path, out: str | Path | None = None, overrides: list[str] = (),
@@ -38,19 +50,19 @@ def run(profile: str | Path, out: str | Path | None = None, overrides: list[str]
     check_local(loaded, out_dir)
     run_dir, _ = run_local(loaded, out_dir, quiet=quiet)
     summary = analyze(run_dir, write_report=True).summary
-    return RunResult(Path(run_dir).resolve(), summary["verdict"], summary["exit_code"], summary)
+    return RunResult(Path(run_dir).resolve(), summary.verdict, summary.exit_code, summary)
 
 
-def analyze(run_dir: str | Path, write_report: bool = False):
-    """The analysis of a run directory (analysis/analyze.py's `Analysis`: `.summary` — summary.json's content —
-    `.tables` — the report's tables as DataFrames — and `.requests`); `write_report` also writes RUN_DIR/report."""
+def analyze(run_dir: str | Path, write_report: bool = False) -> AnalysisResult:
+    """The analysis of a run directory: its summary (typed: `.latency`, `.tokens`, `.slos`, `.verdict`; the dict is
+    `.raw`), the report's tables as DataFrames, and every request; `write_report` also writes RUN_DIR/report."""
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.command import write_outputs
 
     analysis = analyze_run(Path(run_dir))
     if write_report:
         write_outputs(analysis, ReportLayout.of_run(Path(run_dir)).dir)
-    return analysis
+    return AnalysisResult(Summary(analysis.summary), analysis.tables, analysis.requests)
 
 
 def load_requests(run_dir: str | Path) -> pd.DataFrame:
@@ -64,15 +76,16 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
     return add_reference_times(data.requests, fit_all(data.clock))
 
 
-def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> pd.DataFrame:
+def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> Comparison:
     """B − A per endpoint × region (p50/p95/p99 differences with 95% intervals, a test's p-value, Cohen's d, a
     verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs
-    share a seed and load), "paired" or "unpaired". `table.attrs["invalid_reasons"]`: why either run is INVALID
-    (each reason naming run A or B; empty when both are valid), where `tailrace compare` exits 4."""
+    share a seed and load), "paired" or "unpaired". `.invalid_reasons`: why either run is INVALID (each reason
+    naming run A or B; empty when both are valid), where `tailrace compare` exits 4."""
     from tailrace.analysis.decide.compare import compare_runs
 
+    if pairing not in ("auto", "paired", "unpaired"):
+        raise ValueError(f"pairing must be 'auto', 'paired' or 'unpaired', got {pairing!r}")
     paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
     invalid: list[str] = []
-    table = pd.DataFrame(compare_runs(Path(run_a), Path(run_b), paired, invalid=invalid))
-    table.attrs["invalid_reasons"] = invalid
-    return table
+    rows = compare_runs(Path(run_a), Path(run_b), paired, invalid=invalid)
+    return Comparison([CompareRow.of(r) for r in rows], invalid)
