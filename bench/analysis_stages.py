@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/analysis_stages.py"
-# analysis/analyze.py's statistics in the order it computes them, and the report (analysis/command.py)
+# analysis/analyze.py's statistics in the order it computes them, and the report (analysis/analyze_command.py)
 STAGES = ("load_run", "arrival_checks", "scenario_summary", "largest_positions", "decomposition_table",
           "queueing_table", "variant_decision", "cold_start_table", "per_phase_table", "endpoint_region_positions",
           "request_count_table", "latency_table", "region_cdfs", "add_goodput", "groups_of", "evaluate_slos",
@@ -43,7 +43,7 @@ def _child(run_dir: Path, out: Path) -> None:
     """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
-    import tailrace.analysis.command as report_cli
+    import tailrace.analysis.analyze_command as report_cli
     from tailrace.analysis.report.figures import start_figures
 
     figures = start_figures()  # first, as analyze_and_report starts it for tailrace analyze

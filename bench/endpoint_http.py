@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, run_wrk, write_section  # noqa: E402
-from tailrace.commands import tailrace_argv  # noqa: E402
+from tailrace.command_lines import tailrace_argv  # noqa: E402
 from tailrace.endpoints.models.model_build import build_repository, load_heldout  # noqa: E402
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok  # noqa: E402
 

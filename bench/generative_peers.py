@@ -27,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailrace.commands import tailrace_argv  # noqa: E402
+from tailrace.command_lines import tailrace_argv  # noqa: E402
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok  # noqa: E402
 from tailrace.harness.services.vllm_server import DEFAULT_MODEL_DIR, start_vllm, vllm_python  # noqa: E402
 

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, write_section  # noqa: E402
-from tailrace.commands import tailrace_argv  # noqa: E402
+from tailrace.command_lines import tailrace_argv  # noqa: E402
 from tailrace.contract.layout import RunLayout  # noqa: E402
 from tailrace.endpoints.models.model_build import build_repository  # noqa: E402
 from tailrace.harness.services.processes import free_port, start_process  # noqa: E402

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailrace.commands import tailrace_argv  # noqa: E402
+from tailrace.command_lines import tailrace_argv  # noqa: E402
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok  # noqa: E402
 
 TURNS, WORDS, OUTPUT, THINK_S, SESSION_RATE = 4, 200, 16, 0.5, 0.5

@@ -57,7 +57,7 @@ def analyze(run_dir: str | Path, write_report: bool = False) -> AnalysisResult:
     """The analysis of a run directory: its summary (typed: `.latency`, `.tokens`, `.slos`, `.verdict`; the dict is
     `.raw`), the report's tables as DataFrames, and every request; `write_report` also writes RUN_DIR/report."""
     from tailrace.analysis.analyze import analyze_run
-    from tailrace.analysis.command import write_outputs
+    from tailrace.analysis.analyze_command import write_outputs
 
     analysis = analyze_run(Path(run_dir))
     if write_report:

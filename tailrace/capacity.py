@@ -78,7 +78,7 @@ def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
 
 def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
     from tailrace.analysis.analyze import analyze_run
-    from tailrace.analysis.command import write_outputs
+    from tailrace.analysis.analyze_command import write_outputs
     from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     a = analyze_run(run_dir, ANALYSIS_COLUMNS)

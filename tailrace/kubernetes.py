@@ -10,7 +10,7 @@ source ranges, the other clusters' workers reach it at `--master-address`.
 
 The run token and endpoint credentials are Secret references, never values. CPU requests equal limits in whole
 CPUs and memory requests equal limits (Guaranteed QoS): a throttled generator sends late, and send lag is what
-tailrace measures against. The commands are tailrace/commands.py's, the ones the multi-host test runs.
+tailrace measures against. The commands are tailrace/command_lines.py's, the ones the multi-host test runs.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailrace.commands import MASTER_PORT, SNTP_PORT, master_args, worker_args
+from tailrace.command_lines import MASTER_PORT, SNTP_PORT, master_args, worker_args
 from tailrace.contract.exit_codes import WORKER_MASTER_LOST
 from tailrace.contract.profile import Profile
 

@@ -29,6 +29,6 @@ def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return INTERNAL
-    from tailrace.analysis.command import analyze_and_report
+    from tailrace.analysis.analyze_command import analyze_and_report
 
     return analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed, then exit

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailrace.commands import tailrace_argv
+from tailrace.command_lines import tailrace_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.master_events import PLAN_SENT, read_master_events
 from tailrace.contract.profile import Profile, parse_profile

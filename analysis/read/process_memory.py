@@ -71,7 +71,7 @@ def settle(expected_bytes: float) -> dict[str, object]:
     """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
     peak, and then exit: reuse_freed_memory, and also return_freed_memory above KEEP_FREED_UP_TO_BYTES (small
     pages either way; one heap for every thread below it: a run that returns memory maps its large blocks anyway,
-    and its threads keep heaps of their own). The one place the policy is chosen (analysis/command.py,
+    and its threads keep heaps of their own). The one place the policy is chosen (analysis/analyze_command.py,
     analysis/decide/compare.py)."""
     returning = expected_bytes > KEEP_FREED_UP_TO_BYTES
     effective = reuse_freed_memory(one_heap=not returning)

@@ -1,7 +1,7 @@
 """Who draws the report's figures (analysis/report/plots.py): one small interface, `Figures`, in front of two parts.
 
 `InlineFigures` draws a figure when the report asks for it (the Python API, tests). `ProcessFigures` is what
-`tailrace analyze` uses (analysis/command.py): a child process, started before the analysis, imports
+`tailrace analyze` uses (analysis/analyze_command.py): a child process, started before the analysis, imports
 matplotlib while the run is read; the analysis hands it each figure's numbers once they exist (`submit`), and the
 child draws while the analysis computes the statistics after them on the other core. matplotlib is pure Python:
 in a thread it would hold the GIL against the statistics. The report is the same either way: a figure the child

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.synthetic_run import ENDPOINTS, REGIONS, Shape, latencies_ms, write_synthetic_run
-from tailrace.analysis.command import analyze_and_report
+from tailrace.analysis.analyze_command import analyze_and_report
 from tailrace.analysis.decide.compare import compare_runs
 from tailrace.analysis.stats.estimators import order_statistic_ranks
 

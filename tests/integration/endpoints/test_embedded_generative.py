@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
-from tailrace.analysis.command import write_outputs
+from tailrace.analysis.analyze_command import write_outputs
 from tailrace.analysis.decide.compare import compare_runs
 from tailrace.contract.layout import RunLayout
 from tests import ROOT

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from deploy.container.build_image import build, engine_argv
-from tailrace.commands import master_args, worker_args
+from tailrace.command_lines import master_args, worker_args
 from tailrace.harness.services.processes import free_port, start_process
 from tests import ROOT
 from tests.support import IN_CI, remote_profile_toml, start_endpoint

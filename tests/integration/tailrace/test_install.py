@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tailrace.commands import master_args, worker_args
+from tailrace.command_lines import master_args, worker_args
 from tailrace.harness.services.processes import free_port, start_process
 from tests import ROOT
 from tests.support import remote_profile_toml, start_endpoint

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tailrace.cli import build_parser
-from tailrace.commands import master_args, worker_args
+from tailrace.command_lines import master_args, worker_args
 from tailrace.contract.profile import load_profile
 from tailrace.kubernetes import DeployError, render, secret_commands, write
 from tests import ROOT
@@ -60,7 +60,7 @@ def test_one_cluster_renders_valid_manifests_from_the_profile(tmp_path, monkeypa
         pod = job["template"]["spec"]
         assert pod["nodeSelector"] == (region.node_selector or {"topology.kubernetes.io/region": region.name})
         container = pod["containers"][0]
-        # the exact command the multi-host test runs (tailrace/commands.py), and the CLI accepts it
+        # the exact command the multi-host test runs (tailrace/command_lines.py), and the CLI accepts it
         assert container["args"] == worker_args(master="tailrace-master.tailrace.svc.cluster.local:5557",
                                                 region=region.name, index="$(TAILRACE_WORKER_INDEX)", spool="/spool")
         build_parser().parse_args([a.replace("$(TAILRACE_WORKER_INDEX)", "0") for a in container["args"]])

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import trustme
 
-from tailrace.commands import tailrace_argv
+from tailrace.command_lines import tailrace_argv
 from tailrace.contract.profile import parse_profile
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
 from tests.support import DIGITS_DATA, run_with, sleep_until_measuring

@@ -224,7 +224,7 @@ def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_
     stops the run at the reserve instead of crashing when a write fails — the end manifest is written and
     says why, the verdict is INVALID (exit 4), the report is there; every chunk the worker closed is in the run
     directory or its spool (`tailrace collect` adds the rest)."""
-    from tailrace.commands import tailrace_argv
+    from tailrace.command_lines import tailrace_argv
     from tailrace.harness.services.processes import free_port, start_process
     from tests.support import remote_profile_toml
 

@@ -20,7 +20,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tailrace.commands import master_args, worker_args
+from tailrace.command_lines import master_args, worker_args
 from tailrace.contract.exit_codes import WORKER_MASTER_LOST
 from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.processes import ManagedProcess, start_process

@@ -66,7 +66,7 @@ def test_compare_reports_no_percentile_below_the_sample_count_analyze_needs():
 
 
 def test_tailrace_itself_failing_has_its_own_exit_code(tmp_path, monkeypatch, capsys):
-    import tailrace.analysis.command as report_command
+    import tailrace.analysis.analyze_command as report_command
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("a bug")

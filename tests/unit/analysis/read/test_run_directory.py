@@ -80,7 +80,7 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
     """The analysis would need more memory than is available: exit 2 naming the rows and the memory, no report
     written, the run directory untouched — never the kernel killing the analysis half-way."""
     import tailrace.analysis.read.rundir as rundir
-    from tailrace.analysis.command import analyze_and_report
+    from tailrace.analysis.analyze_command import analyze_and_report
     from tailrace.analysis.decide.compare import compare_command
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
@@ -101,7 +101,7 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
     system, and is checked against the memory it needs that way (a day's 100 M rows: ~9 GiB, not 22)."""
     import tailrace.analysis.read.process_memory as process_memory
     import tailrace.analysis.read.rundir as rundir
-    from tailrace.analysis.command import analyze_and_report
+    from tailrace.analysis.analyze_command import analyze_and_report
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
