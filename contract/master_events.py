@@ -60,10 +60,12 @@ CHUNK_NOT_WRITTEN = MasterEvent("chunk_not_written", ("worker", "name", "error")
                                 "a CHUNK that could not be written (no ACK: the worker sends it again)")
 PLAN_SENT = MasterEvent("plan_sent", ("start_ref_ns", "master_offset_ns", "workers"),
                         "the PLAN went out: the start instant (reference clock) and the admitted workers")
+START_SENT = MasterEvent("start_sent", ("start_ref_ns", "earlier_s", "workers"),
+                         "every expected worker was ready: the START went out, earlier_s before the plan's instant")
 
 CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
     WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_HELLO, WORKER_DONE, WORKER_ERROR, WORKER_LEFT,
-    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT)}
+    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT)}
 
 
 class MasterEventLog:

@@ -28,6 +28,22 @@ class Hello:
 
 
 @dataclass(frozen=True)
+class Ready:
+    """worker → master, when it has done everything before the start (schedule built, connections open, clock
+    sampled) and only waits for the start instant."""
+
+    client_id: str
+
+
+@dataclass(frozen=True)
+class Start:
+    """master → workers, once every expected worker is READY: start at this instant (reference clock) — earlier
+    than the plan's, which stays the start of a worker this never reaches."""
+
+    start_ref_ns: int
+
+
+@dataclass(frozen=True)
 class Done:
     """worker → master, after its schedule: the worker's summary (worker.json)."""
 
@@ -98,6 +114,8 @@ def wire(payload: Any) -> dict:
 
 PLAN = Message("tailrace_plan", "master → workers", Plan)
 HELLO = Message("tailrace_hello", "worker → master", Hello)
+READY = Message("tailrace_ready", "worker → master", Ready)
+START = Message("tailrace_start", "master → workers", Start)
 DONE = Message("tailrace_done", "worker → master", Done)
 ERROR = Message("tailrace_error", "worker → master", Error)
 
@@ -106,4 +124,4 @@ REFUSED = Message("tailrace_refused", "master → one worker", Refused)
 CHUNK = Message("tailrace_chunk", "worker → master", Chunk)
 ACK = Message("tailrace_ack", "master → one worker", Ack)
 
-CATALOGUE = (PLAN, HELLO, DONE, ERROR, JOIN, REFUSED, CHUNK, ACK)
+CATALOGUE = (PLAN, HELLO, READY, START, DONE, ERROR, JOIN, REFUSED, CHUNK, ACK)

@@ -40,7 +40,7 @@ from tailrace.harness.control.locust_adaptations import (  # noqa: E402
     set_master_timeout,
 )
 from tailrace.harness.control.master_control import SILENT_S, MasterControl  # noqa: E402
-from tailrace.harness.control.plan_inbox import PlanInbox  # noqa: E402
+from tailrace.harness.control.plan_inbox import PlanInbox, StartInbox  # noqa: E402
 from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity  # noqa: E402
 from tailrace.harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
 
@@ -52,6 +52,7 @@ class _WorkerState:
     """This worker process's one run: the plan message once it arrives, and the run once it starts."""
 
     inbox: PlanInbox = field(default_factory=PlanInbox)
+    start: StartInbox = field(default_factory=StartInbox)
     run: WorkerRun | None = None
     claimed: bool = False
     gaps: list[tuple[float, float]] = field(default_factory=list)  # (last heartbeat before, first after): epoch s
@@ -75,6 +76,7 @@ def _on_init(environment, **_kwargs) -> None:
         MasterControl(environment, _master_plan(), os.environ.get(TOKEN_ENV, ""))
     elif isinstance(runner, WorkerRunner):
         runner.register_message(messages.PLAN.name, _on_plan)
+        runner.register_message(messages.START.name, _on_start)
         runner.register_message(messages.REFUSED.name, _on_refused)
         runner.register_message(messages.ACK.name, _on_ack)
         try:
@@ -138,6 +140,10 @@ def _on_plan(environment, msg, **_kw) -> None:
     _state.inbox.offer(msg.data)
 
 
+def _on_start(environment, msg, **_kw) -> None:
+    _state.start.offer(msg.data)
+
+
 def _on_refused(environment, msg, **_kw) -> None:
     refused = messages.REFUSED.decode(msg.data)
     print(f"tailrace worker: the master refused this worker: {refused.reason}", file=sys.stderr, flush=True)
@@ -192,7 +198,12 @@ class OpenLoopUser(User):
                 def ship(name: str, data: bytes) -> None:
                     _send(runner, messages.CHUNK, messages.Chunk(client_id, name, data))
             set_master_timeout(master_timeout_s(identity, plan))
-            run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship)
+            def ready(timeout_s: float) -> int | None:
+                """READY to the master; the START's instant if it comes within `timeout_s`."""
+                _send(runner, messages.READY, messages.Ready(client_id))
+                return _state.start.wait(timeout_s)
+
+            run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship, ready=ready)
         except Exception as exc:
             _send(runner, messages.ERROR, messages.Error(client_id, str(exc)))
             print(f"tailrace worker {identity.name}: {exc}", flush=True)

@@ -19,6 +19,9 @@ from tailrace.harness.control.locust_adaptations import forget_worker, set_worke
 from tailrace.harness.worker.clock import WorkerClock, measure_offset
 
 SILENT_S = 3.0  # the master answers every heartbeat within ~1 s: SILENT_S without one is a gap
+# Once every worker is ready, the run starts this long after: time for the START to reach a worker across a WAN and
+# for the worker to turn it into its own clock's instant. The plan's lead (plan.lead_s) is the most it waits.
+START_MARGIN_S = 0.75
 WATCH_S = 0.5  # how often the master looks at its workers (and a longer pause of this loop is its own stall)
 
 
@@ -34,13 +37,18 @@ class MasterControl:
         self.expected = sum(r.workers for r in plan.profile.regions)
         self.names: dict[str, str] = {}  # client id → worker name
         self.plan_payload: dict | None = None  # the PLAN message once sent: a worker admitted later gets it at once
+        self.planned_start_ns: int | None = None  # the plan's start instant (reference clock)
+        self.offset_ns = 0  # this host's clock → the reference clock
+        self.ready: set[str] = set()  # workers that sent READY
+        self.start_sent = False
         self.finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
         self.silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
         self.seen_states: dict[str, str] = {}
         # a silent worker is "missing" after the profile's timeout, so that a blip of the control channel loses nobody
         set_worker_liveness(plan.profile.generator.master_timeout_s)
         for message, handler in ((messages.JOIN, self.on_join), (messages.CHUNK, self.on_chunk),
-                                 (messages.HELLO, self.on_hello), (messages.DONE, self.on_done),
+                                 (messages.HELLO, self.on_hello), (messages.READY, self.on_ready),
+                                 (messages.DONE, self.on_done),
                                  (messages.ERROR, self.on_error)):
             self.runner.register_message(message.name, handler)
         environment.events.worker_connect.add_listener(self.on_connect)
@@ -94,6 +102,27 @@ class MasterControl:
         self.log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker,
                        region=hello.region)
 
+    def on_ready(self, msg, **_kw) -> None:
+        self.ready.add(messages.READY.decode(msg.data).client_id)
+        admitted = set(self.admission.admitted)
+        if (not self.start_sent and self.planned_start_ns is not None and len(admitted) == self.expected
+                and admitted <= self.ready):
+            self.start_sent = True
+            gevent.spawn(self.start_early)
+
+    def start_early(self) -> None:
+        """Every expected worker is ready: start them all START_MARGIN_S from now instead of at the plan's instant
+        (never later than it). Sent three times; a worker that hears none starts at the plan's instant."""
+        start_ref_ns = min(self.planned_start_ns, time.time_ns() + self.offset_ns + int(START_MARGIN_S * 1e9))
+        self.log.write(master_events.START_SENT, start_ref_ns=start_ref_ns,
+                       earlier_s=round((self.planned_start_ns - start_ref_ns) / 1e9, 3),
+                       workers=sorted(j.worker for j in self.admission.admitted.values()))
+        payload = messages.wire(messages.Start(start_ref_ns))
+        for _ in range(3):
+            for client_id in list(self.admission.admitted):
+                self.runner.send_message(messages.START.name, payload, client_id=client_id)
+            gevent.sleep(0.1)
+
     def on_done(self, msg, **_kw) -> None:
         done = messages.DONE.decode(msg.data)
         self.log.write(master_events.WORKER_DONE, client_id=done.client_id, summary=done.summary)
@@ -123,10 +152,14 @@ class MasterControl:
                 break
             except OSError:
                 continue
-        start_ref_ns = time.time_ns() + offset + int(self.plan.lead_s * 1e9)
+        self.offset_ns = offset
+        start_ref_ns = self.planned_start_ns = time.time_ns() + offset + int(self.plan.lead_s * 1e9)
         self.log.write(master_events.PLAN_SENT, start_ref_ns=start_ref_ns, master_offset_ns=offset,
                        workers=sorted(j.worker for j in self.admission.admitted.values()))
         self.plan_payload = messages.wire(messages.Plan(self.plan.model_dump(mode="json"), start_ref_ns))
+        gevent.spawn(self._send_plan)  # not in this event handler: Locust spawns the users after it returns
+
+    def _send_plan(self) -> None:
         for _ in range(3):
             for client_id in list(self.admission.admitted):
                 self.runner.send_message(messages.PLAN.name, self.plan_payload, client_id=client_id)

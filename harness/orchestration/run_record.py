@@ -13,7 +13,15 @@ from importlib import metadata
 from pathlib import Path
 
 from tailrace.contract.layout import RunLayout, write_atomic
-from tailrace.contract.master_events import PLAN_SENT, WORKER_DONE, WORKER_HELLO, WORKER_JOINED, WORKER_LEFT, read_master_events
+from tailrace.contract.master_events import (
+    PLAN_SENT,
+    START_SENT,
+    WORKER_DONE,
+    WORKER_HELLO,
+    WORKER_JOINED,
+    WORKER_LEFT,
+    read_master_events,
+)
 from tailrace.contract.plan import RunPlan
 from tailrace.harness.orchestration.host_cpu import CpuTimes, cpu_usage, read_cpu_times, steal_warning
 
@@ -165,12 +173,13 @@ class RunRecord:
         if steal:
             warnings.append(steal)
         plan_sent = next((e for e in events if PLAN_SENT.matches(e)), {})
+        started = next((e for e in events if START_SENT.matches(e)), plan_sent)  # the instant the workers used
         return {
             "run_id": self.plan.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
             "plan": self.plan.model_dump(mode="json"),
             "seed": p.load.seed, "overrides": list(p.overrides), "versions": versions(), "host": host_info(),
             "git_sha": git_sha(), "start_ns": self.started_ns, "end_ns": time.time_ns(),
-            "start_ref_ns": plan_sent.get("start_ref_ns"),
+            "start_ref_ns": started.get("start_ref_ns"),
             "servers": self.servers,
             "regions": [r.model_dump(mode="json") | {"address": self.region_addresses.get(r.name)} for r in p.regions],
             "workers": {n: {**timeline.get(n, {}), "summary": summaries.get(n)} for n in expected},

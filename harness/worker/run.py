@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import gevent
@@ -49,9 +50,13 @@ class WorkerRun:
     """Everything one worker does for one run."""
 
     def __init__(self, identity: WorkerIdentity, plan: RunPlan, start_ref_ns: int, client_id: str = "",
-                 senders: list[Sender] | None = None, ship=None) -> None:
+                 senders: list[Sender] | None = None, ship=None,
+                 ready: Callable[[float], int | None] | None = None) -> None:
+        """`start_ref_ns`: the plan's start instant (reference clock). `ready(timeout_s)`: tell the master this worker
+        is ready and wait up to `timeout_s` for an earlier start instant (None: none came)."""
         p = self.profile = plan.profile
         self.identity, self.plan, self.start_ref_ns, self.client_id = identity, plan, start_ref_ns, client_id
+        self.ready = ready
         regions = [r.name for r in p.regions]
         if identity.region not in regions:
             raise RuntimeError(f"worker region {identity.region!r} is not in the profile's regions {regions}")
@@ -173,6 +178,13 @@ class WorkerRun:
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 20, 1000)
+        if self.ready is not None:  # every worker ready: the master may start the run before the plan's instant
+            now_ref = self.clock.now_ns() + self.clocks.offset_ns
+            early = self.ready((self.start_ref_ns - now_ref) / 1e9)
+            if early is not None and early < self.start_ref_ns:
+                self.log(f"every worker is ready: starting {(self.start_ref_ns - early) / 1e9:.1f} s before the "
+                         "plan's instant")
+                self.start_ref_ns = early
         # the start instant is given in reference time; on this clock it is start_ref − offset
         start_mono = self.path.start_mono = self.clock.to_mono(self.start_ref_ns - self.clocks.offset_ns)
         if start_mono < time.perf_counter_ns():

@@ -8,7 +8,7 @@ from tailrace.contract.layout import RunLayout, chunk_name
 from tailrace.contract.plan import RunPlan, unresolved_plan
 from tailrace.contract.profile import ProfileError, parse_profile
 from tailrace.contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
-from tailrace.harness.control.plan_inbox import PlanInbox
+from tailrace.harness.control.plan_inbox import PlanInbox, StartInbox
 
 PROFILE = {"name": "c", "endpoints": [{"name": "a", "url": "embedded", "protocol": "kserve-http", "model": "m"},
                                       {"name": "b", "url": "inprocess", "protocol": "inprocess", "model": "m"}],
@@ -76,3 +76,11 @@ def test_the_worker_keeps_the_first_plan_message_only():
     inbox.offer(messages.wire(first))
     inbox.offer(messages.wire(messages.Plan({"run_id": "two"}, 2)))  # the master re-sends while workers register
     assert inbox.wait(timeout_s=0.01) == first
+
+
+def test_the_worker_keeps_the_first_start_message_and_waits_no_longer_than_asked():
+    inbox = StartInbox()
+    assert inbox.wait(timeout_s=0.01) is None and inbox.wait(timeout_s=-1.0) is None  # the plan's instant passed
+    inbox.offer(messages.wire(messages.Start(5)))
+    inbox.offer(messages.wire(messages.Start(7)))  # sent three times; the first counts
+    assert inbox.wait(timeout_s=0.01) == 5

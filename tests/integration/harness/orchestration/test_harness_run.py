@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from tailrace.analysis.read.rundir import load_run
+from tailrace.contract.master_events import read_master_events
 from tailrace.contract.records import STATUSES
 from tailrace.harness.services.processes import free_port
 from tests.support import IN_CI, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
@@ -149,11 +150,19 @@ def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
 
 
 def test_phases_start_at_the_same_reference_instant(main_run):
-    """First intended send of each worker mapped to reference time: same start instant across regions."""
-    df = main_run[2].requests
+    """First intended send of each worker mapped to reference time: same start instant across regions — the
+    master's START, sent once both workers were READY, earlier than the plan's instant."""
+    run, manifest, data = main_run
+    df = data.requests
     starts = [g["t_intended"].min() + g["clock_offset_ns"].median() for _, g in df.groupby("worker")]
     # each worker's first arrival is within a few mean gaps of the common start (Poisson: ~1/75 s)
     assert max(starts) - min(starts) < 0.2e9
+    events = read_master_events(run.layout)
+    [planned] = [e["start_ref_ns"] for e in events if e["event"] == "plan_sent"]
+    [start] = [e for e in events if e["event"] == "start_sent"]
+    assert start["start_ref_ns"] < planned and start["earlier_s"] > 0.5 and manifest["start_ref_ns"] == start["start_ref_ns"]
+    assert min(starts) >= start["start_ref_ns"] - 0.05e9  # the run began at START's instant, not the plan's
+    assert min(starts) < planned - 0.5e9
 
 
 def test_coordinated_omission_stall_visible_from_intended_time(stall_run):
