@@ -8,7 +8,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tests.support import make_profile, run_with, split_cpus
 
-# μ = 500/s: 30 s at ρ 0.5 is 7,500 arrivals, and a short relaxation time: the mean wait to a few per cent. The
+# μ = 500/s: 20 s at ρ 0.5 is 5,000 arrivals, and a short relaxation time: the mean wait to a few per cent. The
 # long runs at ρ 0.8 (120 s, where one run's sampling error is ~6% and stalls weigh 1/(1 − ρ)) are
 # bench/queueing_mm1.py's, with the spread across repeats in docs/BENCHMARKS.md.
 MEAN_SERVICE_MS = 2.0
@@ -85,7 +85,7 @@ def test_littles_law_and_mm1_wait(model_repo, tmp_path):
     wait against G/G/1 on the measured c_a² and c_s², and against M/G/1 and M/M/1 when the run kept to their
     assumptions. A cluster of hypervisor stalls can move one run; so a run that disagrees is repeated, up to three
     runs, and the test fails when all three disagree. Every run's figures are printed."""
-    rho, duration_s = 0.5, 30
+    rho, duration_s = 0.5, 20
     failures = []
     for attempt in (1, 2, 3):
         manifest, summary = mm1_run(model_repo, tmp_path / f"attempt-{attempt}", rho * 1000 / MEAN_SERVICE_MS,

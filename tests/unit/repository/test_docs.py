@@ -63,3 +63,11 @@ def test_a_broken_link_and_a_missing_anchor_are_found(tmp_path):
 
 def test_the_readme_is_a_users_guide_of_at_most_350_lines():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 350
+
+
+def test_the_ci_page_gives_each_tier_a_budget_the_test_run_reads():
+    from tests.conftest import tier_budgets
+
+    budgets = tier_budgets((ROOT / "docs" / "CI.md").read_text())
+    assert set(budgets) == {"unit", "integration"} and all(m > 0 for m in budgets.values())
+    assert tier_budgets("| integration (real processes) | 21.5 min | x |") == {"integration": 21.5}

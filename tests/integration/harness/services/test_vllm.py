@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -109,24 +110,29 @@ def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it
     prefix_cache_hits grow, its usage's cached_tokens agree with them, and tailrace's report says the same; the same
     sessions on a vLLM with caching off hit nothing, and compare shows what the cache was worth."""
     tokenizer = str(vllm.model_dir / "tokenizer.json")
-    run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
-    assert manifest["valid"], manifest["invalid_reasons"]
-    a = analyze_run(run.run_dir)
-    df = a.requests
-    assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
-    later = df[df["turn"] > 1]
-    assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
-    cache = a.summary["sessions"]["prefix_cache"][0]
-    assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
-    # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
-    assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
-    assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
-    off_server = start_vllm(tmp_path / "vllm-off", max_num_seqs=16, cpus=split_cpus()[0], prefix_caching=False,
-                            block_size=32)
+    # the vLLM without caching boots (~45 s) while the sessions run on the one with it: their results, not their
+    # timings, are compared
+    booting = ThreadPoolExecutor(1)
+    off_boot = booting.submit(start_vllm, tmp_path / "vllm-off", max_num_seqs=16, cpus=split_cpus()[0],
+                              prefix_caching=False, block_size=32)
+    booting.shutdown(wait=False)
     try:
-        off, manifest = run_with(session_profile(model_repo, off_server.url, tokenizer), tmp_path / "off")
+        run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
+        assert manifest["valid"], manifest["invalid_reasons"]
+        a = analyze_run(run.run_dir)
+        df = a.requests
+        assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
+        later = df[df["turn"] > 1]
+        assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
+        cache = a.summary["sessions"]["prefix_cache"][0]
+        assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
+        # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
+        assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
+        assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
+        off, manifest = run_with(session_profile(model_repo, off_boot.result(timeout=600).url, tokenizer),
+                                 tmp_path / "off")
     finally:
-        off_server.stop()
+        off_boot.result(timeout=600).stop()
     b = analyze_run(off.run_dir)
     assert (b.requests["cached_tokens"] <= 0).all() and b.summary["sessions"]["prefix_cache"][0][
         "server_hit_ratio"] in (None, 0.0)
