@@ -15,7 +15,7 @@ import pytest
 
 from tailrace.command_lines import tailrace_argv
 from tailrace.contract.layout import RunLayout
-from tailrace.contract.master_events import PLAN_SENT, read_master_events
+from tailrace.contract.master_events import PLAN_SENT, START_SENT, read_master_events
 from tailrace.contract.profile import Profile, parse_profile
 from tailrace.contract.records import ClockRow, RequestRow
 from tailrace.contract.requests import InputSpec, RequestSpec
@@ -138,13 +138,20 @@ def run_with(profile: Profile, out: Path, during=None) -> tuple[LocalRun, dict]:
 
 
 def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: float = 90.0) -> None:
-    """Sleep until `seconds_into_measured` s after warm-up ends, using the start instant the master announced."""
+    """Sleep until `seconds_into_measured` s after warm-up ends, using the start instant the run used: the
+    master's START once every worker was ready, else (none sent by then) the plan's."""
     deadline = time.time() + timeout
     start_ref_ns = None
     while start_ref_ns is None and time.time() < deadline:
-        plan = next((e for e in read_master_events(run.layout) if PLAN_SENT.matches(e)), None)
-        start_ref_ns = plan["start_ref_ns"] if plan else None
-        time.sleep(0.1)
+        events = read_master_events(run.layout)
+        plan = next((e for e in events if PLAN_SENT.matches(e)), None)
+        start = next((e for e in events if START_SENT.matches(e)), None)
+        if start is not None:
+            start_ref_ns = start["start_ref_ns"]
+        elif plan is not None and time.time_ns() >= plan["start_ref_ns"]:
+            start_ref_ns = plan["start_ref_ns"]
+        else:
+            time.sleep(0.05)
     if start_ref_ns is None:
         raise RuntimeError("the master never announced a start instant")
     target = start_ref_ns / 1e9 + run.profile.load.warmup_s + seconds_into_measured

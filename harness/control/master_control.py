@@ -21,7 +21,7 @@ from tailrace.harness.worker.clock import WorkerClock, measure_offset
 SILENT_S = 3.0  # the master answers every heartbeat within ~1 s: SILENT_S without one is a gap
 # Once every worker is ready, the run starts this long after: time for the START to reach a worker across a WAN and
 # for the worker to turn it into its own clock's instant. The plan's lead (plan.lead_s) is the most it waits.
-START_MARGIN_S = 0.75
+START_MARGIN_S = 0.5
 WATCH_S = 0.5  # how often the master looks at its workers (and a longer pause of this loop is its own stall)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -155,7 +156,10 @@ class RunLifecycle:
                     stopping_since = self._stop_master(stopping_since)
                 if stopping_since is not None and time.monotonic() - stopping_since > self.workers.stop_timeout_s + 10:
                     break
-                time.sleep(0.5)
+                try:  # look again in 0.5 s, or at once when the master exits
+                    self.master.popen.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
         except KeyboardInterrupt:
             self.interrupted = True
             self.say("interrupted: stopping the run")

@@ -29,8 +29,8 @@ def generator_venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     source = tmp_path_factory.mktemp("source") / "tailrace"  # a copy: setuptools builds in the source tree
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "runs", "__pycache__"))
-    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(source)], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", str(source)],
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     theirs = tmp_path_factory.mktemp("theirs")  # someone else's packages, named like tailrace's folders
     for name in THEIR_PACKAGES:

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
+from tailrace.contract.internal_processes import DELAY_PROXY, EMBEDDED_SERVER, SNTP_SERVER
 from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
 
 
@@ -103,7 +104,8 @@ models_dir = "{model_repo}"
     output, _ = proc.communicate(timeout=90)
     alive = [p for p in seen.values() if _alive(p)]
     assert alive == [], f"left running: {[' '.join(commands[p.pid]) for p in alive]}\n{output}"
-    assert {"serve", "sntp", "proxy"} <= {w for c in commands.values() for w in c}  # they were there
+    started = {w for c in commands.values() for w in c}  # they were there: each at its own entry point
+    assert {EMBEDDED_SERVER, SNTP_SERVER, DELAY_PROXY} <= started, started
     (run_dir,) = runs.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["interrupted"] and not manifest["valid"]
