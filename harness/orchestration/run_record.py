@@ -124,6 +124,17 @@ def shortfalls(summaries: dict[str, dict]) -> list[str]:
     return out
 
 
+def off_start(summaries: dict[str, dict], start_ref_ns: int | None) -> list[str]:
+    """Workers that began at another instant than the run's (one that never heard the master's START began at the
+    plan's): their part of the one arrival process is shifted in time, so the run is not the run planned."""
+    if start_ref_ns is None:
+        return []
+    return [f"{name}: started {(s['start_ref_ns'] - start_ref_ns) / 1e9:+.1f} s from the run's start instant (it "
+            "did not hear the master's START): its arrivals are shifted from the one arrival process"
+            for name, s in summaries.items()
+            if s.get("start_ref_ns") is not None and abs(s["start_ref_ns"] - start_ref_ns) > 1_000_000]
+
+
 @dataclass
 class RunRecord:
     """What the manifest needs beyond the plan: when the run started, the host's CPU at the start, the
@@ -157,6 +168,9 @@ class RunRecord:
                 code = (worker_exit_codes or {}).get(name)
                 invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
         invalid += shortfalls(summaries)
+        plan_sent = next((e for e in events if PLAN_SENT.matches(e)), {})
+        started = next((e for e in events if START_SENT.matches(e)), plan_sent)  # the instant the workers used
+        invalid += off_start(summaries, started.get("start_ref_ns"))
         if never_started is not None:
             invalid.append(never_started)
         elif master_lost_s is not None:
@@ -172,8 +186,6 @@ class RunRecord:
         steal = steal_warning(host_cpu)
         if steal:
             warnings.append(steal)
-        plan_sent = next((e for e in events if PLAN_SENT.matches(e)), {})
-        started = next((e for e in events if START_SENT.matches(e)), plan_sent)  # the instant the workers used
         return {
             "run_id": self.plan.run_id, "profile_name": p.name, "profile": p.model_dump(mode="json"),
             "plan": self.plan.model_dump(mode="json"),

@@ -266,7 +266,8 @@ class WorkerRun:
         sat = self.saturation
         planned = self.loop.counts.issued if self.planned is None else self.planned
         return {"worker": self.identity.name, "region": self.identity.region, "client_id": self.client_id,
-                "planned": planned, "sent": self.path.sent, "rows_written": self.requests.rows_written,
+                "planned": planned, "sent": self.path.sent, "start_ref_ns": self.start_ref_ns,
+                "rows_written": self.requests.rows_written,
                 "chunks": self.requests.chunks_written, "clock_skew_ms_emulated": self.identity.skew_ms,
                 "last_offset_ns": self.clocks.offset.offset_ns if self.clocks.offset else None,
                 "max_send_lag_p99_ms": sat.max_lag_p99_ns / 1e6, "peak_in_flight": sat.peak_in_flight,

@@ -33,3 +33,14 @@ def test_the_disk_reserve_comes_from_the_environment_or_says_what_is_wrong(monke
     assert low_disk_reason(tmp_path, 0) is None
     reason = low_disk_reason(tmp_path, 2**62)
     assert reason.startswith(f"the disk holding {tmp_path} has ") and "MiB free" in reason
+
+
+def test_a_worker_that_began_at_another_instant_makes_the_run_invalid():
+    from tailrace.harness.orchestration.run_record import off_start
+
+    start = 1_000_000_000_000
+    summaries = {"eu-w0": {"start_ref_ns": start}, "us-w0": {"start_ref_ns": start + 4_200_000_000},
+                 "old-w0": {}}  # a summary from before workers recorded it
+    [reason] = off_start(summaries, start)
+    assert reason.startswith("us-w0: started +4.2 s from the run's start instant") and "START" in reason
+    assert off_start(summaries, None) == []
