@@ -46,7 +46,10 @@ demo: $(STAMP)
 	$(BIN)/tailrace demo
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
-test: $(STAMP) $(TRITON_STAMP) $(VLLM_STAMP) lint
+# The three virtualenvs are independent: they install side by side.
+test:
+	$(MAKE) -j3 install triton vllm
+	$(MAKE) lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The unit tier only: pure tests, no processes (under 2 minutes).

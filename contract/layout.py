@@ -112,6 +112,11 @@ class RunLayout:
         return self.root / "master-events.jsonl"
 
     @property
+    def live(self) -> Path:
+        """The live page's feed, one line a second (contract/master_events.py's LIVE)."""
+        return self.root / "live.jsonl"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

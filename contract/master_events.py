@@ -62,17 +62,30 @@ PLAN_SENT = MasterEvent("plan_sent", ("start_ref_ns", "master_offset_ns", "worke
                         "the PLAN went out: the start instant (reference clock) and the admitted workers")
 START_SENT = MasterEvent("start_sent", ("start_ref_ns", "earlier_s", "workers"),
                          "every expected worker was ready: the START went out, earlier_s before the plan's instant")
+# the live page's feed (live.jsonl, written by the master once a second; the page's server adds the last two to
+# master-events.jsonl): the page reads these and the events above, as the server-sent events of the same names
+LIVE_STARTED = MasterEvent("live_started", ("run_id", "regions", "endpoints", "workers", "phases", "slos",
+                                            "start_ref_ns", "run_s"),
+                           "the run's shape for the live page: regions, endpoints (generative or not), expected "
+                           "workers, the phases (seconds from the start instant), the SLOs")
+LIVE = MasterEvent("live", ("elapsed_s", "points", "totals", "workers", "slos", "warnings"),
+                   "once a second: per region × endpoint the seconds that changed (points) and the run so far "
+                   "(totals), per worker its clock and heartbeat, each SLO's provisional verdict — live estimates")
+STOP_REQUESTED = MasterEvent("stop_requested", ("by",), "the live page's stop control was used (by: its address)")
+RUN_ENDED = MasterEvent("run_ended", ("verdict", "exit_code", "report"),
+                        "the run is over and analysed: its verdict, exit code and report (a path)")
 
 CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
     WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_HELLO, WORKER_DONE, WORKER_ERROR, WORKER_LEFT,
-    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT)}
+    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT,
+    LIVE_STARTED, LIVE, STOP_REQUESTED, RUN_ENDED)}
 
 
 class MasterEventLog:
     """master-events.jsonl, appended one line per event (a killed master leaves at most a torn last line)."""
 
-    def __init__(self, layout: RunLayout) -> None:
-        self.path = layout.master_events
+    def __init__(self, layout: RunLayout, path=None) -> None:
+        self.path = path or layout.master_events
         layout.root.mkdir(parents=True, exist_ok=True)
 
     def write(self, event: MasterEvent, **data: Any) -> None:

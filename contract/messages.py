@@ -60,6 +60,19 @@ class Error:
 
 
 @dataclass(frozen=True)
+class Live:
+    """worker → master, once a second while it runs: what it did since its last LIVE (harness/worker/live_report.py:
+    per endpoint the arrivals asked, the requests done by status and stream outcome, log-bucketed histograms of
+    latency, send lag, TTFT, TPOT and ITL, output tokens; its clock offset, send-lag window state, sessions in
+    flight). The master adds them up for the live page (harness/control/live_board.py)."""
+
+    client_id: str
+    worker: str
+    region: str
+    digest: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Join:
     """worker → master, as soon as it connects: who it is, and proof of the run's token (an HMAC of its client
     id under the token: the token itself never travels). The master admits it or refuses it (REFUSED)."""
@@ -118,10 +131,11 @@ READY = Message("tailrace_ready", "worker → master", Ready)
 START = Message("tailrace_start", "master → workers", Start)
 DONE = Message("tailrace_done", "worker → master", Done)
 ERROR = Message("tailrace_error", "worker → master", Error)
+LIVE = Message("tailrace_live", "worker → master", Live)
 
 JOIN = Message("tailrace_join", "worker → master", Join)
 REFUSED = Message("tailrace_refused", "master → one worker", Refused)
 CHUNK = Message("tailrace_chunk", "worker → master", Chunk)
 ACK = Message("tailrace_ack", "master → one worker", Ack)
 
-CATALOGUE = (PLAN, HELLO, READY, START, DONE, ERROR, JOIN, REFUSED, CHUNK, ACK)
+CATALOGUE = (PLAN, HELLO, READY, START, DONE, ERROR, LIVE, JOIN, REFUSED, CHUNK, ACK)

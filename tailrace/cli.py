@@ -148,6 +148,21 @@ def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, ch
     return None
 
 
+def _ui_bind(text: str) -> tuple[str, int] | None:
+    from tailrace.harness.orchestration.live_page import parse_bind
+
+    try:
+        return parse_bind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+
+
+def _add_ui_bind(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ui-bind", type=_ui_bind, default=("127.0.0.1", 0), metavar="HOST:PORT",
+                        help="serve the run's live page here (default 127.0.0.1 on a free port, printed at the start; "
+                             "a non-loopback address requires the run's token in the page's address; 'off': none)")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from tailrace.run_command import run_and_report
 
@@ -156,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return USAGE
     if profile.overrides and not args.quiet:
         print(f"profile {profile.name}: overridden {', '.join(profile.overrides)}")
-    return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet)
+    return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet, ui=args.ui_bind)
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
@@ -194,7 +209,7 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tailrace.command_lines import is_loopback
-    from tailrace.harness.orchestration.remote import read_token, run_master
+    from tailrace.harness.orchestration.remote import read_token
 
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
@@ -207,10 +222,28 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except ValueError as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
         return USAGE
+    from tailrace.run_command import close_live_page, open_live_page
+
+    try:
+        page = open_live_page(args.ui_bind, token, "tailrace master", args.quiet) if token else None
+    except OSError as exc:
+        print(f"tailrace master: {exc}", file=sys.stderr)
+        return USAGE
+    run_dir, code = None, INTERNAL
+    try:
+        run_dir, code = _master_run(args, profile, token, page)
+    finally:
+        close_live_page(page, code, run_dir)
+    return code
+
+
+def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> tuple[Path | None, int]:
+    from tailrace.harness.orchestration.remote import run_master
+
     run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
-                               token, args.sntp_port, args.wait_s, args.quiet)
+                               token, args.sntp_port, args.wait_s, args.quiet, live=page)
     if run_dir is None:
-        return code
+        return None, code
     try:
         import tailrace.analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
         from tailrace.analysis.analyze_command import analyze_and_report
@@ -218,8 +251,8 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
               file=sys.stderr)
-        return INCONCLUSIVE  # no verdict was computed
-    return analyze_and_report(run_dir, None, quiet=args.quiet, exits=True)  # the run is over: analysed, then exit
+        return run_dir, INCONCLUSIVE  # no verdict was computed
+    return run_dir, analyze_and_report(run_dir, None, quiet=args.quiet, exits=True)  # the run is over: analysed
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -389,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("profile", type=Path, help="profiles/*.toml")
     run.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
     run.add_argument("--quiet", action="store_true", help="no live progress table")
+    _add_ui_bind(run)
     _add_overrides(run)
     run.set_defaults(func=lambda a, p: _cmd_run(a))
 
@@ -421,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--wait-s", type=_positive_float, default=600.0,
                         help="how long to wait for the profile's workers (default 600)")
     master.add_argument("--quiet", action="store_true", help="no live table, no terminal summary")
+    _add_ui_bind(master)
     _add_overrides(master)
     master.set_defaults(func=_cmd_master)
 

@@ -28,9 +28,10 @@ def tailrace_argv(*args: str) -> list[str]:
 
 def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: int = SNTP_PORT, out: str,
                 wait_s: float = 600.0, token_file: str | None = None, quiet: bool = False,
-                overrides: list[str] = ()) -> list[str]:
+                overrides: list[str] = (), ui_bind: str | None = None) -> list[str]:
     """`tailrace master …` arguments (after the program name): binds `bind` (exposed when not loopback); the
-    profile's `overrides` as --set (the workers get the resolved plan from the master)."""
+    profile's `overrides` as --set (the workers get the resolved plan from the master); the live page on `ui_bind`
+    (HOST:PORT; None: the default, loopback)."""
     args = ["master", profile, "--bind", bind]
     if not is_loopback(bind):
         args.append("--expose")
@@ -39,6 +40,8 @@ def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: 
         args += ["--token-file", token_file]
     for override in overrides:
         args += ["--set", override]
+    if ui_bind:
+        args += ["--ui-bind", ui_bind]
     return args + (["--quiet"] if quiet else [])
 
 

@@ -1,34 +1,78 @@
 """`tailrace run`: run locally, then analyse and exit with the verdict's code."""
 from __future__ import annotations
 
+import secrets
 import sys
 from pathlib import Path
 
-from tailrace.contract.exit_codes import INTERNAL, USAGE
+from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, INVALID, PASS, USAGE
+from tailrace.contract.layout import ReportLayout
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import run_local
 
+VERDICTS = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", INVALID: "INVALID"}
 
-def run_and_report(profile: Profile, out: Path, quiet: bool = False) -> int:
-    """Run, analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive, 4 invalid, 5 tailrace failed)."""
+
+def open_live_page(ui: tuple[str, int] | None, token: str, command: str, quiet: bool) -> LivePage | None:
+    """The run's live page on `ui` (host, port), its address printed; None when off. OSError: it cannot bind."""
+    if ui is None:
+        return None
+    try:
+        page = LivePage(ui[0], ui[1], token)
+    except OSError as exc:
+        raise OSError(exc.errno, f"--ui-bind {ui[0]}:{ui[1]}: {exc.strerror or exc}") from None
+    if not quiet:
+        print(f"{command}: live page at {page.url}", flush=True)
+    return page
+
+
+def close_live_page(page: LivePage | None, code: int, run_dir: Path | None) -> None:
+    """Tell the page the verdict and where the report is, then stop serving it."""
+    if page is None:
+        return
+    report = ReportLayout.of_run(run_dir).page if run_dir is not None else None
+    page.finish(VERDICTS.get(code, "ERROR"), code, report if report is not None and report.exists() else None)
+    page.close()
+
+
+def run_and_report(profile: Profile, out: Path, quiet: bool = False, ui: tuple[str, int] | None = None) -> int:
+    """Run (shown on a live page at `ui`), analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive,
+    4 invalid, 5 tailrace failed)."""
     try:
         min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
     except ValueError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
         return USAGE
+    token = secrets.token_urlsafe(16)
     try:
-        run_dir, manifest = run_local(profile, out, quiet=quiet)
+        page = open_live_page(ui, token, "tailrace run", quiet)
+    except OSError as exc:
+        print(f"tailrace run: {exc}", file=sys.stderr)
+        return USAGE
+    run_dir, code = None, INTERNAL
+    try:
+        run_dir, code = _run_and_report(profile, out, quiet, page, token)
+    finally:
+        close_live_page(page, code, run_dir)
+    return code
+
+
+def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None,
+                    token: str) -> tuple[Path | None, int]:
+    try:
+        run_dir, manifest = run_local(profile, out, quiet=quiet, live=page, token=token)
     except EndpointCheckError as exc:
         print(f"tailrace run: {exc.headline}; no load was sent:\n{exc}", file=sys.stderr)
-        return USAGE
+        return None, USAGE
     except LowDiskError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return USAGE
+        return None, USAGE
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return INTERNAL
+        return None, INTERNAL
     from tailrace.analysis.analyze_command import analyze_and_report
 
-    return analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed, then exit
+    return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed

@@ -8,6 +8,7 @@ import shutil
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -304,3 +305,31 @@ def kill_triton_server(triton) -> list[int]:
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     return pids
+
+
+def chromium() -> str:
+    """Debian's chromium (CI installs it; elsewhere the test is skipped without it)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if IN_CI:
+            pytest.fail("chromium must be installed in CI (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium not installed")
+    return path
+
+
+@contextmanager
+def browser_page(executable: str):
+    """A headless Chromium page driven by Playwright; every uncaught script error and console error is collected in
+    `page.errors`. `executable` may be a wrapper (e.g. one that starts chromium in a network namespace)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.errors = []
+            page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+            page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+            yield page
+        finally:
+            browser.close()

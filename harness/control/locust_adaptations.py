@@ -9,14 +9,19 @@ any of them a Locust release lacks, and tests/unit/repository/test_install.py ru
   `last_heartbeat_timestamp`), and a worker's silence the master tolerates (`runners.HEARTBEAT_LIVENESS`, counted
   down in each client's `heartbeat`).
 - Forgetting a refused worker at once (`MasterRunner.clients`, `_users_dispatcher.remove_worker`).
+- The master's two fixed waits that tailrace has no use for: `MasterRunner.quit` sleeps 0.5 s for the workers'
+  final Locust statistics (tailrace's own results are in by then: DONE), twice per shutdown; the headless start polls
+  for the expected workers once a second (`locust.main`'s `time.sleep(1)`). Each run paid ~1.5 s for them.
 """
 from __future__ import annotations
 
 import math
 import time
 
+import gevent
+from locust import main as locust_main
 from locust import runners as locust_runners
-from locust.rpc import zmqrpc
+from locust.rpc import Message, zmqrpc
 
 from tailrace.contract.profile import Generator
 
@@ -31,6 +36,7 @@ ZMQ_HEARTBEAT_MS, ZMQ_DEAD_MS, ZMQ_RECONNECT_MS = 1000, 4000, 1000
 DEFAULT_MASTER_TIMEOUT_S = float(Generator.model_fields["master_timeout_s"].default)
 
 _locust_socket_init = zmqrpc.BaseSocket.__init__
+_LOCUST_QUIT = locust_runners.MasterRunner.quit
 
 
 def _wan_socket_init(self, sock_type, ipv4_only) -> None:
@@ -42,10 +48,36 @@ def _wan_socket_init(self, sock_type, ipv4_only) -> None:
         self.socket.setsockopt(zmqrpc.zmq.ROUTER_HANDOVER, 1)
 
 
+QUIT_FLUSH_S = 0.1  # the master's quit: time for its "quit" messages to leave before its sockets close
+WORKERS_POLL_S = 0.05  # the headless master's look for its expected workers (Locust: 1 s)
+
+
+def _quit_without_stats_wait(self) -> None:
+    """`MasterRunner.quit` as Locust has it (2.30–2.47), without its 0.5 s wait for final statistics."""
+    self.stop(send_stop_to_client=False)
+    for client in self.clients.all:
+        self.server.send_to_client(Message("quit", None, client.id))
+    gevent.sleep(QUIT_FLUSH_S)
+    self.greenlet.kill(block=True)
+
+
+class _PollingTime:
+    """`locust.main`'s `time`, whose one `time.sleep(1)` is its headless wait for the expected workers."""
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(WORKERS_POLL_S if seconds == 1 else seconds)
+
+
 def adapt_locust() -> None:
     """Install the adaptations every tailrace process needs before Locust opens its sockets (idempotent)."""
     zmqrpc.BaseSocket.__init__ = _wan_socket_init
     set_master_timeout(DEFAULT_MASTER_TIMEOUT_S)
+    locust_runners.MasterRunner.quit = _quit_without_stats_wait
+    locust_main.time = _PollingTime()
 
 
 # -- a worker: how long it waits for a silent master ----------------------------------------------------------------
@@ -102,7 +134,10 @@ def missing_internals() -> list[str]:
               "runners.HEARTBEAT_LIVENESS": hasattr(locust_runners, "HEARTBEAT_LIVENESS"),
               "zmqrpc.BaseSocket.__init__(sock_type, ipv4_only)":
                   _locust_socket_init.__code__.co_varnames[1:3] == ("sock_type", "ipv4_only"),
-              "UsersDispatcher.remove_worker": hasattr(UsersDispatcher, "remove_worker")}
+              "UsersDispatcher.remove_worker": hasattr(UsersDispatcher, "remove_worker"),
+              "main.time (the headless wait for workers)": getattr(locust_main, "time", None) is not None,
+              "MasterRunner.quit (stop, clients.all, server.send_to_client, greenlet)":
+                  {"stop", "clients", "server", "greenlet"} <= set(_LOCUST_QUIT.__code__.co_names)}
     for cls, attrs in ((MasterRunner, ("register_message", "send_message", "clients", "_users_dispatcher")),
                        (WorkerRunner, ("register_message", "send_message", "client_id", "last_heartbeat_timestamp"))):
         for attr in attrs:

@@ -88,6 +88,15 @@ def _on_init(environment, **_kwargs) -> None:
         _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
                                                    token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
         gevent.spawn(_watch_master, runner)
+        gevent.spawn(_warm_up)
+
+
+def _warm_up() -> None:
+    """What every run's first chunk would pay once per process (pyarrow's first string conversion, ~0.3 s), paid
+    while the worker waits for the master's plan rather than between the plan and the start."""
+    import pyarrow as pa
+
+    pa.array(["warm-up"] * 2, type=pa.string())
 
 
 def _watch_master(runner) -> None:
@@ -160,6 +169,8 @@ def _on_ack(environment, msg, **_kw) -> None:
 def _on_test_stopping(environment, **_kw) -> None:
     if isinstance(environment.runner, WorkerRunner):  # the master stopped the test: the end, early or on time
         _state.quitting = True
+        if _state.run is not None:  # stopped early (Ctrl-C, the live page): send nothing more, keep every row
+            _state.run.stop_issuing()
 
 
 @events.quitting.add_listener
@@ -203,7 +214,10 @@ class OpenLoopUser(User):
                 _send(runner, messages.READY, messages.Ready(client_id))
                 return _state.start.wait(timeout_s)
 
-            run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship, ready=ready)
+            def live(digest: dict) -> None:
+                _send(runner, messages.LIVE, messages.Live(client_id, identity.name, identity.region, digest))
+
+            run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship, ready=ready, live=live)
         except Exception as exc:
             _send(runner, messages.ERROR, messages.Error(client_id, str(exc)))
             print(f"tailrace worker {identity.name}: {exc}", flush=True)

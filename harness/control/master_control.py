@@ -15,6 +15,7 @@ from tailrace.contract import master_events, messages
 from tailrace.contract.layout import RunLayout, shippable, write_atomic
 from tailrace.contract.plan import RunPlan
 from tailrace.harness.control.admission import Admission
+from tailrace.harness.control.live_board import LiveBoard
 from tailrace.harness.control.locust_adaptations import forget_worker, set_worker_liveness, worker_quiet_s
 from tailrace.harness.worker.clock import WorkerClock, measure_offset
 
@@ -44,16 +45,18 @@ class MasterControl:
         self.finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
         self.silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
         self.seen_states: dict[str, str] = {}
+        self.board = LiveBoard(plan, self.layout, self.heartbeat_ages)
         # a silent worker is "missing" after the profile's timeout, so that a blip of the control channel loses nobody
         set_worker_liveness(plan.profile.generator.master_timeout_s)
         for message, handler in ((messages.JOIN, self.on_join), (messages.CHUNK, self.on_chunk),
                                  (messages.HELLO, self.on_hello), (messages.READY, self.on_ready),
-                                 (messages.DONE, self.on_done),
+                                 (messages.LIVE, self.on_live), (messages.DONE, self.on_done),
                                  (messages.ERROR, self.on_error)):
             self.runner.register_message(message.name, handler)
         environment.events.worker_connect.add_listener(self.on_connect)
         environment.events.test_start.add_listener(self.announce)
         gevent.spawn(self.watch_workers)
+        gevent.spawn(self.write_live)
 
     # -- messages -------------------------------------------------------------------------------------------------
     def on_connect(self, client_id: str, **_kw) -> None:
@@ -114,6 +117,7 @@ class MasterControl:
         """Every expected worker is ready: start them all START_MARGIN_S from now instead of at the plan's instant
         (never later than it). Sent three times; a worker that hears none starts at the plan's instant."""
         start_ref_ns = min(self.planned_start_ns, time.time_ns() + self.offset_ns + int(START_MARGIN_S * 1e9))
+        self.board.started(start_ref_ns, self.offset_ns)
         self.log.write(master_events.START_SENT, start_ref_ns=start_ref_ns,
                        earlier_s=round((self.planned_start_ns - start_ref_ns) / 1e9, 3),
                        workers=sorted(j.worker for j in self.admission.admitted.values()))
@@ -122,6 +126,11 @@ class MasterControl:
             for client_id in list(self.admission.admitted):
                 self.runner.send_message(messages.START.name, payload, client_id=client_id)
             gevent.sleep(0.1)
+
+    def on_live(self, msg, **_kw) -> None:
+        live = messages.LIVE.decode(msg.data)
+        if live.client_id in self.admission.admitted:
+            self.board.add(live.worker, live.region, live.digest)
 
     def on_done(self, msg, **_kw) -> None:
         done = messages.DONE.decode(msg.data)
@@ -158,12 +167,37 @@ class MasterControl:
                        workers=sorted(j.worker for j in self.admission.admitted.values()))
         self.plan_payload = messages.wire(messages.Plan(self.plan.model_dump(mode="json"), start_ref_ns))
         gevent.spawn(self._send_plan)  # not in this event handler: Locust spawns the users after it returns
+        gevent.spawn_later(max(0.0, self.plan.lead_s - 0.5), self._start_by_plan)
+
+    def _start_by_plan(self) -> None:
+        """No START went out (a worker never got ready): the run starts at the plan's instant."""
+        if not self.start_sent:
+            self.board.started(self.planned_start_ns, self.offset_ns)
 
     def _send_plan(self) -> None:
         for _ in range(3):
             for client_id in list(self.admission.admitted):
                 self.runner.send_message(messages.PLAN.name, self.plan_payload, client_id=client_id)
             gevent.sleep(0.5)
+
+    # -- the live page -------------------------------------------------------------------------------------------------
+    def write_live(self) -> None:
+        """live.jsonl's LIVE line, once a second (the page reads it; a failure to write never stops the run)."""
+        while True:
+            gevent.sleep(1.0)
+            try:
+                self.board.tick()
+            except OSError:
+                pass  # a full disk: the orchestrator stops the run; the page just stops moving
+
+    def heartbeat_ages(self) -> dict[str, float]:
+        """Admitted worker → seconds since its last heartbeat (Locust counts whole seconds)."""
+        out = {}
+        for c in list(self.runner.clients.values()):
+            name = self.names.get(c.id)
+            if name is not None and c.id in self.admission.admitted:
+                out[name] = float(worker_quiet_s(c))
+        return out
 
     # -- the workers' liveness ----------------------------------------------------------------------------------------
     def watch_workers(self) -> None:
@@ -185,9 +219,16 @@ class MasterControl:
                 self.silent[c.id] = time.time() - quiet_s
                 self.log.write(master_events.WORKER_SILENT, client_id=c.id, worker=self.names.get(c.id),
                                since_ns=int(self.silent[c.id] * 1e9))
+                self.board.gap_began(self.names.get(c.id), self.silent[c.id] - self._start_s())
             elif c.id in self.silent and quiet_s <= 1:
-                self.log.write(master_events.WORKER_RETURNED, client_id=c.id, worker=self.names.get(c.id),
-                               gap_s=round(time.time() - self.silent.pop(c.id), 1))
+                gap_s = round(time.time() - self.silent.pop(c.id), 1)
+                self.log.write(master_events.WORKER_RETURNED, client_id=c.id, worker=self.names.get(c.id), gap_s=gap_s)
+                self.board.gap_ended(self.names.get(c.id), gap_s)
+
+    def _start_s(self) -> float:
+        """The run's start instant on this host's clock (epoch s; now before it is known)."""
+        start = self.board.start_ref_ns
+        return (start - self.offset_ns) / 1e9 if start is not None else time.time()
 
     def _note_departures(self) -> None:
         """Workers Locust marked missing (heartbeats stopped) or that disconnected."""

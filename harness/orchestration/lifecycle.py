@@ -4,7 +4,8 @@ and `tailrace master` (workers on other machines, harness/orchestration/remote.p
     create_run_directory   the directory, its "running" manifest, the disk-space check
     RunLifecycle.open      plan.json, logs/settings.log, model metadata, server statistics "before", the record
     RunLifecycle.start     the Locust master (started one way: `start_master`), then the workers
-    RunLifecycle.watch     progress, the disk, the master's end; Ctrl-C and a full disk stop it with SIGINT
+    RunLifecycle.watch     progress, the disk, the master's end; Ctrl-C, the live page's stop control and a full
+                           disk stop it with SIGINT
     RunLifecycle.close     server statistics "after", the end manifest
 
 What differs between the two is who starts the workers, how they are followed while the master waits for
@@ -29,6 +30,7 @@ from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, read_mas
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, stop_reason
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
 from tailrace.harness.services.processes import ManagedProcess, start_process
@@ -113,6 +115,7 @@ class RunLifecycle:
     interrupted: bool = False
     master_lost_s: float | None = None
     write_errors: list[str] = field(default_factory=list)  # why the run was stopped early: its disk
+    live: LivePage | None = None  # the live page, when this command serves one
 
     def say(self, message: str, error: bool = False) -> None:
         if error:
@@ -125,6 +128,8 @@ class RunLifecycle:
         any load; start the record the manifest is written from."""
         self.plan.write(self.layout)
         log_effective_settings(self.plan, self.layout)
+        if self.live is not None:
+            self.live.attach(self.layout)
         save_model_metadata(self.plan, self.layout)
         self.stats = ServerStatsRecorder(self.layout, targets, self.plan.profile.server_stats.interval_s)
         self.stats.snapshot("before")
@@ -153,6 +158,10 @@ class RunLifecycle:
                     self.write_errors.append(low)
                     self.say(f"{low}: stopping the run (a worker on another host keeps the chunks not yet written "
                              "in its spool: `tailrace collect` adds them once there is room)", error=True)
+                    stopping_since = self._stop_master(stopping_since)
+                if self.live is not None and self.live.stop_requested.is_set() and not self.interrupted:
+                    self.interrupted = True  # as Ctrl-C: INVALID, every row measured kept, the report written
+                    self.say("stopped from the live page: stopping the run")
                     stopping_since = self._stop_master(stopping_since)
                 if stopping_since is not None and time.monotonic() - stopping_since > self.workers.stop_timeout_s + 10:
                     break

@@ -27,6 +27,7 @@ from tailrace.harness.orchestration.lifecycle import (
     new_run_id,
     write_cold_starts,
 )
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.preflight import check_local, needs_models_build
 from tailrace.harness.orchestration.server_stats import stats_targets
 from tailrace.harness.services.processes import ManagedProcess, free_port, start_process
@@ -94,6 +95,8 @@ class LocalRun:
     processes: list[ManagedProcess] = field(default_factory=list)
     local_workers: LocalWorkers | None = None
     reserve: int = MIN_FREE_BYTES  # free space kept on the run directory's disk (harness/orchestration/disk_space.py)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(16))  # only this run's workers are admitted
+    live: LivePage | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -137,12 +140,11 @@ class LocalRun:
         self.processes.extend(proxies)
         self.plan = plan.model_copy(update={"requests": checked.requests, "model_inputs": checked.model_inputs,
                                             "region_urls": region_urls})
-        self.lifecycle = RunLifecycle(self.plan, self.layout, self.reserve, "tailrace run", self.quiet)
+        self.lifecycle = RunLifecycle(self.plan, self.layout, self.reserve, "tailrace run", self.quiet, live=self.live)
         self.lifecycle.open(stats_targets(self.plan), proxied_regions(resolved))
         write_cold_starts(self.layout, self._cold_starts())
         self.local_workers = LocalWorkers(self.plan, self.layout, p.generator.cpus)
-        self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), secrets.token_urlsafe(16),
-                             p.generator.cpus)  # this run's token: only its own workers are admitted
+        self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, p.generator.cpus)
         self.processes.append(self.lifecycle.master)
         self.processes.extend(self.local_workers.processes.values())
         self.log(f"run {self.run_id}: {len(self.workers)} worker(s) in {len(p.regions)} region(s), "
@@ -210,11 +212,12 @@ class LocalRun:
         return self.lifecycle.manifest()
 
 
-def run_local(profile: Profile, out: Path, quiet: bool = False) -> tuple[Path, dict]:
-    """Run a profile locally end to end; returns (run_dir, manifest)."""
+def run_local(profile: Profile, out: Path, quiet: bool = False, live: LivePage | None = None,
+              token: str | None = None) -> tuple[Path, dict]:
+    """Run a profile locally end to end, shown on `live` if given; returns (run_dir, manifest)."""
     from tailrace.harness.orchestration.progress import Progress
 
-    run = LocalRun(profile, out, quiet=quiet)
+    run = LocalRun(profile, out, quiet=quiet, live=live, **({"token": token} if token else {}))
     interrupted = False
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -35,6 +35,7 @@ from tailrace.harness.orchestration.lifecycle import (
     new_run_id,
     waiting_for,
 )
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.progress import ChunkProgress
 from tailrace.harness.orchestration.server_stats import stats_targets
 from tailrace.harness.services.processes import start_process
@@ -98,7 +99,7 @@ class RemoteWorkers:
 
 def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None, token: str | None = None,
                sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
-               quiet: bool = False) -> tuple[Path | None, int]:
+               quiet: bool = False, live: LivePage | None = None) -> tuple[Path | None, int]:
     """Run a Locust master for the profile's workers; writes the run directory on this host. Returns (run
     directory to analyse, code): (None, USAGE) when nothing could start, (None, INVALID) when the workers never
     came, else the Locust master's exit code."""
@@ -131,7 +132,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         print(f"tailrace master: {note}")
     plan = plan.model_copy(update={"requests": checked.requests, "model_inputs": checked.model_inputs})
     layout = RunLayout(out / run_id)
-    lifecycle = RunLifecycle(plan, layout, reserve, "tailrace master", quiet)
+    lifecycle = RunLifecycle(plan, layout, reserve, "tailrace master", quiet, live=live)
     try:
         create_run_directory(layout, profile, run_id, reserve)
         lifecycle.open(stats_targets(plan))

@@ -33,6 +33,8 @@ class ChunkWriter:
         self._next_index = 0
         self.rows_written = 0
         self._opened = time.monotonic()
+        self.tap = None  # called with rows before they leave the buffer (the live page's digest), off the send path
+        self._tapped = 0  # rows of the open chunk already handed to the tap
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def add(self, row: tuple) -> None:
@@ -50,8 +52,16 @@ class ChunkWriter:
         samples = {pa.string(): "warm-up", pa.int64(): 0, pa.int32(): 0, pa.bool_(): False, pa.binary(): b"\0"}
         self.to_table([self.row_type(*(samples[kind] for _, kind in self._columns))] * 2)
 
+    def tap_new(self) -> None:
+        """Hand the rows added since the last call to the tap."""
+        if self.tap is not None:
+            self.tap(self.rows[self._tapped:])
+            self._tapped = len(self.rows)
+
     def take(self) -> list[tuple]:
         """Detach the open chunk's rows (to write them elsewhere, e.g. on a native thread)."""
+        self.tap_new()
+        self._tapped = 0
         self._opened = time.monotonic()
         rows, self.rows = self.rows, []
         return rows

@@ -1,6 +1,6 @@
 """A worker's periodic work beside its schedule, each a greenlet: closing request chunks as they fill or age,
-sampling the clock, closing send-lag windows on the run's grid, and (a worker on its own host) sending closed files
-to the master."""
+sampling the clock, closing send-lag windows on the run's grid, the live page's digest once a second, and (a worker
+on its own host) sending closed files to the master."""
 from __future__ import annotations
 
 import time
@@ -27,9 +27,12 @@ class BackgroundWork:
         self._flusher: gevent.Greenlet | None = None
         self._others: list[gevent.Greenlet] = []
 
-    def start(self, start_mono: int) -> None:
+    def start(self, start_mono: int, live: Callable[[float], None] | None = None) -> None:
+        """`live(t_s)`: called each whole second of the run (seconds since the start instant)."""
         self._flusher = gevent.spawn(self._flush_loop)
         self._others = [gevent.spawn(self._clock_loop), gevent.spawn(self._saturation_loop, start_mono)]
+        if live is not None:
+            self._others.append(gevent.spawn(self._live_loop, start_mono, live))
         if self.uplink is not None:
             self._others.append(gevent.spawn(self._uplink_loop))
 
@@ -59,6 +62,17 @@ class BackgroundWork:
             gevent.sleep(0.5)
             if not self.stopping:
                 self.uplink.poll()
+
+    def _live_loop(self, start_mono: int, live: Callable[[float], None]) -> None:
+        k = 0
+        while not self.stopping:
+            k += 1
+            gevent.sleep(max(0.0, (start_mono + k * 1_000_000_000 - time.perf_counter_ns()) / 1e9))
+            if not self.stopping:
+                try:
+                    live(float(k))
+                except Exception as exc:  # noqa: BLE001 - the live page is a view: it never stops the run
+                    print(f"tailrace worker: live report failed: {exc}", flush=True)
 
     def _saturation_loop(self, start_mono: int) -> None:
         window, k = self.profile.generator.window_s, 0

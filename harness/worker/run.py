@@ -6,6 +6,7 @@ senders.py (protocols), recorder.py + chunk_shipping.py (the log), clock_sampler
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import time
@@ -30,6 +31,7 @@ from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
 from tailrace.harness.worker.endpoint_senders import EndpointSenders
 from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.live_report import LiveReporter, asked_offsets, worker_state
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
@@ -51,12 +53,15 @@ class WorkerRun:
 
     def __init__(self, identity: WorkerIdentity, plan: RunPlan, start_ref_ns: int, client_id: str = "",
                  senders: list[Sender] | None = None, ship=None,
-                 ready: Callable[[float], int | None] | None = None) -> None:
+                 ready: Callable[[float], int | None] | None = None,
+                 live: Callable[[dict], None] | None = None) -> None:
         """`start_ref_ns`: the plan's start instant (reference clock). `ready(timeout_s)`: tell the master this worker
-        is ready and wait up to `timeout_s` for an earlier start instant (None: none came)."""
+        is ready and wait up to `timeout_s` for an earlier start instant (None: none came). `live(digest)`: send the
+        live page's digest to the master, once a second (harness/worker/live_report.py)."""
         p = self.profile = plan.profile
         self.identity, self.plan, self.start_ref_ns, self.client_id = identity, plan, start_ref_ns, client_id
-        self.ready = ready
+        self.ready, self.live = ready, live
+        self.live_reporter: LiveReporter | None = None
         regions = [r.name for r in p.regions]
         if identity.region not in regions:
             raise RuntimeError(f"worker region {identity.region!r} is not in the profile's regions {regions}")
@@ -190,7 +195,12 @@ class WorkerRun:
         if start_mono < time.perf_counter_ns():
             self.log(f"start instant already passed by {(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; "
                      "late arrivals count as send lag")
-        self.background.start(start_mono)
+        if self.live is not None:
+            self.live_reporter = LiveReporter([e.name for e in self.profile.endpoints], asked_offsets(schedule),
+                                              lambda: worker_state(self.path, self.clocks, self.saturation,
+                                                                   self.sessions if self.session_endpoints else None),
+                                              self.live, self.requests, yield_fn=lambda: gevent.sleep(0))
+        self.background.start(start_mono, self.live_reporter.report if self.live_reporter is not None else None)
         window = self.window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                                      int(load.warmup_s * 1e9))
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
@@ -198,6 +208,13 @@ class WorkerRun:
             self.loop, self.plan, window, schedule,
             lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
         self.finish()
+
+    def stop_issuing(self) -> None:
+        """The run was stopped before its end (Ctrl-C, the live page): no arrival, session or later turn is sent
+        after now; what is in flight is answered and recorded."""
+        self.loop.stop()
+        if self.window is not None:
+            self.window = dataclasses.replace(self.window, end_mono=min(self.window.end_mono, time.perf_counter_ns()))
 
     @property
     def finishing(self) -> bool:
@@ -217,6 +234,11 @@ class WorkerRun:
     def _finish(self, master_lost: bool) -> None:
         self.background.stop()  # a chunk being written is finished: never killed half-way
         self.saturation.close_window(final=True)
+        if self.live_reporter is not None and self.path.start_mono:  # the last, partial second
+            try:
+                self.live_reporter.report((time.perf_counter_ns() - self.path.start_mono) / 1e9)
+            except Exception as exc:  # noqa: BLE001 - the live page is a view: it never costs the run its files
+                self.log(f"last live report not sent: {exc}")
         self.request_chunks.ship_open_chunk()
         self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
         try:  # with the master gone its reference may be too: one packet each, so the worker stops in time

@@ -66,6 +66,10 @@ class IssueLoop:
         (while the loop waits for it); None: the arrival itself."""
         self.send, self.spin_ns, self.drain_s, self.prepare = send, spin_ns, drain_s, prepare
         self.counts = IssueCounts()
+        self.stopped = False  # the run was stopped (Ctrl-C, the live page): issue nothing more, drain what is out
+
+    def stop(self) -> None:
+        self.stopped = True
 
     def wait_until(self, mono_ns: int) -> None:
         """Sleep, then yield-spin the last stretch: gevent timers wake ~1 ms late, and each sleep(0) lets the
@@ -91,6 +95,8 @@ class IssueLoop:
 
         for arrival, item in self._prepared(arrivals):
             self.wait_until(arrival.intended_mono)
+            if self.stopped:
+                break
             missed = limit is not None and active[0] >= limit
             self.counts.count(arrival, missed)
             if not missed:
@@ -98,7 +104,8 @@ class IssueLoop:
                 group.spawn(tracked, item)
                 if self.prepare is not None:
                     gevent.sleep(0)  # it sends now, before more requests are built
-        more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None else 0.0
+        more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None and not self.stopped \
+            else 0.0
         group.join(timeout=more_s + self.drain_s)
 
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
@@ -128,6 +135,8 @@ class IssueLoop:
     def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
         """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""
         for arrival in arrivals:
+            if self.stopped:
+                break
             self.counts.count(arrival, False)
             self.send(arrival)
 

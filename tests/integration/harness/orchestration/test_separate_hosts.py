@@ -24,9 +24,10 @@ from tailrace.command_lines import master_args, worker_args
 from tailrace.contract.exit_codes import WORKER_MASTER_LOST
 from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.processes import ManagedProcess, start_process
-from tests.support import IN_CI, remote_profile_toml
+from tests.support import IN_CI, browser_page, chromium, remote_profile_toml
 
 MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"
+UI_PORT = 18089  # the master's live page, on its own host
 REGION_IPS = {"eu": "10.203.0.11", "us": "10.203.0.12", "stray": "10.203.0.13"}
 MASTER_PORT, SNTP_PORT = 5557, 12300
 
@@ -142,7 +143,7 @@ class Deployment:
 
 
 def deploy(network, model_repo, root: Path, duration_s: float, stray: bool = False,
-           master_timeout_s: float | None = None) -> Deployment:
+           master_timeout_s: float | None = None, ui_bind: str | None = None) -> Deployment:
     root.mkdir(parents=True)
     token = root / "token"
     token.write_text(secrets.token_urlsafe(16))
@@ -150,7 +151,8 @@ def deploy(network, model_repo, root: Path, duration_s: float, stray: bool = Fal
     profile.write_text(profile_text(model_repo, duration_s, master_timeout_s))
     out, logs = root / "runs", root / "logs"
     master = network.start("m", "master", master_args(str(profile), bind=MASTER_IP, port=MASTER_PORT, sntp_port=SNTP_PORT,
-                                                      out=str(out), wait_s=60, token_file=str(token), quiet=True),
+                                                      out=str(out), wait_s=60, token_file=str(token), quiet=True,
+                                                      ui_bind=ui_bind),
                            logs / "master.log")
     time.sleep(2)
     workers, spools = {}, {}
@@ -299,18 +301,44 @@ def _wait_for_chunks(d: Deployment, count: int = 4) -> None:
         time.sleep(0.2)
 
 
+def _page_status(network, url: str) -> int:
+    """An HTTP GET of the master's live page from the master's own host: its status code."""
+    probe = subprocess.run(["ip", "netns", "exec", network.ns("m"), sys.executable, "-c",
+                            f"import httpx; print(httpx.get({url!r}, timeout=5).status_code)"],
+                           capture_output=True, text=True, timeout=60)
+    return int(probe.stdout.strip() or 0)
+
+
 def test_a_regions_link_to_the_master_down_15_s_loses_nothing(network, served, model_repo, tmp_path):
     """us's link to the master is cut for 15 s mid-run (generator.master_timeout_s 30 s): its worker keeps its
     schedule and its spool, re-sends what was not acknowledged when the link returns, the master marks nobody lost;
-    the run is VALID with every row at the master, and the gap is named."""
-    d = deploy(network, model_repo, tmp_path / "d", duration_s=30)
+    the run is VALID with every row at the master, and the gap is named — also on the master's live page (bound to
+    the master's non-loopback address: refused without the run's token), watched in headless Chromium on the
+    master's host."""
+    d = deploy(network, model_repo, tmp_path / "d", duration_s=24, ui_bind=f"{MASTER_IP}:{UI_PORT}")
+    url, token = f"http://{MASTER_IP}:{UI_PORT}/", (tmp_path / "d" / "token").read_text()
+    browser = tmp_path / "chromium-on-m"  # Playwright starts the browser on the master's host
+    browser.write_text(f'#!/bin/sh\nexec ip netns exec {network.ns("m")} {chromium()} "$@"\n')
+    browser.chmod(0o755)
     try:
-        _wait_for_chunks(d)
-        _control_link(network, "us", up=False)
-        try:
-            time.sleep(15)
-        finally:
-            _control_link(network, "us", up=True)
+        with browser_page(str(browser)) as page:
+            _wait_for_chunks(d)
+            assert _page_status(network, url) == 401 and _page_status(network, url + "?token=wrong") == 401
+            page.goto(f"{url}?token={token}")
+            page.wait_for_function("window.tailraceLive.latest && window.tailraceLive.latest.workers.length === 2")
+            _control_link(network, "us", up=False)
+            try:
+                time.sleep(15)
+            finally:
+                _control_link(network, "us", up=True)
+            page.wait_for_function("(window.tailraceLive.latest.workers.find(w => w.worker === 'us-w0') || {gaps: []})"
+                                   ".gaps.some(g => g[1] !== null)", timeout=30_000)
+            assert page.errors == [], page.errors
+            gaps = page.inner_text("tr[data-worker='us-w0'] .gaps")
+            assert gaps.startswith("gap ") and page.inner_text("tr[data-worker='eu-w0'] .gaps") == "none", gaps
+            ages = page.evaluate("window.tailraceLive.chartData('heartbeat')")  # [seconds, eu-w0, us-w0]
+            assert max(a for a in ages[2] if a is not None) >= 10 and max(a for a in ages[1] if a is not None) < 3
+            assert page.errors == [], page.errors
         code = d.master.popen.wait(timeout=240)
     finally:
         stop_all(d)

@@ -67,6 +67,19 @@ def test_a_sender_that_raises_becomes_a_bad_response_and_the_loop_goes_on(tmp_pa
     assert [by_sample[k].status for k in (0, 1, 3)] == ["ok"] * 3
 
 
+def test_a_stopped_loop_sends_nothing_more_and_keeps_what_it_sent(tmp_path):
+    """The run stopped early (Ctrl-C, the live page): arrivals after the stop are not sent, those before are kept."""
+    path = _path(tmp_path, FakeSender())
+    loop = IssueLoop(path.send, spin_ns=0, drain_s=1)
+    now = time.perf_counter_ns()
+    gevent.spawn_later(0.05, loop.stop)
+    loop.open_loop(Arrival(now + k * 20_000_000, 0, 1, k) for k in range(20))  # one every 20 ms, for 0.4 s
+    sent = sorted(r.sample_index for r in path.recorder.rows)
+    assert 1 <= len(sent) <= 5 and sent == list(range(len(sent)))
+    loop.closed_loop([Arrival(time.perf_counter_ns(), 0, 1, 99)])
+    assert 99 not in {r.sample_index for r in path.recorder.rows}
+
+
 def test_failures_are_recorded_with_their_class_and_never_counted_correct(tmp_path):
     path = _path(tmp_path, FakeSender(failing=frozenset({1}), status="timeout"))
     IssueLoop(path.send, spin_ns=0, drain_s=1).closed_loop([Arrival(time.perf_counter_ns(), 0, 1, 1)])
