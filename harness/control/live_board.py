@@ -6,6 +6,7 @@ exact percentiles, their intervals and the verdicts from the rows afterwards.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -110,7 +111,7 @@ class LiveBoard:
 
     def add(self, worker: str, region: str, digest: dict) -> None:
         """One worker's LIVE digest."""
-        t = max(1, round(digest["t_s"]))
+        t = max(1, math.ceil(digest["t_s"] - 1e-9))  # second k holds (k-1, k]; a last partial one its own
         view = self.workers.setdefault(worker, WorkerView(worker, region))
         view.last_t_s = max(view.last_t_s, digest["t_s"])
         view.state = {k: v for k, v in digest.items() if k not in ("endpoints", "t_s", "interval_s")}

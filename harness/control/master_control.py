@@ -148,6 +148,7 @@ class MasterControl:
         self.finished.add(client_id)
         admitted = self.admission.admitted
         if self.plan_payload is not None and len(admitted) == self.expected and set(admitted) <= self.finished:
+            self._write_live_line()
             gevent.spawn_later(0.2, self.runner.quit)
 
     # -- the start --------------------------------------------------------------------------------------------------
@@ -185,10 +186,14 @@ class MasterControl:
         """live.jsonl's LIVE line, once a second (the page reads it; a failure to write never stops the run)."""
         while True:
             gevent.sleep(1.0)
-            try:
-                self.board.tick()
-            except OSError:
-                pass  # a full disk: the orchestrator stops the run; the page just stops moving
+            self._write_live_line()  # (a full disk: the orchestrator stops the run; the page just stops moving)
+
+    def _write_live_line(self) -> None:
+        """One LIVE line now (also once the run is over: the workers' last seconds, before the master quits)."""
+        try:
+            self.board.tick()
+        except OSError:
+            pass
 
     def heartbeat_ages(self) -> dict[str, float]:
         """Admitted worker → seconds since its last heartbeat (Locust counts whole seconds)."""

@@ -104,13 +104,12 @@ def _gaps_ns(row: tuple) -> np.ndarray:
     return np.repeat(np.diff(offsets) * 1e3 / carried, carried)
 
 
-def asked_offsets(schedule) -> list[np.ndarray] | None:
+def asked_offsets(schedule, endpoints: int) -> list[np.ndarray] | None:
     """Per endpoint index, the sorted offsets (ns from the start instant) of a worker's scheduled arrivals (None:
     a closed loop, where nothing is asked ahead)."""
     if schedule is None:
         return None
-    n = int(schedule.endpoint_index.max()) + 1 if len(schedule.endpoint_index) else 0
-    return [np.sort(schedule.offsets_ns[schedule.endpoint_index == i]) for i in range(n)]
+    return [np.sort(schedule.offsets_ns[schedule.endpoint_index == i]) for i in range(endpoints)]
 
 
 def worker_state(path, clocks, saturation, sessions) -> dict:
@@ -139,6 +138,17 @@ class LiveReporter:
         self._last_s = 0.0
         if log is not None:
             log.tap = self.observe
+
+    @classmethod
+    def of_worker(cls, profile, schedule, path, clocks, saturation, sessions, send: Callable[[dict], None]
+                  ) -> "LiveReporter":
+        """A worker's reporter: its request log tapped (`path.recorder`), yielding to gevent between slices."""
+        import gevent
+
+        names = [e.name for e in profile.endpoints]
+        return cls(names, asked_offsets(schedule, len(names)),
+                   lambda: worker_state(path, clocks, saturation, sessions), send, path.recorder,
+                   yield_fn=lambda: gevent.sleep(0))
 
     def observe(self, rows: list[tuple]) -> None:
         """The request log's tap: rows about to leave its buffer."""

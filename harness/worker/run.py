@@ -31,7 +31,7 @@ from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
 from tailrace.harness.worker.endpoint_senders import EndpointSenders
 from tailrace.harness.worker.identity import WorkerIdentity
-from tailrace.harness.worker.live_report import LiveReporter, asked_offsets, worker_state
+from tailrace.harness.worker.live_report import LiveReporter
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
@@ -196,10 +196,8 @@ class WorkerRun:
             self.log(f"start instant already passed by {(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; "
                      "late arrivals count as send lag")
         if self.live is not None:
-            self.live_reporter = LiveReporter([e.name for e in self.profile.endpoints], asked_offsets(schedule),
-                                              lambda: worker_state(self.path, self.clocks, self.saturation,
-                                                                   self.sessions if self.session_endpoints else None),
-                                              self.live, self.requests, yield_fn=lambda: gevent.sleep(0))
+            self.live_reporter = LiveReporter.of_worker(self.profile, schedule, self.path, self.clocks, self.saturation,
+                                                        self.sessions if self.session_endpoints else None, self.live)
         self.background.start(start_mono, self.live_reporter.report if self.live_reporter is not None else None)
         window = self.window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                                      int(load.warmup_s * 1e9))
@@ -210,8 +208,7 @@ class WorkerRun:
         self.finish()
 
     def stop_issuing(self) -> None:
-        """The run was stopped before its end (Ctrl-C, the live page): no arrival, session or later turn is sent
-        after now; what is in flight is answered and recorded."""
+        """Stopped early (Ctrl-C, the live page): nothing more is sent; what is in flight is answered and kept."""
         self.loop.stop()
         if self.window is not None:
             self.window = dataclasses.replace(self.window, end_mono=min(self.window.end_mono, time.perf_counter_ns()))
