@@ -46,11 +46,11 @@ demo: $(STAMP)
 	$(BIN)/tailrace demo
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
-# The three virtualenvs are independent and install side by side; the unit tier needs only the first, so it runs
-# while the other two install.
+# The three virtualenvs are independent: they install side by side.
 test:
-	$(MAKE) -j3 test-fast triton vllm
-	$(BIN)/python -m pytest -q --durations=25 tests/integration
+	$(MAKE) -j3 install triton vllm
+	$(MAKE) lint
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The unit tier only: pure tests, no processes (under 2 minutes).
 test-fast: $(STAMP) lint

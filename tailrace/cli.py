@@ -222,10 +222,12 @@ def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except ValueError as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
         return USAGE
+    from tailrace.harness.orchestration.remote import new_token
     from tailrace.run_command import close_live_page, open_live_page
 
+    token = token or new_token()  # the live page beyond loopback takes the same token as the workers
     try:
-        page = open_live_page(args.ui_bind, token, "tailrace master", args.quiet) if token else None
+        page = open_live_page(args.ui_bind, token, "tailrace master", args.quiet)
     except OSError as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
         return USAGE
@@ -596,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="The main job on embedded defaults (what `make demo` runs).")
     demo.add_argument("--workdir", type=Path, default=Path("build"), help="runs go to WORKDIR/runs")
     demo.add_argument("--profile", type=Path, default=None, help="profile to run (default profiles/demo.toml)")
+    _add_ui_bind(demo)
     demo.set_defaults(func=lambda a, p: _cmd_demo(a))
     return parser
 

@@ -23,7 +23,7 @@ def open_live_page(ui: tuple[str, int] | None, token: str, command: str, quiet: 
     try:
         page = LivePage(ui[0], ui[1], token)
     except OSError as exc:
-        raise OSError(exc.errno, f"--ui-bind {ui[0]}:{ui[1]}: {exc.strerror or exc}") from None
+        raise OSError(f"--ui-bind {ui[0]}:{ui[1]}: {exc.strerror or exc}") from None
     if not quiet:
         print(f"{command}: live page at {page.url}", flush=True)
     return page

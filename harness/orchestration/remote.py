@@ -97,6 +97,14 @@ class RemoteWorkers:
             self.progress.close()
 
 
+def new_token() -> str:
+    """A run token made here, printed for the workers (no --token-file, no $TAILRACE_RUN_TOKEN)."""
+    token = secrets.token_urlsafe(24)
+    print(f"tailrace master: no run token given; this run's token is {token}\n"
+          f"  give it to each worker: TAILRACE_RUN_TOKEN=... or --token-file FILE")
+    return token
+
+
 def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path | None, token: str | None = None,
                sntp_port: int = 12300, wait_s: float = WAIT_FOR_WORKERS_S,
                quiet: bool = False, live: LivePage | None = None) -> tuple[Path | None, int]:
@@ -113,9 +121,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
         print(f"tailrace master: {exc}", file=sys.stderr)
         return None, USAGE
     if token is None:
-        token = secrets.token_urlsafe(24)
-        print(f"tailrace master: no run token given; this run's token is {token}\n"
-              f"  give it to each worker: TAILRACE_RUN_TOKEN=... or --token-file FILE")
+        token = new_token()
     run_id = new_run_id(profile)
     models_dir = str((models or Path(profile.embedded.models_dir)).resolve())
     plan = unresolved_plan(profile, run_id, str((out / run_id).resolve()), models_dir, LEAD_S)

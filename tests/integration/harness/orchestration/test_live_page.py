@@ -171,3 +171,22 @@ def test_beyond_loopback_every_request_needs_the_token_and_the_feed_follows_the_
         assert httpx.post(base + "/stop?token=s3cret", json={}).status_code == 409  # over
     finally:
         page.close()
+
+
+def test_a_bad_or_busy_ui_bind_is_one_line_exit_2_and_starts_nothing(tmp_path):
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        for flag, says in ((f"127.0.0.1:{port}", f"--ui-bind 127.0.0.1:{port}: Address already in use"),
+                           ("8089", "--ui-bind: expected HOST:PORT")):
+            r = subprocess.run([sys.executable, "-m", "tailrace.cli", "run", str(ROOT / "profiles" / "smoke.toml"),
+                                "--out", str(tmp_path / "runs"), "--ui-bind", flag],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+            assert not (tmp_path / "runs").exists()
+    finally:
+        busy.close()
