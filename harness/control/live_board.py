@@ -201,6 +201,8 @@ class LiveBoard:
                     continue
                 if slo.metric in ("ttft", "tpot", "itl") and not self.generative.get(endpoint):
                     continue
+                if slo.metric == "latency" and slo.endpoint == "*" and self.generative.get(endpoint):
+                    continue  # as the report: a streamed endpoint's goals are ttft, tpot, itl and e2e
                 out.append({"metric": slo.metric, "region": region, "endpoint": endpoint,
                             **provisional_verdict(slo.metric, slo.percentile, slo.threshold_ms, slo.threshold,
                                                   tally)})

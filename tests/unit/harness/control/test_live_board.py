@@ -79,3 +79,16 @@ def test_slo_verdicts_are_provisional_and_wait_for_enough_of_the_tail(tmp_path):
     tally = Tally()
     tally.add(digest(1.0, 1000, 10)["endpoints"]["a"])
     assert provisional_verdict("latency", 99, 50, None, tally)["verdict"] == "PASS"
+
+
+def test_an_every_endpoint_latency_slo_leaves_streamed_endpoints_to_their_own_goals(tmp_path):
+    profile = {**PROFILE, "endpoints": [*PROFILE["endpoints"], {"name": "llm", "url": "embedded",
+                                                                "protocol": "openai-chat", "model": "synthetic_lm"}]}
+    plan = unresolved_plan(parse_profile(profile, "p"), "run-2", str(tmp_path), lead_s=6)
+    b = LiveBoard(plan, RunLayout(tmp_path), dict)
+    b.started(1_000, 0)
+    d = digest(2.0, 100, 10)
+    d["endpoints"]["llm"] = {**d["endpoints"]["a"]}
+    b.add("eu-w0", "eu", d)
+    assert {(v["metric"], v["endpoint"]) for v in b.slo_verdicts()} == {
+        ("latency", "a"), ("error_rate", "a"), ("error_rate", "llm")}
