@@ -75,10 +75,10 @@ def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
 
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.command_lines import is_loopback
     from tailrace.contract.credentials import Credential
     from tailrace.contract.internal_processes import ServerOptions
     from tailrace.endpoints.server import ServerTls, serve
+    from tailrace.harness.services.processes import is_loopback
 
     if not is_loopback(args.host) and not args.expose:
         parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
@@ -208,8 +208,8 @@ def _cmd_sntp(args: argparse.Namespace) -> int:
 
 
 def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.command_lines import is_loopback
     from tailrace.harness.orchestration.remote import read_token
+    from tailrace.harness.services.processes import is_loopback
 
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "

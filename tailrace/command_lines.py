@@ -4,21 +4,12 @@ render exactly these (tailrace/kubernetes.py) — one image, the role is the com
 here: both roles read $TAILRACE_RUN_TOKEN or a --token-file."""
 from __future__ import annotations
 
-import ipaddress
 import sys
+
+from tailrace.harness.services.processes import is_loopback
 
 MASTER_PORT = 5557
 SNTP_PORT = 12300
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and 'localhost': what counts as this machine when a command binds a port."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def tailrace_argv(*args: str) -> list[str]:

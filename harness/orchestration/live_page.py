@@ -11,7 +11,6 @@ Bearer`, or the cookie the page sets when opened with it: HttpOnly, SameSite=Str
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import mimetypes
 import threading
@@ -24,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tailrace.contract import master_events
 from tailrace.contract.layout import RunLayout
+from tailrace.harness.services.processes import is_loopback
 
 STATIC = Path(__file__).resolve().parent / "live_static"
 STATIC_FILES = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE")
@@ -44,21 +44,12 @@ def parse_bind(text: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class LivePage:
     """The page's HTTP server (a thread of the orchestrating process) and the run it shows."""
 
     def __init__(self, host: str, port: int, token: str) -> None:
         self.host, self.token = host, token
-        self.needs_token = not is_loopback_host(host)
+        self.needs_token = not is_loopback(host)
         self.layout: RunLayout | None = None
         self.stop_requested = threading.Event()
         self.ended = threading.Event()

@@ -1,6 +1,7 @@
 """Starting and stopping the processes tailrace runs (by PID, bounded in time), and free loopback ports."""
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -12,6 +13,16 @@ from pathlib import Path
 import httpx
 
 from tailrace.contract.internal_processes import EMBEDDED_SERVER, EmbeddedServerLaunch, internal_argv
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost': what counts as this machine when a command binds a port."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def free_port(host: str = "127.0.0.1") -> int:
