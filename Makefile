@@ -12,7 +12,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint install triton vllm models bench clean lock image
+.PHONY: demo test test-fast lint install triton vllm models bench clean lock image test-image test-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,15 +46,24 @@ demo: $(STAMP)
 	$(BIN)/tailrace demo
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
-# The three virtualenvs are independent: they install side by side.
+# The three virtualenvs are independent: they install side by side, and so are the image and the generator-only
+# virtualenv the container and install tests use. Two pytest-xdist workers, a test file each: a test has the machine
+# to itself unless it is marked shares_machine (tests/conftest.py).
 test:
-	$(MAKE) -j3 install triton vllm
+	$(MAKE) -j5 install triton vllm test-image test-venv
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q --durations=25 tests
+	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
+
+# What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py).
+test-image: $(STAMP)
+	$(BIN)/python -m tests.prebuilt --image-only
+
+test-venv: $(STAMP)
+	$(BIN)/python -m tests.prebuilt --venv-only
 
 # The unit tier only: pure tests, no processes (under 2 minutes).
 test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n 2 tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

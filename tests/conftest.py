@@ -1,9 +1,21 @@
 """Fixtures come from tests/support.py (one support module); integration tests are marked in
-tests/integration/conftest.py. At the end of a run, each tier's time is set against its budget in docs/CI.md."""
+tests/integration/conftest.py. At the end of a run, each tier's time is set against its budget in docs/CI.md.
+
+Under pytest-xdist (`make test` runs two workers, a test file each), a test has the machine to itself unless it
+is marked `shares_machine`: those may run beside each other, and nothing else runs beside a test without the
+mark (its timings, send lags and verdicts are measured on a quiet machine, as they were before xdist). Every
+unit test shares the machine; an integration module opts in with `pytestmark = pytest.mark.shares_machine`."""
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
 
 from tests import ROOT
 
@@ -34,3 +46,36 @@ def pytest_terminal_summary(terminalreporter) -> None:
         verdict = "within" if seconds <= budget * 60 else "OVER"
         terminalreporter.write_line(f"tier budget (docs/CI.md): {tier} {seconds / 60:.1f} min, {verdict} its "
                                     f"{budget:g} min")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if "/tests/unit/" in str(item.path):
+            item.add_marker(pytest.mark.shares_machine)
+
+
+@contextmanager
+def machine_turn(lock_dir: Path, shared: bool) -> Iterator[None]:
+    """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
+    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
+    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Outside pytest-timeout's timer and the reported durations: the wait for the machine is neither."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    lock_dir = item.config._tmp_path_factory.getbasetemp().parent  # one per session, beside every worker's basetemp
+    with machine_turn(lock_dir, shared=item.get_closest_marker("shares_machine") is not None):
+        yield

@@ -2,6 +2,7 @@
 driven through LocalRun, run directories with known truth, real endpoint and chronyd processes, a fake sender."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -39,8 +40,17 @@ IN_CI = os.environ.get("CI") == "true"
 
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("models")
-    build_repository(out)
+    """The model zoo, built once per session: under pytest-xdist, once for all its workers (tests only read it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / "models"
+    with open(root / "models.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "models.built").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            build_repository(out)
+            (root / "models.built").touch()
     return out
 
 

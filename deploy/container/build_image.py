@@ -60,13 +60,14 @@ def make_context(context: Path) -> None:
     shutil.rmtree(source)
 
 
-def build(tag: str, base: str = DEFAULT_BASE, engine: str = "podman") -> None:
-    """Build `tag` from `base`, offline, with the lock's wheels."""
+def build(tag: str, base: str = DEFAULT_BASE, engine: str = "podman", labels: dict[str, str] | None = None) -> None:
+    """Build `tag` from `base`, offline, with the lock's wheels; `labels` are added to the image."""
     with tempfile.TemporaryDirectory(prefix="tailrace-image-") as tmp:
         context = Path(tmp)
         make_context(context)
-        subprocess.run([*engine_argv(engine), "build", "--network", "none", *ulimits(engine), "--build-arg",
-                        f"BASE={base}", "-t", tag, str(context)], check=True)
+        label_args = [arg for key, value in (labels or {}).items() for arg in ("--label", f"{key}={value}")]
+        subprocess.run([*engine_argv(engine), "build", "--network", "none", *ulimits(engine), *label_args,
+                        "--build-arg", f"BASE={base}", "-t", tag, str(context)], check=True)
     # the build stage's image (labelled in the Dockerfile) is not needed once the final stage has its venv
     subprocess.run([*engine_argv(engine), "image", "prune", "--force", "--filter", "label=tailrace-stage=build"],
                    check=False, capture_output=True)

@@ -12,6 +12,8 @@ from tailrace.analysis.analyze_command import analyze_and_report
 from tailrace.analysis.decide.compare import compare_runs
 from tailrace.analysis.stats.estimators import order_statistic_ranks
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 ROWS = 1_000_000
 
 

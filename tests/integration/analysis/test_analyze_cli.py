@@ -15,6 +15,8 @@ import pytest
 from tests import ROOT
 from tests.support import IN_CI, profile_dict, write_run
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 
 def test_corrupt_chunks_are_skipped_the_rest_analysed_and_the_run_invalid(tmp_path):
     write_run(tmp_path, profile=profile_dict(100, 10), chunk_rows=100, workers={

@@ -17,6 +17,8 @@ from tests import ROOT
 from tests.integration.endpoints.test_embedded_generative import render_in_chromium
 from tests.support import make_profile, run_with
 
+pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
+
 DURATION_S = 8.0
 
 

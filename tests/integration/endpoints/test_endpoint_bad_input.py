@@ -13,6 +13,8 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.support import start_endpoint
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 ROW = [0.0] * 64
 GOOD_INPUT = {"name": "input", "datatype": "FP32", "shape": [1, 64], "data": ROW}
 

@@ -11,6 +11,8 @@ from tritonclient.utils import InferenceServerException
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.endpoints.models.model_build import ONNX_MODELS, load_heldout
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def clients(endpoint):

@@ -11,6 +11,8 @@ import pytest
 
 from tests import ROOT
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 
 def _examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "API.md").read_text(), re.S)

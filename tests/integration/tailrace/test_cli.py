@@ -9,6 +9,8 @@ import pytest
 
 from tests import ROOT
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 COMMANDS = [[], ["models"], ["models", "build"], ["serve"], ["run"], ["master"], ["worker"], ["proxy"], ["sntp"],
             ["demo"], ["analyze"], ["compare"], ["capacity"]]
 

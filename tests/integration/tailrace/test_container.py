@@ -12,38 +12,28 @@ import time
 
 import pytest
 
-from deploy.container.build_image import build, engine_argv
+from deploy.container.build_image import engine_argv
 from tailrace.command_lines import master_args, worker_args
 from tailrace.harness.services.processes import free_port, start_process
 from tests import ROOT
+from tests.prebuilt import ensure_image, image_tools_missing
 from tests.support import IN_CI, remote_profile_toml, start_endpoint
 
-BASE, TAG = "localhost/tailrace-base:bookworm", "localhost/tailrace:test"
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 PODMAN = engine_argv("podman")
 RUN = [*PODMAN, "run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
 
 
-def _have(tool: str) -> bool:
-    return shutil.which(tool) is not None
-
-
 @pytest.fixture(scope="module")
 def image() -> str:
-    if not (_have("podman") and _have("mmdebstrap")):
+    """The image built from this checkout (tests/prebuilt.py: `make test` builds it beside the installs)."""
+    missing = image_tools_missing()
+    if missing is not None:
         if IN_CI:
-            pytest.fail("podman and mmdebstrap must be installed in CI (.ci/run installs them)")
-        pytest.skip("podman or mmdebstrap not installed")
-    present = subprocess.run([*PODMAN, "image", "exists", BASE]).returncode == 0
-    if not present:  # a python3 base from Debian's packages, since no registry is reachable
-        debootstrap = subprocess.Popen(["mmdebstrap", "--variant=minbase", "--quiet",
-                                        "--include=python3,python3-venv,ca-certificates", "bookworm", "-"],
-                                       stdout=subprocess.PIPE)
-        subprocess.run([*PODMAN, "import", "-", BASE], stdin=debootstrap.stdout, check=True,
-                       capture_output=True, timeout=900)
-        assert debootstrap.wait(timeout=60) == 0
-    build(TAG, BASE)
-    yield TAG
-    subprocess.run([*PODMAN, "rmi", "--force", TAG], capture_output=True)
+            pytest.fail(f"{missing}: .ci/run installs podman and mmdebstrap in CI")
+        pytest.skip(missing)
+    return ensure_image()
 
 
 @pytest.mark.timeout(1500)

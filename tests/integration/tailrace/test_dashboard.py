@@ -6,9 +6,12 @@ import json
 import re
 
 import httpx
+import pytest
 
 from tests import ROOT
 from tests.support import make_profile, run_with, sleep_until_measuring
+
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "tailrace.json"
 

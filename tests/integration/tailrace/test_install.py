@@ -5,7 +5,6 @@ to analyse it (exit 3); the full install analyses it."""
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +15,10 @@ import pytest
 from tailrace.command_lines import master_args, worker_args
 from tailrace.harness.services.processes import free_port, start_process
 from tests import ROOT
+from tests.prebuilt import ensure_generator_venv
 from tests.support import remote_profile_toml, start_endpoint
+
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 THEIR_PACKAGES = ("analysis", "contract", "harness", "endpoints")
 NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn", "uvicorn", "starlette", "onnx")
@@ -24,14 +26,9 @@ NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn
 
 @pytest.fixture(scope="module")
 def generator_venv(tmp_path_factory) -> Path:
-    """A fresh venv with tailrace's base install only (from this checkout, dependencies from PyPI)."""
-    venv = tmp_path_factory.mktemp("generator") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    source = tmp_path_factory.mktemp("source") / "tailrace"  # a copy: setuptools builds in the source tree
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "runs", "__pycache__"))
-    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", str(source)],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    """A fresh venv with tailrace's base install only (tests/prebuilt.py: from this checkout, dependencies from
+    PyPI; `make test` builds it beside the installs), with someone else's packages beside it."""
+    venv = ensure_generator_venv()
     theirs = tmp_path_factory.mktemp("theirs")  # someone else's packages, named like tailrace's folders
     for name in THEIR_PACKAGES:
         (theirs / name).mkdir()

@@ -11,6 +11,8 @@ import pytest
 
 from tests.support import free_port, start_endpoint
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 # model → (data file in the repository's _data, probe options, what the output shows)
 ZOO = {
     "image_cnn_fp32": ("images.npz", ["--check", "label"], "input  image FP32 [1, 3, 224, 224]: 602,112 bytes"),

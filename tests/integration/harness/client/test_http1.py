@@ -11,6 +11,8 @@ from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.http1 import Http1Pool
 from tailrace.harness.services.processes import free_port
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 BODY = b'{"ok":true}'
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
 REQUEST = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"

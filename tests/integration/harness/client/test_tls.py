@@ -20,6 +20,8 @@ from tailrace.contract.profile import parse_profile
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
 from tests.support import DIGITS_DATA, run_with, sleep_until_measuring
 
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
+
 TOKEN_ENV = "TAILRACE_TEST_TLS_TOKEN"
 
 

@@ -13,6 +13,8 @@ from tailrace.analysis.analyze import analyze_run
 from tailrace.harness.services.triton_server import TritonUnavailable, triton_python
 from tests.support import IN_CI, make_profile, run_with
 
+pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
+
 # model → (data file under _data, check) — each model × {HTTP, gRPC} × {embedded, Triton}
 ZOO = {
     "image_cnn_fp32": ("images.npz", {"output": "label"}),

@@ -7,6 +7,8 @@ import pytest
 
 from tests import ROOT
 
+pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
+
 
 def variant(name, p95, acc, mem, cap, samples=2000):
     return {"name": name, "model": name, "p95_ms": p95, "accuracy": acc, "memory_mb": mem, "capacity_rps": cap,

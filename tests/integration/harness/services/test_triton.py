@@ -14,6 +14,8 @@ from tailrace.harness.services.processes import ManagedProcess
 from tailrace.harness.services.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
 from tests.support import IN_CI, kill_triton_server, make_profile, run_with, sleep_until_measuring
 
+pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
+
 ENDPOINTS = [
     {"name": "triton-http", "url": "triton", "protocol": "kserve-http", "model": "digits_mlp_fp32"},
     {"name": "triton-grpc", "url": "triton", "protocol": "kserve-grpc", "model": "digits_mlp_fp32"},

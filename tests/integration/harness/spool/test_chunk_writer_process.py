@@ -5,11 +5,14 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
 
 from tailrace.contract.layout import WorkerLayout
 from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import request_writer
+
+pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 
 def test_chunk_writer_process_writes_frames_and_drops_a_torn_last_one(tmp_path):
