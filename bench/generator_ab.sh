@@ -10,6 +10,13 @@ work=$(mktemp -d /tmp/tailrace-ab-XXXXXX)
 git -C "$root" worktree add -q -f "$work/old" "$old_rev"
 mkdir "$work/new" && cp -r "$root"/{bench,contract,harness,endpoints,analysis,tailrace} "$work/new/" 2>/dev/null || true
 trap 'git -C "$root" worktree remove --force "$work/old"; rm -rf "$work"' EXIT
+# The rooms install as tailrace.<room> (setup.py's package_dir); on PYTHONPATH each tree maps them the same way, so
+# that neither tree imports the editable install's (this checkout's) rooms.
+for tree in old new; do
+  for room in contract harness endpoints analysis; do
+    if [ -d "$work/$tree/$room" ] && [ ! -e "$work/$tree/tailrace/$room" ]; then ln -s "../$room" "$work/$tree/tailrace/$room"; fi
+  done
+done
 for round in $(seq "$rounds"); do
   for tree in old new; do
     echo "== $tree ($([ $tree = old ] && echo "$old_rev" || echo "working tree")) round $round"
