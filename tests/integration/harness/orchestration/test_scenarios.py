@@ -10,8 +10,6 @@ from tailrace.analysis.report.html import render
 from tailrace.harness.worker.arrivals import rate_segments
 from tests.support import make_profile, run_with
 
-pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
-
 ENDPOINTS = [
     {"name": "mlp-http", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32", "timeout_ms": 2000},
     {"name": "mlp-grpc", "url": "embedded", "protocol": "kserve-grpc", "model": "digits_mlp_fp32", "timeout_ms": 2000},
