@@ -49,7 +49,7 @@ share = 0.5
 delay_ms = 10
 [load]
 rate = 40
-duration_s = 14
+duration_s = 40
 warmup_s = 1
 seed = 3
 phases = [{{ at_s = 5, kind = "spike", factor = 4, duration_s = 3 }}]
