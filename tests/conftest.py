@@ -7,13 +7,9 @@ mark (its timings, send lags and verdicts are measured on a quiet machine, as th
 unit test shares the machine; an integration module opts in with `pytestmark = pytest.mark.shares_machine`."""
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -54,28 +50,14 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.shares_machine)
 
 
-@contextmanager
-def machine_turn(lock_dir: Path, shared: bool) -> Iterator[None]:
-    """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
-    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
-    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(machine, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(machine, fcntl.LOCK_UN)
-
-
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     """Outside pytest-timeout's timer and the reported durations: the wait for the machine is neither."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
+    from tests.support import machine_turn  # the plugin module, imported once pytest rewrites its asserts
+
     lock_dir = item.config._tmp_path_factory.getbasetemp().parent  # one per session, beside every worker's basetemp
     with machine_turn(lock_dir, shared=item.get_closest_marker("shares_machine") is not None):
         yield

@@ -9,6 +9,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -343,3 +344,20 @@ def browser_page(executable: str):
             yield page
         finally:
             browser.close()
+
+
+# -- the machine, under pytest-xdist (tests/conftest.py) ---------------------------------------------
+@contextmanager
+def machine_turn(lock_dir: Path, shared: bool) -> Iterator[None]:
+    """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
+    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
+    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
