@@ -7,8 +7,10 @@ mark (its timings, send lags and verdicts are measured on a quiet machine, as th
 unit test shares the machine; an integration module opts in with `pytestmark = pytest.mark.shares_machine`."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from collections import defaultdict
 
 import pytest
@@ -59,5 +61,13 @@ def pytest_runtest_protocol(item, nextitem):
     from tests.support import machine_turn  # the plugin module, imported once pytest rewrites its asserts
 
     lock_dir = item.config._tmp_path_factory.getbasetemp().parent  # one per session, beside every worker's basetemp
-    with machine_turn(lock_dir, shared=item.get_closest_marker("shares_machine") is not None):
+    shared = item.get_closest_marker("shares_machine") is not None
+    asked = time.time()
+    with machine_turn(lock_dir, shared=shared):
+        began = time.time()
         yield
+    timeline = os.environ.get("TAILRACE_TEST_TIMELINE")  # where CI's minutes go: one line a test
+    if timeline:
+        with open(timeline, "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "worker": os.environ["PYTEST_XDIST_WORKER"], "shared": shared,
+                                  "asked": asked, "began": began, "ended": time.time()}) + "\n")
