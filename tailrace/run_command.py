@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, INVALID, PASS, USAGE
-from tailrace.contract.layout import ReportLayout
+from tailrace.contract.layout import ReportLayout, RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
@@ -73,6 +73,10 @@ def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | N
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return None, INTERNAL
+    if manifest.get("interrupted") and not RunLayout(run_dir).request_chunks():
+        print(f"tailrace run: interrupted before any request was recorded: INVALID; {run_dir} keeps the manifest "
+              "and the logs", file=sys.stderr)
+        return run_dir, INVALID
     from tailrace.analysis.analyze_command import analyze_and_report
 
     return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed

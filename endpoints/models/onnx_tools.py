@@ -5,12 +5,14 @@ from pathlib import Path
 
 
 def dedupe_opsets(onx):
-    """Drop repeated opset_import entries for one domain (skl2onnx 1.20 writes the default twice)."""
+    """Drop repeated opset_import entries for one domain (skl2onnx 1.20 writes the default twice), in one order:
+    skl2onnx lists the domains as a set hands them over, so their order moved with the process's string hash seed
+    and the same build gave different bytes in two processes."""
     seen: dict[str, int] = {}
     for entry in onx.opset_import:
         seen[entry.domain] = max(seen.get(entry.domain, 0), entry.version)
     del onx.opset_import[:]
-    for domain, version in seen.items():
+    for domain, version in sorted(seen.items()):
         onx.opset_import.add(domain=domain, version=version)
     return onx
 

@@ -100,6 +100,9 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
     full_env = {**os.environ, **(env or {})}
 
     def before_exec() -> None:  # in the child: a syscall or two
+        # SIGINT is how a Locust master or worker is asked to stop; a shell's background job (`tailrace run … &`)
+        # starts with it ignored, which every child would inherit — and the run went on 30 s after a stop
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if cpus:
             os.sched_setaffinity(0, cpus)
         if with_parent:
@@ -107,7 +110,7 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
 
     popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
                              cwd=cwd, start_new_session=True,
-                             preexec_fn=before_exec if (cpus or with_parent) else None)
+                             preexec_fn=before_exec)
     return ManagedProcess(name, popen, log_path, handle)
 
 

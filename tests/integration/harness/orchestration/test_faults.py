@@ -58,9 +58,13 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def test_sigterm_to_tailrace_run_stops_every_process_it_started(model_repo, tmp_path):
-    """Endpoint, SNTP reference, delay proxies, master and workers: none outlives `tailrace run`, and the run
-    directory says the run was interrupted."""
+@pytest.mark.parametrize("sigint,moment", [("default", "mid-run"), ("ignored", "mid-run"),
+                                           ("default", "before-any-request")])
+def test_sigterm_to_tailrace_run_stops_every_process_it_started(model_repo, tmp_path, sigint, moment):
+    """Endpoint, SNTP reference, delay proxies, master and workers: none outlives `tailrace run`, the run directory
+    says the run was interrupted, and it ends promptly — also when it was started with SIGINT ignored, as a shell
+    starts a background job (`tailrace run … &`): its master inherited that, ignored the stop, and the load went on
+    for 30 s after the signal. Stopped before any request was recorded, it says so in one line (exit 4)."""
     profile = tmp_path / "p.toml"
     profile.write_text(f"""
 name = "sigterm"
@@ -84,8 +88,10 @@ duration_s = 30
 models_dir = "{model_repo}"
 """)
     runs = tmp_path / "runs"
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
     proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(runs),
-                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=ignore)
     seen: dict[int, psutil.Process] = {}
     commands: dict[int, list[str]] = {}
     deadline = time.monotonic() + 60
@@ -95,13 +101,26 @@ models_dir = "{model_repo}"
             commands[child.pid] = _cmd(child) or commands.get(child.pid, [])
         if sum("--worker" in c for c in commands.values()) == 2:
             break
-        time.sleep(0.2)
-    assert sum("--worker" in c for c in commands.values()) == 2, "the run never started"
-    time.sleep(2)
+        time.sleep(0.02)
+    workers = [seen[pid] for pid, c in commands.items() if "--worker" in c]
+    assert len(workers) == 2, "the run never started"
+    if moment == "before-any-request":  # held before they connect (a worker imports for ~1.5 s)
+        for w in workers:
+            w.suspend()
+    while moment == "mid-run" and time.monotonic() < deadline and not list(runs.glob("*/regions/*/*/requests-*")):
+        time.sleep(0.2)  # the load is on
     for child in _descendants(proc.pid):
         seen[child.pid] = child
     proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    for w in workers if moment == "before-any-request" else ():
+        w.resume()
     output, _ = proc.communicate(timeout=90)
+    took_s = time.monotonic() - signalled
+    assert took_s < 20, f"the run went on {took_s:.0f} s after SIGTERM (its schedule is 30 s)\n{output}"
+    assert proc.returncode == 4, output  # INVALID: interrupted
+    if moment == "before-any-request":
+        assert "interrupted before any request was recorded: INVALID" in output, output
     alive = [p for p in seen.values() if _alive(p)]
     assert alive == [], f"left running: {[' '.join(commands[p.pid]) for p in alive]}\n{output}"
     started = {w for c in commands.values() for w in c}  # they were there: each at its own entry point
