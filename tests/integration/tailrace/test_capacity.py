@@ -21,9 +21,11 @@ MM1_S_MS, SLO_MS = 2.0, 50.0
 ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 
-# A coarse search — 200, 400 (fails), 300: three short trials — checks the search against theory as far as its
+# A coarse search — 300 (p99 ~23 ms), 600 (fails), 450 (p99 ~92 ms: fails): three short trials, none near theory
+# (~408/s), where a 4 s trial is INCONCLUSIVE and retried longer — checks the search against theory as far as its
 # bracket resolves; bench/capacity_mm1.py runs the fine one (5%, ~10 trials) and docs/BENCHMARKS.md has its figure.
-TOLERANCE = 0.35
+# (From 200 the search went 200, 400, 800, 600, 500: 400 sits just under theory; from 250, 375 was undecided.)
+TOLERANCE = 0.5
 
 
 def mm1_profile(model_repo):
@@ -35,17 +37,17 @@ def mm1_profile(model_repo):
         "load": {"rate": 100, "duration_s": 5, "seed": 3},
         "clock": {"servers": ["embedded"], "interval_s": 2},
         "embedded": {"models_dir": str(model_repo), "mm1_mean_ms": MM1_S_MS, "cpus": ENDPOINT_CPUS},
-        # The rates here (100–400/s) are a sixth of what one worker core sustains: a send-lag window over 5 ms
+        # The rates here (300–600/s) are a fifth of what one worker core sustains: a send-lag window over 5 ms
         # is a stall of this shared VM, not a saturated generator (a fresh-clone run saw the 100/s trial flagged
         # twice). 20 ms still catches a generator that cannot keep up.
         "generator": {"send_lag_p99_ms": 20, "cpus": GENERATOR_CPUS},
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": SLO_MS}],
-        "capacity": {"start_rate": 200, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 4,
+        "capacity": {"start_rate": 300, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 4,
                      "samples_margin": 1.5, "peak_rate": 600},
     }, "capacity test profile")
 
 
-@pytest.mark.timeout(600)  # ~3 trials, more when one is retried (default 300 s)
+@pytest.mark.timeout(600)  # 3 trials, more when one is retried (default 300 s)
 def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     cap_dir, result = run_capacity(mm1_profile(model_repo), tmp_path, quiet=True)
     # M/M/1 sojourn time is Exp(μ − λ): p99 = ln(100) / (μ − λ) = T  ⇒  λ* = μ − ln(100) / T
@@ -57,7 +59,7 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     # load (steal), and stalls only ever add latency, so they can make the search find less than theory, never more.
     assert lo < theory * 1.15 and hi > theory * 0.75, (result["bracket"], theory)
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
-    assert list(dict.fromkeys(r["rate"] for r in rows))[:2] == [200, 400]  # a retried rate repeats
+    assert list(dict.fromkeys(r["rate"] for r in rows))[:2] == [300, 600]  # a retried rate repeats
     for r in (r for r in rows if r["outcome"] == PASS):
         # the trial's own p99 is withheld (None) when its requests are worth fewer independent samples than a p99
         # interval needs; the SLO verdict decides on the exceedance proportion and always states what it measured
