@@ -347,17 +347,60 @@ def browser_page(executable: str):
 
 
 # -- the machine, under pytest-xdist (tests/conftest.py) ---------------------------------------------
-@contextmanager
-def machine_turn(lock_dir: Path, shared: bool) -> Iterator[None]:
-    """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
-    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
-    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
+class MachineTurn:
+    """One test's hold on the machine (`machine_turn`): shared, or alone with a window for others (`shared_while`)."""
+
+    def __init__(self, turnstile, machine, shared: bool) -> None:
+        self.turnstile, self.machine, self.shared = turnstile, machine, shared
+
+    def take(self, shared: bool) -> None:
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
-            fcntl.flock(machine, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            fcntl.flock(self.machine, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+
+    @contextmanager
+    def shared_while(self) -> Iterator[None]:
+        """A test that runs alone lets shared tests in while it waits on what it does not measure (a server that
+        boots for a minute), and has the machine to itself again after."""
+        if self.shared:
+            yield
+            return
+        fcntl.flock(self.machine, fcntl.LOCK_UN)  # (flock converts by unlocking first anyway: say so)
+        self.take(shared=True)
         try:
             yield
         finally:
+            fcntl.flock(self.machine, fcntl.LOCK_UN)
+            self.take(shared=False)
+
+
+_turn: MachineTurn | None = None  # the running test's, under xdist
+
+
+@contextmanager
+def machine_turn(lock_dir: Path, shared: bool) -> Iterator[MachineTurn]:
+    """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
+    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
+    global _turn
+    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
+        turn = MachineTurn(turnstile, machine, shared)
+        turn.take(shared)
+        _turn = turn
+        try:
+            yield turn
+        finally:
+            _turn = None
             fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@contextmanager
+def shared_while_booting() -> Iterator[None]:
+    """Within a test (or its fixture) that runs alone: let shared tests run while a server boots (nothing is
+    measured then). Without xdist, nothing to do."""
+    if _turn is None:
+        yield
+        return
+    with _turn.shared_while():
+        yield

@@ -131,8 +131,9 @@ bodies = st.one_of(
 def test_fuzz_http_infer_never_5xx(endpoint, body, header_len):
     content = body if isinstance(body, bytes) else __import__("orjson").dumps(body, option=0) \
         if _json_safe(body) else b"{}"
+    # a value h11 will send: printable ASCII without the surrounding whitespace it refuses (" " once failed here)
     headers = {"inference-header-content-length": header_len} if header_len is not None and header_len.isascii() \
-        and header_len.isprintable() else {}
+        and header_len.isprintable() and header_len == header_len.strip() else {}
     r = httpx.post(f"{endpoint.http_url}/v2/models/digits_mlp_fp32/infer", content=content, headers=headers)
     assert r.status_code < 500, (r.status_code, r.text)
     if r.status_code != 200:

@@ -49,3 +49,28 @@ def test_shared_tests_overlap_and_a_waiting_lone_test_holds_off_new_ones(tmp_pat
     end_late.set()
     for t in (t1, t3, t4):
         t.join(5)
+
+
+def test_a_lone_test_lets_shared_ones_in_while_its_server_boots_and_is_alone_again_after(tmp_path):
+    with machine_turn(tmp_path, shared=False) as turn:
+        shared, end_shared, t1 = _enter_in_thread(tmp_path, shared=True)
+        assert not shared.wait(0.3)  # alone
+        back = threading.Event()
+
+        def boot_window() -> None:
+            with turn.shared_while():
+                assert shared.wait(5)  # a shared test runs beside the boot
+            back.set()
+
+        window = threading.Thread(target=boot_window, daemon=True)
+        window.start()
+        assert shared.wait(5)
+        assert not back.wait(0.3)  # alone again only once the shared test ends
+        end_shared.set()
+        assert back.wait(5)
+        late, end_late, t2 = _enter_in_thread(tmp_path, shared=True)
+        assert not late.wait(0.3)  # and alone after
+        window.join(5)
+    assert late.wait(5)
+    end_late.set()
+    t1.join(5), t2.join(5)
