@@ -74,6 +74,14 @@ def _send_parts(sock, parts: tuple[bytes, ...]) -> None:
             views[0] = views[0][sent:]
 
 
+def _send_bytes(sock, data: bytes) -> None:
+    """send until every byte is sent (plain TCP): gevent's sendall asks the kernel for SO_SNDBUF on every call, a
+    system call a request more than the send itself."""
+    sent = sock.send(data)
+    while sent < len(data):
+        sent += sock.send(memoryview(data)[sent:])
+
+
 def _stamped_recv(sock, offset_ns: int) -> tuple[bytes, int]:
     """recv with the kernel's receive instant of the bytes (SO_TIMESTAMPNS, wall clock) moved to the monotonic
     clock by `offset_ns`; the read's own instant when the kernel gave none. Never later than now."""
@@ -165,6 +173,8 @@ class Http1Pool:
                 else:  # TLS has no gather write: each part is encrypted as it is
                     for part in raw:
                         sock.sendall(part)
+            elif self.tls is None:
+                _send_bytes(sock, raw)
             else:
                 sock.sendall(raw)
             stamped = consumer is not None and self.kernel_stamps

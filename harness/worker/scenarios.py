@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import gevent
 import numpy as np
+from gevent.event import Event
 from gevent.pool import Group
 
 from tailrace.contract.plan import RunPlan
@@ -84,14 +85,19 @@ class IssueLoop:
         """Send each arrival at its instant without waiting for responses. With `limit`, an arrival that finds
         `limit` requests of this loop still in flight is missed (counted, nothing sent). `until_mono`: what was
         sent may go on until then (sessions' later turns), then the drain time."""
-        group = Group()
+        # a raw greenlet a request (gevent.spawn_raw): a Greenlet in a Group cost ~5% of the sending loop's time at
+        # 3,000/s (its links and bookkeeping); what the drain needs is a count and an event
         active = [0]
+        issuing = [True]
+        drained = Event()
 
         def tracked(item) -> None:
             try:
                 self.send(item)
             finally:
                 active[0] -= 1
+                if not active[0] and not issuing[0]:
+                    drained.set()
 
         for arrival, item in self._prepared(arrivals):
             self.wait_until(arrival.intended_mono)
@@ -101,12 +107,14 @@ class IssueLoop:
             self.counts.count(arrival, missed)
             if not missed:
                 active[0] += 1
-                group.spawn(tracked, item)
+                gevent.spawn_raw(tracked, item)
                 if self.prepare is not None:
                     gevent.sleep(0)  # it sends now, before more requests are built
         more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None and not self.stopped \
             else 0.0
-        group.join(timeout=more_s + self.drain_s)
+        issuing[0] = False
+        if active[0]:
+            drained.wait(timeout=more_s + self.drain_s)
 
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
         """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to
