@@ -12,7 +12,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint install triton vllm models bench clean lock image test-image test-venv
+.PHONY: demo test test-fast lint install triton vllm models bench clean lock image test-image test-image-base test-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +55,12 @@ test:
 	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
 
 # What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py).
-test-image: $(STAMP)
+test-image: $(STAMP) test-image-base
 	$(BIN)/python -m tests.prebuilt --image-only
+
+# The image's base (mmdebstrap, ~1 min) needs no virtualenv: it starts at once, beside the installs.
+test-image-base:
+	python3 -m tests.prebuilt --base-only
 
 test-venv: $(STAMP)
 	$(BIN)/python -m tests.prebuilt --venv-only

@@ -6,6 +6,7 @@ them; a fixture builds whatever is missing, or was built from other sources (eac
 it was built from: the image as a label, the virtualenv in a file).
 
     .venv/bin/python -m tests.prebuilt [--image-only | --venv-only]
+    python3 -m tests.prebuilt --base-only    # the image's base: no virtualenv needed, so it starts first
 """
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ def ensure_image() -> str:
     wanted = source_hash(IMAGE_INPUTS)
     if _image_label(IMAGE_TAG) == wanted:
         return IMAGE_TAG
+    build(IMAGE_TAG, ensure_base(), labels={IMAGE_LABEL: wanted})
+    return IMAGE_TAG
+
+
+def ensure_base() -> str:
+    """localhost/tailrace-base:bookworm (Debian's python3, from mmdebstrap), made when missing. It needs neither
+    the checkout's sources nor a virtualenv: `make test` makes it first, beside the installs."""
     if subprocess.run([*PODMAN, "image", "exists", IMAGE_BASE]).returncode != 0:
         debootstrap = subprocess.Popen(["mmdebstrap", "--variant=minbase", "--quiet",
                                         "--include=python3,python3-venv,ca-certificates", "bookworm", "-"],
@@ -66,8 +74,7 @@ def ensure_image() -> str:
                        capture_output=True, timeout=900)
         if debootstrap.wait(timeout=60) != 0:
             raise RuntimeError("mmdebstrap could not make the base image")
-    build(IMAGE_TAG, IMAGE_BASE, labels={IMAGE_LABEL: wanted})
-    return IMAGE_TAG
+    return IMAGE_BASE
 
 
 def ensure_generator_venv() -> Path:
@@ -95,8 +102,14 @@ def main() -> int:
     only = ap.add_mutually_exclusive_group()
     only.add_argument("--image-only", action="store_true")
     only.add_argument("--venv-only", action="store_true")
+    only.add_argument("--base-only", action="store_true", help="the image's base only (any python3: stdlib only)")
     args = ap.parse_args()
     try:
+        if args.base_only:
+            missing = image_tools_missing()
+            print(f"tests.prebuilt: base image {ensure_base()}" if missing is None else
+                  f"tests.prebuilt: no base image ({missing})", flush=True)
+            return 0
         if not args.image_only:
             print(f"tests.prebuilt: generator virtualenv {ensure_generator_venv()}", flush=True)
         if not args.venv_only:

@@ -41,6 +41,7 @@ class MasterControl:
         self.planned_start_ns: int | None = None  # the plan's start instant (reference clock)
         self.offset_ns = 0  # this host's clock → the reference clock
         self.ready: set[str] = set()  # workers that sent READY
+        self.ending = False  # every worker finished: the master quits
         self.start_sent = False
         self.finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
         self.silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
@@ -147,7 +148,9 @@ class MasterControl:
         (which leaves room for the slowest drain and start-up)."""
         self.finished.add(client_id)
         admitted = self.admission.admitted
-        if self.plan_payload is not None and len(admitted) == self.expected and set(admitted) <= self.finished:
+        if self.plan_payload is not None and len(admitted) == self.expected and set(admitted) <= self.finished \
+                and not self.ending:
+            self.ending = True
             self._write_live_line()
             gevent.spawn_later(0.2, self.runner.quit)
 
@@ -236,14 +239,18 @@ class MasterControl:
         return (start - self.offset_ns) / 1e9 if start is not None else time.time()
 
     def _note_departures(self) -> None:
-        """Workers Locust marked missing (heartbeats stopped) or that disconnected."""
+        """Workers Locust marked missing (heartbeats stopped) or that disconnected. A worker gone is finished for
+        the run's end: it stops itself once its master has been silent as long (its spool keeps what it closed,
+        for `tailrace collect`), so the run ends when the others are done, not at its time limit."""
         current = {c.id: c.state for c in self.runner.clients.values()}
         for cid, state in current.items():
             if self.seen_states.get(cid) != state and state == "missing":
                 self.log.write(master_events.WORKER_LEFT, client_id=cid, worker=self.names.get(cid),
                                reason="heartbeat missing")
+                self._finished(cid)
         for cid in set(self.seen_states) - set(current):
             if self.seen_states[cid] != "missing":
                 self.log.write(master_events.WORKER_LEFT, client_id=cid, worker=self.names.get(cid),
                                reason="disconnected")
+                self._finished(cid)
         self.seen_states = current

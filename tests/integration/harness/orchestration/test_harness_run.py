@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from tailrace.analysis.read.rundir import load_run
-from tailrace.contract.master_events import read_master_events
+from tailrace.contract.master_events import WORKER_LEFT, read_master_events
 from tailrace.contract.records import STATUSES
 from tailrace.harness.services.processes import free_port
 from tests.support import IN_CI, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
@@ -180,7 +180,9 @@ def test_coordinated_omission_stall_visible_from_intended_time(stall_run):
 
 
 def test_worker_killed_mid_run(model_repo, tmp_path):
-    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 8, "warmup_s": 0, "seed": 3})
+    # the master marks a silent worker lost after generator.master_timeout_s: 10 s here (30 s by default)
+    profile = make_profile(model_repo, load={"rate": 100, "duration_s": 8, "warmup_s": 0, "seed": 3},
+                           generator={"master_timeout_s": 10})
 
     killed_at = {}
 
@@ -203,9 +205,12 @@ def test_worker_killed_mid_run(model_repo, tmp_path):
     assert not data.skipped
     near = data.requests[data.requests.worker == "near-w0"]
     assert abs(len(near) - 100 * 0.5 * 8) / (100 * 0.5 * 8) < 0.15  # the other worker finished its schedule
-    far = manifest["workers"]["far-w0"]  # the master marks it lost only after generator.master_timeout_s (30 s)
+    far = manifest["workers"]["far-w0"]
     assert far["done_ns"] is None
     assert not manifest["valid"] and any("far-w0" in r for r in manifest["invalid_reasons"])
+    # the others done and far-w0 marked gone: the run ends then, not at its time limit (lead + run + grace)
+    [left] = [e for e in read_master_events(run.layout) if WORKER_LEFT.matches(e) and e["worker"] == "far-w0"]
+    assert manifest["end_ns"] - left["t_ns"] < 4e9, (manifest["end_ns"], left)
 
 
 # Loaded by every Python process of the run through PYTHONPATH: the worker's HTTP send path blocks its event loop
