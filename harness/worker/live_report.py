@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 
 import numpy as np
 
@@ -18,9 +19,10 @@ from tailrace.contract.records import RequestRow
 GAMMA = 1.02
 _LOG_GAMMA = math.log(GAMMA)
 Histogram = dict[int, int]  # bucket index → count
-SLICE_ROWS = 256  # rows digested between two yields to the sending loop (~0.2 ms)
+SLICE_ROWS = 256  # rows whose columns are read between two yields to the sending loop (~0.1 ms)
 
 _F = {name: i for i, name in enumerate(RequestRow._fields)}
+_OK = "ok"
 
 
 def histogram(values_ns: np.ndarray) -> Histogram:
@@ -28,8 +30,10 @@ def histogram(values_ns: np.ndarray) -> Histogram:
     if len(values_ns) == 0:
         return {}
     index = np.ceil(np.log(np.maximum(np.asarray(values_ns, dtype=np.float64), 1e3)) / _LOG_GAMMA).astype(np.int64)
-    keys, counts = np.unique(index, return_counts=True)
-    return dict(zip(keys.tolist(), counts.tolist()))
+    low = int(index.min())
+    counts = np.bincount(index - low)  # buckets span a few hundred indices: cheaper than a sort (np.unique)
+    keys = np.flatnonzero(counts)
+    return dict(zip((keys + low).tolist(), counts[keys].tolist()))
 
 
 def merge(into: Histogram, other: Histogram | Iterable[tuple[int, int]]) -> Histogram:
@@ -58,23 +62,50 @@ def wire_histogram(hist: Histogram) -> list[list[int]]:
     return [[k, v] for k, v in sorted(hist.items())]
 
 
-def endpoint_digest(rows: list[tuple], asked: int | None) -> dict:
-    """One endpoint's interval: `asked` arrivals were due, `rows` finished in it."""
-    col = lambda name: np.fromiter((r[_F[name]] for r in rows), dtype=np.int64, count=len(rows))  # noqa: E731
-    status = [r[_F["status"]] for r in rows]
-    ok = np.fromiter((s == "ok" for s in status), dtype=bool, count=len(rows))
-    out: dict = {"asked": asked, "done": len(rows), "ok": int(ok.sum()),
-                 "errors": dict(Counter(s for s in status if s != "ok")),
+_DIGESTED = ("status", "latency_ns", "send_lag_ns", "stream_outcome", "output_tokens", "ttft_ns", "t_first_token",
+             "t_last_token")
+_GET = {name: itemgetter(_F[name]) for name in _DIGESTED}
+_GET_EVENTS = itemgetter(_F["status"], _F["token_event_us"], _F["token_event_counts"])
+
+
+def digest_columns(rows: list[tuple]) -> dict[str, list]:
+    """The fields a digest reads, as lists, and each ok stream's inter-token gaps ("itl"). Read with C-level
+    itemgetters: a generator over the rows cost ~4× as much (~2 µs a row)."""
+    cols: dict[str, list] = {name: list(map(get, rows)) for name, get in _GET.items()}
+    cols["itl"] = [_gaps_ns(us, counts) for status, us, counts in map(_GET_EVENTS, rows) if status == _OK and us] \
+        if any(cols["stream_outcome"]) else []
+    return cols
+
+
+def extend_columns(into: dict[str, list], more: dict[str, list]) -> dict[str, list]:
+    for name, values in more.items():
+        into.setdefault(name, []).extend(values)
+    return into
+
+
+def digest_of(cols: dict[str, list], asked: int | None) -> dict:
+    """One endpoint's interval from its rows' columns (digest_columns): `asked` arrivals were due, the rows
+    finished in it."""
+    n = len(cols.get("status", ()))
+    if n == 0:
+        return {"asked": asked, "done": 0, "ok": 0, "errors": {}, "latency": [], "send_lag": []}
+    col = lambda name: np.fromiter(cols[name], dtype=np.int64, count=n)  # noqa: E731
+    status = cols["status"]
+    n_ok = status.count(_OK)  # the common case, all ok, costs no per-row Python
+    ok = np.ones(n, dtype=bool) if n_ok == n else np.fromiter(map(_OK.__eq__, status), dtype=bool, count=n)
+    errors = Counter(s for s in status if s != _OK) if n_ok < n else {}
+    out: dict = {"asked": asked, "done": n, "ok": n_ok, "errors": dict(errors),
                  "latency": wire_histogram(histogram(col("latency_ns")[ok])),
                  "send_lag": wire_histogram(histogram(np.maximum(col("send_lag_ns"), 0)))}
-    outcomes = Counter(r[_F["stream_outcome"]] for r in rows if r[_F["stream_outcome"]])
-    if not outcomes:
+    if cols["stream_outcome"].count("") == n:
         return out
+    outcomes = Counter(cols["stream_outcome"])
+    outcomes.pop("", None)
     tokens = col("output_tokens")
     ttft = col("ttft_ns")
     first, last = col("t_first_token"), col("t_last_token")
     many = ok & (tokens > 1) & (first > 0)
-    itl = [_gaps_ns(r) for r, good in zip(rows, ok) if good and r[_F["token_event_us"]]]
+    itl = cols["itl"]
     out.update(outcomes=dict(outcomes), output_tokens=int(tokens[tokens > 0].sum()),
                ttft=wire_histogram(histogram(ttft[ok & (ttft >= 0)])),
                tpot=wire_histogram(histogram((last[many] - first[many]) / (tokens[many] - 1))),
@@ -82,25 +113,17 @@ def endpoint_digest(rows: list[tuple], asked: int | None) -> dict:
     return out
 
 
-def merge_digests(a: dict, b: dict) -> dict:
-    """Two digests of one endpoint's interval (slices of its rows) as one; `asked` is the interval's, in both."""
-    out = {"asked": a["asked"], "done": a["done"] + b["done"], "ok": a["ok"] + b["ok"],
-           "errors": dict(Counter(a["errors"]) + Counter(b["errors"]))}
-    for name in ("latency", "send_lag", "ttft", "tpot", "itl"):
-        if name in a or name in b:
-            out[name] = wire_histogram(merge(merge({}, a.get(name, ())), b.get(name, ())))
-    if "outcomes" in a or "outcomes" in b:
-        out["outcomes"] = dict(Counter(a.get("outcomes", {})) + Counter(b.get("outcomes", {})))
-        out["output_tokens"] = a.get("output_tokens", 0) + b.get("output_tokens", 0)
-    return out
+def endpoint_digest(rows: list[tuple], asked: int | None) -> dict:
+    """One endpoint's interval: `asked` arrivals were due, `rows` finished in it."""
+    return digest_of(digest_columns(rows), asked)
 
 
-def _gaps_ns(row: tuple) -> np.ndarray:
+def _gaps_ns(event_us: bytes, event_counts: bytes) -> np.ndarray:
     """A stream's inter-token gaps (ns), each event's gap spread over the tokens it carried (as the report's ITL)."""
-    offsets = np.frombuffer(row[_F["token_event_us"]], dtype="<i4").astype(np.float64)
+    offsets = np.frombuffer(event_us, dtype="<i4").astype(np.float64)
     if len(offsets) < 2:
         return np.empty(0)
-    carried = np.maximum(np.frombuffer(row[_F["token_event_counts"]], dtype="<u2")[1:].astype(np.int64), 1)
+    carried = np.maximum(np.frombuffer(event_counts, dtype="<u2")[1:].astype(np.int64), 1)
     return np.repeat(np.diff(offsets) * 1e3 / carried, carried)
 
 
@@ -159,21 +182,25 @@ class LiveReporter:
         if self.log is not None:
             self.log.tap_new()
         rows, self._rows = self._rows, []
-        by_endpoint: dict[str, list[tuple]] = {name: [] for name in self.endpoints}
-        for row in rows:
-            by_endpoint.setdefault(row[_F["endpoint"]], []).append(row)
+        # the rows' columns slice by slice, yielding between slices; the histograms once, from whole columns
+        columns: dict[str, dict[str, list]] = {name: {} for name in self.endpoints}
+        endpoint_of = itemgetter(_F["endpoint"])
+        for start in range(0, len(rows), SLICE_ROWS):
+            if start:
+                self.yield_fn()
+            part = rows[start:start + SLICE_ROWS]
+            names = set(map(endpoint_of, part))
+            for name in names:
+                mine = part if len(names) == 1 else [r for r in part if endpoint_of(r) == name]
+                extend_columns(columns.setdefault(name, {}), digest_columns(mine))
         lo, hi = int(self._last_s * 1e9), int(t_s * 1e9)
         digests = {}
-        for i, (name, mine) in enumerate(by_endpoint.items()):
+        for i, (name, cols) in enumerate(columns.items()):
             asked = None
             if self.asked_offsets is not None and i < len(self.asked_offsets):
                 offsets = self.asked_offsets[i]
                 asked = int(np.searchsorted(offsets, hi, side="right") - np.searchsorted(offsets, lo, side="right"))
-            digest = endpoint_digest(mine[:SLICE_ROWS], asked)
-            for start in range(SLICE_ROWS, len(mine), SLICE_ROWS):
-                self.yield_fn()
-                digest = merge_digests(digest, endpoint_digest(mine[start:start + SLICE_ROWS], asked))
-            digests[name] = digest
+            digests[name] = digest_of(cols, asked)
         digest = {"t_s": round(t_s, 3), "interval_s": round(t_s - self._last_s, 3), "endpoints": digests,
                   **self.state()}
         self._last_s = t_s
