@@ -8,6 +8,8 @@ rate=${3:-2000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/tailrace-ab-XXXXXX)
 git -C "$root" worktree add -q -f "$work/old" "$old_rev"
+# one harness measures both trees: the working tree's benchmark script (its target and pinning) in each
+cp "$root/bench/generator_open_loop.py" "$work/old/bench/generator_open_loop.py"
 mkdir "$work/new" && cp -r "$root"/{bench,contract,harness,endpoints,analysis,tailrace} "$work/new/" 2>/dev/null || true
 trap 'git -C "$root" worktree remove --force "$work/old"; rm -rf "$work"' EXIT
 # The rooms install as tailrace.<room> (setup.py's package_dir); on PYTHONPATH each tree maps them the same way, so

@@ -57,11 +57,7 @@ http {{
   }}
 }}
 """)
-    # above the master beside it on CPU 1 (nice -10): its once-a-second work must not stall the target, which in a
-    # real deployment has a machine of its own — a stalled target returns a burst of answers that looks like the
-    # generator's own lag
-    return start_process("nginx", ["nice", "-n", "-10", require("nginx"), "-c", str(conf), "-p", str(work)],
-                         work / "nginx.log")
+    return start_process("nginx", [require("nginx"), "-c", str(conf), "-p", str(work)], work / "nginx.log")
 
 
 def closed_loop_max(work: Path, url: str, body: Path, seconds: int, users: int) -> float:

@@ -7,22 +7,11 @@ dies, chunks are written in-process (slower, never lost).
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import ChunkWriter
-
-
-def yield_to_the_sender(pid: int) -> None:
-    """The writer runs only when the worker's CPU is otherwise idle (SCHED_IDLE): it inherits a pinned worker's
-    CPUs, and at normal priority each chunk it wakes for preempts the sending loop for a few ms. The worker waits
-    between sends, so the chunks still get written; a system that refuses it leaves the writer as it was."""
-    try:
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
 
 
 class ChunkShipper:
@@ -39,9 +28,6 @@ class ChunkShipper:
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)
             self.process = None
-        else:
-            yield_to_the_sender(self.process.pid)
-
 
     def ship(self, rows: list[dict]) -> None:
         """Close a chunk of `rows` (no-op when empty)."""

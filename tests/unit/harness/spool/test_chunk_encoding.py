@@ -51,15 +51,3 @@ def test_a_chunk_packs_integers_by_delta_in_lz4_pages_and_reads_back_every_value
             assert column.has_dictionary_page, field.name
         assert not column.is_stats_set, field.name
 
-
-def test_the_chunk_writer_process_runs_only_when_the_senders_cpu_is_idle(tmp_path):
-    """It inherits a pinned worker's CPUs: at normal priority each chunk it wakes for preempts the sending loop."""
-    import os
-
-    from tailrace.harness.spool.chunk_shipping import ChunkShipper
-
-    shipper = ChunkShipper(request_writer(WorkerLayout(tmp_path / "w"), 100, 1.0), "test")
-    try:
-        assert shipper.process is not None and os.sched_getscheduler(shipper.process.pid) == os.SCHED_IDLE
-    finally:
-        shipper.close()
