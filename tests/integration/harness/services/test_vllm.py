@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.layout import RunLayout
-from tailrace.harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, tiny_model, vllm_python
+from tailrace.harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
 from tests import ROOT
 from tests.support import IN_CI, make_profile, run_with, shared_while_booting, split_cpus
 
@@ -21,37 +21,18 @@ NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 
 
 @pytest.fixture(scope="module")
-def vllm_servers(tmp_path_factory):
-    """Two vLLMs, prefix caching on (the one most tests use) and off (the sessions test's control), booted side by
-    side while shared tests may run: ~50 s of loading with nothing measured. Idle, the second costs no CPU."""
+def vllm(tmp_path_factory):
     try:
-        tiny_model(vllm_python())  # built once, before the two boots read it
+        vllm_python()
     except VllmUnavailable as exc:
         if IN_CI:
             pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
         pytest.skip(str(exc))
-    logs = tmp_path_factory.mktemp("vllm-logs")
-    cpus = split_cpus()[0]
-    with shared_while_booting(), ThreadPoolExecutor(2) as pool:
-        boots = [pool.submit(start_vllm, logs, max_num_seqs=16, cpus=cpus, block_size=32),
-                 pool.submit(start_vllm, logs, max_num_seqs=16, cpus=cpus, block_size=32, prefix_caching=False)]
-        wait(boots)
-    servers = [b.result() for b in boots if b.exception() is None]
-    try:
-        for boot in boots:
-            boot.result()  # a boot that failed fails the tests that use it, after the other one is stopped
-    except BaseException:
-        for server in servers:
-            server.stop()
-        raise
-    yield servers[0], servers[1]
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def vllm(vllm_servers):
-    return vllm_servers[0]
+    with shared_while_booting():  # ~50 s of loading, nothing measured: the other test worker may run shared tests
+        server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0],
+                            block_size=32)
+    yield server
+    server.stop()
 
 
 def _sums(text: str) -> dict[str, float]:
@@ -124,27 +105,36 @@ def session_profile(model_repo, url: str, tokenizer: str):
         generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
 
 
-def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it_is_off(vllm_servers, model_repo,
+def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it_is_off(vllm, model_repo,
                                                                                        tmp_path):
     """Multi-turn sessions on vLLM with automatic prefix caching (32-token blocks): each later turn's prompt
     (completions: the previous prompt, the reply, the new text) reuses the turn before's blocks — vLLM's own
     prefix_cache_hits grow, its usage's cached_tokens agree with them, and tailrace's report says the same; the same
     sessions on a vLLM with caching off hit nothing, and compare shows what the cache was worth."""
-    vllm, uncached = vllm_servers
     tokenizer = str(vllm.model_dir / "tokenizer.json")
-    run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
-    assert manifest["valid"], manifest["invalid_reasons"]
-    a = analyze_run(run.run_dir)
-    df = a.requests
-    assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
-    later = df[df["turn"] > 1]
-    assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
-    cache = a.summary["sessions"]["prefix_cache"][0]
-    assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
-    # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
-    assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
-    assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
-    off, manifest = run_with(session_profile(model_repo, uncached.url, tokenizer), tmp_path / "off")
+    # the vLLM without caching boots (~45 s) while the sessions run on the one with it: their results, not their
+    # timings, are compared
+    booting = ThreadPoolExecutor(1)
+    off_boot = booting.submit(start_vllm, tmp_path / "vllm-off", max_num_seqs=16, cpus=split_cpus()[0],
+                              prefix_caching=False, block_size=32)
+    booting.shutdown(wait=False)
+    try:
+        run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
+        assert manifest["valid"], manifest["invalid_reasons"]
+        a = analyze_run(run.run_dir)
+        df = a.requests
+        assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
+        later = df[df["turn"] > 1]
+        assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
+        cache = a.summary["sessions"]["prefix_cache"][0]
+        assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
+        # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
+        assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
+        assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
+        off, manifest = run_with(session_profile(model_repo, off_boot.result(timeout=600).url, tokenizer),
+                                 tmp_path / "off")
+    finally:
+        off_boot.result(timeout=600).stop()
     b = analyze_run(off.run_dir)
     assert (b.requests["cached_tokens"] <= 0).all() and b.summary["sessions"]["prefix_cache"][0][
         "server_hit_ratio"] in (None, 0.0)
