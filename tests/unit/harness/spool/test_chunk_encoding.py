@@ -50,4 +50,3 @@ def test_a_chunk_packs_integers_by_delta_in_lz4_pages_and_reads_back_every_value
         if field.name in FEW_VALUED and table.column(field.name).null_count < len(table):
             assert column.has_dictionary_page, field.name
         assert not column.is_stats_set, field.name
-
