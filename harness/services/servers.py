@@ -194,7 +194,7 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
             spawn = time.time_ns()
             triton = start_triton(Path(t.models_dir), logs, options=TritonOptions(
                 max_batch=t.max_batch, queue_delay_us=t.queue_delay_us, dynamic_batching=t.dynamic_batching,
-                instances=t.instances, models=triton_models), python=t.python)
+                instances=t.instances, models=triton_models), python=t.python, log=log)
             servers.instances.append(ServerInstance("triton", triton_models, triton.http_url, triton.grpc_url,
                                                     triton.metrics_url, triton.process, triton))
             generative = frozenset(e.model for e in profile.endpoints if e.url == TRITON and e.generative)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,12 +117,38 @@ def _name(proc: psutil.Process) -> str:
         return ""
 
 
+# PyTriton's second and later model instances fetch their config from a Unix socket the first instance serves; they
+# connect as soon as the socket file exists, which is before the first one listens on it. On a busy host the load
+# fails with ConnectionRefusedError in get_config_from_handshake_server and the program exits. A fresh start works.
+HANDSHAKE_RACE = "get_config_from_handshake_server"
+START_ATTEMPTS = 3
+
+
+class TritonHandshakeRace(TritonUnavailable):
+    """A model load lost PyTriton's handshake race: starting again is expected to work."""
+
+
 def start_triton(models_dir: Path, log_dir: Path, host: str = "127.0.0.1", options: TritonOptions | None = None,
                  python: str | None = None, ports: tuple[int, int, int] | None = None,
-                 timeout: float = 180.0) -> TritonServer:
-    """Start Triton on `host` serving `models_dir`; returns once every model is ready."""
-    options = options or TritonOptions()
-    interpreter = triton_python(python)
+                 timeout: float = 180.0, log: Callable[[str], None] | None = None) -> TritonServer:
+    """Start Triton on `host` serving `models_dir`; returns once every model is ready. A start that loses
+    PyTriton's handshake race is started again, up to START_ATTEMPTS in all, each said to `log`."""
+    interpreter, attempt = triton_python(python), 1
+    while True:
+        try:
+            return _start_once(models_dir, log_dir, host, options or TritonOptions(), interpreter, ports, timeout)
+        except TritonHandshakeRace as exc:
+            if attempt == START_ATTEMPTS:
+                raise TritonUnavailable(f"Triton lost PyTriton's model handshake race {START_ATTEMPTS} times:\n"
+                                        f"{exc}") from None
+            attempt += 1
+            if log is not None:
+                log(f"Triton: a model instance connected to PyTriton's handshake socket before it listened; "
+                    f"starting again (attempt {attempt} of {START_ATTEMPTS})")
+
+
+def _start_once(models_dir: Path, log_dir: Path, host: str, options: TritonOptions, interpreter: Path,
+                ports: tuple[int, int, int] | None, timeout: float) -> TritonServer:
     http_port, grpc_port, metrics_port = ports or (free_port(host), free_port(host), free_port(host))
     log_dir.mkdir(parents=True, exist_ok=True)
     ready_file = log_dir / f"triton-{http_port}.ready.json"
@@ -142,7 +169,9 @@ def start_triton(models_dir: Path, log_dir: Path, host: str = "127.0.0.1", optio
     try:
         while not ready_file.exists():
             if not proc.alive():
-                raise TritonUnavailable(f"Triton exited with {proc.popen.returncode}:\n{proc.log_tail(40)}")
+                tail = proc.log_tail(40)
+                failure = TritonHandshakeRace if HANDSHAKE_RACE in tail else TritonUnavailable
+                raise failure(f"Triton exited with {proc.popen.returncode}:\n{tail}")
             if time.monotonic() > deadline:
                 raise TritonUnavailable(f"Triton not ready after {timeout:.0f} s:\n{proc.log_tail(40)}")
             time.sleep(0.2)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -186,6 +187,57 @@ def test_pytriton_rejects_a_bad_model_repository(tmp_path):
     with pytest.raises(TritonUnavailable, match="not a tailrace model repository"):
         start_triton(tmp_path, tmp_path / "logs", timeout=60)
     assert os.listdir(tmp_path / "logs")
+
+
+FAKE_TRITON = """#!{python}
+# stands in for .venv-triton/bin/python running serve_pytriton.py: its first {races} start(s) fail as PyTriton's
+# handshake race does ({failure}), the next serves /v2/health/ready and writes the ready file
+import http.server, json, pathlib, sys
+args = sys.argv[2:]
+opt = lambda name: args[args.index(name) + 1]
+count = pathlib.Path(__file__).with_suffix(".starts")
+starts = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(starts))
+if starts <= {races}:
+    print('  File "/tmp/folder/1/communication.py", line 550, in {failure}')
+    print("ConnectionRefusedError: [Errno 111] Connection refused", flush=True)
+    sys.exit(1)
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+server = http.server.HTTPServer((opt("--host"), int(opt("--http-port"))), Ready)
+pathlib.Path(opt("--ready-file")).write_text(json.dumps({{"http_port": int(opt("--http-port"))}}))
+server.serve_forever()
+"""
+
+
+def fake_triton(tmp_path: Path, races: int, failure: str = "get_config_from_handshake_server") -> Path:
+    script = tmp_path / "fake-python"
+    script.write_text(FAKE_TRITON.format(python=sys.executable, races=races, failure=failure))
+    script.chmod(0o755)
+    return script
+
+
+def test_a_start_that_loses_pytritons_handshake_race_is_started_again_and_said(tmp_path):
+    said: list[str] = []
+    server = start_triton(tmp_path, tmp_path / "logs", python=str(fake_triton(tmp_path, races=2)), timeout=30,
+                          log=said.append)
+    try:
+        assert (tmp_path / "fake-python.starts").read_text() == "3"
+        assert len(said) == 2 and "attempt 3 of 3" in said[1] and "handshake" in said[0]
+    finally:
+        server.stop()
+
+
+def test_pytritons_handshake_race_lost_every_time_or_any_other_exit_is_not_retried_forever(tmp_path):
+    with pytest.raises(TritonUnavailable, match="lost PyTriton's model handshake race 3 times"):
+        start_triton(tmp_path, tmp_path / "logs", python=str(fake_triton(tmp_path, races=9)), timeout=30)
+    assert (tmp_path / "fake-python.starts").read_text() == "3"
+    (tmp_path / "fake-python.starts").unlink()
+    with pytest.raises(TritonUnavailable, match="exited with 1") as exc:
+        start_triton(tmp_path, tmp_path / "logs", python=str(fake_triton(tmp_path, races=1, failure="other")),
+                     timeout=30)
+    assert (tmp_path / "fake-python.starts").read_text() == "1" and "handshake race" not in str(exc.value)
 
 
 def test_a_real_triton_streams_the_generative_model_over_generate_stream(model_repo, tmp_path):
