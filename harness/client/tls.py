@@ -3,6 +3,7 @@
 before any load; a file that cannot be read is a `TlsError` naming the field and the path."""
 from __future__ import annotations
 
+import functools
 import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,6 +25,16 @@ def _read(field: str, path: str | None) -> bytes | None:
     if b"-----BEGIN" not in data:
         raise TlsError(f"tls.{field} {path}: not a PEM file")
     return data
+
+
+@functools.cache
+def default_verify_context() -> ssl.SSLContext:
+    """httpx's default verification (certifi's CA bundle), built once per process: an httpx client made with
+    `verify=True` loads the bundle again, ~50 ms of CPU each — for the orchestrator's many short polls of servers on
+    this host, while a run's processes start on the same cores."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 def ssl_context(tls: Tls | None, context_class: type[ssl.SSLContext] = ssl.SSLContext) -> ssl.SSLContext:

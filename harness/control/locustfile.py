@@ -8,15 +8,12 @@ harness/control/locust_adaptations.py.
 """
 from __future__ import annotations
 
+import importlib.abc
 import os
+import sys
 import time
 from dataclasses import dataclass, field
-
-from grpc.experimental import gevent as grpc_gevent
-
-grpc_gevent.init_gevent()  # before any gRPC call, or every greenlet blocks
-
-import sys  # noqa: E402
+from typing import TYPE_CHECKING
 
 # The chunk writer's native thread holds the GIL in short Python stretches; with the default 5 ms switch
 # interval the sending hub could wait that long for it. 0.2 ms bounds that wait far below the send-lag budget.
@@ -42,7 +39,9 @@ from tailrace.harness.control.locust_adaptations import (  # noqa: E402
 from tailrace.harness.control.master_control import SILENT_S, MasterControl  # noqa: E402
 from tailrace.harness.control.plan_inbox import PlanInbox, StartInbox  # noqa: E402
 from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV, WorkerIdentity  # noqa: E402
-from tailrace.harness.worker.run import WorkerRun  # noqa: E402  (imported before the plan arrives)
+
+if TYPE_CHECKING:
+    from tailrace.harness.worker.run import WorkerRun
 
 adapt_locust()
 
@@ -75,6 +74,12 @@ def _on_init(environment, **_kwargs) -> None:
     if isinstance(runner, MasterRunner):
         MasterControl(environment, _master_plan(), os.environ.get(TOKEN_ENV, ""))
     elif isinstance(runner, WorkerRunner):
+        # A worker's only (the master's start-up is ~0.4 s of CPU shorter without them): gRPC on gevent, before any
+        # gRPC call or every greenlet blocks; the run's modules, before the plan arrives.
+        from grpc.experimental import gevent as grpc_gevent
+
+        grpc_gevent.init_gevent()
+        import tailrace.harness.worker.run  # noqa: F401
         runner.register_message(messages.PLAN.name, _on_plan)
         runner.register_message(messages.START.name, _on_start)
         runner.register_message(messages.REFUSED.name, _on_refused)
@@ -85,10 +90,22 @@ def _on_init(environment, **_kwargs) -> None:
             print(f"tailrace worker: {exc}", file=sys.stderr, flush=True)
             os._exit(USAGE)
         set_master_timeout(master_timeout_s(identity))
+        sys.meta_path.insert(0, _WithoutPandas())
         _send(runner, messages.JOIN, messages.Join(runner.client_id, identity.name, identity.region, identity.index,
                                                    token_proof(os.environ.get(TOKEN_ENV, ""), runner.client_id)))
         gevent.spawn(_watch_master, runner)
         gevent.spawn(_warm_up)
+
+
+class _WithoutPandas(importlib.abc.MetaPathFinder):
+    """A worker never uses pandas, but pyarrow imports it the first time it converts a Python list, only to ask
+    whether the list is a pandas object: ~0.8 s of CPU per worker, while a run's processes start together on few
+    cores. In a worker process that import fails, and pyarrow goes on without pandas."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas":
+            raise ModuleNotFoundError("a tailrace worker does not use pandas", name=name)
+        return None
 
 
 def _warm_up() -> None:
@@ -216,6 +233,8 @@ class OpenLoopUser(User):
 
             def live(digest: dict) -> None:
                 _send(runner, messages.LIVE, messages.Live(client_id, identity.name, identity.region, digest))
+
+            from tailrace.harness.worker.run import WorkerRun
 
             run = WorkerRun(identity, plan, message.start_ref_ns, client_id, ship=ship, ready=ready, live=live)
         except Exception as exc:

@@ -19,7 +19,14 @@ from tailrace.contract.requests import RequestSpec, RequestSpecError, declared_r
 from tailrace.contract.tensors import TensorSpec, onnx_tensors
 from tailrace.harness.client.request_data import DataError, samples_for
 from tailrace.harness.client.senders import inprocess_model
-from tailrace.harness.client.tls import TlsError, describe_tls_failure, grpc_channel, sender_tls, ssl_context
+from tailrace.harness.client.tls import (
+    TlsError,
+    default_verify_context,
+    describe_tls_failure,
+    grpc_channel,
+    sender_tls,
+    ssl_context,
+)
 from tailrace.harness.worker.traces import TraceError, load_trace
 from tailrace.harness.workload.conversations import SessionFileError, session_source
 from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
@@ -66,7 +73,7 @@ def model_info_http(url: str, model: str, version: str = "", timeout_s: float = 
     when unreachable, refused by TLS or unknown."""
     base = url.rstrip("/")
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
-    verify = ssl_context(tls) if base.startswith("https://") else True
+    verify = ssl_context(tls) if base.startswith("https://") else default_verify_context()
     extensions = {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
     try:
         with httpx.Client(timeout=timeout_s, headers=headers or {}, verify=verify) as client:
@@ -159,7 +166,7 @@ def served_models(url: str, timeout_s: float = 5.0, headers: dict[str, str] | No
     """The model IDs an OpenAI-compatible server lists (GET /v1/models); EndpointCheckError when unreachable,
     refused, or not such a server."""
     base = url.rstrip("/")
-    verify = ssl_context(tls) if base.startswith("https://") else True
+    verify = ssl_context(tls) if base.startswith("https://") else default_verify_context()
     extensions = {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
     try:
         with httpx.Client(timeout=timeout_s, headers=headers or {}, verify=verify) as client:

@@ -7,12 +7,14 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tailrace.harness.client.tls import default_verify_context
 
-def scrape(port: int) -> dict | None:
+
+def scrape(client: httpx.Client, port: int) -> dict | None:
     """Counts by status and latency histogram buckets of one worker's /metrics (None if unreachable)."""
     out = {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)}
     try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=0.5).text
+        text = client.get(f"http://127.0.0.1:{port}/metrics").text
     except httpx.HTTPError:
         return None
     for fam in text_string_to_metric_families(text):
@@ -78,6 +80,7 @@ class Progress:
         self._latest: dict[str, dict] = {}  # last good scrape per worker (workers exit before the last frame)
         self._first: dict[str, float] = {}  # region → when its first request was counted
         self._last_fresh: dict[str, float] = {}  # region → when one of its workers last answered
+        self._client: httpx.Client | None = None
 
     def update(self, run) -> None:
         if self.quiet or not run.metrics_ports:
@@ -89,7 +92,9 @@ class Progress:
         now = time.monotonic()
         for name, port in run.metrics_ports.items():
             region = name.rsplit("-w", 1)[0]
-            fresh = scrape(port)
+            if self._client is None:
+                self._client = httpx.Client(timeout=0.5, verify=default_verify_context())
+            fresh = scrape(self._client, port)
             s = fresh or self._latest.get(name)
             if s is None:
                 continue
@@ -127,6 +132,8 @@ class Progress:
 
     def close(self) -> None:
         self._screen.close()
+        if self._client is not None:
+            self._client.close()
 
 
 class ChunkProgress:

@@ -24,7 +24,7 @@ from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.layout import RunLayout, append_line, write_atomic
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Tls
-from tailrace.harness.client.tls import ssl_context
+from tailrace.harness.client.tls import default_verify_context, ssl_context
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class ServerStatsRecorder:
         """One client per TLS setting (httpx verifies per client); plain http:// ones share the first."""
         tls = target.tls if url.startswith("https://") else None
         if tls not in self._clients:
-            self._clients[tls] = httpx.Client(timeout=2.0, verify=ssl_context(tls) if tls is not None else True)
+            self._clients[tls] = httpx.Client(timeout=2.0, verify=ssl_context(tls) if tls is not None else default_verify_context())
         return self._clients[tls]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tailrace.contract.internal_processes import EMBEDDED_SERVER, EmbeddedServerLaunch, internal_argv
+from tailrace.harness.client.tls import default_verify_context
 
 
 def is_loopback(host: str) -> bool:
@@ -119,15 +120,17 @@ def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float
     the process log if it dies or times out."""
     deadline = time.monotonic() + timeout
     last = ""
-    while time.monotonic() < deadline:
-        if process is not None and not process.alive():
-            raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}")
-        try:
-            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
-                return
-        except httpx.HTTPError as exc:
-            last = str(exc)
-        time.sleep(0.1)
+    verify = default_verify_context() if verify is True else verify
+    with httpx.Client(timeout=1.0, verify=verify) as client:
+        while time.monotonic() < deadline:
+            if process is not None and not process.alive():
+                raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}")
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError as exc:
+                last = str(exc)
+            time.sleep(0.1)
     raise RuntimeError(f"{url} not ready after {timeout} s ({last})"
                        + (f"\n{process.log_tail()}" if process else ""))
 

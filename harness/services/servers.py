@@ -17,6 +17,7 @@ from tailrace.contract.internal_processes import EmbeddedServerLaunch, ServerOpt
 from tailrace.contract.plan import endpoint_kind
 from tailrace.contract.profile import EMBEDDED, TRITON, Profile
 from tailrace.contract.tensors import NUMPY_DTYPES, to_raw
+from tailrace.harness.client.tls import default_verify_context
 from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint
 from tailrace.harness.services.triton_server import TritonOptions, TritonServer, start_triton
 
@@ -95,7 +96,7 @@ def _first_success(model: str, send, timeout_s: float) -> dict:
     that request took, or why none did."""
     deadline = time.monotonic() + timeout_s
     attempts, last = 0, ""
-    with httpx.Client(timeout=10.0) as client:
+    with httpx.Client(timeout=10.0, verify=default_verify_context()) as client:
         while time.monotonic() < deadline:
             attempts += 1
             try:

@@ -100,7 +100,7 @@ def test_the_live_tables_last_frame_keeps_each_regions_rate(monkeypatch):
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     answers = iter([{"ok": 100.0, "errors": 0.0, "buckets": {0.05: 100.0}},
                     {"ok": 200.0, "errors": 0.0, "buckets": {0.05: 200.0}}, None])
-    monkeypatch.setattr(progress, "scrape", lambda port: next(answers))
+    monkeypatch.setattr(progress, "scrape", lambda client, port: next(answers))
 
     class Run:
         run_id, metrics_ports = "r", {"eu-w0": 1}
