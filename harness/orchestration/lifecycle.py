@@ -5,7 +5,7 @@ and `tailrace master` (workers on other machines, harness/orchestration/remote.p
     RunLifecycle.open      plan.json, logs/settings.log, model metadata, server statistics "before", the record
     RunLifecycle.start     the Locust master (started one way: `start_master`), then the workers
     RunLifecycle.watch     progress, the disk, the master's end; Ctrl-C, the live page's stop control and a full
-                           disk stop it with SIGINT
+                           disk stop it with SIGTERM
     RunLifecycle.close     server statistics "after", the end manifest
 
 What differs between the two is who starts the workers, how they are followed while the master waits for
@@ -144,7 +144,7 @@ class RunLifecycle:
         workers.start(port, token)
 
     def watch(self, progress: Callable[[], None]) -> None:
-        """Until the master exits: follow the workers, show progress, and stop the run (SIGINT: Locust stops its
+        """Until the master exits: follow the workers, show progress, and stop the run (SIGTERM: Locust stops its
         workers and exits) on Ctrl-C or when the disk nears full. A master still running well past the plan's
         run time is stopped; one that exits with an error on its own is recorded as lost."""
         deadline = time.monotonic() + self.workers.max_wait_s + self.plan.run_seconds + MASTER_GRACE_S
@@ -190,8 +190,11 @@ class RunLifecycle:
                      error=True)
 
     def _stop_master(self, since: float | None) -> float:
+        """SIGTERM: once Locust's main runs, its graceful stop (the workers told, the summary printed); before that —
+        its imports, its wait for the workers — the default action, an end at once, with nothing sent yet. (A SIGINT
+        there raised KeyboardInterrupt inside an import, and the master could hang until it was killed 30 s later.)"""
         if since is None and self.master.alive():
-            self.master.popen.send_signal(signal.SIGINT)
+            self.master.popen.send_signal(signal.SIGTERM)
         return since if since is not None else time.monotonic()
 
     def never_started(self) -> str | None:

@@ -101,8 +101,8 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
     full_env = {**os.environ, **(env or {})}
 
     def before_exec() -> None:  # in the child: a syscall or two
-        # SIGINT is how a Locust master or worker is asked to stop; a shell's background job (`tailrace run … &`)
-        # starts with it ignored, which every child would inherit — and the run went on 30 s after a stop
+        # a shell's background job (`tailrace run … &`) starts with SIGINT ignored, which every child would inherit:
+        # a Locust master then ignored the stop it was sent, and the run went on 30 s after it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         if cpus:
             os.sched_setaffinity(0, cpus)

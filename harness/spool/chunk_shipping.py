@@ -1,33 +1,67 @@
-"""Closing a worker's chunks without blocking its sending loop: rows → Arrow (cooperatively) → a pipe to a
-chunk-writer child process, which writes the Parquet file (harness/chunk_writer_process.py).
+"""Closing a worker's chunks without blocking its sending loop: rows → Arrow (cooperatively) → a pipe to the
+worker's chunk-writer child process, which writes the Parquet files (harness/spool/chunk_writer_process.py).
 
 Writing Parquet on the sending loop blocks it ~1-10 ms per chunk, and a writer thread is worse (it convoys
-with the loop on the GIL); a pipe write of the Arrow IPC bytes costs ~0.1 ms. If the child cannot start or
-dies, chunks are written in-process (slower, never lost).
+with the loop on the GIL); a pipe write of the Arrow IPC bytes costs ~0.1 ms. The request log and the clock log
+share one child. If it cannot start or dies, chunks are written in-process (slower, never lost).
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import ChunkWriter
 
 
-class ChunkShipper:
-    """Ships the closed chunks of one ChunkWriter to its own writer process."""
+class WriterChild:
+    """A worker's chunk-writer process: frames in, until closed."""
 
-    def __init__(self, writer: ChunkWriter, label: str, yield_fn=None) -> None:
-        self.writer, self.label, self.yield_fn = writer, label, yield_fn
-        self.failures: list[str] = []  # chunks that could not be written (a full disk): their rows are lost
-        # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
-        encode_frame(writer.to_table([]), 0)
+    def __init__(self, directory: Path, label: str) -> None:
+        self.label = label
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process",
-                                             str(writer.directory), writer.prefix], stdin=subprocess.PIPE)
+            self.process: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory)],
+                stdin=subprocess.PIPE)
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)
             self.process = None
+
+    def send(self, frame: bytes) -> bool:
+        """Hand a frame over; False when the child is gone (the caller writes the chunk itself)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            self.process.stdin.write(frame)
+            self.process.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError) as exc:
+            print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
+            self.process = None
+            return False
+
+    def close(self) -> None:
+        """Wait until every frame sent is on disk."""
+        if self.process is None:
+            return
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
+        self.process = None
+
+
+class ChunkShipper:
+    """Ships the closed chunks of one ChunkWriter to a writer child (its own, or `child` when given)."""
+
+    def __init__(self, writer: ChunkWriter, label: str, yield_fn=None, child: WriterChild | None = None) -> None:
+        self.writer, self.label, self.yield_fn = writer, label, yield_fn
+        self.failures: list[str] = []  # chunks that could not be written (a full disk): their rows are lost
+        # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
+        encode_frame(writer.to_table([]), writer.prefix, 0)
+        self.child = child if child is not None else WriterChild(writer.directory, label)
 
     def ship(self, rows: list[dict]) -> None:
         """Close a chunk of `rows` (no-op when empty)."""
@@ -35,16 +69,10 @@ class ChunkShipper:
             return
         table = self.writer.to_table(rows, between_columns=self.yield_fn)
         index = self.writer.reserve()
-        if self.process is not None and self.process.poll() is None:
-            try:
-                self.process.stdin.write(encode_frame(table, index))
-                self.process.stdin.flush()
-                self.writer.rows_written += table.num_rows
-                self.writer.chunks_written += 1
-                return
-            except (BrokenPipeError, OSError) as exc:
-                print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
-                self.process = None
+        if self.child.send(encode_frame(table, self.writer.prefix, index)):
+            self.writer.rows_written += table.num_rows
+            self.writer.chunks_written += 1
+            return
         try:
             self.writer.write_table(table, index)
         except OSError as exc:
@@ -56,12 +84,6 @@ class ChunkShipper:
         self.ship(self.writer.take())
 
     def close(self) -> None:
-        """Wait until every shipped chunk is on disk."""
-        if self.process is None:
-            return
-        try:
-            self.process.stdin.close()
-            self.process.wait(timeout=30)
-        except Exception as exc:  # noqa: BLE001
-            print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
-        self.process = None
+        """Wait until every shipped chunk is on disk (the child's, shared or not: after this, nothing more is sent to
+        it)."""
+        self.child.close()

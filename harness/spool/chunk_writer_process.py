@@ -1,11 +1,13 @@
-"""A child process that writes a worker's request chunks, so the sending loop never blocks on Parquet.
+"""A child process that writes a worker's chunks (requests and clock samples), so the sending loop never blocks on
+Parquet.
 
-The worker converts rows to Arrow (cooperatively) and pipes each chunk as `<index u32><length u64>` +
-an Arrow IPC stream; this process writes it as `<prefix>-<index>.parquet` (temp name + rename: complete
-or absent). On end of input — the worker finished, or was killed — it writes what it received and exits,
-so a killed worker's shipped chunks still land.
+The worker converts rows to Arrow (cooperatively) and pipes each chunk as `<prefix length u8><index u32><length
+u64>`, the prefix (`requests`, `clock`) and an Arrow IPC stream; this process writes it as `<prefix>-<index>.parquet`
+(temp name + rename: complete or absent). On end of input — the worker finished, or was killed — it writes what it
+received and exits, so a killed worker's shipped chunks still land. One per worker: each costs ~0.3 s of CPU to
+start (pyarrow), while a run's processes start together.
 
-    python -m tailrace.harness.spool.chunk_writer_process DIRECTORY PREFIX
+    python -m tailrace.harness.spool.chunk_writer_process DIRECTORY
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import struct
 import sys
 from pathlib import Path
 
-from tailrace.contract.layout import WorkerLayout, temporary
+from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout, temporary
 from tailrace.contract.records import FEW_VALUED
 
-HEADER = struct.Struct("<IQ")
+HEADER = struct.Struct("<BIQ")  # the prefix's length, the chunk's number, the Arrow stream's length
 
 
 def _read_exact(stream, n: int) -> bytes:
@@ -64,7 +66,7 @@ def write_chunk(table, final: Path) -> None:
         raise OSError(exc.errno, f"cannot write {final}: {exc.strerror or exc}") from None
 
 
-def serve(directory: Path, prefix: str, stream) -> int:
+def serve(directory: Path, stream) -> int:
     """Write every frame from `stream` until EOF; returns the number of chunks written. A chunk that cannot be
     written ends this process with the reason on stderr (the worker then writes in-process and records it)."""
     import pyarrow as pa
@@ -75,10 +77,15 @@ def serve(directory: Path, prefix: str, stream) -> int:
         head = _read_exact(stream, HEADER.size)
         if len(head) < HEADER.size:
             return written
-        index, length = HEADER.unpack(head)
+        prefix_length, index, length = HEADER.unpack(head)
+        prefix = _read_exact(stream, prefix_length)
         payload = _read_exact(stream, length)
         if len(payload) < length:
             return written  # the worker died mid-frame: that chunk was never closed
+        prefix = prefix.decode("ascii", "replace")
+        if prefix not in (REQUESTS, CLOCK):
+            print(f"chunk writer: chunk {index} of an unknown log {prefix!r}: stopping", file=sys.stderr, flush=True)
+            return written
         table = pa.ipc.open_stream(payload).read_all()
         try:
             write_chunk(table, WorkerLayout(directory).chunk(prefix, index))
@@ -88,18 +95,19 @@ def serve(directory: Path, prefix: str, stream) -> int:
         written += 1
 
 
-def encode_frame(table, index: int) -> bytes:
-    """One chunk as a frame for this process's stdin."""
+def encode_frame(table, prefix: str, index: int) -> bytes:
+    """Chunk `index` of the `prefix` log (contract/layout.py: REQUESTS, CLOCK) as a frame for this process's stdin."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     payload = sink.getvalue().to_pybytes()
-    return HEADER.pack(index, len(payload)) + payload
+    name = prefix.encode("ascii")
+    return HEADER.pack(len(name), index, len(payload)) + name + payload
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY PREFIX")
-    serve(Path(sys.argv[1]), sys.argv[2], sys.stdin.buffer)
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
+    serve(Path(sys.argv[1]), sys.stdin.buffer)

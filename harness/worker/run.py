@@ -84,7 +84,7 @@ class WorkerRun:
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
         self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
-        self.clock_chunks = ChunkShipper(clock_writer(self.layout), label)
+        self.clock_chunks = ChunkShipper(clock_writer(self.layout), label, child=self.request_chunks.child)
         servers = [s.replace(MASTER_CLOCK + ":", f"{identity.master_host or '127.0.0.1'}:", 1)
                    if s.startswith(MASTER_CLOCK + ":") else s for s in plan.ntp_servers]
         self.clocks = ClockSampler(self.clock, servers, p.clock.packets, identity.name, identity.region,
@@ -237,12 +237,11 @@ class WorkerRun:
             except Exception as exc:  # noqa: BLE001 - the live page is a view: it never costs the run its files
                 self.log(f"last live report not sent: {exc}")
         self.request_chunks.ship_open_chunk()
-        self.request_chunks.close()  # every shipped chunk is on disk before worker.json says how many there are
         try:  # with the master gone its reference may be too: one packet each, so the worker stops in time
             self.sample_clock("after", 1 if master_lost else None)
         except Exception as exc:  # noqa: BLE001
             self.log(f"final clock sample failed: {exc}")
-        self.clock_chunks.close()
+        self.request_chunks.close()  # both logs' chunks on disk (one writer) before worker.json says how many
         for s in self.path.senders:
             s.close()
         self.finished_ns = self.clock.now_ns()

@@ -7,24 +7,39 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from tailrace.contract.layout import WorkerLayout
-from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
+from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout
+from tailrace.contract.records import CLOCK_FIELDS, REQUEST_COLUMNS, ClockRow, RequestRow
 from tailrace.harness.spool.chunk_writer_process import encode_frame
-from tailrace.harness.spool.recorder import request_writer
+from tailrace.harness.spool.recorder import clock_writer, request_writer
 
 pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 
-def test_chunk_writer_process_writes_frames_and_drops_a_torn_last_one(tmp_path):
+def test_chunk_writer_process_writes_both_logs_frames_and_drops_a_torn_last_one(tmp_path):
     w = request_writer(WorkerLayout(tmp_path / "src"), max_rows=1000, max_seconds=100)
+    c = clock_writer(WorkerLayout(tmp_path / "src"))
     row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
-    frames = [encode_frame(w.to_table([row] * n), i) for i, n in enumerate((3, 5, 2))]
+    sample = ClockRow(**({f: 0 for f, _, _ in CLOCK_FIELDS} | {"worker": "near-w0", "region": "near", "server": "x",
+                                                                "stage": "before"}))
+    frames = [encode_frame(w.to_table([row] * n), REQUESTS, i) for i, n in enumerate((3, 5, 2))]
+    clock = encode_frame(c.to_table([sample] * 4), CLOCK, 0)
     torn = frames[2][: len(frames[2]) // 2]  # the worker died while sending its last chunk
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out), "requests"],
-                          input=frames[0] + frames[1] + torn, capture_output=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out)],
+                          input=frames[0] + clock + frames[1] + torn, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     files = sorted(out.glob("requests-*.parquet"))
     assert [f.name for f in files] == ["requests-00000.parquet", "requests-00001.parquet"]
     assert [pq.read_table(f).num_rows for f in files] == [3, 5]
+    assert [pq.read_table(f).num_rows for f in out.glob("clock-*.parquet")] == [4]
     assert not list(out.glob(".*.tmp"))
+
+
+def test_a_frame_of_an_unknown_log_stops_the_writer_and_names_it(tmp_path):
+    w = request_writer(WorkerLayout(tmp_path / "src"), max_rows=1000, max_seconds=100)
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    frames = encode_frame(w.to_table([row]), REQUESTS, 0) + encode_frame(w.to_table([row]), "../x", 1)
+    proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(tmp_path / "out")],
+                          input=frames, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"chunk 1 of an unknown log '../x'" in proc.stderr
+    assert [f.name for f in (tmp_path / "out").iterdir()] == ["requests-00000.parquet"]
