@@ -8,6 +8,8 @@ CPU 1, so process CPU time over requests is what one request costs the generator
 - `path`: the worker's whole request path — trace ids, the sender, the answer check, the typed record, metrics and
   the saturation monitor (harness/worker/requester.py);
 - `path+chunk`: the same, plus the records turned into an Arrow table as the spool does at each chunk;
+- `inline`: the whole request path as the open loop runs it by default (harness/worker/inline_sends.py): sent and
+  read by the issue loop itself, no greenlet a request, the record written after the answer; plus the chunk;
 - `locust`: Locust's FastHttpUser in its own process on CPU 0 (its closed-loop maximum, stats included).
 
     .venv/bin/python bench/request_path_cost.py [--requests 20000] [--concurrency 32] [--repeats 3]
@@ -44,13 +46,14 @@ from tailrace.harness.worker.clock import WorkerClock  # noqa: E402
 from tailrace.harness.worker.clock_sampler import ClockSampler  # noqa: E402
 from tailrace.harness.worker.endpoint_senders import EndpointSenders  # noqa: E402
 from tailrace.harness.worker.identity import WorkerIdentity  # noqa: E402
+from tailrace.harness.worker.inline_sends import InlineSends  # noqa: E402
 from tailrace.harness.worker.metrics import WorkerMetrics  # noqa: E402
 from tailrace.harness.worker.requester import RequestPath  # noqa: E402
 from tailrace.harness.worker.saturation import SaturationMonitor  # noqa: E402
 from tailrace.harness.worker.scenarios import Arrival  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/request_path_cost.py"
-LAYERS = ("exchange", "sender", "path", "path+chunk")
+LAYERS = ("exchange", "sender", "path", "path+chunk", "inline")
 
 
 def build_path(work: Path, url: str, models: Path) -> RequestPath:
@@ -74,8 +77,23 @@ def build_path(work: Path, url: str, models: Path) -> RequestPath:
                        SaturationMonitor("bench-w0", 2_000_000, 100_000), WorkerMetrics(None))
 
 
-def one_layer(path: RequestPath, layer: str, requests: int, concurrency: int) -> float:
-    """CPU µs per request of `layer`, closed loop with `concurrency` greenlets."""
+def inline_closed_loop(inline: InlineSends, path: RequestPath, requests: int, concurrency: int) -> None:
+    """`requests` through the inline path, `concurrency` of them in flight at a time, each record written at once."""
+    n_samples = len(path.senders[0].payloads.samples)
+    started, target = 0, path.sent + requests
+    while path.sent < target:
+        while inline.busy < concurrency and started < requests:
+            inline.start(Arrival(time.perf_counter_ns(), 0, 1, started % n_samples))
+            started += 1
+        inline.pump(time.perf_counter_ns() + 10**9)
+        if inline.busy >= concurrency or started >= requests:
+            inline.wait(0.01)
+    inline.pump(time.perf_counter_ns() + 10**9)
+
+
+def one_layer(path: RequestPath, layer: str, requests: int, concurrency: int,
+              inline: InlineSends | None = None) -> float:
+    """CPU µs per request of `layer`, closed loop with `concurrency` greenlets (inline: requests in flight)."""
     sender = path.senders[0]
     n_samples = len(sender.payloads.samples)
     raw_body, _ = sender.payloads.encoded[0]
@@ -94,8 +112,11 @@ def one_layer(path: RequestPath, layer: str, requests: int, concurrency: int) ->
 
     path.recorder.rows.clear()
     start = time.process_time()
-    gevent.joinall([gevent.spawn(loop, k) for k in range(concurrency)])
-    if layer == "path+chunk":
+    if layer == "inline":
+        inline_closed_loop(inline, path, each * concurrency, concurrency)
+    else:
+        gevent.joinall([gevent.spawn(loop, k) for k in range(concurrency)])
+    if layer in ("path+chunk", "inline"):
         path.recorder.to_table(path.recorder.rows)
     return (time.process_time() - start) / (each * concurrency) * 1e6
 
@@ -121,10 +142,12 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         os.sched_setaffinity(0, {0})
         path = build_path(work, url, models)
+        inline = InlineSends(path)  # the greenlet layers keep the sender's own pool
         one_layer(path, "path", 2000, args.concurrency)  # warm: first connections, first conversions
+        one_layer(path, "inline", 2000, args.concurrency, inline)
         for _ in range(args.repeats):  # layers interleaved, so a slow spell of the VM hits each alike
             for layer in LAYERS:
-                costs[layer].append(one_layer(path, layer, args.requests, args.concurrency))
+                costs[layer].append(one_layer(path, layer, args.requests, args.concurrency, inline))
             costs["locust"].append(1e6 / closed_loop_max(work, url, body, 6, 64))
             print("  ".join(f"{k} {v[-1]:.1f}" for k, v in costs.items()), flush=True)
     finally:
@@ -139,10 +162,8 @@ def main() -> int:
                "CPU a request, within ~10% (low).\n\n"
                "| layer | CPU µs per request (median) | spread | requests/s that is |\n|---|---|---|---|\n" + rows +
                "\nRead: what one request costs the worker's core, with everything it records, against what Locust's own "
-               "client costs for a bare request. The open-loop limit (the section above) is not this cost but how "
-               "soon the sending loop gets the core back when a send is due: a response being recorded runs to its "
-               "end first. Next step: the deferrable part (path − sender: the record, metrics; the chunk) done by "
-               "the issue loop itself while it waits for the next instant, never while a send is due.\n")
+               "client costs for a bare request. `inline` is what the open loop pays today; `path+chunk` what it paid "
+               "with a greenlet a request (still the path of gRPC, TLS, streams and sessions).\n")
     print(body_md)
     if not args.no_write:
         write_section("Generator: CPU per request, layer by layer", body_md)

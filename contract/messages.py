@@ -4,7 +4,7 @@ send `payload.wire()`; receivers call `MESSAGE.decode(data)`, so a misspelt or m
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 P = TypeVar("P")
@@ -121,8 +121,9 @@ class Message(Generic[P]):
 
 
 def wire(payload: Any) -> dict:
-    """A payload as the mapping Locust's channel carries."""
-    return asdict(payload)
+    """A payload as the mapping Locust's channel carries: its fields as they are (plain data; no deep copy — a
+    LIVE digest's histograms cost ~2 ms to copy, on the worker's sending loop)."""
+    return {f.name: getattr(payload, f.name) for f in fields(payload)}
 
 
 PLAN = Message("tailrace_plan", "master → workers", Plan)

@@ -620,6 +620,9 @@ class Generator(_Strict):
                                                                  "keep each write, done on the sending loop, short)")
     spin_ms: float = Field(1.5, ge=0, le=5, description="yield-spin the last ms before each send: gevent timers "
                                                          "wake ~1 ms late (precision vs CPU)")
+    send_path: Literal["inline", "greenlet"] = Field(
+        "inline", description="open-loop plain-HTTP KServe requests: driven by the issue loop itself, each record "
+                              "written while no send is due (inline), or a greenlet a request (greenlet)")
     ship_dir: str | None = Field(None, description="where remote workers write chunks (a shared directory)")
     cpus: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, min_length=1, description="pin the local Locust master, workers and delay proxies to these CPUs")

@@ -80,6 +80,7 @@ class HttpSender:
             context = ssl_context(tls, SSLContext)
         self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
         self.wanted = wanted
+        self.inline = None  # the issue loop's own connections, once attached (attach_inline)
         self.payloads = Payloads.build(samples, request, stride, lambda arrays: http_body(arrays, request, binary))
         self.credential = credential  # read at send time: a rotated auth_file is picked up within a second
         self.warm_connections = min(16, pool)
@@ -92,7 +93,9 @@ class HttpSender:
             return b""
         return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+    def encode(self, sample: int, headers: dict[str, str]) -> tuple[Outcome, bytes | tuple[bytes, bytes] | None]:
+        """The request for `sample` with `headers`, as bytes (or head and body: a large body is never joined), and
+        its outcome so far; None when it cannot be sent (the credential cannot be read: the outcome says so)."""
         body, header_length = self.payloads.encoded[self.payloads.index(sample)]
         if header_length is not None:
             headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
@@ -101,19 +104,38 @@ class HttpSender:
             auth = self._auth_line()
         except CredentialError as exc:
             out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
-            return out
+            return out, None
         head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
-        # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
-        raw = (head, body) if len(body) > LARGE_BODY else head + body
         out.bytes_out = len(head) + len(body)
+        # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
+        return out, ((head, body) if len(body) > LARGE_BODY else head + body)
+
+    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+        out, raw = self.encode(sample, headers)
+        if raw is None:
+            return out
         on_sent()
         try:
             response = self.client.request(raw)
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             out.status, out.code, out.error = classify_exception(exc)
             return out
+        return self.answered(out, response)
+
+    def answered(self, out: Outcome, response) -> Outcome:
+        """`out` completed from a whole response (harness/client/http1.py's HttpResponse)."""
         return self._parse(out, response.status, response.body, response.header_length)
+
+    def attach_inline(self, poller, done):
+        """This endpoint's connections driven by the issue loop (harness/client/inline_http1.py) from now on:
+        plain HTTP only (None over TLS, whose handshakes and records stay on the greenlet path)."""
+        if self.client.tls is not None:
+            return None
+        from tailrace.harness.client.inline_http1 import InlineHttp1Pool
+
+        self.inline = InlineHttp1Pool(poller, self.client.host, self.client.port, self.client.timeout_s, done)
+        return self.inline
 
     def _parse(self, out: Outcome, status: int, payload: bytes, header_length: str | None) -> Outcome:
         out.bytes_in = len(payload)
@@ -141,10 +163,15 @@ class HttpSender:
         response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {ready} answered {response.status}")
-        self.client.prewarm(self.warm_connections)
+        if self.inline is not None:
+            self.inline.prewarm(self.warm_connections)
+        else:
+            self.client.prewarm(self.warm_connections)
 
     def close(self) -> None:
         self.client.close()
+        if self.inline is not None:
+            self.inline.close()
 
 
 class GrpcSender:

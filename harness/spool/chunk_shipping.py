@@ -7,12 +7,15 @@ share one child. If it cannot start or dies, chunks are written in-process (slow
 """
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
 
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import ChunkWriter
+
+PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size) for an unprivileged process
 
 
 class WriterChild:
@@ -27,10 +30,19 @@ class WriterChild:
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)
             self.process = None
+            return
+        try:  # a few chunks' room in the pipe: the child (nice 19) may fall a little behind a busy worker
+            fcntl.fcntl(self.process.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except OSError:
+            pass
 
     def send(self, frame: bytes) -> bool:
         """Hand a frame over; False when the child is gone (the caller writes the chunk itself)."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
+            return False
+        if self.process.poll() is not None:
+            print(f"{self.label}: chunk writer exited ({self.process.returncode}); writing in-process", flush=True)
+            self.process = None
             return False
         try:
             self.process.stdin.write(frame)

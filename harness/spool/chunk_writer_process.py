@@ -107,7 +107,19 @@ def encode_frame(table, prefix: str, index: int) -> bytes:
     return HEADER.pack(len(name), index, len(payload)) + name + payload
 
 
+def yield_to_the_sender() -> None:
+    """The lowest priority (nice 19): the writer shares its worker's core, and a chunk woken up by its frame must not
+    take the core from the worker while a send is due. (Not SCHED_IDLE: a worker spinning towards its next send is
+    always runnable, so an idle-class writer starved, fell chunks behind, and the worker then wrote a full chunk
+    itself on its sending loop: 30-60 ms stalls at 4,000 req/s — docs/DECISIONS.md.)"""
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
+    yield_to_the_sender()
     serve(Path(sys.argv[1]), sys.stdin.buffer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
@@ -22,6 +23,16 @@ from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import Arrival
 from tailrace.harness.workload.turns import Turn
+
+
+class Call(NamedTuple):
+    """A request being sent: its trace ids, the clock offset and headers it carries, what was in flight with it."""
+
+    trace_id: str
+    span_id: str
+    offset_ns: int
+    headers: dict[str, str]
+    in_flight: int
 
 
 @dataclass
@@ -47,33 +58,41 @@ class RequestPath:
         self.batches = [self.plan.batch_size(e) for e in self.endpoints]  # read per request: computed once
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
 
-    def send(self, arrival: Arrival, turn: Turn | None = None) -> Outcome:
-        """Send one arrival and record it; never raises (a failure is an outcome). `turn`: a session's turn — its
-        body built at its send, its session fields recorded (harness/worker/sessions.py)."""
+    def begin(self, arrival: Arrival) -> Call:
+        """A request about to be sent: its trace ids and headers; counted in flight from here."""
         trace_id, span_id = new_ids()
         offset_ns = self.clocks.offset_ns
         headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
                    "x-tailrace-clock-offset-ns": str(offset_ns)}
-        sent = [0]
         self.in_flight += 1
-        in_flight = self.in_flight
+        return Call(trace_id, span_id, offset_ns, headers, self.in_flight)
+
+    def answered(self, turn: Turn | None = None) -> None:
+        """A request's response (or failure) came: no longer in flight; counted as sent."""
+        self.in_flight -= 1
+        if turn is None or turn.index <= 1:
+            self.sent += 1  # what the schedule planned: requests, or sessions started
+        else:
+            self.later_turns += 1
+
+    def send(self, arrival: Arrival, turn: Turn | None = None) -> Outcome:
+        """Send one arrival and record it; never raises (a failure is an outcome). `turn`: a session's turn — its
+        body built at its send, its session fields recorded (harness/worker/sessions.py)."""
+        call = self.begin(arrival)
+        sent = [0]
 
         def on_sent() -> None:
             sent[0] = time.perf_counter_ns()
 
         try:
             if turn is None:
-                outcome = self.senders[arrival.endpoint].send(arrival.sample, headers, on_sent)
+                outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent)
             else:
-                outcome = self.senders[arrival.endpoint].send_body(turn.body, headers, on_sent, turn.prompt_index)
+                outcome = self.senders[arrival.endpoint].send_body(turn.body, call.headers, on_sent, turn.prompt_index)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         done = time.perf_counter_ns()
-        self.in_flight -= 1
-        if turn is None or turn.index <= 1:
-            self.sent += 1  # what the schedule planned: requests, or sessions started
-        else:
-            self.later_turns += 1
+        self.answered(turn)
         if turn is not None:
             turn.done_mono = done
             try:  # before the record: its last turn says why the session ended
@@ -82,11 +101,16 @@ class RequestPath:
                 turn.end = "error"
                 print(f"tailrace worker {self.identity.name}: session {turn.session_id} ended after turn "
                       f"{turn.index}: its next turn could not be built ({type(exc).__name__}: {exc})", flush=True)
-        t_sent = sent[0] or done
+        self.finish(arrival, call, sent[0] or done, done, outcome, turn)
+        return outcome
+
+    def finish(self, arrival: Arrival, call: Call, t_sent: int, done: int, outcome: Outcome,
+               turn: Turn | None = None) -> None:
+        """Record an answered request: the saturation monitor, its row in the log, the metrics."""
         lag = t_sent - arrival.intended_mono
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
-            self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, in_flight)
-        row = self.record(arrival, trace_id, span_id, t_sent, done, outcome, in_flight, offset_ns)
+            self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, call.in_flight)
+        row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns)
         if turn is not None:
             row = row._replace(session_id=turn.session_id, turn=turn.index, session_end=turn.end,
                                prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached)
@@ -94,7 +118,6 @@ class RequestPath:
         ep = self.endpoints[arrival.endpoint]
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,
                             self.in_flight)
-        return outcome
 
     def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
                in_flight: int, offset_ns: int) -> RequestRow:

@@ -23,6 +23,7 @@ window's last sends). The verdict:
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,9 +53,11 @@ class LagWindow:
                 "max_lag_ms": self.max_lag_ns / 1e6, "lagging": self.lagging}
 
 
-def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int) -> tuple[int, int]:
-    """(late sends, longest episode ns): an episode is consecutive late sends in intended order."""
-    order = np.argsort(intended_ns, kind="stable")
+def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int,
+                         order: np.ndarray | None = None) -> tuple[int, int]:
+    """(late sends, longest episode ns): an episode is consecutive late sends in intended order (`order`: the
+    sends' intended order, when already known)."""
+    order = np.argsort(intended_ns, kind="stable") if order is None else order
     t, lag = intended_ns[order], lag_ns[order]
     late = lag > threshold_ns
     if not late.any():
@@ -66,9 +69,9 @@ def longest_late_episode(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_
     return int(late.sum()), int(durations.max())
 
 
-def backlog(intended_ns: np.ndarray, lag_ns: np.ndarray) -> int:
+def backlog(intended_ns: np.ndarray, lag_ns: np.ndarray, order: np.ndarray | None = None) -> int:
     """How far behind the window ended: the median lag of its last 10% of sends (at least 5), by intended time."""
-    order = np.argsort(intended_ns, kind="stable")
+    order = np.argsort(intended_ns, kind="stable") if order is None else order
     tail = max(5, len(order) // 10)
     return int(np.median(lag_ns[order][-tail:]))
 
@@ -76,10 +79,11 @@ def backlog(intended_ns: np.ndarray, lag_ns: np.ndarray) -> int:
 def summarize_window(intended_ns: np.ndarray, lag_ns: np.ndarray, threshold_ns: int) -> LagWindow:
     """Close one window: its p99 send lag, its longest episode of late sends, its backlog at the end."""
     p99 = int(np.percentile(lag_ns, 99))
-    late, longest = longest_late_episode(intended_ns, lag_ns, threshold_ns)
+    order = np.argsort(intended_ns, kind="stable")
+    late, longest = longest_late_episode(intended_ns, lag_ns, threshold_ns, order)
     return LagWindow(start_s=float(intended_ns.min()) / 1e9, end_s=float(intended_ns.max()) / 1e9,
                      sends=int(len(lag_ns)), p99_ns=p99, late_sends=late, longest_episode_ns=longest,
-                     lagging=p99 > threshold_ns, backlog_ns=backlog(intended_ns, lag_ns),
+                     lagging=p99 > threshold_ns, backlog_ns=backlog(intended_ns, lag_ns, order),
                      max_lag_ns=int(lag_ns.max()))
 
 
@@ -161,8 +165,8 @@ class SaturationMonitor:
     min_samples: int = 500
     windows: list[LagWindow] = field(default_factory=list)
     peak_in_flight: int = 0
-    _intended: list[int] = field(default_factory=list)
-    _lags: list[int] = field(default_factory=list)
+    _intended: array = field(default_factory=lambda: array("q"))  # read by numpy without a copy
+    _lags: array = field(default_factory=lambda: array("q"))
     _in_flight_reason: str | None = None
 
     def __post_init__(self) -> None:
@@ -182,9 +186,9 @@ class SaturationMonitor:
         """Close the open window if it holds enough sends (at the end, any 20 or more)."""
         if len(self._lags) < (20 if final else self.min_samples):
             return
-        self.windows.append(summarize_window(np.asarray(self._intended, dtype=np.int64),
-                                             np.asarray(self._lags, dtype=np.int64), self.threshold_ns))
-        self._intended, self._lags = [], []
+        self.windows.append(summarize_window(np.frombuffer(self._intended, dtype=np.int64),
+                                             np.frombuffer(self._lags, dtype=np.int64), self.threshold_ns))
+        self._intended, self._lags = array("q"), array("q")
 
     @property
     def max_lag_p99_ns(self) -> int:

@@ -25,6 +25,7 @@ from tailrace.harness.worker.arrivals import Schedule
 PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
 PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)
 PREPARE_SLACK_NS = 5_000_000  # only while the next send is further off than this
+BEHIND_YIELD_NS = 2_000_000  # an inline open loop behind schedule still yields this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ class IssueLoop:
         self.send, self.spin_ns, self.drain_s, self.prepare = send, spin_ns, drain_s, prepare
         self.counts = IssueCounts()
         self.stopped = False  # the run was stopped (Ctrl-C, the live page): issue nothing more, drain what is out
+        # the open loop's own sends for the endpoints it can drive inline (harness/worker/inline_sends.py)
+        self.inline = None
+        self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
 
     def stop(self) -> None:
         self.stopped = True
@@ -80,6 +84,25 @@ class IssueLoop:
             gevent.sleep(wait_ns / 1e9)
         while time.perf_counter_ns() < mono_ns:
             gevent.sleep(0)
+
+    def _pump_until(self, mono_ns: int) -> None:
+        """wait_until for the open loop with inline sends: their answers are read and their records written while
+        it waits (the records only in its slack); the rest of the worker runs whenever it yields."""
+        inline = self.inline
+        while True:
+            inline.pump(mono_ns)
+            now = time.perf_counter_ns()
+            if now >= mono_ns:
+                if now - self._yielded_ns > BEHIND_YIELD_NS:  # behind schedule: the rest of the worker (heartbeats,
+                    gevent.sleep(0)  # chunks, send-lag windows) still gets a turn now and then
+                    self._yielded_ns = time.perf_counter_ns()
+                return
+            wait_ns = mono_ns - now - self.spin_ns
+            if wait_ns > 0:
+                inline.wait(wait_ns / 1e9)
+            else:
+                gevent.sleep(0)
+            self._yielded_ns = time.perf_counter_ns()
 
     def open_loop(self, arrivals: Iterable[Arrival], limit: int | None = None, until_mono: int | None = None) -> None:
         """Send each arrival at its instant without waiting for responses. With `limit`, an arrival that finds
@@ -99,20 +122,31 @@ class IssueLoop:
                 if not active[0] and not issuing[0]:
                     drained.set()
 
+        inline = self.inline
         for arrival, item in self._prepared(arrivals):
-            self.wait_until(arrival.intended_mono)
+            if inline is None:
+                self.wait_until(arrival.intended_mono)
+            else:
+                self._pump_until(arrival.intended_mono)
             if self.stopped:
                 break
-            missed = limit is not None and active[0] >= limit
+            missed = limit is not None and active[0] + (inline.busy if inline is not None else 0) >= limit
             self.counts.count(arrival, missed)
-            if not missed:
-                active[0] += 1
-                gevent.spawn_raw(tracked, item)
-                if self.prepare is not None:
-                    gevent.sleep(0)  # it sends now, before more requests are built
+            if missed:
+                continue
+            if inline is not None and inline.takes(item):
+                inline.start(item)
+                continue
+            active[0] += 1
+            gevent.spawn_raw(tracked, item)
+            if self.prepare is not None:
+                gevent.sleep(0)  # it sends now, before more requests are built
         more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None and not self.stopped \
             else 0.0
         issuing[0] = False
+        if inline is not None:
+            inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
+            more_s = 0.0
         if active[0]:
             drained.wait(timeout=more_s + self.drain_s)
 

@@ -230,13 +230,13 @@ class _SlowSends(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            send = module.HttpSender.send
+            encode = module.HttpSender.encode  # every request's, on either send path (inline or greenlet)
 
-            def slow_send(self, *args, **kwargs):
+            def slow_encode(self, *args, **kwargs):
                 _block(0.002)
-                return send(self, *args, **kwargs)
+                return encode(self, *args, **kwargs)
 
-            module.HttpSender.send = slow_send
+            module.HttpSender.encode = slow_encode
 
         spec.loader.exec_module = exec_module
         return spec

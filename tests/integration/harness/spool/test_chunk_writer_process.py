@@ -9,6 +9,7 @@ import pytest
 
 from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout
 from tailrace.contract.records import CLOCK_FIELDS, REQUEST_COLUMNS, ClockRow, RequestRow
+from tailrace.harness.spool.chunk_shipping import ChunkShipper
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 
@@ -43,3 +44,19 @@ def test_a_frame_of_an_unknown_log_stops_the_writer_and_names_it(tmp_path):
                           input=frames, capture_output=True, timeout=60)
     assert proc.returncode == 0 and b"chunk 1 of an unknown log '../x'" in proc.stderr
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["requests-00000.parquet"]
+
+
+def test_a_writer_found_dead_is_said_once_and_its_chunks_are_written_in_process(tmp_path, capsys):
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    shipper = ChunkShipper(w, "tailrace worker w0")
+    shipper.child.process.kill()
+    shipper.child.process.wait(10)
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    for n in (2, 3):
+        w.rows.extend([row] * n)
+        shipper.ship_open_chunk()
+    shipper.close()
+    said = [line for line in capsys.readouterr().out.splitlines() if "chunk writer" in line]
+    assert said == ["tailrace worker w0: chunk writer exited (-9); writing in-process"]
+    assert [pq.read_table(f).num_rows for f in sorted(tmp_path.glob("requests-*.parquet"))] == [2, 3]
+    assert w.rows_written == 5 and not shipper.failures

@@ -90,5 +90,5 @@ def test_a_busy_second_is_digested_in_slices_that_add_up_to_the_whole(tmp_path):
     reporter = LiveReporter(["a"], None, lambda: {}, lambda d: None, yield_fn=lambda: yields.append(1))
     reporter.observe(rows)
     sliced = reporter.report(1.0)["endpoints"]["a"]
-    assert len(yields) == 3  # 1000 rows: 4 slices of 256
+    assert len(yields) == 3 + 2  # 1000 rows: 4 slices of 256; then one endpoint's histograms, then the message
     assert sliced == endpoint_digest(rows, None)

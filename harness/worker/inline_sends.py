@@ -1,0 +1,139 @@
+"""The issue loop's own request path for open-loop plain-HTTP KServe endpoints: no greenlet per request.
+
+A request is sent by the issue loop the moment it is due (harness/client/inline_http1.py). Its response is read
+by the issue loop between sends. Its record is written later, in the loop's slack: the row, the metrics and the
+saturation monitor's sample cost more than the exchange itself, and a send that is due never waits for them.
+The slack rule has one bound: when DEFER_MAX records are waiting, they are written even with a send due. A
+generator that cannot keep up then shows it as send lag, which the saturation rule judges; it never hides a backlog.
+
+What is recorded is what the greenlet path records (harness/worker/requester.py: the same `finish`): the same
+intended instant, the send instant taken just before the request's first byte goes to the kernel, and the instant
+of the read that completed the response.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from tailrace.contract.profile import Profile
+from tailrace.harness.client.classify import classify_exception
+from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
+from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.worker.requester import RequestPath
+from tailrace.harness.worker.scenarios import Arrival
+
+DEFER_SLACK_NS = 200_000  # a waiting record is written only while the next send is further off than this ...
+DEFER_MAX = 1_000  # ... unless this many wait (a generator short of CPU shows it as send lag, never hides it)
+EXPIRE_EVERY_NS = 5_000_000  # how often timed-out exchanges are looked for
+
+
+class InlineSends:
+    """Sends arrivals of the endpoints whose senders can be driven inline, reads their answers, writes their
+    records in the issue loop's slack."""
+
+    def __init__(self, path: RequestPath) -> None:
+        self.path = path
+        self.poller = InlinePoller()
+        self.pools = {}
+        for index, sender in enumerate(path.senders):
+            attach = getattr(sender, "attach_inline", None)
+            pool = attach(self.poller, self._answered) if attach is not None else None
+            if pool is not None:
+                self.pools[index] = pool
+        self._records: deque[tuple] = deque()
+        self._next_expiry = 0
+
+    def __bool__(self) -> bool:
+        """Some endpoint is sent inline."""
+        return bool(self.pools)
+
+    def takes(self, item: object) -> bool:
+        """`item` (what the issue loop issues) is an arrival of an inline endpoint."""
+        return type(item) is Arrival and item.endpoint in self.pools
+
+    @property
+    def busy(self) -> int:
+        """Requests sent inline and not yet answered."""
+        return self.poller.busy
+
+    @property
+    def pending(self) -> bool:
+        """Sent or answered requests whose records are not written yet."""
+        return bool(self._records) or self.poller.busy > 0
+
+    def start(self, arrival: Arrival) -> None:
+        """Send `arrival`'s request now; never raises (a failure is recorded as its outcome)."""
+        path = self.path
+        call = path.begin(arrival)
+        try:
+            out, raw = path.senders[arrival.endpoint].encode(arrival.sample, call.headers)
+        except Exception as exc:  # noqa: BLE001 - never stop the generator
+            out, raw = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200]), None
+        if raw is None:  # not sent (its credential could not be read): recorded at once, as the greenlet path does
+            now = time.perf_counter_ns()
+            path.answered()
+            self._records.append((arrival, call, out, now, now, None, None))
+            return
+        self.pools[arrival.endpoint].start(raw, (arrival, call, out))
+
+    def _answered(self, ex: InlineExchange) -> None:
+        arrival, call, out = ex.context
+        self.path.answered()
+        self._records.append((arrival, call, out, ex.sent_ns, ex.done_ns, ex.error, ex.response))
+
+    def pump(self, due_ns: int) -> None:
+        """Read what has arrived, fail what timed out, and write records while the send due at `due_ns` is further
+        off than DEFER_SLACK_NS (or DEFER_MAX records wait)."""
+        self.poller.poll()
+        records = self._records
+        now = time.perf_counter_ns()
+        if now >= self._next_expiry:
+            self.poller.expire(now)
+            self._next_expiry = now + EXPIRE_EVERY_NS
+        while records and (due_ns - time.perf_counter_ns() > DEFER_SLACK_NS or len(records) > DEFER_MAX):
+            self._record(records.popleft())
+
+    def wait(self, timeout_s: float) -> None:
+        """Yield to the rest of the worker until a response arrives or `timeout_s` has passed."""
+        self.poller.wait(timeout_s)
+
+    def _record(self, item: tuple) -> None:
+        arrival, call, out, sent_ns, done_ns, error, response = item
+        if error is not None:
+            out.status, out.code, out.error = classify_exception(error)
+        elif response is not None:
+            try:
+                out = self.path.senders[arrival.endpoint].answered(out, response)
+            except Exception as exc:  # noqa: BLE001 - never stop the generator
+                out.status, out.code, out.error = "bad_response", "exception", f"{type(exc).__name__}: {exc}"[:200]
+        self.path.finish(arrival, call, sent_ns, done_ns, out)
+
+    def drain(self, until_ns: int) -> None:
+        """Wait for every answer until `until_ns`; fail what is still out then (a timeout, recorded); write every
+        record."""
+        while self.poller.busy and time.perf_counter_ns() < until_ns:
+            self.pump(until_ns)
+            if self.poller.busy:
+                self.wait(min(0.05, max(0.0, (until_ns - time.perf_counter_ns()) / 1e9)))
+        self.poller.poll()
+        self.poller.expire(1 << 62)  # still out after the drain: a timeout, recorded like any other
+        while self._records:
+            self._record(self._records.popleft())
+
+    def close(self) -> None:
+        self.poller.close()
+
+
+def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=print) -> InlineSends | None:
+    """The inline path of a run that can take it, said in the worker's log: `generator.send_path` is inline, the
+    scenario an open loop (server, multi-stream), no request built ahead of its send (sessions, a trace's prompts),
+    and some endpoint is plain-HTTP KServe. None: every request goes the greenlet way."""
+    if profile.generator.send_path != "inline" or profile.load.scenario not in ("server", "multi-stream") \
+            or built_ahead:
+        return None
+    inline = InlineSends(path)
+    if not inline:
+        inline.close()
+        return None
+    log("send path: inline for " + ", ".join(profile.endpoints[i].name for i in inline.pools))
+    return inline

@@ -1,0 +1,164 @@
+"""The open loop's inline path (harness/worker/inline_sends.py) beside the greenlet path, against a loopback KServe
+stand-in: the same arrivals give the same records; a record waits for the loop's slack, within its bound; what
+never answers is recorded as a timeout at the drain."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import orjson
+import pytest
+
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.profile import Check, parse_profile
+from tailrace.contract.requests import InputSpec, RequestSpec
+from tailrace.contract.trace_context import parse_traceparent
+from tailrace.harness.client.payloads import AnswerCheck
+from tailrace.harness.client.request_data import SampleSet
+from tailrace.harness.client.senders import HttpSender
+from tailrace.harness.spool.recorder import request_writer
+from tailrace.harness.worker import inline_sends
+from tailrace.harness.worker.clock import WorkerClock
+from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.identity import WorkerIdentity
+from tailrace.harness.worker.inline_sends import InlineSends
+from tailrace.harness.worker.metrics import WorkerMetrics
+from tailrace.harness.worker.requester import RequestPath
+from tailrace.harness.worker.saturation import SaturationMonitor
+from tailrace.harness.worker.scenarios import Arrival, IssueLoop
+from tests.integration.harness.client.scripted_server import ScriptedServer
+
+pytestmark = pytest.mark.shares_machine
+
+LABELS = np.arange(10) % 3
+
+
+class KServeStandIn(ScriptedServer):
+    """Answers each infer request with label = its sample's label (read from the request's data), echoing the trace
+    id in `parameters`; `hang`: reads and never answers. Keeps every traceparent it saw."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang, self.traceparents = hang, []
+        super().__init__("hang" if hang else "keepalive")
+
+    def _serve(self, conn) -> None:
+        buffer = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                headers = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+                length = int(headers[b"Content-Length"])
+                while len(buffer) < length:
+                    buffer += conn.recv(65536)
+                body, buffer = buffer[:length], buffer[length:]
+                if head.startswith(b"GET "):  # the warm-up's readiness check
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                if self.hang:
+                    time.sleep(3)
+                    return
+                trace = parse_traceparent(headers.get(b"traceparent", b"").decode())
+                self.traceparents.append(trace)
+                sample = int(orjson.loads(body)["inputs"][0]["data"][0])
+                answer = orjson.dumps({"model_name": "m", "outputs": [
+                    {"name": "label", "datatype": "INT64", "shape": [1], "data": [int(LABELS[sample])]}],
+                    "parameters": {"queue_ns": 1000, "compute_ns": 2000, "trace_id": trace[0] if trace else ""}})
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(answer), answer))
+
+
+
+def _path(tmp_path, port: int, timeout_s: float = 2.0) -> RequestPath:
+    profile = parse_profile({"name": "unit", "endpoints": [{"name": "a", "url": f"http://127.0.0.1:{port}",
+                                                            "protocol": "kserve-http", "model": "m"}],
+                             "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 1}},
+                            "unit profile")
+    plan = unresolved_plan(profile, "run-1", str(tmp_path))
+    samples = SampleSet({"input": [np.full(1, k, np.float32) for k in range(len(LABELS))]}, "stand-in", LABELS)
+    request = RequestSpec(inputs=[InputSpec(name="input", datatype="FP32", shape=[1])], outputs=["label"],
+                          output_datatypes={"label": "INT64"}, batched=True, batch_size=1, source="stand-in")
+    sender = HttpSender(f"http://127.0.0.1:{port}", "m", samples, request, timeout_s, pool=8, credential=None,
+                        binary=False, wanted=("label",))
+    clock, identity = WorkerClock(0), WorkerIdentity("r", 0)
+    clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
+    recorder = request_writer(WorkerLayout(tmp_path / "log"), max_rows=10**6, max_seconds=1e9)
+    return RequestPath(plan, identity, [sender], [AnswerCheck(Check(output="label"), samples, batched=True)], clock,
+                       clocks, recorder, SaturationMonitor("r-w0", 5_000_000, 100), WorkerMetrics(None))
+
+
+def _run(tmp_path, port: int, inline: bool, arrivals: int = 40, timeout_s: float = 2.0, drain_s: float = 1.0):
+    path = _path(tmp_path, port, timeout_s)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=drain_s)
+    if inline:
+        loop.inline = InlineSends(path)
+        assert loop.inline
+    path.senders[0].warm_up()
+    start = time.perf_counter_ns() + 20_000_000
+    loop.open_loop(iter([Arrival(start + k * 2_000_000, 0, 1, k) for k in range(arrivals)]))
+    if loop.inline is not None:
+        loop.inline.close()
+    path.senders[0].close()
+    return path, sorted(path.recorder.rows, key=lambda r: r.t_intended)
+
+
+# every field of a record but the per-request ids and instants
+_SAME = ("run_id", "region", "worker", "endpoint", "model", "protocol", "phase", "sample_index", "status", "code",
+         "error", "server_queue_ns", "server_compute_ns", "server_receive_ns", "server_send_ns", "label", "prediction",
+         "correct", "batch_size", "correct_count", "bytes_out", "bytes_in", "clock_offset_ns", "clock_uncertainty_ns")
+
+
+def test_inline_and_greenlet_paths_record_the_same_fields(tmp_path):
+    server = KServeStandIn()
+    try:
+        _, greenlet_rows = _run(tmp_path / "g", server.port, inline=False)
+        seen = len(server.traceparents)
+        path, inline_rows = _run(tmp_path / "i", server.port, inline=True)
+    finally:
+        server.close()
+    assert len(inline_rows) == len(greenlet_rows) == 40 and path.sent == 40 and path.in_flight == 0
+    for g, i in zip(greenlet_rows, inline_rows):
+        assert [getattr(g, f) for f in _SAME] == [getattr(i, f) for f in _SAME]
+        assert i.status == "ok" and i.correct and i.echoed_trace_id == i.trace_id
+        assert 0 <= i.send_lag_ns < 100_000_000 and i.latency_ns == i.t_done - i.t_intended
+        assert i.latency_ns >= i.service_ns > 0 and i.in_flight >= 1
+    assert {(r.trace_id, r.span_id) for r in inline_rows} == set(server.traceparents[seen:])
+
+
+def test_what_never_answers_is_recorded_as_a_timeout_by_the_drain(tmp_path):
+    server = KServeStandIn(hang=True)
+    try:
+        t0 = time.perf_counter()
+        path, rows = _run(tmp_path, server.port, inline=True, arrivals=5, timeout_s=0.4, drain_s=2.4)
+    finally:
+        server.close()
+    assert time.perf_counter() - t0 < 2.5  # each request's own timeout, not the whole drain
+    assert [r.status for r in rows] == ["timeout"] * 5 and path.in_flight == 0
+    assert all(0.4e9 <= r.latency_ns < 1.5e9 for r in rows)
+
+
+def test_records_wait_for_the_loops_slack_within_their_bound(tmp_path, monkeypatch):
+    server = KServeStandIn()
+    path = _path(tmp_path, server.port)
+    inline = InlineSends(path)
+    try:
+        now = time.perf_counter_ns()
+        for k in range(12):
+            inline.start(Arrival(now, 0, 1, k))
+        while inline.busy:
+            inline.pump(time.perf_counter_ns())  # a send due now: no record written
+            inline.wait(0.01)
+        assert path.sent == 12 and not path.recorder.rows and inline.pending
+        monkeypatch.setattr(inline_sends, "DEFER_MAX", 5)
+        inline.pump(time.perf_counter_ns())  # over the bound: written down to it, even with a send due
+        assert len(path.recorder.rows) == 7
+        inline.pump(time.perf_counter_ns() + 10**9)  # slack: the rest
+        assert len(path.recorder.rows) == 12 and not inline.pending
+    finally:
+        inline.close()
+        server.close()
