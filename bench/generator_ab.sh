@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The generator benchmark of two commits side by side: OLD_REV and the working tree, alternating rounds, so that
-# machine noise falls on both alike. Usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE]
+# machine noise falls on both alike. Usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE] [NEW_PATHS]
+# OLD_REV runs with its own default send path; the working tree with NEW_PATHS (default: greenlet,inline).
 set -euo pipefail
 old_rev=${1:?usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE]}
 rounds=${2:-2}
 rate=${3:-2000}
+new_paths=${4:-greenlet,inline}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/tailrace-ab-XXXXXX)
 git -C "$root" worktree add -q -f "$work/old" "$old_rev"
@@ -22,7 +24,8 @@ done
 for round in $(seq "$rounds"); do
   for tree in old new; do
     echo "== $tree ($([ $tree = old ] && echo "$old_rev" || echo "working tree")) round $round"
+    paths=$([ $tree = old ] && echo default || echo "$new_paths")
     (cd "$work/$tree" && PYTHONPATH="$work/$tree" "$root/.venv/bin/python" bench/generator_open_loop.py --seconds 10 \
-      --rates "$rate" --users 64 --repeats 3 | grep -E "closed-loop|open loop")
+      --rates "$rate" --users 64 --repeats 3 --send-paths "$paths" --no-write | grep -E "closed-loop|/s: achieved")
   done
 done
