@@ -38,12 +38,11 @@ _SNDBUF = 4 << 20  # room for a large request in one write (as harness/client/ht
 class InlineExchange:
     """One request on an inline pool: its bytes, its response, when it went out and when it ended."""
 
-    __slots__ = ("pool", "context", "raw", "out", "deadline_ns", "conn", "response", "parser", "sent_ns", "done_ns",
+    __slots__ = ("context", "raw", "out", "deadline_ns", "conn", "response", "parser", "sent_ns", "done_ns",
                  "error", "reused", "retried", "got_bytes", "open")
 
-    def __init__(self, pool: "InlineHttp1Pool", raw: bytes | tuple[bytes, ...], context: object,
-                 deadline_ns: int) -> None:
-        self.pool, self.context, self.deadline_ns, self.raw = pool, context, deadline_ns, raw
+    def __init__(self, raw: bytes | tuple[bytes, ...], context: object, deadline_ns: int) -> None:
+        self.context, self.deadline_ns, self.raw = context, deadline_ns, raw
         self.out = _views(raw)
         self.conn: _Connection | None = None
         self.response = HttpResponse()
@@ -150,16 +149,17 @@ class InlineHttp1Pool:
     # -- starting ---------------------------------------------------------------------------------
     def start(self, raw: bytes | tuple[bytes, ...], context: object = None) -> InlineExchange:
         """Send `raw` (one whole request, or its parts) now; the exchange ends through `done`, never by raising here."""
-        ex = InlineExchange(self, raw, context, time.perf_counter_ns() + self.timeout_ns)
+        ex = InlineExchange(raw, context, time.perf_counter_ns() + self.timeout_ns)
         self.busy += 1
         self._deadlines.append(ex)
         ex.sent_ns = time.perf_counter_ns()
         self._begin(ex)
         return ex
 
-    def _begin(self, ex: InlineExchange) -> None:
+    def _begin(self, ex: InlineExchange, fresh: bool = False) -> None:
+        """Put `ex` on an idle connection (unless `fresh`) or a new one, and send it."""
         try:
-            if self._idle:
+            if self._idle and not fresh:
                 conn, ex.reused = self._idle.pop(), True
             else:
                 conn, ex.reused = self._connect(), False
@@ -274,24 +274,11 @@ class InlineHttp1Pool:
             ex.retried = True
             ex.response = HttpResponse()
             ex.out = _views(ex.raw)
-            self._begin_fresh(ex)
+            self._begin(ex, fresh=True)
             return
         if before and not isinstance(exc, ConnectionClosed):
             exc = ConnectionClosed("before response")
         self._fail(ex, exc)
-
-    def _begin_fresh(self, ex: InlineExchange) -> None:
-        try:
-            conn = self._connect()
-        except OSError as exc:
-            self._fail(ex, exc)
-            return
-        ex.reused = False
-        conn.exchange, ex.conn = ex, conn
-        ex.parser = httptools.HttpResponseParser(ex.response)
-        ex.response.parser = ex.parser
-        if not conn.connecting:
-            self._write(conn, ex)
 
     # -- ending ---------------------------------------------------------------------------------------
     def expire(self, now_ns: int) -> None:
@@ -335,11 +322,14 @@ class InlineHttp1Pool:
         while len(self._idle) < connections:
             conn = self._connect()
             if conn.connecting:
-                wait_write(conn.fd, self.timeout_s)
-                err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
+                try:
+                    wait_write(conn.fd, self.timeout_s)
+                    err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        raise OSError(err, f"connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+                except BaseException:
                     self._close(conn)
-                    raise OSError(err, f"connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+                    raise
                 conn.connecting = conn.writing = False
                 self.poller.modify(conn, _EPOLLIN)
             self._idle.append(conn)
