@@ -10,8 +10,14 @@ new_paths=${4:-greenlet,inline}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/tailrace-ab-XXXXXX)
 git -C "$root" worktree add -q -f "$work/old" "$old_rev"
-# one harness measures both trees: the working tree's benchmark script (its target and pinning) in each
-cp "$root/bench/generator_open_loop.py" "$work/old/bench/generator_open_loop.py"
+# one harness measures both trees: the working tree's benchmark script (its target and pinning) in each — but a
+# tree from before the one import name (no tailrace/command_lines.py) keeps its own, which differs only in imports
+# and has no --send-paths
+old_args=()
+if [ -f "$work/old/tailrace/command_lines.py" ]; then
+  cp "$root/bench/generator_open_loop.py" "$work/old/bench/generator_open_loop.py"
+  old_args=(--send-paths default --no-write)
+fi
 mkdir "$work/new" && cp -r "$root"/{bench,contract,harness,endpoints,analysis,tailrace} "$work/new/" 2>/dev/null || true
 trap 'git -C "$root" worktree remove --force "$work/old"; rm -rf "$work"' EXIT
 # The rooms install as tailrace.<room> (setup.py's package_dir); on PYTHONPATH each tree maps them the same way, so
@@ -24,8 +30,8 @@ done
 for round in $(seq "$rounds"); do
   for tree in old new; do
     echo "== $tree ($([ $tree = old ] && echo "$old_rev" || echo "working tree")) round $round"
-    paths=$([ $tree = old ] && echo default || echo "$new_paths")
+    if [ $tree = old ]; then args=("${old_args[@]}"); else args=(--send-paths "$new_paths" --no-write); fi
     (cd "$work/$tree" && PYTHONPATH="$work/$tree" "$root/.venv/bin/python" bench/generator_open_loop.py --seconds 10 \
-      --rates "$rate" --users 64 --repeats 3 --send-paths "$paths" --no-write | grep -E "closed-loop|/s: achieved")
+      --rates "$rate" --users 64 --repeats 3 "${args[@]}" | grep -E "closed-loop|open loop|/s: achieved")
   done
 done
