@@ -29,6 +29,7 @@ from gevent.socket import wait_write
 from tailrace.harness.client.http1 import ConnectionClosed, HttpResponse
 
 _epoll = get_original("select", "epoll")  # gevent's monkey patching removes select.epoll from the module
+_select = get_original("select", "select")  # the kernel's select: blocks this process, with a µs timeout
 _socket = get_original("socket", "socket")  # a plain socket: never gevent's (its I/O would switch greenlets)
 _EPOLLIN, _EPOLLOUT = 0x001, 0x004
 _EPOLLERR_HUP = 0x008 | 0x010
@@ -95,6 +96,16 @@ class InlinePoller:
         try:
             wait_on(self._watcher, timeout_s, _WaitOver)
         except _WaitOver:
+            pass
+
+    def sleep(self, timeout_s: float, also_fd: int = -1) -> None:
+        """Block the whole process in the kernel until a connection (or `also_fd`) is readable or `timeout_s` has
+        passed: no greenlet runs meanwhile, so the core is free for a lower-priority process. (epoll_wait's timeout
+        is in whole ms; select's is in µs.)"""
+        fds = [self.epoll.fileno()] if also_fd < 0 else [self.epoll.fileno(), also_fd]
+        try:
+            _select(fds, [], [], timeout_s)
+        except InterruptedError:
             pass
 
     def expire(self, now_ns: int) -> None:

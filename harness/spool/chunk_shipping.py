@@ -8,6 +8,7 @@ share one child. If it cannot start or dies, chunks are written in-process (slow
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,15 +24,19 @@ class WriterChild:
 
     def __init__(self, directory: Path, label: str) -> None:
         self.label = label
+        self.outstanding = 0  # frames sent whose chunk the child has not said written (its acks, one byte each)
+        self.ack_fd = -1
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory)],
-                stdin=subprocess.PIPE)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)
             self.process = None
             return
-        try:  # a few chunks' room in the pipe: the child (nice 19) may fall a little behind a busy worker
+        self.ack_fd = self.process.stdout.fileno()
+        os.set_blocking(self.ack_fd, False)
+        try:  # a few chunks' room in the pipe: the child (lowest priority) may fall a little behind a busy worker
             fcntl.fcntl(self.process.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
         except OSError:
             pass
@@ -42,15 +47,51 @@ class WriterChild:
             return False
         if self.process.poll() is not None:
             print(f"{self.label}: chunk writer exited ({self.process.returncode}); writing in-process", flush=True)
-            self.process = None
+            self._gone()
             return False
+        self._read_acks()
         try:
             self.process.stdin.write(frame)
             self.process.stdin.flush()
+            self.outstanding += 1
             return True
         except (BrokenPipeError, OSError) as exc:
             print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
-            self.process = None
+            self._gone()
+            return False
+
+    @property
+    def busy(self) -> bool:
+        """The child has chunks to write (it was sent frames it has not acknowledged; never when it is gone)."""
+        if self.outstanding:
+            self._read_acks()
+        return self.outstanding > 0
+
+    def _read_acks(self) -> None:
+        if self.ack_fd < 0:
+            return
+        try:
+            data = os.read(self.ack_fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.outstanding = max(0, self.outstanding - len(data))
+        else:  # the child is gone: nothing of it is pending any more (send() says so when it is next used)
+            self.outstanding = 0
+            self.ack_fd = -1
+
+    def idle(self) -> bool:
+        """Move the child to SCHED_IDLE: it then runs only while its worker sleeps, and a worker that wakes takes the
+        core back at once (at nice 19 the child kept it until the scheduler's next tick, up to 4 ms). The worker must
+        then sleep while `busy` (harness/worker/scenarios.py: IssueLoop._pump_until). False: not possible here."""
+        if self.process is None or not hasattr(os, "SCHED_IDLE"):
+            return False
+        try:
+            os.sched_setscheduler(self.process.pid, os.SCHED_IDLE, os.sched_param(0))
+            return True
+        except OSError:
             return False
 
     def close(self) -> None:
@@ -62,6 +103,13 @@ class WriterChild:
             self.process.wait(timeout=30)
         except Exception as exc:  # noqa: BLE001
             print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
+        self._gone()
+
+    def _gone(self) -> None:
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.ack_fd = -1
+        self.outstanding = 0
         self.process = None
 
 
@@ -81,7 +129,10 @@ class ChunkShipper:
             return
         table = self.writer.to_table(rows, between_columns=self.yield_fn)
         index = self.writer.reserve()
-        if self.child.send(encode_frame(table, self.writer.prefix, index)):
+        frame = encode_frame(table, self.writer.prefix, index)
+        if self.yield_fn is not None:
+            self.yield_fn()
+        if self.child.send(frame):
             self.writer.rows_written += table.num_rows
             self.writer.chunks_written += 1
             return

@@ -3,9 +3,10 @@ Parquet.
 
 The worker converts rows to Arrow (cooperatively) and pipes each chunk as `<prefix length u8><index u32><length
 u64>`, the prefix (`requests`, `clock`) and an Arrow IPC stream; this process writes it as `<prefix>-<index>.parquet`
-(temp name + rename: complete or absent). On end of input — the worker finished, or was killed — it writes what it
-received and exits, so a killed worker's shipped chunks still land. One per worker: each costs ~0.3 s of CPU to
-start (pyarrow), while a run's processes start together.
+(temp name + rename: complete or absent), then writes one byte to its stdout, so the worker knows when it has no
+chunk left to write (harness/spool/chunk_shipping.py: WriterChild.busy). On end of input — the worker finished, or
+was killed — it writes what it received and exits, so a killed worker's shipped chunks still land. One per worker:
+each costs ~0.3 s of CPU to start (pyarrow), while a run's processes start together.
 
     python -m tailrace.harness.spool.chunk_writer_process DIRECTORY
 """
@@ -66,9 +67,11 @@ def write_chunk(table, final: Path) -> None:
         raise OSError(exc.errno, f"cannot write {final}: {exc.strerror or exc}") from None
 
 
-def serve(directory: Path, stream) -> int:
-    """Write every frame from `stream` until EOF; returns the number of chunks written. A chunk that cannot be
-    written ends this process with the reason on stderr (the worker then writes in-process and records it)."""
+def serve(directory: Path, stream, acks=None) -> int:
+    """Write every frame from `stream` until EOF, and a byte to `acks` after each; returns the number of chunks
+    written. A chunk that cannot be written ends this process with the reason on stderr (the worker then writes
+    in-process and records it). A worker gone (its end of `acks` closed) stops the acks, never the writing: what it
+    shipped still lands."""
     import pyarrow as pa
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -93,6 +96,12 @@ def serve(directory: Path, stream) -> int:
             print(f"chunk writer: {exc.strerror}", file=sys.stderr, flush=True)
             return written
         written += 1
+        if acks is not None:
+            try:
+                acks.write(b"\x01")
+                acks.flush()
+            except OSError:
+                acks = None
 
 
 def encode_frame(table, prefix: str, index: int) -> bytes:
@@ -108,10 +117,10 @@ def encode_frame(table, prefix: str, index: int) -> bytes:
 
 
 def yield_to_the_sender() -> None:
-    """The lowest priority (nice 19): the writer shares its worker's core, and a chunk woken up by its frame must not
-    take the core from the worker while a send is due. (Not SCHED_IDLE: a worker spinning towards its next send is
-    always runnable, so an idle-class writer starved, fell chunks behind, and the worker then wrote a full chunk
-    itself on its sending loop: 30-60 ms stalls at 4,000 req/s — docs/DECISIONS.md.)"""
+    """The lowest nice value (19): the writer shares its worker's core, and a chunk woken up by its frame must not
+    take the core from the worker while a send is due. An inline open loop, which spins towards its sends, moves its
+    writer to SCHED_IDLE and sleeps in the kernel while it has chunks to write (WriterChild.idle): at nice 19 the
+    writer still held the core until the next 4 ms tick (docs/DECISIONS.md)."""
     try:
         os.nice(19)
     except OSError:
@@ -122,4 +131,4 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
     yield_to_the_sender()
-    serve(Path(sys.argv[1]), sys.stdin.buffer)
+    serve(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer)

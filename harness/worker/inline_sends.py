@@ -19,12 +19,14 @@ from tailrace.contract.profile import Profile
 from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
 from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.spool.chunk_shipping import WriterChild
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.scenarios import Arrival
 
 DEFER_SLACK_NS = 200_000  # a waiting record is written only while the next send is further off than this ...
 DEFER_MAX = 1_000  # ... unless this many wait (a generator short of CPU shows it as send lag, never hides it)
 EXPIRE_EVERY_NS = 5_000_000  # how often timed-out exchanges are looked for
+WAKE_MARGIN_NS = 150_000  # a loop sleeping so that its chunk writer can run wakes this long before its next send
 
 
 class InlineSends:
@@ -42,6 +44,9 @@ class InlineSends:
                 self.pools[index] = pool
         self._records: deque[tuple] = deque()
         self._next_expiry = 0
+        # the worker's chunk writer when it runs at SCHED_IDLE (harness/spool/chunk_shipping.py: WriterChild.idle):
+        # it gets the core only while this loop sleeps, so the loop sleeps while it has chunks to write
+        self.writer: WriterChild | None = None
 
     def __bool__(self) -> bool:
         """Some endpoint is sent inline."""
@@ -83,19 +88,34 @@ class InlineSends:
 
     def pump(self, due_ns: int) -> None:
         """Read what has arrived, fail what timed out, and write records while the send due at `due_ns` is further
-        off than DEFER_SLACK_NS (or DEFER_MAX records wait)."""
+        off than DEFER_SLACK_NS (or DEFER_MAX records wait) and the chunk writer has nothing to write."""
         self.poller.poll()
         records = self._records
         now = time.perf_counter_ns()
         if now >= self._next_expiry:
             self.poller.expire(now)
             self._next_expiry = now + EXPIRE_EVERY_NS
+        if len(records) <= DEFER_MAX and self.writer is not None and self.writer.busy:
+            return  # the chunk writer first (yield_core): it runs only while this loop sleeps, records can wait
         while records and (due_ns - time.perf_counter_ns() > DEFER_SLACK_NS or len(records) > DEFER_MAX):
             self._record(records.popleft())
 
     def wait(self, timeout_s: float) -> None:
         """Yield to the rest of the worker until a response arrives or `timeout_s` has passed."""
         self.poller.wait(timeout_s)
+
+    def yield_core(self, due_ns: int) -> bool:
+        """While the chunk writer has chunks to write, sleep in the kernel until WAKE_MARGIN_NS before `due_ns`: the
+        writer runs meanwhile, and gives the core back the moment a response, its own acknowledgement or the timeout
+        wakes this process. False: nothing to yield for, or too little time (the caller spins on)."""
+        writer = self.writer
+        if writer is None or not writer.busy:
+            return False
+        left_ns = due_ns - time.perf_counter_ns() - WAKE_MARGIN_NS
+        if left_ns <= 0:
+            return False
+        self.poller.sleep(left_ns / 1e9, writer.ack_fd)
+        return True
 
     def _record(self, item: tuple) -> None:
         arrival, call, out, sent_ns, done_ns, error, response = item
@@ -124,10 +144,12 @@ class InlineSends:
         self.poller.close()
 
 
-def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=print) -> InlineSends | None:
+def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=print,
+                 writer: WriterChild | None = None) -> InlineSends | None:
     """The inline path of a run that can take it, said in the worker's log: `generator.send_path` is inline, the
     scenario an open loop (server, multi-stream), no request built ahead of its send (sessions, a trace's prompts),
-    and some endpoint is plain-HTTP KServe. None: every request goes the greenlet way."""
+    and some endpoint is plain-HTTP KServe. None: every request goes the greenlet way. The worker's chunk `writer`,
+    if any, is moved to SCHED_IDLE and run while the loop sleeps (InlineSends.yield_core)."""
     if profile.generator.send_path != "inline" or profile.load.scenario not in ("server", "multi-stream") \
             or built_ahead:
         return None
@@ -136,4 +158,7 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
         inline.close()
         return None
     log("send path: inline for " + ", ".join(profile.endpoints[i].name for i in inline.pools))
+    if writer is not None and writer.idle():
+        inline.writer = writer
+        log("chunk writer: SCHED_IDLE, run while the send loop sleeps")
     return inline

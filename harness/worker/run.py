@@ -107,7 +107,8 @@ class WorkerRun:
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
         self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
                               self._prepare if self.session_endpoints or self.trace_prompts else None)
-        self.loop.inline = inline_sends(p, self.path, built_ahead=self.loop.prepare is not None, log=self.log)
+        self.loop.inline = inline_sends(p, self.path, built_ahead=self.loop.prepare is not None, log=self.log,
+                                        writer=self.request_chunks.child)
         self.window: Window | None = None
         self.sessions = SessionRunner(self.path.send, self.loop.wait_until, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)

@@ -26,6 +26,7 @@ PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
 PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)
 PREPARE_SLACK_NS = 5_000_000  # only while the next send is further off than this
 BEHIND_YIELD_NS = 2_000_000  # an inline open loop behind schedule still yields this often
+YIELD_SLACK_NS = 500_000  # an inline open loop yields to the rest of the worker only this far or more from a send
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,21 +88,27 @@ class IssueLoop:
 
     def _pump_until(self, mono_ns: int) -> None:
         """wait_until for the open loop with inline sends: their answers are read and their records written while
-        it waits (the records only in its slack); the rest of the worker runs whenever it yields."""
+        it waits (the records only in its slack). The rest of the worker (chunks, the live digest, send-lag windows,
+        heartbeats: greenlets, each yielding every fraction of a ms) gets a turn only while the send is YIELD_SLACK_NS
+        or more away, so that none of it starts just before a send; the chunk writer runs while the loop sleeps."""
         inline = self.inline
         while True:
             inline.pump(mono_ns)
             now = time.perf_counter_ns()
-            if now >= mono_ns:
-                if now - self._yielded_ns > BEHIND_YIELD_NS:  # behind schedule: the rest of the worker (heartbeats,
-                    gevent.sleep(0)  # chunks, send-lag windows) still gets a turn now and then
+            left_ns = mono_ns - now
+            if left_ns <= 0:
+                if now - self._yielded_ns > BEHIND_YIELD_NS:  # behind schedule: the rest of the worker still gets a
+                    gevent.sleep(0)  # turn now and then
                     self._yielded_ns = time.perf_counter_ns()
                 return
-            wait_ns = mono_ns - now - self.spin_ns
-            if wait_ns > 0:
-                inline.wait(wait_ns / 1e9)
-            else:
+            if left_ns > self.spin_ns:
+                inline.wait((left_ns - self.spin_ns) / 1e9)
+            elif inline.yield_core(mono_ns):  # the chunk writer has work: it runs while this loop sleeps
+                pass
+            elif left_ns >= YIELD_SLACK_NS or now - self._yielded_ns > BEHIND_YIELD_NS:
                 gevent.sleep(0)
+            else:
+                continue  # the send is close: spin without yielding
             self._yielded_ns = time.perf_counter_ns()
 
     def open_loop(self, arrivals: Iterable[Arrival], limit: int | None = None, until_mono: int | None = None) -> None:

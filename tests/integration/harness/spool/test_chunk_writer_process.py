@@ -1,8 +1,10 @@
 """The chunk writer child process, run for real."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -29,6 +31,7 @@ def test_chunk_writer_process_writes_both_logs_frames_and_drops_a_torn_last_one(
     proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out)],
                           input=frames[0] + clock + frames[1] + torn, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"\x01" * 3  # one acknowledgement a chunk written, none for the torn frame
     files = sorted(out.glob("requests-*.parquet"))
     assert [f.name for f in files] == ["requests-00000.parquet", "requests-00001.parquet"]
     assert [pq.read_table(f).num_rows for f in files] == [3, 5]
@@ -60,3 +63,34 @@ def test_a_writer_found_dead_is_said_once_and_its_chunks_are_written_in_process(
     assert said == ["tailrace worker w0: chunk writer exited (-9); writing in-process"]
     assert [pq.read_table(f).num_rows for f in sorted(tmp_path.glob("requests-*.parquet"))] == [2, 3]
     assert w.rows_written == 5 and not shipper.failures
+
+
+def test_a_shipped_chunk_keeps_the_writer_busy_until_it_is_on_disk_and_an_idle_writer_is_sched_idle(tmp_path):
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    shipper = ChunkShipper(w, "tailrace worker w0")
+    child = shipper.child
+    assert child.idle() and os.sched_getscheduler(child.process.pid) == os.SCHED_IDLE
+    assert not child.busy
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    w.rows.extend([row] * 500)
+    shipper.ship_open_chunk()
+    final = w.layout.chunk(REQUESTS, 0)
+    deadline = time.monotonic() + 30
+    while child.busy and time.monotonic() < deadline:  # busy until the child says the chunk is written
+        time.sleep(0.005)
+    assert not child.busy and pq.read_table(final).num_rows == 500
+    shipper.close()
+
+
+def test_a_writer_whose_worker_stopped_reading_its_acknowledgements_still_writes_every_chunk(tmp_path):
+    w = request_writer(WorkerLayout(tmp_path / "src"), max_rows=1000, max_seconds=100)
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the worker is gone: its end of the acknowledgements is closed
+    for i in range(3):
+        proc.stdin.write(encode_frame(w.to_table([row] * 4), REQUESTS, i))
+    proc.stdin.close()
+    assert proc.wait(60) == 0, proc.stderr.read()
+    assert [pq.read_table(f).num_rows for f in sorted(out.glob("requests-*.parquet"))] == [4, 4, 4]

@@ -90,5 +90,24 @@ def test_a_busy_second_is_digested_in_slices_that_add_up_to_the_whole(tmp_path):
     reporter = LiveReporter(["a"], None, lambda: {}, lambda d: None, yield_fn=lambda: yields.append(1))
     reporter.observe(rows)
     sliced = reporter.report(1.0)["endpoints"]["a"]
-    assert len(yields) == 3 + 2  # 1000 rows: 4 slices of 256; then one endpoint's histograms, then the message
+    assert len(yields) == 3 + 2  # 1000 rows: 4 slices of 256; then the digests, then the message
     assert sliced == endpoint_digest(rows, None)
+
+
+def test_slices_add_up_when_only_some_of_them_hold_streams_and_errors():
+    offsets = np.array([0, 8000, 16000], dtype="<i4").tobytes()
+    counts = np.array([1, 1, 2], dtype="<u2").tobytes()
+    stream = dict(t_first_token=1_000_000_000, t_last_token=1_016_000_000, ttft_ns=30_000_000, output_tokens=4,
+                  input_tokens=10, token_source="usage", finish_reason="stop", stream_outcome="complete",
+                  token_event_us=offsets, token_event_counts=counts)
+    plain = [row(endpoint="a", latency_ms=1 + k % 9) for k in range(300)]  # the first slice: no stream, no error
+    streams = [row(endpoint="a", status="ok" if k % 5 else "timeout", latency_ms=20 + k % 30,
+                   **{**stream, "ttft_ns": (10 + k % 40) * 1_000_000,
+                      "stream_outcome": "complete" if k % 5 else "ttft_timeout"}) for k in range(300)]
+    rows = plain + streams
+    reporter = LiveReporter(["a"], None, lambda: {}, lambda d: None)
+    reporter.observe(rows)
+    sliced = reporter.report(1.0)["endpoints"]["a"]
+    whole = endpoint_digest(rows, None)
+    assert sliced == whole
+    assert whole["errors"] == {"timeout": 60} and whole["outcomes"] == {"complete": 240, "ttft_timeout": 60}
