@@ -116,6 +116,33 @@ def encode_frame(table, prefix: str, index: int) -> bytes:
     return HEADER.pack(len(name), index, len(payload)) + name + payload
 
 
+class FrameEncoder:
+    """encode_frame into one reused, pre-touched buffer: a chunk's Arrow IPC stream (~0.3 MB at 4,000 req/s) written
+    into fresh memory cost the worker's loop 0.8-2 ms a chunk (allocation, growth, first-touch page faults), against
+    ~0.1-0.3 ms here. A chunk larger than the buffer is encoded the plain way."""
+
+    def __init__(self, capacity: int = 8 << 20) -> None:
+        import pyarrow as pa
+
+        self._memory = bytearray(capacity)  # zero-filled: its pages are touched once, here
+        self._target = pa.py_buffer(self._memory)
+
+    def encode(self, table, prefix: str, index: int) -> tuple[bytes, memoryview] | bytes:
+        """Chunk `index` of the `prefix` log as the parts of one frame (header, payload), to be written before the next
+        call (the payload is a view of the reused buffer)."""
+        import pyarrow as pa
+
+        sink = pa.FixedSizeBufferWriter(self._target)
+        try:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        except OSError:  # larger than the buffer
+            return encode_frame(table, prefix, index)
+        length = sink.tell()
+        name = prefix.encode("ascii")
+        return HEADER.pack(len(name), index, length) + name, memoryview(self._memory)[:length]
+
+
 def yield_to_the_sender() -> None:
     """The lowest nice value (19): the writer shares its worker's core, and a chunk woken up by its frame must not
     take the core from the worker while a send is due. An inline open loop, which spins towards its sends, moves its

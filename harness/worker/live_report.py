@@ -222,17 +222,23 @@ class LiveReporter:
         if self.log is not None:
             self.log.tap_new()
         rows, self._rows = self._rows, []
-        # slice by slice, yielding between slices: each slice's columns and histograms, added up per endpoint
+        # slice by slice, yielding between slices: each slice's columns and histograms, added up per endpoint. Each
+        # slice is let go of as it is done: a second's rows freed at once (~100,000 objects at 3,000 req/s, when the
+        # chunk has already let go of them) held the sending loop ~3 ms
         parts: dict[str, dict] = {name: {} for name in self.endpoints}
         endpoint_of = itemgetter(_F["endpoint"])
-        for start in range(0, len(rows), SLICE_ROWS):
-            if start:
+        first = True
+        while rows:
+            if not first:
                 self.yield_fn()
-            part = rows[start:start + SLICE_ROWS]
+            first = False
+            part = rows[-SLICE_ROWS:]
+            del rows[-SLICE_ROWS:]
             names = set(map(endpoint_of, part))
             for name in names:
                 mine = part if len(names) == 1 else [r for r in part if endpoint_of(r) == name]
                 add_part(parts.setdefault(name, {}), digest_part(digest_columns(mine)))
+            del part, mine
         self.yield_fn()
         lo, hi = int(self._last_s * 1e9), int(t_s * 1e9)
         digests = {}
