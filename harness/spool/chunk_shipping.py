@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from gevent.monkey import get_original
+
 from tailrace.contract.layout import REQUESTS
-from tailrace.harness.spool.chunk_writer_process import FrameEncoder, encode_frame
+from tailrace.harness.spool.chunk_writer_process import READY, WRITTEN, FrameEncoder, encode_frame
 from tailrace.harness.spool.recorder import ChunkWriter
 
+_select = get_original("select", "select")  # the kernel's: blocks the whole worker, which is the point in catch_up
 RELEASE_ROWS = 256  # rows freed between two yields (~0.1-0.2 ms)
 PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size) for an unprivileged process
 
@@ -28,6 +33,8 @@ class WriterChild:
         self.label = label
         self.outstanding = 0  # frames sent whose chunk the child has not said written (its acks, one byte each)
         self.ack_fd = -1
+        self.held = False  # stopped (SIGSTOP) by its worker: it runs only while the worker sleeps (hold/release)
+        self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory)],
@@ -52,6 +59,8 @@ class WriterChild:
             self._gone()
             return False
         self._read_acks()
+        held = self.held
+        self.release()  # a write that finds the pipe full waits for the child to read: it must be able to run
         try:
             for part in (frame,) if isinstance(frame, bytes) else frame:
                 self.process.stdin.write(part)
@@ -62,6 +71,9 @@ class WriterChild:
             print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
             self._gone()
             return False
+        finally:
+            if held:
+                self.hold()
 
     @property
     def busy(self) -> bool:
@@ -80,10 +92,45 @@ class WriterChild:
         except OSError:
             data = b""
         if data:
-            self.outstanding = max(0, self.outstanding - len(data))
+            self.ready = self.ready or READY in data
+            self.outstanding = max(0, self.outstanding - data.count(WRITTEN))
         else:  # the child is gone: nothing of it is pending any more (send() says so when it is next used)
             self.outstanding = 0
             self.ack_fd = -1
+
+    def hold(self) -> None:
+        """Stop the child (SIGSTOP) until `release`: a worker spinning towards its next send keeps it off the core.
+        (At SCHED_IDLE alone the scheduler still gave it its small share: now and then it took the core from the
+        spinning worker until the next tick, 4 ms — docs/DECISIONS.md.) A worker that dies while holding it lets it go
+        on (the child's parent-death signal is SIGCONT: chunk_writer_process.py)."""
+        if self.process is not None and not self.held and not self.ready:
+            self._read_acks()
+        if self.process is not None and not self.held and self.ready:
+            try:
+                os.kill(self.process.pid, signal.SIGSTOP)
+                self.held = True
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        """Let a held child run again (SIGCONT)."""
+        if self.held:
+            self.held = False
+            try:
+                os.kill(self.process.pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+    def catch_up(self, most: int, timeout_s: float = 5.0) -> None:
+        """Let the child run, the worker waiting, until at most `most` frames are unwritten (or `timeout_s`): a
+        worker that never sleeps long enough for its writer waits for it here, which shows as send lag."""
+        held = self.held
+        self.release()
+        deadline = time.monotonic() + timeout_s
+        while self.busy and self.outstanding > most and time.monotonic() < deadline:
+            _select([self.ack_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if held:
+            self.hold()
 
     def idle(self) -> bool:
         """Move the child to SCHED_IDLE: it then runs only while its worker sleeps, and a worker that wakes takes the
@@ -101,6 +148,7 @@ class WriterChild:
         """Wait until every frame sent is on disk."""
         if self.process is None:
             return
+        self.release()
         try:
             self.process.stdin.close()
             self.process.wait(timeout=30)
@@ -109,6 +157,7 @@ class WriterChild:
         self._gone()
 
     def _gone(self) -> None:
+        self.release()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.ack_fd = -1

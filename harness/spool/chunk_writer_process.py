@@ -20,6 +20,7 @@ from pathlib import Path
 from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout, temporary
 from tailrace.contract.records import FEW_VALUED
 
+READY, WRITTEN = b"R", b"\x01"  # what this process says on its stdout: set up; one chunk written
 HEADER = struct.Struct("<BIQ")  # the prefix's length, the chunk's number, the Arrow stream's length
 
 
@@ -98,7 +99,7 @@ def serve(directory: Path, stream, acks=None) -> int:
         written += 1
         if acks is not None:
             try:
-                acks.write(b"\x01")
+                acks.write(WRITTEN)
                 acks.flush()
             except OSError:
                 acks = None
@@ -154,8 +155,29 @@ def yield_to_the_sender() -> None:
         pass
 
 
+def go_on_if_orphaned() -> None:
+    """A worker may hold this process stopped while it spins (harness/spool/chunk_shipping.py: WriterChild.hold). If
+    the worker dies then, the kernel sends this process SIGCONT (its parent-death signal), and it writes what it was
+    sent, as any orphaned writer does."""
+    import signal
+
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGCONT), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
+    go_on_if_orphaned()
+    acks = sys.stdout.buffer
+    try:
+        acks.write(READY)  # from now on its worker may hold it stopped (WriterChild.hold)
+        acks.flush()
+    except OSError:  # its worker is gone already: what it sent is still written
+        acks = None
     yield_to_the_sender()
-    serve(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer)
+    serve(Path(sys.argv[1]), sys.stdin.buffer, acks)

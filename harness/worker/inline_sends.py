@@ -27,6 +27,7 @@ DEFER_SLACK_NS = 200_000  # a waiting record is written only while the next send
 DEFER_MAX = 1_000  # ... unless this many wait (a generator short of CPU shows it as send lag, never hides it)
 EXPIRE_EVERY_NS = 5_000_000  # how often timed-out exchanges are looked for
 WAKE_MARGIN_NS = 150_000  # a loop sleeping so that its chunk writer can run wakes this long before its next send
+WRITER_BEHIND = 3  # chunks not yet written at which the loop waits for its writer
 
 
 class InlineSends:
@@ -100,22 +101,34 @@ class InlineSends:
         while records and (due_ns - time.perf_counter_ns() > DEFER_SLACK_NS or len(records) > DEFER_MAX):
             self._record(records.popleft())
 
-    def wait(self, timeout_s: float) -> None:
-        """Yield to the rest of the worker until a response arrives or `timeout_s` has passed."""
-        self.poller.wait(timeout_s)
-
     def yield_core(self, due_ns: int) -> bool:
-        """While the chunk writer has chunks to write, sleep in the kernel until WAKE_MARGIN_NS before `due_ns`: the
-        writer runs meanwhile, and gives the core back the moment a response, its own acknowledgement or the timeout
-        wakes this process. False: nothing to yield for, or too little time (the caller spins on)."""
+        """While the chunk writer has chunks to write, sleep in the kernel until WAKE_MARGIN_NS before `due_ns`, the
+        writer let run meanwhile: it gives the core back the moment a response, its own acknowledgement or the timeout
+        wakes this process. False: nothing to yield for, or too little time (the caller spins on). A writer
+        WRITER_BEHIND chunks behind is waited for, whatever is due (send lag, never a lost chunk)."""
         writer = self.writer
         if writer is None or not writer.busy:
             return False
+        if writer.outstanding >= WRITER_BEHIND:
+            writer.catch_up(WRITER_BEHIND - 1)
+            return True
         left_ns = due_ns - time.perf_counter_ns() - WAKE_MARGIN_NS
         if left_ns <= 0:
             return False
+        writer.release()
         self.poller.sleep(left_ns / 1e9, writer.ack_fd)
+        writer.hold()
         return True
+
+    def wait(self, timeout_s: float) -> None:
+        """Yield to the rest of the worker until a response arrives or `timeout_s` has passed (the chunk writer let
+        run meanwhile)."""
+        writer = self.writer
+        if writer is not None:
+            writer.release()
+        self.poller.wait(timeout_s)
+        if writer is not None:
+            writer.hold()
 
     def _record(self, item: tuple) -> None:
         arrival, call, out, sent_ns, done_ns, error, response = item
@@ -140,7 +153,16 @@ class InlineSends:
         while self._records:
             self._record(self._records.popleft())
 
+    def gate_writer(self, on: bool) -> None:
+        """From now on (`on`), the chunk writer runs only while this loop sleeps; or (off) whenever it has work."""
+        if self.writer is not None:
+            if on:
+                self.writer.hold()
+            else:
+                self.writer.release()
+
     def close(self) -> None:
+        self.gate_writer(False)
         self.poller.close()
 
 

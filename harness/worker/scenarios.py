@@ -130,6 +130,8 @@ class IssueLoop:
                     drained.set()
 
         inline = self.inline
+        if inline is not None:
+            inline.gate_writer(True)
         for arrival, item in self._prepared(arrivals):
             if inline is None:
                 self.wait_until(arrival.intended_mono)
@@ -153,6 +155,7 @@ class IssueLoop:
         issuing[0] = False
         if inline is not None:
             inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
+            inline.gate_writer(False)
             more_s = 0.0
         if active[0]:
             drained.wait(timeout=more_s + self.drain_s)

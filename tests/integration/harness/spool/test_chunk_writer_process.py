@@ -31,7 +31,7 @@ def test_chunk_writer_process_writes_both_logs_frames_and_drops_a_torn_last_one(
     proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out)],
                           input=frames[0] + clock + frames[1] + torn, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == b"\x01" * 3  # one acknowledgement a chunk written, none for the torn frame
+    assert proc.stdout == b"R" + b"\x01" * 3  # ready, then one acknowledgement a chunk written, none for the torn one
     files = sorted(out.glob("requests-*.parquet"))
     assert [f.name for f in files] == ["requests-00000.parquet", "requests-00001.parquet"]
     assert [pq.read_table(f).num_rows for f in files] == [3, 5]
@@ -94,3 +94,59 @@ def test_a_writer_whose_worker_stopped_reading_its_acknowledgements_still_writes
     proc.stdin.close()
     assert proc.wait(60) == 0, proc.stderr.read()
     assert [pq.read_table(f).num_rows for f in sorted(out.glob("requests-*.parquet"))] == [4, 4, 4]
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_held_writer_writes_nothing_until_released(tmp_path):
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    shipper = ChunkShipper(w, "tailrace worker w0")
+    child = shipper.child
+    deadline = time.monotonic() + 30
+    while not child.held and time.monotonic() < deadline:  # it may be held once it has said it is ready
+        child.hold()
+        time.sleep(0.01)
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    w.rows.extend([row] * 50)
+    shipper.ship_open_chunk()  # the pipe write lets it run for the write; it is held again after
+    time.sleep(0.5)
+    assert child.held and _state(child.process.pid) == "T" and child.busy
+    assert not w.layout.chunk(REQUESTS, 0).exists()
+    child.catch_up(0)
+    assert not child.busy and pq.read_table(w.layout.chunk(REQUESTS, 0)).num_rows == 50 and child.held
+    shipper.close()
+
+
+WORKER_DIES_HOLDING = """
+import os, sys
+from pathlib import Path
+from tailrace.contract.layout import WorkerLayout
+from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
+from tailrace.harness.spool.chunk_shipping import ChunkShipper
+from tailrace.harness.spool.recorder import request_writer
+w = request_writer(WorkerLayout(Path(sys.argv[1])), max_rows=1000, max_seconds=100)
+shipper = ChunkShipper(w, "w0")
+while not shipper.child.held:
+    shipper.child.hold()
+row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+w.rows.extend([row] * 30)
+shipper.ship_open_chunk()
+print(shipper.child.process.pid, flush=True)
+os._exit(0)  # dies holding its writer stopped, the chunk unwritten
+"""
+
+
+def test_a_worker_that_dies_holding_its_writer_still_gets_its_chunk_written(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", WORKER_DIES_HOLDING, str(tmp_path)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    writer_pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    final = WorkerLayout(tmp_path).chunk(REQUESTS, 0)
+    while not final.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pq.read_table(final).num_rows == 30
+    while os.path.exists(f"/proc/{writer_pid}") and _state(writer_pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{writer_pid}") or _state(writer_pid) == "Z"  # it finished and exited
