@@ -3,6 +3,7 @@ stand-in: the same arrivals give the same records; a record waits for the loop's
 never answers is recorded as a timeout at the drain."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -162,3 +163,73 @@ def test_records_wait_for_the_loops_slack_within_their_bound(tmp_path, monkeypat
     finally:
         inline.close()
         server.close()
+
+
+class WriterStandIn:
+    """What the inline loop sees of its chunk writer (harness/spool/chunk_shipping.py WriterChild): `chunks` chunks
+    to write, one written each time it is let run; its holds and releases, in order."""
+
+    def __init__(self, chunks: int) -> None:
+        self.outstanding, self.held, self.events = chunks, False, []
+        self._read, self._write = os.pipe()
+        self.ack_fd = self._read
+
+    @property
+    def busy(self) -> bool:
+        return self.outstanding > 0
+
+    def hold(self) -> None:
+        if not self.held:
+            self.held = True
+            self.events.append("hold")
+
+    def release(self) -> None:  # as the real one: a no-op unless held
+        if self.held:
+            self.outstanding = max(0, self.outstanding - 1)  # it ran while the loop slept
+            self.held = False
+            self.events.append("release")
+
+    def catch_up(self, most: int) -> None:
+        self.events.append("catch_up")
+        self.outstanding = min(self.outstanding, most)
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
+
+
+def test_the_loop_holds_its_chunk_writer_and_lets_it_run_only_while_it_sleeps(tmp_path):
+    server = KServeStandIn()
+    path = _path(tmp_path, server.port)
+    writer = WriterStandIn(chunks=3)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1.0)
+    loop.inline = InlineSends(path)
+    loop.inline.writer = writer
+    try:
+        path.senders[0].warm_up()
+        start = time.perf_counter_ns() + 20_000_000
+        loop.open_loop(iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(40)]))
+    finally:
+        loop.inline.close()
+        path.senders[0].close()
+        server.close()
+        writer.close()
+    events = writer.events
+    assert events[0] == "hold" and events[-1] == "release" and not writer.held  # gated for the loop, free after it
+    assert all(a != b for a, b in zip(events, events[1:]))  # every release is followed by a hold, and back
+    assert writer.outstanding == 0 and path.sent == 40  # it got to write every chunk, in the loop's sleeps
+
+
+def test_a_writer_too_far_behind_is_waited_for(tmp_path):
+    server = KServeStandIn()
+    path = _path(tmp_path, server.port)
+    inline = InlineSends(path)
+    inline.writer = writer = WriterStandIn(chunks=inline_sends.WRITER_BEHIND)
+    try:
+        assert inline.yield_core(time.perf_counter_ns())  # a send due now, and still the writer goes first
+        assert writer.events == ["catch_up"] and writer.outstanding == inline_sends.WRITER_BEHIND - 1
+        assert not inline.yield_core(time.perf_counter_ns())  # less behind: no time to sleep before the send
+    finally:
+        inline.close()
+        server.close()
+        writer.close()
