@@ -45,8 +45,8 @@ class InlineSends:
                 self.pools[index] = pool
         self._records: deque[tuple] = deque()
         self._next_expiry = 0
-        # the worker's chunk writer when it runs at SCHED_IDLE (harness/spool/chunk_shipping.py: WriterChild.idle):
-        # it gets the core only while this loop sleeps, so the loop sleeps while it has chunks to write
+        # the worker's chunk writer, at SCHED_IDLE and held stopped except while this loop sleeps (gate_writer,
+        # yield_core; harness/spool/chunk_shipping.py WriterChild): the loop sleeps while it has chunks to write
         self.writer: WriterChild | None = None
 
     def __bool__(self) -> bool:
@@ -171,7 +171,7 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
     """The inline path of a run that can take it, said in the worker's log: `generator.send_path` is inline, the
     scenario an open loop (server, multi-stream), no request built ahead of its send (sessions, a trace's prompts),
     and some endpoint is plain-HTTP KServe. None: every request goes the greenlet way. The worker's chunk `writer`,
-    if any, is moved to SCHED_IDLE and run while the loop sleeps (InlineSends.yield_core)."""
+    if any, is moved to SCHED_IDLE and held stopped except while the loop sleeps (InlineSends.yield_core)."""
     if profile.generator.send_path != "inline" or profile.load.scenario not in ("server", "multi-stream") \
             or built_ahead:
         return None
@@ -182,5 +182,5 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
     log("send path: inline for " + ", ".join(profile.endpoints[i].name for i in inline.pools))
     if writer is not None and writer.idle():
         inline.writer = writer
-        log("chunk writer: SCHED_IDLE, run while the send loop sleeps")
+        log("chunk writer: SCHED_IDLE, held except while the send loop sleeps")
     return inline
