@@ -103,8 +103,8 @@ class IssueLoop:
                 return
             if left_ns > self.spin_ns:
                 inline.wait((left_ns - self.spin_ns) / 1e9)
-            elif inline.yield_core(mono_ns):  # the chunk writer has work: it runs while this loop sleeps
-                pass
+            elif inline.yield_core(mono_ns):  # the chunk writer has work: it ran while this loop slept in the kernel,
+                continue  # where no greenlet runs, so this is no turn of theirs
             elif left_ns >= YIELD_SLACK_NS or now - self._yielded_ns > BEHIND_YIELD_NS:
                 gevent.sleep(0)
             else:
