@@ -17,7 +17,7 @@ import pytest
 
 from tests import ROOT
 
-pytest_plugins = ("tests.support",)
+pytest_plugins = ("tests.support", "tests.stall_watch")
 
 # docs/CI.md's budget table: "| lint + unit (`make test-fast`) | 2 min | …", "| integration (real processes) | 22 min |"
 BUDGET_ROW = re.compile(r"^\| (lint \+ unit|integration)[^|]*\| (\d+(?:\.\d+)?) min \|", re.M)

@@ -26,6 +26,14 @@ RELEASE_ROWS = 256  # rows freed between two yields (~0.1-0.2 ms)
 PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size) for an unprivileged process
 
 
+def _pidfd(pid: int) -> int:
+    """A pidfd for `pid` (Linux 5.3+), or -1: without one the child is never held."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 class WriterChild:
     """A worker's chunk-writer process: frames in, until closed."""
 
@@ -33,6 +41,7 @@ class WriterChild:
         self.label = label
         self.outstanding = 0  # frames sent whose chunk the child has not said written (its acks, one byte each)
         self.ack_fd = -1
+        self._pidfd = -1  # how it is signalled: never by its pid, which the gevent loop frees the moment it exits
         self.held = False  # stopped (SIGSTOP) by its worker: it runs only while the worker sleeps (hold/release)
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         try:
@@ -45,6 +54,7 @@ class WriterChild:
             return
         self.ack_fd = self.process.stdout.fileno()
         os.set_blocking(self.ack_fd, False)
+        self._pidfd = _pidfd(self.process.pid)  # opened before the child can say READY: it names this child only
         try:  # a few chunks' room in the pipe: the child (lowest priority) may fall a little behind a busy worker
             fcntl.fcntl(self.process.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
         except OSError:
@@ -107,22 +117,27 @@ class WriterChild:
         on (the child's parent-death signal is SIGCONT: chunk_writer_process.py)."""
         if self.process is not None and not self.held and not self.ready:
             self._read_acks()
-        if self.process is not None and not self.held and self.ready:
-            try:
-                os.kill(self.process.pid, signal.SIGSTOP)
-                self.held = True
-            except OSError:
+        if self.process is not None and not self.held and self.ready and self._pidfd >= 0:
+            if not self._signal(signal.SIGSTOP):
                 return
+            self.held = True
             self._read_acks()  # what it wrote while it ran
 
     def release(self) -> None:
         """Let a held child run again (SIGCONT)."""
         if self.held:
             self.held = False
-            try:
-                os.kill(self.process.pid, signal.SIGCONT)
-            except OSError:
-                pass
+            self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> bool:
+        """Signal the child through its pidfd: once it has exited, the signal goes nowhere (ESRCH). By pid, a child
+        that exited and was reaped (the gevent loop reaps every child at once) could be another process by now, one
+        this worker would stop."""
+        try:
+            signal.pidfd_send_signal(self._pidfd, signum)
+            return True
+        except OSError:
+            return False
 
     def catch_up(self, most: int, timeout_s: float = 5.0) -> None:
         """Let the child run, the worker waiting, until at most `most` frames are unwritten (or `timeout_s`): a
@@ -161,6 +176,9 @@ class WriterChild:
 
     def _gone(self) -> None:
         self.release()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.ack_fd = -1

@@ -156,28 +156,29 @@ def yield_to_the_sender() -> None:
         pass
 
 
-def go_on_if_orphaned() -> None:
+def go_on_if_orphaned() -> bool:
     """A worker may hold this process stopped while it spins (harness/spool/chunk_shipping.py: WriterChild.hold). If
     the worker dies then, the kernel sends this process SIGCONT (its parent-death signal), and it writes what it was
-    sent, as any orphaned writer does."""
+    sent, as any orphaned writer does. False: the signal could not be set (this process must then never be held)."""
     import signal
 
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGCONT), 0, 0, 0)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGCONT), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return False
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
-    go_on_if_orphaned()
+    may_be_held = go_on_if_orphaned()
     acks = sys.stdout.buffer
     try:
-        acks.write(READY)  # from now on its worker may hold it stopped (WriterChild.hold)
-        acks.flush()
+        if may_be_held:
+            acks.write(READY)  # from now on its worker may hold it stopped (WriterChild.hold)
+            acks.flush()
     except OSError:  # its worker is gone already: what it sent is still written
         acks = None
     yield_to_the_sender()

@@ -132,6 +132,23 @@ class IssueLoop:
         inline = self.inline
         if inline is not None:
             inline.gate_writer(True)
+        try:
+            self._issue(arrivals, limit, active, tracked)
+            more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) \
+                if until_mono is not None and not self.stopped else 0.0
+            issuing[0] = False
+            if inline is not None:
+                inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
+                more_s = 0.0
+        finally:  # also when the loop is killed (Locust's stop throws GreenletExit into it): never left held
+            if inline is not None:
+                inline.gate_writer(False)
+        if active[0]:
+            drained.wait(timeout=more_s + self.drain_s)
+
+    def _issue(self, arrivals: Iterable[Arrival], limit: int | None, active: list[int], tracked) -> None:
+        """open_loop's sends: each arrival at its instant, inline or on a greenlet of its own (`tracked`)."""
+        inline = self.inline
         for arrival, item in self._prepared(arrivals):
             if inline is None:
                 self.wait_until(arrival.intended_mono)
@@ -150,15 +167,6 @@ class IssueLoop:
             gevent.spawn_raw(tracked, item)
             if self.prepare is not None:
                 gevent.sleep(0)  # it sends now, before more requests are built
-        more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) if until_mono is not None and not self.stopped \
-            else 0.0
-        issuing[0] = False
-        if inline is not None:
-            inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
-            inline.gate_writer(False)
-            more_s = 0.0
-        if active[0]:
-            drained.wait(timeout=more_s + self.drain_s)
 
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
         """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to

@@ -104,10 +104,7 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
     shipper = ChunkShipper(w, "tailrace worker w0")
     child = shipper.child
-    deadline = time.monotonic() + 30
-    while not child.held and time.monotonic() < deadline:  # it may be held once it has said it is ready
-        child.hold()
-        time.sleep(0.01)
+    _held(child)
     row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
     w.rows.extend([row] * 50)
     shipper.ship_open_chunk()  # the pipe write lets it run for the write; it is held again after
@@ -116,6 +113,34 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     assert not w.layout.chunk(REQUESTS, 0).exists()
     child.catch_up(0)
     assert not child.busy and pq.read_table(w.layout.chunk(REQUESTS, 0)).num_rows == 50 and child.held
+    shipper.close()
+
+
+
+def _held(child) -> None:
+    deadline = time.monotonic() + 30
+    while not child.held and time.monotonic() < deadline:  # it may be held once it has said it is ready
+        child.hold()
+        time.sleep(0.01)
+    assert child.held
+
+
+def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatch):
+    """A worker's gevent loop reaps every child the moment it exits, so by the next hold a dead writer's pid may
+    name another process (pid_max is 32,768 on these machines): holds and releases go through the child's pidfd."""
+    shipper = ChunkShipper(request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100), "w0")
+    child = shipper.child
+    _held(child)
+    child.release()
+    child.process.kill()
+    child.process.wait()  # reaped: its pid is free for the next process
+
+    def by_pid(pid, signum):
+        raise AssertionError(f"signal {signum} sent to pid {pid}")
+
+    monkeypatch.setattr(os, "kill", by_pid)
+    child.hold()
+    assert not child.held
     shipper.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+import gevent
 import numpy as np
 import orjson
 import pytest
@@ -218,6 +219,29 @@ def test_the_loop_holds_its_chunk_writer_and_lets_it_run_only_while_it_sleeps(tm
     assert events[0] == "hold" and events[-1] == "release" and not writer.held  # gated for the loop, free after it
     assert all(a != b for a, b in zip(events, events[1:]))  # every release is followed by a hold, and back
     assert writer.outstanding == 0 and path.sent == 40  # it got to write every chunk, in the loop's sleeps
+
+
+def test_a_loop_that_is_killed_leaves_its_writer_free(tmp_path):
+    """Locust's stop kills the sending greenlet (GreenletExit) wherever it is, also while its writer is held."""
+    server = KServeStandIn()
+    path = _path(tmp_path, server.port)
+    writer = WriterStandIn(chunks=0)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1.0)
+    loop.inline = InlineSends(path)
+    loop.inline.writer = writer
+    try:
+        path.senders[0].warm_up()
+        start = time.perf_counter_ns() + 20_000_000
+        sending = gevent.spawn(loop.open_loop, iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(500)]))
+        gevent.sleep(0.1)
+        assert writer.held  # gated while the loop spins between sends
+        sending.kill()
+        assert writer.events[-1] == "release" and not writer.held and 0 < path.sent < 500
+    finally:
+        loop.inline.close()
+        path.senders[0].close()
+        server.close()
+        writer.close()
 
 
 def test_a_writer_too_far_behind_is_waited_for(tmp_path):
