@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import gevent
 import numpy as np
@@ -199,22 +201,30 @@ class WriterStandIn:
         os.close(self._write)
 
 
-def test_the_loop_holds_its_chunk_writer_and_lets_it_run_only_while_it_sleeps(tmp_path):
+@contextmanager
+def gated_loop(tmp_path, writer: WriterStandIn, arrivals: int) -> Iterator[tuple[IssueLoop, RequestPath, Callable]]:
+    """An inline open loop with `writer` for its chunk writer, against a stand-in server, and the open loop's call:
+    `arrivals` sends 1 ms apart, from 20 ms on."""
     server = KServeStandIn()
     path = _path(tmp_path, server.port)
-    writer = WriterStandIn(chunks=3)
     loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1.0)
     loop.inline = InlineSends(path)
     loop.inline.writer = writer
     try:
         path.senders[0].warm_up()
         start = time.perf_counter_ns() + 20_000_000
-        loop.open_loop(iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(40)]))
+        yield loop, path, lambda: loop.open_loop(iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(arrivals)]))
     finally:
         loop.inline.close()
         path.senders[0].close()
         server.close()
         writer.close()
+
+
+def test_the_loop_holds_its_chunk_writer_and_lets_it_run_only_while_it_sleeps(tmp_path):
+    writer = WriterStandIn(chunks=3)
+    with gated_loop(tmp_path, writer, 40) as (loop, path, run):
+        run()
     events = writer.events
     assert events[0] == "hold" and events[-1] == "release" and not writer.held  # gated for the loop, free after it
     assert all(a != b for a, b in zip(events, events[1:]))  # every release is followed by a hold, and back
@@ -223,25 +233,13 @@ def test_the_loop_holds_its_chunk_writer_and_lets_it_run_only_while_it_sleeps(tm
 
 def test_a_loop_that_is_killed_leaves_its_writer_free(tmp_path):
     """Locust's stop kills the sending greenlet (GreenletExit) wherever it is, also while its writer is held."""
-    server = KServeStandIn()
-    path = _path(tmp_path, server.port)
     writer = WriterStandIn(chunks=0)
-    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1.0)
-    loop.inline = InlineSends(path)
-    loop.inline.writer = writer
-    try:
-        path.senders[0].warm_up()
-        start = time.perf_counter_ns() + 20_000_000
-        sending = gevent.spawn(loop.open_loop, iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(500)]))
+    with gated_loop(tmp_path, writer, 500) as (loop, path, run):
+        sending = gevent.spawn(run)
         gevent.sleep(0.1)
         assert writer.held  # gated while the loop spins between sends
         sending.kill()
         assert writer.events[-1] == "release" and not writer.held and 0 < path.sent < 500
-    finally:
-        loop.inline.close()
-        path.senders[0].close()
-        server.close()
-        writer.close()
 
 
 def test_a_writer_too_far_behind_is_waited_for(tmp_path):
