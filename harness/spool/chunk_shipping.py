@@ -15,7 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from gevent.lock import Semaphore
 from gevent.monkey import get_original
+from gevent.socket import wait_write
 
 from tailrace.contract.layout import REQUESTS
 from tailrace.harness.spool.chunk_writer_process import READY, WRITTEN, FrameEncoder, encode_frame
@@ -43,6 +45,8 @@ class WriterChild:
         self.ack_fd = -1
         self._pidfd = -1  # how it is signalled: never by its pid, which the gevent loop frees the moment it exits
         self.held = False  # stopped (SIGSTOP) by its worker: it runs only while the worker sleeps (hold/release)
+        self.gated = False  # its worker's sending loop runs (`gate`): held except while the loop sleeps
+        self._sending = Semaphore()
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
@@ -54,6 +58,7 @@ class WriterChild:
             return
         self.ack_fd = self.process.stdout.fileno()
         os.set_blocking(self.ack_fd, False)
+        os.set_blocking(self.process.stdin.fileno(), False)  # written by _write_whole: waits cooperatively
         self._pidfd = _pidfd(self.process.pid)  # opened before the child can say READY: it names this child only
         try:  # a few chunks' room in the pipe: the child (lowest priority) may fall a little behind a busy worker
             fcntl.fcntl(self.process.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
@@ -61,29 +66,51 @@ class WriterChild:
             pass
 
     def send(self, frame: bytes | tuple[bytes, memoryview]) -> bool:
-        """Hand a frame (or its parts) over; False when the child is gone (the caller writes the chunk itself)."""
-        if self.process is None:
-            return False
-        if self.process.poll() is not None:
-            print(f"{self.label}: chunk writer exited ({self.process.returncode}); writing in-process", flush=True)
-            self._gone()
-            return False
-        self._read_acks()
-        held = self.held
-        self.release()  # a write that finds the pipe full waits for the child to read: it must be able to run
-        try:
-            for part in (frame,) if isinstance(frame, bytes) else frame:
-                self.process.stdin.write(part)
-            self.process.stdin.flush()
-            self.outstanding += 1
-            return True
-        except (BrokenPipeError, OSError) as exc:
-            print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
-            self._gone()
-            return False
-        finally:
-            if held:
-                self.hold()
+        """Hand a frame (or its parts) over; False when the child is gone (the caller writes the chunk itself). One
+        frame at a time: the request and clock shippers send from different greenlets, and a write that finds the
+        pipe full waits cooperatively."""
+        with self._sending:
+            if self.process is None:
+                return False
+            if self.process.poll() is not None:
+                print(f"{self.label}: chunk writer exited ({self.process.returncode}); writing in-process", flush=True)
+                self._gone()
+                return False
+            self._read_acks()
+            self.release()  # a write that finds the pipe full waits for the child to read: it must be able to run
+            try:
+                killed = self._write_whole((frame,) if isinstance(frame, bytes) else frame)
+                self.outstanding += 1
+                if killed is not None:
+                    raise killed
+                return True
+            except OSError as exc:
+                print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
+                self._gone()
+                return False
+            finally:
+                if self.gated and self.process is not None:
+                    self.hold()
+
+    def _write_whole(self, parts) -> BaseException | None:
+        """Write every byte of a frame, never part of one. A greenlet killed while it waits for room (the background
+        loops' end) first finishes the frame, the worker blocked meanwhile — a torn frame would make the child read the
+        next one's bytes as this one's; the kill is returned, for `send` to raise once the frame counts as sent."""
+        fd, killed = self.process.stdin.fileno(), None
+        for part in parts:
+            view = memoryview(part).cast("B")
+            while view:
+                try:
+                    view = view[os.write(fd, view):]
+                except BlockingIOError:
+                    if killed is not None:
+                        _select([], [fd], [])
+                        continue
+                    try:
+                        wait_write(fd)
+                    except BaseException as exc:  # noqa: BLE001 - raised by send once the frame is whole
+                        killed = exc
+        return killed
 
     @property
     def busy(self) -> bool:
@@ -110,16 +137,25 @@ class WriterChild:
             self.outstanding = 0
             self.ack_fd = -1
 
+    def gate(self, on: bool) -> None:
+        """From now on (`on`) the child is held except while its worker's sending loop sleeps (`release` … `hold`
+        around each sleep); or (off) it runs whenever it has work."""
+        self.gated = on
+        if on:
+            self.hold()
+        else:
+            self.release()
+
     def hold(self) -> None:
-        """Stop the child (SIGSTOP) until `release`: a worker spinning towards its next send keeps it off the core.
-        (At SCHED_IDLE alone the scheduler still gave it its small share: now and then it took the core from the
-        spinning worker until the next tick, 4 ms — docs/DECISIONS.md.) A worker that dies while holding it lets it go
-        on (the child's parent-death signal is SIGCONT: chunk_writer_process.py)."""
-        if self.process is not None and not self.held and not self.ready:
+        """While gated, stop the child (SIGSTOP) until `release`: a worker spinning towards its next send keeps it off
+        the core. (At SCHED_IDLE alone the scheduler still gave it its small share: now and then it took the core from
+        the spinning worker until the next tick, 4 ms — docs/DECISIONS.md.) A worker that dies while holding it lets it
+        go on (the child's parent-death signal is SIGCONT: chunk_writer_process.py)."""
+        if not self.gated or self.process is None or self.held:
+            return
+        if not self.ready:
             self._read_acks()
-        if self.process is not None and not self.held and self.ready and self._pidfd >= 0:
-            if not self._signal(signal.SIGSTOP):
-                return
+        if self.ready and self._pidfd >= 0 and self._signal(signal.SIGSTOP):
             self.held = True
             self._read_acks()  # what it wrote while it ran
 
@@ -139,16 +175,16 @@ class WriterChild:
         except OSError:
             return False
 
-    def catch_up(self, most: int, timeout_s: float = 5.0) -> None:
+    def catch_up(self, most: int, timeout_s: float = 5.0) -> bool:
         """Let the child run, the worker waiting, until at most `most` frames are unwritten (or `timeout_s`): a
-        worker that never sleeps long enough for its writer waits for it here, which shows as send lag."""
-        held = self.held
+        worker that never sleeps long enough for its writer waits for it here, which shows as send lag. False: it
+        did not catch up in time."""
         self.release()
         deadline = time.monotonic() + timeout_s
         while self.busy and self.outstanding > most and time.monotonic() < deadline:
             _select([self.ack_fd], [], [], max(0.0, deadline - time.monotonic()))
-        if held:
-            self.hold()
+        self.hold()
+        return not self.busy or self.outstanding <= most
 
     def idle(self) -> bool:
         """Move the child to SCHED_IDLE: it then runs only while its worker sleeps, and a worker that wakes takes the
@@ -163,16 +199,18 @@ class WriterChild:
             return False
 
     def close(self) -> None:
-        """Wait until every frame sent is on disk."""
-        if self.process is None:
-            return
-        self.release()
-        try:
-            self.process.stdin.close()
-            self.process.wait(timeout=30)
-        except Exception as exc:  # noqa: BLE001
-            print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
-        self._gone()
+        """Wait until every frame sent is on disk (a frame being sent is finished first)."""
+        with self._sending:
+            if self.process is None:
+                return
+            self.gated = False
+            self.release()
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=30)
+            except Exception as exc:  # noqa: BLE001
+                print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
+            self._gone()
 
     def _gone(self) -> None:
         self.release()
@@ -208,9 +246,13 @@ class ChunkShipper:
         frame = self.frames.encode(table, self.writer.prefix, index)
         if self.yield_fn is not None:
             self.yield_fn()
-        if self.child.send(frame):
-            self.writer.rows_written += table.num_rows
-            self.writer.chunks_written += 1
+        try:
+            sent = self.child.send(frame)
+        except BaseException:  # killed once its frame was whole (WriterChild._write_whole): the chunk is the child's
+            self._count(table)
+            raise
+        if sent:
+            self._count(table)
             self._let_go(rows)
             return
         try:
@@ -219,6 +261,10 @@ class ChunkShipper:
             if not self.failures:
                 print(f"{self.label}: {exc.strerror}", flush=True)
             self.failures.append(f"{exc.strerror} ({table.num_rows} rows lost)")
+
+    def _count(self, table) -> None:
+        self.writer.rows_written += table.num_rows
+        self.writer.chunks_written += 1
 
     def _let_go(self, rows: list) -> None:
         """Empty `rows` a slice at a time, yielding between slices: a chunk's rows freed at once (~45,000 objects at

@@ -28,14 +28,15 @@ DEFER_MAX = 1_000  # ... unless this many wait (a generator short of CPU shows i
 EXPIRE_EVERY_NS = 5_000_000  # how often timed-out exchanges are looked for
 WAKE_MARGIN_NS = 150_000  # a loop sleeping so that its chunk writer can run wakes this long before its next send
 WRITER_BEHIND = 3  # chunks not yet written at which the loop waits for its writer
+CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 
 
 class InlineSends:
     """Sends arrivals of the endpoints whose senders can be driven inline, reads their answers, writes their
     records in the issue loop's slack."""
 
-    def __init__(self, path: RequestPath) -> None:
-        self.path = path
+    def __init__(self, path: RequestPath, log=print) -> None:
+        self.path, self.log = path, log
         self.poller = InlinePoller()
         self.pools = {}
         for index, sender in enumerate(path.senders):
@@ -110,7 +111,11 @@ class InlineSends:
         if writer is None or not writer.busy:
             return False
         if writer.outstanding >= WRITER_BEHIND:
-            writer.catch_up(WRITER_BEHIND - 1)
+            if not writer.catch_up(WRITER_BEHIND - 1, CATCH_UP_S):  # stuck (a disk that does not take its writes): no longer
+                writer.gate(False)  # held, nor waited for — the run goes on, its send lag unharmed by the writer
+                self.writer = None
+                self.log(f"chunk writer: {writer.outstanding} chunks still unwritten after {CATCH_UP_S:g} s; it is "
+                         "no longer held nor waited for")
             return True
         left_ns = due_ns - time.perf_counter_ns() - WAKE_MARGIN_NS
         if left_ns <= 0:
@@ -156,10 +161,7 @@ class InlineSends:
     def gate_writer(self, on: bool) -> None:
         """From now on (`on`), the chunk writer runs only while this loop sleeps; or (off) whenever it has work."""
         if self.writer is not None:
-            if on:
-                self.writer.hold()
-            else:
-                self.writer.release()
+            self.writer.gate(on)
 
     def close(self) -> None:
         self.gate_writer(False)
@@ -175,7 +177,7 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
     if profile.generator.send_path != "inline" or profile.load.scenario not in ("server", "multi-stream") \
             or built_ahead:
         return None
-    inline = InlineSends(path)
+    inline = InlineSends(path, log)
     if not inline:
         inline.close()
         return None

@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
+import gevent
+import gevent.subprocess
 import pyarrow.parquet as pq
 import pytest
 
 from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout
 from tailrace.contract.records import CLOCK_FIELDS, REQUEST_COLUMNS, ClockRow, RequestRow
+from tailrace.harness.spool import chunk_shipping
 from tailrace.harness.spool.chunk_shipping import ChunkShipper
 from tailrace.harness.spool.chunk_writer_process import encode_frame
 from tailrace.harness.spool.recorder import clock_writer, request_writer
@@ -111,16 +116,15 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     time.sleep(0.5)
     assert child.held and _state(child.process.pid) == "T" and child.busy
     assert not w.layout.chunk(REQUESTS, 0).exists()
-    child.catch_up(0)
+    assert child.catch_up(0, timeout_s=60)  # (a loaded machine: the child imports pyarrow once let run)
     assert not child.busy and pq.read_table(w.layout.chunk(REQUESTS, 0)).num_rows == 50 and child.held
     shipper.close()
-
 
 
 def _held(child) -> None:
     deadline = time.monotonic() + 30
     while not child.held and time.monotonic() < deadline:  # it may be held once it has said it is ready
-        child.hold()
+        child.gate(True)
         time.sleep(0.01)
     assert child.held
 
@@ -144,6 +148,46 @@ def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatc
     shipper.close()
 
 
+
+def _two_logs(tmp_path, monkeypatch, rows: int):
+    """A worker's request and clock shippers, one child between them, `rows` request rows and 10 clock samples open."""
+    monkeypatch.setattr(chunk_shipping, "subprocess", gevent.subprocess)  # a worker's (Locust monkey-patches it)
+    layout = WorkerLayout(tmp_path)
+    requests, clock = request_writer(layout, max_rows=100_000, max_seconds=100), clock_writer(layout)
+    request_chunks = ChunkShipper(requests, "w0")
+    clock_chunks = ChunkShipper(clock, "w0", child=request_chunks.child)
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    requests.rows.extend([row] * rows)
+    clock.rows.extend([ClockRow(**({f: 0 for f, _, _ in CLOCK_FIELDS} | {"worker": "w0", "region": "near",
+                                                                       "server": "x", "stage": "during"}))] * 10)
+    return layout, request_chunks, clock_chunks
+
+
+def test_frames_sent_from_two_greenlets_at_once_are_written_whole(tmp_path, monkeypatch):
+    """A worker's request and clock shippers send through one child from two greenlets, and a frame larger than the
+    pipe waits for room cooperatively: the other's frame must not land inside it (the child would read garbage)."""
+    layout, request_chunks, clock_chunks = _two_logs(tmp_path, monkeypatch, 80_000)  # ~3 MB of Arrow: 3 pipes' worth
+    gevent.joinall([gevent.spawn(request_chunks.ship_open_chunk), gevent.spawn(clock_chunks.ship_open_chunk)],
+                   raise_error=True)
+    request_chunks.close()
+    assert pq.read_table(layout.chunk(REQUESTS, 0)).num_rows == 80_000
+    assert pq.read_table(layout.chunk(CLOCK, 0)).num_rows == 10
+
+
+def test_a_shipper_killed_in_the_middle_of_its_frame_finishes_it_first(tmp_path, monkeypatch):
+    layout, request_chunks, clock_chunks = _two_logs(tmp_path, monkeypatch, 80_000)
+    child = request_chunks.child.process
+    os.kill(child.pid, signal.SIGSTOP)  # it reads nothing: the frame's write waits once the pipe is full
+    shipping = gevent.spawn(request_chunks.ship_open_chunk)
+    gevent.sleep(0.5)
+    assert not shipping.dead  # in the middle of its frame
+    threading.Timer(0.5, os.kill, (child.pid, signal.SIGCONT)).start()  # (the kill below blocks this thread)
+    shipping.kill()
+    clock_chunks.ship_open_chunk()
+    request_chunks.close()
+    assert pq.read_table(layout.chunk(REQUESTS, 0)).num_rows == 80_000 == request_chunks.writer.rows_written
+    assert pq.read_table(layout.chunk(CLOCK, 0)).num_rows == 10
+
 WORKER_DIES_HOLDING = """
 import os, sys
 from pathlib import Path
@@ -154,7 +198,7 @@ from tailrace.harness.spool.recorder import request_writer
 w = request_writer(WorkerLayout(Path(sys.argv[1])), max_rows=1000, max_seconds=100)
 shipper = ChunkShipper(w, "w0")
 while not shipper.child.held:
-    shipper.child.hold()
+    shipper.child.gate(True)
 row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
 w.rows.extend([row] * 30)
 shipper.ship_open_chunk()

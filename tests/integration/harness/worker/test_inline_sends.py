@@ -170,10 +170,10 @@ def test_records_wait_for_the_loops_slack_within_their_bound(tmp_path, monkeypat
 
 class WriterStandIn:
     """What the inline loop sees of its chunk writer (harness/spool/chunk_shipping.py WriterChild): `chunks` chunks
-    to write, one written each time it is let run; its holds and releases, in order."""
+    to write, one written each time it is let run; its holds and releases, in order. `stuck`: it never catches up."""
 
-    def __init__(self, chunks: int) -> None:
-        self.outstanding, self.held, self.events = chunks, False, []
+    def __init__(self, chunks: int, stuck: bool = False) -> None:
+        self.outstanding, self.held, self.gated, self.stuck, self.events = chunks, False, False, stuck, []
         self._read, self._write = os.pipe()
         self.ack_fd = self._read
 
@@ -181,8 +181,12 @@ class WriterStandIn:
     def busy(self) -> bool:
         return self.outstanding > 0
 
-    def hold(self) -> None:
-        if not self.held:
+    def gate(self, on: bool) -> None:
+        self.gated = on
+        self.hold() if on else self.release()
+
+    def hold(self) -> None:  # as the real one: only while gated
+        if self.gated and not self.held:
             self.held = True
             self.events.append("hold")
 
@@ -192,9 +196,11 @@ class WriterStandIn:
             self.held = False
             self.events.append("release")
 
-    def catch_up(self, most: int) -> None:
+    def catch_up(self, most: int, timeout_s: float) -> bool:
         self.events.append("catch_up")
-        self.outstanding = min(self.outstanding, most)
+        if not self.stuck:
+            self.outstanding = min(self.outstanding, most)
+        return self.outstanding <= most
 
     def close(self) -> None:
         os.close(self._read)
@@ -242,16 +248,25 @@ def test_a_loop_that_is_killed_leaves_its_writer_free(tmp_path):
         assert writer.events[-1] == "release" and not writer.held and 0 < path.sent < 500
 
 
-def test_a_writer_too_far_behind_is_waited_for(tmp_path):
+def test_a_writer_too_far_behind_is_waited_for_and_one_that_does_not_catch_up_is_let_go(tmp_path):
     server = KServeStandIn()
     path = _path(tmp_path, server.port)
-    inline = InlineSends(path)
+    said = []
+    inline = InlineSends(path, log=said.append)
     inline.writer = writer = WriterStandIn(chunks=inline_sends.WRITER_BEHIND)
+    stuck = WriterStandIn(chunks=inline_sends.WRITER_BEHIND, stuck=True)
     try:
         assert inline.yield_core(time.perf_counter_ns())  # a send due now, and still the writer goes first
         assert writer.events == ["catch_up"] and writer.outstanding == inline_sends.WRITER_BEHIND - 1
         assert not inline.yield_core(time.perf_counter_ns())  # less behind: no time to sleep before the send
+        inline.writer = stuck
+        stuck.gate(True)
+        assert inline.yield_core(time.perf_counter_ns())
+        assert inline.writer is None and not stuck.gated and not stuck.held  # no longer held nor waited for
+        assert said and "no longer held" in said[0]
+        assert not inline.yield_core(time.perf_counter_ns())
     finally:
         inline.close()
         server.close()
         writer.close()
+        stuck.close()
