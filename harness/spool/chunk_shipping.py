@@ -103,7 +103,8 @@ class WriterChild:
                 try:
                     view = view[os.write(fd, view):]
                 except BlockingIOError:
-                    if killed is not None:
+                    if killed is not None:  # the whole worker waits here: the child must run (the loop may have
+                        self.release()  # held it while this greenlet waited)
                         _select([], [fd], [])
                         continue
                     try:

@@ -175,14 +175,23 @@ def test_frames_sent_from_two_greenlets_at_once_are_written_whole(tmp_path, monk
 
 
 def test_a_shipper_killed_in_the_middle_of_its_frame_finishes_it_first(tmp_path, monkeypatch):
+    """Killed while it waits for room, with the sending loop holding the writer meanwhile: it lets the writer run and
+    finishes its frame (the worker blocked), then dies."""
     layout, request_chunks, clock_chunks = _two_logs(tmp_path, monkeypatch, 80_000)
-    child = request_chunks.child.process
-    os.kill(child.pid, signal.SIGSTOP)  # it reads nothing: the frame's write waits once the pipe is full
+    child = request_chunks.child
+    _held(child)
+    child.release()
+    os.kill(child.process.pid, signal.SIGSTOP)  # slow to read, as a child writing Parquet is: the pipe fills
     shipping = gevent.spawn(request_chunks.ship_open_chunk)
     gevent.sleep(0.5)
-    assert not shipping.dead  # in the middle of its frame
-    threading.Timer(0.5, os.kill, (child.pid, signal.SIGCONT)).start()  # (the kill below blocks this thread)
+    child.hold()  # the sending loop holds it while the frame waits
+    assert not shipping.dead and child.held  # in the middle of its frame
+    rescue = threading.Timer(30, os.kill, (child.process.pid, signal.SIGCONT))  # (were the kill below to block)
+    rescue.start()
+    started = time.monotonic()
     shipping.kill()
+    rescue.cancel()
+    assert time.monotonic() - started < 20
     clock_chunks.ship_open_chunk()
     request_chunks.close()
     assert pq.read_table(layout.chunk(REQUESTS, 0)).num_rows == 80_000 == request_chunks.writer.rows_written
