@@ -77,6 +77,7 @@ class WriterChild:
                 self._gone()
                 return False
             self._read_acks()
+            was_held = self.held  # (sent while the loop sleeps, the child stays free for the rest of the sleep)
             self.release()  # a write that finds the pipe full waits for the child to read: it must be able to run
             try:
                 killed = self._write_whole((frame,) if isinstance(frame, bytes) else frame)
@@ -89,8 +90,8 @@ class WriterChild:
                 self._gone()
                 return False
             finally:
-                if self.gated and self.process is not None:
-                    self.hold()
+                if was_held and self.process is not None:
+                    self.hold()  # (unless the loop has ungated it meanwhile)
 
     def _write_whole(self, parts) -> BaseException | None:
         """Write every byte of a frame, never part of one. A greenlet killed while it waits for room (the background
@@ -180,11 +181,13 @@ class WriterChild:
         """Let the child run, the worker waiting, until at most `most` frames are unwritten (or `timeout_s`): a
         worker that never sleeps long enough for its writer waits for it here, which shows as send lag. False: it
         did not catch up in time."""
+        was_held = self.held
         self.release()
         deadline = time.monotonic() + timeout_s
         while self.busy and self.outstanding > most and time.monotonic() < deadline:
             _select([self.ack_fd], [], [], max(0.0, deadline - time.monotonic()))
-        self.hold()
+        if was_held:
+            self.hold()
         return not self.busy or self.outstanding <= most
 
     def idle(self) -> bool:

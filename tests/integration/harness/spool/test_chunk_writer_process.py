@@ -149,6 +149,20 @@ def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatc
 
 
 
+def test_a_chunk_shipped_while_the_loop_sleeps_leaves_the_writer_free(tmp_path):
+    """The loop lets its writer run while it sleeps; a chunk shipped then (by another greenlet) must not stop it for
+    the rest of that sleep."""
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    shipper = ChunkShipper(w, "w0")
+    child = shipper.child
+    _held(child)
+    child.release()  # the loop sleeps
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    w.rows.extend([row] * 50)
+    shipper.ship_open_chunk()
+    assert child.gated and not child.held
+    shipper.close()
+
 def _two_logs(tmp_path, monkeypatch, rows: int):
     """A worker's request and clock shippers, one child between them, `rows` request rows and 10 clock samples open."""
     monkeypatch.setattr(chunk_shipping, "subprocess", gevent.subprocess)  # a worker's (Locust monkey-patches it)
