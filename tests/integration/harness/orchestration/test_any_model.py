@@ -48,7 +48,7 @@ def zoo_run(model_repo, tmp_path_factory):
                       "shapes": {"input_ids": [24], "attention_mask": [24]},
                       "ranges": {"input_ids": [0, 1000], "attention_mask": [0, 2]}})
     profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "here", "share": 1.0, "delay_ms": 1}],
-                           load={"rate": 120, "duration_s": 6, "warmup_s": 1, "seed": 3},
+                           load={"rate": 120, "duration_s": 8, "warmup_s": 1, "seed": 3},
                            triton={"models_dir": str(model_repo)},
                            # what this checks is every answer, beside another test: a fresh-clone run saw the
                            # backlog grow from 8 to 21 ms (600 kB images, probes mid-run) and call it saturated at
@@ -56,13 +56,17 @@ def zoo_run(model_repo, tmp_path_factory):
                            generator={"send_lag_p99_ms": 50})
     probes = {}
 
-    def during(run):  # `tailrace probe` against each started server while it serves the run
-        for server in run.servers.instances:
-            for url in (server.http_url, server.grpc_url):
-                probes[url] = subprocess.run(
-                    [sys.executable, "-m", "tailrace.cli", "probe", url, "--model", "text_tfidf", "--data",
-                     str(model_repo / "_data" / "text.jsonl"), "--check", "label", "--batch-size", "2",
-                     "--requests", "3"], capture_output=True, text=True, timeout=60)
+    def during(run):  # `tailrace probe` against each started server while it serves the run: all at once, since
+        # the run stops its servers when it ends (one at a time, four probes took longer than the run on a loaded
+        # machine, and the last one met a Triton unloading its models: "no available versions")
+        started = {url: subprocess.Popen(
+            [sys.executable, "-m", "tailrace.cli", "probe", url, "--model", "text_tfidf", "--data",
+             str(model_repo / "_data" / "text.jsonl"), "--check", "label", "--batch-size", "2", "--requests", "3"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for server in run.servers.instances for url in (server.http_url, server.grpc_url)}
+        for url, proc in started.items():
+            out, err = proc.communicate(timeout=60)
+            probes[url] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     run, manifest = run_with(profile, tmp_path_factory.mktemp("zoo-runs"), during)
     return run, manifest, analyze_run(run.run_dir), servers, probes
