@@ -84,23 +84,39 @@ def closed_loop_max(work: Path, url: str, body: Path, seconds: int, users: int) 
 def open_loop_trial(work: Path, models: Path, url: str, sntp: str, rate: float, seconds: int,
                     send_path: str = "inline", spin_ms: float | None = None) -> dict:
     """One run of the real harness (master on CPU 1, one worker on CPU 0) at `rate`; send lag stats."""
-    profile = work / f"open-{rate:g}.toml"
-    profile.write_text(f"""
-name = "bench-{rate:g}"
-output_dir = "{work / 'runs'}"
-[[endpoints]]
-name = "nginx"
+    endpoint = f"""name = "nginx"
 url = "{url}"
 protocol = "kserve-http"
 model = "digits_mlp_fp32"
-inputs = [{{ name = "input", datatype = "FP32", shape = [-1, 64] }}]  # nginx has no model metadata
+inputs = [{{ name = "input", datatype = "FP32", shape = [-1, 64] }}]  # nginx has no model metadata"""
+    generator = "\n".join([f'send_path = "{send_path}"' if send_path != "default" else "",
+                           f"spin_ms = {spin_ms}" if spin_ms is not None else ""])
+    df, summary = worker_trial(work, models, sntp, f"bench-{rate:g}", endpoint, rate, seconds, generator=generator)
+    lag = df["send_lag_ns"].to_numpy() / 1e6
+    achieved = len(df) / seconds
+    return {"rate": rate, "achieved": achieved, "lag_p50": float(np.percentile(lag, 50)),
+            "lag_p99": float(np.percentile(lag, 99)), "ok": float((df.status == "ok").mean()),
+            "sent_ratio": summary["sent"] / max(1, summary["planned"])}
+
+
+def worker_trial(work: Path, models: Path, sntp: str, name: str, endpoint: str, rate: float, seconds: int,
+                 warmup_s: float = 1, generator: str = ""):
+    """Run one endpoint (`endpoint`: the body of its [[endpoints]] table) at `rate` for `seconds` with a real master
+    (CPU 1) and one worker (CPU 0), region "bench", the SNTP reference `sntp`, output under work/runs (`generator`:
+    more lines of the [generator] table): the measured phases' request rows and the worker's summary."""
+    profile = work / f"{name}.toml"
+    profile.write_text(f"""
+name = "{name}"
+output_dir = "{work / 'runs'}"
+[[endpoints]]
+{endpoint}
 [[regions]]
 name = "bench"
 share = 1.0
 [load]
 rate = {rate}
 duration_s = {seconds}
-warmup_s = 1
+warmup_s = {warmup_s}
 seed = 1
 [clock]
 servers = ["{sntp}"]
@@ -110,30 +126,22 @@ models_dir = "{models}"
 [generator]
 send_lag_p99_ms = 2
 max_in_flight = 20000
-{f'send_path = "{send_path}"' if send_path != "default" else ""}
-{f"spin_ms = {spin_ms}" if spin_ms is not None else ""}
+{generator}
 """)
     port, env = free_port(), {"TAILRACE_RUN_TOKEN": secrets.token_urlsafe(16)}
     master = start_process("master", ["taskset", "-c", "1", *tailrace_argv(
-        "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{rate:g}.log", env=env)
+        "master", str(profile), "--port", str(port), "--models", str(models))], work / f"master-{name}.log", env=env)
     worker_argv = tailrace_argv("worker", "--master", f"127.0.0.1:{port}", "--region", "bench",
                                 "--spool", str(work / "spool"))  # never ./tailrace-spool in the checkout
-    worker = start_process("worker", ["taskset", "-c", "0", *worker_argv], work / f"worker-{rate:g}.log", env=env)
+    worker = start_process("worker", ["taskset", "-c", "0", *worker_argv], work / f"worker-{name}.log", env=env)
     master.popen.wait(seconds + 120)
     worker.stop()
-    run_dir = max((work / "runs").glob(f"bench-{rate:g}-*"))
+    run_dir = max((work / "runs").glob(f"{name}-*"))
     import pandas as pd
 
     layout = RunLayout(run_dir)
     df = pd.concat([pd.read_parquet(f) for f in layout.request_chunks()])
-    df = df[df.phase > 0]
-    lag = df["send_lag_ns"].to_numpy() / 1e6
-    summary = json.loads(layout.worker("bench", "bench-w0").summary.read_text())
-    achieved = len(df) / seconds
-    return {"rate": rate, "achieved": achieved, "lag_p50": float(np.percentile(lag, 50)),
-            "lag_p99": float(np.percentile(lag, 99)), "ok": float((df.status == "ok").mean()),
-            "sent_ratio": summary["sent"] / max(1, summary["planned"])}
-
+    return df[df.phase > 0], json.loads(layout.worker("bench", "bench-w0").summary.read_text())
 
 HOUSEKEEPING = ("kdamond",)  # kernel threads, by name, that the bench moves off the generator's core (--isolate)
 

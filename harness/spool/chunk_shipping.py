@@ -27,6 +27,8 @@ _select = get_original("select", "select")  # the kernel's: blocks the whole wor
 RELEASE_ROWS = 256  # rows freed between two yields (~0.1-0.2 ms)
 PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size) for an unprivileged process
 
+WRITER_BEHIND = 3  # chunks not yet written at which a sending loop that holds its writer waits for it (keep_up) ...
+CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 
 def _pidfd(pid: int) -> int:
     """A pidfd for `pid` (Linux 5.3+), or -1: without one the child is never held."""
@@ -189,6 +191,17 @@ class WriterChild:
         if was_held:
             self.hold()
         return not self.busy or self.outstanding <= most
+
+    def keep_up(self, behind: int, timeout_s: float, log=print) -> bool:
+        """With `behind` or more chunks unwritten, wait for the child until fewer are (catch_up). False: it did not
+        catch up within `timeout_s` (a disk that does not take its writes) and is let go — no longer held, and the
+        caller no longer waits for it; said in `log`."""
+        if self.outstanding < behind or self.catch_up(behind - 1, timeout_s):
+            return True
+        self.gate(False)
+        log(f"chunk writer: {self.outstanding} chunks still unwritten after {timeout_s:g} s; it is no longer held nor "
+            "waited for")
+        return False
 
     def idle(self) -> bool:
         """Move the child to SCHED_IDLE: it then runs only while its worker sleeps, and a worker that wakes takes the

@@ -19,16 +19,14 @@ from tailrace.contract.profile import Profile
 from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
 from tailrace.harness.client.outcome import Outcome
-from tailrace.harness.spool.chunk_shipping import WriterChild
+from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, WriterChild
 from tailrace.harness.worker.requester import RequestPath
-from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.worker.scenarios import Arrival, IssueLoop
 
 DEFER_SLACK_NS = 200_000  # a waiting record is written only while the next send is further off than this ...
 DEFER_MAX = 1_000  # ... unless this many wait (a generator short of CPU shows it as send lag, never hides it)
 EXPIRE_EVERY_NS = 5_000_000  # how often timed-out exchanges are looked for
 WAKE_MARGIN_NS = 150_000  # a loop sleeping so that its chunk writer can run wakes this long before its next send
-WRITER_BEHIND = 3  # chunks not yet written at which the loop waits for its writer
-CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 
 
 class InlineSends:
@@ -110,12 +108,9 @@ class InlineSends:
         writer = self.writer
         if writer is None or not writer.busy:
             return False
-        if writer.outstanding >= WRITER_BEHIND:
-            if not writer.catch_up(WRITER_BEHIND - 1, CATCH_UP_S):  # stuck (a disk that does not take its writes): no longer
-                writer.gate(False)  # held, nor waited for — the run goes on, its send lag unharmed by the writer
+        if writer.outstanding >= WRITER_BEHIND:  # (a writer that does not catch up is let go: the run goes on, its
+            if not writer.keep_up(WRITER_BEHIND, CATCH_UP_S, self.log):  # send lag unharmed by the writer)
                 self.writer = None
-                self.log(f"chunk writer: {writer.outstanding} chunks still unwritten after {CATCH_UP_S:g} s; it is "
-                         "no longer held nor waited for")
             return True
         left_ns = due_ns - time.perf_counter_ns() - WAKE_MARGIN_NS
         if left_ns <= 0:
@@ -186,3 +181,14 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
         inline.writer = writer
         log("chunk writer: SCHED_IDLE, held except while the send loop sleeps")
     return inline
+
+
+
+def choose_send_path(loop: IssueLoop, profile: Profile, path: RequestPath, writer: WriterChild | None,
+                     log=print) -> None:
+    """Give the worker's open `loop` its inline path (`inline_sends`) where the run can take it; else, on greenlets,
+    the chunk `writer` moved to SCHED_IDLE and held stopped except while the loop sleeps (IssueLoop._sleep_until)."""
+    loop.inline = inline_sends(profile, path, built_ahead=loop.prepare is not None, log=log, writer=writer)
+    if loop.inline is None and writer is not None and writer.idle():
+        loop.writer = writer
+        log("chunk writer: SCHED_IDLE, held except while the send loop sleeps")

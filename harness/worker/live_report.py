@@ -85,7 +85,8 @@ def digest_columns(rows: list[tuple]) -> dict[str, list]:
     cols: dict[str, list] = {name: list(map(_GET[name], rows)) for name in _DIGESTED}
     if any(cols["stream_outcome"]):
         cols.update({name: list(map(_GET[name], rows)) for name in _DIGESTED_STREAMS})
-        cols["itl"] = [_gaps_ns(us, counts) for status, us, counts in map(_GET_EVENTS, rows) if status == _OK and us]
+        events = [(us, counts) for status, us, counts in map(_GET_EVENTS, rows) if status == _OK and us]
+        cols["itl"] = [gaps_ns(events)] if events else []
     return cols
 
 
@@ -158,13 +159,19 @@ def endpoint_digest(rows: list[tuple], asked: int | None) -> dict:
     return digest_of(digest_columns(rows), asked)
 
 
-def _gaps_ns(event_us: bytes, event_counts: bytes) -> np.ndarray:
-    """A stream's inter-token gaps (ns), each event's gap spread over the tokens it carried (as the report's ITL)."""
-    offsets = np.frombuffer(event_us, dtype="<i4").astype(np.float64)
-    if len(offsets) < 2:
+def gaps_ns(streams: list[tuple[bytes, bytes]]) -> np.ndarray:
+    """The inter-token gaps (ns) of streams given as (token_event_us, token_event_counts), each event's gap spread
+    over the tokens it carried (as the report's ITL). All streams at once: numpy per stream cost ~20 µs each, a
+    piece of 5-9 ms on the worker's loop once a second at 250 streams/s."""
+    offsets = np.frombuffer(b"".join(us for us, _ in streams), dtype="<i4").astype(np.float64)
+    carried = np.maximum(np.frombuffer(b"".join(counts for _, counts in streams), dtype="<u2").astype(np.int64), 1)
+    if len(offsets) < 2 or len(carried) != len(offsets):  # counts are written with the instants, one per event
         return np.empty(0)
-    carried = np.maximum(np.frombuffer(event_counts, dtype="<u2")[1:].astype(np.int64), 1)
-    return np.repeat(np.diff(offsets) * 1e3 / carried, carried)
+    starts = np.cumsum([0] + [len(us) // 4 for us, _ in streams[:-1]])
+    within = np.ones(len(offsets) - 1, dtype=bool)  # gap i: event i → i + 1 of the same stream
+    within[starts[1:] - 1] = False
+    carried = carried[1:][within]
+    return np.repeat(np.diff(offsets)[within] * 1e3 / carried, carried)
 
 
 def asked_offsets(schedule, endpoints: int) -> list[np.ndarray] | None:

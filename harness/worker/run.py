@@ -31,7 +31,7 @@ from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
 from tailrace.harness.worker.endpoint_senders import EndpointSenders
 from tailrace.harness.worker.identity import WorkerIdentity
-from tailrace.harness.worker.inline_sends import inline_sends
+from tailrace.harness.worker.inline_sends import choose_send_path
 from tailrace.harness.worker.live_report import LiveReporter
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
@@ -107,8 +107,7 @@ class WorkerRun:
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
         self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
                               self._prepare if self.session_endpoints or self.trace_prompts else None)
-        self.loop.inline = inline_sends(p, self.path, built_ahead=self.loop.prepare is not None, log=self.log,
-                                        writer=self.request_chunks.child)
+        choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log)
         self.window: Window | None = None
         self.sessions = SessionRunner(self.path.send, self.loop.wait_until, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)

@@ -20,6 +20,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from tailrace.contract.plan import RunPlan
+from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND
 from tailrace.harness.worker.arrivals import Schedule
 
 PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
@@ -72,6 +73,9 @@ class IssueLoop:
         self.stopped = False  # the run was stopped (Ctrl-C, the live page): issue nothing more, drain what is out
         # the open loop's own sends for the endpoints it can drive inline (harness/worker/inline_sends.py)
         self.inline = None
+        # the worker's chunk writer, for an open loop that sends on greenlets: at SCHED_IDLE, held stopped except while
+        # this loop sleeps (harness/spool/chunk_shipping.py WriterChild); the inline path holds it itself
+        self.writer = None
         self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
 
     def stop(self) -> None:
@@ -84,6 +88,27 @@ class IssueLoop:
         if wait_ns > 0:
             gevent.sleep(wait_ns / 1e9)
         while time.perf_counter_ns() < mono_ns:
+            gevent.sleep(0)
+
+    def _sleep_until(self, mono_ns: int) -> None:
+        """wait_until for the open loop on greenlets, with the chunk writer (if any) let run only while this loop
+        sleeps: a writer picked while the worker is busy kept the core until the scheduler's next tick, 4 ms of send
+        lag (`perf sched` on the worker's core, streams at 250/s: ~1 a second). A writer WRITER_BEHIND chunks behind
+        is waited for, whatever is due (send lag, never a lost chunk)."""
+        writer = self.writer
+        if writer is None:
+            return self.wait_until(mono_ns)
+        if writer.outstanding >= WRITER_BEHIND and not writer.keep_up(WRITER_BEHIND, CATCH_UP_S):
+            self.writer = None  # stuck: let go (keep_up said so in the worker's log)
+        wait_ns = mono_ns - time.perf_counter_ns() - self.spin_ns
+        if wait_ns > 0:
+            writer.release()
+            gevent.sleep(wait_ns / 1e9)
+        while True:  # held while it has work (a frame shipped during the spin included); an idle one costs no signal
+            if writer.outstanding and not writer.held:
+                writer.hold()
+            if time.perf_counter_ns() >= mono_ns:
+                return
             gevent.sleep(0)
 
     def _pump_until(self, mono_ns: int) -> None:
@@ -132,6 +157,8 @@ class IssueLoop:
         inline = self.inline
         if inline is not None:
             inline.gate_writer(True)
+        elif self.writer is not None:
+            self.writer.gate(True)
         try:
             self._issue(arrivals, limit, active, tracked)
             more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) \
@@ -143,6 +170,8 @@ class IssueLoop:
         finally:  # also when the loop is killed (Locust's stop throws GreenletExit into it): never left held
             if inline is not None:
                 inline.gate_writer(False)
+            elif self.writer is not None:
+                self.writer.gate(False)
         if active[0]:
             drained.wait(timeout=more_s + self.drain_s)
 
@@ -151,7 +180,7 @@ class IssueLoop:
         inline = self.inline
         for arrival, item in self._prepared(arrivals):
             if inline is None:
-                self.wait_until(arrival.intended_mono)
+                self._sleep_until(arrival.intended_mono)
             else:
                 self._pump_until(arrival.intended_mono)
             if self.stopped:

@@ -21,6 +21,7 @@ from tailrace.contract.trace_context import parse_traceparent
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.client.senders import HttpSender
+from tailrace.harness.spool.chunk_shipping import WriterChild
 from tailrace.harness.spool.recorder import request_writer
 from tailrace.harness.worker import inline_sends
 from tailrace.harness.worker.clock import WorkerClock
@@ -202,26 +203,34 @@ class WriterStandIn:
             self.outstanding = min(self.outstanding, most)
         return self.outstanding <= most
 
+    keep_up = WriterChild.keep_up  # the real rule: catch_up, else let go
+
     def close(self) -> None:
         os.close(self._read)
         os.close(self._write)
 
 
 @contextmanager
-def gated_loop(tmp_path, writer: WriterStandIn, arrivals: int) -> Iterator[tuple[IssueLoop, RequestPath, Callable]]:
-    """An inline open loop with `writer` for its chunk writer, against a stand-in server, and the open loop's call:
-    `arrivals` sends 1 ms apart, from 20 ms on."""
+def gated_loop(tmp_path, writer: WriterStandIn, arrivals: int, inline: bool = True, apart_ms: float = 1.0
+               ) -> Iterator[tuple[IssueLoop, RequestPath, Callable]]:
+    """An open loop (inline, or on greenlets) with `writer` for its chunk writer, against a stand-in server, and the
+    open loop's call: `arrivals` sends `apart_ms` apart, from 20 ms on."""
     server = KServeStandIn()
     path = _path(tmp_path, server.port)
     loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=1.0)
-    loop.inline = InlineSends(path)
-    loop.inline.writer = writer
+    if inline:
+        loop.inline = InlineSends(path)
+        loop.inline.writer = writer
+    else:
+        loop.writer = writer
     try:
         path.senders[0].warm_up()
         start = time.perf_counter_ns() + 20_000_000
-        yield loop, path, lambda: loop.open_loop(iter([Arrival(start + k * 1_000_000, 0, 1, k) for k in range(arrivals)]))
+        yield loop, path, lambda: loop.open_loop(iter([Arrival(start + int(k * apart_ms * 1e6), 0, 1, k)
+                                                       for k in range(arrivals)]))
     finally:
-        loop.inline.close()
+        if loop.inline is not None:
+            loop.inline.close()
         path.senders[0].close()
         server.close()
         writer.close()
@@ -270,3 +279,38 @@ def test_a_writer_too_far_behind_is_waited_for_and_one_that_does_not_catch_up_is
         server.close()
         writer.close()
         stuck.close()
+
+
+# the open loop on greenlets (streams, sessions, gRPC, TLS) holds its chunk writer the same way
+def test_an_open_loop_on_greenlets_lets_its_writer_run_only_while_it_sleeps(tmp_path):
+    writer = WriterStandIn(chunks=3)
+    with gated_loop(tmp_path, writer, 30, inline=False, apart_ms=3.0) as (loop, path, run):
+        run()
+    events = writer.events
+    assert events[0] == "hold" and events[-1] == "release" and not writer.held  # gated for the loop, free after it
+    assert all(a != b for a, b in zip(events, events[1:]))
+    assert writer.outstanding == 0 and path.sent == 30  # it wrote every chunk, in the loop's sleeps
+
+
+def test_a_chunk_shipped_while_the_greenlet_loop_spins_holds_its_writer(tmp_path):
+    """A chunk sent to an idle writer (never held: no signal a send while it has nothing to write) while the loop
+    spins towards a send: from then on the writer is held, until the loop next sleeps."""
+    writer = WriterStandIn(chunks=0)
+    with gated_loop(tmp_path, writer, 200, inline=False, apart_ms=3.0) as (loop, path, run):
+        sending = gevent.spawn(run)
+        gevent.sleep(0.1)
+        before = len(writer.events)
+        assert not writer.held and writer.outstanding == 0
+        writer.outstanding = 1  # what ChunkShipper.ship does, from its own greenlet
+        gevent.sleep(0.01)
+        assert "hold" in writer.events[before:]
+        sending.kill()
+    assert not writer.held
+
+
+def test_a_greenlet_loop_lets_go_a_writer_that_does_not_catch_up(tmp_path, capsys):
+    stuck = WriterStandIn(chunks=inline_sends.WRITER_BEHIND, stuck=True)
+    with gated_loop(tmp_path, stuck, 20, inline=False, apart_ms=3.0) as (loop, path, run):
+        run()
+    assert stuck.events[:2] == ["hold", "catch_up"] and loop.writer is None and not stuck.held
+    assert path.sent == 20 and "no longer held" in capsys.readouterr().out

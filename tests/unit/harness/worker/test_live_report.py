@@ -11,6 +11,7 @@ from tailrace.harness.spool.recorder import request_writer
 from tailrace.harness.worker.live_report import (
     LiveReporter,
     endpoint_digest,
+    gaps_ns,
     histogram,
     merge,
     quantile_ns,
@@ -64,6 +65,17 @@ def test_a_streamed_interval_has_ttft_tpot_itl_and_tokens():
     itl = merge({}, d["itl"])  # gaps 8, 8, then 24 ms over the 2 tokens of the last event: 8, 8, 12, 12
     assert sum(itl.values()) == 4 and quantile_ns(itl, 0.99) == pytest.approx(12e6, rel=0.01)
 
+
+
+def test_gaps_of_many_streams_at_once_are_each_streams_own_gaps():
+    """No gap spans two streams: each stream's first event starts afresh (one event: no gap at all)."""
+    def stream(offsets_us, counts):
+        return np.array(offsets_us, dtype="<i4").tobytes(), np.array(counts, dtype="<u2").tobytes()
+
+    streams = [stream([0, 8000, 40000], [1, 1, 2]), stream([0], [1]), stream([0, 5000], [1, 0])]
+    # 8 ms; 32 ms over 2 tokens: 16, 16; (the lone event: none); 5 ms over an event that carried no count: 5
+    assert gaps_ns(streams).tolist() == [8e6, 16e6, 16e6, 5e6]
+    assert gaps_ns([stream([0], [1])]).size == 0
 
 def test_the_reporter_sees_every_row_once_across_chunk_flushes_and_counts_asked_arrivals(tmp_path):
     log = request_writer(RunLayout(tmp_path).worker("eu", "eu-w0"), 1000, 60.0, streams=False)
