@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import gevent
 import numpy as np
@@ -13,13 +14,14 @@ from tailrace.contract.profile import Check, parse_profile
 from tailrace.contract.trace_context import parse_traceparent
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.spool.recorder import request_writer
+from tailrace.harness.worker import scenarios
 from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
-from tailrace.harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks
+from tailrace.harness.worker.scenarios import Arrival, IssueLoop, Window, back_to_back, interval_ticks, start_now
 from tests.support import FakeSender
 
 PROFILE = {"name": "unit", "endpoints": [{"name": "a", "url": "http://127.0.0.1:1", "protocol": "kserve-http",
@@ -170,3 +172,43 @@ def test_a_reference_that_never_answers_gets_only_the_packets_asked_for():
     finally:
         silent.close()
     assert len(logged) == 2 and all("did not answer" in m for m in logged)
+
+
+def test_start_now_sends_before_what_the_hub_has_queued_and_returns_once_the_request_waits():
+    """The open loop on greenlets runs a request's greenlet at once (its send at the loop's instant), not after the
+    rest of the hub's batch (a greenlet made ready before it, as reads are); the loop goes on once the request
+    waits for its answer."""
+    order = []
+
+    def request(item) -> None:
+        order.append(("send", item))
+        gevent.sleep(0.01)  # waits for its answer
+        order.append("answered")
+
+    def issue() -> None:
+        gevent.spawn_raw(order.append, "queued")  # ready before the send: the hub's batch
+        start_now(request, 7)
+        order.append("loop goes on")
+
+    gevent.spawn(issue).join()
+    gevent.sleep(0.02)
+    assert order[0] == ("send", 7)
+    assert order.index("loop goes on") < order.index("answered")
+
+
+def test_the_greenlet_open_loop_yields_to_nothing_within_the_last_stretch_before_a_send(monkeypatch):
+    """A read the hub runs just before a send could end after its instant: in the last YIELD_SLACK_NS the loop
+    spins on its own (a clock that moves 0.1 ms a look; the spin longer than the wait, so no sleep)."""
+    now = [0]
+
+    def clock() -> int:
+        now[0] += 100_000
+        return now[0]
+
+    yields = []
+    monkeypatch.setattr(scenarios, "time", SimpleNamespace(perf_counter_ns=clock))
+    monkeypatch.setattr(scenarios, "gevent", SimpleNamespace(sleep=lambda s=0: yields.append((due - now[0], s))))
+    due = 3_000_000
+    IssueLoop(lambda item: None, spin_ns=5_000_000, drain_s=1)._sleep_until(due)
+    assert yields and all(left >= scenarios.YIELD_SLACK_NS and s == 0 for left, s in yields)
+    assert now[0] >= due
