@@ -33,6 +33,12 @@ from tailrace.harness.services.processes import free_port, start_process, wait_h
 TITLE = "Generator: streams through the whole worker"
 TOKENS, FIRST_MS, GAP_MS, TURNS = 20, 50.0, 20.0, 4
 LAG_MS, FIRST_ERROR_MS = 1.0, 0.1
+READ = ("\nRead: streams go through a greenlet a request, and there the whole worker's core sets the limit, well "
+        "below the stream sender's own (~22,000 tokens/s a core in the stream-fidelity section): the send lag's tail "
+        "grows with the rate long before the core is full. The first-token error stays within 0.1 ms until the core "
+        "is saturated; past that, one late read carries several of a stream's events, and TCP gives one kernel "
+        "instant for all of them (the last segment's), so the first token is stamped late. Where the worker's time "
+        "goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"streams through the whole worker\").\n")
 
 
 class CoreBusy:
@@ -211,7 +217,7 @@ def main() -> int:
             "far. Send lag and first-token error (the record's t_first_token − the sink's write of the first token) "
             "from the run's own records; the table shows each rate's median trial by send-lag p99, "
             f"{args.repeats} trials a rate, the kinds alternating. Kernel housekeeping moved off CPU 0.\n\n"
-            + table(trials) + "\n" + verdicts(trials, kinds))
+            + table(trials) + "\n" + verdicts(trials, kinds) + READ)
     print(body)
     if not args.no_write:
         write_section(TITLE, body)
