@@ -109,7 +109,7 @@ class WorkerRun:
                               self._prepare if self.session_endpoints or self.trace_prompts else None)
         choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log)
         self.window: Window | None = None
-        self.sessions = SessionRunner(self.path.send, self.loop.wait_until, self.session_endpoints, p.load.seed,
+        self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}

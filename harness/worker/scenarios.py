@@ -9,6 +9,8 @@ Latency is always measured from an arrival's intended instant (perf_counter_ns, 
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -87,6 +89,11 @@ class IssueLoop:
         # this loop sleeps (harness/spool/chunk_shipping.py WriterChild); the inline path holds it itself
         self.writer = None
         self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
+        # sessions' later turns whose instants this open loop keeps (wait_turn): [instant, order, greenlet, waiting]
+        self._turns: list[list] = []
+        self._turn_order = itertools.count()
+        self._serving = False  # an open loop on greenlets is issuing: it keeps turns' instants
+        self._looks_at = 0  # the instant until which that loop looks at no turn (the end of its current wait)
 
     def stop(self) -> None:
         self.stopped = True
@@ -100,6 +107,44 @@ class IssueLoop:
         while time.perf_counter_ns() < mono_ns:
             gevent.sleep(0)
 
+    def wait_turn(self, mono_ns: int) -> None:
+        """Wait for a session's later turn's instant (called by the session's greenlet). While the open loop on
+        greenlets issues, it keeps the instant: it switches to this greenlet then, as it sends its own requests
+        (start_now) — one loop spinning for every send, where a greenlet a turn spinning by itself was late behind
+        the reads the hub ran for the others. A turn due before the loop next looks, or with no such loop, waits on
+        its own (wait_until); so does one the loop lets go (killed, stopped, done issuing)."""
+        if not self._serving or mono_ns <= self._looks_at:
+            return self.wait_until(mono_ns)
+        entry = [mono_ns, next(self._turn_order), greenlet.getcurrent(), True]
+        heapq.heappush(self._turns, entry)
+        try:
+            kept = gevent.get_hub().switch()
+        finally:
+            entry[3] = False
+        if kept is not True:
+            self.wait_until(mono_ns)
+
+    def _send_turns_before(self, mono_ns: int) -> None:
+        """Switch to each waiting turn whose instant comes before `mono_ns`, at its instant."""
+        turns = self._turns
+        while turns and turns[0][0] < mono_ns:
+            self._sleep_until(turns[0][0])
+            entry = heapq.heappop(turns)
+            if entry[3]:  # (not killed meanwhile)
+                entry[3] = False
+                gevent.get_hub().loop.run_callback(greenlet.getcurrent().switch)
+                entry[2].switch(True)
+
+    def _let_turns_go(self) -> None:
+        """No longer keep turns' instants: each waiting turn waits on its own from now on."""
+        self._serving = False
+        loop = gevent.get_hub().loop
+        for entry in self._turns:
+            if entry[3]:
+                entry[3] = False
+                loop.run_callback(entry[2].switch, False)
+        self._turns.clear()
+
     def _sleep_until(self, mono_ns: int) -> None:
         """wait_until for the open loop on greenlets. Its sends are its own (start_now), so in the last
         YIELD_SLACK_NS it spins without yielding: a batch of reads the hub runs for other greenlets can no longer
@@ -107,6 +152,7 @@ class IssueLoop:
         worker was busy kept the core until the scheduler's next tick, 4 ms of send lag (`perf sched` on the
         worker's core, streams at 250/s: ~1 a second). A writer WRITER_BEHIND chunks behind is waited for, whatever
         is due (send lag, never a lost chunk)."""
+        self._looks_at = mono_ns
         writer = self.writer
         if writer is not None and writer.outstanding >= WRITER_BEHIND \
                 and not writer.keep_up(WRITER_BEHIND, CATCH_UP_S):
@@ -173,8 +219,10 @@ class IssueLoop:
             inline.gate_writer(True)
         elif self.writer is not None:
             self.writer.gate(True)
+        self._serving = inline is None
         try:
             self._issue(arrivals, limit, active, tracked)
+            self._let_turns_go()
             more_s = max(0.0, (until_mono - time.perf_counter_ns()) / 1e9) \
                 if until_mono is not None and not self.stopped else 0.0
             issuing[0] = False
@@ -182,6 +230,7 @@ class IssueLoop:
                 inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
                 more_s = 0.0
         finally:  # also when the loop is killed (Locust's stop throws GreenletExit into it): never left held
+            self._let_turns_go()
             if inline is not None:
                 inline.gate_writer(False)
             elif self.writer is not None:
@@ -194,6 +243,7 @@ class IssueLoop:
         inline = self.inline
         for arrival, item in self._prepared(arrivals):
             if inline is None:
+                self._send_turns_before(arrival.intended_mono)
                 self._sleep_until(arrival.intended_mono)
             else:
                 self._pump_until(arrival.intended_mono)
@@ -211,9 +261,10 @@ class IssueLoop:
 
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
         """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to
-        PREPARE_AHEAD_S after the next one, at most PREPARE_AHEAD_N — but only while the next arrival is not due
-        within PREPARE_SLACK_NS, so that building never delays a send that is due (a burst of a trace's rows at one
-        instant is built before it, not during it)."""
+        PREPARE_AHEAD_S after the next one, at most PREPARE_AHEAD_N — but only while the next send (an arrival, or
+        a session's turn the loop keeps) is not due within PREPARE_SLACK_NS, so that building never delays a send
+        that is due (a burst of a trace's rows at one instant is built before it, not during it). Building a
+        session took 1.5-2 ms a piece at 250 requests/s (a greenlet switch trace): turns came due meanwhile."""
         if self.prepare is None:
             yield from ((a, a) for a in arrivals)
             return
@@ -228,10 +279,16 @@ class IssueLoop:
             # within PREPARE_AHEAD_S of the head (or of now, once it is due): a burst behind it is built with it
             while upcoming is not None and len(ahead) < PREPARE_AHEAD_N \
                     and upcoming.intended_mono - max(head_due, time.perf_counter_ns()) < PREPARE_AHEAD_S * 1e9 \
-                    and head_due - time.perf_counter_ns() > PREPARE_SLACK_NS:
+                    and self._next_send(head_due) - time.perf_counter_ns() > PREPARE_SLACK_NS:
                 ahead.append((upcoming, self.prepare(upcoming)))
                 upcoming = next(source, None)
+                if self._serving:
+                    gevent.sleep(0)  # answers come in, and the turns they lead to are queued (_next_send sees them)
             yield ahead.popleft()
+
+    def _next_send(self, arrival_mono: int) -> int:
+        """The instant of this loop's next send: the arrival's, or a session turn's waiting before it."""
+        return min(arrival_mono, self._turns[0][0]) if self._turns else arrival_mono
 
     def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
         """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""

@@ -212,3 +212,56 @@ def test_the_greenlet_open_loop_yields_to_nothing_within_the_last_stretch_before
     IssueLoop(lambda item: None, spin_ns=5_000_000, drain_s=1)._sleep_until(due)
     assert yields and all(left >= scenarios.YIELD_SLACK_NS and s == 0 for left, s in yields)
     assert now[0] >= due
+
+
+def _sessions_loop(turn_after_ms: float, arrivals: int = 3, apart_ms: float = 20.0):
+    """An open loop on greenlets whose first arrival starts a 'session': its second turn waits (wait_turn) for
+    `turn_after_ms` after its first. Returns the loop, its arrivals, what was sent (item, perf ns) and the instants
+    the turn waited on its own (wait_until)."""
+    sent, waited_alone = [], []
+    loop = IssueLoop(lambda item: None, spin_ns=1_500_000, drain_s=1)
+    start = time.perf_counter_ns() + 10_000_000
+    turn_due = start + int(turn_after_ms * 1e6)
+
+    def send(item) -> None:
+        sent.append((item.sample, time.perf_counter_ns()))
+        if item.sample == 0:
+            loop.wait_turn(turn_due)
+            sent.append(("turn", time.perf_counter_ns()))
+
+    loop.send = send
+    own = loop.wait_until
+    loop.wait_until = lambda mono: (waited_alone.append(mono), own(mono))[1]
+    return loop, [Arrival(start + int(k * apart_ms * 1e6), 0, 1, k) for k in range(arrivals)], sent, waited_alone, \
+        turn_due
+
+
+def test_a_later_turn_is_sent_by_the_open_loop_at_its_instant():
+    loop, arrivals, sent, waited_alone, turn_due = _sessions_loop(turn_after_ms=30)  # between arrivals 1 and 2
+    loop.open_loop(iter(arrivals), until_mono=turn_due + 5_000_000)
+    turn_at = dict(sent)["turn"]
+    assert turn_due <= turn_at and not waited_alone  # kept by the loop: it switched to the turn's greenlet
+    assert [s for s, _ in sent] == [0, 1, "turn", 2]
+    assert not loop._turns and not loop._serving
+
+
+def test_a_turn_waiting_when_the_loop_ends_waits_on_its_own():
+    loop, arrivals, sent, waited_alone, turn_due = _sessions_loop(turn_after_ms=60)  # after the last arrival
+    loop.open_loop(iter(arrivals), until_mono=turn_due + 5_000_000)
+    assert waited_alone == [turn_due] and dict(sent)["turn"] >= turn_due
+
+
+def test_a_killed_loop_lets_its_waiting_turns_go_and_a_killed_turn_is_skipped():
+    loop, arrivals, sent, waited_alone, turn_due = _sessions_loop(turn_after_ms=30, arrivals=50)
+    issuing = gevent.spawn(loop.open_loop, iter(arrivals))
+    gevent.sleep(0.02)  # the turn waits in the loop's queue
+    assert len(loop._turns) == 1
+    issuing.kill()
+    gevent.sleep(0.05)
+    assert waited_alone == [turn_due] and "turn" in dict(sent)
+    loop2, arrivals2, sent2, _, _ = _sessions_loop(turn_after_ms=30)
+    issuing = gevent.spawn(loop2.open_loop, iter(arrivals2))
+    gevent.sleep(0.02)
+    gevent.kill(loop2._turns[0][2])  # the session's greenlet, killed while its turn waits
+    issuing.join()
+    assert "turn" not in dict(sent2) and [s for s, _ in sent2] == [0, 1, 2]
