@@ -2,7 +2,8 @@
 # The generator benchmark of two commits side by side: OLD_REV and the working tree, alternating rounds, so that
 # machine noise falls on both alike. Usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE] [NEW_PATHS]
 # OLD_REV runs with its own default send path; the working tree with NEW_PATHS (default: greenlet,inline).
-# AB_BENCH=stream: bench/stream_worker.py instead (streams through the whole worker; RATE in requests/s).
+# AB_BENCH=stream: bench/stream_worker.py instead (streams through the whole worker; RATE in requests/s; AB_SESSIONS=1
+# adds its --sessions).
 set -euo pipefail
 old_rev=${1:?usage: bench/generator_ab.sh OLD_REV [ROUNDS] [RATE]}
 rounds=${2:-2}
@@ -37,7 +38,7 @@ for round in $(seq "$rounds"); do
     echo "== $tree ($([ $tree = old ] && echo "$old_rev" || echo "working tree")) round $round"
     if [ "$bench" = stream ]; then
       (cd "$work/$tree" && PYTHONPATH="$work/$tree" "$root/.venv/bin/python" bench/stream_worker.py --seconds 10 \
-        --rates "$rate" --repeats 3 --no-write | grep -E '^\{|^\| (independent|sessions)')
+        --rates "$rate" --repeats 3 --no-write ${AB_SESSIONS:+--sessions} | grep -E '^\{|^\| (independent|sessions)')
       continue
     fi
     if [ $tree = old ]; then args=("${old_args[@]}"); else args=(--send-paths "$new_paths" --no-write); fi
