@@ -189,6 +189,7 @@ def choose_send_path(loop: IssueLoop, profile: Profile, path: RequestPath, write
     """Give the worker's open `loop` its inline path (`inline_sends`) where the run can take it; else, on greenlets,
     the chunk `writer` moved to SCHED_IDLE and held stopped except while the loop sleeps (IssueLoop._sleep_until)."""
     loop.inline = inline_sends(profile, path, built_ahead=loop.prepare is not None, log=log, writer=writer)
+    loop.log = log
     if loop.inline is None and writer is not None and writer.idle():
         loop.writer = writer
         log("chunk writer: SCHED_IDLE, held except while the send loop sleeps")

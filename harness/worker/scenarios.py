@@ -88,6 +88,7 @@ class IssueLoop:
         # the worker's chunk writer, for an open loop that sends on greenlets: at SCHED_IDLE, held stopped except while
         # this loop sleeps (harness/spool/chunk_shipping.py WriterChild); the inline path holds it itself
         self.writer = None
+        self.log = print  # the worker's log (a stuck writer let go is said there)
         self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
         # sessions' later turns whose instants this open loop keeps (wait_turn): [instant, order, greenlet, waiting]
         self._turns: list[list] = []
@@ -155,7 +156,7 @@ class IssueLoop:
         self._looks_at = mono_ns
         writer = self.writer
         if writer is not None and writer.outstanding >= WRITER_BEHIND \
-                and not writer.keep_up(WRITER_BEHIND, CATCH_UP_S):
+                and not writer.keep_up(WRITER_BEHIND, CATCH_UP_S, self.log):
             self.writer = writer = None  # stuck: let go (keep_up said so in the worker's log)
         wait_ns = mono_ns - time.perf_counter_ns() - self.spin_ns
         if wait_ns > 0:
