@@ -30,6 +30,7 @@ PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size
 WRITER_BEHIND = 3  # chunks not yet written at which a sending loop that holds its writer waits for it (keep_up) ...
 CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 
+
 def _pidfd(pid: int) -> int:
     """A pidfd for `pid` (Linux 5.3+), or -1: without one the child is never held."""
     try:

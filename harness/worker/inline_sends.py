@@ -183,7 +183,6 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
     return inline
 
 
-
 def choose_send_path(loop: IssueLoop, profile: Profile, path: RequestPath, writer: WriterChild | None,
                      log=print) -> None:
     """Give the worker's open `loop` its inline path (`inline_sends`) where the run can take it; else, on greenlets,
