@@ -86,7 +86,9 @@ def digest_columns(rows: list[tuple]) -> dict[str, list]:
     cols: dict[str, list] = {name: list(map(_GET[name], rows)) for name in _DIGESTED}
     if any(cols["stream_outcome"]):
         cols.update({name: list(map(_GET[name], rows)) for name in _DIGESTED_STREAMS})
-        events = [(us, counts) for status, us, counts in map(_GET_EVENTS, rows) if status == _OK and us]
+        # one count per instant, as the sender writes them (a row that breaks it would shift every other's gaps)
+        events = [(us, counts) for status, us, counts in map(_GET_EVENTS, rows)
+                  if status == _OK and us and len(us) == 2 * len(counts)]
         cols["itl"] = [gaps_ns(events)] if events else []
     return cols
 
@@ -237,7 +239,7 @@ class LiveReporter:
         parts: dict[str, dict] = {name: {} for name in self.endpoints}
         endpoint_of = itemgetter(_F["endpoint"])
         first = True
-        size = STREAM_SLICE_ROWS if rows and rows[-1][_F["stream_outcome"]] else SLICE_ROWS
+        size = STREAM_SLICE_ROWS if any(map(_GET["stream_outcome"], rows)) else SLICE_ROWS
         while rows:
             if not first:
                 self.yield_fn()

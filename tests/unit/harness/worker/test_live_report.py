@@ -123,3 +123,13 @@ def test_slices_add_up_when_only_some_of_them_hold_streams_and_errors():
     whole = endpoint_digest(rows, None)
     assert sliced == whole
     assert whole["errors"] == {"timeout": 60} and whole["outcomes"] == {"complete": 240, "ttft_timeout": 60}
+
+
+def test_a_stream_whose_counts_do_not_match_its_instants_is_left_out_of_the_gaps_alone():
+    good = dict(t_first_token=1_000_000_000, t_last_token=1_016_000_000, ttft_ns=50_000_000, output_tokens=3,
+                input_tokens=10, token_source="usage", finish_reason="stop", stream_outcome="complete",
+                token_event_us=np.array([0, 8000, 16000], dtype="<i4").tobytes(),
+                token_event_counts=np.array([1, 1, 1], dtype="<u2").tobytes())
+    broken = {**good, "token_event_counts": np.array([1, 1], dtype="<u2").tobytes()}
+    d = endpoint_digest([row(**good), row(**broken)], asked=None)
+    assert sum(merge({}, d["itl"]).values()) == 2  # the good stream's two gaps, 8 ms each
