@@ -249,6 +249,24 @@ def write_run(run_dir: Path, *, workers: dict[str, dict], profile: dict, valid: 
 
 
 # -- chronyd as a loopback NTP reference (always -x: never touches the system clock) ----------------
+@contextmanager
+def stream_sink(work: Path, first_ms: float, gap_ms: float, tokens: int) -> Iterator[tuple[str, Path]]:
+    """bench/stream_sink.py started on a free port, its event log in `work`; (its URL, the log), stopped after."""
+    import sys
+
+    from tests import ROOT
+
+    port, log = free_port(), work / "events.jsonl"
+    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
+                                         "--log", str(log), "--first-ms", str(first_ms), "--gap-ms", str(gap_ms),
+                                         "--tokens", str(tokens)], work / "sink.log")
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", proc, timeout=30)
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.stop()
+
+
 def chronyd_path() -> str | None:
     return shutil.which("chronyd") or (str(Path("/usr/sbin/chronyd")) if Path("/usr/sbin/chronyd").exists() else None)
 

@@ -10,8 +10,8 @@ finish reason and how the stream ended (complete, error_event, cut, ttft_timeout
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 import gevent
@@ -20,7 +20,7 @@ import orjson
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.classify import classify_exception, classify_http_status
-from tailrace.harness.client.http1 import Http1Pool, Stalled
+from tailrace.harness.client.http1 import FirstTokenTimeout, Http1Pool, Stalled
 from tailrace.harness.client.openai_stream import (
     CUT,
     STALLED,
@@ -83,10 +83,6 @@ class PromptPayloads:
         return self.index(sample)
 
 
-class FirstTokenTimeout(socket.timeout):
-    """No first token within the endpoint's ttft_timeout_ms."""
-
-
 def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
                  stream: bool = True, min_tokens: int | None = None, model_inputs: tuple[str, ...] = ()) -> bytes:
     """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
@@ -127,6 +123,45 @@ def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream:
     return orjson.dumps(body)
 
 
+class StreamRead:
+    """One streamed response being read: its SSE parser and its protocol's stream state, fed each piece of the body
+    with the instant it was read. A fault in the stream is kept (`faults`) and raised, which stops the read."""
+
+    __slots__ = ("parser", "stream", "faults", "began", "timer")
+
+    def __init__(self, stream) -> None:
+        self.parser = SseParser()
+        self.stream = stream  # OpenAIStream or TritonGenerateStream
+        self.faults: list[Exception] = []  # raised inside the HTTP parser's callback: kept here, then classified
+        self.began = False  # a 200's body was read (a cut is a stream that began)
+        self.timer: gevent.Timeout | None = None  # the greenlet path's first-token timeout, cancelled at the token
+
+    def consume(self, data: bytes, read_ns: int) -> None:
+        self.began = True
+        stream = self.stream
+        try:
+            for at, event in self.parser.feed(data, read_ns):
+                stream.feed(at, event)
+        except (SseError, StreamProtocolError) as exc:
+            self.faults.append(exc)
+            raise  # stops reading: the connection is closed
+        if self.timer is not None and stream.first_token_ns >= 0:
+            self.timer.cancel()
+
+    @property
+    def first_token_ns(self) -> int:
+        """The first token's read instant; -1 before it (the inline pool's first-token timeout reads it)."""
+        return self.stream.first_token_ns
+
+
+class StreamPending(NamedTuple):
+    """A stream request on its way: its reading, the bytes it sent, its prompt's index in the token counter."""
+
+    read: StreamRead
+    bytes_out: int
+    index: int
+
+
 class StreamSender:
     """One endpoint's streamed generative requests — OpenAI-compatible completions or Triton's generate extension
     — over the generator's keep-alive HTTP/1.1 pool (TLS for https://), each body encoded before the run."""
@@ -151,6 +186,7 @@ class StreamSender:
         self.payloads = PromptPayloads(bodies, count=samples)
         self.timeout_s, self.ttft_timeout_s, self.stall_timeout_s = timeout_s, ttft_timeout_s, stall_timeout_s
         self.credential = credential
+        self.inline = None  # the issue loop's own connections, once attached (attach_inline)
         self.warm_connections = min(16, pool)
         self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {parsed.hostname}:{port}\r\n"
                       "Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: keep-alive\r\n"
@@ -167,73 +203,106 @@ class StreamSender:
         index = self.payloads.index(sample)
         return self.send_body(self.payloads.bodies[index], headers, on_sent, index)
 
+    def _request(self, body: bytes, headers: dict[str, str]) -> bytes:
+        """The request's head: its route, the credential (read now: a rotated one is picked up) and `headers`."""
+        return b"".join((self._head, self._auth_line(),
+                         "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+
+    def _reading(self) -> StreamRead:
+        return StreamRead(TritonGenerateStream(self.count_output) if self.protocol == TRITON_GENERATE
+                          else OpenAIStream(self.chat))
+
     def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1) -> Outcome:
         """Send one request body (a session's turn, built at its send) and read its stream, as send does
         (`index`: the prompt's in the token counter, -1: none)."""
-        result = StreamOutcome()
         try:
-            auth = self._auth_line()
+            head = self._request(body, headers)
         except CredentialError as exc:
-            return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=result)
-        head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
-                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+            return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=StreamOutcome())
         if not self.stream:
-            return self._send_whole(head, body, on_sent, result, index)
-        parser = SseParser()
-        stream = TritonGenerateStream(self.count_output) if self.protocol == TRITON_GENERATE else OpenAIStream(self.chat)
-        first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
-            if self.ttft_timeout_s else None
-
-        faults: list[Exception] = []  # raised inside the HTTP parser's callback: kept here, then classified
-        streamed: list[int] = []  # a stream began: a 200's body was read (a cut is a stream that began)
-
-        def consume(data: bytes, read_ns: int) -> None:
-            streamed.append(read_ns)
-            try:
-                for at, event in parser.feed(data, read_ns):
-                    stream.feed(at, event)
-                    if first is not None and stream.first_token_ns >= 0:
-                        first.cancel()
-            except (SseError, StreamProtocolError) as exc:
-                faults.append(exc)
-                raise  # stops reading: the connection is closed
-
+            return self._send_whole(head, body, on_sent, StreamOutcome(), index)
+        read = self._reading()
+        if self.ttft_timeout_s:
+            read.timer = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time"))
         on_sent()
-        if first is not None:
-            first.start()
-        status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
+        if read.timer is not None:
+            read.timer.start()
+        response, failure = None, None
         try:
-            response = self.client.request(head + body, consume, self.stall_timeout_s)
+            response = self.client.request(head + body, read.consume, self.stall_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+            failure = exc
+        finally:
+            if read.timer is not None:
+                read.timer.cancel()
+        return self.ended(StreamPending(read, len(head) + len(body), index), response, failure)
+
+    # -- the issue loop's own path (harness/worker/inline_sends.py): the same request, the same outcome ----------
+    def encode(self, sample: int, headers: dict[str, str]) -> tuple[StreamPending | Outcome, bytes | None]:
+        """Prompt `sample`'s request as one buffer and the reading it needs (`StreamPending`); (its Outcome, None)
+        when it cannot be sent (the credential cannot be read)."""
+        index = self.payloads.index(sample)
+        body = self.payloads.bodies[index]
+        try:
+            head = self._request(body, headers)
+        except CredentialError as exc:
+            return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=StreamOutcome()), \
+                None
+        return StreamPending(self._reading(), len(head) + len(body), index), head + body
+
+    def answered(self, pending: StreamPending, response) -> Outcome:
+        """The Outcome of an inline stream read to its end (harness/client/http1.py's HttpResponse)."""
+        return self.ended(pending, response, None)
+
+    def failed(self, pending: StreamPending, failure: BaseException) -> Outcome:
+        """The Outcome of an inline stream that failed (what a blocking read would have raised)."""
+        return self.ended(pending, None, failure)
+
+    def attach_inline(self, poller, done):
+        """This endpoint's streams driven by the issue loop (harness/client/inline_http1.py) from now on: plain
+        HTTP streams only (None over TLS, or for stream = false: those stay on the greenlet path)."""
+        if self.client.tls is not None or not self.stream:
+            return None
+        from tailrace.harness.client.inline_http1 import InlineHttp1Pool
+
+        self.inline = InlineHttp1Pool(poller, self.client.host, self.client.port, self.timeout_s, done,
+                                      streamed=True, kernel_stamps=self.client.kernel_stamps, ttft_s=self.ttft_timeout_s,
+                                      stall_s=self.stall_timeout_s)
+        return self.inline
+
+    def ended(self, pending: StreamPending, response, failure: BaseException | None) -> Outcome:
+        """A stream's Outcome from how its read ended: a whole `response`, or the `failure` raised."""
+        read, result = pending.read, StreamOutcome()
+        status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
+        if failure is None:
             bytes_in = response.body_bytes
             timing = server_timing(response.server_timing)
             code = str(response.status)
             status = classify_http_status(response.status)
             if status != "ok":
                 error = _error_text(response.body)
-            elif parser.close():
+            elif read.parser.close():
                 result.outcome = CUT  # the response ended inside an event
-        except FirstTokenTimeout:
+        elif isinstance(failure, FirstTokenTimeout):
             status, code, error, result.outcome = "timeout", "ttft_timeout", "no first token within " \
                 f"{self.ttft_timeout_s:g} s", TTFT_TIMEOUT
-        except Stalled as exc:
-            status, code, error, result.outcome = "timeout", STALLED, str(exc), STALLED
-        except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
-            if faults:
-                status, code, error = "bad_response", "stream", str(faults[0])[:200]
-            else:
-                status, code, error = classify_exception(exc)
-                result.outcome = TIMEOUT if status == "timeout" else CUT if streamed else ""
-        finally:
-            if first is not None:
-                first.cancel()
-        stream_into(result, stream, self.counter, index)
+        elif isinstance(failure, Stalled):
+            status, code, error, result.outcome = "timeout", STALLED, str(failure), STALLED
+        elif read.faults:
+            status, code, error = "bad_response", "stream", str(read.faults[0])[:200]
+        else:
+            status, code, error = classify_exception(failure)
+            result.outcome = TIMEOUT if status == "timeout" else CUT if read.began else ""
+        stream = read.stream
+        stream_into(result, stream, self.counter, pending.index)
         if status == "ok":
             result.outcome = result.outcome or stream.outcome()
             if result.outcome != "complete":
                 status, code = "bad_response", result.outcome
                 error = stream.error or ("the stream ended before [DONE] or a finish reason" if result.outcome == CUT
                                          else error)
-        return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), bytes_in=bytes_in,
+        return Outcome(status=status, code=code, error=error, bytes_out=pending.bytes_out, bytes_in=bytes_in,
                        stream=result, **timing)
 
     def _send_whole(self, head: bytes, body: bytes, on_sent, result: StreamOutcome, index: int) -> Outcome:
@@ -269,7 +338,10 @@ class StreamSender:
         response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {check} answered {response.status}")
-        self.client.prewarm(self.warm_connections)
+        if self.inline is not None:
+            self.inline.prewarm(self.warm_connections)
+        else:
+            self.client.prewarm(self.warm_connections)
 
     def close(self) -> None:
         self.client.close()

@@ -18,7 +18,8 @@ import gevent
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.classify import classify_exception
-from tailrace.harness.client.generative import FirstTokenTimeout, PromptPayloads, stream_into
+from tailrace.harness.client.generative import PromptPayloads, stream_into
+from tailrace.harness.client.http1 import FirstTokenTimeout
 from tailrace.harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.tls import grpc_channel

@@ -17,7 +17,7 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: the kernel stamps each packet as it arrives
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: the kernel stamps each packet as it arrives
 _ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
 _HEADER_LENGTH = b"inference-header-content-length"
 _SERVER_TIMING = b"server-timing"
@@ -82,13 +82,13 @@ def _send_bytes(sock, data: bytes) -> None:
         sent += sock.send(memoryview(data)[sent:])
 
 
-def _stamped_recv(sock, offset_ns: int) -> tuple[bytes, int]:
+def stamped_recv(sock, offset_ns: int) -> tuple[bytes, int]:
     """recv with the kernel's receive instant of the bytes (SO_TIMESTAMPNS, wall clock) moved to the monotonic
     clock by `offset_ns`; the read's own instant when the kernel gave none. Never later than now."""
     data, ancillary, _, _ = sock.recvmsg(65536, _ANCILLARY)
     now = time.perf_counter_ns()
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
             stamp = int.from_bytes(payload[:8], "little", signed=True) * 1_000_000_000 + int.from_bytes(
                 payload[8:16], "little", signed=True) - offset_ns
             return data, min(stamp, now)
@@ -101,6 +101,10 @@ class ConnectionClosed(ConnectionError):
 
 class Stalled(socket.timeout):
     """A response that began, then sent nothing for the stall timeout."""
+
+
+class FirstTokenTimeout(socket.timeout):
+    """No first token within the endpoint's ttft_timeout_ms."""
 
 
 STALL_CHECK_S = 0.25  # how often the stall watchdog looks (a stall is caught within this of its timeout)
@@ -130,7 +134,7 @@ class Http1Pool:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.kernel_stamps:
             try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             except OSError:
                 self.kernel_stamps = False
         # room for a large request in one write (a 602 kB image): fewer wake-ups of the sending loop per request
@@ -181,7 +185,7 @@ class Http1Pool:
             offset_ns = time.time_ns() - time.perf_counter_ns()  # wall − monotonic, for the kernel's stamps
             while not response.complete:
                 if stamped:
-                    data, response.read_ns = _stamped_recv(sock, offset_ns)
+                    data, response.read_ns = stamped_recv(sock, offset_ns)
                 else:
                     data = sock.recv(65536)
                     response.read_ns = time.perf_counter_ns()

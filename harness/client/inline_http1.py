@@ -26,7 +26,15 @@ from gevent.monkey import get_original
 from gevent.socket import wait as wait_on
 from gevent.socket import wait_write
 
-from tailrace.harness.client.http1 import ConnectionClosed, HttpResponse
+from tailrace.harness.client.http1 import (
+    SO_TIMESTAMPNS,
+    STALL_CHECK_S,
+    ConnectionClosed,
+    FirstTokenTimeout,
+    HttpResponse,
+    Stalled,
+    stamped_recv,
+)
 
 _epoll = get_original("select", "epoll")  # gevent's monkey patching removes select.epoll from the module
 _select = get_original("select", "select")  # the kernel's select: blocks this process, with a µs timeout
@@ -40,13 +48,16 @@ class InlineExchange:
     """One request on an inline pool: its bytes, its response, when it went out and when it ended."""
 
     __slots__ = ("context", "raw", "out", "deadline_ns", "conn", "response", "parser", "sent_ns", "done_ns",
-                 "error", "reused", "retried", "got_bytes", "open")
+                 "error", "reused", "retried", "got_bytes", "open", "reader")
 
-    def __init__(self, raw: bytes | tuple[bytes, ...], context: object, deadline_ns: int) -> None:
+    def __init__(self, raw: bytes | tuple[bytes, ...], context: object, deadline_ns: int, reader=None) -> None:
         self.context, self.deadline_ns, self.raw = context, deadline_ns, raw
         self.out = _views(raw)
         self.conn: _Connection | None = None
-        self.response = HttpResponse()
+        # a streamed body's reader (harness/client/generative.py StreamRead): a 200's body handed to its consume()
+        # piece by piece as read, with the read's instant; its first_token_ns for the first-token timeout
+        self.reader = reader
+        self.response = HttpResponse(reader.consume if reader is not None else None)
         self.parser = None
         self.sent_ns = 0  # perf_counter_ns() just before its first byte was handed to the kernel
         self.done_ns = 0  # the read that completed it (or the failure's instant)
@@ -148,21 +159,33 @@ class InlineHttp1Pool:
     """Keep-alive connections to one host:port whose exchanges the issue loop drives through an InlinePoller."""
 
     def __init__(self, poller: InlinePoller, host: str, port: int, timeout_s: float,
-                 done: Callable[[InlineExchange], None]) -> None:
+                 done: Callable[[InlineExchange], None], streamed: bool = False, kernel_stamps: bool = False,
+                 ttft_s: float | None = None, stall_s: float | None = None) -> None:
         self.poller, self.host, self.port, self.timeout_s, self.done = poller, host, port, timeout_s, done
         self.timeout_ns = int(timeout_s * 1e9)
+        # `streamed`: each request is started with a reader of its streamed body (harness/client/http1.py's
+        # rules): the body's pieces stamped with the kernel's receive instant; no first token within ttft_s fails
+        # it (FirstTokenTimeout), as does a begun response silent for stall_s (Stalled)
+        self.streamed, self.kernel_stamps = streamed, kernel_stamps
+        self.ttft_s, self.ttft_ns = ttft_s, int(ttft_s * 1e9) if ttft_s else 0
+        self.stall_s, self.stall_ns = stall_s, int(stall_s * 1e9) if stall_s else 0
         self._address: tuple | None = None  # resolved once; again after a failed connect
         self._idle: list[_Connection] = []
         self._deadlines: deque[InlineExchange] = deque()  # in start order: one timeout, so in deadline order too
+        self._firsts: deque[InlineExchange] = deque()  # streams without a first token yet, in start order
+        self._next_stall_check = 0
         self.busy = 0
         poller.pools.append(self)
 
     # -- starting ---------------------------------------------------------------------------------
-    def start(self, raw: bytes | tuple[bytes, ...], context: object = None) -> InlineExchange:
-        """Send `raw` (one whole request, or its parts) now; the exchange ends through `done`, never by raising here."""
-        ex = InlineExchange(raw, context, time.perf_counter_ns() + self.timeout_ns)
+    def start(self, raw: bytes | tuple[bytes, ...], context: object = None, reader=None) -> InlineExchange:
+        """Send `raw` (one whole request, or its parts) now; the exchange ends through `done`, never by raising here.
+        `reader`: a streamed response's (InlineExchange.reader)."""
+        ex = InlineExchange(raw, context, time.perf_counter_ns() + self.timeout_ns, reader)
         self.busy += 1
         self._deadlines.append(ex)
+        if reader is not None and self.ttft_ns:
+            self._firsts.append(ex)
         ex.sent_ns = time.perf_counter_ns()
         self._begin(ex)
         return ex
@@ -192,6 +215,8 @@ class InlineHttp1Pool:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SNDBUF)
+            if self.kernel_stamps:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             err = sock.connect_ex(address)
             if err not in (0, errno.EINPROGRESS):
                 self._address = None
@@ -246,8 +271,12 @@ class InlineHttp1Pool:
             self._read(conn, ex)
 
     def _read(self, conn: _Connection, ex: InlineExchange) -> None:
+        stamp = 0
         try:
-            data = conn.sock.recv(65536)
+            if ex.reader is not None and self.kernel_stamps:  # (wall − monotonic now, for the kernel's stamp)
+                data, stamp = stamped_recv(conn.sock, time.time_ns() - time.perf_counter_ns())
+            else:
+                data = conn.sock.recv(65536)
         except BlockingIOError:
             return
         except OSError as exc:
@@ -259,7 +288,7 @@ class InlineHttp1Pool:
             return
         ex.got_bytes = True
         response = ex.response
-        response.read_ns = now
+        response.read_ns = stamp or now  # a stream's: the kernel's receive instant, on the monotonic clock
         try:
             ex.parser.feed_data(data)
         except Exception as exc:  # noqa: BLE001 - a malformed response fails its request, named
@@ -283,7 +312,7 @@ class InlineHttp1Pool:
             isinstance(exc, ConnectionClosed) and exc.args and exc.args[0] == "before response"))
         if before and ex.reused and not ex.retried:
             ex.retried = True
-            ex.response = HttpResponse()
+            ex.response = HttpResponse(ex.reader.consume if ex.reader is not None else None)
             ex.out = _views(ex.raw)
             self._begin(ex, fresh=True)
             return
@@ -293,15 +322,32 @@ class InlineHttp1Pool:
 
     # -- ending ---------------------------------------------------------------------------------------
     def expire(self, now_ns: int) -> None:
-        """Fail the exchanges whose timeout has passed (`socket.timeout`, as the blocking pool raises)."""
+        """Fail the exchanges whose timeout has passed (`socket.timeout`, as the blocking pool raises); then the
+        streams with no first token within ttft_s (FirstTokenTimeout), and, every STALL_CHECK_S, those begun and
+        silent for stall_s (Stalled), as the greenlet path's timer and watchdog do."""
         deadlines = self._deadlines
         while deadlines and (not deadlines[0].open or deadlines[0].deadline_ns <= now_ns):
             ex = deadlines.popleft()
             if ex.open:
-                if ex.conn is not None and ex.conn.exchange is ex:
-                    ex.conn.exchange = None
-                    self._close(ex.conn)
-                self._fail(ex, socket.timeout(f"no complete response within {self.timeout_s:g} s"), now_ns)
+                self._abort(ex, socket.timeout(f"no complete response within {self.timeout_s:g} s"), now_ns)
+        firsts = self._firsts
+        while firsts and (not firsts[0].open or firsts[0].reader.first_token_ns >= 0
+                          or firsts[0].sent_ns + self.ttft_ns <= now_ns):
+            ex = firsts.popleft()
+            if ex.open and ex.reader.first_token_ns < 0:
+                self._abort(ex, FirstTokenTimeout("no first token in time"), now_ns)
+        if self.stall_ns and now_ns >= self._next_stall_check:
+            self._next_stall_check = now_ns + int(STALL_CHECK_S * 1e9)
+            for ex in [e for e in deadlines if e.open and e.got_bytes and e.reader is not None
+                       and now_ns - e.response.read_ns >= self.stall_ns]:
+                self._abort(ex, Stalled(f"no data for {self.stall_s:g} s in the middle of the response"), now_ns)
+
+    def _abort(self, ex: InlineExchange, exc: BaseException, now_ns: int) -> None:
+        """End `ex` with `exc`, its connection closed (it may still be sending or reading)."""
+        if ex.conn is not None and ex.conn.exchange is ex:
+            ex.conn.exchange = None
+            self._close(ex.conn)
+        self._fail(ex, exc, now_ns)
 
     def _fail(self, ex: InlineExchange, exc: BaseException, now_ns: int = 0) -> None:
         ex.error = exc

@@ -127,6 +127,11 @@ class HttpSender:
         """`out` completed from a whole response (harness/client/http1.py's HttpResponse)."""
         return self._parse(out, response.status, response.body, response.header_length)
 
+    def failed(self, out: Outcome, failure: BaseException) -> Outcome:
+        """`out` completed from the failure an inline exchange ended with (what a blocking request raises)."""
+        out.status, out.code, out.error = classify_exception(failure)
+        return out
+
     def attach_inline(self, poller, done):
         """This endpoint's connections driven by the issue loop (harness/client/inline_http1.py) from now on:
         plain HTTP only (None over TLS, whose handshakes and records stay on the greenlet path)."""

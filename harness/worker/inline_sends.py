@@ -1,4 +1,5 @@
-"""The issue loop's own request path for open-loop plain-HTTP KServe endpoints: no greenlet per request.
+"""The issue loop's own request path for open-loop plain-HTTP endpoints (KServe, and streams whose requests are
+encoded before the run): no greenlet per request.
 
 A request is sent by the issue loop the moment it is due (harness/client/inline_http1.py). Its response is read
 by the issue loop between sends. Its record is written later, in the loop's slack: the row, the metrics and the
@@ -8,7 +9,8 @@ generator that cannot keep up then shows it as send lag, which the saturation ru
 
 What is recorded is what the greenlet path records (harness/worker/requester.py: the same `finish`): the same
 intended instant, the send instant taken just before the request's first byte goes to the kernel, and the instant
-of the read that completed the response.
+of the read that completed the response; a stream's token events are stamped with the kernel's receive instant, and
+its outcome is made by its sender from the same reading (harness/client/generative.py `StreamSender.ended`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ import time
 from collections import deque
 
 from tailrace.contract.profile import Profile
-from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
 from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, WriterChild
@@ -70,7 +71,7 @@ class InlineSends:
         """Send `arrival`'s request now; never raises (a failure is recorded as its outcome)."""
         path = self.path
         call = path.begin(arrival)
-        try:
+        try:  # `out`: the outcome so far (KServe), or what a stream's reading needs (a StreamPending)
             out, raw = path.senders[arrival.endpoint].encode(arrival.sample, call.headers)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             out, raw = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200]), None
@@ -79,7 +80,8 @@ class InlineSends:
             path.answered()
             self._records.append((arrival, call, out, now, now, None, None))
             return
-        self.pools[arrival.endpoint].start(raw, (arrival, call, out))
+        pool = self.pools[arrival.endpoint]
+        pool.start(raw, (arrival, call, out), out.read if pool.streamed else None)
 
     def _answered(self, ex: InlineExchange) -> None:
         arrival, call, out = ex.context
@@ -132,13 +134,12 @@ class InlineSends:
 
     def _record(self, item: tuple) -> None:
         arrival, call, out, sent_ns, done_ns, error, response = item
-        if error is not None:
-            out.status, out.code, out.error = classify_exception(error)
-        elif response is not None:
+        if error is not None or response is not None:
+            sender = self.path.senders[arrival.endpoint]
             try:
-                out = self.path.senders[arrival.endpoint].answered(out, response)
+                out = sender.failed(out, error) if error is not None else sender.answered(out, response)
             except Exception as exc:  # noqa: BLE001 - never stop the generator
-                out.status, out.code, out.error = "bad_response", "exception", f"{type(exc).__name__}: {exc}"[:200]
+                out = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         self.path.finish(arrival, call, sent_ns, done_ns, out)
 
     def drain(self, until_ns: int) -> None:
@@ -167,8 +168,9 @@ def inline_sends(profile: Profile, path: RequestPath, built_ahead: bool, log=pri
                  writer: WriterChild | None = None) -> InlineSends | None:
     """The inline path of a run that can take it, said in the worker's log: `generator.send_path` is inline, the
     scenario an open loop (server, multi-stream), no request built ahead of its send (sessions, a trace's prompts),
-    and some endpoint is plain-HTTP KServe. None: every request goes the greenlet way. The worker's chunk `writer`,
-    if any, is moved to SCHED_IDLE and held stopped except while the loop sleeps (InlineSends.yield_core)."""
+    and some endpoint is plain HTTP (KServe, or a stream encoded before the run). None: every request goes the
+    greenlet way. The worker's chunk `writer`, if any, is moved to SCHED_IDLE and held stopped except while the loop
+    sleeps (InlineSends.yield_core)."""
     if profile.generator.send_path != "inline" or profile.load.scenario not in ("server", "multi-stream") \
             or built_ahead:
         return None

@@ -1,10 +1,10 @@
 """The generative sender against a streaming sink that records when it writes each event (bench/stream_sink.py):
 token instants as the client stamps them against the truth, token counts from usage, and every stream fault
-classified (a cut, an error event, no first token in time, an event that is not JSON)."""
+classified (a cut, an error event, no first token in time, an event that is not JSON) — on the greenlet path
+(`StreamSender.send`) and on the issue loop's own (`encode`, an inline pool, `answered` / `failed`) alike."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -14,24 +14,16 @@ import pytest
 
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
-from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
-from tests import ROOT
+from tailrace.harness.client.inline_http1 import InlinePoller
+from tests.support import stream_sink
 
 FIRST_MS, GAP_MS, TOKENS = 50, 20, 20
 
 
 @pytest.fixture(scope="module")
 def sink(tmp_path_factory):
-    work = tmp_path_factory.mktemp("sink")
-    port, log = free_port(), work / "events.jsonl"
-    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
-                                         "--log", str(log), "--first-ms", str(FIRST_MS), "--gap-ms", str(GAP_MS),
-                                         "--tokens", str(TOKENS)], work / "sink.log")
-    try:
-        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", proc, timeout=30)
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        proc.stop()
+    with stream_sink(tmp_path_factory.mktemp("sink"), FIRST_MS, GAP_MS, TOKENS) as (url, log):
+        yield url, log
 
 
 def sink_events(log: Path) -> dict[str, list[dict]]:
@@ -56,12 +48,41 @@ def send_all(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, 
     return results
 
 
+def send_inline(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, object]]:
+    """send_all's requests driven as the issue loop drives them (harness/worker/inline_sends.py): each started on the
+    sender's inline pool, the poller read until it ends, its outcome from `answered` or `failed`."""
+    poller, ended = InlinePoller(), []
+    pool = sender.attach_inline(poller, ended.append)
+    assert pool is not None and pool.streamed
+    sender.warm_up()
+    for start in range(0, n, concurrency):
+        for k in range(start, min(n, start + concurrency)):
+            trace_id, span_id = new_ids()
+            pending, raw = sender.encode(k, {"traceparent": format_traceparent(trace_id, span_id)})
+            pool.start(raw, (trace_id, pending), pending.read)
+        while pool.busy:
+            poller.poll()
+            poller.expire(time.perf_counter_ns())
+            poller.wait(0.005)
+    poller.close()
+    sender.inline = None  # the sender's greenlet pool again (a next test of the same sender)
+    return [(ex.context[0], sender.failed(ex.context[1], ex.error) if ex.error is not None
+             else sender.answered(ex.context[1], ex.response)) for ex in ended]
+
+
+@pytest.fixture(params=["greenlet", "inline"])
+def send(request):
+    """How requests go: a greenlet each (StreamSender.send), or the issue loop's own path (send_inline)."""
+    return send_all if request.param == "greenlet" else send_inline
+
+
 @pytest.mark.parametrize("protocol", [CHAT, COMPLETIONS])
-def test_token_instants_match_the_sinks_write_instants(sink, protocol):
+def test_token_instants_match_the_sinks_write_instants(sink, protocol, send):
     url, log = sink
     sender = StreamSender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], 10, 2.0, None)
-    sender.warm_up()
-    results = send_all(sender, 40, concurrency=20)
+    if send is send_all:
+        sender.warm_up()
+    results = send(sender, 40, concurrency=20)
     truth = sink_events(log)
     first_errors, gap_errors = [], []
     for trace_id, out in results:
@@ -89,28 +110,31 @@ def test_token_instants_match_the_sinks_write_instants(sink, protocol):
     ("error", "bad_response", "error_event", "error_event", "sink: out of memory"),
     ("malformed", "bad_response", "stream", "", "not JSON"),
 ])
-def test_stream_faults_are_classified(sink, mode, status, code, outcome, words):
+def test_stream_faults_are_classified(sink, mode, status, code, outcome, words, send):
     url, _ = sink
     sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], 10, 2.0, None)
-    [(_, out)] = send_all(sender, 1, 1)
+    [(_, out)] = send(sender, 1, 1)
     sender.close()
     assert out.status == status and (code is None or out.code == code), out
     assert out.stream.outcome == outcome and words in out.error, (out, out.stream)
     assert out.stream.first_token_ns > 0  # the tokens before the fault were stamped
 
 
-def test_no_first_token_within_the_ttft_timeout(sink):
+def test_no_first_token_within_the_ttft_timeout(sink, send):
     url, _ = sink
     sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, 0.3, None)
-    [(_, out)] = send_all(sender, 1, 1)
+    began = time.perf_counter()
+    [(_, out)] = send(sender, 1, 1)
+    waited = time.perf_counter() - began
     sender.close()
     assert (out.status, out.code, out.stream.outcome) == ("timeout", "ttft_timeout", "ttft_timeout"), out
+    assert waited < 1.5, waited  # the first token would have come after 2 s
 
 
-def test_a_refused_request_keeps_its_status_and_message(sink):
+def test_a_refused_request_keeps_its_status_and_message(sink, send):
     url, _ = sink
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], 5, None, None)
-    [(_, out)] = send_all(sender, 1, 1)
+    [(_, out)] = send(sender, 1, 1)
     assert (out.status, out.code, out.error) == ("http_error", "429", "sink: too many requests"), out
     assert out.stream.first_token_ns == -1 and out.stream.output_tokens == 0
     sender.warm_up()  # the next request on the same keep-alive connection is fine
@@ -120,17 +144,18 @@ def test_a_refused_request_keeps_its_status_and_message(sink):
         wrong.warm_up()  # before the start instant: GET /nope/v1/models is not a model list
 
 
-def test_a_stream_that_stops_sending_is_stalled_once_its_stall_timeout_passes(sink):
+def test_a_stream_that_stops_sending_is_stalled_once_its_stall_timeout_passes(sink, send):
     """mode:slow answers at once (headers and the role event), then sends nothing for 2 s: with a 0.5 s stall
     timeout the request ends `stalled` within the watchdog's check of it; streams that keep sending are untouched."""
     url, _ = sink
     sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, None, None,
                           stall_timeout_s=0.5)
+    sender.warm_up()
     began = time.perf_counter()
-    out = sender.send(0, {}, lambda: None)
+    [(_, out)] = send(sender, 1, 1)
     waited = time.perf_counter() - began
     assert out.status == "timeout" and out.code == "stalled" and out.stream.outcome == "stalled", out
     assert 0.5 <= waited < 1.2, waited
     steady = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)], 10, None, None,
                           stall_timeout_s=0.5, pool=50)
-    assert {o.stream.outcome for _, o in send_all(steady, 50, 50)} == {"complete"}
+    assert {o.stream.outcome for _, o in send(steady, 50, 50)} == {"complete"}

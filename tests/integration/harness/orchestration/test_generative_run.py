@@ -12,25 +12,15 @@ import numpy as np
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
-from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
-from tests import ROOT
-from tests.support import make_profile, run_with
+from tests.support import make_profile, run_with, stream_sink
 
 FIRST_MS, GAP_MS, TOKENS, NEAR_MS, FAR_MS = 50, 20, 16, 2, 15
 
 
 @pytest.fixture(scope="module")
 def sink(tmp_path_factory):
-    work = tmp_path_factory.mktemp("sink")
-    port = free_port()
-    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
-                                         "--log", str(work / "events.jsonl"), "--first-ms", str(FIRST_MS),
-                                         "--gap-ms", str(GAP_MS), "--tokens", str(TOKENS)], work / "sink.log")
-    try:
-        wait_http_ok(f"http://127.0.0.1:{port}/v1/models", proc, timeout=30)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    with stream_sink(tmp_path_factory.mktemp("sink"), FIRST_MS, GAP_MS, TOKENS) as (url, _):
+        yield url
 
 
 def generative_profile(model_repo, url: str, **extra):
@@ -126,17 +116,10 @@ def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(mo
     token; each later turn carries the previous turn's assistant message with its tool call and a tool result."""
     import json
 
-    log = tmp_path / "events.jsonl"
-    port = free_port()
-    proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
-                                         "--log", str(log), "--first-ms", str(FIRST_MS), "--gap-ms", str(GAP_MS),
-                                         "--tokens", str(TOKENS)], tmp_path / "sink.log")
     sessions = tmp_path / "agent.jsonl"
     sessions.write_text("".join(json.dumps({"session_id": f"s{i}", "text": f"mode:agent find item {k}",
                                             "output_tokens": TOKENS}) + "\n" for i in range(8) for k in range(3)))
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http_ok(f"{url}/v1/models", proc, timeout=30)
+    with stream_sink(tmp_path, FIRST_MS, GAP_MS, TOKENS) as (url, log):
         profile = make_profile(model_repo, endpoints=[
             {"name": "agent", "url": url, "protocol": "openai-chat", "model": "sink",
              "prompts": {"file": str(sessions)},
@@ -144,8 +127,6 @@ def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(mo
             regions=[{"name": "near", "share": 1.0, "delay_ms": NEAR_MS}],
             load={"rate": 4, "duration_s": 4, "warmup_s": 0, "seed": 3})
         run, manifest = run_with(profile, tmp_path / "run")
-    finally:
-        proc.stop()
     assert manifest["valid"], manifest["invalid_reasons"]
     a = analyze_run(run.run_dir)
     df = a.requests

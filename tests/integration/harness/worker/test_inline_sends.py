@@ -1,6 +1,6 @@
 """The open loop's inline path (harness/worker/inline_sends.py) beside the greenlet path, against a loopback KServe
-stand-in: the same arrivals give the same records; a record waits for the loop's slack, within its bound; what
-never answers is recorded as a timeout at the drain."""
+stand-in and the streaming sink (bench/stream_sink.py): the same arrivals give the same records; a record waits for
+the loop's slack, within its bound; what never answers is recorded as a timeout at the drain."""
 from __future__ import annotations
 
 import os
@@ -18,6 +18,7 @@ from tailrace.contract.plan import unresolved_plan
 from tailrace.contract.profile import Check, parse_profile
 from tailrace.contract.requests import InputSpec, RequestSpec
 from tailrace.contract.trace_context import parse_traceparent
+from tailrace.harness.client.generative import CHAT, StreamSender, request_body
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.client.senders import HttpSender
@@ -33,6 +34,7 @@ from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import Arrival, IssueLoop
 from tests.integration.harness.client.scripted_server import ScriptedServer
+from tests.support import stream_sink
 
 pytestmark = pytest.mark.shares_machine
 
@@ -133,6 +135,78 @@ def test_inline_and_greenlet_paths_record_the_same_fields(tmp_path):
         assert 0 <= i.send_lag_ns < 100_000_000 and i.latency_ns == i.t_done - i.t_intended
         assert i.latency_ns >= i.service_ns > 0 and i.in_flight >= 1
     assert {(r.trace_id, r.span_id) for r in inline_rows} == set(server.traceparents[seen:])
+
+
+def _stream_path(tmp_path, url: str, ttft_timeout_s: float | None = None) -> RequestPath:
+    """A RequestPath whose one endpoint streams chat completions from `url` (prompts encoded before the run)."""
+    profile = parse_profile({"name": "unit", "endpoints": [{"name": "chat", "url": url, "protocol": "openai-chat",
+                                                            "model": "sink"}],
+                             "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 1}},
+                            "unit profile")
+    plan = unresolved_plan(profile, "run-1", str(tmp_path))
+    prompts = ["hello", "mode:slow"] if ttft_timeout_s else ["hello", "one two", "mode:error"]
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", p, 16) for p in prompts], 10, ttft_timeout_s, None)
+    clock, identity = WorkerClock(0), WorkerIdentity("r", 0)
+    clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
+    recorder = request_writer(WorkerLayout(tmp_path / "log"), max_rows=10**6, max_seconds=1e9)
+    return RequestPath(plan, identity, [sender], [AnswerCheck(None, sender.payloads.samples, False)], clock, clocks,
+                       recorder, SaturationMonitor("r-w0", 5_000_000, 100), WorkerMetrics(None))
+
+
+def _run_streams(tmp_path, url: str, inline: bool, arrivals: int, apart_ms: float = 4.0,
+                 ttft_timeout_s: float | None = None):
+    path = _stream_path(tmp_path, url, ttft_timeout_s)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=5.0)
+    if inline:
+        loop.inline = InlineSends(path)
+        assert loop.inline and loop.inline.pools[0].streamed
+    path.senders[0].warm_up()
+    start = time.perf_counter_ns() + 20_000_000
+    loop.open_loop(iter([Arrival(start + int(k * apart_ms * 1e6), 0, 1, k) for k in range(arrivals)]))
+    if loop.inline is not None:
+        loop.inline.close()
+    path.senders[0].close()
+    return path, sorted(path.recorder.rows, key=lambda r: r.t_intended)
+
+
+# every field of a streamed record but the per-request ids and instants
+_SAME_STREAM = ("endpoint", "protocol", "phase", "sample_index", "status", "code", "error", "bytes_out", "bytes_in",
+                "output_tokens", "input_tokens", "token_source", "finish_reason", "stream_outcome",
+                "token_event_counts", "cached_tokens", "reasoning_tokens")
+
+
+def test_streams_sent_inline_record_what_the_greenlet_path_records(tmp_path):
+    """Chat streams (complete ones, and one with an error event in every third) on both paths: the same fields, the
+    same token counts a event; token instants stamped by the kernel, each after the sink wrote it and within a few
+    ms of it; TTFT and TTFA measured from the intended send."""
+    with stream_sink(tmp_path, 50, 20, 16) as (url, log):
+        _, greenlet_rows = _run_streams(tmp_path / "g", url, inline=False, arrivals=30)
+        path, inline_rows = _run_streams(tmp_path / "i", url, inline=True, arrivals=30)
+    written = {}
+    for line in log.read_text().splitlines():
+        event = orjson.loads(line)
+        if event["event"] == 0:
+            written[event["trace_id"]] = event["wall_ns"]
+    assert len(inline_rows) == len(greenlet_rows) == 30 and path.sent == 30 and path.in_flight == 0
+    for g, i in zip(greenlet_rows, inline_rows):
+        assert [getattr(g, f) for f in _SAME_STREAM] == [getattr(i, f) for f in _SAME_STREAM]
+        assert 0 <= i.send_lag_ns < 100_000_000 and i.latency_ns == i.t_done - i.t_intended
+        assert i.ttft_ns == i.t_first_token - i.t_intended and i.ttfa_ns == i.ttft_ns
+        # the worker's clock here is its own (offset 0): the sink's wall-clock write instant of the first token
+        assert 0 <= i.t_first_token - written[i.trace_id] < 5_000_000
+    assert {i.status for i in inline_rows} == {"ok", "bad_response"}
+
+
+def test_an_inline_stream_without_a_first_token_in_time_is_a_ttft_timeout(tmp_path):
+    """mode:slow (the first token after 2 s) with a 0.3 s first-token timeout: recorded as the greenlet path records
+    it, long before the stream would have sent its first token; the streams beside it are untouched."""
+    with stream_sink(tmp_path, 50, 20, 16) as (url, _):
+        began = time.perf_counter()
+        path, rows = _run_streams(tmp_path / "i", url, inline=True, arrivals=6, ttft_timeout_s=0.3)
+        waited = time.perf_counter() - began
+    assert [(r.status, r.code, r.stream_outcome) for r in rows] == [
+        ("ok", "200", "complete"), ("timeout", "ttft_timeout", "ttft_timeout")] * 3, rows
+    assert waited < 1.8 and all(0.3e9 <= r.latency_ns < 0.6e9 for r in rows if r.status == "timeout")
 
 
 def test_what_never_answers_is_recorded_as_a_timeout_by_the_drain(tmp_path):
