@@ -243,7 +243,11 @@ class StreamSender:
         """Prompt `sample`'s request as one buffer and the reading it needs (`StreamPending`); (its Outcome, None)
         when it cannot be sent (the credential cannot be read)."""
         index = self.payloads.index(sample)
-        body = self.payloads.bodies[index]
+        return self.encode_body(self.payloads.bodies[index], headers, index)
+
+    def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1
+                    ) -> tuple[StreamPending | Outcome, bytes | None]:
+        """encode for a body built at its send (a session's turn, a trace row's request; `index` as send_body's)."""
         try:
             head = self._request(body, headers)
         except CredentialError as exc:

@@ -94,15 +94,20 @@ class RequestPath:
         done = time.perf_counter_ns()
         self.answered(turn)
         if turn is not None:
-            turn.done_mono = done
-            try:  # before the record: its last turn says why the session ended
-                turn.end = turn.decide(outcome)
-            except Exception as exc:  # noqa: BLE001 - a next turn that cannot be built ends its session, recorded
-                turn.end = "error"
-                print(f"tailrace worker {self.identity.name}: session {turn.session_id} ended after turn "
-                      f"{turn.index}: its next turn could not be built ({type(exc).__name__}: {exc})", flush=True)
+            self.decide(turn, outcome, done)
         self.finish(arrival, call, sent[0] or done, done, outcome, turn)
         return outcome
+
+    def decide(self, turn: Turn, outcome: Outcome, done: int) -> None:
+        """A turn's reply is in (at `done`): its session decides whether it was the last (Turn.end), before its record
+        is written, which says why the session ended."""
+        turn.done_mono = done
+        try:
+            turn.end = turn.decide(outcome)
+        except Exception as exc:  # noqa: BLE001 - a next turn that cannot be built ends its session, recorded
+            turn.end = "error"
+            print(f"tailrace worker {self.identity.name}: session {turn.session_id} ended after turn "
+                  f"{turn.index}: its next turn could not be built ({type(exc).__name__}: {exc})", flush=True)
 
     def finish(self, arrival: Arrival, call: Call, t_sent: int, done: int, outcome: Outcome,
                turn: Turn | None = None) -> None:

@@ -107,10 +107,11 @@ class WorkerRun:
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
         self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
                               self._prepare if self.session_endpoints or self.trace_prompts else None)
-        choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log)
         self.window: Window | None = None
         self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
+        choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log,
+                         self.sessions if self.session_endpoints else None)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
         self.scenario_stats: dict = {"scenario": p.load.scenario}
         self.started_ns = self.clock.now_ns()

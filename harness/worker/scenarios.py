@@ -179,17 +179,22 @@ class IssueLoop:
         or more away, so that none of it starts just before a send; the chunk writer runs while the loop sleeps."""
         inline = self.inline
         while True:
-            inline.pump(mono_ns)
+            inline.pump(min(mono_ns, inline.next_turn_ns))
+            # a session's turn the inline path keeps, if one comes first (its record, just written, may have queued it)
+            due_ns = min(mono_ns, inline.next_turn_ns)
             now = time.perf_counter_ns()
-            left_ns = mono_ns - now
+            left_ns = due_ns - now
             if left_ns <= 0:
+                if due_ns < mono_ns:  # that turn is due: sent now, then on to `mono_ns`
+                    inline.send_turns(now)
+                    continue
                 if now - self._yielded_ns > BEHIND_YIELD_NS:  # behind schedule: the rest of the worker still gets a
                     gevent.sleep(0)  # turn now and then
                     self._yielded_ns = time.perf_counter_ns()
                 return
             if left_ns > self.spin_ns:
                 inline.wait((left_ns - self.spin_ns) / 1e9)
-            elif inline.yield_core(mono_ns):  # the chunk writer has work: it ran while this loop slept in the kernel,
+            elif inline.yield_core(due_ns):  # the chunk writer has work: it ran while this loop slept in the kernel,
                 continue  # where no greenlet runs, so this is no turn of theirs
             elif left_ns >= YIELD_SLACK_NS or now - self._yielded_ns > BEHIND_YIELD_NS:
                 gevent.sleep(0)
@@ -228,7 +233,9 @@ class IssueLoop:
                 if until_mono is not None and not self.stopped else 0.0
             issuing[0] = False
             if inline is not None:
-                inline.drain(time.perf_counter_ns() + int((more_s + self.drain_s) * 1e9))
+                if more_s:
+                    inline.keep_turns(until_mono, self._pump_until, lambda: self.stopped)
+                inline.drain(time.perf_counter_ns() + int(self.drain_s * 1e9))
                 more_s = 0.0
         finally:  # also when the loop is killed (Locust's stop throws GreenletExit into it): never left held
             self._let_turns_go()
@@ -285,11 +292,14 @@ class IssueLoop:
                 upcoming = next(source, None)
                 if self._serving:
                     gevent.sleep(0)  # answers come in, and the turns they lead to are queued (_next_send sees them)
+                elif self.inline is not None:
+                    self.inline.pump(self._next_send(head_due))  # likewise, for the turns the inline path keeps
             yield ahead.popleft()
 
     def _next_send(self, arrival_mono: int) -> int:
         """The instant of this loop's next send: the arrival's, or a session turn's waiting before it."""
-        return min(arrival_mono, self._turns[0][0]) if self._turns else arrival_mono
+        due = min(arrival_mono, self._turns[0][0]) if self._turns else arrival_mono
+        return min(due, self.inline.next_turn_ns) if self.inline is not None else due
 
     def closed_loop(self, arrivals: Iterable[Arrival]) -> None:
         """Send each arrival when the previous one has completed (the iterable reads the clock lazily)."""

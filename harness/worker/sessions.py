@@ -47,6 +47,8 @@ class PreparedSession:
     conversation: Conversation
     rng: np.random.Generator
     first: Built | None  # None: its first turn alone is over the context limit
+    next_built: Built | None = None  # the next turn's request, once the last reply is in (SessionRunner.after)
+    next_at: int = 0  # and its intended instant
 
 
 @dataclass
@@ -87,52 +89,68 @@ class SessionRunner:
         return PreparedSession(arrival, script, conversation, rng, conversation.next_request(script.turns[0]))
 
     def run(self, session: PreparedSession) -> None:
-        """One session, from its arrival to its last turn."""
+        """One session on a greenlet of its own, from its arrival to its last turn."""
+        step = self.begin(session)
+        try:
+            while step is not None:
+                arrival, turn = step
+                if turn.index > 1:
+                    self.wait_until(arrival.intended_mono)
+                self.send(arrival, turn)
+                step = self.after(session, turn)
+        finally:
+            self.end(session)
+
+    # -- a session as steps: run() takes them on a greenlet; the issue loop's inline path takes them itself, each
+    #    later turn sent by the loop at its instant (harness/worker/inline_sends.py) --------------------------------
+    def begin(self, session: PreparedSession) -> tuple[Arrival, Turn] | None:
+        """A session started: its first turn; None when that alone is over the context limit (nothing to send).
+        Every session begun is ended once (`end`)."""
         self.started += 1
         self.in_flight += 1
-        try:
-            self._turns(session)
-        finally:
-            self.in_flight -= 1
-            self.dropped_turns += session.conversation.dropped_turns
-
-    def _turns(self, session: PreparedSession) -> None:
-        arrival, script, conversation, rng = session.arrival, session.script, session.conversation, session.rng
-        spec, session_id, built = conversation.sessions, arrival.session, session.first
-        if built is None:  # its first turn alone is over the context limit: nothing to send
+        if session.first is None:
             self.ended[CONTEXT_LIMIT] += 1
-            return
-        intended = arrival.intended_mono
-        for k, turn_script in enumerate(script.turns, 1):
-            state: dict = {}
+            return None
+        return self._turn(session, 1, session.first, session.arrival.intended_mono)
 
-            def decide(outcome: Outcome, k=k, turn_script=turn_script, state=state) -> str:
-                """Is this turn the last? Prepares the next turn's request (its think time, its prompt)."""
-                if outcome.status != "ok" and spec.on_error == "end":
-                    return ERROR
-                if k == len(script.turns):
-                    return DONE
-                stream = outcome.stream
-                replied = outcome.status == "ok" and stream is not None
-                state["tool"] = conversation.add_reply(turn_script, stream.text if replied else "",
-                                                       stream.tool_calls if replied else [], replied)
-                following = script.turns[k]
-                state["at"] = turn.done_mono + think_ns(spec, following, rng)
-                if state["at"] >= self.end_mono():
-                    return RUN_END
-                state["next"] = conversation.next_request(following, state["tool"])
-                return CONTEXT_LIMIT if state["next"] is None else ""
+    def after(self, session: PreparedSession, turn: Turn) -> tuple[Arrival, Turn] | None:
+        """`turn` answered and decided (Turn.end): the session's next turn, or None when it has ended (counted)."""
+        self.turns_sent += 1
+        if turn.end:
+            self.ended[turn.end] += 1
+            return None
+        return self._turn(session, turn.index + 1, session.next_built, session.next_at)
 
-            turn = Turn(session_id, k, built.body, built.prompt_tokens, built.ideal_cached, decide)
-            if k > 1:
-                self.wait_until(intended)
-            self.send(Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
-                              arrival.sample, session_id), turn)
-            self.turns_sent += 1
-            if turn.end:
-                self.ended[turn.end] += 1
-                return
-            built, intended = state["next"], state["at"]
+    def end(self, session: PreparedSession) -> None:
+        """A session begun is over (its last turn, or the run stopped it)."""
+        self.in_flight -= 1
+        self.dropped_turns += session.conversation.dropped_turns
+
+    def _turn(self, session: PreparedSession, k: int, built: Built, intended: int) -> tuple[Arrival, Turn]:
+        """Turn `k` of `session`, due at `intended`: its request and its decision, which builds turn k+1."""
+        arrival, script, conversation, rng = session.arrival, session.script, session.conversation, session.rng
+        spec, turn_script = conversation.sessions, script.turns[k - 1]
+
+        def decide(outcome: Outcome) -> str:
+            """Is this turn the last? Prepares the next turn's request (its think time, its prompt)."""
+            if outcome.status != "ok" and spec.on_error == "end":
+                return ERROR
+            if k == len(script.turns):
+                return DONE
+            stream = outcome.stream
+            replied = outcome.status == "ok" and stream is not None
+            tool = conversation.add_reply(turn_script, stream.text if replied else "",
+                                          stream.tool_calls if replied else [], replied)
+            following = script.turns[k]
+            session.next_at = turn.done_mono + think_ns(spec, following, rng)
+            if session.next_at >= self.end_mono():
+                return RUN_END
+            session.next_built = conversation.next_request(following, tool)
+            return CONTEXT_LIMIT if session.next_built is None else ""
+
+        turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide)
+        return Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
+                       arrival.sample, arrival.session), turn
 
     def summary(self) -> dict:
         return {"started": self.started, "turns_sent": self.turns_sent, "ended": dict(self.ended),

@@ -209,6 +209,62 @@ def test_an_inline_stream_without_a_first_token_in_time_is_a_ttft_timeout(tmp_pa
     assert waited < 1.8 and all(0.3e9 <= r.latency_ns < 0.6e9 for r in rows if r.status == "timeout")
 
 
+def _run_sessions(tmp_path, url: str, inline: bool, sessions: int, apart_ms: float, think_s: float):
+    """`sessions` 3-turn chat sessions against the sink, started `apart_ms` apart: (the path, the session runner,
+    the records by (session, turn))."""
+    from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
+    from tailrace.harness.workload.conversations import session_source
+
+    profile = parse_profile({"name": "unit", "endpoints": [{
+        "name": "chat", "url": url, "protocol": "openai-chat", "model": "sink",
+        "prompts": {"input_tokens": {"mean": 20}, "output_tokens": {"mean": 16}},
+        "sessions": {"turns": {"mean": 3, "distribution": "fixed"}, "think_s": {"mean": think_s},
+                     "user_tokens": {"mean": 10}}}],
+        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 1}}, "unit profile")
+    ep = profile.endpoints[0]
+    source, count = session_source(ep, 7, tmp_path)
+    path = _stream_path(tmp_path, url)
+    path.senders[0] = StreamSender(url, CHAT, [], 10, None, None, samples=source.count)
+    loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=5.0)
+    end = time.perf_counter_ns() + 30 * 10**9
+    runner = SessionRunner(path.send, loop.wait_turn, {0: SessionEndpoint(ep, source, count)}, 7, lambda: end,
+                           lambda mono: 1)
+    loop.prepare = runner.prepare
+    if inline:
+        loop.inline = InlineSends(path)
+        loop.inline.sessions = runner
+    path.senders[0].warm_up()
+    start = time.perf_counter_ns() + 50_000_000
+    loop.send = runner.run  # the greenlet path: a session a greenlet (as harness/worker/run.py issues them)
+    loop.open_loop(iter([Arrival(start + int(k * apart_ms * 1e6), 0, 1, k, session=k) for k in range(sessions)]),
+                   until_mono=end)
+    if loop.inline is not None:
+        loop.inline.close()
+    path.senders[0].close()
+    return path, runner, {(r.session_id, r.turn): r for r in path.recorder.rows}
+
+
+def test_sessions_run_inline_send_each_turn_at_its_instant_and_record_what_the_greenlet_path_does(tmp_path):
+    """Sessions of 3 turns, a think time between them, on both paths: the same turns, each later turn intended at its
+    turn before's end + think time and sent then (send lag under a few ms: the loop keeps the instant, also after the
+    last arrival), the same session fields; the runner's counts agree."""
+    # sessions 300 ms apart, each over in ~250 ms: every later turn falls due while the loop waits for an arrival
+    with stream_sink(tmp_path, 20, 5, 16) as (url, _):
+        _, g_runner, greenlet_rows = _run_sessions(tmp_path / "g", url, False, 6, 300.0, 0.02)
+        path, runner, rows = _run_sessions(tmp_path / "i", url, True, 6, 300.0, 0.02)
+    assert set(rows) == set(greenlet_rows) == {(s, t) for s in range(6) for t in (1, 2, 3)}
+    for key, row in rows.items():
+        g = greenlet_rows[key]
+        assert [getattr(row, f) for f in _SAME_STREAM + ("session_end", "prompt_tokens_sent")] == \
+            [getattr(g, f) for f in _SAME_STREAM + ("session_end", "prompt_tokens_sent")]
+        assert row.status == "ok" and row.send_lag_ns < 5_000_000, (key, row.send_lag_ns)
+        if key[1] > 1:
+            before = rows[(key[0], key[1] - 1)]
+            assert row.t_intended > before.t_done  # never before the turn before it ended (+ its think time)
+    assert runner.summary() == g_runner.summary() and runner.in_flight == 0
+    assert runner.summary()["ended"] == {"done": 6} and path.sent == 6 and path.later_turns == 12
+
+
 def test_what_never_answers_is_recorded_as_a_timeout_by_the_drain(tmp_path):
     server = KServeStandIn(hang=True)
     try:
