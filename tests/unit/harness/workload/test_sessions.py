@@ -150,7 +150,7 @@ class TurnSender:
         ok = turn.index not in self.failing
         stream = StreamOutcome(outcome="complete", pieces=[" reply", " words", " here"])
         outcome = Outcome(status="ok" if ok else "timeout", stream=stream)
-        turn.end = turn.decide(outcome)
+        turn.end = turn.decide(outcome, turn.done_mono)
         return outcome
 
 
@@ -196,3 +196,22 @@ def test_the_next_turn_is_due_at_the_replys_end_plus_the_think_time_and_the_last
     r.run(r.prepare(Arrival(0, 0, 1, 0, session=1)))
     assert [t.end for _, t in tight.sent] == ["", "", CONTEXT_LIMIT]
     assert np.all(np.diff([a.intended_mono for a, _ in tight.sent]) > 0)
+
+
+def test_a_turn_is_freed_as_soon_as_its_session_lets_go_of_it_without_the_cyclic_collector():
+    """A turn and its decision make no reference cycle: at 1,000 turns/s such cycles filled the collector's first
+    generation, whose passes stopped the sending loop 10-22 ms every 2.5 s."""
+    import gc
+    import weakref
+
+    clock = [0]
+    sender = TurnSender(clock, service_ns=1_000_000)
+    r = runner(sender, clock, 10**12, turns=TokenCount(mean=3), think_s=ThinkTime(mean=0.01))
+    gc.disable()
+    try:
+        r.run(r.prepare(Arrival(0, 0, 1, 0, session=7)))
+        refs = [weakref.ref(t) for _, t in sender.sent]
+        sender.sent.clear()
+        assert len(refs) == 3 and all(ref() is None for ref in refs)
+    finally:
+        gc.enable()
