@@ -33,12 +33,13 @@ from tailrace.harness.services.processes import free_port, start_process, wait_h
 TITLE = "Generator: streams through the whole worker"
 TOKENS, FIRST_MS, GAP_MS, TURNS = 20, 50.0, 20.0, 4
 LAG_MS, FIRST_ERROR_MS = 1.0, 0.1
-READ = ("\nRead: streams go through a greenlet a request, and there the whole worker's core sets the limit, well "
-        "below the stream sender's own (~22,000 tokens/s a core in the stream-fidelity section): the send lag's tail "
-        "grows with the rate long before the core is full. The first-token error stays within 0.1 ms until the core "
-        "is saturated; past that, one late read carries several of a stream's events, and TCP gives one kernel "
-        "instant for all of them (the last segment's), so the first token is stamped late. Where the worker's time "
-        "goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"streams through the whole worker\").\n")
+READ = ("\nRead: streams go the inline way (`generator.send_path`, the default): the issue loop sends each request "
+        "at its instant and reads every stream from its own poller between sends, with no greenlet a request or a "
+        "read; a session's later turns wait in the same loop's heap and are sent by it at their instants. The send "
+        "lag's tail grows once the core is ~85% busy. The first-token error is the kernel's receive stamp against the "
+        "sink's write, so it stays within 0.1 ms until the core is saturated; past that, one late read carries several "
+        "of a stream's events, and TCP gives one kernel instant for all of them (the last segment's). Where the "
+        "worker's time goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"streams through the whole worker\").\n")
 
 
 class CoreBusy:
