@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import gevent
+from gevent.event import Event
 
 from tailrace.contract.profile import Profile
 from tailrace.harness.spool.chunk_shipping import ChunkShipper
@@ -25,6 +26,8 @@ class BackgroundWork:
         self.sample_clock, self.saturation, self.uplink = sample_clock, saturation, uplink
         self.stopping = False
         self._flusher: gevent.Greenlet | None = None
+        self._half_full = Event()  # the open request chunk is half full (ChunkWriter.wake): ship it now
+        requests.wake = self._half_full.set
         self._others: list[gevent.Greenlet] = []
 
     def start(self, start_mono: int, live: Callable[[float], None] | None = None) -> None:
@@ -47,7 +50,8 @@ class BackgroundWork:
     def _flush_loop(self) -> None:
         gen = self.profile.generator
         while not self.stopping:
-            gevent.sleep(min(0.25, gen.chunk_seconds))
+            self._half_full.wait(min(0.25, gen.chunk_seconds))
+            self._half_full.clear()
             if self.requests.due() or len(self.requests.rows) >= gen.chunk_rows // 2:
                 self.request_chunks.ship_open_chunk()
 

@@ -22,7 +22,7 @@ from tailrace.contract.profile import MASTER_CLOCK
 from tailrace.contract.rates import rate_segments
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
-from tailrace.harness.spool.chunk_shipping import ChunkShipper
+from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, ChunkShipper, YieldEvery
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
 from tailrace.harness.worker.arrivals import Schedule, Split, WorkerSlot, phase_of, worker_schedule
@@ -84,7 +84,7 @@ class WorkerRun:
                                        streams=any(e.generative for e in p.endpoints))
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
-        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=lambda: gevent.sleep(0))
+        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=YieldEvery(SHIP_SLICE_NS))
         self.clock_chunks = ChunkShipper(clock_writer(self.layout), label, child=self.request_chunks.child)
         servers = [s.replace(MASTER_CLOCK + ":", f"{identity.master_host or '127.0.0.1'}:", 1)
                    if s.startswith(MASTER_CLOCK + ":") else s for s in plan.ntp_servers]

@@ -108,6 +108,36 @@ def test_recorder_chunks_are_complete_files(tmp_path):
     assert pq.read_table(files[0]).column_names == list(REQUEST_COLUMNS)
 
 
+def test_a_recorder_with_a_flusher_tells_it_at_half_full_and_writes_a_chunk_itself_only_at_its_cap(tmp_path):
+    """A worker's chunks are shipped by its flusher (off the send path): add() wakes it once the open chunk is half
+    full, and writes a chunk itself only at FULL_CAP × max_rows (a flusher that never got a turn)."""
+    from tailrace.harness.spool.recorder import FULL_CAP
+
+    w = request_writer(WorkerLayout(tmp_path), max_rows=10, max_seconds=100)
+    woken = []
+    w.wake = lambda: woken.append(len(w.rows))
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "a" * 32, "latency_ns": 5, "correct": True}))
+    for _ in range(10 * FULL_CAP - 1):
+        w.add(row)
+    assert woken == [5] and not list(tmp_path.glob("requests-*.parquet"))  # past max_rows: still the flusher's
+    w.add(row)
+    assert [pq.read_table(f).num_rows for f in tmp_path.glob("requests-*.parquet")] == [10 * FULL_CAP]
+    assert w.rows == []
+
+
+def test_a_chunk_is_converted_in_pieces_of_its_budget_not_a_yield_a_column(monkeypatch):
+    from tailrace.harness.spool import chunk_shipping
+
+    clock, yields = [10**9], []
+    monkeypatch.setattr(chunk_shipping.time, "perf_counter_ns", lambda: clock[0])
+    monkeypatch.setattr(chunk_shipping.gevent, "sleep", lambda s: yields.append(clock[0]))
+    step = chunk_shipping.YieldEvery(200_000)
+    for _ in range(10):  # ten columns of 50 µs each: a yield at the first (a new turn), then every 200 µs
+        step()
+        clock[0] += 50_000
+    assert [t - 10**9 for t in yields] == [0, 200_000, 400_000]
+
+
 class _FakeRpcError(grpc.RpcError):
     def __init__(self, code, details):
         self._code, self._details = code, details
