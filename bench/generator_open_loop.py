@@ -34,12 +34,12 @@ from tailrace.harness.services.processes import free_port, start_process  # noqa
 RESPONSE = ('{"model_name":"digits_mlp_fp32","model_version":"1","outputs":[{"name":"label","datatype":"INT64",'
             '"shape":[1],"data":[3]}],"parameters":{"queue_ns":1000,"compute_ns":20000}}')
 COMMAND = ".venv/bin/python bench/generator_open_loop.py"
-READ = ("\nRead: the inline path keeps the median send lag at 0.03–0.04 ms at every rate it holds, past Locust's "
-        "closed-loop maximum, where the greenlet path falls behind. Its tail is now set by what takes the core from the "
-        "loop: the vCPU waking late from the loop's sleeps between distant sends (a longer spin, `spin_ms`, removes most "
-        "of it: the second table), the host's other work on the core, and the worker's own pieces between yields — "
-        "measured in [DECISIONS.md](DECISIONS.md) (\"the inline loop's chunk writer\", \"nothing on the sending loop "
-        "over ~0.5 ms\"); what one request costs the core is the next section.\n")
+READ = ("\nRead: the inline path keeps the median send lag at 0.01–0.04 ms at every rate it holds and holds the tail past "
+        "Locust's closed-loop maximum on the same core. Above that rate the tail grows with the core's load: the loop "
+        "spins through most gaps, so what it does between sends (reading answers, writing records, the chunk writer's "
+        "turns, the rest of the worker's greenlets) comes ever closer to a send. Where the time goes and what was "
+        "removed: [DECISIONS.md](DECISIONS.md) (\"the generator's send path\"); what one request costs the core is the "
+        "next section.\n")
 
 
 def start_nginx(work: Path, port: int, tls: tuple[int, Path, Path] | None = None):
