@@ -1,5 +1,5 @@
-"""The issue loop's own request path for open-loop plain-HTTP endpoints (KServe, and streams whose requests are
-encoded before the run): no greenlet per request.
+"""The issue loop's own request path for open-loop plain-HTTP endpoints (KServe, streams, a trace's rows, sessions'
+turns): no greenlet per request, and a session's later turns sent by the loop at their instants.
 
 A request is sent by the issue loop the moment it is due (harness/client/inline_http1.py). Its response is read
 by the issue loop between sends. Its record is written later, in the loop's slack: the row, the metrics and the

@@ -103,7 +103,7 @@ class RequestPath:
         is written, which says why the session ended."""
         turn.done_mono = done
         try:
-            turn.end = turn.decide(outcome, done)
+            turn.end = turn.decide(outcome)
         except Exception as exc:  # noqa: BLE001 - a next turn that cannot be built ends its session, recorded
             turn.end = "error"
             print(f"tailrace worker {self.identity.name}: session {turn.session_id} ended after turn "

@@ -10,6 +10,7 @@ next turn would be due after the run's window).
 """
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -131,10 +132,10 @@ class SessionRunner:
         arrival, script, conversation, rng = session.arrival, session.script, session.conversation, session.rng
         spec, turn_script = conversation.sessions, script.turns[k - 1]
 
-        def decide(outcome: Outcome, done_mono: int) -> str:
-            """Is this turn the last (its reply `outcome` ended at `done_mono`)? Prepares the next turn's request (its
-            think time, its prompt). It holds no reference to its Turn: a cycle a turn was garbage only the cyclic
-            collector frees, whose gen-0 passes then took 10-22 ms every 2.5 s at 1,000 turns/s."""
+        def decide(outcome: Outcome) -> str:
+            """Is this turn the last? Prepares the next turn's request (its think time, its prompt). It reaches its Turn
+            through a weak reference: a turn and its decision in a cycle were garbage only the cyclic collector frees,
+            whose first-generation passes then took 10-22 ms every 2.5 s at 1,000 turns/s."""
             if outcome.status != "ok" and spec.on_error == "end":
                 return ERROR
             if k == len(script.turns):
@@ -144,13 +145,14 @@ class SessionRunner:
             tool = conversation.add_reply(turn_script, stream.text if replied else "",
                                           stream.tool_calls if replied else [], replied)
             following = script.turns[k]
-            session.next_at = done_mono + think_ns(spec, following, rng)
+            session.next_at = this().done_mono + think_ns(spec, following, rng)
             if session.next_at >= self.end_mono():
                 return RUN_END
             session.next_built = conversation.next_request(following, tool)
             return CONTEXT_LIMIT if session.next_built is None else ""
 
         turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide)
+        this = weakref.ref(turn)
         return Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
                        arrival.sample, arrival.session), turn
 

@@ -21,7 +21,7 @@ class Turn:
     body: bytes
     prompt_tokens: int  # the prompt's length as built (words, or the tokenizer's tokens)
     ideal_cached: int  # of them, what an unbounded prefix cache would hold from the session's earlier turns
-    decide: Callable[[Outcome, int], str]  # given the reply and its end: '' (the session goes on) or why it ends
+    decide: Callable[[Outcome], str]  # given the reply: '' (the session goes on) or why it ends
     done_mono: int = 0  # perf_counter_ns() when the reply ended
     end: str = ""
     prompt_index: int = -1  # the prompt's place in the sender's token counter (-1: none)
@@ -29,7 +29,7 @@ class Turn:
 
 def single(body: bytes, prompt_tokens: int, ideal_cached: int, prompt_index: int) -> Turn:
     """A request that is no session's turn, its body built ahead of its send (a trace row's)."""
-    return Turn(-1, 0, body, prompt_tokens, ideal_cached, lambda _outcome, _done: "", prompt_index=prompt_index)
+    return Turn(-1, 0, body, prompt_tokens, ideal_cached, lambda _outcome: "", prompt_index=prompt_index)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ class TurnSender:
         ok = turn.index not in self.failing
         stream = StreamOutcome(outcome="complete", pieces=[" reply", " words", " here"])
         outcome = Outcome(status="ok" if ok else "timeout", stream=stream)
-        turn.end = turn.decide(outcome, turn.done_mono)
+        turn.end = turn.decide(outcome)
         return outcome
 
 
