@@ -39,7 +39,8 @@ READ = ("\nRead: streams go the inline way (`generator.send_path`, the default):
         "lag's tail grows once the core is ~85% busy. The first-token error is the kernel's receive stamp against the "
         "sink's write, so it stays within 0.1 ms until the core is saturated; past that, one late read carries several "
         "of a stream's events, and TCP gives one kernel instant for all of them (the last segment's). Where the "
-        "worker's time goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"streams through the whole worker\").\n")
+        "worker's time goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"Streams and sessions go inline too\", "
+        "\"Where the time goes at the limit\").\n")
 
 
 class CoreBusy:
