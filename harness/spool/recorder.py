@@ -51,7 +51,7 @@ class ChunkWriter:
         if self.wake is None:
             if len(rows) >= self.max_rows:
                 self.flush()
-        elif len(rows) == self.max_rows // 2:
+        elif len(rows) == (self.max_rows + 1) // 2:  # (chunk_rows = 1: at once)
             self.wake()
         elif len(rows) >= FULL_CAP * self.max_rows:
             self.flush()

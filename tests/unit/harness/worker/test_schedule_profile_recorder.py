@@ -123,6 +123,10 @@ def test_a_recorder_with_a_flusher_tells_it_at_half_full_and_writes_a_chunk_itse
     w.add(row)
     assert [pq.read_table(f).num_rows for f in tmp_path.glob("requests-*.parquet")] == [10 * FULL_CAP]
     assert w.rows == []
+    one = request_writer(WorkerLayout(tmp_path / "one"), max_rows=1, max_seconds=100)
+    one.wake = lambda: woken.append("one")
+    one.add(row)
+    assert woken[-1] == "one"  # chunk_rows = 1: its flusher is told at the first row
 
 
 def test_a_chunk_is_converted_in_pieces_of_its_budget_not_a_yield_a_column(monkeypatch):
