@@ -257,7 +257,8 @@ def test_sessions_run_inline_send_each_turn_at_its_instant_and_record_what_the_g
         g = greenlet_rows[key]
         assert [getattr(row, f) for f in _SAME_STREAM + ("session_end", "prompt_tokens_sent")] == \
             [getattr(g, f) for f in _SAME_STREAM + ("session_end", "prompt_tokens_sent")]
-        assert row.status == "ok" and row.send_lag_ns < 5_000_000, (key, row.send_lag_ns)
+        # a turn the loop failed to look at waited for the next arrival, ~100-200 ms; a loaded CI host adds a few ms
+        assert row.status == "ok" and row.send_lag_ns < 50_000_000, (key, row.send_lag_ns)
         if key[1] > 1:
             before = rows[(key[0], key[1] - 1)]
             assert row.t_intended > before.t_done  # never before the turn before it ended (+ its think time)
