@@ -49,8 +49,10 @@ class WriterChild:
         self.outstanding = 0  # frames sent whose chunk the child has not said written (its acks, one byte each)
         self.ack_fd = -1
         self._pidfd = -1  # how it is signalled: never by its pid, which the gevent loop frees the moment it exits
+        self._stat_fd = -1  # its /proc/PID/stat, opened at its first stop (`_state`)
         self.held = False  # stopped (SIGSTOP) by its worker: it runs only while the worker sleeps (hold/release)
         self.gated = False  # its worker's sending loop runs (`gate`): held except while the loop sleeps
+        self.loose = True  # the sending loop sleeps (`release` … `hold`), or is not gated: the child may run
         self._sending = Semaphore()
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         try:
@@ -82,11 +84,10 @@ class WriterChild:
                 self._gone()
                 return False
             self._read_acks()
-            was_held = self.held  # (sent while the loop sleeps, the child stays free for the rest of the sleep)
-            self.release()  # a write that finds the pipe full waits for the child to read: it must be able to run
+            self._go()  # a write that finds the pipe full waits for the child to read: it must be able to run
+            self.outstanding += 1  # counted from its first byte: a child with part of a frame has work (hold)
             try:
                 killed = self._write_whole((frame,) if isinstance(frame, bytes) else frame)
-                self.outstanding += 1
                 if killed is not None:
                     raise killed
                 return True
@@ -94,9 +95,9 @@ class WriterChild:
                 print(f"{self.label}: chunk writer failed ({exc}); writing in-process", flush=True)
                 self._gone()
                 return False
-            finally:
-                if was_held and self.process is not None:
-                    self.hold()  # (unless the loop has ungated it meanwhile)
+            finally:  # sent while the sending loop runs: the child woken by the frame is stopped again at once
+                if self.gated and not self.loose and self.process is not None:
+                    self._stop()
 
     def _write_whole(self, parts) -> BaseException | None:
         """Write every byte of a frame, never part of one. A greenlet killed while it waits for room (the background
@@ -110,7 +111,7 @@ class WriterChild:
                     view = view[os.write(fd, view):]
                 except BlockingIOError:
                     if killed is not None:  # the whole worker waits here: the child must run (the loop may have
-                        self.release()  # held it while this greenlet waited)
+                        self._go()  # held it while this greenlet waited)
                         _select([], [fd], [])
                         continue
                     try:
@@ -154,20 +155,53 @@ class WriterChild:
             self.release()
 
     def hold(self) -> None:
-        """While gated, stop the child (SIGSTOP) until `release`: a worker spinning towards its next send keeps it off
-        the core. (At SCHED_IDLE alone the scheduler still gave it its small share: now and then it took the core from
-        the spinning worker until the next tick, 4 ms — docs/DECISIONS.md.) A worker that dies while holding it lets it
-        go on (the child's parent-death signal is SIGCONT: chunk_writer_process.py)."""
+        """The sending loop runs again: while gated, a child with chunks to write is stopped (SIGSTOP) until
+        `release`, and this waits until it has stopped (~5 µs; `_stop`). An idle child, blocked on its pipe, takes no
+        turn of the core and is left as it is. A worker that dies while holding it lets it go on (the child's
+        parent-death signal is SIGCONT: chunk_writer_process.py)."""
+        self.loose = False
         if not self.gated or self.process is None or self.held:
             return
-        if not self.ready:
-            self._read_acks()
-        if self.ready and self._pidfd >= 0 and self._signal(signal.SIGSTOP):
-            self.held = True
-            self._read_acks()  # what it wrote while it ran
+        self._read_acks()  # what it wrote while it ran
+        if self.outstanding:
+            self._stop()
 
     def release(self) -> None:
-        """Let a held child run again (SIGCONT)."""
+        """The sending loop sleeps (or is no longer gated): a held child may run again (SIGCONT)."""
+        self.loose = True
+        self._go()
+
+    def _stop(self) -> None:
+        """SIGSTOP the child and wait until it has stopped. A stop only takes effect when the stopped process next runs:
+        a child left runnable while its worker spun took a turn of the core later, ahead of the worker, as the
+        scheduler's debt to a process kept waiting (EEVDF lag). It then held the core for 2.3-2.5 ms after the worker
+        woke (`perf sched timehist` on the worker's core, every 0.25-0.5 s at 1,000 streams/s; docs/DECISIONS.md)."""
+        if not self.ready or self._pidfd < 0 or not self._signal(signal.SIGSTOP):
+            return
+        self.held = True
+        if self._state() != b"R":  # asleep (its pipe, or the disk: it takes no turn then) or gone: nothing to wait for
+            return
+        try:  # (WNOWAIT: an exit is left for its Popen to collect)
+            os.waitid(os.P_PIDFD, self._pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            pass
+
+    def _state(self) -> bytes:
+        """The child's scheduler state, one letter (/proc/PID/stat: R running or runnable, S or D asleep, T stopped);
+        b"" when it cannot be read."""
+        if self._stat_fd < 0:
+            try:
+                self._stat_fd = os.open(f"/proc/{self.process.pid}/stat", os.O_RDONLY)
+            except OSError:
+                return b""
+        try:
+            stat = os.pread(self._stat_fd, 512, 0)
+        except OSError:
+            return b""
+        end = stat.rfind(b")")  # after the command name, which may hold spaces and parentheses
+        return stat[end + 2:end + 3] if end >= 0 else b""
+
+    def _go(self) -> None:
         if self.held:
             self.held = False
             self._signal(signal.SIGCONT)
@@ -186,12 +220,11 @@ class WriterChild:
         """Let the child run, the worker waiting, until at most `most` frames are unwritten (or `timeout_s`): a
         worker that never sleeps long enough for its writer waits for it here, which shows as send lag. False: it
         did not catch up in time."""
-        was_held = self.held
-        self.release()
+        self._go()
         deadline = time.monotonic() + timeout_s
         while self.busy and self.outstanding > most and time.monotonic() < deadline:
             _select([self.ack_fd], [], [], max(0.0, deadline - time.monotonic()))
-        if was_held:
+        if not self.loose:
             self.hold()
         return not self.busy or self.outstanding <= most
 
@@ -234,9 +267,10 @@ class WriterChild:
 
     def _gone(self) -> None:
         self.release()
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
+        for fd in (self._pidfd, self._stat_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._pidfd = self._stat_fd = -1
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.ack_fd = -1

@@ -109,7 +109,8 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
     shipper = ChunkShipper(w, "tailrace worker w0")
     child = shipper.child
-    _held(child)
+    _gated(child)
+    assert not child.held  # idle: blocked on its pipe, it takes no turn of the core, and is sent no signal
     row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
     w.rows.extend([row] * 50)
     shipper.ship_open_chunk()  # the pipe write lets it run for the write; it is held again after
@@ -117,16 +118,46 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     assert child.held and _state(child.process.pid) == "T" and child.busy
     assert not w.layout.chunk(REQUESTS, 0).exists()
     assert child.catch_up(0, timeout_s=60)  # (a loaded machine: the child imports pyarrow once let run)
-    assert not child.busy and pq.read_table(w.layout.chunk(REQUESTS, 0)).num_rows == 50 and child.held
+    assert not child.busy and pq.read_table(w.layout.chunk(REQUESTS, 0)).num_rows == 50
     shipper.close()
 
 
-def _held(child) -> None:
+def test_a_writer_held_on_its_workers_core_has_stopped_when_hold_returns(tmp_path):
+    """A stop takes effect only when the stopped process next runs: on one core with a worker that spins, a child
+    signalled and left runnable took a turn later, ahead of the worker (EEVDF lag), and held the core 2.3-2.5 ms
+    after the worker woke. `hold` returns once it has stopped."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})  # the child shares this core, as a pinned worker's does
+    try:
+        w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+        shipper = ChunkShipper(w, "w0")
+        child = shipper.child
+        _gated(child)
+        row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7,
+                                                                  "correct": False}))
+        for _ in range(10):
+            child.release()  # the loop sleeps: the child runs, a chunk to write
+            w.rows.extend([row] * 5000)
+            shipper.ship_open_chunk()
+            assert child.busy
+            child.hold()  # the loop runs again (no sleep since: the child could not have run)
+            assert child.held and _state(child.process.pid) == "T"
+        assert child.catch_up(0, timeout_s=60)
+        shipper.close()
+        assert sum(pq.read_table(f).num_rows for f in w.layout.dir.glob("requests-*.parquet")) == 50_000
+    finally:
+        os.sched_setaffinity(0, cores)
+
+
+def _gated(child) -> None:
+    """Gate `child` for a sending loop, once it has said it is ready (before, it may not be held)."""
     deadline = time.monotonic() + 30
-    while not child.held and time.monotonic() < deadline:  # it may be held once it has said it is ready
-        child.gate(True)
+    while not child.ready and time.monotonic() < deadline:
+        child.busy  # noqa: B018 - reads its acknowledgements (READY among them)
+        child._read_acks()
         time.sleep(0.01)
-    assert child.held
+    assert child.ready
+    child.gate(True)
 
 
 def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatch):
@@ -134,8 +165,7 @@ def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatc
     name another process (pid_max is 32,768 on these machines): holds and releases go through the child's pidfd."""
     shipper = ChunkShipper(request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100), "w0")
     child = shipper.child
-    _held(child)
-    child.release()
+    _gated(child)
     child.process.kill()
     child.process.wait()  # reaped: its pid is free for the next process
 
@@ -143,6 +173,7 @@ def test_a_writer_that_exited_is_never_signalled_by_its_pid(tmp_path, monkeypatc
         raise AssertionError(f"signal {signum} sent to pid {pid}")
 
     monkeypatch.setattr(os, "kill", by_pid)
+    child.outstanding = 1  # (as if a chunk had been sent to it)
     child.hold()
     assert not child.held
     shipper.close()
@@ -155,7 +186,7 @@ def test_a_chunk_shipped_while_the_loop_sleeps_leaves_the_writer_free(tmp_path):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
     shipper = ChunkShipper(w, "w0")
     child = shipper.child
-    _held(child)
+    _gated(child)
     child.release()  # the loop sleeps
     row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
     w.rows.extend([row] * 50)
@@ -193,7 +224,7 @@ def test_a_shipper_killed_in_the_middle_of_its_frame_finishes_it_first(tmp_path,
     finishes its frame (the worker blocked), then dies."""
     layout, request_chunks, clock_chunks = _two_logs(tmp_path, monkeypatch, 80_000)
     child = request_chunks.child
-    _held(child)
+    _gated(child)
     child.release()
     os.kill(child.process.pid, signal.SIGSTOP)  # slow to read, as a child writing Parquet is: the pipe fills
     shipping = gevent.spawn(request_chunks.ship_open_chunk)
@@ -220,8 +251,9 @@ from tailrace.harness.spool.chunk_shipping import ChunkShipper
 from tailrace.harness.spool.recorder import request_writer
 w = request_writer(WorkerLayout(Path(sys.argv[1])), max_rows=1000, max_seconds=100)
 shipper = ChunkShipper(w, "w0")
-while not shipper.child.held:
-    shipper.child.gate(True)
+while not shipper.child.ready:
+    shipper.child._read_acks()
+shipper.child.gate(True)
 row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
 w.rows.extend([row] * 30)
 shipper.ship_open_chunk()
