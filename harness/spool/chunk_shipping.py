@@ -31,6 +31,7 @@ PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size
 
 WRITER_BEHIND = 3  # chunks not yet written at which a sending loop that holds its writer waits for it (keep_up) ...
 CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
+STOP_WAIT_SLACK_NS = 300_000  # a held writer is waited for until it has stopped only with a send this far off or more
 
 
 def _pidfd(pid: int) -> int:
@@ -154,31 +155,36 @@ class WriterChild:
         else:
             self.release()
 
-    def hold(self) -> None:
+    def hold(self, due_ns: int | None = None) -> None:
         """The sending loop runs again: while gated, a child with chunks to write is stopped (SIGSTOP) until
-        `release`, and this waits until it has stopped (~5 µs; `_stop`). An idle child, blocked on its pipe, takes no
-        turn of the core and is left as it is. A worker that dies while holding it lets it go on (the child's
-        parent-death signal is SIGCONT: chunk_writer_process.py)."""
+        `release`, and — unless the loop's next send (`due_ns`) is within STOP_WAIT_SLACK_NS — this waits until it
+        has stopped (~5-20 µs; `_stop`). An idle child, blocked on its pipe, takes no turn of the core and is left as
+        it is. A worker that dies while holding it lets it go on (its parent-death signal is SIGCONT:
+        chunk_writer_process.py)."""
         self.loose = False
         if not self.gated or self.process is None or self.held:
             return
         self._read_acks()  # what it wrote while it ran
         if self.outstanding:
-            self._stop()
+            self._stop(due_ns)
 
     def release(self) -> None:
         """The sending loop sleeps (or is no longer gated): a held child may run again (SIGCONT)."""
         self.loose = True
         self._go()
 
-    def _stop(self) -> None:
-        """SIGSTOP the child and wait until it has stopped. A stop only takes effect when the stopped process next runs:
-        a child left runnable while its worker spun took a turn of the core later, ahead of the worker, as the
-        scheduler's debt to a process kept waiting (EEVDF lag). It then held the core for 2.3-2.5 ms after the worker
-        woke (`perf sched timehist` on the worker's core, every 0.25-0.5 s at 1,000 streams/s; docs/DECISIONS.md)."""
+    def _stop(self, due_ns: int | None = None) -> None:
+        """SIGSTOP the child and, unless a send is due within STOP_WAIT_SLACK_NS of now, wait until it has stopped. A
+        stop only takes effect when the stopped process next runs: a child left runnable while its worker spun took a
+        turn of the core later, ahead of the worker, as the scheduler's debt to a process kept waiting (EEVDF lag),
+        and then held the core 2.3-2.5 ms after the worker woke (`perf sched timehist` on the worker's core, every
+        0.25-0.5 s at 1,000 streams/s; docs/DECISIONS.md). Waiting for every stop cost more than it saved at 8,000
+        KServe requests/s, where the loop holds its writer ~150 µs before each send it slept towards."""
         if not self.ready or self._pidfd < 0 or not self._signal(signal.SIGSTOP):
             return
         self.held = True
+        if due_ns is not None and due_ns - time.perf_counter_ns() < STOP_WAIT_SLACK_NS:
+            return  # (it stops when it next runs)
         if self._state() != b"R":  # asleep (its pipe, or the disk: it takes no turn then) or gone: nothing to wait for
             return
         try:  # (WNOWAIT: an exit is left for its Popen to collect)
@@ -278,19 +284,41 @@ class WriterChild:
         self.process = None
 
 
+GIVE_WAY_S = 50e-6  # a background greenlet's pause, on a timer, while the sending loop waits (YieldEvery)
+
+
+class LoopTurns:
+    """How many times the worker's sending loop has taken a turn (harness/worker/scenarios.py IssueLoop counts
+    them): background work that finds no new turn after its pause knows the loop is waiting on its timer or its
+    answers, not taking turns with it."""
+
+    count = 0
+
+
 class YieldEvery:
-    """A yield_fn that gives the event loop a turn only once `budget_ns` has passed since this greenlet last got
-    one: a chunk's columns converted a few at a time, not one a turn. At 8,000 requests/s the sending loop leaves
-    others ~150 turns a second, and a yield after every column made one chunk take longer to ship than the next took
-    to fill."""
+    """A yield_fn for a worker's background work (a chunk's conversion, the live digest): it gives the event loop a
+    turn only once `budget_ns` has passed since this greenlet last got one — a chunk's columns converted a few at a
+    time, not one a turn (at 8,000 requests/s the sending loop leaves others ~150 turns a second, and a yield after
+    every column made one chunk take longer to ship than the next took to fill).
+
+    The pause is `sleep(0)` while the sending loop takes turns with it, and a timer while that loop waits on its
+    own: gevent runs `sleep(0)` callbacks one after another until none is left before it looks at its timers and
+    sockets, so a chain of pieces that each yielded with `sleep(0)` kept a waiting sending loop off the core for the
+    whole chain (the live digest at a whole second: ~20 pieces of 0.25 ms, sends up to 5.5 ms late at 1,250
+    streams/s; a `greenlet.settrace` diagnostic). On a timer, each piece waits for the loop's next pass, where the
+    sending loop's timer and answers come first. (Always on a timer, the chunks fell behind at 8,000/s: a sending
+    loop that spins with `sleep(0)` lets gevent look at its timers only every few ms.)"""
 
     def __init__(self, budget_ns: int) -> None:
         self.budget_ns = budget_ns
         self._resumed = 0
+        self._loop_waits = False  # the sending loop took no turn during this greenlet's last pause
 
     def __call__(self) -> None:
         if time.perf_counter_ns() - self._resumed >= self.budget_ns:
-            gevent.sleep(0)
+            before = LoopTurns.count
+            gevent.sleep(GIVE_WAY_S if self._loop_waits else 0)
+            self._loop_waits = LoopTurns.count == before
             self._resumed = time.perf_counter_ns()
 
 

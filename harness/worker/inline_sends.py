@@ -198,7 +198,7 @@ class InlineSends:
             return False
         writer.release()
         self.poller.sleep(left_ns / 1e9, writer.ack_fd)
-        writer.hold()
+        writer.hold(due_ns)
         return True
 
     def wait(self, timeout_s: float) -> None:

@@ -216,13 +216,14 @@ class LiveReporter:
     @classmethod
     def of_worker(cls, profile, schedule, path, clocks, saturation, sessions, send: Callable[[dict], None]
                   ) -> "LiveReporter":
-        """A worker's reporter: its request log tapped (`path.recorder`), yielding to gevent between slices."""
-        import gevent
+        """A worker's reporter: its request log tapped (`path.recorder`), giving way to the sending loop between
+        slices (harness/spool/chunk_shipping.py `YieldEvery`)."""
+        from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, YieldEvery
 
         names = [e.name for e in profile.endpoints]
         return cls(names, asked_offsets(schedule, len(names)),
                    lambda: worker_state(path, clocks, saturation, sessions), send, path.recorder,
-                   yield_fn=lambda: gevent.sleep(0))
+                   yield_fn=YieldEvery(SHIP_SLICE_NS))
 
     def observe(self, rows: list[tuple]) -> None:
         """The request log's tap: rows about to leave its buffer."""

@@ -23,7 +23,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from tailrace.contract.plan import RunPlan
-from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND
+from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, LoopTurns
 from tailrace.harness.worker.arrivals import Schedule
 
 PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
@@ -164,8 +164,9 @@ class IssueLoop:
                 writer.release()
             gevent.sleep(wait_ns / 1e9)
         while True:  # held while it has work (a frame shipped during the spin included); an idle one costs no signal
+            LoopTurns.count += 1
             if writer is not None and writer.outstanding and not writer.held:
-                writer.hold()
+                writer.hold(mono_ns)
             left_ns = mono_ns - time.perf_counter_ns()
             if left_ns <= 0:
                 return
@@ -179,6 +180,7 @@ class IssueLoop:
         or more away, so that none of it starts just before a send; the chunk writer runs while the loop sleeps."""
         inline = self.inline
         while True:
+            LoopTurns.count += 1  # (the background work's pauses tell a loop that takes turns from one that waits)
             inline.pump(min(mono_ns, inline.next_turn_ns))
             # a session's turn the inline path keeps, if one comes first (its record, just written, may have queued it)
             due_ns = min(mono_ns, inline.next_turn_ns)

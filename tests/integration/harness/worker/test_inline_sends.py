@@ -317,7 +317,7 @@ class WriterStandIn:
         self.gated = on
         self.hold() if on else self.release()
 
-    def hold(self) -> None:  # as the real one: only while gated
+    def hold(self, due_ns: int | None = None) -> None:  # as the real one: only while gated
         if self.gated and not self.held:
             self.held = True
             self.events.append("hold")

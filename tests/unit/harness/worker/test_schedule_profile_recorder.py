@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import grpc
 import numpy as np
@@ -140,6 +141,74 @@ def test_a_chunk_is_converted_in_pieces_of_its_budget_not_a_yield_a_column(monke
         step()
         clock[0] += 50_000
     assert [t - 10**9 for t in yields] == [0, 200_000, 400_000]
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_background_pieces_give_a_sending_loop_that_waits_on_its_timer_its_turn():
+    """gevent runs `sleep(0)` callbacks one after another until none is left before it looks at its timers: a chain
+    of pieces that each yielded with `sleep(0)` kept a sending loop waiting on its timer off the core for the whole
+    chain (the live digest: ~20 pieces, sends 5.5 ms late). Paused on a timer once the loop has not run, the loop's
+    turn comes a piece or two after its timer."""
+    import gevent
+
+    from tailrace.harness.spool.chunk_shipping import LoopTurns, YieldEvery
+
+    pieces, woke_after = [], []
+
+    def background() -> None:
+        step = YieldEvery(0)
+        for i in range(40):
+            _busy(0.0005)
+            pieces.append(i)
+            step()
+
+    def sending_loop() -> None:
+        gevent.sleep(0.002)  # waiting on its timer for its next send
+        LoopTurns.count += 1
+        woke_after.append(len(pieces))
+
+    gevent.joinall([gevent.spawn(sending_loop), gevent.spawn(background)], raise_error=True)
+    assert len(pieces) == 40 and woke_after[0] < 20  # (a chain of sleep(0): all 40 first)
+
+
+def test_background_pieces_take_turns_with_a_sending_loop_that_spins(monkeypatch):
+    """While the sending loop takes turns (`sleep(0)`, counted in LoopTurns), a background piece's pause is a turn
+    too, not a timer: gevent looks at timers only every few ms then, and chunks fell behind at 8,000/s."""
+    import gevent
+    import greenlet
+
+    from tailrace.harness.spool import chunk_shipping
+    from tailrace.harness.spool.chunk_shipping import LoopTurns, YieldEvery
+
+    sleep, pauses, background = gevent.sleep, [], []
+
+    def recorded(seconds=0, *args, **kwargs):
+        if greenlet.getcurrent() in background:
+            pauses.append(seconds)
+        return sleep(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(chunk_shipping.gevent, "sleep", recorded)
+
+    def work() -> None:
+        step = YieldEvery(0)
+        for _ in range(20):
+            _busy(0.0001)
+            step()
+
+    def spinning_loop() -> None:
+        while not worker.dead:
+            LoopTurns.count += 1
+            sleep(0)
+
+    worker = gevent.spawn(work)
+    background.append(worker)
+    gevent.joinall([gevent.spawn(spinning_loop), worker], raise_error=True)
+    assert pauses == [0] * 20
 
 
 class _FakeRpcError(grpc.RpcError):
