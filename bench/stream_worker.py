@@ -35,12 +35,14 @@ TOKENS, FIRST_MS, GAP_MS, TURNS = 20, 50.0, 20.0, 4
 LAG_MS, FIRST_ERROR_MS = 1.0, 0.1
 READ = ("\nRead: streams go the inline way (`generator.send_path`, the default): the issue loop sends each request "
         "at its instant and reads every stream from its own poller between sends, with no greenlet a request or a "
-        "read; a session's later turns wait in the same loop's heap and are sent by it at their instants. The send "
-        "lag's tail grows once the core is ~85% busy. The first-token error is the kernel's receive stamp against the "
+        "read; a session's later turns wait in the same loop's heap and are sent by it at their instants. The chunk "
+        "writer shares the core: it is stopped (and waited for until it has) before the loop goes on, and the "
+        "worker's background pieces give way to a loop that waits on its timer. The send lag's tail grows once the "
+        "core is ~90% busy. The first-token error is the kernel's receive stamp against the "
         "sink's write, so it stays within 0.1 ms until the core is saturated; past that, one late read carries several "
         "of a stream's events, and TCP gives one kernel instant for all of them (the last segment's). Where the "
         "worker's time goes and what was tried: [DECISIONS.md](DECISIONS.md) (\"Streams and sessions go inline too\", "
-        "\"Where the time goes at the limit\").\n")
+        "\"The chunk writer has stopped before the loop goes on\", \"Where the time goes at the limit\").\n")
 
 
 class CoreBusy:
