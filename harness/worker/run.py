@@ -14,18 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gevent
-import numpy as np
 
 from tailrace.contract.layout import RunLayout, write_atomic
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import MASTER_CLOCK
-from tailrace.contract.rates import rate_segments
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, ChunkShipper, YieldEvery
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
-from tailrace.harness.worker.arrivals import Schedule, Split, WorkerSlot, phase_of, worker_schedule
+from tailrace.harness.worker.arrivals import PhaseClock, Schedule, Split, WorkerSlot, worker_schedule
 from tailrace.harness.worker.background import BackgroundWork
 from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
@@ -108,7 +106,7 @@ class WorkerRun:
         self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
                               self._prepare if self.session_endpoints or self.trace_prompts else None)
         self.window: Window | None = None
-        self._segments = None  # the rate's segments, for `_phase_at`
+        self.phases = PhaseClock(p.load)
         self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
         choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log,
@@ -144,13 +142,7 @@ class WorkerRun:
 
     def _phase_at(self, mono_ns: int) -> int:
         """The phase an instant of the run falls in (a session's later turn: by its own intended instant)."""
-        load = self.profile.load
-        seconds = (mono_ns - self.path.start_mono) / 1e9
-        if load.scenario != "server" or load.arrivals.process in ("trace", "onoff"):
-            return 0 if seconds < load.warmup_s else 1
-        if self._segments is None:  # (once: ~3% of the core at 1,250 session turns/s when made each turn)
-            self._segments = rate_segments(load.rate, list(load.phases), load.warmup_s, load.duration_s)
-        return int(phase_of(self._segments, load.warmup_s, np.asarray([seconds]))[0])
+        return self.phases.at((mono_ns - self.path.start_mono) / 1e9)
 
     def log(self, message: str) -> None:
         print(f"tailrace worker {self.identity.name}: {message}", flush=True)

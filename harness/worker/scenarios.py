@@ -75,6 +75,28 @@ def start_now(run: Callable[[object], None], item: object) -> None:
     greenlet.greenlet(run, hub).switch(item)
 
 
+class Builds:
+    """`prepare` (what an arrival needs before its instant), its time kept: a build ahead needs the longest recent
+    build (decaying by BUILD_DECAY a build; at first PREPARE_SLACK_NS in all) and PREPARE_MARGIN_NS before the next
+    send. Building a session took 1.5-2 ms a piece at 250 requests/s (a greenlet switch trace), and turns came due
+    meanwhile; it now takes ~0.25 ms, and a fixed 5 ms left the queue empty at 1,250 session turns/s (a 5 ms gap is
+    rare there): each session was then built on demand, whatever turn was due during the build."""
+
+    def __init__(self, prepare: Callable[[Arrival], object]) -> None:
+        self.prepare = prepare
+        self.longest_ns = PREPARE_SLACK_NS - PREPARE_MARGIN_NS
+
+    @property
+    def slack_ns(self) -> int:
+        return self.longest_ns + PREPARE_MARGIN_NS
+
+    def __call__(self, arrival: Arrival) -> object:
+        started = time.perf_counter_ns()
+        made = self.prepare(arrival)
+        self.longest_ns = max(time.perf_counter_ns() - started, int(self.longest_ns * BUILD_DECAY))
+        return made
+
+
 class IssueLoop:
     """Issues arrivals through `send` (the request path): open loop at their instants, or closed loop."""
 
@@ -92,7 +114,6 @@ class IssueLoop:
         self.writer = None
         self.log = print  # the worker's log (a stuck writer let go is said there)
         self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
-        self._build_ns = PREPARE_SLACK_NS - PREPARE_MARGIN_NS  # the longest recent `prepare` (decaying)
         # sessions' later turns whose instants this open loop keeps (wait_turn): [instant, order, greenlet, waiting]
         self._turns: list[list] = []
         self._turn_order = itertools.count()
@@ -275,42 +296,32 @@ class IssueLoop:
     def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
         """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to
         PREPARE_AHEAD_S after the next one, at most PREPARE_AHEAD_N — but only while the next send (an arrival, or
-        a session's turn the loop keeps) is further off than the longest recent build and PREPARE_MARGIN_NS (at
-        first PREPARE_SLACK_NS), so that building never delays a send that is due (a burst of a trace's rows at one
-        instant is built before it, not during it). Building a session took 1.5-2 ms a piece at 250 requests/s (a
-        greenlet switch trace): turns came due meanwhile. It now takes ~0.25 ms, and a fixed 5 ms slack left the
-        queue empty at 1,250 session turns/s (a gap of 5 ms is rare there): each session was then built on demand,
-        right after the send before, whatever turn was due during the build."""
+        a session's turn the loop keeps) is further off than a build takes (`Builds.slack_ns`), so that building
+        never delays a send that is due (a burst of a trace's rows at one instant is built before it, not during
+        it)."""
         if self.prepare is None:
             yield from ((a, a) for a in arrivals)
             return
         ahead: deque[tuple[Arrival, object]] = deque()
+        builds = Builds(self.prepare)
         source = iter(arrivals)
         upcoming = next(source, None)
         while ahead or upcoming is not None:
             if not ahead:
-                ahead.append((upcoming, self._build(upcoming)))
+                ahead.append((upcoming, builds(upcoming)))
                 upcoming = next(source, None)
             head_due = ahead[0][0].intended_mono
             # within PREPARE_AHEAD_S of the head (or of now, once it is due): a burst behind it is built with it
             while upcoming is not None and len(ahead) < PREPARE_AHEAD_N \
                     and upcoming.intended_mono - max(head_due, time.perf_counter_ns()) < PREPARE_AHEAD_S * 1e9 \
-                    and self._next_send(head_due) - time.perf_counter_ns() > self._build_ns + PREPARE_MARGIN_NS:
-                ahead.append((upcoming, self._build(upcoming)))
+                    and self._next_send(head_due) - time.perf_counter_ns() > builds.slack_ns:
+                ahead.append((upcoming, builds(upcoming)))
                 upcoming = next(source, None)
                 if self._serving:
                     gevent.sleep(0)  # answers come in, and the turns they lead to are queued (_next_send sees them)
                 elif self.inline is not None:
                     self.inline.pump(self._next_send(head_due))  # likewise, for the turns the inline path keeps
             yield ahead.popleft()
-
-    def _build(self, arrival: Arrival) -> object:
-        """`prepare(arrival)`, its time kept: the longest recent build (`_build_ns`) sets how much slack a build
-        ahead needs."""
-        started = time.perf_counter_ns()
-        made = self.prepare(arrival)
-        self._build_ns = max(time.perf_counter_ns() - started, int(self._build_ns * BUILD_DECAY))
-        return made
 
     def _next_send(self, arrival_mono: int) -> int:
         """The instant of this loop's next send: the arrival's, or a session turn's waiting before it."""

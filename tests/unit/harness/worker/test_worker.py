@@ -279,11 +279,11 @@ def test_requests_are_built_ahead_with_the_slack_their_recent_builds_took(monkey
         clock[0] += cost[0]
         return arrival
 
-    loop = IssueLoop(lambda a: None, 0, 0.0, prepare)
-    assert loop._build_ns + scenarios.PREPARE_MARGIN_NS == scenarios.PREPARE_SLACK_NS
+    builds = scenarios.Builds(prepare)
+    assert builds.slack_ns == scenarios.PREPARE_SLACK_NS
     for _ in range(200):
-        loop._build(Arrival(0, 0, 1, 0))
-    assert loop._build_ns == 250_000  # decayed to the builds' own time
+        builds(Arrival(0, 0, 1, 0))
+    assert builds.slack_ns == 250_000 + scenarios.PREPARE_MARGIN_NS  # decayed to the builds' own time
     cost[0] = 2_000_000
-    loop._build(Arrival(0, 0, 1, 0))
-    assert loop._build_ns == 2_000_000
+    builds(Arrival(0, 0, 1, 0))
+    assert builds.slack_ns == 2_000_000 + scenarios.PREPARE_MARGIN_NS
