@@ -122,36 +122,10 @@ def test_a_held_writer_writes_nothing_until_released(tmp_path):
     shipper.close()
 
 
-def test_a_writer_held_on_its_workers_core_has_stopped_when_hold_returns(tmp_path):
-    """A stop takes effect only when the stopped process next runs: on one core with a worker that spins, a child
-    signalled and left runnable took a turn later, ahead of the worker (EEVDF lag), and held the core 2.3-2.5 ms
-    after the worker woke. `hold` returns once it has stopped."""
-    cores = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cores)})  # the child shares this core, as a pinned worker's does
-    try:
-        w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
-        shipper = ChunkShipper(w, "w0")
-        child = shipper.child
-        _gated(child)
-        row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7,
-                                                                  "correct": False}))
-        for _ in range(10):
-            child.release()  # the loop sleeps: the child runs, a chunk to write
-            w.rows.extend([row] * 5000)
-            shipper.ship_open_chunk()
-            assert child.busy
-            child.hold()  # the loop runs again (no sleep since: the child could not have run)
-            assert child.held and _state(child.process.pid) == "T"
-        assert child.catch_up(0, timeout_s=60)
-        shipper.close()
-        assert sum(pq.read_table(f).num_rows for f in w.layout.dir.glob("requests-*.parquet")) == 50_000
-    finally:
-        os.sched_setaffinity(0, cores)
-
-
-def test_a_writer_held_just_before_a_send_is_left_to_stop_when_it_next_runs(tmp_path):
-    """With a send due within STOP_WAIT_SLACK_NS, `hold` does not wait for the stop (at 8,000 KServe requests/s,
-    waiting for each stop cost more than it saved): the child is signalled and stops when it next runs."""
+def _holds_on_one_core(tmp_path, due_in_ns: int | None) -> list[str]:
+    """Ten rounds of a sending loop that shares one core with its writer (as a pinned worker's does): it lets the
+    writer run (release), ships it a chunk, and holds it again with its next send `due_in_ns` away (None: no send
+    due). The child's scheduler state after each hold; every chunk is on disk afterwards."""
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cores)})
     try:
@@ -166,15 +140,30 @@ def test_a_writer_held_just_before_a_send_is_left_to_stop_when_it_next_runs(tmp_
             child.release()
             w.rows.extend([row] * 5000)
             shipper.ship_open_chunk()
-            child.hold(due_ns=time.perf_counter_ns() + chunk_shipping.STOP_WAIT_SLACK_NS // 3)
+            assert child.busy
+            child.hold(None if due_in_ns is None else time.perf_counter_ns() + due_in_ns)  # (no sleep since)
             assert child.held
             states.append(_state(child.process.pid))
-        assert "R" in states  # signalled, not yet stopped (a scheduler tick may let one stop meanwhile)
         assert child.catch_up(0, timeout_s=60)
         shipper.close()
         assert sum(pq.read_table(f).num_rows for f in w.layout.dir.glob("requests-*.parquet")) == 50_000
+        return states
     finally:
         os.sched_setaffinity(0, cores)
+
+
+def test_a_writer_held_on_its_workers_core_has_stopped_when_hold_returns(tmp_path):
+    """A stop takes effect only when the stopped process next runs: on one core with a worker that spins, a child
+    signalled and left runnable took a turn later, ahead of the worker (EEVDF lag), and held the core 2.3-2.5 ms
+    after the worker woke. `hold` returns once it has stopped."""
+    assert _holds_on_one_core(tmp_path, None) == ["T"] * 10
+
+
+def test_a_writer_held_just_before_a_send_is_left_to_stop_when_it_next_runs(tmp_path):
+    """With a send due within STOP_WAIT_SLACK_NS, `hold` does not wait for the stop (at 8,000 KServe requests/s,
+    waiting for each stop cost more than it saved): the child is signalled and stops when it next runs."""
+    states = _holds_on_one_core(tmp_path, chunk_shipping.STOP_WAIT_SLACK_NS // 3)
+    assert "R" in states  # signalled, not yet stopped (a scheduler tick may let one stop meanwhile)
 
 
 def _gated(child) -> None:
