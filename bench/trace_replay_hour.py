@@ -94,7 +94,7 @@ def main() -> int:
     run_dir = max((tmp / "runs").glob("mooncake-hour-*"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     from tailrace.analysis.analyze import analyze_run
-    from tailrace.harness.worker.traces import read_trace
+    from tailrace.harness.workload.traces import read_trace
 
     df = analyze_run(run_dir).requests
     rows = read_trace(TRACE)

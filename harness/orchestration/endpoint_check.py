@@ -27,9 +27,9 @@ from tailrace.harness.client.tls import (
     sender_tls,
     ssl_context,
 )
-from tailrace.harness.worker.traces import TraceError, load_trace
 from tailrace.harness.workload.conversations import SessionFileError, session_source
 from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
+from tailrace.harness.workload.traces import TraceError, load_trace
 
 
 @dataclass

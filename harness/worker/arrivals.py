@@ -11,20 +11,21 @@ its own part: no coordination needed, and phase boundaries fall at the same refe
 The other processes (`load.arrivals`): `gamma` draws unit-mean gamma gaps with the asked coefficient of variation
 and `constant` unit gaps, both mapped through the same Λ⁻¹ (so steps, ramps and spikes apply to them too); `onoff`
 alternates exponential sojourns in its two states, Poisson at each state's rate; `trace` replays a file's instants
-(harness/worker/traces.py). The split is the same seeded draw for every process, so the regions' arrivals merged are
+(harness/workload/traces.py). The split is the same seeded draw for every process, so the regions' arrivals merged are
 the one global process asked for. Thinning keeps only a Poisson process Poisson: a region with share p of a gamma
 process sees gaps whose c² is p·(cv² − 1) + 1 (a geometric sum of gamma gaps), nearer 1 than the global cv²; of an
 on/off process it sees the same modulation at p times the rates.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from tailrace.contract.profile import Arrivals, Load, Profile
 from tailrace.contract.rates import Segment, rate_segments
-from tailrace.harness.worker.traces import TraceRows, replay
+from tailrace.harness.workload.traces import TraceRows, replay
 
 
 class PhaseClock:
@@ -109,6 +110,40 @@ class Schedule:
     phase_index: np.ndarray
     sample_index: np.ndarray
     arrival_index: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request to issue: when (perf_counter_ns), to which endpoint (index), in which phase, which sample; for a
+    session endpoint, the session it starts (its id: the arrival's place in the global process)."""
+
+    intended_mono: int
+    endpoint: int
+    phase: int
+    sample: int
+    session: int = -1
+
+
+class ScheduledArrivals:
+    """The open-loop (server) scenario's arrivals — of any process: Poisson, gamma, constant, on/off or a trace — at
+    start + offset. The start may still move (`start_mono`) until the arrivals are drawn."""
+
+    def __init__(self, schedule: Schedule, start_mono: int) -> None:
+        s = schedule
+        self.start_mono = start_mono
+        self._rows = zip(s.offsets_ns.tolist(), s.endpoint_index.tolist(), s.phase_index.tolist(),
+                         s.sample_index.tolist(), s.arrival_index.tolist())
+
+    def rebase(self, delta_ns: int) -> None:
+        """The start instant moved by `delta_ns`: so do the arrivals not drawn yet."""
+        self.start_mono += delta_ns
+
+    def __iter__(self) -> Iterator[Arrival]:
+        return self
+
+    def __next__(self) -> Arrival:
+        offset, endpoint, phase, sample, index = next(self._rows)
+        return Arrival(self.start_mono + offset, endpoint, phase, sample, index)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The worker's senders, one per endpoint of the plan, built before the run: KServe senders from their samples
-(harness/client/senders.py), generative ones from their prompts — drawn, read from a file, a trace's rows (built
-just before each send: harness/workload/trace_prompts.py) or a session endpoint's turns (built at each turn's send:
-harness/worker/sessions.py)."""
+(harness/client/senders.py), generative ones from their prompts — drawn, read from a file, a trace's rows (each
+built ahead of its send: harness/workload/trace_prompts.py) or a session endpoint's turns (harness/worker/sessions.py);
+and `RequestBuilds`, what the issue loop builds ahead for an arrival (harness/worker/build_ahead.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,13 +13,15 @@ from tailrace.harness.client.payloads import wanted_outputs
 from tailrace.harness.client.request_data import samples_for
 from tailrace.harness.client.senders import Sender, build_sender
 from tailrace.harness.client.tokenizer import TokenCounter
+from tailrace.harness.worker.arrivals import Arrival
 from tailrace.harness.worker.identity import WorkerIdentity
-from tailrace.harness.worker.sessions import SessionEndpoint
-from tailrace.harness.worker.traces import TraceRows, replay
+from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.workload.conversations import session_source
 from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
 from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
 from tailrace.harness.workload.trace_prompts import TracePrompts
+from tailrace.harness.workload.traces import TraceRows, replay
+from tailrace.harness.workload.turns import Build, PreparedRequest, single
 
 
 class EndpointSenders:
@@ -73,7 +75,7 @@ class EndpointSenders:
         return generative_sender(ep, url, items, seed, self.root, inputs, pool, token_counter(ep, items, self.root))
 
     def _trace(self, ep: Endpoint, url: str, pool: int, model_inputs: tuple[str, ...]) -> Sender:
-        """A trace-driven endpoint's sender: each row's body built just before its send (TracePrompts)."""
+        """A trace-driven endpoint's sender: each row's body built ahead of its send (TracePrompts)."""
         load, trace = self.profile.load, self.trace
         order, _ = replay(trace, load.arrivals.trace, load.warmup_s + load.duration_s)
         tokenizer = prompt_tokenizer(ep, self.root)
@@ -82,3 +84,23 @@ class EndpointSenders:
         self.trace_prompts[self.profile.endpoints.index(ep)] = prompts
         counter = TokenCounter(tokenizer, prompts.inputs.tolist()) if tokenizer is not None else None
         return stream_sender(ep, url, pool, [], samples=len(prompts), counter=counter)
+
+
+class RequestBuilds:
+    """What an arrival is sent with, as a build the issue loop runs in its gaps before the arrival's instant
+    (harness/worker/build_ahead.py): a session's script and first request, a trace row's request; else the arrival
+    itself."""
+
+    def __init__(self, sessions: SessionRunner, trace_prompts: dict[int, TracePrompts]) -> None:
+        self.sessions, self.trace_prompts = sessions, trace_prompts
+
+    def __call__(self, arrival: Arrival) -> Build | Arrival:
+        if self.sessions.handles(arrival):
+            return self.sessions.build(arrival)
+        prompts = self.trace_prompts.get(arrival.endpoint)
+        return arrival if prompts is None else self._trace_row(arrival, prompts)
+
+    @staticmethod
+    def _trace_row(arrival: Arrival, prompts: TracePrompts) -> Build:
+        body = yield from prompts.build(arrival.sample)
+        return PreparedRequest(arrival, single(body, *prompts.facts(arrival.sample), arrival.sample))

@@ -23,11 +23,11 @@ from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, ChunkShipper, YieldEvery
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
-from tailrace.harness.worker.arrivals import PhaseClock, Schedule, Split, WorkerSlot, worker_schedule
+from tailrace.harness.worker.arrivals import PhaseClock, Schedule, ScheduledArrivals, Split, WorkerSlot, worker_schedule
 from tailrace.harness.worker.background import BackgroundWork
 from tailrace.harness.worker.clock import WorkerClock
 from tailrace.harness.worker.clock_sampler import ClockSampler
-from tailrace.harness.worker.endpoint_senders import EndpointSenders
+from tailrace.harness.worker.endpoint_senders import EndpointSenders, RequestBuilds
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.inline_sends import choose_send_path
 from tailrace.harness.worker.live_report import LiveReporter
@@ -36,8 +36,8 @@ from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
 from tailrace.harness.worker.sessions import PreparedSession, SessionRunner
-from tailrace.harness.worker.traces import load_trace
-from tailrace.harness.workload.turns import PreparedRequest, single
+from tailrace.harness.workload.traces import load_trace
+from tailrace.harness.workload.turns import PreparedRequest
 
 UPLINK_DRAIN_S = 30.0  # at the end, how long a remote worker waits for the master to acknowledge its files
 
@@ -103,12 +103,13 @@ class WorkerRun:
         self.n_samples = max(len(s.payloads.samples) for s in senders)
         self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
-        self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s,
-                              self._prepare if self.session_endpoints or self.trace_prompts else None)
+        self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s)
         self.window: Window | None = None
         self.phases = PhaseClock(p.load)
         self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
+        if self.session_endpoints or self.trace_prompts:  # requests built ahead (harness/worker/build_ahead.py)
+            self.loop.prepare = RequestBuilds(self.sessions, self.trace_prompts)
         choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log,
                          self.sessions if self.session_endpoints else None)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
@@ -120,16 +121,6 @@ class WorkerRun:
         self._finisher: gevent.Greenlet | None = None
         # silences of the master (epoch s: last heartbeat before, first after; None: it never came back)
         self.control_gaps: list[tuple[float, float | None]] = []
-
-    def _prepare(self, arrival):
-        """What an arrival needs before its instant (built while the issue loop waits for it): a session's script
-        and first request, a trace row's request; else the arrival itself."""
-        if self.sessions.handles(arrival):
-            return self.sessions.prepare(arrival)
-        prompts = self.trace_prompts.get(arrival.endpoint)
-        if prompts is None:
-            return arrival
-        return PreparedRequest(arrival, single(prompts[arrival.sample], *prompts.facts(arrival.sample), arrival.sample))
 
     def _issue(self, item) -> None:
         """An arrival of the schedule: a session started, or one request sent."""
@@ -170,11 +161,18 @@ class WorkerRun:
                                p.inputs.selection == "sequential", self.trace)
 
     def run(self) -> None:
-        """Sample the clock, wait for the common start instant, run the scenario, drain, finish."""
+        """Sample the clock, build the first requests, wait for the common start instant, run the scenario, drain,
+        finish."""
         load = self.profile.load
         self.sample_clock("before")
         schedule = self.schedule()
         self.warm_up()
+        # the start instant is given in reference time; on this clock it is start_ref − offset
+        planned_mono = self.clock.to_mono(self.start_ref_ns - self.clocks.offset_ns)
+        arrivals = ScheduledArrivals(schedule, planned_mono) if schedule is not None else None
+        ahead = self.loop.build_ahead(arrivals) if arrivals is not None else None
+        if ahead is not None:  # the first requests built now, while the start instant is still to come
+            ahead.prime(planned_mono, gevent.sleep, self.log)
         # Setup objects (datasets, pre-encoded requests) never need the cyclic collector again, and the
         # per-request garbage is acyclic: fewer, younger collections keep GC pauses out of the send path.
         gc.collect()
@@ -187,8 +185,9 @@ class WorkerRun:
                 self.log(f"every worker is ready: starting {(self.start_ref_ns - early) / 1e9:.1f} s before the "
                          "plan's instant")
                 self.start_ref_ns = early
-        # the start instant is given in reference time; on this clock it is start_ref − offset
         start_mono = self.path.start_mono = self.clock.to_mono(self.start_ref_ns - self.clocks.offset_ns)
+        if arrivals is not None:
+            (ahead or arrivals).rebase(start_mono - planned_mono)
         if start_mono < time.perf_counter_ns():
             self.log(f"start instant already passed by {(time.perf_counter_ns() - start_mono) / 1e6:.0f} ms; "
                      "late arrivals count as send lag")
@@ -200,7 +199,7 @@ class WorkerRun:
                                      int(load.warmup_s * 1e9))
         self.planned = len(schedule.offsets_ns) if schedule is not None else None  # closed loop: what it issued
         self.scenario_stats = run_scenario(
-            self.loop, self.plan, window, schedule,
+            self.loop, self.plan, window, ahead or arrivals,
             lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
         self.finish()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -24,27 +23,11 @@ from gevent.pool import Group
 
 from tailrace.contract.plan import RunPlan
 from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, LoopTurns
-from tailrace.harness.worker.arrivals import Schedule
+from tailrace.harness.worker.arrivals import Arrival
+from tailrace.harness.worker.build_ahead import Build, BuildAhead, Prepared
 
-PREPARE_AHEAD_S = 2.0  # build requests at most this far ahead of their send ...
-PREPARE_AHEAD_N = 64  # ... and at most this many (memory: what is in flight, and these)
-PREPARE_SLACK_NS = 5_000_000  # only while the next send is further off than this at first, then than ...
-PREPARE_MARGIN_NS = 200_000  # ... the longest recent build (decaying by BUILD_DECAY a build) and this
-BUILD_DECAY = 0.98
 BEHIND_YIELD_NS = 2_000_000  # an inline open loop behind schedule still yields this often
 YIELD_SLACK_NS = 500_000  # an inline open loop yields to the rest of the worker only this far or more from a send
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One request to issue: when (perf_counter_ns), to which endpoint (index), in which phase, which sample; for a
-    session endpoint, the session it starts (its id: the arrival's place in the global process)."""
-
-    intended_mono: int
-    endpoint: int
-    phase: int
-    sample: int
-    session: int = -1
 
 
 @dataclass
@@ -75,35 +58,13 @@ def start_now(run: Callable[[object], None], item: object) -> None:
     greenlet.greenlet(run, hub).switch(item)
 
 
-class Builds:
-    """`prepare` (what an arrival needs before its instant), its time kept: a build ahead needs the longest recent
-    build (decaying by BUILD_DECAY a build; at first PREPARE_SLACK_NS in all) and PREPARE_MARGIN_NS before the next
-    send. Building a session took 1.5-2 ms a piece at 250 requests/s (a greenlet switch trace), and turns came due
-    meanwhile; it now takes ~0.25 ms, and a fixed 5 ms left the queue empty at 1,250 session turns/s (a 5 ms gap is
-    rare there): each session was then built on demand, whatever turn was due during the build."""
-
-    def __init__(self, prepare: Callable[[Arrival], object]) -> None:
-        self.prepare = prepare
-        self.longest_ns = PREPARE_SLACK_NS - PREPARE_MARGIN_NS
-
-    @property
-    def slack_ns(self) -> int:
-        return self.longest_ns + PREPARE_MARGIN_NS
-
-    def __call__(self, arrival: Arrival) -> object:
-        started = time.perf_counter_ns()
-        made = self.prepare(arrival)
-        self.longest_ns = max(time.perf_counter_ns() - started, int(self.longest_ns * BUILD_DECAY))
-        return made
-
-
 class IssueLoop:
     """Issues arrivals through `send` (the request path): open loop at their instants, or closed loop."""
 
     def __init__(self, send: Callable[[Arrival], None], spin_ns: int, drain_s: float,
-                 prepare: Callable[[Arrival], object] | None = None) -> None:
-        """`prepare(arrival)`: what `send` is handed instead of the arrival, made before the arrival's instant
-        (while the loop waits for it); None: the arrival itself."""
+                 prepare: Callable[[Arrival], Build | Prepared | Arrival] | None = None) -> None:
+        """`prepare(arrival)`: what `send` is handed instead of the arrival (or a build of it), made before the
+        arrival's instant (while the loop waits for it); None: the arrival itself."""
         self.send, self.spin_ns, self.drain_s, self.prepare = send, spin_ns, drain_s, prepare
         self.counts = IssueCounts()
         self.stopped = False  # the run was stopped (Ctrl-C, the live page): issue nothing more, drain what is out
@@ -293,35 +254,31 @@ class IssueLoop:
             active[0] += 1
             start_now(tracked, item)
 
-    def _prepared(self, arrivals: Iterable[Arrival]) -> Iterator[tuple[Arrival, object]]:
-        """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead — those due up to
-        PREPARE_AHEAD_S after the next one, at most PREPARE_AHEAD_N — but only while the next send (an arrival, or
-        a session's turn the loop keeps) is further off than a build takes (`Builds.slack_ns`), so that building
-        never delays a send that is due (a burst of a trace's rows at one instant is built before it, not during
-        it)."""
+    def build_ahead(self, arrivals: Iterable[Arrival]) -> BuildAhead | None:
+        """The builder of `arrivals`' requests (None: they need none), to prime before the start instant and hand
+        to open_loop."""
+        return BuildAhead(iter(arrivals), self.prepare) if self.prepare is not None else None
+
+    def _prepared(self, arrivals: Iterable[Arrival] | BuildAhead) -> Iterator[tuple[Arrival, object]]:
+        """(arrival, what `send` is handed) in order. With `prepare`, requests are built ahead (harness/worker/
+        build_ahead.py) — a piece at a time, each only while the next send (an arrival, or a session's turn the loop
+        keeps) is further off than the piece takes — so a burst of a trace's rows at one instant is built before it,
+        and building never delays a send that is due."""
         if self.prepare is None:
             yield from ((a, a) for a in arrivals)
             return
-        ahead: deque[tuple[Arrival, object]] = deque()
-        builds = Builds(self.prepare)
-        source = iter(arrivals)
-        upcoming = next(source, None)
-        while ahead or upcoming is not None:
-            if not ahead:
-                ahead.append((upcoming, builds(upcoming)))
-                upcoming = next(source, None)
-            head_due = ahead[0][0].intended_mono
-            # within PREPARE_AHEAD_S of the head (or of now, once it is due): a burst behind it is built with it
-            while upcoming is not None and len(ahead) < PREPARE_AHEAD_N \
-                    and upcoming.intended_mono - max(head_due, time.perf_counter_ns()) < PREPARE_AHEAD_S * 1e9 \
-                    and self._next_send(head_due) - time.perf_counter_ns() > builds.slack_ns:
-                ahead.append((upcoming, builds(upcoming)))
-                upcoming = next(source, None)
-                if self._serving:
-                    gevent.sleep(0)  # answers come in, and the turns they lead to are queued (_next_send sees them)
-                elif self.inline is not None:
-                    self.inline.pump(self._next_send(head_due))  # likewise, for the turns the inline path keeps
-            yield ahead.popleft()
+        ahead = arrivals if isinstance(arrivals, BuildAhead) else BuildAhead(iter(arrivals), self.prepare)
+        while (head := ahead.take()) is not None:
+            head_due = head[0].intended_mono
+            ahead.fill(head_due, lambda: self._next_send(head_due), lambda: self._between_builds(head_due))
+            yield head
+
+    def _between_builds(self, head_due: int) -> None:
+        """After a piece built ahead: answers come in, and the turns they lead to are queued (_next_send sees them)."""
+        if self._serving:
+            gevent.sleep(0)
+        elif self.inline is not None:
+            self.inline.pump(self._next_send(head_due))
 
     def _next_send(self, arrival_mono: int) -> int:
         """The instant of this loop's next send: the arrival's, or a session turn's waiting before it."""
@@ -342,16 +299,6 @@ class IssueLoop:
         for stream in streams:
             group.spawn(self.closed_loop, stream)
         group.join(timeout=max(0.0, (end_mono - time.perf_counter_ns()) / 1e9) + self.drain_s)
-
-
-def scheduled_arrivals(schedule: Schedule, start_mono: int) -> Iterator[Arrival]:
-    """The open-loop (server) scenario: the worker's scheduled arrivals — of any process: Poisson, gamma, constant,
-    on/off or a trace — at start + offset."""
-    s = schedule
-    for offset, endpoint, phase, sample, index in zip(s.offsets_ns.tolist(), s.endpoint_index.tolist(),
-                                                      s.phase_index.tolist(), s.sample_index.tolist(),
-                                                      s.arrival_index.tolist()):
-        yield Arrival(start_mono + offset, endpoint, phase, sample, index)
 
 
 def draws(plan: RunPlan, region_index: int, worker_index: int, n_samples: int, stream: int = 0
@@ -399,15 +346,16 @@ def interval_ticks(choices: Iterator[tuple[int, int]], window: Window, interval_
         tick += interval_ns
 
 
-def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, schedule: Schedule | None,
+def run_scenario(loop: IssueLoop, plan: RunPlan, window: Window, arrivals: Iterable[Arrival] | BuildAhead | None,
                  choices: Callable[[int], Iterator[tuple[int, int]]]) -> dict:
-    """Run the plan's scenario on `loop`; returns its scenario statistics for the worker summary.
+    """Run the plan's scenario on `loop`; returns its scenario statistics for the worker summary. `arrivals`: the
+    server scenario's (harness/worker/arrivals.py ScheduledArrivals), or their builder, primed before the start;
     `choices(stream)` gives the seeded draws of one closed-loop stream."""
     load = plan.profile.load
     stats: dict = {"scenario": load.scenario}
     if load.scenario == "server":
         sessions = any(e.sessions is not None for e in plan.profile.endpoints)  # later turns go on to the end
-        loop.open_loop(scheduled_arrivals(schedule, window.start_mono), until_mono=window.end_mono if sessions else None)
+        loop.open_loop(arrivals, until_mono=window.end_mono if sessions else None)
     elif load.scenario == "single-stream":
         loop.wait_until(window.start_mono)
         loop.closed_loop(back_to_back(choices(0), window))

@@ -21,7 +21,7 @@ from tailrace.contract.profile import Endpoint, Prompts, Sessions
 from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.worker.scenarios import Arrival
 from tailrace.harness.workload.conversations import Built, Conversation, SessionScript, TurnScript, words_of
-from tailrace.harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Turn
+from tailrace.harness.workload.turns import CONTEXT_LIMIT, DONE, ERROR, RUN_END, Build, Piece, Turn, build_now
 
 
 def think_ns(spec: Sessions, turn: TurnScript, rng: np.random.Generator) -> int:
@@ -51,6 +51,11 @@ class PreparedSession:
     next_built: Built | None = None  # the next turn's request, once the last reply is in (SessionRunner.after)
     next_at: int = 0  # and its intended instant
 
+    @property
+    def body_bytes(self) -> int:
+        """The bytes its first request holds."""
+        return len(self.first.body) if self.first is not None else 0
+
 
 @dataclass
 class SessionEndpoint:
@@ -79,15 +84,22 @@ class SessionRunner:
         return arrival.endpoint in self.endpoints
 
     def prepare(self, arrival: Arrival) -> PreparedSession:
-        """A session's script and its first request, built before its arrival's instant (the issue loop does it
-        while it waits for the arrival before): none of it is send lag."""
+        """A session's script and its first request, built now."""
+        return build_now(self.build(arrival))
+
+    def build(self, arrival: Arrival) -> Build:
+        """A session's script and its first request in two pieces, built before its arrival's instant (the issue
+        loop does it in its gaps before the arrival: harness/worker/build_ahead.py): none of it is send lag."""
         ep = self.endpoints[arrival.endpoint]
         spec, prompts = ep.endpoint.sessions, ep.endpoint.prompts or Prompts()
+        yield Piece("session script")
         script: SessionScript = ep.source.script(arrival.session, arrival.sample)
         rng = np.random.default_rng([self.seed, 5, arrival.session])
         conversation = Conversation(ep.endpoint.protocol, ep.endpoint.model, prompts, spec, ep.count,
                                     lambda: words_of(spec.tool_result_tokens, rng))
-        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(script.turns[0]))
+        first = script.turns[0]
+        yield Piece("session first turn", max(1, len(first.user)))
+        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(first))
 
     def run(self, session: PreparedSession) -> None:
         """One session on a greenlet of its own, from its arrival to its last turn."""

@@ -1,5 +1,7 @@
-"""A trace's prompts, built one row at a time just before its send, from cached blocks: an hour of a conversation
-trace is ~170 M words, so nothing is built for rows the run does not send, nor all at once.
+"""A trace's prompts, built one row at a time ahead of its send, from cached blocks: an hour of a conversation
+trace is ~170 M words, so nothing is built for rows the run does not send, nor all at once. A row is built in pieces
+(`build`: each block it lacks, then its body), so that the issue loop can build it in the gaps between sends
+(harness/worker/build_ahead.py).
 
 A row with `hash_ids` (Mooncake) is made of its blocks: block id b is always the same BLOCK_TOKENS words (seeded by
 the run's seed and b), so two rows that share a leading run of ids share exactly that prefix of text — the trace's
@@ -21,6 +23,7 @@ from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.conversations import BLOCK_TOKENS
 from tailrace.harness.workload.prompts import WORDS, draw_counts
+from tailrace.harness.workload.turns import Build, Piece
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one id per 512-token block
 BLOCK_CACHE = 4096  # block texts kept (~3.5 kB each)
@@ -81,6 +84,17 @@ class TracePrompts:
         elif tail <= 0:  # fewer tokens than its blocks: the leading words of them
             return " ".join(" ".join(parts).split(" ", length)[:length])
         return " ".join(parts)
+
+    def build(self, row: int) -> Build:
+        """Row `row`'s body in pieces: each of its blocks not cached yet (TRACE_BLOCK_TOKENS tokens), then the body
+        (its prompt's tokens); returns the body."""
+        ids = self.hash_ids[row] if self.hash_ids is not None else ()
+        # (at most half the cache: a row of more blocks than that makes the rest with its body)
+        for block_id in [b for b in dict.fromkeys(ids) if b not in self._blocks][:BLOCK_CACHE // 2]:
+            yield Piece("trace block", TRACE_BLOCK_TOKENS)
+            self._block(block_id)
+        yield Piece("trace body", max(1, int(self.inputs[row])))
+        return self[row]
 
     def __getitem__(self, row: int) -> bytes:
         return request_body(self.endpoint.protocol, self.endpoint.model, self.prompt(row), int(self.outputs[row]),

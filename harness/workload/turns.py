@@ -1,10 +1,13 @@
 """One turn of a session as the request path sends it: the body built at its send, what the record says of it, and
 the session's decision, made the moment its reply is in, whether this turn is its last (and why). A trace row's
-request, built ahead of its send, travels the same way (`single`)."""
+request, built ahead of its send, travels the same way (`single`). What is built ahead is built in pieces: a `Build`
+yields a `Piece` (what it does next) before each piece of work, and returns what is sent
+(harness/worker/build_ahead.py runs the pieces in the issue loop's gaps)."""
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Callable
+from types import GeneratorType
 
 from tailrace.harness.client.outcome import Outcome
 
@@ -38,3 +41,29 @@ class PreparedRequest:
 
     arrival: object
     turn: Turn
+
+    @property
+    def body_bytes(self) -> int:
+        return len(self.turn.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """What a build does next: `units` of work of one `kind` (blocks of tokens, a body's tokens, a session's turn)."""
+
+    kind: str
+    units: int = 1
+
+
+Build = Generator[Piece, None, object]
+
+
+def build_now(build: Build | object) -> object:
+    """A build's result, all its pieces run now (or the item itself, if it needs no building)."""
+    if not isinstance(build, GeneratorType):
+        return build
+    try:
+        while True:
+            next(build)
+    except StopIteration as done:
+        return done.value

@@ -12,7 +12,7 @@ from tailrace.analysis.stats.arrival_process import counts_idc, expected_cv, ono
 from tailrace.contract.profile import Arrivals, Load, ProfileError, Trace, parse_profile
 from tailrace.contract.rates import rate_segments
 from tailrace.harness.worker.arrivals import Split, WorkerSlot, global_arrivals, worker_schedule
-from tailrace.harness.worker.traces import TraceError, check_names, read_trace, replay
+from tailrace.harness.workload.traces import TraceError, check_names, read_trace, replay
 
 
 def plan(arrivals: Arrivals, region: int, rate: float | None = 400, duration_s: float = 300, shares=(0.3, 0.7),

@@ -267,23 +267,3 @@ def test_a_killed_loop_lets_its_waiting_turns_go_and_a_killed_turn_is_skipped():
     assert "turn" not in dict(sent2) and [s for s, _ in sent2] == [0, 1, 2]
 
 
-def test_requests_are_built_ahead_with_the_slack_their_recent_builds_took(monkeypatch):
-    """A build ahead needs the longest recent build's time and a margin before the next send: at first
-    PREPARE_SLACK_NS (5 ms); builds of ~0.25 ms bring it down (a fixed 5 ms left the queue empty at 1,250 session
-    turns/s, each session then built on demand whatever turn was due), and one slow build raises it at once."""
-    clock = [0]
-    monkeypatch.setattr(scenarios.time, "perf_counter_ns", lambda: clock[0])
-    cost = [250_000]
-
-    def prepare(arrival):
-        clock[0] += cost[0]
-        return arrival
-
-    builds = scenarios.Builds(prepare)
-    assert builds.slack_ns == scenarios.PREPARE_SLACK_NS
-    for _ in range(200):
-        builds(Arrival(0, 0, 1, 0))
-    assert builds.slack_ns == 250_000 + scenarios.PREPARE_MARGIN_NS  # decayed to the builds' own time
-    cost[0] = 2_000_000
-    builds(Arrival(0, 0, 1, 0))
-    assert builds.slack_ns == 2_000_000 + scenarios.PREPARE_MARGIN_NS

@@ -1,0 +1,167 @@
+"""Requests built ahead in pieces (harness/worker/build_ahead.py): pieces run only where they fit before the next
+send, the first rows before the start instant, bounded memory; a trace's bursts of long prompts sent on time."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tailrace.contract.profile import Endpoint
+from tailrace.harness.worker import build_ahead
+from tailrace.harness.worker.arrivals import Arrival, Schedule, ScheduledArrivals
+from tailrace.harness.worker.build_ahead import BuildAhead, PieceCosts
+from tailrace.harness.worker.endpoint_senders import RequestBuilds
+from tailrace.harness.worker.scenarios import IssueLoop
+from tailrace.harness.worker.sessions import SessionRunner
+from tailrace.harness.workload.trace_prompts import TracePrompts
+from tailrace.harness.workload.turns import Piece, PreparedRequest, build_now, single
+
+
+class Clock:
+    """perf_counter_ns under the test's control: each piece of work advances it by its cost."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(build_ahead.time, "perf_counter_ns", c)
+    return c
+
+
+def _builds(clock: Clock, cost_per_unit_ns: int, units: int, pieces: int, log: list):
+    """prepare(arrival): `pieces` pieces of `units` each, each advancing the clock by its cost."""
+    def prepare(arrival: Arrival):
+        for _ in range(pieces):
+            yield Piece("block", units)
+            clock.now += cost_per_unit_ns * units
+            log.append((arrival.sample, clock.now))
+        return PreparedRequest(arrival, single(b"x" * 1000, units * pieces, 0, arrival.sample))
+    return prepare
+
+
+def test_a_piece_runs_only_where_its_expected_time_fits_before_the_next_send(clock):
+    log: list = []
+    arrivals = iter([Arrival(10_000_000 * (k + 1), 0, 1, k) for k in range(3)])
+    ahead = BuildAhead(arrivals, _builds(clock, 100, 500, 5, log))  # rows of 5 pieces of 50 µs
+    ahead.costs.observe(Piece("block", 500), 50_000)
+    head = ahead.take()  # the first, built on demand (nothing was ahead)
+    assert head[0].sample == 0 and len(log) == 5
+    send_at = clock.now + 400_001  # room for 4 pieces of 50 µs besides the margin, not for 5
+    ahead.fill(head[0].intended_mono, lambda: send_at)
+    assert [s for s, _ in log[5:]] == [1, 1, 1, 1] and not ahead.ready  # row 1 not built yet
+    assert all(t + build_ahead.PIECE_MARGIN_NS <= send_at for _, t in log[5:])
+    ahead.fill(head[0].intended_mono, lambda: 1 << 62)  # the send went: the rest is built
+    assert [a.sample for a, _ in ahead.ready] == [1, 2]
+
+
+def test_a_pieces_time_is_learnt_by_kind_and_size_and_an_unseen_size_is_never_underestimated():
+    costs = PieceCosts()
+    assert costs.expected_ns(Piece("body", 100_000)) == build_ahead.FIRST_PIECE_NS
+    for _ in range(300):
+        costs.observe(Piece("body", 1_000), 100_000)  # small bodies: 100 ns a token (mostly fixed costs)
+    assert costs.expected_ns(Piece("body", 1_000)) == pytest.approx(100_000, rel=0.01)
+    assert costs.expected_ns(Piece("body", 100_000)) == pytest.approx(10_000_000, rel=0.01)  # borrowed: dearer
+    costs.observe(Piece("body", 100_000), 400_000)  # a long body: 4 ns a token
+    assert costs.expected_ns(Piece("body", 120_000)) == 480_000
+    costs.observe(Piece("body", 120_000), 1_200_000)  # a slow one raises its class at once
+    assert costs.expected_ns(Piece("body", 100_000)) == 1_000_000
+    assert costs.expected_ns(Piece("body", 1_000)) == pytest.approx(100_000, rel=0.01)  # other classes unmoved
+    only_large = PieceCosts()
+    only_large.observe(Piece("block", 1_000), 50_000)
+    assert only_large.expected_ns(Piece("block", 10)) == 50 * 512  # a larger class's time at its smallest size
+    assert costs.expected_ns(Piece("block", 1)) == build_ahead.FIRST_PIECE_NS  # kinds learn apart
+
+
+def test_built_requests_are_bounded_by_count_time_and_bytes(clock, monkeypatch):
+    log: list = []
+    arrivals = [Arrival(1_000_000 * k, 0, 1, k) for k in range(500)]
+    ahead = BuildAhead(iter(arrivals), _builds(clock, 1, 10, 1, log))
+    ahead.fill(0, lambda: 1 << 62)
+    assert len(ahead.ready) == build_ahead.AHEAD_N
+    monkeypatch.setattr(build_ahead, "AHEAD_BYTES", 10 * 1000)  # bodies of 1,000 bytes: ten
+    ahead = BuildAhead(iter(arrivals), _builds(clock, 1, 10, 1, log))
+    ahead.fill(0, lambda: 1 << 62)
+    assert len(ahead.ready) == 10 and ahead.ready_bytes == ahead.peak_bytes == 10_000
+    sparse = [Arrival(int(0.5e9) * k, 0, 1, k) for k in range(20)]  # one every 0.5 s: AHEAD_S holds 4 after the head
+    ahead = BuildAhead(iter(sparse), _builds(clock, 0, 10, 1, log))  # (builds that take no time)
+    clock.now = 0
+    ahead.fill(0, lambda: 1 << 62)
+    assert [a.sample for a, _ in ahead.ready] == [0, 1, 2, 3]
+    ahead.take()
+    assert ahead.ready_bytes == 3_000
+
+
+def test_the_first_rows_built_before_the_start_move_with_an_earlier_start(clock):
+    log: list = []
+    schedule = Schedule(np.array([0, 0, 0, 5_000_000]), np.zeros(4, int), np.ones(4, int), np.arange(4),
+                        np.arange(4))
+    arrivals = ScheduledArrivals(schedule, 2_000_000_000)
+    ahead = BuildAhead(arrivals, _builds(clock, 100, 512, 3, log))
+    ahead.prime(2_000_000_000)
+    assert [a.sample for a, _ in ahead.ready] == [0, 1, 2, 3] and len(log) == 12
+    ahead.rebase(-500_000_000)  # every worker ready: the run starts 0.5 s earlier
+    got = [ahead.take() for _ in range(4)]
+    assert [a.intended_mono for a, _ in got] == [1_500_000_000] * 3 + [1_505_000_000]
+    assert all(item.arrival is a for a, item in got) and ahead.take() is None
+
+
+def test_an_item_that_needs_no_building_is_passed_through_and_build_now_runs_every_piece():
+    arrivals = [Arrival(k, 0, 1, k) for k in range(3)]
+    ahead = BuildAhead(iter(arrivals), lambda a: a)
+    ahead.fill(0, lambda: 1 << 62)
+    assert [ahead.take() for _ in range(3)] == [(a, a) for a in arrivals]
+
+    def pieces():
+        yield Piece("a")
+        yield Piece("b")
+        return "done"
+    assert build_now(pieces()) == "done" and build_now("item") == "item"
+
+
+def _trace(rows_at_ms: list[float], tokens: list[int]) -> tuple[TracePrompts, list[int]]:
+    """A Mooncake-shaped trace: each row's prompt its own new 512-token blocks (none cached: the costliest)."""
+    ids, next_id = [], 0
+    for n in tokens:
+        blocks = -(-n // 512)
+        ids.append(tuple(range(next_id, next_id + blocks)))
+        next_id += blocks
+    ep = Endpoint(name="llm", url="http://127.0.0.1:1", protocol="openai-completions", model="m")
+    return TracePrompts(ep, np.array(tokens), np.full(len(tokens), 16), ids, np.arange(len(tokens)), 7), rows_at_ms
+
+
+def test_a_traces_bursts_of_long_prompts_are_sent_on_time_the_first_at_the_start_instant():
+    """The run's first instant holds six rows of 100k-120k tokens (each ~10 ms to build from new blocks), small rows
+    follow every 10 ms, and another burst of six long prompts comes amid them: every row is sent within a few ms of
+    its instant. Built whole when due, the first burst was sent up to ~60 ms late; built whole in the gaps with the
+    slack of recent builds, a long row overran the next send by ~10 ms."""
+    burst = [100_000, 110_000, 120_000, 105_000, 115_000, 101_000]
+    small = [1_000] * 240
+    tokens = burst + small[:200] + burst + small[200:]
+    at_ms = [0.0] * 6 + [5.0 * (k + 1) for k in range(200)] + [1002.0] * 6 + [1005.0 + 5.0 * k for k in range(40)]
+    prompts, _ = _trace(at_ms, tokens)
+    sent: list[tuple[int, int]] = []
+    prepare = RequestBuilds(SessionRunner(None, None, {}, 7, lambda: 0, lambda mono: 1), {0: prompts})
+
+    def send(item: PreparedRequest) -> None:
+        sent.append((item.arrival.sample, time.perf_counter_ns() - item.arrival.intended_mono))
+
+    loop = IssueLoop(send, spin_ns=1_500_000, drain_s=1.0, prepare=prepare)
+    schedule = Schedule(np.array([int(ms * 1e6) for ms in at_ms]), np.zeros(len(at_ms), int),
+                        np.ones(len(at_ms), int), np.arange(len(at_ms)), np.arange(len(at_ms)))
+    start = time.perf_counter_ns() + 1_000_000_000  # the plan's instant; every worker is ready sooner
+    ahead = loop.build_ahead(ScheduledArrivals(schedule, start))
+    ahead.prime(start)
+    early = time.perf_counter_ns() + 2_000_000
+    ahead.rebase(early - start)
+    loop.open_loop(ahead)
+    assert sorted(s for s, _ in sent) == list(range(len(tokens)))
+    lags_ms = {s: lag / 1e6 for s, lag in sent}
+    late = {s: round(lag, 1) for s, lag in lags_ms.items() if lag > 4.0}
+    assert not late, f"rows sent late (ms): {late}"
