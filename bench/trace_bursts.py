@@ -1,14 +1,16 @@
 """A real trace's bursts of long prompts, on time? The Mooncake conversation trace (profiles/traces: rows due at the
 same millisecond, prompts of 0.9k–121k tokens built from their 512-token blocks) replayed for a 120 s window at
-`time_scale` 2 against the embedded `synthetic_lm` (openai-completions, 2 regions, one worker each), through
-`tailrace run`. Each repeat runs this tree, then (with `--baseline DIR`, a checkout of another commit with its own
+`time_scale` 2 against the embedded `synthetic_lm` (openai-completions), through `tailrace run`: one region's worker
+(`--regions 2`: two, each sending its share of every burst) with the Locust processes on CPU 0 and the endpoint on CPU
+1 (docs/DEPLOY.md: a generator never shares its core with the server it measures; `--no-pin`: wherever the kernel
+puts them). Each repeat runs this tree, then (with `--baseline DIR`, a checkout of another commit with its own
 `.venv`) that tree, on the same profile.
 
 Reports per tree and window: send lag p99 over all rows, the worst row of the run's first burst (the rows due at the
 window's first instant), the worst row of the later bursts (two or more rows due at one instant), rows sent / due,
 and the workers' peak resident memory (sampled every second).
 
-    python bench/trace_bursts.py [--windows 0,1320] [--repeats 3] [--baseline /work/base] [--write]
+    python bench/trace_bursts.py [--windows 0,1320] [--repeats 3] [--regions 1] [--no-pin] [--baseline DIR] [--write]
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ TRACE = ROOT / "profiles" / "traces" / "mooncake-conversation.jsonl.gz"
 WINDOW_S, TIME_SCALE = 120, 2
 
 
-def profile(start_s: int, out: Path) -> str:
+def profile(start_s: int, out: Path, regions: int = 1, pin: bool = True) -> str:
+    region_tables = "".join(f'[[regions]]\nname = "region-{k}"\nshare = {1 / regions}\n' for k in range(regions))
     return f"""name = "trace-bursts"
 output_dir = "{out}"
 [[endpoints]]
@@ -41,20 +44,16 @@ url = "embedded"
 protocol = "openai-completions"
 model = "synthetic_lm"
 timeout_ms = 120000
-[[regions]]
-name = "eu-west"
-share = 0.5
-[[regions]]
-name = "us-east"
-share = 0.5
-[load]
+{region_tables}[load]
 duration_s = {WINDOW_S // TIME_SCALE}
 warmup_s = 0
 seed = 7
 [load.arrivals]
 process = "trace"
 trace = {{ file = "{TRACE}", start_s = {start_s}, window_s = {WINDOW_S}, time_scale = {TIME_SCALE} }}
+{"[generator]" + chr(10) + "cpus = [0]" if pin else ""}
 [embedded]
+{"cpus = [1]" if pin else ""}
 max_num_seqs = {{ synthetic_lm = 256 }}
 max_model_len = {{ synthetic_lm = 131072 }}
 kv_cache_tokens = {{ synthetic_lm = 4194304 }}
@@ -74,11 +73,11 @@ def workers_rss_mb(parent: psutil.Process) -> float:
     return total
 
 
-def run_once(tree: Path, start_s: int, work: Path) -> dict:
+def run_once(tree: Path, start_s: int, work: Path, regions: int, pin: bool) -> dict:
     """One `tailrace run` of the window with `tree`'s own CLI; the rows' send lags by burst."""
     out = work / "runs"
     toml = work / "p.toml"
-    toml.write_text(profile(start_s, out))
+    toml.write_text(profile(start_s, out, regions, pin))
     run = subprocess.Popen([str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     parent, peak = psutil.Process(run.pid), 0.0
@@ -116,6 +115,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--windows", default="0,1320", help="the windows' starts in the trace's own time (s)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--regions", type=int, default=1, help="regions, one worker each")
+    ap.add_argument("--no-pin", action="store_true", help="leave the processes unpinned")
     ap.add_argument("--baseline", type=Path, default=None, help="a checkout of another commit, with its .venv")
     ap.add_argument("--write", action="store_true", help="write the result into docs/BENCHMARKS.md")
     args = ap.parse_args()
@@ -128,15 +129,19 @@ def main() -> int:
         for start_s in windows:
             for name, tree in trees:  # alternated: both trees see the same hour of machine noise
                 with tempfile.TemporaryDirectory(prefix="trace-bursts-") as tmp:
-                    r = run_once(tree, start_s, Path(tmp))
+                    r = run_once(tree, start_s, Path(tmp), args.regions, not args.no_pin)
                 results.setdefault((name, start_s), []).append(r)
                 print(f"repeat {repeat + 1} window {start_s} s {name}: {r}", flush=True)
     base = (f" --baseline {args.baseline}" if args.baseline is not None else "")
     revision = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip() if args.baseline is not None else ""
-    lines = [f"Command: `python bench/trace_bursts.py --windows {args.windows} --repeats {args.repeats}{base}` "
-             f"(each window {WINDOW_S} s of the trace at time_scale {TIME_SCALE}, 2 regions with one worker each, "
-             "the embedded synthetic_lm on the same 2 cores; median (min–max) over the repeats)", "",
+    flags = f" --regions {args.regions}" + (" --no-pin" if args.no_pin else "")
+    setting = (f"{args.regions} region(s), one worker each, " +
+               ("the Locust processes and the embedded synthetic_lm on whichever of the 2 cores" if args.no_pin else
+                "the Locust processes on CPU 0, the embedded synthetic_lm on CPU 1"))
+    lines = [f"Command: `python bench/trace_bursts.py --windows {args.windows} --repeats {args.repeats}{flags}{base}` "
+             f"(each window {WINDOW_S} s of the trace at time_scale {TIME_SCALE}; {setting}; median (min–max) over "
+             "the repeats)", "",
              "| tree | window | rows sent / due | send lag p99, all rows (ms) | first burst: its latest row (ms) | "
              "later bursts: their latest row (ms) | workers' peak RSS (MB, both) |", "|---|---|---|---|---|---|---|"]
     for (name, start_s), rs in results.items():

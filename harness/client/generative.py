@@ -239,21 +239,23 @@ class StreamSender:
         return self.ended(StreamPending(read, len(head) + len(body), index), response, failure)
 
     # -- the issue loop's own path (harness/worker/inline_sends.py): the same request, the same outcome ----------
-    def encode(self, sample: int, headers: dict[str, str]) -> tuple[StreamPending | Outcome, bytes | None]:
+    def encode(self, sample: int, headers: dict[str, str]
+               ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
         """Prompt `sample`'s request as one buffer and the reading it needs (`StreamPending`); (its Outcome, None)
         when it cannot be sent (the credential cannot be read)."""
         index = self.payloads.index(sample)
         return self.encode_body(self.payloads.bodies[index], headers, index)
 
     def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1
-                    ) -> tuple[StreamPending | Outcome, bytes | None]:
-        """encode for a body built at its send (a session's turn, a trace row's request; `index` as send_body's)."""
+                    ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
+        """encode for a body built ahead (a session's turn, a trace row's request; `index` as send_body's): its head
+        and the body as they are, never joined (a long prompt's body is hundreds of kB)."""
         try:
             head = self._request(body, headers)
         except CredentialError as exc:
             return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=StreamOutcome()), \
                 None
-        return StreamPending(self._reading(), len(head) + len(body), index), head + body
+        return StreamPending(self._reading(), len(head) + len(body), index), (head, body)
 
     def answered(self, pending: StreamPending, response) -> Outcome:
         """The Outcome of an inline stream read to its end (harness/client/http1.py's HttpResponse)."""

@@ -66,6 +66,15 @@ class InlineExchange:
         self.open = True
 
 
+def _connected(sock) -> bool:
+    """A non-blocking connect has completed (False: still in progress, or failed: its event says which)."""
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
+
+
 def _views(raw: bytes | tuple[bytes, ...]) -> list[memoryview]:
     """A request's bytes as the views still to send (a large body is sent as it is, never joined to its head)."""
     return [memoryview(raw)] if isinstance(raw, bytes) else [memoryview(p) for p in raw if p]
@@ -203,6 +212,8 @@ class InlineHttp1Pool:
         conn.exchange, ex.conn = ex, conn
         ex.parser = httptools.HttpResponseParser(ex.response)
         ex.response.parser = ex.parser
+        if conn.connecting and _connected(conn.sock):  # a near server (loopback, a LAN) answers the connect at once
+            conn.connecting = False
         if not conn.connecting:
             self._write(conn, ex)
 
@@ -303,7 +314,7 @@ class InlineHttp1Pool:
                 self._idle.append(conn)
             else:
                 self._close(conn)
-            self._end(ex, now)
+            self._end(ex, response.read_ns)  # (a stream's: when its last bytes reached the host, however late read)
 
     def _lost(self, conn: _Connection, ex: InlineExchange, exc: BaseException) -> None:
         """The connection failed under `ex`: a reused one before any response byte is retried once, fresh."""

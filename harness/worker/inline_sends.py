@@ -9,7 +9,8 @@ generator that cannot keep up then shows it as send lag, which the saturation ru
 
 What is recorded is what the greenlet path records (harness/worker/requester.py: the same `finish`): the same
 intended instant, the send instant taken just before the request's first byte goes to the kernel, and the instant
-of the read that completed the response; a stream's token events are stamped with the kernel's receive instant, and
+the response's last bytes reached the host (the kernel's receive stamp on a stream over plain TCP, else the read that
+completed it); a stream's token events are stamped with the kernel's receive instant, and
 its outcome is made by its sender from the same reading (harness/client/generative.py `StreamSender.ended`).
 """
 from __future__ import annotations
@@ -48,6 +49,9 @@ class InlineSends:
             pool = attach(self.poller, self._answered) if attach is not None else None
             if pool is not None:
                 self.pools[index] = pool
+        # every answer is stamped with the kernel's receive instant (streams over plain TCP): reading it later moves
+        # none of its instants, so a send that is due may go before it (IssueLoop._pump_until)
+        self.stamped = bool(self.pools) and all(p.streamed and p.kernel_stamps for p in self.pools.values())
         self._records: deque[tuple] = deque()
         self._turn_records: deque[tuple] = deque()  # sessions' turns: written first (each decides the next turn)
         self._next_expiry = 0

@@ -28,6 +28,7 @@ from tailrace.harness.worker.build_ahead import Build, BuildAhead, Prepared
 
 BEHIND_YIELD_NS = 2_000_000  # an inline open loop behind schedule still yields this often
 YIELD_SLACK_NS = 500_000  # an inline open loop yields to the rest of the worker only this far or more from a send
+PUMP_BEHIND_NS = 1_000_000  # a due send goes before reading kernel-stamped answers, unless none was read this long
 
 
 @dataclass
@@ -75,6 +76,7 @@ class IssueLoop:
         self.writer = None
         self.log = print  # the worker's log (a stuck writer let go is said there)
         self._yielded_ns = 0  # when the inline open loop last let the rest of the worker run
+        self._pumped_ns = 0  # when it last read what had come
         # sessions' later turns whose instants this open loop keeps (wait_turn): [instant, order, greenlet, waiting]
         self._turns: list[list] = []
         self._turn_order = itertools.count()
@@ -162,14 +164,18 @@ class IssueLoop:
         """wait_until for the open loop with inline sends: their answers are read and their records written while
         it waits (the records only in its slack). The rest of the worker (chunks, the live digest, send-lag windows,
         heartbeats: greenlets, each yielding every fraction of a ms) gets a turn only while the send is YIELD_SLACK_NS
-        or more away, so that none of it starts just before a send; the chunk writer runs while the loop sleeps."""
+        or more away, so that none of it starts just before a send; the chunk writer runs while the loop sleeps. A
+        send already due goes before answers are read where their instants are the kernel's (a burst of a trace's rows
+        back to back), but never more than PUMP_BEHIND_NS after the last read."""
         inline = self.inline
         while True:
             LoopTurns.count += 1  # (the background work's pauses tell a loop that takes turns from one that waits)
-            inline.pump(min(mono_ns, inline.next_turn_ns))
+            now = time.perf_counter_ns()
+            if min(mono_ns, inline.next_turn_ns) > now or not inline.stamped or now - self._pumped_ns >= PUMP_BEHIND_NS:
+                inline.pump(min(mono_ns, inline.next_turn_ns))
+                self._pumped_ns = now = time.perf_counter_ns()
             # a session's turn the inline path keeps, if one comes first (its record, just written, may have queued it)
             due_ns = min(mono_ns, inline.next_turn_ns)
-            now = time.perf_counter_ns()
             left_ns = due_ns - now
             if left_ns <= 0:
                 if due_ns < mono_ns:  # that turn is due: sent now, then on to `mono_ns`
