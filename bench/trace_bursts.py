@@ -1,20 +1,23 @@
 """A real trace's bursts of long prompts, on time? The Mooncake conversation trace (profiles/traces: rows due at the
 same millisecond, prompts of 0.9k–121k tokens built from their 512-token blocks) replayed for a 120 s window at
 `time_scale` 2 against the embedded `synthetic_lm` (openai-completions), through `tailrace run`: one region's worker
-(`--regions 2`: two, each sending its share of every burst) with the Locust processes on CPU 0 and the endpoint on CPU
-1 (docs/DEPLOY.md: a generator never shares its core with the server it measures; `--no-pin`: wherever the kernel
-puts them). Each repeat runs this tree, then (with `--baseline DIR`, a checkout of another commit with its own
-`.venv`) that tree, on the same profile.
+(`--regions 2`: two, each sending its share of every burst) with the Locust processes on CPU 0, and the endpoint,
+the orchestrating process and this one on CPU 1 (docs/DEPLOY.md: a worker's core is its own; `--no-pin`: wherever
+the kernel puts them). Each repeat runs this tree, then (with `--baseline DIR`, a checkout of another commit with its
+own `.venv`) that tree, on the same profile.
 
 Reports per tree and window: send lag p99 over all rows, the worst row of the run's first burst (the rows due at the
 window's first instant), the worst row of the later bursts (two or more rows due at one instant), rows sent / due,
 and the workers' peak resident memory (sampled every second).
 
-    python bench/trace_bursts.py [--windows 0,1320] [--repeats 3] [--regions 1] [--no-pin] [--baseline DIR] [--write]
+    python bench/trace_bursts.py [--windows 0,1320] [--repeats 3] [--regions 1] [--no-pin] [--baseline DIR]
+                                 [--keep DIR] [--write]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,7 +81,9 @@ def run_once(tree: Path, start_s: int, work: Path, regions: int, pin: bool) -> d
     out = work / "runs"
     toml = work / "p.toml"
     toml.write_text(profile(start_s, out, regions, pin))
-    run = subprocess.Popen([str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
+    # pinned: the orchestrating process beside the endpoint on CPU 1, so that CPU 0 holds the worker and the master
+    pin_argv = ["taskset", "-c", "1"] if pin else []
+    run = subprocess.Popen([*pin_argv, str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     parent, peak = psutil.Process(run.pid), 0.0
     while run.poll() is None:
@@ -117,11 +122,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--regions", type=int, default=1, help="regions, one worker each")
     ap.add_argument("--no-pin", action="store_true", help="leave the processes unpinned")
+    ap.add_argument("--keep", type=Path, default=None, help="keep each tree's and window's last run directory here")
     ap.add_argument("--baseline", type=Path, default=None, help="a checkout of another commit, with its .venv")
     ap.add_argument("--write", action="store_true", help="write the result into docs/BENCHMARKS.md")
     args = ap.parse_args()
     if args.baseline is not None and not (args.baseline / ".venv" / "bin" / "tailrace").exists():
         ap.error(f"--baseline {args.baseline}: no .venv/bin/tailrace there")
+    if not args.no_pin:
+        os.sched_setaffinity(0, {1})  # this process's sampling too stays off the worker's core
     trees = [("this tree", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline is not None else [])
     windows = [int(w) for w in args.windows.split(",")]
     results: dict[tuple[str, int], list[dict]] = {}
@@ -130,11 +138,13 @@ def main() -> int:
             for name, tree in trees:  # alternated: both trees see the same hour of machine noise
                 with tempfile.TemporaryDirectory(prefix="trace-bursts-") as tmp:
                     r = run_once(tree, start_s, Path(tmp), args.regions, not args.no_pin)
+                    if args.keep is not None:  # the last repeat's run directories, for a closer look
+                        kept = args.keep / f"{name.replace(' ', '-')}-{start_s}"
+                        shutil.rmtree(kept, ignore_errors=True)
+                        shutil.copytree(next((Path(tmp) / "runs").glob("trace-bursts-*")), kept)
                 results.setdefault((name, start_s), []).append(r)
                 print(f"repeat {repeat + 1} window {start_s} s {name}: {r}", flush=True)
-    base = (f" --baseline {args.baseline}" if args.baseline is not None else "")
-    revision = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip() if args.baseline is not None else ""
+    base = " --baseline DIR" if args.baseline is not None else ""  # (no machine path in the docs)
     flags = f" --regions {args.regions}" + (" --no-pin" if args.no_pin else "")
     setting = (f"{args.regions} region(s), one worker each, " +
                ("the Locust processes and the embedded synthetic_lm on whichever of the 2 cores" if args.no_pin else
@@ -145,7 +155,7 @@ def main() -> int:
              "| tree | window | rows sent / due | send lag p99, all rows (ms) | first burst: its latest row (ms) | "
              "later bursts: their latest row (ms) | workers' peak RSS (MB, both) |", "|---|---|---|---|---|---|---|"]
     for (name, start_s), rs in results.items():
-        label = name if name == "this tree" else f"baseline ({revision})"
+        label = name if name == "this tree" else "the tree before (DIR)"
         lines.append(f"| {label} | {start_s}–{start_s + WINDOW_S} s ({rs[0]['first_rows']} rows at 0 s) | "
                      f"{rs[0]['sent']} / {rs[0]['due']} | {spread([r['p99'] for r in rs])} | "
                      f"{spread([r['first'] for r in rs])} | {spread([r['later'] for r in rs])} | "

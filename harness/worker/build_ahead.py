@@ -83,7 +83,8 @@ class BuildAhead:
         self.costs = PieceCosts()
         self.ready: deque[tuple[Arrival, object]] = deque()
         self.ready_bytes = 0
-        self.peak_bytes = 0  # the most the built requests held at once
+        self.peak_bytes = 0  # the most the built requests held at once ...
+        self.peak_ready = 0  # ... and the most of them
         self.upcoming: Arrival | None = next(arrivals, None)
         self._building: tuple[Arrival, Build, Piece] | None = None  # a build begun, and its next piece
 
@@ -186,6 +187,11 @@ class BuildAhead:
         self.ready.append((arrival, item))
         self.ready_bytes += body_bytes(item)
         self.peak_bytes = max(self.peak_bytes, self.ready_bytes)
+        self.peak_ready = max(self.peak_ready, len(self.ready))
+
+    def summary(self) -> dict:
+        """What building ahead held at most (worker.json's scenario)."""
+        return {"peak_requests": self.peak_ready, "peak_bytes": self.peak_bytes}
 
 
 def _moved(arrival: Arrival, delta_ns: int) -> Arrival:

@@ -201,6 +201,8 @@ class WorkerRun:
         self.scenario_stats = run_scenario(
             self.loop, self.plan, window, ahead or arrivals,
             lambda stream: draws(self.plan, self.region_index, self.identity.index, self.n_samples, stream))
+        if ahead is not None:
+            self.scenario_stats["built_ahead"] = ahead.summary()
         self.finish()
 
     def stop_issuing(self) -> None:
