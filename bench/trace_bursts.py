@@ -1,8 +1,8 @@
 """A real trace's bursts of long prompts, on time? The Mooncake conversation trace (profiles/traces: rows due at the
 same millisecond, prompts of 0.9k–121k tokens built from their 512-token blocks) replayed for a 120 s window at
 `time_scale` 2 against the embedded `synthetic_lm` (openai-completions), through `tailrace run`: one region's worker
-(`--regions 2`: two, each sending its share of every burst) with the Locust processes on CPU 0, and the endpoint,
-the orchestrating process and this one on CPU 1 (docs/DEPLOY.md: a worker's core is its own; `--no-pin`: wherever
+(`--regions 2`: two, each sending its share of every burst) with the Locust processes on CPU 0, and the endpoint
+and this process on CPU 1 (docs/DEPLOY.md: a worker's core is its own; `--no-pin`: wherever
 the kernel puts them). Each repeat runs this tree, then (with `--baseline DIR`, a checkout of another commit with its
 own `.venv`) that tree, on the same profile.
 
@@ -81,10 +81,9 @@ def run_once(tree: Path, start_s: int, work: Path, regions: int, pin: bool) -> d
     out = work / "runs"
     toml = work / "p.toml"
     toml.write_text(profile(start_s, out, regions, pin))
-    # pinned: the orchestrating process beside the endpoint on CPU 1, so that CPU 0 holds the worker and the master
-    pin_argv = ["taskset", "-c", "1"] if pin else []
-    run = subprocess.Popen([*pin_argv, str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen([str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count())))  # (not this one's)
     parent, peak = psutil.Process(run.pid), 0.0
     while run.poll() is None:
         peak = max(peak, workers_rss_mb(parent))

@@ -1,12 +1,13 @@
 """The whole Mooncake conversation trace (profiles/traces/mooncake-conversation.jsonl.gz: 12,031 rows, an hour, prompts
-of 0.9k–121k tokens, each built from its 512-token blocks) replayed at its own pace against bench/stream_sink.py,
-for `--seconds`: does the generator stay VALID, keep contact with the master, and hold its memory flat while it
-builds ~14k-word prompts just before their sends?
+of 0.9k–121k tokens, each built from its 512-token blocks) replayed against bench/stream_sink.py for `--seconds`,
+`--time-scale` times as fast (6: the whole hour in 600 s): does the generator stay VALID, keep contact with the
+master, and hold its memory flat while it builds ~14k-word prompts ahead of their sends?
 
 Reports: VALID or not (and why), rows sent against the trace's rows in the window, send lag p50 / p99 / max, the
-workers' control-channel gaps, and the workers' resident memory at 60 s and at the end (sampled every 5 s).
+workers' control-channel gaps, the workers' resident memory at 60 s, its peak and at the end (sampled every 5 s), and
+the most the workers' builds ahead held (worker.json).
 
-    python bench/trace_replay_hour.py [--seconds 600] [--write]
+    python bench/trace_replay_hour.py [--seconds 600] [--time-scale 1] [--write]
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from tailrace.harness.services.processes import free_port  # noqa: E402
 TRACE = ROOT / "profiles" / "traces" / "mooncake-conversation.jsonl.gz"
 
 
-def profile(url: str, seconds: int, out: Path) -> str:
+def profile(url: str, seconds: int, out: Path, time_scale: float) -> str:
     return f"""name = "mooncake-hour"
 output_dir = "{out}"
 [[endpoints]]
@@ -50,7 +51,7 @@ warmup_s = 0
 seed = 7
 [load.arrivals]
 process = "trace"
-trace = {{ file = "{TRACE}" }}
+trace = {{ file = "{TRACE}", time_scale = {time_scale} }}
 [clock]
 servers = ["embedded"]
 """
@@ -70,6 +71,7 @@ def worker_rss_mb(parent: psutil.Process) -> dict[int, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=600)
+    ap.add_argument("--time-scale", type=float, default=1.0, help="the trace this many times as fast")
     ap.add_argument("--write", action="store_true", help="write the result into docs/BENCHMARKS.md")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trace-hour-"))
@@ -78,7 +80,7 @@ def main() -> int:
                              str(tmp / "sink.jsonl"), "--first-ms", "50", "--gap-ms", "20", "--tokens", "20"])
     try:
         toml = tmp / "p.toml"
-        toml.write_text(profile(f"http://127.0.0.1:{port}", args.seconds, tmp / "runs"))
+        toml.write_text(profile(f"http://127.0.0.1:{port}", args.seconds, tmp / "runs", args.time_scale))
         run = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(toml), "--quiet"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         parent, samples, started = psutil.Process(run.pid), [], time.monotonic()
@@ -98,11 +100,16 @@ def main() -> int:
 
     df = analyze_run(run_dir).requests
     rows = read_trace(TRACE)
-    due = int((rows.time_s < args.seconds).sum())
+    due = int((rows.time_s < args.seconds * args.time_scale).sum())
+    built = [(json.loads(p.read_text()).get("scenario") or {}).get("built_ahead") or {}
+             for p in run_dir.glob("regions/*/*/worker.json")]
     lag = df["send_lag_ns"].to_numpy() / 1e6
     gaps = [w for w in manifest.get("warnings", []) if "no contact with the master" in w]
     at_60 = next((mb for t, mb in samples if t >= 60), None)
-    body = (f"Command: `python bench/trace_replay_hour.py --seconds {args.seconds}` (2 regions, one worker each, "
+    requests = ", ".join(str(b.get("peak_requests", "–")) for b in built)
+    mib = ", ".join(f"{b.get('peak_bytes', 0) / 2**20:.1f}" for b in built)
+    scale = f" --time-scale {args.time_scale:g}" if args.time_scale != 1 else ""
+    body = (f"Command: `python bench/trace_replay_hour.py --seconds {args.seconds}{scale}` (2 regions, one worker each, "
             f"against bench/stream_sink.py: 20 tokens a stream)\n\n"
             "| | value |\n|---|---|\n"
             f"| verdict | {'VALID' if manifest['valid'] else 'INVALID: ' + '; '.join(manifest['invalid_reasons'])} |\n"
@@ -112,8 +119,10 @@ def main() -> int:
             f"| send lag p50 / p99 / max (ms) | {np.percentile(lag, 50):.2f} / {np.percentile(lag, 99):.2f} / "
             f"{lag.max():.1f} |\n"
             f"| control-channel gaps | {len(gaps)} |\n"
-            f"| workers' RSS at 60 s / at the end (MB, both workers) | "
-            f"{at_60 or float('nan'):.0f} / {samples[-1][1] if samples else float('nan'):.0f} |\n")
+            f"| workers' RSS at 60 s / peak / at the end (MB, both workers) | "
+            f"{at_60 or float('nan'):.0f} / {max((mb for _, mb in samples), default=float('nan')):.0f} / "
+            f"{samples[-1][1] if samples else float('nan'):.0f} |\n"
+            f"| built ahead at most, per worker (requests; MiB of bodies) | {requests}; {mib} |\n")
     print(body)
     print(output[-2000:])
     if args.write:

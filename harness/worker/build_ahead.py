@@ -28,36 +28,48 @@ AHEAD_N = 64  # ... at most this many ...
 AHEAD_BYTES = 64 << 20  # ... holding at most this much of bodies
 PIECE_MARGIN_NS = 200_000  # a piece runs only while the next send is its expected time and this far off or more
 FIRST_PIECE_NS = 5_000_000  # the expected time of a kind of piece not run yet
-COST_DECAY = 0.98  # a piece's cost per unit: the longest recent, decaying by this a piece of its kind and size
+COST_HALF_LIFE_S = 1.0  # a piece's cost per unit: the longest recent, halving in this time
 
 
 class PieceCosts:
-    """How long a piece will take, learnt per kind and size class (its units' power of two): the class's longest
-    recent time per unit (decaying by COST_DECAY a piece) × its units. A piece's cost is not proportional to its size
-    (a small body is mostly fixed costs), so a size class not run yet borrows from the nearest one that has: a smaller
-    class's time per unit (dearer per unit), else a larger class's whole time — never an estimate below the truth's
-    likely value — and a kind never run is expected to take FIRST_PIECE_NS."""
+    """How long a piece will take, learnt per kind and size class (its units' power of two): its units × the class's
+    time per unit — the longer of its last and its longest recent, the longest halving every COST_HALF_LIFE_S (a piece
+    slowed once by a stall is not held against its class for long, however rare the class). A piece's cost is not
+    proportional to its size (a small body is mostly fixed costs), so a size class not run yet borrows from the nearest
+    one that has: a smaller class's time per unit (dearer per unit), else a larger class's whole time — never an
+    estimate below the likely truth — and a kind never run is expected to take FIRST_PIECE_NS."""
 
     def __init__(self) -> None:
-        self.per_unit_ns: dict[tuple[str, int], float] = {}
+        # (kind, class) → (the longest ns per unit, when it was seen, the last ns per unit)
+        self._seen: dict[tuple[str, int], tuple[float, int, float]] = {}
+
+    def per_unit_ns(self, kind: str, size_class: int, now_ns: int) -> float | None:
+        seen = self._seen.get((kind, size_class))
+        if seen is None:
+            return None
+        longest, when, last = seen
+        return max(last, longest * 0.5 ** ((now_ns - when) / (COST_HALF_LIFE_S * 1e9)))
 
     def expected_ns(self, piece: Piece) -> int:
+        now = time.perf_counter_ns()
         size_class = piece.units.bit_length()
-        rate = self.per_unit_ns.get((piece.kind, size_class))
+        rate = self.per_unit_ns(piece.kind, size_class, now)
         if rate is not None:
             return int(rate * piece.units)
-        known = sorted(c for k, c in self.per_unit_ns if k == piece.kind)
+        known = sorted(c for k, c in self._seen if k == piece.kind)
         smaller = [c for c in known if c < size_class]
         if smaller:
-            return int(self.per_unit_ns[piece.kind, smaller[-1]] * piece.units)
+            return int(self.per_unit_ns(piece.kind, smaller[-1], now) * piece.units)
         if known:  # a larger class: its time for its smallest size
-            return int(self.per_unit_ns[piece.kind, known[0]] * (1 << (known[0] - 1)))
+            return int(self.per_unit_ns(piece.kind, known[0], now) * (1 << (known[0] - 1)))
         return FIRST_PIECE_NS
 
     def observe(self, piece: Piece, elapsed_ns: int) -> None:
+        now = time.perf_counter_ns()
         key = (piece.kind, piece.units.bit_length())
         rate = elapsed_ns / max(1, piece.units)
-        self.per_unit_ns[key] = max(rate, self.per_unit_ns.get(key, 0.0) * COST_DECAY)
+        longest = self.per_unit_ns(*key, now) or 0.0
+        self._seen[key] = (rate, now, rate) if rate >= longest else (*self._seen[key][:2], rate)
 
 
 class Prepared(Protocol):

@@ -61,18 +61,23 @@ def test_a_piece_runs_only_where_its_expected_time_fits_before_the_next_send(clo
     assert [a.sample for a, _ in ahead.ready] == [1, 2]
 
 
-def test_a_pieces_time_is_learnt_by_kind_and_size_and_an_unseen_size_is_never_underestimated():
+def test_a_pieces_time_is_learnt_by_kind_and_size_and_an_unseen_size_is_never_underestimated(clock):
     costs = PieceCosts()
     assert costs.expected_ns(Piece("body", 100_000)) == build_ahead.FIRST_PIECE_NS
-    for _ in range(300):
-        costs.observe(Piece("body", 1_000), 100_000)  # small bodies: 100 ns a token (mostly fixed costs)
-    assert costs.expected_ns(Piece("body", 1_000)) == pytest.approx(100_000, rel=0.01)
-    assert costs.expected_ns(Piece("body", 100_000)) == pytest.approx(10_000_000, rel=0.01)  # borrowed: dearer
+    costs.observe(Piece("body", 1_000), 100_000)  # small bodies: 100 ns a token (mostly fixed costs)
+    assert costs.expected_ns(Piece("body", 1_000)) == 100_000
+    assert costs.expected_ns(Piece("body", 100_000)) == 10_000_000  # borrowed from a smaller class: dearer
     costs.observe(Piece("body", 100_000), 400_000)  # a long body: 4 ns a token
     assert costs.expected_ns(Piece("body", 120_000)) == 480_000
-    costs.observe(Piece("body", 120_000), 1_200_000)  # a slow one raises its class at once
+    costs.observe(Piece("body", 120_000), 1_200_000)  # slowed by a stall: its class expects it at once ...
     assert costs.expected_ns(Piece("body", 100_000)) == 1_000_000
-    assert costs.expected_ns(Piece("body", 1_000)) == pytest.approx(100_000, rel=0.01)  # other classes unmoved
+    costs.observe(Piece("body", 100_000), 400_000)
+    assert costs.expected_ns(Piece("body", 100_000)) == 1_000_000
+    clock.now += int(build_ahead.COST_HALF_LIFE_S * 1e9)  # ... and lets go of it over time
+    assert costs.expected_ns(Piece("body", 100_000)) == 500_000
+    clock.now += 10 * int(build_ahead.COST_HALF_LIFE_S * 1e9)  # never below the last one seen
+    assert costs.expected_ns(Piece("body", 100_000)) == 400_000
+    assert costs.expected_ns(Piece("body", 1_000)) == 100_000  # other classes unmoved
     only_large = PieceCosts()
     only_large.observe(Piece("block", 1_000), 50_000)
     assert only_large.expected_ns(Piece("block", 10)) == 50 * 512  # a larger class's time at its smallest size
