@@ -22,7 +22,6 @@ from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_p
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
-from tailrace.analysis.stats.arrivals import arrival_checks
 from tailrace.analysis.stats.cold_start import cold_start_table
 from tailrace.analysis.stats.correlation import TimeOrder
 from tailrace.analysis.stats.decomposition import (
@@ -42,6 +41,7 @@ from tailrace.analysis.stats.latency import (
     with_stream_goodput,
 )
 from tailrace.analysis.stats.outages import outage_windows
+from tailrace.analysis.stats.poisson_checks import arrival_checks
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from tailrace.analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from tailrace.analysis.stats.sessions import (
@@ -161,141 +161,181 @@ class _Run:
         return self.profile.load.duration_s
 
 
+class _RunStatistics:
+    """The statistics of one run, declared (analysis/read/schedule.py runs them): the settings they share, and the
+    steps that hand the report's figures over as they compute."""
+
+    def __init__(self, run: _Run) -> None:
+        p, data = run.profile, run.data
+        self.run, self.p, self.data, self.figures, self.duration = run, p, data, run.figures, run.duration
+        self.endpoint_models = {e.name: e.model for e in p.endpoints}
+        self.slos = [slo.model_dump() for slo in p.slos]
+        self.endpoint_names, self.region_names = [e.name for e in p.endpoints], [r.name for r in p.regions]
+        self.scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
+        self.worker_summaries = {n: (w or {}).get("summary") or {}
+                                 for n, w in (data.manifest.get("workers") or {}).items()}
+        self.report_columns = REPORT_COLUMNS if run.figures.ahead else ()
+        generative = self.generative = {e.name for e in p.endpoints if e.generative}
+        self.streamed = frozenset(generative)
+        self.token_columns = TOKEN_COLUMNS if generative else ()
+        # and when: a TTFT that trends
+        self.verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()
+        self.session_columns = tuple(dict.fromkeys((*TOKEN_COLUMNS, *SESSION_COLUMNS))) if generative else ()
+        sessions_on = any(e.sessions is not None for e in p.endpoints)
+        self.arrival_columns = (*ARRIVAL_COLUMNS, "turn") if sessions_on else ARRIVAL_COLUMNS
+        self.variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") \
+            if generative else VARIANT_COLUMNS
+        self.phase_starts = phase_boundaries_s(p)
+
+    def all(self) -> list[Statistic]:
+        """Every statistic, in the order each computes when the log does not fit in memory (a long run)."""
+        return [*self.server_side(), *self.by_request(), *self.streams()]
+
+    def decomposition(self, c: Columns, r: Results):
+        table = decomposition_table(c, r["slowest"].index.to_numpy(), self.generative)
+        self.figures.submit("decomposition_bars", table[0])
+        self.figures.submit("clock_offsets", self.data.clock)
+        return table
+
+    def queueing(self, c: Columns, r: Results):
+        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")}
+        # the server columns are read a pair at a time: a long run's are spared between
+        rows = queueing_table(c.frame(QUEUEING_COLUMNS), self.p.embedded.slots, synthetic,
+                              requests_per_execution(r["server_statistics"]), self.run.measured_rows, c.values,
+                              c.spare)
+        self.figures.submit("queue_vs_utilization", rows)
+        return rows
+
+    def cdfs(self, c: Columns, r: Results):
+        rows, ok_sorted = r["latency_table"]
+        out = region_cdfs(ok_sorted, self.streamed)
+        # the report's other figures, drawn while the statistics below compute
+        self.figures.submit("heatmap_p99", rows)
+        self.figures.submit("latency_cdfs", out)
+        return out
+
+    def goodput(self, c: Columns, r: Results):
+        add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), self.slos, self.duration, r["groups"],
+                    self.streamed)
+
+    def drawn(self, figure: str, result, *more):
+        """`result`, its figure handed to the figure process."""
+        if result:
+            self.figures.submit(figure, result, *more)
+        return result
+
+    def tokens(self, c: Columns, r: Results):
+        if not self.token_columns:
+            return []
+        rows = token_table(c.frame(self.token_columns), self.duration, self.generative, self.slos)
+        self.figures.submit("token_heatmap", rows)
+        self.figures.submit("ttft_bars", r["ttft_decomposition"])
+        return rows
+
+    def verdicts(self, c: Columns, r: Results):
+        ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
+        request_slos = [s for s in self.slos if s["metric"] in ("latency", "error_rate")]  # the token ones: "tokens"
+        return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(request_slos, self.endpoint_names,
+                                                                            self.region_names),
+                             self.endpoint_names, self.region_names, r["time_groups"], ok_sorted, self.run.threads,
+                             frozenset(self.generative))
+
+    def server_side(self) -> list[Statistic]:
+        """The arrivals, the scenario, the slowest requests and where their time went, the server's statistics,
+        queueing, the variants' decision, cold starts."""
+        run, p, data = self.run, self.p, self.data
+        arrival_columns, scenario_columns = self.arrival_columns, self.scenario_columns
+        worker_summaries, streamed, endpoint_models = self.worker_summaries, self.streamed, self.endpoint_models
+        variant_columns, decomposition, queueing = self.variant_columns, self.decomposition, self.queueing
+        return [
+            Statistic("arrivals", arrival_columns, lambda c, r: arrival_checks(_arrivals(c.frame(arrival_columns)), p)
+                      if p.load.arrivals.process == "poisson" else []),
+            Statistic("arrival_process", arrival_columns, lambda c, r: process_checks(
+                _arrivals(c.frame(arrival_columns)), p)),
+            # the open loop's own numbers are the latency table's: its scenario summary reads no column
+            Statistic("scenario", scenario_columns,
+                      lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
+            Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.in_measured,
+                                                                        streamed)),
+            # the slowest requests' legs, labelled by their rows, as the table's legs are read
+            Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
+            Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
+                endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
+            Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
+            Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
+                c.frame(variant_columns), data, r["server_statistics"]) if p.decision else None,
+                      uses=("server_statistics",)),
+            Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
+                c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
+        ]
+
+    def by_request(self) -> list[Statistic]:
+        """Per endpoint × region: counts, latency with intervals, goodput, verdicts, validity; phases, the
+        timeline, outages, errors."""
+        run, p, data, figures, duration = self.run, self.p, self.data, self.figures, self.duration
+        streamed, report_columns = self.streamed, self.report_columns
+        cdfs, goodput, verdicts = self.cdfs, self.goodput, self.verdicts
+        return [
+            # beside the server-side statistics where the log fits: first what the latency table waits for (the
+            # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
+            Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
+                c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
+            Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref")),
+                      beside="decomposition", beside_only=True),
+            Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order"),
+                                                                            streamed),
+                      uses=("order",), beside="decomposition"),
+            # counts, send lag and accuracy first: their columns are freed before the latencies are sorted
+            Statistic("counts", COUNT_COLUMNS, lambda c, r: request_count_table(
+                c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows, streamed), uses=("groups",)),
+            Statistic("latency_table", MEASURED_COLUMNS, lambda c, r: latency_table(
+                c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order"),
+                streamed),
+                      uses=("groups", "counts", "order")),
+            Statistic("cdfs", (), cdfs, uses=("latency_table",)),
+            Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
+            Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
+                c.frame(MEASURED_COLUMNS), r["groups"], r.get("order")), uses=("groups", "order")),
+            Statistic("verdicts", MEASURED_COLUMNS, verdicts, uses=("latency_table", "time_groups")),
+            Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads),
+                      uses=("latency_table", "time_groups")),
+            Statistic("latency", (), lambda c, r: r["latency_table"][0], uses=("latency_table",)),
+            # the report's timeline (a long run's once the statistics above freed their rows) and the outages it
+            # shades, beside the verdicts where the log fits
+            Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns), streamed) if figures.ahead
+                      else None, beside="decomposition"),
+            Statistic("outages", ERROR_COLUMNS, lambda c, r: _outages_drawn(
+                c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
+                      uses=("timeline",), beside="cdfs"),
+            Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
+        ]
+
+    def streams(self) -> list[Statistic]:
+        """Streamed (generative) requests: TTFT, TPOT, ITL, E2E and tokens/s, sessions, their verdicts."""
+        data, duration = self.data, self.duration
+        generative, token_columns, verdict_columns = self.generative, self.token_columns, self.verdict_columns
+        session_columns, slos, region_names, drawn = self.session_columns, self.slos, self.region_names, self.drawn
+        tokens, phase_starts = self.tokens, self.phase_starts
+        return [
+            Statistic("ttft_decomposition", TTFT_DECOMPOSITION_COLUMNS if generative else (), lambda c, r: ttft_decomposition(
+                c.frame(TTFT_DECOMPOSITION_COLUMNS), generative) if generative else []),
+            Statistic("tokens", token_columns, tokens, uses=("ttft_decomposition",)),
+            Statistic("token_curves", token_columns, lambda c, r: drawn("token_cdfs", token_curves(
+                c.frame(token_columns), generative)) if token_columns else {}),
+            Statistic("token_timeline", TIMELINE_COLUMNS if generative else (), lambda c, r: drawn(
+                "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
+                      if generative else {}),
+            Statistic("sessions", session_columns, lambda c, r: _sessions(c.frame(session_columns), data, slos, duration,
+                                                                         generative) if session_columns else {}),
+            Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
+                c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
+        ]
+
+
 def _statistics(run: _Run) -> list[Statistic]:
     """Every statistic of the analysis, in the order each computes when the log does not fit in memory (a long
     run): what it reads, what it uses, what it computes. analysis/read/schedule.py derives the rest."""
-    p, data, figures, duration = run.profile, run.data, run.figures, run.duration
-    endpoint_models = {e.name: e.model for e in p.endpoints}
-    slos = [slo.model_dump() for slo in p.slos]
-    endpoint_names, region_names = [e.name for e in p.endpoints], [r.name for r in p.regions]
-    scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
-    worker_summaries = {n: (w or {}).get("summary") or {} for n, w in (data.manifest.get("workers") or {}).items()}
-    report_columns = REPORT_COLUMNS if figures.ahead else ()
-    generative = {e.name for e in p.endpoints if e.generative}
-    streamed = frozenset(generative)
-    token_columns = TOKEN_COLUMNS if generative else ()
-    verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()  # and when: a TTFT that trends
-    session_columns = tuple(dict.fromkeys((*TOKEN_COLUMNS, *SESSION_COLUMNS))) if generative else ()
-    sessions_on = any(e.sessions is not None for e in p.endpoints)
-    arrival_columns = (*ARRIVAL_COLUMNS, "turn") if sessions_on else ARRIVAL_COLUMNS
-    variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") if generative \
-        else VARIANT_COLUMNS
-
-    def decomposition(c: Columns, r: Results):
-        table = decomposition_table(c, r["slowest"].index.to_numpy(), generative)
-        figures.submit("decomposition_bars", table[0])
-        figures.submit("clock_offsets", data.clock)
-        return table
-
-    def queueing(c: Columns, r: Results):
-        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")}
-        # the server columns are read a pair at a time: a long run's are spared between
-        rows = queueing_table(c.frame(QUEUEING_COLUMNS), p.embedded.slots, synthetic,
-                              requests_per_execution(r["server_statistics"]), run.measured_rows, c.values, c.spare)
-        figures.submit("queue_vs_utilization", rows)
-        return rows
-
-    def cdfs(c: Columns, r: Results):
-        rows, ok_sorted = r["latency_table"]
-        out = region_cdfs(ok_sorted, streamed)
-        # the report's other figures, drawn while the statistics below compute
-        figures.submit("heatmap_p99", rows)
-        figures.submit("latency_cdfs", out)
-        return out
-
-    def goodput(c: Columns, r: Results):
-        add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), slos, duration, r["groups"], streamed)
-
-    phase_starts = phase_boundaries_s(p)
-
-    def drawn(figure: str, result, *more):
-        """`result`, its figure handed to the figure process."""
-        if result:
-            figures.submit(figure, result, *more)
-        return result
-
-    def tokens(c: Columns, r: Results):
-        if not token_columns:
-            return []
-        rows = token_table(c.frame(token_columns), duration, generative, slos)
-        figures.submit("token_heatmap", rows)
-        figures.submit("ttft_bars", r["ttft_decomposition"])
-        return rows
-
-    def verdicts(c: Columns, r: Results):
-        ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
-        request_slos = [s for s in slos if s["metric"] in ("latency", "error_rate")]  # the token ones: "tokens"
-        return evaluate_slos(c.frame(MEASURED_COLUMNS), with_implicit_slos(request_slos, endpoint_names,
-                                                                            region_names),
-                             endpoint_names, region_names, r["time_groups"], ok_sorted, run.threads,
-                             frozenset(generative))
-
-    return [
-        Statistic("arrivals", arrival_columns, lambda c, r: arrival_checks(_arrivals(c.frame(arrival_columns)), p)
-                  if p.load.arrivals.process == "poisson" else []),
-        Statistic("arrival_process", arrival_columns, lambda c, r: process_checks(
-            _arrivals(c.frame(arrival_columns)), p)),
-        # the open loop's own numbers are the latency table's: its scenario summary reads no column
-        Statistic("scenario", scenario_columns,
-                  lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
-        Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.in_measured,
-                                                                    streamed)),
-        # the slowest requests' legs, labelled by their rows, as the table's legs are read
-        Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
-        Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
-            endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
-        Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
-        Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
-            c.frame(variant_columns), data, r["server_statistics"]) if p.decision else None,
-                  uses=("server_statistics",)),
-        Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
-            c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
-        # beside the server-side statistics where the log fits: first what the latency table waits for (the
-        # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
-        Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
-            c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
-        Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref")),
-                  beside="decomposition", beside_only=True),
-        Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order"),
-                                                                        streamed),
-                  uses=("order",), beside="decomposition"),
-        # counts, send lag and accuracy first: their columns are freed before the latencies are sorted
-        Statistic("counts", COUNT_COLUMNS, lambda c, r: request_count_table(
-            c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows, streamed), uses=("groups",)),
-        Statistic("latency_table", MEASURED_COLUMNS, lambda c, r: latency_table(
-            c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order"),
-            streamed),
-                  uses=("groups", "counts", "order")),
-        Statistic("cdfs", (), cdfs, uses=("latency_table",)),
-        Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
-        Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
-            c.frame(MEASURED_COLUMNS), r["groups"], r.get("order")), uses=("groups", "order")),
-        Statistic("verdicts", MEASURED_COLUMNS, verdicts, uses=("latency_table", "time_groups")),
-        Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads),
-                  uses=("latency_table", "time_groups")),
-        Statistic("latency", (), lambda c, r: r["latency_table"][0], uses=("latency_table",)),
-        # the report's timeline (a long run's once the statistics above freed their rows) and the outages it
-        # shades, beside the verdicts where the log fits
-        Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns), streamed) if figures.ahead
-                  else None, beside="decomposition"),
-        Statistic("outages", ERROR_COLUMNS, lambda c, r: _outages_drawn(
-            c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
-                  uses=("timeline",), beside="cdfs"),
-        Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
-        # streamed (generative) requests: TTFT, TPOT, ITL, E2E and tokens/s
-        Statistic("ttft_decomposition", TTFT_DECOMPOSITION_COLUMNS if generative else (), lambda c, r: ttft_decomposition(
-            c.frame(TTFT_DECOMPOSITION_COLUMNS), generative) if generative else []),
-        Statistic("tokens", token_columns, tokens, uses=("ttft_decomposition",)),
-        Statistic("token_curves", token_columns, lambda c, r: drawn("token_cdfs", token_curves(
-            c.frame(token_columns), generative)) if token_columns else {}),
-        Statistic("token_timeline", TIMELINE_COLUMNS if generative else (), lambda c, r: drawn(
-            "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
-                  if generative else {}),
-        Statistic("sessions", session_columns, lambda c, r: _sessions(c.frame(session_columns), data, slos, duration,
-                                                                     generative) if session_columns else {}),
-        Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
-            c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
-    ]
+    return _RunStatistics(run).all()
 
 
 # the results the summary is made of (the others are dropped after their last user)

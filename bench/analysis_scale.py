@@ -43,11 +43,6 @@ def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 2**20, code
 
 
-def _revision(tree: Path) -> str:
-    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def run_dir(work: Path, rows: int, seed: int) -> Path:
     path = work / f"synthetic-{rows}-seed{seed}"
     if not (path / "manifest.json").exists():
@@ -84,7 +79,7 @@ def main() -> int:
             if b is not None:
                 results["compare"].append(timed([*TAILRACE, "compare", str(a), str(b)], cwd=here))
             print(" | ".join(f"{k}: {v[-1][0]:.1f} s, {v[-1][1]:.2f} GiB" for k, v in results.items()), flush=True)
-    flags = (f" --baseline {args.baseline}" if args.baseline is not None else "") + (
+    flags = (" --baseline DIR" if args.baseline is not None else "") + (
         " --analyze-only" if args.analyze_only else "")
     lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}{flags}` (run directories of {args.rows:,} "
              f"rows each: {size:,.0f} MiB of Parquet chunks, 204 chunks, 6 workers in 3 regions, 3 endpoints).", "",
@@ -112,8 +107,8 @@ def main() -> int:
                       f" ({max(compare):.0f} s, {compare_memory:.2f} GiB).")
     if baseline:
         ratios = [new / old for (new, _, _), (old, _, _) in zip(results["analyze"], baseline)]
-        lines += ["", f"Side by side with `--baseline {args.baseline}` (`git -C {args.baseline} rev-parse --short "
-                      f"HEAD`: {_revision(args.baseline)}), alternated on the same run directory: that tree's "
+        lines += ["", "Side by side with `--baseline DIR` (a checkout of the tree before the change), alternated on "
+                      "the same run directory: that tree's "
                       f"`analyze` took {statistics.median(w for w, _, _ in baseline):.1f} s median "
                       f"({min(w for w, _, _ in baseline):.1f}–{max(w for w, _, _ in baseline):.1f} s, peak "
                       f"{max(m for _, m, _ in baseline):.2f} GiB); this tree's time over that one's, per repeat: "

@@ -32,6 +32,12 @@ def run_wrk(url: str, lua: Path, seconds: int, connections: int, cpu: str | None
     return {"rps": rps, "p50_ms": pct.get("50"), "p99_ms": pct.get("99"), "non2xx": int(errors.group(1)) if errors else 0}
 
 
+def shown_command(script: str, argv: list[str]) -> str:
+    """A benchmark's command line as docs/BENCHMARKS.md shows it: this machine's paths (a peer tool's binary, a
+    baseline checkout) as PATH."""
+    return " ".join([f"python {script}", *("PATH" if arg.startswith("/") else arg for arg in argv)])
+
+
 def write_section(title: str, body: str) -> None:
     """Replace (or append) the `## title` section of docs/BENCHMARKS.md."""
     BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)

@@ -95,11 +95,8 @@ def main() -> int:
                f"`--max-batch` the server ran {per_execution:.1f} requests per onnxruntime execution on average "
                "(from its statistics extension: successes / execution_count over the measured rounds).\n")
     if args.baseline is not None:
-        import subprocess
-
-        rev = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip() or "unknown"
-        body_md += (f"\nSide by side with `--baseline {args.baseline}` ({rev}), alternated in the same rounds:\n\n"
+        body_md += ("\nSide by side with `--baseline DIR` (a checkout of the tree before the change), alternated in "
+                    "the same rounds:\n\n"
                     "| server | this tree req/s (median) | baseline req/s (median) | this / baseline per round "
                     "(median) |\n|---|---|---|---|\n")
         for key in ("tailrace", "batching"):

@@ -193,7 +193,7 @@ def main() -> int:
             embedded.stop()
             vllm.stop()
     if args.write:
-        from bench.common import write_section
+        from bench.common import shown_command, write_section
 
         def f(values: list) -> str:
             """The median of the repeats, with their range when there are several."""
@@ -220,7 +220,7 @@ def main() -> int:
                          f"{col('tpot_p50')} | {col('tokens_per_s')} | {col('requests_per_s')} | {good[0]['interval']} "
                          f"| {col('server_ttft_mean')} | {len(good)}" + (f" ({len(failed)} failed)" if failed else "")
                          + " |")
-        command = "python bench/generative_peers.py " + " ".join(sys.argv[1:])
+        command = shown_command("bench/generative_peers.py", sys.argv[1:])
         write_section("Generative endpoints: tailrace beside vLLM's bench and guidellm",
                       "All times in ms; each cell the median of the runs (their range).\n\n" + "\n".join(lines)
                       + f"\n\nCommand: `{command}`.")

@@ -109,9 +109,11 @@ def main() -> int:
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(trees[args.baseline_rev])], check=False)
-    rows = [f"| {name} | {len(v)} | {statistics.median(v):.2f} | {min(v):.2f}–{max(v):.2f} | "
+    shown = {args.baseline_rev: "the tree before (REV)", "working tree": "this tree"}  # (no commit in the docs)
+    rows = [f"| {shown[name]} | {len(v)} | {statistics.median(v):.2f} | {min(v):.2f}–{max(v):.2f} | "
             f"{statistics.median(v) - LOAD_S:.2f} |" for name, v in times.items()]
-    body = (f"`{' '.join(['.venv/bin/python', 'bench/run_start.py', *sys.argv[1:]])}`: a two-region run on the "
+    argv = ["REV" if a == args.baseline_rev else a for a in sys.argv[1:]]
+    body = (f"`{' '.join(['.venv/bin/python', 'bench/run_start.py', *argv])}`: a two-region run on the "
             f"embedded endpoint, {LOAD_S:g} s of load, from start to end (median of the runs; the overhead is that "
             "less the load), this tree beside another, batches alternating.\n\n"
             "| tree | runs | median s | min–max s | overhead s |\n|---|---|---|---|---|\n" + "\n".join(rows))

@@ -242,7 +242,7 @@ def main() -> int:
                 rows.append(run_guidellm(args.guidellm, n, args.seconds, work, free_port()))
                 print(json.dumps(rows[-1]), flush=True)
     if args.write:
-        from bench.common import write_section
+        from bench.common import shown_command, write_section
 
         lines = ["| tool | streams | sink gap (ms) | requests | tokens/s | client CPU | first-token error p50 / p99 (ms) "
                  "| ITL error p50 / p99 (ms) |", "|---|---|---|---|---|---|---|---|"]
@@ -255,7 +255,7 @@ def main() -> int:
             lines.append(f"| {r['tool']} | {r['streams']:,} | {r['gap_ms']:g} | {r['requests']:,} | "
                          f"{r['tokens_per_s']:,.0f} | {cpu} | {r['first_p50_ms']:.3f} / {r['first_p99_ms']:.3f} | "
                          f"{itl} |")
-        command = "python bench/stream_fidelity.py " + " ".join(sys.argv[1:])
+        command = shown_command("bench/stream_fidelity.py", sys.argv[1:])
         notes = ("\n\nCommand: `" + command + "`" + (" (guidellm 0.8.1 in its own virtualenv)" if args.guidellm else "")
                  + ". The sink on CPU 1, the client "
                  "on CPU 0; error = the client's stamp − the sink's write of the same event (first token), and "

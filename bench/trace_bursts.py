@@ -63,13 +63,16 @@ kv_cache_tokens = {{ synthetic_lm = 4194304 }}
 """
 
 
-def workers_rss_mb(parent: psutil.Process) -> float:
-    """The Locust workers' resident memory, summed (MB)."""
+def workers_rss_mb(parent: psutil.Process, known: dict[int, bool]) -> float:
+    """The Locust workers' resident memory, summed (MB). A process's command line is read once (`known`): reading it
+    takes the process's memory-map lock, which held a worker's munmap of a sent body ~10 ms once a second."""
     total = 0.0
     for child in parent.children(recursive=True):
         try:
-            line = " ".join(child.cmdline())
-            if "locust" in line and "--worker" in line:
+            if child.pid not in known:
+                line = " ".join(child.cmdline())
+                known[child.pid] = "locust" in line and "--worker" in line
+            if known[child.pid]:
                 total += child.memory_info().rss / 2**20
         except psutil.Error:
             continue
@@ -84,9 +87,9 @@ def run_once(tree: Path, start_s: int, work: Path, regions: int, pin: bool) -> d
     run = subprocess.Popen([str(tree / ".venv" / "bin" / "tailrace"), "run", str(toml), "--quiet"], cwd=tree,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count())))  # (not this one's)
-    parent, peak = psutil.Process(run.pid), 0.0
+    parent, peak, known = psutil.Process(run.pid), 0.0, {}
     while run.poll() is None:
-        peak = max(peak, workers_rss_mb(parent))
+        peak = max(peak, workers_rss_mb(parent, known))
         time.sleep(1)
     output = run.stdout.read()
     runs = sorted(out.glob("trace-bursts-*"))

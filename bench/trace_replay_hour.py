@@ -57,11 +57,16 @@ servers = ["embedded"]
 """
 
 
-def worker_rss_mb(parent: psutil.Process) -> dict[int, float]:
+def worker_rss_mb(parent: psutil.Process, known: dict[int, bool]) -> dict[int, float]:
+    """Each Locust worker's resident memory (MB); a command line read once a process (`known`: reading it takes the
+    process's memory-map lock, which holds up a worker that maps or unmaps meanwhile)."""
     out = {}
     for child in parent.children(recursive=True):
         try:
-            if any("worker" in part for part in child.cmdline()) and "locust" in " ".join(child.cmdline()):
+            if child.pid not in known:
+                line = " ".join(child.cmdline())
+                known[child.pid] = "locust" in line and "--worker" in line
+            if known[child.pid]:
                 out[child.pid] = child.memory_info().rss / 2**20
         except psutil.Error:
             continue
@@ -83,9 +88,9 @@ def main() -> int:
         toml.write_text(profile(f"http://127.0.0.1:{port}", args.seconds, tmp / "runs", args.time_scale))
         run = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "run", str(toml), "--quiet"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        parent, samples, started = psutil.Process(run.pid), [], time.monotonic()
+        parent, samples, started, known = psutil.Process(run.pid), [], time.monotonic(), {}
         while run.poll() is None:
-            rss = worker_rss_mb(parent)
+            rss = worker_rss_mb(parent, known)
             if rss:
                 samples.append((time.monotonic() - started, sum(rss.values())))
             time.sleep(5)

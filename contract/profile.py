@@ -106,14 +106,25 @@ class Tls(_Strict):
         return self
 
 
+def _fixed(value):
+    """A bare number where a distribution is asked for: that number, fixed (`turns = 4`, `think_s = 0.3`)."""
+    return {"mean": value} if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
 class TokenCount(_Strict):
-    """A number of tokens: `mean` alone is fixed; else drawn (seeded) from `distribution`, kept in [min, max]."""
+    """A number of tokens: a bare number or `mean` alone is fixed; else drawn (seeded) from `distribution`, kept in
+    [min, max]."""
 
     mean: int = Field(ge=1, le=1_000_000)
     distribution: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
     stddev: float = Field(0, ge=0, description="normal / lognormal: the standard deviation of the count")
     min: int | None = Field(None, ge=1, description="the smallest count drawn (uniform: the low end)")
     max: int | None = Field(None, ge=1, description="the largest count drawn (uniform: the high end)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, data):
+        return _fixed(data)
 
     @model_validator(mode="after")
     def _bounds(self) -> "TokenCount":
@@ -164,7 +175,12 @@ class Prompts(_Strict):
 
 
 class ThinkTime(_Strict):
-    """The user's pause between a reply's end and the next turn's send (seconds)."""
+    """The user's pause between a reply's end and the next turn's send (seconds; a bare number: fixed)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, data):
+        return _fixed(data)
 
     distribution: Literal["fixed", "exponential", "lognormal", "data"] = Field(
         "fixed", description="data: each turn's own `delay` from a sessionized JSONL file")

@@ -364,7 +364,25 @@ def build_parser() -> argparse.ArgumentParser:
         "Distributed open-loop load testing for model-serving endpoints: KServe v2 over HTTP and gRPC, and LLM "
         "streams (OpenAI-compatible, Triton generate, gRPC) with sessions, from several regions."))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_models_command(sub)
+    _add_serve_command(sub)
+    _add_run_command(sub)
+    _add_capacity_command(sub)
+    _add_master_command(sub)
+    _add_worker_command(sub)
+    _add_collect_command(sub)
+    _add_proxy_command(sub)
+    _add_sntp_command(sub)
+    _add_analyze_command(sub)
+    _add_compare_command(sub)
+    _add_deploy_command(sub)
+    _add_probe_command(sub)
+    _add_demo_command(sub)
+    return parser
 
+
+def _add_models_command(sub) -> None:
+    """`tailrace models`."""
     models = sub.add_parser("models", help="build the model repository", description="Model repository tools.")
     models_sub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
     build = models_sub.add_parser("build", help="build the digits and synthetic models (deterministic)",
@@ -375,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mean exponential service time of synthetic_mm1 (default 2 ms)")
     build.set_defaults(func=lambda a, p: _cmd_models_build(a))
 
+
+def _add_serve_command(sub) -> None:
+    """`tailrace serve`."""
     serve = sub.add_parser("serve", help="run the embedded KServe v2 endpoint (HTTP + gRPC)",
                            description="Serve a model repository over KServe v2 HTTP and gRPC with onnxruntime.")
     serve.add_argument("--models", type=Path, required=True, help="model repository directory")
@@ -417,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
     serve.set_defaults(func=_cmd_serve)
 
+
+def _add_run_command(sub) -> None:
+    """`tailrace run`."""
     run = sub.add_parser("run", help="run a profile locally: endpoints, region proxies, Locust master+workers",
                          description="Run a scenario profile end to end on this machine and analyse it. Exit code: "
                                      "0 all SLOs pass, 1 any SLO fails, 2 bad profile/usage, 3 inconclusive, "
@@ -428,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(run)
     run.set_defaults(func=lambda a, p: _cmd_run(a))
 
+
+def _add_capacity_command(sub) -> None:
+    """`tailrace capacity`."""
     capacity = sub.add_parser(
         "capacity", help="find the highest Poisson rate at which every latency SLO passes",
         description="Capacity search: exponential growth then bisection over short trials (each a full run, "
@@ -442,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(capacity, shorthands=False)  # each trial sets its own rate and length
     capacity.set_defaults(func=lambda a, p: _cmd_capacity(a))
 
+
+def _add_master_command(sub) -> None:
+    """`tailrace master`."""
     master = sub.add_parser("master", help="run a Locust master for workers on other machines",
                             description="Coordinate workers in other regions (they connect with `tailrace worker`).")
     master.add_argument("profile", type=Path)
@@ -461,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(master)
     master.set_defaults(func=_cmd_master)
 
+
+def _add_worker_command(sub) -> None:
+    """`tailrace worker`."""
     worker = sub.add_parser("worker", help="run a Locust worker for one region",
                             description="Join a master as one region's worker. Settings travel by environment "
                                         "variables, since Locust overwrites a worker's arguments with the master's.")
@@ -485,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "sooner)")
     worker.set_defaults(func=lambda a, p: _cmd_worker(a))
 
+
+def _add_collect_command(sub) -> None:
+    """`tailrace collect`."""
     collect_cmd = sub.add_parser("collect", help="add a worker's spooled results to a run directory",
                                  description="Copy the closed chunks a worker kept in its spool (never acknowledged "
                                              "by the master) into the run directory; idempotent.")
@@ -492,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect_cmd.add_argument("run_dir", type=Path)
     collect_cmd.set_defaults(func=lambda a, p: _cmd_collect(a))
 
+
+def _add_proxy_command(sub) -> None:
+    """`tailrace proxy`."""
     proxy = sub.add_parser("proxy", help="userspace TCP delay proxy (region emulation)",
                            description="Forward TCP adding one-way delay and jitter in each direction.")
     proxy.add_argument("--route", action="append", required=True, metavar="LHOST:LPORT=THOST:TPORT")
@@ -500,12 +539,18 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--seed", type=int, default=0)
     proxy.set_defaults(func=lambda a, p: _cmd_proxy(a, p))
 
+
+def _add_sntp_command(sub) -> None:
+    """`tailrace sntp`."""
     sntp = sub.add_parser("sntp", help="minimal SNTP time reference on loopback",
                           description="Answer SNTP queries with this machine's clock (when no NTP server is at hand).")
     sntp.add_argument("--host", default="127.0.0.1")
     sntp.add_argument("--port", type=_port, default=12300)
     sntp.set_defaults(func=lambda a, p: _cmd_sntp(a))
 
+
+def _add_analyze_command(sub) -> None:
+    """`tailrace analyze`."""
     analyze = sub.add_parser("analyze", help="analyse a run directory: report, summary.json, tables, verdict",
                              description="Merge a run's regional logs into the report. Exit code: 0 all SLOs pass, "
                                          "1 any SLO fails, 2 unreadable run dir, 3 inconclusive, 4 run INVALID.")
@@ -514,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--quiet", action="store_true", help="no terminal summary")
     analyze.set_defaults(func=lambda a, p: _cmd_analyze(a))
 
+
+def _add_compare_command(sub) -> None:
+    """`tailrace compare`."""
     compare = sub.add_parser("compare", help="compare two runs per endpoint × region",
                              description="Differences of p50/p95/p99 (B − A) with bootstrap CIs, Mann–Whitney U "
                                          "p-value, Cohen's d and a verdict per endpoint × region.")
@@ -528,6 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "margin (the whole interval above it), e.g. p99:5%% — a CI regression gate (repeatable)")
     compare.set_defaults(func=lambda a, p: _cmd_compare(a))
 
+
+def _add_deploy_command(sub) -> None:
+    """`tailrace deploy`."""
     deploy = sub.add_parser("deploy", help="render deployments of a profile's master and regional workers",
                             description="Render what runs a profile on a platform.")
     deploy_sub = deploy.add_subparsers(dest="deploy_command", metavar="PLATFORM", required=True)
@@ -557,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(k8s)
     k8s.set_defaults(func=lambda a, p: _cmd_deploy_kubernetes(a))
 
+
+def _add_probe_command(sub) -> None:
+    """`tailrace probe`."""
     probe = sub.add_parser("probe", help="check one endpoint and model before a run: metadata, the request "
                                          "tailrace sends, a few requests",
                            description="Prints the server's and the model's metadata, the request tailrace would "
@@ -594,13 +648,15 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--auth-file", default=None, metavar="FILE", help="file holding its value")
     probe.set_defaults(func=lambda a, p: _cmd_probe(a, probe))
 
+
+def _add_demo_command(sub) -> None:
+    """`tailrace demo`."""
     demo = sub.add_parser("demo", help="build models, start the embedded endpoint and run the demo",
                           description="The main job on embedded defaults (what `make demo` runs).")
     demo.add_argument("--workdir", type=Path, default=Path("build"), help="runs go to WORKDIR/runs")
     demo.add_argument("--profile", type=Path, default=None, help="profile to run (default profiles/demo.toml)")
     _add_ui_bind(demo)
     demo.set_defaults(func=lambda a, p: _cmd_demo(a))
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

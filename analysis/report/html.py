@@ -437,27 +437,9 @@ def _manifest_section(s: dict) -> str:
             f"<pre class='mono'>{raw}</pre></details>")
 
 
-def render(analysis: Analysis, figures: Figures | None = None) -> str:
-    """The whole page; `figures` draws its figures (analysis/report/figures.py; default: here, as they are asked for)."""
-    figures = figures or InlineFigures()
-    s = analysis.summary
-    df = analysis.requests
-    parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
-             f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
-             f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
-             f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
-    labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
-    for kind, text in notices(s):
-        css, label = labels[kind]
-        parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
-
-    errors_section = "<h2>Errors</h2>" + _table(
-        [e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
-        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
-         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error", "example_trace_ids"})
-    all_failed = len(df) > 0 and not (df["status"] == "ok").any()
-    if all_failed:  # what went wrong comes first when nothing went right
-        parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
+def _slo_section(s: dict) -> str:
+    """The SLO verdicts, with their intervals and what would decide an INCONCLUSIVE one."""
+    parts: list[str] = []
     parts.append("<h2>SLO verdicts</h2>")
     parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
                                     ("n", "n"), ("effective_n", "worth (independent)"), ("exceeding", "exceeding"),
@@ -470,20 +452,13 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                  "needed' says how many more would decide, if the observed proportion holds — or latency trended "
                  "through a phase ('why not PASS'). Requests that queue behind each other are correlated: the CIs "
                  "count the independent samples they are worth ('worth'), never more than n.</p>")
+    return "".join(parts)
 
-    parts.append(_scenario_section(s["scenario"]))
-    if s.get("decision"):
-        parts.append(_decision_section(s["decision"], figures))
-    streamed = frozenset(e.name for e in analysis.data.plan.profile.endpoints if e.generative)
-    mixed = bool(streamed) and any(r.get("kind") == "one-shot" for r in s["latency"])
-    only = (" <span class='note'>(one-shot endpoints; the streams' TTFT and TPOT per region are in "
-            "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
-    parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
-    parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
-    parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
-                 "latency table).</p>")
-    parts.append(f"<h2>Latency distribution per region{only}</h2>" +
-                 figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
+
+def _phases_section(s: dict, analysis: Analysis, figures: Figures, streamed: frozenset, mixed: bool) -> str:
+    """Latency and throughput over time, and the table of phases."""
+    parts: list[str] = []
+    df = analysis.requests
     starts = phase_boundaries_s(analysis.data.plan.profile)
     line_note = ("<p class='note'>The p99 lines are the one-shot endpoints' (the streams' TTFT over time is in "
                  "<a href='#tokens'>Streamed responses</a>); requests / s counts every request.</p>") if mixed else ""
@@ -499,10 +474,14 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     if mixed:
         parts.append("<p class='note'>One row per phase and kind of endpoint: a stream's latency is its E2E (first "
                      "byte to last token), never pooled with the one-shot endpoints' latencies.</p>")
+    return "".join(parts)
 
+
+def _latency_section(s: dict, open_loop: bool, mixed: bool) -> str:
+    """The latency table: per endpoint × region, from the intended send time, with 95% CIs."""
+    parts: list[str] = []
     parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
     rows = []
-    open_loop = analysis.data.plan.profile.load.scenario == "server"
     for r in s["latency"]:
         overall = r["endpoint"] == "*" and r["region"] == "*"
         rows.append({"endpoint": f"* ({r['kind']})" if overall and mixed else r["endpoint"], "region": r["region"],
@@ -530,22 +509,12 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                     "in <a href='#tokens'>Streamed responses</a>). A stream's latency is its E2E; the overall row "
                     "'* (one-shot)' pools the one-shot endpoints only (the streams' is in the tokens table)"
                     if mixed else "") + ".</p>")
-    if s.get("tokens"):
-        parts.append(_tokens_section(s["tokens"], analysis, figures))
-    if s.get("sessions"):
-        parts.append(_sessions_section(s["sessions"], analysis.data.plan.profile, figures))
-    parts.append(_validity_section(s))
+    return "".join(parts)
 
-    parts.append("<h2>Where the time goes</h2>")
-    parts.append(figures.svg("decomposition_bars", lambda: (s["decomposition"],)) or "<p class='note'>no server timings</p>")
-    parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
-                                             ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
-                                             ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
-                                             ("server_other_ms", "server other"), ("network_down_ms", "network down"),
-                                             ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
-                        left={"region", "endpoint"}))
 
-    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"], figures))
+def _server_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
+    """The server's own statistics (deltas of the statistics extension) and the cold start of servers the run started."""
+    parts: list[str] = []
     if s["endpoint_statistics"]:
         parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
                      "statistics extension, Triton's or the embedded endpoint's)</h3>")
@@ -573,10 +542,12 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append("<p class='note'>For servers this run started itself: spawn to readiness, to the first "
                      "successful inference (a real sample), and the run's first K requests per endpoint against "
                      "the measured phase (profile <code>cold_start.first_k</code>).</p>")
-    if s.get("arrival_process"):
-        parts.append(_process_section(s["arrival_process"], figures))
-    else:
-        parts.append(_poisson_section(s))
+    return "".join(parts)
+
+
+def _clock_and_outage_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
+    """The workers' clocks against the reference, and the outages (runs of failures per endpoint)."""
+    parts: list[str] = []
     parts.append("<h2>Clocks</h2>" + (figures.svg("clock_offsets", lambda: (analysis.data.clock,))
                                       or "<p class='note'>no samples</p>"))
     parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
@@ -598,8 +569,12 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                      "Shaded on the time plot.</p>")
     else:
         parts.append("<p class='note'>none: no endpoint had 5 consecutive failures</p>")
-    if not all_failed:
-        parts.append(errors_section)
+    return "".join(parts)
+
+
+def _slowest_section(s: dict, mixed: bool) -> str:
+    """The slowest requests, with their trace IDs and where their time went."""
+    parts: list[str] = []
     parts.append("<h2>Slowest requests</h2>")
     if mixed:
         parts.append("<p class='note'>The slowest of each kind of endpoint: one-shot requests by latency, streams by "
@@ -611,6 +586,73 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                                        ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
                                        ("network_down_ms", "net down")],
                         left={"trace_id", "region", "endpoint", "kind"}))
+    return "".join(parts)
+
+
+def render(analysis: Analysis, figures: Figures | None = None) -> str:
+    """The whole page; `figures` draws its figures (analysis/report/figures.py; default: here, as they are asked for)."""
+    figures = figures or InlineFigures()
+    s = analysis.summary
+    df = analysis.requests
+    parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
+             f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
+             f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
+             f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
+    labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
+    for kind, text in notices(s):
+        css, label = labels[kind]
+        parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
+
+    errors_section = "<h2>Errors</h2>" + _table(
+        [e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
+        [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
+         ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error", "example_trace_ids"})
+    all_failed = len(df) > 0 and not (df["status"] == "ok").any()
+    if all_failed:  # what went wrong comes first when nothing went right
+        parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
+    parts.append(_slo_section(s))
+
+    parts.append(_scenario_section(s["scenario"]))
+    if s.get("decision"):
+        parts.append(_decision_section(s["decision"], figures))
+    streamed = frozenset(e.name for e in analysis.data.plan.profile.endpoints if e.generative)
+    mixed = bool(streamed) and any(r.get("kind") == "one-shot" for r in s["latency"])
+    only = (" <span class='note'>(one-shot endpoints; the streams' TTFT and TPOT per region are in "
+            "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
+    parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
+    parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
+    parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
+                 "latency table).</p>")
+    parts.append(f"<h2>Latency distribution per region{only}</h2>" +
+                 figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
+    parts.append(_phases_section(s, analysis, figures, streamed, mixed))
+
+    parts.append(_latency_section(s, analysis.data.plan.profile.load.scenario == "server", mixed))
+    if s.get("tokens"):
+        parts.append(_tokens_section(s["tokens"], analysis, figures))
+    if s.get("sessions"):
+        parts.append(_sessions_section(s["sessions"], analysis.data.plan.profile, figures))
+    parts.append(_validity_section(s))
+
+    parts.append("<h2>Where the time goes</h2>")
+    parts.append(figures.svg("decomposition_bars", lambda: (s["decomposition"],)) or "<p class='note'>no server timings</p>")
+    parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
+                                             ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
+                                             ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
+                                             ("server_other_ms", "server other"), ("network_down_ms", "network down"),
+                                             ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
+                        left={"region", "endpoint"}))
+
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"], figures))
+    parts.append(_server_sections(s, analysis, figures))
+    if s.get("arrival_process"):
+        parts.append(_process_section(s["arrival_process"], figures))
+    else:
+        parts.append(_poisson_section(s))
+    parts.append(_clock_and_outage_sections(s, analysis, figures))
+    if not all_failed:
+        parts.append(errors_section)
+    parts.append(_slowest_section(s, mixed))
     parts.append(_manifest_section(s))
     script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
               "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")

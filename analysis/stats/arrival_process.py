@@ -112,7 +112,7 @@ def _trace_row(sent: np.ndarray, intended: np.ndarray, lag_ns: np.ndarray) -> di
 
 def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
     """Per measured phase, merged and per worker: the delivered sends against the asked process (gamma, constant,
-    onoff, trace); [] for Poisson (analysis/stats/arrivals.py checks it) and the closed-loop scenarios."""
+    onoff, trace); [] for Poisson (analysis/stats/poisson_checks.py checks it) and the closed-loop scenarios."""
     if profile is None or profile.load.scenario != "server" or profile.load.arrivals.process == "poisson":
         return []
     a = profile.load.arrivals

@@ -5,7 +5,7 @@
   turns a latency SLO's PASS into INCONCLUSIVE, and fails a capacity trial when latency rises (backlog);
 - independence: the lag-1 autocorrelation of the time-ordered latencies and the effective sample size of
   their p99, which the intervals and verdicts already use;
-- arrivals: analysis/stats/arrivals.py (KS, Anderson–Darling, dispersion of the send gaps).
+- arrivals: analysis/stats/poisson_checks.py (KS, Anderson–Darling, dispersion of the send gaps).
 """
 from __future__ import annotations
 

@@ -120,89 +120,100 @@ async def _send(send, status: int, payload: bytes, headers: list, content_type: 
     await send({"type": "http.response.body", "body": payload})
 
 
-def build_app(server: InferenceServer):
-    """The ASGI 3 application serving `server`'s models (not a coroutine function: pass interface="asgi3")."""
+class KServeRoutes:
+    """KServe v2's health, metadata, configuration and statistics routes of one server, its Prometheus metrics, and
+    (with fault injection) the stall of tests and demos; inference is `InferRoute`'s."""
 
-    async def live(_: Request) -> Response:
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+
+    async def live(self, _: Request) -> Response:
         return Response(status_code=200)
 
-    async def ready(_: Request) -> Response:
-        return Response(status_code=200 if server.ready else 503)
+    async def ready(self, _: Request) -> Response:
+        return Response(status_code=200 if self.server.ready else 503)
 
-    async def server_metadata(_: Request) -> Response:
+    async def server_metadata(self, _: Request) -> Response:
         return _json({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS})
 
-    async def model_metadata(request: Request) -> Response:
+    async def model_metadata(self, request: Request) -> Response:
         try:
             name = request.path_params["model"]
-            server.check_version(name, request.path_params.get("version"))
-            return _json(server.model_metadata(name))
+            self.server.check_version(name, request.path_params.get("version"))
+            return _json(self.server.model_metadata(name))
         except InferenceError as exc:
             return _error(exc)
 
-    async def model_ready(request: Request) -> Response:
+    async def model_ready(self, request: Request) -> Response:
         try:
             name = request.path_params["model"]
-            server.spec(name)
-            server.check_version(name, request.path_params.get("version"))
-            return Response(status_code=200 if server.ready else 503)
+            self.server.spec(name)
+            self.server.check_version(name, request.path_params.get("version"))
+            return Response(status_code=200 if self.server.ready else 503)
         except InferenceError as exc:
             return _error(exc)
 
-    async def model_config(request: Request) -> Response:
+    async def model_config(self, request: Request) -> Response:
         try:
             from tailrace.endpoints.models.model_config import config_as_json
 
-            return _json(config_as_json(server.spec(request.path_params["model"])))
+            return _json(config_as_json(self.server.spec(request.path_params["model"])))
         except InferenceError as exc:
             return _error(exc)
 
-    async def statistics(request: Request) -> Response:
+    async def statistics(self, request: Request) -> Response:
         try:
             name = request.path_params.get("model")
             if name:
-                server.check_version(name, request.path_params.get("version"))
-            return _json(server.statistics(name))
+                self.server.check_version(name, request.path_params.get("version"))
+            return _json(self.server.statistics(name))
         except InferenceError as exc:
             return _error(exc)
 
-    async def metrics(_: Request) -> Response:
-        return Response(server.metrics.exposition(), media_type="text/plain; version=0.0.4")
+    async def metrics(self, _: Request) -> Response:
+        return Response(self.server.metrics.exposition(), media_type="text/plain; version=0.0.4")
 
-    async def stall(request: Request) -> Response:
+    async def stall(self, request: Request) -> Response:
         try:
             body = orjson.loads(await request.body())
             seconds = float(body["seconds"])
             if not 0 < seconds <= 60:
                 raise ValueError("seconds must be in (0, 60]")
-            targets = [body["model"]] if body.get("model") else [*server.schedulers, *server.generators]
+            targets = [body["model"]] if body.get("model") else [*self.server.schedulers, *self.server.generators]
             for model in targets:
-                server.spec(model)
-                (server.schedulers.get(model) or server.generators[model]).stall(seconds)
+                self.server.spec(model)
+                (self.server.schedulers.get(model) or self.server.generators[model]).stall(seconds)
             return _json({"stalled": targets, "seconds": seconds})
         except InferenceError as exc:
             return _error(exc)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return _json({"error": f"stall body must be {{'seconds': s, 'model'?: m}}: {exc}"}, 400)
 
-    routes = [
-        Route("/v2/health/live", live),
-        Route("/health", live),  # vLLM's liveness route (clients such as guidellm ask it first)
-        Route("/v2/health/ready", ready),
-        Route("/v2", server_metadata),
-        Route("/v2/models/stats", statistics),
-        Route("/v2/models/{model}", model_metadata),
-        Route("/v2/models/{model}/versions/{version}", model_metadata),
-        Route("/v2/models/{model}/ready", model_ready),
-        Route("/v2/models/{model}/versions/{version}/ready", model_ready),
-        Route("/v2/models/{model}/config", model_config),
-        Route("/v2/models/{model}/stats", statistics),
-        Route("/v2/models/{model}/versions/{version}/stats", statistics),
-        Route("/metrics", metrics),
-    ]
-    if server.options.fault_injection:
-        routes.append(Route("/v2/debug/stall", stall, methods=["POST"]))
-    starlette_app = Starlette(routes=routes)
+    def routes(self) -> list[Route]:
+        """Every route but inference (build_app routes that itself, before Starlette)."""
+        routes = [
+            Route("/v2/health/live", self.live),
+            Route("/health", self.live),  # vLLM's liveness route (clients such as guidellm ask it first)
+            Route("/v2/health/ready", self.ready),
+            Route("/v2", self.server_metadata),
+            Route("/v2/models/stats", self.statistics),
+            Route("/v2/models/{model}", self.model_metadata),
+            Route("/v2/models/{model}/versions/{version}", self.model_metadata),
+            Route("/v2/models/{model}/ready", self.model_ready),
+            Route("/v2/models/{model}/versions/{version}/ready", self.model_ready),
+            Route("/v2/models/{model}/config", self.model_config),
+            Route("/v2/models/{model}/stats", self.statistics),
+            Route("/v2/models/{model}/versions/{version}/stats", self.statistics),
+            Route("/metrics", self.metrics),
+        ]
+        if self.server.options.fault_injection:
+            routes.append(Route("/v2/debug/stall", self.stall, methods=["POST"]))
+        return routes
+
+
+def build_app(server: InferenceServer):
+    """The ASGI 3 application serving `server`'s models (not a coroutine function: pass interface="asgi3")."""
+    starlette_app = Starlette(routes=KServeRoutes(server).routes())
     infer = InferRoute(server)
 
     infer_paths: dict[str, tuple[str, str | None]] = {}  # path → (model, version), for the models served

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
 
 import numpy as np
@@ -41,6 +41,25 @@ class Sender(Protocol):
 
     def close(self) -> None:
         """Release connections / sessions."""
+
+
+@runtime_checkable
+class InlineSender(Protocol):
+    """A sender whose plain-HTTP requests the open loop can drive itself (harness/worker/inline_sends.py): the pool it
+    sends them on (None: this sender's requests cannot go inline — TLS, say), each request encoded with its headers,
+    and its answer or its failure made into the Outcome the greenlet path would have made."""
+
+    def attach_inline(self, poller, done) -> object | None:
+        """This sender's inline pool on `poller` (harness/client/inline_http1.py), each exchange ending through `done`."""
+
+    def encode(self, sample: int, headers: dict[str, str]) -> tuple[object, bytes | tuple[bytes, ...] | None]:
+        """(what the reading needs — or the Outcome of a request that could not be encoded —, the request's bytes)."""
+
+    def answered(self, pending: object, response) -> Outcome:
+        """The Outcome of a request whose response was read to its end."""
+
+    def failed(self, pending: object, failure: BaseException) -> Outcome:
+        """The Outcome of a request that failed (what a blocking send would have raised)."""
 
 
 def _apply_parameters(outcome: Outcome, params: dict) -> None:

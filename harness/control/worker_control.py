@@ -54,8 +54,9 @@ class WorkerControl:
         self.quitting = False  # Locust is quitting (the master ended the run): only the final drain is left
         set_master_timeout(master_timeout_s(identity))
         runner = self.runner
-        runner.register_message(messages.PLAN.name, lambda _env, msg, **_kw: self.inbox.offer(msg.data))
-        runner.register_message(messages.START.name, lambda _env, msg, **_kw: self.start.offer(msg.data))
+        # (Locust calls a message's listener with keywords: environment=, msg=)
+        runner.register_message(messages.PLAN.name, lambda msg, **_kw: self.inbox.offer(msg.data))
+        runner.register_message(messages.START.name, lambda msg, **_kw: self.start.offer(msg.data))
         runner.register_message(messages.REFUSED.name, self._on_refused)
         runner.register_message(messages.ACK.name, self._on_ack)
         environment.events.test_stopping.add_listener(self._on_test_stopping)
@@ -118,12 +119,12 @@ class WorkerControl:
         self.send(messages.LIVE, messages.Live(self.client_id, self.identity.name, self.identity.region, digest))
 
     # -- the master's messages and Locust's events ----------------------------------------------------
-    def _on_refused(self, _environment, msg, **_kw) -> None:
+    def _on_refused(self, msg, **_kw) -> None:
         refused = messages.REFUSED.decode(msg.data)
         print(f"tailrace worker: the master refused this worker: {refused.reason}", file=sys.stderr, flush=True)
         gevent.spawn_later(0.2, os._exit, USAGE)  # the master has dropped it; nothing here will run
 
-    def _on_ack(self, _environment, msg, **_kw) -> None:
+    def _on_ack(self, msg, **_kw) -> None:
         ack = messages.ACK.decode(msg.data)
         if self.run is not None and self.run.uplink is not None:
             self.run.uplink.ack(ack.name)

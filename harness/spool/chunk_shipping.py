@@ -175,11 +175,9 @@ class WriterChild:
 
     def _stop(self, due_ns: int | None = None) -> None:
         """SIGSTOP the child and, unless a send is due within STOP_WAIT_SLACK_NS of now, wait until it has stopped. A
-        stop only takes effect when the stopped process next runs: a child left runnable while its worker spun took a
-        turn of the core later, ahead of the worker, as the scheduler's debt to a process kept waiting (EEVDF lag),
-        and then held the core 2.3-2.5 ms after the worker woke (`perf sched timehist` on the worker's core, every
-        0.25-0.5 s at 1,000 streams/s; docs/DECISIONS.md). Waiting for every stop cost more than it saved at 8,000
-        KServe requests/s, where the loop holds its writer ~150 µs before each send it slept towards."""
+        stop only takes effect when the stopped process next runs, and a child left runnable while its worker spins is
+        owed a turn of the core that it takes after the worker wakes (EEVDF lag; docs/DECISIONS.md). Right before a
+        send the wait would cost more than it saves."""
         if not self.ready or self._pidfd < 0 or not self._signal(signal.SIGSTOP):
             return
         self.held = True
@@ -287,38 +285,38 @@ class WriterChild:
 GIVE_WAY_S = 50e-6  # a background greenlet's pause, on a timer, while the sending loop waits (YieldEvery)
 
 
-class LoopTurns:
-    """How many times the worker's sending loop has taken a turn (harness/worker/scenarios.py IssueLoop counts
-    them): background work that finds no new turn after its pause knows the loop is waiting on its timer or its
-    answers, not taking turns with it."""
+class SendLoopTurns:
+    """How many turns the worker's sending loop has taken (harness/worker/scenarios.py IssueLoop counts them in the
+    one instance the worker gives it and its background work): background work that finds no new turn after its pause
+    knows the loop is waiting on its timer or its answers, not taking turns with it."""
 
-    count = 0
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 class YieldEvery:
     """A yield_fn for a worker's background work (a chunk's conversion, the live digest): it gives the event loop a
-    turn only once `budget_ns` has passed since this greenlet last got one — a chunk's columns converted a few at a
-    time, not one a turn (at 8,000 requests/s the sending loop leaves others ~150 turns a second, and a yield after
-    every column made one chunk take longer to ship than the next took to fill).
+    turn only once `budget_ns` has passed since this greenlet last got one (a chunk's columns a few at a time: a
+    busy sending loop leaves others few turns, and a chunk must ship faster than the next one fills).
 
     The pause is `sleep(0)` while the sending loop takes turns with it, and a timer while that loop waits on its
     own: gevent runs `sleep(0)` callbacks one after another until none is left before it looks at its timers and
-    sockets, so a chain of pieces that each yielded with `sleep(0)` kept a waiting sending loop off the core for the
-    whole chain (the live digest at a whole second: ~20 pieces of 0.25 ms, sends up to 5.5 ms late at 1,250
-    streams/s; a `greenlet.settrace` diagnostic). On a timer, each piece waits for the loop's next pass, where the
-    sending loop's timer and answers come first. (Always on a timer, the chunks fell behind at 8,000/s: a sending
-    loop that spins with `sleep(0)` lets gevent look at its timers only every few ms.)"""
+    sockets, so a chain of such pieces would keep a waiting sending loop off the core for the whole chain; on a
+    timer, each piece waits for the loop's next pass. A spinning loop lets gevent look at its timers only every few
+    ms, so then the pause is a turn. (What was measured: docs/DECISIONS.md.)"""
 
-    def __init__(self, budget_ns: int) -> None:
-        self.budget_ns = budget_ns
+    def __init__(self, budget_ns: int, loop_turns: SendLoopTurns) -> None:
+        self.budget_ns, self.loop_turns = budget_ns, loop_turns
         self._resumed = 0
         self._loop_waits = False  # the sending loop took no turn during this greenlet's last pause
 
     def __call__(self) -> None:
         if time.perf_counter_ns() - self._resumed >= self.budget_ns:
-            before = LoopTurns.count
+            before = self.loop_turns.count
             gevent.sleep(GIVE_WAY_S if self._loop_waits else 0)
-            self._loop_waits = LoopTurns.count == before
+            self._loop_waits = self.loop_turns.count == before
             self._resumed = time.perf_counter_ns()
 
 

@@ -21,7 +21,7 @@ from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, to
 from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
 from tailrace.harness.workload.trace_prompts import TracePrompts
 from tailrace.harness.workload.traces import TraceRows, replay
-from tailrace.harness.workload.turns import Build, PreparedRequest, single
+from tailrace.harness.workload.turns import Build, PreparedRequest, Turn
 
 
 class EndpointSenders:
@@ -103,4 +103,4 @@ class RequestBuilds:
     @staticmethod
     def _trace_row(arrival: Arrival, prompts: TracePrompts) -> Build:
         body = yield from prompts.build(arrival.sample)
-        return PreparedRequest(arrival, single(body, *prompts.facts(arrival.sample), arrival.sample))
+        return PreparedRequest(arrival, Turn.sessionless(body, *prompts.facts(arrival.sample), arrival.sample))

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from tailrace.contract.profile import Profile
 from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
 from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.client.senders import InlineSender
 from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, WriterChild
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.scenarios import Arrival, IssueLoop
@@ -45,8 +46,7 @@ class InlineSends:
         self.poller = InlinePoller()
         self.pools = {}
         for index, sender in enumerate(path.senders):
-            attach = getattr(sender, "attach_inline", None)
-            pool = attach(self.poller, self._answered) if attach is not None else None
+            pool = sender.attach_inline(self.poller, self._answered) if isinstance(sender, InlineSender) else None
             if pool is not None:
                 self.pools[index] = pool
         # every answer is stamped with the kernel's receive instant (streams over plain TCP): reading it later moves

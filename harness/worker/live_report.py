@@ -214,8 +214,8 @@ class LiveReporter:
             log.tap = self.observe
 
     @classmethod
-    def of_worker(cls, profile, schedule, path, clocks, saturation, sessions, send: Callable[[dict], None]
-                  ) -> "LiveReporter":
+    def of_worker(cls, profile, schedule, path, clocks, saturation, sessions, send: Callable[[dict], None],
+                  loop_turns) -> "LiveReporter":
         """A worker's reporter: its request log tapped (`path.recorder`), giving way to the sending loop between
         slices (harness/spool/chunk_shipping.py `YieldEvery`)."""
         from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, YieldEvery
@@ -223,7 +223,7 @@ class LiveReporter:
         names = [e.name for e in profile.endpoints]
         return cls(names, asked_offsets(schedule, len(names)),
                    lambda: worker_state(path, clocks, saturation, sessions), send, path.recorder,
-                   yield_fn=YieldEvery(SHIP_SLICE_NS))
+                   yield_fn=YieldEvery(SHIP_SLICE_NS, loop_turns))
 
     def observe(self, rows: list[tuple]) -> None:
         """The request log's tap: rows about to leave its buffer."""

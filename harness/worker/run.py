@@ -20,7 +20,7 @@ from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import MASTER_CLOCK
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
-from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, ChunkShipper, YieldEvery
+from tailrace.harness.spool.chunk_shipping import SHIP_SLICE_NS, ChunkShipper, SendLoopTurns, YieldEvery
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
 from tailrace.harness.worker.arrivals import PhaseClock, Schedule, ScheduledArrivals, Split, WorkerSlot, worker_schedule
@@ -82,7 +82,8 @@ class WorkerRun:
                                        streams=any(e.generative for e in p.endpoints))
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
-        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=YieldEvery(SHIP_SLICE_NS))
+        self.loop_turns = SendLoopTurns()  # the sending loop's turns, counted for its background work
+        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=YieldEvery(SHIP_SLICE_NS, self.loop_turns))
         self.clock_chunks = ChunkShipper(clock_writer(self.layout), label, child=self.request_chunks.child)
         servers = [s.replace(MASTER_CLOCK + ":", f"{identity.master_host or '127.0.0.1'}:", 1)
                    if s.startswith(MASTER_CLOCK + ":") else s for s in plan.ntp_servers]
@@ -103,7 +104,7 @@ class WorkerRun:
         self.n_samples = max(len(s.payloads.samples) for s in senders)
         self.path = RequestPath(plan, identity, senders, checks, self.clock, self.clocks, self.requests,
                                 self.saturation, WorkerMetrics(identity.metrics_port, identity.metrics_bind, plan.run_id))
-        self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s)
+        self.loop = IssueLoop(self._issue, int(gen.spin_ms * 1e6), plan.drain_s, loop_turns=self.loop_turns)
         self.window: Window | None = None
         self.phases = PhaseClock(p.load)
         self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
@@ -193,7 +194,8 @@ class WorkerRun:
                      "late arrivals count as send lag")
         if self.live is not None:
             self.live_reporter = LiveReporter.of_worker(self.profile, schedule, self.path, self.clocks, self.saturation,
-                                                        self.sessions if self.session_endpoints else None, self.live)
+                                                        self.sessions if self.session_endpoints else None, self.live,
+                                                        self.loop_turns)
         self.background.start(start_mono, self.live_reporter.report if self.live_reporter is not None else None)
         window = self.window = Window(start_mono, start_mono + int((load.warmup_s + load.duration_s) * 1e9),
                                      int(load.warmup_s * 1e9))

@@ -22,7 +22,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from tailrace.contract.plan import RunPlan
-from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, LoopTurns
+from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, SendLoopTurns
 from tailrace.harness.worker.arrivals import Arrival
 from tailrace.harness.worker.build_ahead import Build, BuildAhead, Prepared
 
@@ -52,8 +52,7 @@ class IssueCounts:
 
 def start_now(run: Callable[[object], None], item: object) -> None:
     """Run `run(item)` on a greenlet of its own at once, until it first waits (its request written), then go on
-    here on the hub's next turn. With gevent.spawn_raw the request waited for the hub's turn: after the rest of
-    the reads the hub was handling, 0.3-0.5 ms of send lag at the median for streams at 500/s."""
+    here on the hub's next turn — not after the rest of the reads the hub is handling, as gevent.spawn_raw would."""
     hub = gevent.get_hub()
     hub.loop.run_callback(greenlet.getcurrent().switch)
     greenlet.greenlet(run, hub).switch(item)
@@ -63,10 +62,13 @@ class IssueLoop:
     """Issues arrivals through `send` (the request path): open loop at their instants, or closed loop."""
 
     def __init__(self, send: Callable[[Arrival], None], spin_ns: int, drain_s: float,
-                 prepare: Callable[[Arrival], Build | Prepared | Arrival] | None = None) -> None:
+                 prepare: Callable[[Arrival], Build | Prepared | Arrival] | None = None,
+                 loop_turns: SendLoopTurns | None = None) -> None:
         """`prepare(arrival)`: what `send` is handed instead of the arrival (or a build of it), made before the
-        arrival's instant (while the loop waits for it); None: the arrival itself."""
+        arrival's instant (while the loop waits for it); None: the arrival itself. `loop_turns`: where it counts its
+        turns, for the worker's background work (harness/spool/chunk_shipping.py YieldEvery)."""
         self.send, self.spin_ns, self.drain_s, self.prepare = send, spin_ns, drain_s, prepare
+        self.loop_turns = loop_turns if loop_turns is not None else SendLoopTurns()
         self.counts = IssueCounts()
         self.stopped = False  # the run was stopped (Ctrl-C, the live page): issue nothing more, drain what is out
         # the open loop's own sends for the endpoints it can drive inline (harness/worker/inline_sends.py)
@@ -136,10 +138,9 @@ class IssueLoop:
     def _sleep_until(self, mono_ns: int) -> None:
         """wait_until for the open loop on greenlets. Its sends are its own (start_now), so in the last
         YIELD_SLACK_NS it spins without yielding: a batch of reads the hub runs for other greenlets can no longer
-        straddle the send. The chunk writer (if any) runs only while this loop sleeps: a writer picked while the
-        worker was busy kept the core until the scheduler's next tick, 4 ms of send lag (`perf sched` on the
-        worker's core, streams at 250/s: ~1 a second). A writer WRITER_BEHIND chunks behind is waited for, whatever
-        is due (send lag, never a lost chunk)."""
+        straddle the send. The chunk writer (if any) runs only while this loop sleeps: once picked, it keeps the core
+        until the scheduler's next tick (docs/DECISIONS.md). A writer WRITER_BEHIND chunks behind is waited for,
+        whatever is due (send lag, never a lost chunk)."""
         self._looks_at = mono_ns
         writer = self.writer
         if writer is not None and writer.outstanding >= WRITER_BEHIND \
@@ -151,7 +152,7 @@ class IssueLoop:
                 writer.release()
             gevent.sleep(wait_ns / 1e9)
         while True:  # held while it has work (a frame shipped during the spin included); an idle one costs no signal
-            LoopTurns.count += 1
+            self.loop_turns.count += 1
             if writer is not None and writer.outstanding and not writer.held:
                 writer.hold(mono_ns)
             left_ns = mono_ns - time.perf_counter_ns()
@@ -169,7 +170,7 @@ class IssueLoop:
         back to back), but never more than PUMP_BEHIND_NS after the last read."""
         inline = self.inline
         while True:
-            LoopTurns.count += 1  # (the background work's pauses tell a loop that takes turns from one that waits)
+            self.loop_turns.count += 1  # (the background work's pauses tell a loop that takes turns from one that waits)
             now = time.perf_counter_ns()
             if min(mono_ns, inline.next_turn_ns) > now or not inline.stamped or now - self._pumped_ns >= PUMP_BEHIND_NS:
                 inline.pump(min(mono_ns, inline.next_turn_ns))

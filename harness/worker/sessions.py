@@ -146,8 +146,8 @@ class SessionRunner:
 
         def decide(outcome: Outcome) -> str:
             """Is this turn the last? Prepares the next turn's request (its think time, its prompt). It reaches its Turn
-            through a weak reference: a turn and its decision in a cycle were garbage only the cyclic collector frees,
-            whose first-generation passes then took 10-22 ms every 2.5 s at 1,000 turns/s."""
+            through a weak reference: a turn and its decision must make no cycle, which only the cyclic collector
+            would free, in passes that stop the sending loop (docs/DECISIONS.md)."""
             if outcome.status != "ok" and spec.on_error == "end":
                 return ERROR
             if k == len(script.turns):

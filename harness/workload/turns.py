@@ -1,6 +1,6 @@
 """One turn of a session as the request path sends it: the body built at its send, what the record says of it, and
 the session's decision, made the moment its reply is in, whether this turn is its last (and why). A trace row's
-request, built ahead of its send, travels the same way (`single`). What is built ahead is built in pieces: a `Build`
+request, built ahead of its send, travels the same way (`Turn.sessionless`). What is built ahead is built in pieces: a `Build`
 yields a `Piece` (what it does next) before each piece of work, and returns what is sent
 (harness/worker/build_ahead.py runs the pieces in the issue loop's gaps)."""
 from __future__ import annotations
@@ -15,9 +15,12 @@ from tailrace.harness.client.outcome import Outcome
 DONE, ERROR, CONTEXT_LIMIT, RUN_END = "done", "error", "context_limit", "run_end"
 
 
+NO_SESSION = -1  # the session_id of a request built ahead that belongs to no session (a trace row's)
+
+
 @dataclass
 class Turn:
-    """A session's turn in flight."""
+    """A request built from data, in flight: a session's turn, or (`sessionless`) a request of no session."""
 
     session_id: int
     index: int  # 1..
@@ -30,9 +33,15 @@ class Turn:
     prompt_index: int = -1  # the prompt's place in the sender's token counter (-1: none)
 
 
-def single(body: bytes, prompt_tokens: int, ideal_cached: int, prompt_index: int) -> Turn:
-    """A request that is no session's turn, its body built ahead of its send (a trace row's)."""
-    return Turn(-1, 0, body, prompt_tokens, ideal_cached, lambda _outcome: "", prompt_index=prompt_index)
+    @classmethod
+    def sessionless(cls, body: bytes, prompt_tokens: int, ideal_cached: int, prompt_index: int) -> Turn:
+        """A request of no session, its body built ahead of its send (a trace row's): its record carries its prompt's
+        facts and no session (NO_SESSION, turn 0); nothing follows its reply."""
+        return cls(NO_SESSION, 0, body, prompt_tokens, ideal_cached, _nothing_follows, prompt_index=prompt_index)
+
+
+def _nothing_follows(_outcome: Outcome) -> str:
+    return ""
 
 
 @dataclass(frozen=True)

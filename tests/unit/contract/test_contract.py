@@ -84,3 +84,20 @@ def test_the_worker_keeps_the_first_start_message_and_waits_no_longer_than_asked
     inbox.offer(messages.wire(messages.Start(5)))
     inbox.offer(messages.wire(messages.Start(7)))  # sent three times; the first counts
     assert inbox.wait(timeout_s=0.01) == 5
+
+
+def test_a_bare_number_where_a_distribution_is_asked_for_means_that_number_fixed():
+    profile = parse_profile({"name": "p", "endpoints": [{
+        "name": "chat", "url": "http://127.0.0.1:1", "protocol": "openai-chat", "model": "m",
+        "prompts": {"input_tokens": 200, "output_tokens": 32},
+        "sessions": {"turns": 4, "think_s": 0.3, "user_tokens": 20}}],
+        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1}}, "p.toml")
+    ep = profile.endpoints[0]
+    assert (ep.prompts.input_tokens.mean, ep.prompts.input_tokens.distribution) == (200, "fixed")
+    assert (ep.sessions.turns.mean, ep.sessions.think_s.mean, ep.sessions.user_tokens.mean) == (4, 0.3, 20)
+    assert ep.sessions.think_s.distribution == "fixed"
+    with pytest.raises(ProfileError, match="turns"):
+        parse_profile({"name": "p", "endpoints": [{
+            "name": "chat", "url": "http://127.0.0.1:1", "protocol": "openai-chat", "model": "m",
+            "sessions": {"turns": "four"}}], "regions": [{"name": "r", "share": 1.0}],
+            "load": {"rate": 1, "duration_s": 1}}, "p.toml")

@@ -181,7 +181,7 @@ def test_dispersion_counts_of_sorted_times_are_numpys_histogram():
 def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkeypatch):
     """A worker's phases come as runs of rows (no position arrays); a log whose rows change worker or phase
     too often falls back to positions. Both give the same rows, in the same order."""
-    import tailrace.analysis.stats.arrivals as arrivals
+    import tailrace.analysis.stats.poisson_checks as arrivals
 
     rng = np.random.default_rng(2)
     n = 6000
@@ -250,7 +250,7 @@ def test_verdicts_sorted_from_the_latency_tables_arrays_are_numpys_sort():
 
 
 def test_poisson_checks_sort_what_is_out_of_order_and_take_what_is_in_order_as_it_is():
-    from tailrace.analysis.stats.arrivals import poisson_checks
+    from tailrace.analysis.stats.poisson_checks import poisson_checks
 
     rng = np.random.default_rng(11)
     times = 1_764_000_000_000_000_000 + np.cumsum(rng.exponential(1e6, 20_000)).astype(np.int64)

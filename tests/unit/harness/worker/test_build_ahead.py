@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import gevent
 import numpy as np
 import pytest
 
@@ -15,7 +16,7 @@ from tailrace.harness.worker.endpoint_senders import RequestBuilds
 from tailrace.harness.worker.scenarios import IssueLoop
 from tailrace.harness.worker.sessions import SessionRunner
 from tailrace.harness.workload.trace_prompts import TracePrompts
-from tailrace.harness.workload.turns import Piece, PreparedRequest, build_now, single
+from tailrace.harness.workload.turns import Piece, PreparedRequest, Turn, build_now
 
 
 class Clock:
@@ -42,7 +43,7 @@ def _builds(clock: Clock, cost_per_unit_ns: int, units: int, pieces: int, log: l
             yield Piece("block", units)
             clock.now += cost_per_unit_ns * units
             log.append((arrival.sample, clock.now))
-        return PreparedRequest(arrival, single(b"x" * 1000, units * pieces, 0, arrival.sample))
+        return PreparedRequest(arrival, Turn.sessionless(b"x" * 1000, units * pieces, 0, arrival.sample))
     return prepare
 
 
@@ -163,6 +164,7 @@ def test_a_traces_bursts_of_long_prompts_are_sent_on_time_the_first_at_the_start
     start = time.perf_counter_ns() + 1_000_000_000  # the plan's instant; every worker is ready sooner
     ahead = loop.build_ahead(ScheduledArrivals(schedule, start))
     ahead.prime(start)
+    gevent.sleep(0)  # (the hub runs, as in a Locust worker: start_now hands each send's greenlet to it)
     early = time.perf_counter_ns() + 2_000_000
     ahead.rebase(early - start)
     loop.open_loop(ahead)

@@ -136,7 +136,7 @@ def test_a_chunk_is_converted_in_pieces_of_its_budget_not_a_yield_a_column(monke
     clock, yields = [10**9], []
     monkeypatch.setattr(chunk_shipping.time, "perf_counter_ns", lambda: clock[0])
     monkeypatch.setattr(chunk_shipping.gevent, "sleep", lambda s: yields.append(clock[0]))
-    step = chunk_shipping.YieldEvery(200_000)
+    step = chunk_shipping.YieldEvery(200_000, chunk_shipping.SendLoopTurns())
     for _ in range(10):  # ten columns of 50 µs each: a yield at the first (a new turn), then every 200 µs
         step()
         clock[0] += 50_000
@@ -156,12 +156,12 @@ def test_background_pieces_give_a_sending_loop_that_waits_on_its_timer_its_turn(
     turn comes a piece or two after its timer."""
     import gevent
 
-    from tailrace.harness.spool.chunk_shipping import LoopTurns, YieldEvery
+    from tailrace.harness.spool.chunk_shipping import SendLoopTurns, YieldEvery
 
-    pieces, woke_after = [], []
+    pieces, woke_after, turns = [], [], SendLoopTurns()
 
     def background() -> None:
-        step = YieldEvery(0)
+        step = YieldEvery(0, turns)
         for i in range(40):
             _busy(0.0005)
             pieces.append(i)
@@ -169,7 +169,7 @@ def test_background_pieces_give_a_sending_loop_that_waits_on_its_timer_its_turn(
 
     def sending_loop() -> None:
         gevent.sleep(0.002)  # waiting on its timer for its next send
-        LoopTurns.count += 1
+        turns.count += 1
         woke_after.append(len(pieces))
 
     gevent.joinall([gevent.spawn(sending_loop), gevent.spawn(background)], raise_error=True)
@@ -177,13 +177,13 @@ def test_background_pieces_give_a_sending_loop_that_waits_on_its_timer_its_turn(
 
 
 def test_background_pieces_take_turns_with_a_sending_loop_that_spins(monkeypatch):
-    """While the sending loop takes turns (`sleep(0)`, counted in LoopTurns), a background piece's pause is a turn
+    """While the sending loop takes turns (`sleep(0)`, counted in SendLoopTurns), a background piece's pause is a turn
     too, not a timer: gevent looks at timers only every few ms then, and chunks fell behind at 8,000/s."""
     import gevent
     import greenlet
 
     from tailrace.harness.spool import chunk_shipping
-    from tailrace.harness.spool.chunk_shipping import LoopTurns, YieldEvery
+    from tailrace.harness.spool.chunk_shipping import SendLoopTurns, YieldEvery
 
     sleep, pauses, background = gevent.sleep, [], []
 
@@ -193,16 +193,17 @@ def test_background_pieces_take_turns_with_a_sending_loop_that_spins(monkeypatch
         return sleep(seconds, *args, **kwargs)
 
     monkeypatch.setattr(chunk_shipping.gevent, "sleep", recorded)
+    turns = SendLoopTurns()
 
     def work() -> None:
-        step = YieldEvery(0)
+        step = YieldEvery(0, turns)
         for _ in range(20):
             _busy(0.0001)
             step()
 
     def spinning_loop() -> None:
         while not worker.dead:
-            LoopTurns.count += 1
+            turns.count += 1
             sleep(0)
 
     worker = gevent.spawn(work)
