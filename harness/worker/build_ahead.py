@@ -9,7 +9,8 @@ and a piece that would run into a send waits until after it. The rows due first 
 instant (`prime`, while the worker waits for it).
 
 Memory is bounded: at most AHEAD_N built requests, AHEAD_BYTES of their bodies, AHEAD_S ahead of the next send, and
-the one being built.
+the one being built. A request that was not built by its instant is built then, whole, and counted
+(`built_when_due`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tailrace.harness.worker.arrivals import Arrival, ScheduledArrivals
 from tailrace.harness.workload.turns import Build, Piece, build_now
 
 AHEAD_S = 2.0  # requests are built at most this far ahead of the next send ...
-AHEAD_N = 64  # ... at most this many ...
+AHEAD_N = 256  # ... at most this many (a burst behind a stretch of short rows is reached in time) ...
 AHEAD_BYTES = 64 << 20  # ... holding at most this much of bodies
 PIECE_MARGIN_NS = 200_000  # a piece runs only while the next send is its expected time and this far off or more
 FIRST_PIECE_NS = 5_000_000  # the expected time of a kind of piece not run yet
@@ -97,12 +98,14 @@ class BuildAhead:
         self.ready_bytes = 0
         self.peak_bytes = 0  # the most the built requests held at once ...
         self.peak_ready = 0  # ... and the most of them
+        self.built_when_due = 0  # requests not built by their instant: built whole when taken
         self.upcoming: Arrival | None = next(arrivals, None)
         self._building: tuple[Arrival, Build, Piece] | None = None  # a build begun, and its next piece
 
     def take(self) -> tuple[Arrival, object] | None:
         """The next arrival and its item, built now if it is not yet (None: no arrival is left)."""
         if not self.ready:
+            self.built_when_due += int(self._building is not None or self.upcoming is not None)
             if self._building is not None:
                 arrival, build, _ = self._building
                 self._building = None
@@ -203,7 +206,7 @@ class BuildAhead:
 
     def summary(self) -> dict:
         """What building ahead held at most (worker.json's scenario)."""
-        return {"peak_requests": self.peak_ready, "peak_bytes": self.peak_bytes}
+        return {"peak_requests": self.peak_ready, "peak_bytes": self.peak_bytes, "built_when_due": self.built_when_due}
 
 
 def _moved(arrival: Arrival, delta_ns: int) -> Arrival:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+import orjson
 
 from tailrace.contract.profile import Endpoint, Prompts
 from tailrace.harness.client.generative import request_body
@@ -26,7 +27,8 @@ from tailrace.harness.workload.prompts import WORDS, draw_counts
 from tailrace.harness.workload.turns import Build, Piece
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one id per 512-token block
-BLOCK_CACHE = 4096  # block texts kept (~3.5 kB each)
+BLOCK_CACHE = 4096  # block texts kept (~3.5 kB each, and as much again JSON-escaped)
+PROMPT_MARK = "\x00tailrace prompt\x00"  # stands for the prompt in a body's template (as JSON: split there)
 
 
 class TracePrompts:
@@ -44,6 +46,7 @@ class TracePrompts:
         self.outputs = drawn_out if output_tokens is None else np.where(output_tokens > 0, output_tokens, drawn_out)
         self.hash_ids, self.tokenizer = hash_ids, tokenizer
         self._blocks: OrderedDict[int, str | np.ndarray] = OrderedDict()
+        self._escaped: dict[int, bytes] = {}  # a cached text block as it stands in a JSON string
         self.ideal = ideal_cached(self.inputs, hash_ids, order) if hash_ids is not None else None
 
     def __len__(self) -> int:
@@ -59,8 +62,10 @@ class TracePrompts:
             else:
                 text = " ".join([WORDS[i] for i in rng.integers(0, len(WORDS), TRACE_BLOCK_TOKENS).tolist()])
             self._blocks[block_id] = text
+            if isinstance(text, str):
+                self._escaped[block_id] = _escaped(text)
             if len(self._blocks) > BLOCK_CACHE:
-                self._blocks.popitem(last=False)
+                self._escaped.pop(self._blocks.popitem(last=False)[0], None)
         else:
             self._blocks.move_to_end(block_id)
         return text
@@ -94,7 +99,25 @@ class TracePrompts:
             yield Piece("trace block", TRACE_BLOCK_TOKENS)
             self._block(block_id)
         yield Piece("trace body", max(1, int(self.inputs[row])))
-        return self[row]
+        return self._joined(row, ids) or self[row]
+
+    def _joined(self, row: int, ids: tuple[int, ...]) -> bytes | None:
+        """Row `row`'s body joined from its blocks as they stand in JSON (a copy, not a new text and its encoding:
+        a 100k-token body is then a fraction of a millisecond's piece); None where it is not made of whole cached
+        text blocks, or its blocks are more than its length."""
+        length = int(self.inputs[row])
+        tail = length - TRACE_BLOCK_TOKENS * (len(ids) - 1)
+        if self.tokenizer is not None or not ids or tail <= 0 or any(b not in self._escaped for b in ids):
+            return None
+        parts = [self._escaped[b] for b in ids]
+        if tail < TRACE_BLOCK_TOKENS:
+            last = self._blocks[ids[-1]]
+            parts[-1] = _escaped(" ".join(last.split(" ", tail)[:tail]))
+        template = request_body(self.endpoint.protocol, self.endpoint.model, PROMPT_MARK, int(self.outputs[row]),
+                                self.spec.ignore_eos, self.spec.stream, min_tokens=self.spec.min_tokens,
+                                model_inputs=self.model_inputs)
+        head, mark, end = template.partition(_escaped(PROMPT_MARK))
+        return b"".join((head, b" ".join(parts), end)) if mark else None
 
     def __getitem__(self, row: int) -> bytes:
         return request_body(self.endpoint.protocol, self.endpoint.model, self.prompt(row), int(self.outputs[row]),
@@ -104,6 +127,12 @@ class TracePrompts:
     def facts(self, row: int) -> tuple[int, int]:
         """(the prompt's length as built, what an unbounded prefix cache would hold of it; -1: not known)."""
         return int(self.inputs[row]), int(self.ideal[row]) if self.ideal is not None else -1
+
+
+def _escaped(text: str) -> bytes:
+    """`text` as it stands inside a JSON string (escaping is per character: the escapes of parts join into the
+    escape of their join)."""
+    return orjson.dumps(text)[1:-1]
 
 
 def ideal_cached(inputs: np.ndarray, hash_ids: list[tuple[int, ...]], order: np.ndarray) -> np.ndarray:
