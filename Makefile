@@ -12,7 +12,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint install triton vllm models bench clean lock image test-image test-image-base test-venv
+.PHONY: demo test test-fast lint typecheck install triton vllm models bench clean lock image test-image test-image-base test-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,7 @@ demo: $(STAMP)
 # to itself unless it is marked shares_machine (tests/conftest.py).
 test:
 	$(MAKE) -j5 install triton vllm test-image test-venv
-	$(MAKE) lint
+	$(MAKE) lint typecheck
 	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
 
 # What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py). They
@@ -67,11 +67,15 @@ test-venv:
 	python3 -m tests.prebuilt --venv-only
 
 # The unit tier only: pure tests, no processes (under 2 minutes).
-test-fast: $(STAMP) lint
+test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -n 2 tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# mypy over contract/ and the readers of a run's result (tests/type_check.py: CHECKED), clean.
+typecheck: $(STAMP)
+	$(BIN)/python -m tests.type_check
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

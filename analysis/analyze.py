@@ -67,8 +67,8 @@ from tailrace.analysis.stats.tokens import (
 )
 from tailrace.analysis.stats.validity import groups_of, validity_rows
 from tailrace.contract.profile import Profile
+from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 
-SUMMARY_VERSION = 1
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
 # verdicts and the validity checks read (each at the measured rows' positions)
 COUNT_COLUMNS = ("endpoint", "region", "status", "send_lag_ns", "correct", "correct_count", "batch_size")
@@ -447,7 +447,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     latency_rows = with_stream_goodput(r["latency"], r["tokens"])
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
-    summary = {
+    summary = RunSummary.of({
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": invalid_reasons,
@@ -467,17 +467,17 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "ttft_decomposition": r["ttft_decomposition"], "sessions": r["sessions"],
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
-    }
+    })
     tables = {"latency": flat_rows(latency_rows), "scenario": _scenario_table(scenario), "slos": pd.DataFrame(verdicts),
-              "decomposition": pd.DataFrame(summary["decomposition"]), "queueing": pd.DataFrame(
+              "decomposition": pd.DataFrame(decomposition), "queueing": pd.DataFrame(
                   [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
                    for q in queueing]),
-              "arrivals": pd.DataFrame(summary["arrivals"]), "validity": pd.DataFrame(validity),
-              "phases": pd.DataFrame(per_phase), "errors": errors, "outages": pd.DataFrame(summary["outages"]),
-              "cold_start": pd.DataFrame(summary["cold_start"]),
-              "decision": pd.DataFrame((summary["decision"] or {}).get("variants", [])),
-              "server_statistics": pd.DataFrame(summary["endpoint_statistics"]),
-              "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame(summary["clock"])}
+              "arrivals": pd.DataFrame(arrivals), "validity": pd.DataFrame(validity),
+              "phases": pd.DataFrame(per_phase), "errors": errors, "outages": pd.DataFrame(r["outages"]),
+              "cold_start": pd.DataFrame(r["cold_start"]),
+              "decision": pd.DataFrame((r["decision"] or {}).get("variants", [])),
+              "server_statistics": pd.DataFrame(stat_rows),
+              "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame([m.as_dict() for m in models.values()])}
     if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
         tables["tokens"] = flat_token_rows(r["tokens"])
         tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])

@@ -1,13 +1,16 @@
 """`tailrace analyze`: analyse a run directory, write the report, print a summary, return the exit code."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tailrace.analysis.report.figures import Figures, start_figures
 from tailrace.contract.exit_codes import INTERNAL, INVALID, USAGE
 from tailrace.contract.layout import ReportLayout, write_atomic
+
+if TYPE_CHECKING:
+    from tailrace.contract.summary import Estimate, RunSummary
 
 
 def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
@@ -18,80 +21,63 @@ def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
     from tailrace.analysis.report.junit import junit_xml
 
     report = ReportLayout(Path(out))
-    write_atomic(report.summary, json.dumps(analysis.summary, indent=2, default=_jsonable))
+    write_atomic(report.summary, analysis.summary.to_json())
     for name, table in analysis.tables.items():
         write_atomic(report.table(name), table.to_csv(index=False))
     write_atomic(report.junit, junit_xml(analysis.summary))
     write_atomic(report.page, render(analysis, figures))
 
 
-def _jsonable(value):
-    import numpy as np
-
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
-
-
-def print_summary(summary: dict) -> None:
+def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
 
-    from tailrace.analysis.result import notices
     from tailrace.contract.terminal import console as terminal_console
 
     console = terminal_console()
-    colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary["verdict"]]
-    console.print(f"[bold {colour}]{summary['verdict']}[/] run {summary['run_id']} — "
-                  f"{summary['input']['rows_read']:,} requests")
+    colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary.verdict]
+    console.print(f"[bold {colour}]{summary.verdict}[/] run {summary.run_id} — {summary.input.rows_read:,} requests")
     labels = {"invalid": "[magenta]INVALID[/]:", "warning": "[yellow]warning[/]:", "skipped": "[red]skipped[/]"}
-    for kind, text in notices(summary):
+    for kind, text in summary.notices():
         console.print(f"{labels[kind]} {text}")
     lat = Table(title="latency from intended send time (ms)")
     for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
         lat.add_column(col, justify="right")
-    mixed = bool(summary.get("tokens")) and any(r.get("kind") == "one-shot" for r in summary["latency"])
-    for r in summary["latency"]:
-        p = r["percentiles"]
-        p99 = p["p99"]
-        overall = r["endpoint"] == "*" and r["region"] == "*"
-        lat.add_row(f"* ({r['kind']})" if overall and mixed else r["endpoint"], r["region"], f"{r['count']:,}", f"{r['errors']:,}",
-                    "–" if p["p50"]["value"] is None else f"{p['p50']['value']:.2f}",
-                    f"needs ≥ {p99['min_samples']}" if p99["value"] is None else
-                    f"{p99['value']:.2f} \\[no interval: worth {p99['effective_n']:,} independent]" if p99["ci_low"] is None else
-                    f"{p99['value']:.2f} [{p99['ci_low']:.2f}, {p99['ci_high']:.2f}]",
-                    f"needs ≥ {p['p99.9']['min_samples']}" if p["p99.9"]["value"] is None else f"{p['p99.9']['value']:.2f}",
-                    "–" if r["accuracy"] is None else f"{r['accuracy']:.4f}")
+    mixed = bool(summary.tokens) and any(r.kind == "one-shot" for r in summary.latency)
+    for r in summary.latency:
+        p50, p99, p999 = r.p50, r.p99, r.percentiles["p99.9"]
+        overall = r.endpoint == "*" and r.region == "*"
+        lat.add_row(f"* ({r.kind})" if overall and mixed else r.endpoint, r.region, f"{r.count:,}", f"{r.errors:,}",
+                    "–" if p50.value is None else f"{p50.value:.2f}",
+                    f"needs ≥ {p99.min_samples}" if p99.value is None else
+                    f"{p99.value:.2f} \\[no interval: worth {p99.effective_n:,} independent]" if p99.ci_low is None else
+                    f"{p99.value:.2f} [{p99.ci_low:.2f}, {p99.ci_high:.2f}]",
+                    f"needs ≥ {p999.min_samples}" if p999.value is None else f"{p999.value:.2f}",
+                    "–" if r.accuracy is None else f"{r.accuracy:.4f}")
     console.print(lat)
-    if summary.get("tokens"):
+    if summary.tokens:
         tokens = Table(title="streamed responses (ms from intended send time; [95% CI])")
         for col in ("endpoint", "region", "ok", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"):
             tokens.add_column(col, justify="right")
 
-        def cell(e: dict) -> str:
-            if e["value"] is None:
-                return f"needs ≥ {e['min_samples']}"
-            return f"{e['value']:.1f}" + ("" if e["ci_low"] is None else f" [{e['ci_low']:.1f}, {e['ci_high']:.1f}]")
+        def cell(e: Estimate) -> str:
+            if e.value is None:
+                return f"needs ≥ {e.min_samples}"
+            return f"{e.value:.1f}" + ("" if e.ci_low is None else f" [{e.ci_low:.1f}, {e.ci_high:.1f}]")
 
-        for r in summary["tokens"]:
-            tokens.add_row(r["endpoint"], r["region"], f"{r['ok']:,}/{r['requests']:,}", f"{r['output_tokens_per_s']:.0f}",
-                           cell(r["ttft_ms"]["p50"]), cell(r["ttft_ms"]["p99"]), cell(r["tpot_ms"]["p50"]),
-                           cell(r["itl_ms"]["p99"]), cell(r["e2e_ms"]["p99"]))
+        for t in summary.tokens:
+            tokens.add_row(t.endpoint, t.region, f"{t.ok:,}/{t.requests:,}", f"{t.output_tokens_per_s:.0f}",
+                           cell(t.ttft_ms.at("p50")), cell(t.ttft_ms.at("p99")), cell(t.tpot_ms.at("p50")),
+                           cell(t.itl_ms.at("p99")), cell(t.e2e_ms.at("p99")))
         console.print(tokens)
-    if summary["slos"]:
+    if summary.slos:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):
             slo.add_column(col)
-        for v in summary["slos"]:
-            c = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}[v["verdict"]]
-            slo.add_row(v["description"], v["endpoint"], v["region"], f"{v['n']:,}", f"[{c}]{v['verdict']}[/]",
-                        "" if v["more_samples_needed"] is None else f"{v['more_samples_needed']:,}")
+        for v in summary.slos:
+            c = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}[v.verdict]
+            slo.add_row(v.description, v.endpoint, v.region, f"{v.n:,}", f"[{c}]{v.verdict}[/]",
+                        "" if v.more_samples_needed is None else f"{v.more_samples_needed:,}")
         console.print(slo)
 
 
@@ -144,9 +130,9 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
             print_summary(analysis.summary)
         print(f"tailrace analyze: the report could not be written to {out} ({exc}); the run directory is "
               f"unchanged — tailrace analyze {run_dir} --out DIR writes it elsewhere", file=sys.stderr)
-        code = analysis.summary["exit_code"]
+        code = analysis.summary.exit_code
         return code if code == INVALID else INTERNAL  # an INVALID run stays INVALID; otherwise the machine failed
     if not quiet:
         print_summary(analysis.summary)
         print(f"report: {ReportLayout(out).page}")
-    return analysis.summary["exit_code"]
+    return analysis.summary.exit_code

@@ -56,9 +56,12 @@ class Credential:
         if now - self._checked >= self._recheck_s or self._value is None:
             self._checked = now
             self._reread()
+        if self._value is None:  # (_reread raises until the file has been read once)
+            raise CredentialError(f"{self.source} could not be read")
         return self._value
 
     def _reread(self) -> None:
+        assert self.file is not None  # (a credential is an environment variable or a file)
         try:
             st = os.stat(self.file)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)

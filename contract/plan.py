@@ -141,7 +141,9 @@ def endpoint_kind(endpoint: Endpoint) -> EndpointKind:
     """Who serves an endpoint: a server tailrace starts, a remote one, or the worker itself."""
     if endpoint.url == INPROCESS:
         return "inprocess"
-    return {EMBEDDED: "embedded", TRITON: "triton"}.get(endpoint.url, "remote")
+    if endpoint.url == EMBEDDED:
+        return "embedded"
+    return "triton" if endpoint.url == TRITON else "remote"
 
 
 def unresolved_plan(profile: Profile, run_id: str, run_dir: str, models_dir: str | None = None,

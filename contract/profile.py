@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -58,7 +59,7 @@ class DeclaredTensor(_Strict):
     """A model input as the server's metadata would give it (for servers that expose none)."""
 
     name: str = Field(min_length=1)
-    datatype: Literal[DATATYPES]
+    datatype: Literal[DATATYPES]  # type: ignore[valid-type]  # (the tuple's values: pydantic reads it at run time)
     shape: list[int] = Field(description="as in model metadata: -1 for a dynamic dimension; a leading -1 on every "
                                          "input is the batch dimension")
 
@@ -430,9 +431,10 @@ class Arrivals(_Strict):
     @property
     def mean_rate(self) -> float | None:
         """onoff: its long-run rate (the states' rates weighted by their mean sojourns)."""
-        if self.process != "onoff":
+        on_rate, off_rate, on_s, off_s = self.on_rate, self.off_rate, self.on_s, self.off_s
+        if self.process != "onoff" or on_rate is None or off_rate is None or on_s is None or off_s is None:
             return None
-        return (self.on_rate * self.on_s + self.off_rate * self.off_s) / (self.on_s + self.off_s)
+        return (on_rate * on_s + off_rate * off_s) / (on_s + off_s)
 
 
 class Load(_Strict):
@@ -697,10 +699,10 @@ class Profile(_Strict):
             b = self.decision.baseline
             if b is not None and next((e.protocol for e in self.endpoints if e.name == b), None) != "inprocess":
                 raise ValueError(f"decision.baseline: {b!r} must name an endpoint with protocol 'inprocess'")
-        names = endpoint_names | {"*"}
+        slo_endpoints = endpoint_names | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):
-            if slo.endpoint not in names:
+            if slo.endpoint not in slo_endpoints:
                 raise ValueError(f"slos[{i}].endpoint: no endpoint named {slo.endpoint!r}")
             if slo.region not in regions:
                 raise ValueError(f"slos[{i}].region: no region named {slo.region!r}")
@@ -763,7 +765,7 @@ def parse_profile(data: dict, source: str) -> Profile:
         raise ProfileError("\n".join(lines)) from None
 
 
-def load_profile(path: Path, overrides: list[str] = ()) -> Profile:
+def load_profile(path: Path, overrides: Sequence[str] = ()) -> Profile:
     """Read and validate a TOML profile, with `overrides` (contract/overrides.py: `field.path=value`) applied
     before validation, so they are checked like the file; the profile records them."""
     from tailrace.contract.overrides import OverrideError, apply

@@ -38,6 +38,13 @@ class Segment:
         return 2 * u / (self.rate_start + np.sqrt(np.maximum(self.rate_start ** 2 + 4 * a * u, 0.0)))
 
 
+def _required(setting: float | None) -> float:
+    """A phase's setting that its kind needs (contract/profile.py's Phase has checked it is there)."""
+    if setting is None:
+        raise ValueError("a phase lacks a setting its kind needs")
+    return float(setting)
+
+
 def rate_segments(rate: float, phases: list[Phase], warmup_s: float, duration_s: float) -> list[Segment]:
     """The run's rate function: a warm-up segment (if any) at the opening rate, then one segment per phase.
 
@@ -58,18 +65,18 @@ def rate_segments(rate: float, phases: list[Phase], warmup_s: float, duration_s:
         if at > t:
             measured.append(Segment(t, at, current, current, f"{current:g}/s"))
         if ph.kind == "step":
-            current = float(ph.rate)
+            current = _required(ph.rate)
             measured.append(Segment(at, nxt, current, current, f"{current:g}/s"))
         elif ph.kind == "ramp":
-            target = float(ph.rate)
-            end = min(at + ph.duration_s, nxt)
+            target = _required(ph.rate)
+            end = min(at + _required(ph.duration_s), nxt)
             measured.append(Segment(at, end, current, target, f"ramp {current:g}→{target:g}/s"))
             current = target
             if end < nxt:
                 measured.append(Segment(end, nxt, current, current, f"{current:g}/s"))
         elif ph.kind == "spike":
-            factor = float(ph.factor)
-            end = min(at + ph.duration_s, nxt)
+            factor = _required(ph.factor)
+            end = min(at + _required(ph.duration_s), nxt)
             measured.append(Segment(at, end, current * factor, current * factor, f"spike ×{factor:g} "
                                     f"({current * factor:g}/s)"))
             if end < nxt:

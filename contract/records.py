@@ -5,7 +5,7 @@ field is a TypeError where the row is made, never a silent null column).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 # (column, arrow type name, meaning)
 REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -99,20 +99,18 @@ OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, 
 # defaults), so one-shot requests never pay for converting them on the worker's event loop
 ONE_SHOT_FIELDS = tuple(f for f in REQUEST_FIELDS if f[0] not in STREAM_DEFAULTS)
 
-_PYTHON_TYPES = {"string": str, "int64": int, "int32": int, "bool": bool, "binary": bytes}
 
 
 def _row_type(name: str, fields: tuple[tuple[str, str, str], ...], defaults: dict[str, object] | None = None) -> type:
-    """A NamedTuple of the fields; the trailing fields in `defaults` (added later, by the versioning rule) may be
+    """A named tuple of the fields; the trailing fields in `defaults` (added later, by the versioning rule) may be
     left out where a row is made."""
-    row = NamedTuple(name, [(column, _PYTHON_TYPES[kind]) for column, kind, _ in fields])
-    trailing = []
+    given = defaults or {}
+    trailing: list[object] = []
     for column, _, _ in reversed(fields):
-        if column not in (defaults or {}):
+        if column not in given:
             break
-        trailing.insert(0, defaults[column])
-    row.__new__.__defaults__ = tuple(trailing) or None
-    return row
+        trailing.insert(0, given[column])
+    return namedtuple(name, [column for column, _, _ in fields], defaults=trailing or None)
 
 
 RequestRow = _row_type("RequestRow", REQUEST_FIELDS, STREAM_DEFAULTS)

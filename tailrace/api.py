@@ -3,6 +3,7 @@ reference clock, analyse, compare. docs/API.md shows each call; tests/integratio
 examples as written. These names are the stable surface; everything else may move."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class AnalysisResult:
     requests: pd.DataFrame
 
 
-def run(profile: str | Path, out: str | Path | None = None, overrides: list[str] = (),
+def run(profile: str | Path, out: str | Path | None = None, overrides: Sequence[str] = (),
         quiet: bool = True) -> RunResult:
     """Run a profile on this machine (as `tailrace run` does: its endpoints, region proxies, Locust master and
     workers), analyse it and write its report. `overrides`: `field.path=value` (as `--set`). Raises
@@ -62,7 +63,7 @@ def analyze(run_dir: str | Path, write_report: bool = False) -> AnalysisResult:
     analysis = analyze_run(Path(run_dir))
     if write_report:
         write_outputs(analysis, ReportLayout.of_run(Path(run_dir)).dir)
-    return AnalysisResult(Summary(analysis.summary), analysis.tables, analysis.requests)
+    return AnalysisResult(analysis.summary, analysis.tables, analysis.requests)
 
 
 def load_requests(run_dir: str | Path) -> pd.DataFrame:

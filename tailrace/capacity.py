@@ -84,26 +84,25 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     a = analyze_run(run_dir, ANALYSIS_COLUMNS)
     write_outputs(a, ReportLayout.of_run(run_dir).dir)
     s = a.summary
-    outcome, why = classify_trial(s["slos"], s["valid"], s["invalid_reasons"])
-    overall = next(r for r in s["latency"] if r["endpoint"] == "*" and r["region"] == "*")
-    streamed = next((r for r in s.get("tokens") or [] if r["endpoint"] == "*" and r["region"] == "*"), None)
-    row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall["achieved_rate"],
-           "count": overall["count"], "errors": overall["errors"], "mean_ms": overall["mean_ms"],
-           "outcome": outcome, "why": why, "run_id": s["run_id"],
+    outcome, why = classify_trial(s.slos, s.valid, s.invalid_reasons)
+    overall = s.latency_row()
+    streamed = s.overall_tokens()
+    row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall.achieved_rate,
+           "count": overall.count, "errors": overall.errors, "mean_ms": overall.mean_ms,
+           "outcome": outcome, "why": why, "run_id": s.run_id,
            # an undecided trial: how long one at this rate would take to decide (None: none would)
-           "to_decide_s": duration_to_decide_s(s["slos"], duration_s) if outcome == UNDECIDED else None}
+           "to_decide_s": duration_to_decide_s(s.slos, duration_s) if outcome == UNDECIDED else None}
     for p in ("p50", "p95", "p99"):
-        est = overall["percentiles"][p]
-        row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est["value"], est["ci_low"], est["ci_high"]
-    row["output_tokens_per_s"] = streamed["output_tokens_per_s"] if streamed else None
+        est = overall.percentiles[p]
+        row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est.value, est.ci_low, est.ci_high
+    row["output_tokens_per_s"] = streamed.output_tokens_per_s if streamed else None
     for metric in ("ttft", "tpot"):
         for p in ("p50", "p99"):
-            row[f"{metric}_{p}_ms"] = streamed[f"{metric}_ms"][p]["value"] if streamed else None
-    queueing = s.get("queueing") or []
-    row["utilization"] = max((q["utilization"] for q in queueing), default=None)
-    busiest = max(queueing, key=lambda q: q["utilization"], default=None)
-    row["mean_service_ms"] = busiest["mean_service_ms"] if busiest else None
-    row["slots"] = busiest["slots"] if busiest else 1
+            row[f"{metric}_{p}_ms"] = streamed.metric(metric).at(p).value if streamed else None
+    busiest = max(s.queueing, key=lambda q: q.utilization, default=None)
+    row["utilization"] = busiest.utilization if busiest else None
+    row["mean_service_ms"] = busiest.mean_service_ms if busiest else None
+    row["slots"] = busiest.slots if busiest else 1
     return row
 
 

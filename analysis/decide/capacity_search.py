@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from tailrace.analysis.stats.estimators import min_samples_for
+from tailrace.contract.summary import SloVerdict
 
 PASS, FAIL, GENERATOR_LIMIT, UNDECIDED = "pass", "fail", "generator-limit", "undecided"
 # the SLOs a capacity is judged on: a one-shot request's latency, a streamed one's TTFT, TPOT, ITL and E2E
@@ -56,7 +57,7 @@ class SearchState:
         if not self.trials:
             return self.start_rate
         if hi is None:
-            return lo * self.growth  # every trial passed so far: grow
+            return lo * self.growth if lo is not None else self.start_rate  # every trial passed so far: grow
         if lo is None:
             nxt = hi / self.growth  # even the first failed: shrink until something passes
             return nxt if nxt >= self.min_rate else None
@@ -85,34 +86,33 @@ def trial_duration_s(rate: float, slos: list[dict], profile: dict, min_s: float,
     return float(min(max_s, math.ceil(needed)))
 
 
-def classify_trial(slo_verdicts: list[dict], valid: bool, invalid_reasons: list[str]) -> tuple[str, str]:
+def classify_trial(slo_verdicts: list[SloVerdict], valid: bool, invalid_reasons: list[str]) -> tuple[str, str]:
     """(outcome, why) of one trial from its SLO verdicts and validity."""
-    latency = [v for v in slo_verdicts if v.get("metric") in LATENCY_METRICS]
-    errors = [v for v in slo_verdicts if v.get("metric") == "error_rate"]
-    failed = [v for v in latency + errors if v["verdict"] == "FAIL"]
+    latency = [v for v in slo_verdicts if v.metric in LATENCY_METRICS]
+    errors = [v for v in slo_verdicts if v.metric == "error_rate"]
+    failed = [v for v in latency + errors if v.verdict == "FAIL"]
     saturated = not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
     if failed:
-        return FAIL, "; ".join(sorted({v["description"] + f" ({v['endpoint']}/{v['region']})" for v in failed}))[:300]
-    backlog = [v for v in latency if v.get("trend") == "rising"]
+        return FAIL, "; ".join(sorted({f"{v.description} ({v.endpoint}/{v.region})" for v in failed}))[:300]
+    backlog = [v for v in latency if v.trend == "rising"]
     if backlog:  # latency rose through the trial: the queue grows, so a longer trial would only get slower
-        return FAIL, "backlog growing — " + "; ".join(sorted({f"{v['endpoint']}/{v['region']}: {v['reason']}"
+        return FAIL, "backlog growing — " + "; ".join(sorted({f"{v.endpoint}/{v.region}: {v.reason}"
                                                               for v in backlog}))[:280]
     if saturated:
         return GENERATOR_LIMIT, "; ".join(invalid_reasons)[:300]
     if not valid:
         return FAIL, "run invalid: " + "; ".join(invalid_reasons)[:280]
-    inconclusive = [v for v in latency if v["verdict"] != "PASS"]
+    inconclusive = [v for v in latency if v.verdict != "PASS"]
     if inconclusive:
         return UNDECIDED, "not decidably under the SLO: " + "; ".join(
-            sorted({v["description"] + f" ({v['endpoint']}/{v['region']}) {v['verdict']}"
-                    for v in inconclusive}))[:260]
+            sorted({f"{v.description} ({v.endpoint}/{v.region}) {v.verdict}" for v in inconclusive}))[:260]
     return PASS, "every latency SLO passes"
 
 
 DECIDE_MARGIN = 1.25  # a retry runs this much longer than the extrapolation says deciding takes
 
 
-def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float | None:
+def duration_to_decide_s(slo_verdicts: list[SloVerdict], duration_s: float) -> float | None:
     """How long a trial at the same rate would have to run for every INCONCLUSIVE latency SLO to decide, if the
     share of slow requests and their correlation that this `duration_s` trial measured hold: the duration scaled
     by (n + the samples still needed) / n of the neediest group (analysis/stats/estimators.py's proportion_verdict). A group
@@ -121,15 +121,15 @@ def duration_to_decide_s(slo_verdicts: list[dict], duration_s: float) -> float |
     decides it."""
     longest = duration_s
     for v in slo_verdicts:
-        if v.get("metric") not in LATENCY_METRICS or v["verdict"] != "INCONCLUSIVE":
+        if v.metric not in LATENCY_METRICS or v.verdict != "INCONCLUSIVE":
             continue
-        if v.get("trend") == "falling":
+        if v.trend == "falling":
             longest = max(longest, duration_s * 2)
-        if v.get("trend") == "falling" and v.get("more_samples_needed") is None:
+        if v.trend == "falling" and v.more_samples_needed is None:
             continue  # its samples decided: only the settling needs time
-        if not v["n"] or v.get("more_samples_needed") is None:
+        if not v.n or v.more_samples_needed is None:
             return None
-        longest = max(longest, duration_s * (v["n"] + v["more_samples_needed"]) / v["n"])
+        longest = max(longest, duration_s * (v.n + v.more_samples_needed) / v.n)
     return longest
 
 
@@ -146,7 +146,8 @@ def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_re
         hopeless = to_decide_s is None or to_decide_s > max_s
         if hopeless and not first_at_rate:
             return None
-        longer = min(max_s, duration_s * 2 if hopeless else max(duration_s * 2, to_decide_s * DECIDE_MARGIN))
+        decided_in = duration_s * 2 if hopeless or to_decide_s is None else to_decide_s * DECIDE_MARGIN
+        longer = min(max_s, max(duration_s * 2, decided_in))
         return longer if longer > duration_s else None
     if outcome == GENERATOR_LIMIT and not generator_retried:
         return duration_s
@@ -177,6 +178,6 @@ def recommendation(capacity_rps: float, mean_service_ms: float | None, slots: in
            "in_flight_at_planned": planned * mean_latency_ms / 1000 if mean_latency_ms else None,
            "peak_rate": peak_rate}
     if peak_rate:
-        out["instances_for_peak"] = max(1, math.ceil(peak_rate / planned))
-        out["provisioned_rate"] = out["instances_for_peak"] * planned
+        instances = max(1, math.ceil(peak_rate / planned))
+        out["instances_for_peak"], out["provisioned_rate"] = instances, instances * planned
     return out

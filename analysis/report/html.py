@@ -3,13 +3,26 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Collection
 
 from tailrace.analysis.report.figures import Figures, InlineFigures
-from tailrace.analysis.result import Analysis, notices
+from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
 from tailrace.analysis.stats.scenarios import phase_boundaries_s
 from tailrace.analysis.stats.timeline import timeline
 from tailrace.analysis.stats.validity import CHECKS
+from tailrace.contract.summary import (
+    ArrivalProcessRow,
+    Decision,
+    Estimate,
+    LatencyRow,
+    QueueingRow,
+    Row,
+    RunSummary,
+    Scenario,
+    Sessions,
+    TokenRow,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -32,7 +45,24 @@ def _fmt(v, digits: int = 2) -> str:
     return html.escape(str(v))
 
 
-def _table(rows: list[dict], columns: list[tuple[str, str]], left: set[str] = frozenset(), css: dict | None = None
+class Shown:
+    """A row of the summary shown with some cells of its own (formatted, or computed from the row)."""
+
+    def __init__(self, row: Row | None, **cells) -> None:
+        self.row, self.cells = row, cells
+
+    def get(self, column: str):
+        return self.cells[column] if column in self.cells else getattr(self.row, column, None)
+
+
+def _cell(row: Row | Shown | dict, column: str):
+    """The value a table shows in `column` of `row` (a summary row's field of that name)."""
+    if isinstance(row, (Shown, dict)):
+        return row.get(column)
+    return getattr(row, column, None)
+
+
+def _table(rows: list, columns: list[tuple[str, str]], left: Collection[str] = frozenset(), css: dict | None = None
            ) -> str:
     if not rows:
         return "<p class='note'>none</p>"
@@ -42,21 +72,21 @@ def _table(rows: list[dict], columns: list[tuple[str, str]], left: set[str] = fr
         cells = []
         for k, _ in columns:
             cls = ("l " if k in left else "") + ((css or {}).get(k, lambda _r: "")(r))
-            cells.append(f"<td class='{cls.strip()}'>{_fmt(r.get(k))}</td>")
+            cells.append(f"<td class='{cls.strip()}'>{_fmt(_cell(r, k))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
-def _pct(row: dict, name: str) -> str:
-    est = row["percentiles"][name]
-    if est["value"] is None:
-        worth = est.get("effective_n")
-        extra = f" independent; worth {worth:,}" if worth is not None and worth < est["n"] else ""
-        return f"<span class='note'>needs ≥ {est['min_samples']:,}{extra}</span>"
-    if est["ci_low"] is None:
-        return (f"{est['value']:.2f} <span class='note'>[no interval: worth {est['effective_n']:,} independent, "
-                f"needs ≥ {est['min_samples']:,}]</span>")
-    return f"{est['value']:.2f} <span class='note'>[{est['ci_low']:.2f}, {est['ci_high']:.2f}]</span>"
+def _pct(row: LatencyRow, name: str) -> str:
+    est = row.percentiles[name]
+    if est.value is None:
+        worth = est.effective_n
+        extra = f" independent; worth {worth:,}" if worth is not None and est.n is not None and worth < est.n else ""
+        return f"<span class='note'>needs ≥ {est.min_samples:,}{extra}</span>"
+    if est.ci_low is None:
+        return (f"{est.value:.2f} <span class='note'>[no interval: worth {est.effective_n:,} independent, "
+                f"needs ≥ {est.min_samples:,}]</span>")
+    return f"{est.value:.2f} <span class='note'>[{est.ci_low:.2f}, {est.ci_high:.2f}]</span>"
 
 
 def _p(value) -> str | None:
@@ -70,13 +100,15 @@ def _ci(pair) -> str:
     return "" if not pair or pair[0] is None else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
 
 
-def _token_cell(e: dict) -> str | None:
+def _token_cell(e: Estimate | None) -> str | None:
     """A token percentile as text: the value and its interval, or why there is no interval / no value."""
-    if e["value"] is None:
-        return f"needs ≥ {e['min_samples']:,}"
-    if e["ci_low"] is None:
-        return f"{e['value']:.2f} (no interval: worth {e['effective_n']:,}, needs ≥ {e['min_samples']:,})"
-    return f"{e['value']:.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
+    if e is None:
+        return None
+    if e.value is None:
+        return f"needs ≥ {e.min_samples:,}"
+    if e.ci_low is None:
+        return f"{e.value:.2f} (no interval: worth {e.effective_n:,}, needs ≥ {e.min_samples:,})"
+    return f"{e.value:.2f} [{e.ci_low:.2f}, {e.ci_high:.2f}]"
 
 
 def _prompt_lengths_note(profile) -> str:
@@ -92,24 +124,22 @@ def _prompt_lengths_note(profile) -> str:
     return f"<p class='note'>Prompts:</p><ul class='note'>{''.join(items)}</ul>" if items else ""
 
 
-def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> str:
+def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) -> str:
     """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, goodput, how they
     ended; the TTFT heatmap, CDFs, the timeline and where TTFT goes."""
     table_rows = []
     for r in rows:
-        row = {"endpoint": r["endpoint"], "region": r["region"], "ok": f"{r['ok']:,} / {r['requests']:,}",
-               "tps": r["output_tokens_per_s"], "sources": ", ".join(r["token_sources"]),
-               "goodput": r.get("goodput_rps"),
-               "outcomes": ", ".join(f"{k} {v:,}" for k, v in r["outcomes"].items())}
+        row = {"endpoint": r.endpoint, "region": r.region, "ok": f"{r.ok:,} / {r.requests:,}",
+               "tps": r.output_tokens_per_s, "sources": ", ".join(r.token_sources), "goodput": r.goodput_rps,
+               "outcomes": ", ".join(f"{k} {v:,}" for k, v in r.outcomes.items())}
         for metric in ("ttft", "tpot", "itl", "e2e"):
             for p in ("p50", "p99"):
-                row[f"{metric}_{p}"] = _token_cell(r[f"{metric}_ms"][p])
+                row[f"{metric}_{p}"] = _token_cell(r.metric(metric).at(p))
+        if r.ttfa_ms is not None:
+            row.update({"ttfa_p50": _token_cell(r.ttfa_ms.at("p50")), "ttfa_p99": _token_cell(r.ttfa_ms.at("p99")),
+                        "reasoning": r.mean_reasoning_tokens})
         table_rows.append(row)
-    reasoned = any("ttfa_ms" in r for r in rows)
-    for r, row in zip(rows, table_rows):
-        if "ttfa_ms" in r:
-            row.update({"ttfa_p50": _token_cell(r["ttfa_ms"]["p50"]), "ttfa_p99": _token_cell(r["ttfa_ms"]["p99"]),
-                        "reasoning": r["mean_reasoning_tokens"]})
+    reasoned = any(r.ttfa_ms is not None for r in rows)
     cols = [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok / streams"), ("tps", "output tokens/s"),
             ("goodput", "goodput /s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
             *([("ttfa_p50", "first answer p50"), ("ttfa_p99", "first answer p99"),
@@ -132,16 +162,16 @@ def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> s
              _table(table_rows, cols, left={"endpoint", "region", "outcomes", "sources"}), note,
              _prompt_lengths_note(analysis.data.plan.profile),
              "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
-             figures.svg("token_heatmap", lambda: (rows,)) or "",
+             figures.svg("token_heatmap", lambda: ([r.raw for r in rows],)) or "",
              "<h3>TTFT and TPOT per region</h3>",
              figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",
              "<h3>Tokens and TTFT over time</h3>",
              figures.svg("token_over_time", lambda: (curves.get("timeline") or {},
                                                      phase_boundaries_s(analysis.data.plan.profile))) or ""]
-    split = s.get("ttft_decomposition") or []
+    split = s.ttft_decomposition
     parts.append("<h3>Where time to first token goes</h3>")
     if split:
-        parts.append(figures.svg("ttft_bars", lambda: (split,)) or "")
+        parts.append(figures.svg("ttft_bars", lambda: ([r.raw for r in split],)) or "")
         parts.append(_table(split, [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
                                     ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
                                     ("server_queue_ms", "queue"), ("server_prefill_ms", "prefill"),
@@ -156,13 +186,14 @@ def _tokens_section(rows: list[dict], analysis: Analysis, figures: Figures) -> s
     return "".join(parts)
 
 
-def _sessions_section(sessions: dict, profile, figures: Figures) -> str:
+def _sessions_section(sessions: Sessions, profile, figures: Figures) -> str:
     """Sessions: by turn (turn 1 against later turns, the headline of a session workload), what sessions did, and
     the prefix cache's hit ratios side by side."""
     parts = []
-    if sessions.get("turns"):
-        rows = [r | {k: _token_cell(r[k]) for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
-                | {"hit": f"{r['hit_ratio']:.1%}" if r["hit_ratio"] is not None else None} for r in sessions["turns"]]
+    if sessions.turns:
+        rows = [Shown(r, ttft_p50=_token_cell(r.ttft_p50), ttft_p99=_token_cell(r.ttft_p99),
+                      e2e_p50=_token_cell(r.e2e_p50), e2e_p99=_token_cell(r.e2e_p99),
+                      hit=f"{r.hit_ratio:.1%}" if r.hit_ratio is not None else None) for r in sessions.turns]
         parts += ["<h2 id='sessions'>Sessions</h2><h3>By turn</h3>",
                   _table(rows, [("endpoint", "endpoint"), ("turn", "turn"), ("requests", "requests"), ("ok", "ok"),
                                 ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("e2e_p50", "E2E p50"),
@@ -173,9 +204,8 @@ def _sessions_section(sessions: dict, profile, figures: Figures) -> str:
                   "arrival, turn k+1's is turn k's end + its think time, so a generator late to send a next turn "
                   "shows here as it does in send lag. A later turn carries the conversation so far: a longer prompt, "
                   "most of it cached where the server caches prefixes.</p>"]
-        table = [r | {"ended": ", ".join(f"{k} {v:,}" for k, v in r["ended"].items()) or "–",
-                      "duration": f"{r['duration_p50_s']:.2f} / {r['duration_p95_s']:.2f}"}
-                 for r in sessions.get("sessions", [])]
+        table = [Shown(r, ended=", ".join(f"{k} {v:,}" for k, v in r.ended.items()) or "–",
+                       duration=f"{_fmt(r.duration_p50_s)} / {_fmt(r.duration_p95_s)}") for r in sessions.sessions]
         parts += ["<h3>What sessions did</h3>",
                   _table(table, [("endpoint", "endpoint"), ("sessions", "sessions"), ("turns_sent", "turns sent"),
                                  ("turns_mean", "turns a session"), ("duration", "duration p50 / p95 s"),
@@ -186,12 +216,12 @@ def _sessions_section(sessions: dict, profile, figures: Figures) -> str:
                   "out), error (a failed turn, sessions.on_error = \"end\"), context_limit (the next prompt would "
                   "not fit sessions.context_tokens), run_end (the next turn was due after the run). Session goodput: "
                   "sessions per second whose every turn succeeded within every token SLO that applies.</p>"]
-    cache = sessions.get("prefix_cache") or []
+    cache = sessions.prefix_cache
     if cache:
         def ratio(v):
             return f"{v:.1%}" if v is not None else "–"
-        rows = [r | {"server": ratio(r["server_hit_ratio"]), "usage": ratio(r["usage_hit_ratio"]),
-                     "ideal": ratio(r["ideal_hit_ratio"])} for r in cache]
+        rows = [Shown(r, server=ratio(r.server_hit_ratio), usage=ratio(r.usage_hit_ratio),
+                      ideal=ratio(r.ideal_hit_ratio)) for r in cache]
         parts += ["<h3 id='prefix-cache'>Prefix cache</h3>",
                   _table(rows, [("endpoint", "endpoint"), ("server", "server's counters"),
                                 ("usage", "requests' usage"), ("ideal", "ideal (unbounded cache)"),
@@ -202,70 +232,65 @@ def _sessions_section(sessions: dict, profile, figures: Figures) -> str:
                   "the usage is the requests' own (usage.prompt_tokens_details.cached_tokens); the ideal is what a "
                   "cache that never evicts would hold of the prompts tailrace built (within a session, and a trace's "
                   "shared blocks). A server well below the ideal has too small a cache, or evicts early.</p>"]
-    plot = figures.svg("sessions_over_time", lambda: (sessions.get("in_flight") or {},
-                                                      sessions.get("hit_ratio_over_time") or {},
+    plot = figures.svg("sessions_over_time", lambda: (sessions.in_flight, sessions.hit_ratio_over_time,
                                                       phase_boundaries_s(profile)))
     if plot:
         parts += ["<h3>Sessions in flight and the hit ratio over time</h3>", plot]
     return "".join(parts)
 
 
-def _scenario_section(sc: dict) -> str:
+def _scenario_section(sc: Scenario) -> str:
     """What the scenario itself reports (MLPerf-style), above the generic tables."""
-    name = sc.get("scenario", "server")
+    name = sc.scenario
     head = f"<h2 id='scenario'>Scenario: {html.escape(name)}</h2>"
     if name == "server":
-        return head + f"<p class='note'>{html.escape(sc.get('arrivals', 'Poisson'))} arrivals, open loop; latency " \
+        return head + f"<p class='note'>{html.escape(sc.arrivals or 'Poisson')} arrivals, open loop; latency " \
                       "from the intended send time.</p>"
     if name == "single-stream":
-        flat = ", ".join(f"{k}: {v}" for k, v in sc["max_in_flight_per_region"].items())
-        return head + _table(sc["p90"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
-                                         ("errors", "errors"), ("p90_ms", "p90 ms"), ("ci_low", "CI low"),
-                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
-            f"<p class='note'>One request at a time per region ({sc['queries_per_s']:.1f} queries/s in all); most " \
+        flat = ", ".join(f"{k}: {v}" for k, v in (sc.max_in_flight_per_region or {}).items())
+        return head + _table(sc.p90 or [], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                            ("errors", "errors"), ("p90_ms", "p90 ms"), ("ci_low", "CI low"),
+                                            ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+            f"<p class='note'>One request at a time per region ({_fmt(sc.queries_per_s, 1)} queries/s in all); most " \
             f"requests ever in flight per region: {html.escape(flat)}.</p>"
     if name == "multi-stream":
-        rows = [{"region": k, **v} for k, v in sc["intervals"].items()]
-        return head + _table(sc["p99"], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
-                                         ("errors", "errors"), ("p99_ms", "p99 per query ms"), ("ci_low", "CI low"),
-                                         ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
+        rows = [Shown(v, region=k) for k, v in (sc.intervals or {}).items()]
+        return head + _table(sc.p99 or [], [("endpoint", "endpoint"), ("region", "region"), ("queries", "queries"),
+                                            ("errors", "errors"), ("p99_ms", "p99 per query ms"), ("ci_low", "CI low"),
+                                            ("ci_high", "CI high"), ("note", "")], left={"endpoint", "region", "note"}) + \
             _table(rows, [("region", "region"), ("intervals", "intervals"), ("missed", "missed"),
                           ("missed_fraction", "missed fraction")], left={"region"}) + \
-            f"<p class='note'>A query of {sc['samples_per_query']} samples every {sc['interval_ms']:g} ms per " \
+            f"<p class='note'>A query of {sc.samples_per_query} samples every {sc.interval_ms:g} ms per " \
             "region; an interval that finds the previous query unfinished is missed.</p>"
-    return head + f"<p><b>{sc['samples_per_s']:.1f} samples/s</b> ({sc['batches_per_s']:.2f} batches/s of " \
-                  f"{sc['batch']}, accuracy {_fmt(sc['accuracy'], 4)})</p>" + \
-        _table(sc["per_region"], [("region", "region"), ("samples_per_s", "samples/s"), ("batches", "batches"),
-                                  ("p50_batch_ms", "p50 per batch ms")], left={"region"})
+    return head + f"<p><b>{_fmt(sc.samples_per_s, 1)} samples/s</b> ({_fmt(sc.batches_per_s)} batches/s of " \
+                  f"{sc.batch}, accuracy {_fmt(sc.accuracy, 4)})</p>" + \
+        _table(sc.per_region or [], [("region", "region"), ("samples_per_s", "samples/s"), ("batches", "batches"),
+                                     ("p50_batch_ms", "p50 per batch ms")], left={"region"})
 
 
-def _decision_section(d: dict, figures: Figures) -> str:
+def _decision_section(d: Decision, figures: Figures) -> str:
     """Trade-offs between model variants: metrics, Pareto frontiers, score, constraints, ranking, tests."""
-    rows = []
-    for v in d["variants"]:
-        rows.append(v | {"p50": f"{_fmt(v['p50_ms'])} {_ci(v['p50_ci'])}",
-                         "p95": f"{_fmt(v['p95_ms'])} {_ci(v['p95_ci'])}",
-                         "p99": f"{_fmt(v['p99_ms'])} {_ci(v['p99_ci'])}",
-                         "size_kb": v["model_size_bytes"] / 1024 if v.get("model_size_bytes") else None,
-                         "memory": (_fmt(v["memory_mb"], 1) + (" (shared)" if v["memory_shared_with"] else ""))
-                         if v.get("memory_mb") is not None else "–",
-                         "pareto_lat": "dominated by " + ", ".join(v["dominated_latency_accuracy_by"])
-                         if v["dominated_latency_accuracy_by"] else "frontier",
-                         "pareto_mem": "dominated by " + ", ".join(v["dominated_memory_capacity_by"])
-                         if v["dominated_memory_capacity_by"] else "frontier",
-                         "fails": "; ".join(v["constraint_failures"]) or "–",
-                         "overhead": v.get("serving_overhead_p50_ms"),
-                         "ttft": f"{_fmt(v.get('ttft_p95_ms'))} {_ci(v.get('ttft_p95_ci'))}",
-                         "tpot": f"{_fmt(v.get('tpot_p95_ms'))} {_ci(v.get('tpot_p95_ci'))}",
-                         "pareto_tokens": "dominated by " + ", ".join(v.get("dominated_ttft_throughput_by") or [])
-                         if v.get("dominated_ttft_throughput_by") else "frontier"})
-    streamed = any(v.get("ttft_p95_ms") is not None for v in d["variants"])
+    def dominated(by: list[str]) -> str:
+        return "dominated by " + ", ".join(by) if by else "frontier"
+
+    rows = [Shown(v, p50=f"{_fmt(v.p50_ms)} {_ci(v.p50_ci)}", p95=f"{_fmt(v.p95_ms)} {_ci(v.p95_ci)}",
+                  p99=f"{_fmt(v.p99_ms)} {_ci(v.p99_ci)}",
+                  size_kb=v.model_size_bytes / 1024 if v.model_size_bytes else None,
+                  memory=(_fmt(v.memory_mb, 1) + (" (shared)" if v.memory_shared_with else ""))
+                  if v.memory_mb is not None else "–",
+                  pareto_lat=dominated(v.dominated_latency_accuracy_by),
+                  pareto_mem=dominated(v.dominated_memory_capacity_by),
+                  fails="; ".join(v.constraint_failures) or "–", overhead=v.serving_overhead_p50_ms,
+                  ttft=f"{_fmt(v.ttft_p95_ms)} {_ci(v.ttft_p95_ci)}", tpot=f"{_fmt(v.tpot_p95_ms)} {_ci(v.tpot_p95_ci)}",
+                  pareto_tokens=dominated(v.dominated_ttft_throughput_by))
+            for v in d.variants]
+    streamed = any(v.ttft_p95_ms is not None for v in d.variants)
     parts = ["<h2 id='decision'>Model variants: trade-offs and decision</h2>"]
-    rec = d.get("recommended")
+    rec = d.recommended
     verdict = html.escape(rec) if rec else "none — no variant meets every constraint"
-    ranking = f" (ranking: {html.escape(' > '.join(d['ranking']))})" if d["ranking"] else ""
+    ranking = f" (ranking: {html.escape(' > '.join(d.ranking))})" if d.ranking else ""
     parts.append(f"<p id='recommended'>Recommended: <b>{verdict}</b>{ranking}</p>")
-    for c in d.get("caveats", []):
+    for c in d.caveats:
         parts.append(f"<p class='flag'>{html.escape(c)}</p>")
     token_cols = [("ttft", "TTFT p95 ms [CI]"), ("tpot", "TPOT p95 ms [CI]"),
                   ("output_tokens_per_s", "output tokens/s")] if streamed else []
@@ -280,72 +305,75 @@ def _decision_section(d: dict, figures: Figures) -> str:
                                *([("pareto_tokens", "Pareto: TTFT p95 vs tokens/s")] if streamed else []),
                                ("capacity_source", "capacity from")],
                         left={"name", "pareto_lat", "pareto_mem", "pareto_tokens", "capacity_source"}))
+    variants = [v.raw for v in d.variants]
     latency_accuracy = figures.svg("pareto_scatter", lambda: (
-        d["variants"], "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
+        variants, "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
         True))
     memory_capacity = figures.svg("pareto_scatter", lambda: (
-        d["variants"], "memory_mb", "capacity_rps", "dominated_memory_capacity_by", "peak server RSS (MB)",
+        variants, "memory_mb", "capacity_rps", "dominated_memory_capacity_by", "peak server RSS (MB)",
         "capacity (req/s)", True, True))
     parts.append("<div class='plots'>" + (latency_accuracy or "") + (memory_capacity or "") + "</div>")
-    parts.append(_table(d["pairwise"], [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
+    parts.append(_table(d.pairwise, [("a", "ranked first"), ("b", "vs"), ("p95_diff_ms", "Δp95 ms"),
                                         ("mann_whitney_p", "Mann–Whitney p"), ("cohens_d", "Cohen's d"),
                                         *([("ttft_p95_diff_ms", "ΔTTFT p95 ms"), ("ttft_mann_whitney_p", "TTFT p"),
                                            ("tpot_p95_diff_ms", "ΔTPOT p95 ms"), ("tpot_mann_whitney_p", "TPOT p")]
                                           if streamed else []),
                                         ("accuracy_diff", "Δaccuracy"), ("accuracy_p", "accuracy p"),
                                         ("accuracy_test", "accuracy test")], left={"a", "b", "accuracy_test"}))
-    weights = ", ".join(f"{k} ×{v:g}" for k, v in d["weights"].items())
-    cons = ", ".join(f"{k} = {v:g}" for k, v in d["constraints"].items() if v is not None) or "none"
-    base = d.get("baseline")
+    weights = ", ".join(f"{k} ×{v:g}" for k, v in d.weights.items())
+    cons = ", ".join(f"{k} = {v:g}" for k, v in d.constraints.items() if v is not None) or "none"
+    base = d.baseline
     parts.append(f"<p class='note'>Score: each metric scaled 0–1 across variants (1 = best), weighted {weights}. "
                  f"Hard constraints: {cons}. A dominated variant is no better on either axis than another and "
-                 "worse on one." + (f" Baseline {html.escape(base['name'])} (in-process, no network): p50 "
-                                    f"{_fmt(base['p50_ms'])} ms — the model's own cost." if base else "") + "</p>")
+                 "worse on one." + (f" Baseline {html.escape(base.name)} (in-process, no network): p50 "
+                                    f"{_fmt(base.p50_ms)} ms — the model's own cost." if base else "") + "</p>")
     return "".join(parts)
 
 
-def _poisson_section(s: dict) -> str:
+def _poisson_section(s: RunSummary) -> str:
     """The Poisson checks of the delivered sends, per phase and worker."""
     parts = []
     parts.append("<h2 id='arrivals'>Was the load Poisson?</h2>")
     parts.append(f"<p class='note'>{html.escape(CHECKS['arrivals'])} The schedule (intended send times) is the load "
                  "tailrace offered; the actual sends are what the endpoint received.</p>")
-    parts.append(_table([a | {k: _p(a[k]) for k in ("ks_pvalue", "ad_pvalue", "dispersion_pvalue")}
-                         for a in s["arrivals"]], [("phase_name", "phase"), ("source", "worker"), ("count", "n"),
-                                        ("rate", "rate /s"), ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"),
-                                        ("ad_pvalue", "AD p"), ("index_of_dispersion", "dispersion"),
-                                        ("dispersion_pvalue", "dispersion p"), ("interpretation", "what it means")],
+    rows = [Shown(a, ks_pvalue=_p(a.ks_pvalue), ad_pvalue=_p(a.ad_pvalue), dispersion_pvalue=_p(a.dispersion_pvalue))
+            for a in s.arrivals]
+    parts.append(_table(rows, [("phase_name", "phase"), ("source", "worker"), ("count", "n"), ("rate", "rate /s"),
+                               ("intended_rate", "intended /s"), ("ks_pvalue", "KS p"), ("ad_pvalue", "AD p"),
+                               ("index_of_dispersion", "dispersion"), ("dispersion_pvalue", "dispersion p"),
+                               ("interpretation", "what it means")],
                         left={"source", "phase_name", "interpretation"}))
     return "".join(parts)
 
 
-def _process_section(rows: list[dict], figures: Figures) -> str:
+def _process_section(rows: list[ArrivalProcessRow], figures: Figures) -> str:
     """The delivered sends against the asked process (gamma, constant, on/off, trace), and a trace's per second."""
-    process = rows[0]["process"]
+    process = rows[0].process
     parts = [f"<h2 id='arrivals'>Was the load the {html.escape(process)} process asked for?</h2>",
              "<p class='note'>Merged: every region's sends on the reference clock (the one global process); per "
              "worker: its share of it — thinning a renewal process moves its gaps' c² toward 1 (p·(cv² − 1) + 1), "
              "thinning an on/off process scales its rates. gamma / constant: gap cv with a 99% bootstrap interval "
              "against the expected; on/off: index of dispersion of counts over one cycle's windows against the "
              "model's; trace: send lag behind each row's (scaled) instant.</p>",
-             _table([r | {"ok": {True: "yes", False: "NO", None: "–"}[r.get("ok")],
-                          "interval": _ci([r.get("ci_low"), r.get("ci_high")])} for r in rows],
+             _table([Shown(r, ok={True: "yes", False: "NO", None: "–"}[r.ok],
+                           interval=_ci([r.ci_low, r.ci_high])) for r in rows],
                     [("phase_name", "phase"), ("source", "worker"), ("count", "n"), ("statistic", "statistic"),
                      ("measured", "measured"), ("interval", "99% CI"), ("expected", "asked / model"),
                      ("ok", "as asked"), ("interpretation", "what it means")],
                     left={"phase_name", "source", "statistic", "interpretation", "interval"})]
-    merged = next((r for r in rows if r["source"] == "merged" and r.get("per_second")), None)
+    merged = next((r for r in rows if r.source == "merged" and r.per_second), None)
     if merged is not None:
-        parts.append(figures.svg("trace_rates", lambda: (merged["per_second"],)) or "")
+        parts.append(figures.svg("trace_rates", lambda: (merged.per_second,)) or "")
     return "".join(parts)
 
 
-def _validity_section(s: dict) -> str:
+def _validity_section(s: RunSummary) -> str:
     """Stationarity and independence per endpoint × region, each check explained in one sentence."""
-    rows = [v | {"stationarity": ("trend: " + v["reason"]) if v["stationary"] is False else
-                 "stable" if v["stationary"] else "too few requests to test",
-                 "median": (f"{v['first_median_ms']:.3g} → {v['last_median_ms']:.3g} ms"
-                            if v["first_median_ms"] is not None else None)} for v in s.get("validity", [])]
+    rows = [Shown(v, stationarity=f"trend: {v.reason}" if v.stationary is False else
+                  "stable" if v.stationary else "too few requests to test",
+                  median=(f"{v.first_median_ms:.3g} → {v.last_median_ms:.3g} ms"
+                          if v.first_median_ms is not None and v.last_median_ms is not None else None))
+            for v in s.validity]
     return ("<h2 id='validity'>Are these numbers trustworthy?</h2>"
             f"<p class='note'><b>Stationarity.</b> {html.escape(CHECKS['stationarity'])} "
             f"<b>Independence.</b> {html.escape(CHECKS['independence'])} "
@@ -367,30 +395,30 @@ _QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), 
                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
 
 
-def _queueing_section(queueing: list[dict], figures: Figures | None = None) -> str:
+def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = None) -> str:
     """Little's law and utilization for every endpoint; the queueing-model predictions only for the endpoints
     they apply to (a synthetic exponential service), said in words for the rest."""
     if not queueing:
         return ("<p class='note'>No server timings: the endpoints did not report when they received and answered "
                 "each request (Triton and the embedded endpoint do), so there is no server-side queueing to "
                 "show.</p>")
-    rows = [q | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()} |
-            {"rho": (f"{q['utilization']:.2f} > 0.7" if q["utilization_flag"] else q["utilization"])
-             if q.get("utilization") is not None else None} for q in queueing]
+    rows = [Shown(q, rho=f"{q.utilization:.2f} > 0.7" if q.utilization_flag else q.utilization,
+                  **{f"mm1_{k}": getattr(q.mm1, k) for k in (type(q.mm1).model_fields if q.mm1 else ())})
+            for q in queueing]
     core = [c for c in _QUEUE_CORE if any(r.get(c[0]) is not None for r in rows) or c[0] == "endpoint"]
     parts = [_table(rows, core, left={"endpoint", "model"})]
-    modelled = [r for r in rows if r.get("mm1")]
+    modelled = [r for q, r in zip(queueing, rows) if q.mm1]
     if modelled:
         parts.append("<p class='note'>Queueing models for the endpoints with a known service process "
                      "(synthetic exponential service):</p>")
         parts.append(_table(modelled, [c for c in _QUEUE_MODELS if any(r.get(c[0]) is not None for r in modelled)],
                             left={"endpoint"}))
-    others = [r["endpoint"] for r in rows if not r.get("mm1")]
+    others = [q.endpoint for q in queueing if not q.mm1]
     if others:
         parts.append(f"<p class='note'>No queueing-model prediction for {html.escape(', '.join(others))}: their "
                      "service time is the model's own, not a known distribution; Little's law and utilization "
                      "above still hold.</p>")
-    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: (queueing,))
+    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: ([q.raw for q in queueing],))
     if plot:
         parts.append(plot)
     elif queueing:
@@ -410,43 +438,41 @@ def _iso(ns) -> str | None:
         if ns else None
 
 
-def _manifest_section(s: dict) -> str:
+def _manifest_section(s: RunSummary) -> str:
     """The manifest as a readable table, the raw JSON folded away."""
-    m = s["manifest"]
-    host_cpu = m.get("host_cpu") or {}
-    versions = m.get("versions") or {}
-    host = m.get("host") or {}
-    items = [("run", s["run_id"]), ("profile", s["profile"]), ("valid", m.get("valid")),
-             ("started", _iso(m.get("start_ns"))), ("ended", _iso(m.get("end_ns"))),
-             ("duration s", (m["end_ns"] - m["start_ns"]) / 1e9 if m.get("start_ns") and m.get("end_ns") else None),
-             ("seed", m.get("seed")), ("git commit", m.get("git_sha")),
-             ("host", ", ".join(f"{k} {v}" for k, v in host.items()) or None),
-             ("host CPU busy / steal", f"{host_cpu.get('busy_fraction', 0):.1%} / {host_cpu.get('steal_fraction', 0):.2%}"
+    m = s.manifest
+    host_cpu = m.host_cpu
+    items = [("run", s.run_id), ("profile", s.profile), ("valid", m.valid),
+             ("started", _iso(m.start_ns)), ("ended", _iso(m.end_ns)),
+             ("duration s", (m.end_ns - m.start_ns) / 1e9 if m.start_ns and m.end_ns else None),
+             ("seed", m.seed), ("git commit", m.git_sha),
+             ("host", ", ".join(f"{k} {v}" for k, v in (m.host or {}).items()) or None),
+             ("host CPU busy / steal", f"{host_cpu.busy_fraction or 0:.1%} / {host_cpu.steal_fraction or 0:.2%}"
               if host_cpu else None),
-             ("workers", ", ".join(sorted(m.get("workers") or {})) or None),
-             ("invalid because", "; ".join(m.get("invalid_reasons") or []) or "–"),
-             ("warnings", m.get("warnings") or "–"),
-             ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or None)]
+             ("workers", ", ".join(sorted(m.workers or {})) or None),
+             ("invalid because", "; ".join(m.invalid_reasons or []) or "–"),
+             ("warnings", m.warnings or "–"),
+             ("versions", ", ".join(f"{k} {v}" for k, v in (m.versions or {}).items()) or None)]
     def cell(v) -> str:
         return ("<ul>" + "".join(f"<li>{html.escape(str(x))}</li>" for x in v) + "</ul>") if isinstance(v, list) \
             else _fmt(v)
     table = "<table>" + "".join(f"<tr><th class='l nowrap'>{html.escape(k)}</th><td class='l'>{cell(v)}</td></tr>"
                                 for k, v in items) + "</table>"
-    raw = html.escape(json.dumps(m, indent=1, default=str)[:20000])
+    raw = html.escape(json.dumps(m.raw, indent=1, default=str)[:20000])
     return (f"<h2 id='manifest'>Manifest</h2>{table}<details><summary>raw manifest (JSON)</summary>"
             f"<pre class='mono'>{raw}</pre></details>")
 
 
-def _slo_section(s: dict) -> str:
+def _slo_section(s: RunSummary) -> str:
     """The SLO verdicts, with their intervals and what would decide an INCONCLUSIVE one."""
     parts: list[str] = []
     parts.append("<h2>SLO verdicts</h2>")
-    parts.append(_table(s["slos"], [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
+    parts.append(_table(s.slos, [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
                                     ("n", "n"), ("effective_n", "worth (independent)"), ("exceeding", "exceeding"),
                                     ("measured", "measured"), ("ci_low", "CI low"), ("ci_high", "CI high"),
                                     ("verdict", "verdict"), ("more_samples_needed", "more samples needed"),
                                     ("reason", "why not PASS")],
-                        left={"description", "endpoint", "region", "reason"}, css={"verdict": lambda r: r["verdict"]}))
+                        left={"description", "endpoint", "region", "reason"}, css={"verdict": lambda r: r.verdict}))
     parts.append("<p class='note'>PASS: the 95% distribution-free CI of the percentile (or the exact binomial CI of "
                  "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — 'more samples "
                  "needed' says how many more would decide, if the observed proportion holds — or latency trended "
@@ -455,7 +481,7 @@ def _slo_section(s: dict) -> str:
     return "".join(parts)
 
 
-def _phases_section(s: dict, analysis: Analysis, figures: Figures, streamed: frozenset, mixed: bool) -> str:
+def _phases_section(s: RunSummary, analysis: Analysis, figures: Figures, streamed: frozenset, mixed: bool) -> str:
     """Latency and throughput over time, and the table of phases."""
     parts: list[str] = []
     df = analysis.requests
@@ -463,9 +489,10 @@ def _phases_section(s: dict, analysis: Analysis, figures: Figures, streamed: fro
     line_note = ("<p class='note'>The p99 lines are the one-shot endpoints' (the streams' TTFT over time is in "
                  "<a href='#tokens'>Streamed responses</a>); requests / s counts every request.</p>") if mixed else ""
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
-                 figures.svg("over_time_of", lambda: (timeline(df, streamed), starts, s["outages"])) + line_note)
-    parts.append(_table([r | {"p50_ci": _ci(r["p50_ci"]), "p95_ci": _ci(r["p95_ci"]), "p99_ci": _ci(r["p99_ci"])}
-                         for r in s["phases"]],
+                 (figures.svg("over_time_of", lambda: (timeline(df, streamed), starts, [o.raw for o in s.outages]))
+                  or "") + line_note)
+    parts.append(_table([Shown(r, p50_ci=_ci(r.p50_ci), p95_ci=_ci(r.p95_ci), p99_ci=_ci(r.p99_ci))
+                         for r in s.phases],
                         [("name", "phase"), *([("kind", "endpoints")] if mixed else []), ("start_s", "from s"),
                          ("end_s", "to s"), ("count", "requests"),
                          ("errors", "errors"), ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
@@ -477,29 +504,28 @@ def _phases_section(s: dict, analysis: Analysis, figures: Figures, streamed: fro
     return "".join(parts)
 
 
-def _latency_section(s: dict, open_loop: bool, mixed: bool) -> str:
+def _latency_section(s: RunSummary, open_loop: bool, mixed: bool) -> str:
     """The latency table: per endpoint × region, from the intended send time, with 95% CIs."""
     parts: list[str] = []
     parts.append("<h2>Latency (ms, from intended send time) with 95% CIs</h2>")
-    rows = []
-    for r in s["latency"]:
-        overall = r["endpoint"] == "*" and r["region"] == "*"
-        rows.append({"endpoint": f"* ({r['kind']})" if overall and mixed else r["endpoint"], "region": r["region"],
-                     "kind": "stream (E2E)" if r.get("kind") == "stream" else r.get("kind"), "count": r["count"],
-                     "rate": f"{r['achieved_rate']:.1f} / " + (f"{r['intended_rate']:.1f}" if r["intended_rate"]
-                                                               else "—" if open_loop else "closed loop"),
-                     "errors": r["errors"],
-                     "mean": r["mean_ms"], "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
-                     "p99.9": _pct(r, "p99.9"), "max": r["max_ms"], "accuracy": r["accuracy"],
-                     "goodput": r.get("goodput_rps")})
+    rows: list[dict] = []
+    for r in s.latency:
+        overall = r.endpoint == "*" and r.region == "*"
+        rows.append({"endpoint": f"* ({r.kind})" if overall and mixed else r.endpoint, "region": r.region,
+                     "kind": "stream (E2E)" if r.kind == "stream" else r.kind, "count": r.count,
+                     "rate": f"{r.achieved_rate:.1f} / " + (f"{r.intended_rate:.1f}" if r.intended_rate
+                                                          else "—" if open_loop else "closed loop"),
+                     "errors": r.errors,
+                     "mean": r.mean_ms, "p50": _pct(r, "p50"), "p90": _pct(r, "p90"), "p99": _pct(r, "p99"),
+                     "p99.9": _pct(r, "p99.9"), "max": r.max_ms, "accuracy": r.accuracy, "goodput": r.goodput_rps})
     cols = [("endpoint", "endpoint"), ("region", "region"), *([("kind", "kind")] if mixed else []), ("count", "n"),
             ("rate", "rate achieved / intended"),
             ("goodput", "goodput /s"), ("errors", "errors"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
             ("p99", "p99"), ("p99.9", "p99.9"), ("max", "max"), ("accuracy", "accuracy")]
     table = _table(rows, cols, left={"endpoint", "region", "kind"})
-    for r in rows:  # percentile cells hold markup
+    for shown in rows:  # percentile cells hold markup
         for k in ("p50", "p90", "p99", "p99.9"):
-            table = table.replace(html.escape(r[k]), r[k], 1)
+            table = table.replace(html.escape(shown[k]), shown[k], 1)
     parts.append(table)
     parts.append("<p class='note'>Percentiles use numpy's default (linear) definition; CIs are order-statistic "
                  "(binomial) intervals for the independent samples the requests are worth (batch means over "
@@ -512,13 +538,13 @@ def _latency_section(s: dict, open_loop: bool, mixed: bool) -> str:
     return "".join(parts)
 
 
-def _server_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
+def _server_sections(s: RunSummary, analysis: Analysis, figures: Figures) -> str:
     """The server's own statistics (deltas of the statistics extension) and the cold start of servers the run started."""
     parts: list[str] = []
-    if s["endpoint_statistics"]:
+    if s.endpoint_statistics:
         parts.append("<h3 id='server-statistics'>Server-side statistics: queue vs compute (deltas of the "
                      "statistics extension, Triton's or the embedded endpoint's)</h3>")
-        parts.append(_table(s["endpoint_statistics"], [
+        parts.append(_table(s.endpoint_statistics, [
             ("kind", "server"), ("endpoint", "endpoint(s)"), ("model", "model"), ("success", "success"),
             ("client_ok", "client ok"), ("fail", "fail"), ("execution_count", "executions"),
             ("mean_batch", "mean batch"), ("mean_queue_ms", "queue ms"), ("mean_compute_input_ms", "input ms"),
@@ -527,12 +553,13 @@ def _server_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
         parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
                      "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
         parts.append(figures.svg("server_timeline", lambda: (
-            s["server_timeline"], analysis.requests["t_intended_ref"].min(),
+            {name: [p.raw for p in points] for name, points in s.server_timeline.items()},
+            analysis.requests["t_intended_ref"].min(),
             phase_boundaries_s(analysis.data.plan.profile))) or "")
 
-    if s["cold_start"]:
+    if s.cold_start:
         parts.append("<h2 id='cold-start'>Cold start</h2>")
-        parts.append(_table(s["cold_start"], [
+        parts.append(_table(s.cold_start, [
             ("endpoint", "endpoint"), ("server", "server"), ("ready_s", "spawn → ready s"),
             ("first_success_s", "spawn → first success s"), ("first_request_ms", "first request ms"),
             ("first_k", "first K"), ("first_k_errors", "errors in K"), ("first_k_mean_ms", "first K mean ms"),
@@ -545,22 +572,22 @@ def _server_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
     return "".join(parts)
 
 
-def _clock_and_outage_sections(s: dict, analysis: Analysis, figures: Figures) -> str:
+def _clock_and_outage_sections(s: RunSummary, analysis: Analysis, figures: Figures) -> str:
     """The workers' clocks against the reference, and the outages (runs of failures per endpoint)."""
     parts: list[str] = []
     parts.append("<h2>Clocks</h2>" + (figures.svg("clock_offsets", lambda: (analysis.data.clock,))
                                       or "<p class='note'>no samples</p>"))
-    parts.append(_table(s["clock"], [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
+    parts.append(_table(s.clock, [("worker", "worker"), ("offset_ms", "offset ms"), ("drift_ppm", "drift ppm"),
                                      ("uncertainty_ms", "± ms"), ("samples_used", "samples used"),
                                      ("samples_total", "of")], left={"worker"}))
     parts.append("<p class='note'>Offset = reference clock − worker clock, added to the worker's timestamps to put "
                  "them on the reference clock. A worker whose clock runs 40 ms ahead (a profile's "
                  "<code>clock_skew_ms = 40</code>) has an offset of −40 ms: the sign is the opposite of the skew.</p>")
     parts.append("<h2 id='outages'>Outages</h2>")
-    if s["outages"]:
-        parts.append(_table([o | {"errors": ", ".join(f"{k}: {v}" for k, v in o["errors"].items()),
-                                  "regions": ", ".join(o["regions"]),
-                                  "end_s": o["end_s"] if o["recovered"] else "not recovered"} for o in s["outages"]],
+    if s.outages:
+        parts.append(_table([Shown(o, errors=", ".join(f"{k}: {v}" for k, v in o.errors.items()),
+                                   regions=", ".join(o.regions), end_s=o.end_s if o.recovered else "not recovered")
+                             for o in s.outages],
                             [("endpoint", "endpoint"), ("start_s", "from s"), ("end_s", "to s"),
                              ("duration_s", "duration s"), ("failed", "failed requests"), ("regions", "regions"),
                              ("errors", "error classes")], left={"endpoint", "regions", "errors"}))
@@ -572,14 +599,14 @@ def _clock_and_outage_sections(s: dict, analysis: Analysis, figures: Figures) ->
     return "".join(parts)
 
 
-def _slowest_section(s: dict, mixed: bool) -> str:
+def _slowest_section(s: RunSummary, mixed: bool) -> str:
     """The slowest requests, with their trace IDs and where their time went."""
     parts: list[str] = []
     parts.append("<h2>Slowest requests</h2>")
     if mixed:
         parts.append("<p class='note'>The slowest of each kind of endpoint: one-shot requests by latency, streams by "
                      "E2E.</p>")
-    parts.append(_table(s["slowest"], [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
+    parts.append(_table(s.slowest, [("trace_id", "trace ID"), ("region", "region"), ("endpoint", "endpoint"),
                                        *([("kind", "kind")] if mixed else []),
                                        ("status", "status"), ("latency_ms", "latency ms"),
                                        ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
@@ -594,17 +621,17 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     figures = figures or InlineFigures()
     s = analysis.summary
     df = analysis.requests
-    parts = [f"<h1>tailrace report — {html.escape(str(s['run_id']))}</h1>",
-             f"<p><span class='badge {s['verdict']}' id='verdict'>{s['verdict']}</span> "
-             f"profile <b>{html.escape(str(s['profile']))}</b> · {s['input']['rows_read']:,} requests from "
-             f"{s['input']['chunks_read']} chunks · {len(s['input']['chunks_skipped'])} chunk(s) skipped</p>"]
+    parts = [f"<h1>tailrace report — {html.escape(s.run_id)}</h1>",
+             f"<p><span class='badge {s.verdict}' id='verdict'>{s.verdict}</span> "
+             f"profile <b>{html.escape(s.profile)}</b> · {s.input.rows_read:,} requests from "
+             f"{s.input.chunks_read} chunks · {len(s.input.chunks_skipped)} chunk(s) skipped</p>"]
     labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
-    for kind, text in notices(s):
+    for kind, text in s.notices():
         css, label = labels[kind]
         parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
 
     errors_section = "<h2>Errors</h2>" + _table(
-        [e | {"example_trace_ids": " ".join(e["example_trace_ids"])} for e in s["errors"]],
+        [Shown(e, example_trace_ids=" ".join(e.example_trace_ids)) for e in s.errors],
         [("status", "class"), ("code", "code"), ("count", "count"), ("example_error", "example"),
          ("example_trace_ids", "trace IDs")], left={"status", "code", "example_error", "example_trace_ids"})
     all_failed = len(df) > 0 and not (df["status"] == "ok").any()
@@ -612,41 +639,42 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
     parts.append(_slo_section(s))
 
-    parts.append(_scenario_section(s["scenario"]))
-    if s.get("decision"):
-        parts.append(_decision_section(s["decision"], figures))
+    parts.append(_scenario_section(s.scenario))
+    if s.decision:
+        parts.append(_decision_section(s.decision, figures))
     streamed = frozenset(e.name for e in analysis.data.plan.profile.endpoints if e.generative)
-    mixed = bool(streamed) and any(r.get("kind") == "one-shot" for r in s["latency"])
+    mixed = bool(streamed) and any(r.kind == "one-shot" for r in s.latency)
     only = (" <span class='note'>(one-shot endpoints; the streams' TTFT and TPOT per region are in "
             "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
     parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
-    parts.append(figures.svg("heatmap_p99", lambda: (s["latency"],)) or "<p class='note'>no data</p>")
+    parts.append(figures.svg("heatmap_p99", lambda: ([r.raw for r in s.latency],)) or "<p class='note'>no data</p>")
     parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
                  "latency table).</p>")
     parts.append(f"<h2>Latency distribution per region{only}</h2>" +
-                 figures.svg("latency_cdfs", lambda: (analysis.cdfs,)))
+                 (figures.svg("latency_cdfs", lambda: (analysis.cdfs,)) or ""))
     parts.append(_phases_section(s, analysis, figures, streamed, mixed))
 
     parts.append(_latency_section(s, analysis.data.plan.profile.load.scenario == "server", mixed))
-    if s.get("tokens"):
-        parts.append(_tokens_section(s["tokens"], analysis, figures))
-    if s.get("sessions"):
-        parts.append(_sessions_section(s["sessions"], analysis.data.plan.profile, figures))
+    if s.tokens:
+        parts.append(_tokens_section(s.tokens, analysis, figures))
+    if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
+        parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")
-    parts.append(figures.svg("decomposition_bars", lambda: (s["decomposition"],)) or "<p class='note'>no server timings</p>")
-    parts.append(_table(s["decomposition"], [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
+    parts.append(figures.svg("decomposition_bars", lambda: ([d.raw for d in s.decomposition],))
+                 or "<p class='note'>no server timings</p>")
+    parts.append(_table(s.decomposition, [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
                                              ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
                                              ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
                                              ("server_other_ms", "server other"), ("network_down_ms", "network down"),
                                              ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
                         left={"region", "endpoint"}))
 
-    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s["queueing"], figures))
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s.queueing, figures))
     parts.append(_server_sections(s, analysis, figures))
-    if s.get("arrival_process"):
-        parts.append(_process_section(s["arrival_process"], figures))
+    if s.arrival_process:
+        parts.append(_process_section(s.arrival_process, figures))
     else:
         parts.append(_poisson_section(s))
     parts.append(_clock_and_outage_sections(s, analysis, figures))
@@ -656,5 +684,5 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append(_manifest_section(s))
     script = ("<script>document.addEventListener('DOMContentLoaded',function(){"
               "document.body.dataset.rendered=String(document.querySelectorAll('svg').length);});</script>")
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tailrace {html.escape(str(s['run_id']))}"
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tailrace {html.escape(s.run_id)}"
             f"</title><style>{_CSS}</style>{script}</head><body>{''.join(parts)}</body></html>")

@@ -35,7 +35,7 @@ def test_a_mixed_runs_report_defines_every_number_for_its_endpoints_kind(model_r
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     a = analyze_run(run.run_dir)
-    s = a.summary
+    s = a.summary.to_dict()
     latency = {(r["endpoint"], r["region"]): r for r in s["latency"]}
     tokens = {(r["endpoint"], r["region"]): r for r in s["tokens"]}
     measured = a.requests[a.requests["phase"] > 0]

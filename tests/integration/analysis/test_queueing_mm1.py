@@ -40,7 +40,7 @@ def mm1_run(model_repo, out, rate: float, duration_s: float):
     if ENDPOINT_CPUS:  # the pinning took effect on the processes the run started
         assert affinity == {"endpoint": set(ENDPOINT_CPUS), "worker": set(GENERATOR_CPUS),
                             "master": set(GENERATOR_CPUS)}, affinity
-    return manifest, analyze_run(run.run_dir).summary
+    return manifest, analyze_run(run.run_dir).summary.to_dict()
 
 
 def queueing_failures(manifest: dict, summary: dict, rho: float) -> list[str]:

@@ -126,14 +126,14 @@ def test_tiny_lm_from_two_regions_every_stream_complete_with_verdicts_and_a_repo
     assert (measured["output_tokens"] == 16).all() and (measured["input_tokens"] == 24).all()
     assert set(measured["token_source"].astype(str)) == {"usage"}
     assert (measured["server_receive_ns"] > 0).all() and (measured["server_compute_ns"] >= 0).all()
-    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary["slos"]}
+    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary.to_dict()["slos"]}
     assert {verdicts[(m, e, r)] for m in ("ttft", "tpot", "itl", "e2e") for e in ("chat", "text")
             for r in ("near", "far")} == {"PASS"}, verdicts
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     for region, delay in (("near", NEAR_MS), ("far", FAR_MS)):
         assert rows[("chat", region)]["ttft_ms"]["p50"]["value"] > 2 * delay  # both ways through the region
     # the TTFT split: network both ways + the server's queue and prefill add up to what was measured
-    split = {(r["endpoint"], r["region"]): r for r in a.summary["ttft_decomposition"]}
+    split = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["ttft_decomposition"]}
     far = split[("chat", "far")]
     assert far["network_up_ms"] == pytest.approx(FAR_MS, abs=3) and far["network_down_ms"] == pytest.approx(
         FAR_MS, abs=3)
@@ -246,8 +246,8 @@ def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_p
     cut = measured[outcome == "cut"]
     assert (cut["t_first_token"] > 0).any() and (cut["output_tokens"] < 40).all()
     assert set(outcome[status == "connection"]) <= {"cut", ""}  # "": refused before any stream began
-    assert a.summary["verdict"] in ("FAIL", "INVALID") and a.summary["exit_code"] != 0
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    assert a.summary.to_dict()["verdict"] in ("FAIL", "INVALID") and a.summary.to_dict()["exit_code"] != 0
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     assert rows[("chat", "*")]["outcomes"].get("cut", 0) >= 1
 
 
@@ -292,9 +292,9 @@ def test_triton_generate_from_two_regions_tokens_counted_from_the_models_output(
     sources = measured.groupby(measured["endpoint"].astype(str))["token_source"].agg(lambda s: set(s.astype(str)))
     assert sources["gen"] == {"output"} and sources["gen-events"] == {"events"}
     assert set(measured["finish_reason"].astype(str)) == {"length"}
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     assert abs(rows[("gen", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
-    split = {(r["endpoint"], r["region"]): r for r in a.summary["ttft_decomposition"]}
+    split = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["ttft_decomposition"]}
     assert split[("gen", "far")]["network_up_ms"] == pytest.approx(FAR_MS, abs=3)
 
 
@@ -344,7 +344,7 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
     assert set(measured["stream_outcome"].astype(str)) == {"complete"} and (measured["output_tokens"] == 10).all()
     assert set(measured["token_source"].astype(str)) == {"output"} and set(measured["protocol"].astype(str)) == {
         "kserve-grpc-stream"}
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     assert abs(rows[("stream", "*")]["tpot_ms"]["p50"]["value"] - (STEP_MS + PER_SEQ_MS)) < 1.5
     assert rows[("stream", "far")]["ttft_ms"]["p50"]["value"] > 2 * FAR_MS
     # the endpoint check asks the model's config: a one-shot model is not decoupled — the run would stop (exit 2)
@@ -381,7 +381,7 @@ def test_a_decision_between_generative_variants_ranks_them_on_ttft_tpot_and_toke
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     analysis = analyze_run(run.run_dir)
-    d = analysis.summary["decision"]
+    d = analysis.summary.to_dict()["decision"]
     assert set(d["weights"]) == {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "capacity_rps", "memory_mb"}
     rows = {v["name"]: v for v in d["variants"]}
     assert rows["tiny"]["tpot_p95_ms"] < rows["synthetic"]["tpot_p95_ms"] and rows["synthetic"]["tpot_p50_ms"] > 8

@@ -36,14 +36,14 @@ def test_the_documented_api_examples_run(model_repo, tmp_path, capsys):
     result, again, table, comparison = namespace["result"], namespace["again"], namespace["table"], namespace["comparison"]
     assert result.verdict in ("PASS", "INCONCLUSIVE") and result.exit_code in (0, 3)
     overall = result.summary.latency_row()
-    assert overall.raw == result.summary["latency"][-1] and overall.count > 300
+    assert overall.raw == result.summary.latency[-1].raw and overall.count > 300
     assert overall.p50.value is not None and overall.p50.ci_low <= overall.p50.value <= overall.p50.ci_high
     assert {s.verdict for s in result.summary.slos} <= {"PASS", "FAIL", "INCONCLUSIVE"} and result.summary.slos
     assert comparison.valid and len(comparison.rows) == 4 and all(r.paired for r in comparison.rows)
     assert (result.run_dir / "report" / "summary.json").exists()
     requests = namespace["requests"]
     assert {"t_intended_ref", "t_sent_ref", "t_done_ref", "trace_id"} <= set(requests.columns) and len(requests) > 300
-    assert namespace["analysis"].summary["run_id"] == result.summary["run_id"]
+    assert namespace["analysis"].summary.run_id == result.summary.run_id
     assert len(table) == 4 and table["paired"].all()  # 2 endpoints × 2 regions, one seed: paired
     first = table.iloc[0]
     typed = comparison.row(first["endpoint"], first["region"], first["metric"])

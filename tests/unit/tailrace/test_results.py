@@ -20,6 +20,8 @@ def _latency(endpoint, region, kind, p99):
                             "p99": _estimate(p99, None, None, "p99's interval needs ≥ 368 independent samples")}}
 
 
+BASE = {"profile": "p", "input": {"rows_read": 550, "chunks_read": 2, "chunks_skipped": []}, "duration_s": 50.0,
+        "scenario": {"scenario": "server"}}
 SUMMARY = {"verdict": "FAIL", "exit_code": 1, "valid": True, "invalid_reasons": [], "run_id": "r",
            "latency": [_latency("a", "eu", "one-shot", 8.0), _latency("llm", "eu", "stream", 400.0),
                        _latency("* (one-shot)", ALL, "one-shot", 8.5), _latency("* (stream)", ALL, "stream", 401.0)],
@@ -29,27 +31,29 @@ SUMMARY = {"verdict": "FAIL", "exit_code": 1, "valid": True, "invalid_reasons": 
                        "e2e_ms": {"p99": _estimate(400.0)}}],
            "slos": [{"description": "p99 < 5 ms", "metric": "latency", "endpoint": "a", "region": "eu",
                      "verdict": "FAIL", "measured": 8.0, "ci_low": 7.0, "ci_high": 9.0, "implicit": False,
-                     "reason": None},
+                     "reason": None, "slo": 0, "n": 500},
                     {"description": "errors < 1%", "metric": "error_rate", "endpoint": "a", "region": "eu",
-                     "verdict": "PASS", "measured": 0.002, "ci_low": None, "ci_high": None, "implicit": True}]}
+                     "verdict": "PASS", "measured": 0.002, "ci_low": None, "ci_high": None, "implicit": True,
+                     "slo": 1, "n": 500}]}
 
 
-def test_a_summary_is_typed_where_it_is_read_and_still_the_dict():
-    s = Summary(json.loads(json.dumps(SUMMARY)))
+def test_a_summary_is_typed_where_it_is_read_and_round_trips_as_it_was_written():
+    s = Summary.from_json(json.dumps(SUMMARY | BASE))
     assert s.verdict == "FAIL" and s.exit_code == 1 and s.valid and s.invalid_reasons == []
-    assert s["latency"] is s.raw["latency"] and dict(s) == s.raw and json.dumps(s.raw)
+    assert s.raw == SUMMARY | BASE and json.loads(s.to_json()) == SUMMARY | BASE
     row = s.latency_row("a", "eu")
     assert (row.kind, row.count, row.p50.value, row.p50.ci_low) == ("one-shot", 500, 3.0, 2.9)
     assert row.p99.value == 8.0 and row.p99.ci_low is None and "368" in row.p99.note and str(row.p99) == "8.00 ms"
     assert str(row.p50) == "3.00 ms [2.90, 3.10]"
     assert s.latency_row(kind="stream").endpoint == "* (stream)" and s.latency_row().endpoint == "* (one-shot)"
     tokens = s.token_row("llm", "eu")
-    assert tokens.ttft["p50"].value == 20.0 and "mean" not in tokens.ttft and tokens.e2e["p99"].value == 400.0
+    assert tokens.ttft.p50.value == 20.0 and tokens.ttft.mean == 20.5 and tokens.e2e.at("p99").value == 400.0
+    assert tokens.tpot.at("p50").value is None
     assert [v.description for v in s.failing()] == ["p99 < 5 ms"] and s.slos[1].implicit
 
 
 def test_a_row_that_is_not_there_names_the_rows_that_are():
-    s = Summary(SUMMARY)
+    s = Summary.of(SUMMARY | BASE)
     with pytest.raises(KeyError, match=r"no latency row for endpoint 'b', region 'eu'; the rows are .*\('a', 'eu'\)"):
         s.latency_row("b", "eu")
     with pytest.raises(KeyError, match="no tokens row for endpoint 'a'"):

@@ -91,7 +91,7 @@ def test_answers_are_checked_against_labels_and_validation_data(zoo_run):
         floor = 0.95 if endpoint.startswith("fp16") else 1.0  # the others' labels are exact by construction
         assert value >= floor, f"{endpoint}: accuracy {value}"
     assert set(df.loc[df["correct_count"] < 0, "endpoint"]) == {"image-random", "tokens-random"}  # no labels
-    reported = {r["endpoint"]: r["accuracy"] for r in a.summary["latency"] if r["region"] == "here"}
+    reported = {r["endpoint"]: r["accuracy"] for r in a.summary.to_dict()["latency"] if r["region"] == "here"}
     assert reported["image-random"] is None and reported["tokens-random"] is None  # not checked: no accuracy
     assert reported["text-embedded-grpc"] == pytest.approx(accuracy["text-embedded-grpc"])
 

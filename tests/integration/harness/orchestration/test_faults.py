@@ -33,7 +33,7 @@ def test_a_master_killed_mid_run_makes_the_run_invalid_with_the_numbers(model_re
     lost = [r for r in manifest["invalid_reasons"] if r.startswith("master lost at +")]
     assert lost and "Locust master exited with -9" in lost[0] and "planned requests sent" in lost[0], manifest
     assert any("planned requests (" in r for r in manifest["invalid_reasons"])  # each worker's shortfall
-    summary = analyze_run(run.run_dir).summary
+    summary = analyze_run(run.run_dir).summary.to_dict()
     assert (summary["verdict"], summary["exit_code"]) == ("INVALID", 4)
 
 
@@ -331,7 +331,7 @@ def test_a_master_paused_15_s_mid_run_loses_nothing_and_the_gap_is_named(model_r
     assert len(gaps) == len(workers), manifest["warnings"]
     lengths = [float(g.split("for ")[1].split(" s")[0]) for g in gaps]
     assert all(12 < x < 18 for x in lengths), gaps
-    summary = analyze_run(run.run_dir).summary
+    summary = analyze_run(run.run_dir).summary.to_dict()
     assert summary["valid"] and summary["input"]["rows_read"] == sum(w["summary"]["planned"] for w in workers.values())
     assert any("no contact with the master" in w for w in summary["warnings"])
     from tailrace.contract.master_events import MASTER_STALLED, read_master_events

@@ -44,7 +44,7 @@ def test_streams_from_two_regions_carry_the_servers_token_timing(model_repo, sin
     assert len(measured) > 100 and (measured["status"] == "ok").all()
     assert set(measured["stream_outcome"].astype(str)) == {"complete"}
     assert (measured["output_tokens"] == TOKENS).all() and set(measured["token_source"].astype(str)) == {"usage"}
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     # the sink: first token FIRST_MS after the request arrives, then an event every GAP_MS, every third carrying
     # two tokens: 16 tokens in 12 events, 11 gaps after the first → TPOT = 11 × 20 / 15 ms
     tpot = 11 * GAP_MS / (TOKENS - 1)
@@ -56,12 +56,12 @@ def test_streams_from_two_regions_carry_the_servers_token_timing(model_repo, sin
             assert abs(r["tpot_ms"]["p50"]["value"] - tpot) < 1.0, r["tpot_ms"]
             assert r["ok"] == r["requests"] and r["outcomes"] == {"complete": r["requests"]}
     assert "tokens" in a.tables and set(a.tables["tokens"]["endpoint"]) == {"chat", "text", "*"}
-    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary["slos"]}
+    verdicts = {(v["metric"], v["endpoint"], v["region"]): v["verdict"] for v in a.summary.to_dict()["slos"]}
     # TTFT ≤ 50 ms + the delays everywhere: PASS; TPOT is 14.7 ms, above 10 ms on every request: FAIL
     assert {verdicts[("ttft", e, r)] for e in ("chat", "text") for r in ("near", "far")} == {"PASS"}, verdicts
     assert {verdicts[("tpot", "chat", r)] for r in ("near", "far")} == {"FAIL"} and ("tpot", "text", "near") \
         not in verdicts
-    assert a.summary["verdict"] == "FAIL" and a.summary["exit_code"] == 1
+    assert a.summary.to_dict()["verdict"] == "FAIL" and a.summary.to_dict()["exit_code"] == 1
 
 
 def run_cli(tmp_path: Path, sink: str, model: str, extra: str = "") -> subprocess.CompletedProcess:
@@ -139,5 +139,5 @@ def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(mo
     roles = [e["roles"] for e in map(json.loads, log.read_text().splitlines()) if "roles" in e]
     assert ["user"] in roles and ["user", "assistant", "tool", "user"] in roles
     assert ["user", "assistant", "tool", "user", "assistant", "tool", "user"] in roles
-    row = next(r for r in a.summary["tokens"] if r["endpoint"] == "agent" and r["region"] == "*")
+    row = next(r for r in a.summary.to_dict()["tokens"] if r["endpoint"] == "agent" and r["region"] == "*")
     assert row["mean_reasoning_tokens"] == 4 and row["ttfa_ms"]["p50"]["value"] > row["ttft_ms"]["p50"]["value"]

@@ -141,7 +141,7 @@ def test_analysis_merges_skewed_regions_onto_one_timeline(main_run):
     starts = a.requests.groupby("worker")["t_intended_ref"].min()
     assert (starts.max() - starts.min()) < 0.2e9  # both regions start together on the reference clock
     # the server's own statistics (snapshots before/after) agree with the client's log, request for request
-    [row] = a.summary["endpoint_statistics"]  # both endpoints reach one server and one model
+    [row] = a.summary.to_dict()["endpoint_statistics"]  # both endpoints reach one server and one model
     assert sorted(row["endpoints"]) == ["mlp-grpc", "mlp-http"] and row["kind"] == "embedded"
     assert row["model"] == "digits_mlp_fp32"
     assert row["success"] == row["client_ok"] == int((a.requests["status"] == "ok").sum())

@@ -38,7 +38,7 @@ def test_single_stream_never_has_two_requests_in_flight_per_region(single_stream
         # on the worker's own clock: each request is sent no earlier than the previous one completed
         assert (g["t_sent"].to_numpy()[1:] >= g["t_done"].to_numpy()[:-1]).all(), region
         assert (g["in_flight"] == 1).all()
-    assert a.summary["scenario"]["max_in_flight_per_region"] == {"near": 1, "far": 1}
+    assert a.summary.to_dict()["scenario"]["max_in_flight_per_region"] == {"near": 1, "far": 1}
     # a closed loop: the far region (RTT ≥ 30 ms) completes far fewer queries than the near one
     counts = df[df.phase > 0].groupby("region").size()
     assert counts["near"] > 2 * counts["far"] and counts["far"] <= 5 / 0.030 + 5
@@ -46,7 +46,7 @@ def test_single_stream_never_has_two_requests_in_flight_per_region(single_stream
 
 def test_single_stream_reports_p90_with_ci(single_stream):
     _, _, a = single_stream
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["scenario"]["p90"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["scenario"]["p90"]}
     far = rows[("mlp-http", "far")]
     assert far["p90_ms"] is not None and far["ci_low"] <= far["p90_ms"] <= far["ci_high"]
     assert far["p90_ms"] > 30  # two 15 ms one-way legs
@@ -69,7 +69,7 @@ def test_multi_stream_queries_and_missed_intervals(multi_stream):
     assert (df["batch_size"] == 8).all()
     ok = df[df.status == "ok"]
     assert ok["correct_count"].sum() / ok["batch_size"].sum() > 0.95  # every sample of each query checked
-    intervals = a.summary["scenario"]["intervals"]
+    intervals = a.summary.to_dict()["scenario"]["intervals"]
     for region in ("near", "far"):
         assert abs(intervals[region]["intervals"] - 5 / 0.025) <= 2
     assert intervals["near"]["missed_fraction"] < 0.1
@@ -82,7 +82,7 @@ def test_multi_stream_queries_and_missed_intervals(multi_stream):
     near = np.sort(df[df.region == "near"]["t_intended"].to_numpy())
     steps = (near - near[0]) / 25e6
     assert np.allclose(steps, np.round(steps), atol=1e-3)
-    rows = {r["region"]: r for r in a.summary["scenario"]["p99"]}
+    rows = {r["region"]: r for r in a.summary.to_dict()["scenario"]["p99"]}
     assert rows["far"]["p99_ms"] is None or rows["far"]["p99_ms"] > 60
 
 
@@ -101,7 +101,7 @@ def test_offline_sends_large_batches_and_reports_samples_per_second(offline):
     assert (df["batch_size"] == 128).all() and (df["status"] == "ok").all()
     assert (df["sample_index"] % 128 == 0).all()
     assert df["in_flight"].max() == 2  # offline_concurrency batches in flight, no more
-    sc = a.summary["scenario"]
+    sc = a.summary.to_dict()["scenario"]
     measured = df[df.phase > 0]
     assert sc["samples_per_s"] == pytest.approx(measured["batch_size"].sum() / 4)
     assert sc["samples_per_s"] > 1000
@@ -122,7 +122,7 @@ def phased(model_repo, tmp_path_factory):
 def test_phase_boundaries_aligned_across_regions(phased):
     run, manifest, a = phased
     segments = rate_segments(80, run.profile.load.phases, 1, 12)
-    assert [p["name"] for p in a.summary["phases"]] == [s.name for s in segments]
+    assert [p["name"] for p in a.summary.to_dict()["phases"]] == [s.name for s in segments]
     start_ref = manifest["start_ref_ns"]
     df = a.requests
     for region, g in df.groupby("region"):
@@ -136,7 +136,7 @@ def test_phase_boundaries_aligned_across_regions(phased):
 
 def test_phase_rates_and_per_phase_statistics(phased):
     _, _, a = phased
-    rows = {r["name"]: r for r in a.summary["phases"]}
+    rows = {r["name"]: r for r in a.summary.to_dict()["phases"]}
     spike = rows["spike ×3 (480/s)"]
     steady = rows["160/s"]
     assert spike["intended_rate"] == pytest.approx(480)
@@ -150,7 +150,7 @@ def test_phase_rates_and_per_phase_statistics(phased):
 
 def test_cold_start_of_the_endpoint_the_run_started(single_stream):
     run, _, a = single_stream
-    rows = {r["endpoint"]: r for r in a.summary["cold_start"]}
+    rows = {r["endpoint"]: r for r in a.summary.to_dict()["cold_start"]}
     assert set(rows) == {"mlp-http", "mlp-grpc"}
     for r in rows.values():
         assert r["server"] == "embedded"

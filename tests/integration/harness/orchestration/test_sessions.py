@@ -68,19 +68,19 @@ def test_turns_follow_their_replies_carry_the_conversation_and_the_cache_hits_wh
     # what an unbounded cache holds of each later prompt: the turn before's prompt and reply, whole 16-token blocks
     assert ((later["ideal_cached_tokens"] == (later["input_tokens"] - USER) // 16 * 16)).all()
     assert (later["cached_tokens"] == later["ideal_cached_tokens"]).all()
-    cache = a.summary["sessions"]["prefix_cache"][0]
+    cache = a.summary.to_dict()["sessions"]["prefix_cache"][0]
     assert abs(cache["usage_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.02
     assert abs(cache["server_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.02  # the engine's own counters
-    turns = {r["turn"]: r for r in a.summary["sessions"]["turns"]}
+    turns = {r["turn"]: r for r in a.summary.to_dict()["sessions"]["turns"]}
     assert turns["1"]["cached_tokens_mean"] == 0 and turns["3"]["hit_ratio"] > 0.8
-    sessions = a.summary["sessions"]["sessions"][0]
+    sessions = a.summary.to_dict()["sessions"]["sessions"][0]
     assert sessions["sessions"] == df[(df["turn"] == 1) & (df["phase"] > 0)]["session_id"].nunique()
     assert sessions["good_sessions"] == sessions["sessions"] and sessions["session_goodput_rps"] > 0
-    assert sum(r["count"] for r in a.summary["arrivals"] if r["source"] == "merged") == \
+    assert sum(r["count"] for r in a.summary.to_dict()["arrivals"] if r["source"] == "merged") == \
         int(((df["turn"] == 1) & (df["phase"] > 0)).sum())  # the process started sessions, not turns
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "analyze", str(on.run_dir), "--quiet"], cwd=ROOT,
                        capture_output=True, text=True, timeout=180)
-    assert r.returncode == a.summary["exit_code"], r.stdout + r.stderr
+    assert r.returncode == a.summary.to_dict()["exit_code"], r.stdout + r.stderr
     page = Path(on.run_dir) / "report" / "index.html"
     assert "id='sessions'" in page.read_text() and "Prefix cache" in page.read_text()
     render_in_chromium(page, tmp_path)
@@ -89,7 +89,7 @@ def test_turns_follow_their_replies_carry_the_conversation_and_the_cache_hits_wh
 def test_later_turns_prefill_only_what_the_cache_did_not_hold_and_compare_pairs_turns(cached_and_not):
     on, off = cached_and_not
     a, b = analyze_run(on.run_dir).requests, analyze_run(off.run_dir).requests
-    assert (b["cached_tokens"] == 0).all() and analyze_run(off.run_dir).summary["sessions"]["prefix_cache"][0][
+    assert (b["cached_tokens"] == 0).all() and analyze_run(off.run_dir).summary.to_dict()["sessions"]["prefix_cache"][0][
         "server_hit_ratio"] in (None, 0.0)
     for turn in (2, 3):
         mine_a, mine_b = a[a["turn"] == turn], b[b["turn"] == turn]
@@ -178,7 +178,7 @@ def test_a_mooncake_slice_reuses_exactly_the_prefixes_its_hash_ids_share(model_r
     df = a.requests
     assert len(df) == 67 and (df["status"] == "ok").all(), df["error"].unique()
     assert (df["input_tokens"] == df["prompt_tokens_sent"]).all()  # every row at its own input_length
-    cache = a.summary["sessions"]["prefix_cache"][0]
+    cache = a.summary.to_dict()["sessions"]["prefix_cache"][0]
     assert 0.10 < cache["ideal_hit_ratio"] < 0.20
     assert abs(cache["usage_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.05
     assert abs(cache["server_hit_ratio"] - cache["ideal_hit_ratio"]) < 0.05

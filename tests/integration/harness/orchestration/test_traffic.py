@@ -29,7 +29,7 @@ def test_a_process_from_two_regions_is_delivered_as_asked(model_repo, tmp_path, 
     load = {"duration_s": duration, "warmup_s": 1, "seed": 21, "arrivals": arrivals} | ({"rate": rate} if rate else {})
     run, manifest = run_with(make_profile(model_repo, regions=REGIONS, load=load), tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
-    summary = analyze_run(run.run_dir).summary
+    summary = analyze_run(run.run_dir).summary.to_dict()
     rows = summary["arrival_process"]
     merged = [r for r in rows if r["source"] == "merged"]
     assert merged and all(r["ok"] for r in merged), merged
@@ -90,7 +90,7 @@ def test_a_trace_replayed_at_twice_the_speed_sends_every_row_on_time(model_repo,
     assert np.allclose(scheduled, t / 2, atol=0.002)  # the scaled instants (the workers' clocks agree to ~1 ms)
     # VALID: the generator's own windows kept their send-lag p99 under SEND_LAG_MS; every row within 4× of it
     assert df["send_lag_ns"].max() / 1e6 < SEND_LAG_MS * 4 and np.median(df["send_lag_ns"]) / 1e6 < 1.0
-    merged = next(r for r in a.summary["arrival_process"] if r["source"] == "merged")
+    merged = next(r for r in a.summary.to_dict()["arrival_process"] if r["source"] == "merged")
     assert sum(merged["per_second"]["trace"]) == len(t) and merged["lag_max_ms"] < SEND_LAG_MS * 4
     if fmt == "csv":  # the trace's region column sends each row from its region
         expected = np.array([("near", "far")[i % 3 == 0] for i in range(len(t))])

@@ -36,7 +36,7 @@ def variants_run(model_repo, tmp_path_factory):
 def test_variants_profile_produces_the_decision_section(variants_run):
     from tailrace.analysis.report.html import render
 
-    d = variants_run.summary["decision"]
+    d = variants_run.summary.to_dict()["decision"]
     table = {v["name"]: v for v in d["variants"]}
     assert set(table) == {"mlp-fp32", "mlp-int8", "logreg"}
     for v in table.values():

@@ -82,7 +82,7 @@ def test_triton_run_accuracy_and_no_errors(triton_run):
 
 def test_triton_statistics_deltas_equal_requests_sent(triton_run):
     run, _, a, _ = triton_run
-    [row] = a.summary["endpoint_statistics"]
+    [row] = a.summary.to_dict()["endpoint_statistics"]
     assert row["kind"] == "triton" and sorted(row["endpoints"]) == ["triton-grpc", "triton-http"]
     assert row["success"] == row["client_ok"] == len(a.requests)
     assert row["fail"] == 0 and row["execution_count"] <= row["inference_count"] == len(a.requests)
@@ -94,7 +94,7 @@ def test_triton_statistics_deltas_equal_requests_sent(triton_run):
                     if ln.startswith('nv_inference_request_success{model="digits_mlp_fp32"'))
         return float(line.rsplit(" ", 1)[1])
     assert success_count("after") - success_count("before") == len(a.requests)
-    timeline = a.summary["server_timeline"]["triton-http"]
+    timeline = a.summary.to_dict()["server_timeline"]["triton-http"]
     assert timeline and sum(r["success_per_s"] * r["interval_s"] for r in timeline) <= len(a.requests)
 
 
@@ -173,8 +173,8 @@ def test_outage_errors_are_classified_and_the_generator_keeps_going(outage_run):
 
 def test_report_shows_the_outage_window(outage_run):
     _, _, a, marks = outage_run
-    windows = {w["endpoint"]: w for w in a.summary["outages"]}
-    assert set(windows) == {"triton-http", "triton-grpc"}, a.summary["outages"]
+    windows = {w["endpoint"]: w for w in a.summary.to_dict()["outages"]}
+    assert set(windows) == {"triton-http", "triton-grpc"}, a.summary.to_dict()["outages"]
     for w in windows.values():
         assert w["recovered"]
         assert abs(w["start_ref_ns"] - marks["killed_ns"]) < 0.5e9  # the reference here is this host's clock
@@ -262,7 +262,7 @@ def test_a_real_triton_streams_the_generative_model_over_generate_stream(model_r
     assert len(measured) > 45 and (measured["status"] == "ok").all(), measured["error"].unique()
     assert set(measured["stream_outcome"].astype(str)) == {"complete"} and (measured["output_tokens"] == 10).all()
     assert set(measured["token_source"].astype(str)) == {"output"}
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["tokens"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["tokens"]}
     assert rows[("synthetic", "*")]["tpot_ms"]["p50"]["value"] >= 7.5  # the synthetic step (8 ms), through Triton
     assert rows[("grpc-stream", "*")]["tpot_ms"]["p50"]["value"] >= 7.5 and rows[("grpc-stream", "*")]["ok"] > 10
     assert rows[("tiny", "far")]["ttft_ms"]["p50"]["value"] > 20  # both ways through the far region

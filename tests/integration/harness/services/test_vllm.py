@@ -126,7 +126,7 @@ def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it
         assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()
         later = df[df["turn"] > 1]
         assert (later["cached_tokens"] > 0).all() and (df[df["turn"] == 1]["cached_tokens"] == 0).all()
-        cache = a.summary["sessions"]["prefix_cache"][0]
+        cache = a.summary.to_dict()["sessions"]["prefix_cache"][0]
         assert cache["server_metric"].startswith("vllm:") and cache["server_queries"] > 0
         # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
         assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
@@ -136,7 +136,7 @@ def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it
     finally:
         off_boot.result(timeout=600).stop()
     b = analyze_run(off.run_dir)
-    assert (b.requests["cached_tokens"] <= 0).all() and b.summary["sessions"]["prefix_cache"][0][
+    assert (b.requests["cached_tokens"] <= 0).all() and b.summary.to_dict()["sessions"]["prefix_cache"][0][
         "server_hit_ratio"] in (None, 0.0)
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(run.run_dir), str(off.run_dir)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -19,6 +19,7 @@ from tailrace.analysis.decide.capacity_search import (
     retry_duration_s,
     trial_duration_s,
 )
+from tailrace.contract.summary import SloVerdict
 from tests.support import split_cpus
 
 
@@ -54,8 +55,8 @@ def test_search_stops_at_the_generator_limit_with_an_at_least_answer():
 
 
 def _verdict(metric, verdict, endpoint="e", region="r"):
-    return {"metric": metric, "verdict": verdict, "description": f"{metric} slo", "endpoint": endpoint,
-            "region": region}
+    return SloVerdict(slo=0, metric=metric, verdict=verdict, description=f"{metric} slo", endpoint=endpoint,
+                      region=region, n=1000)
 
 
 @pytest.mark.parametrize("verdicts,valid,reasons,outcome", [
@@ -96,24 +97,25 @@ def test_how_long_an_undecided_trial_would_take_to_decide():
 
     def verdict(k, n, metric="latency"):
         v = proportion_verdict(k, n, 0.01)
-        return {"metric": metric, "verdict": v.verdict, "n": n, "more_samples_needed": v.more_samples_needed}
+        return SloVerdict(slo=0, description="p99 < 10 ms", metric=metric, endpoint="e", region="r",
+                          verdict=v.verdict, n=n, more_samples_needed=v.more_samples_needed)
 
     near, far, passing = verdict(9, 1000), verdict(5, 1000), verdict(1, 2000)
-    assert (near["verdict"], far["verdict"], passing["verdict"]) == ("INCONCLUSIVE", "INCONCLUSIVE", "PASS")
-    assert near["more_samples_needed"] > far["more_samples_needed"] > 0
-    assert duration_to_decide_s([far, passing], 8) == pytest.approx(8 * (1000 + far["more_samples_needed"]) / 1000)
-    assert duration_to_decide_s([far, near], 8) == pytest.approx(8 * (1000 + near["more_samples_needed"]) / 1000)
+    assert (near.verdict, far.verdict, passing.verdict) == ("INCONCLUSIVE", "INCONCLUSIVE", "PASS")
+    assert near.more_samples_needed > far.more_samples_needed > 0
+    assert duration_to_decide_s([far, passing], 8) == pytest.approx(8 * (1000 + far.more_samples_needed) / 1000)
+    assert duration_to_decide_s([far, near], 8) == pytest.approx(8 * (1000 + near.more_samples_needed) / 1000)
     # the retry really holds the samples: at the rate of this trial, (n + more) samples take that long
     k, n = 5, 1000
-    more = far["more_samples_needed"]
+    more = far.more_samples_needed
     assert proportion_verdict(round(k / n * (n + more)), n + more, 0.01).verdict == "PASS"
     assert duration_to_decide_s([passing, verdict(5, 10, "error_rate")], 8) == 8  # nothing latency left to decide
-    assert duration_to_decide_s([far, {**near, "more_samples_needed": None}], 8) is None
+    assert duration_to_decide_s([far, near.model_copy(update={"more_samples_needed": None})], 8) is None
     # a PASS made INCONCLUSIVE by latency falling through the trial (still settling): twice as long
-    settling = {**passing, "verdict": "INCONCLUSIVE", "trend": "falling"}
+    settling = passing.model_copy(update={"verdict": "INCONCLUSIVE", "trend": "falling"})
     assert duration_to_decide_s([passing, settling], 8) == 16
     assert retry_duration_s(UNDECIDED, 16, 60, False, duration_to_decide_s([settling], 16)) == 40  # × DECIDE_MARGIN
-    assert duration_to_decide_s([{**far, "n": 0}], 8) is None
+    assert duration_to_decide_s([far.model_copy(update={"n": 0})], 8) is None
 
 
 def test_trial_long_enough_for_the_percentile_of_the_smallest_group():

@@ -30,8 +30,8 @@ def test_junit_has_one_case_per_verdict_failures_and_skips_as_ci_reads_them(tmp_
     summary = analyze_run(_run(tmp_path / "a", slos=slos)).summary
     root = ET.fromstring(junit_xml(summary))
     cases = root.findall("testcase")
-    assert len(cases) == len(summary["slos"]) == int(root.get("tests"))
-    by_verdict = {v: sum(s["verdict"] == v for s in summary["slos"]) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
+    assert len(cases) == len(summary.slos) == int(root.get("tests"))
+    by_verdict = {v: sum(s.verdict == v for s in summary.slos) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
     assert by_verdict["FAIL"] >= 1 and by_verdict["INCONCLUSIVE"] >= 1  # r2 at ~20 ms fails p50 < 15; p99.9 needs more
     assert len(root.findall("testcase/failure")) == by_verdict["FAIL"] == int(root.get("failures"))
     assert len(root.findall("testcase/skipped")) == by_verdict["INCONCLUSIVE"] == int(root.get("skipped"))

@@ -15,7 +15,7 @@ from tests.unit.analysis.read.test_run_directory import _corrupt_latency_pages, 
 
 def test_a_region_that_sent_nothing_is_in_the_verdict_not_missing(tmp_path):
     _two_regions(tmp_path)
-    s = analyze_run(tmp_path).summary
+    s = analyze_run(tmp_path).summary.to_dict()
     by_region = {v["region"]: v for v in s["slos"]}
     assert by_region["r1"]["verdict"] == "PASS"
     assert by_region["r2"]["n"] == 0 and by_region["r2"]["verdict"] == "INCONCLUSIVE"
@@ -31,7 +31,7 @@ def test_a_run_in_which_every_request_failed_gets_its_full_report(tmp_path):
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": 1.0},
         "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": 1.0}})
     a = analyze_run(tmp_path)
-    assert a.summary["verdict"] == "FAIL" and a.summary["errors"][0]["count"] == 1000
+    assert a.summary.to_dict()["verdict"] == "FAIL" and a.summary.to_dict()["errors"][0]["count"] == 1000
     page = render(a)
     assert "no successful request" in page and page.index("<h2>Errors</h2>") < page.index("<h2>SLO verdicts</h2>")
 
@@ -43,7 +43,7 @@ def test_refused_requests_fail_a_run_that_declares_no_slo(tmp_path, error_fracti
     write_run(tmp_path, profile=profile_dict(100, 10), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 50, "duration_s": 10, "errors": error_fraction},
         "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 50, "duration_s": 10}})
-    s = analyze_run(tmp_path).summary
+    s = analyze_run(tmp_path).summary.to_dict()
     assert (s["verdict"], s["exit_code"]) == (verdict, code)
     by_region = {v["region"]: v for v in s["slos"]}
     assert all(v["implicit"] and "implicit" in v["description"] for v in s["slos"])

@@ -54,7 +54,7 @@ def test_a_chunk_with_a_wrongly_typed_column_is_skipped_with_its_reason(tmp_path
     bad = table.set_column(table.schema.get_field_index("latency_ns"), "latency_ns",
                            pa.array([str(v) for v in table.column("latency_ns").to_pylist()]))
     pq.write_table(bad, chunk.with_name("requests-00999.parquet"))
-    s = analyze_run(tmp_path).summary
+    s = analyze_run(tmp_path).summary.to_dict()
     (skipped,) = s["input"]["chunks_skipped"]
     assert skipped["path"].endswith("requests-00999.parquet")
     assert skipped["reason"] == "column latency_ns is string, expected int64"
@@ -65,7 +65,7 @@ def test_a_worker_without_clock_samples_is_named_in_a_warning(tmp_path):
     _two_regions(tmp_path)
     for f in tmp_path.glob("regions/r1/r1-w0/clock-*.parquet"):
         f.unlink()
-    s = analyze_run(tmp_path).summary
+    s = analyze_run(tmp_path).summary.to_dict()
     assert any(w.startswith("r1-w0: no clock samples") for w in s["warnings"]), s["warnings"]
 
 
@@ -236,14 +236,14 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
     for region, p99 in expected.p99_ms.items():
         np.testing.assert_array_equal(line.p99_ms[region], p99)
         np.testing.assert_array_equal(line.requests[region], expected.requests[region])
-    assert outages == lazy.summary["outages"] and figures.args["latency_cdfs"] == (lazy.cdfs,)
+    assert outages == lazy.summary.to_dict()["outages"] and figures.args["latency_cdfs"] == (lazy.cdfs,)
     assert json.dumps(lazy.summary, default=str) == json.dumps(whole.summary, default=str)
     assert lazy.tables.keys() == whole.tables.keys()
     for name, table in whole.tables.items():
         assert lazy.tables[name].equals(table), name
     assert sorted(lazy.data.log._values) == sorted(REPORT_COLUMNS)
     assert list(lazy.requests.columns) == list(REPORT_COLUMNS)
-    assert lazy.summary["input"]["rows_read"] == 30_000 and lazy.summary["latency"][-1]["count"] > 0
+    assert lazy.summary.to_dict()["input"]["rows_read"] == 30_000 and lazy.summary.to_dict()["latency"][-1]["count"] > 0
 
 
 def _corrupt_latency_pages(chunk) -> None:
@@ -274,7 +274,7 @@ def test_a_chunk_unreadable_in_a_later_column_is_skipped_and_the_analysis_run_ag
         pq.read_table(chunk, columns=["latency_ns"])
     pq.read_table(chunk, columns=["worker", "phase", "status", "endpoint", "region"])  # these still read
 
-    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary.to_dict()
     (skipped,) = summary["input"]["chunks_skipped"]
     assert skipped["path"] == str(chunk) and "latency_ns" in skipped["reason"], skipped
     assert summary["input"]["rows_read"] == 30_000 - rows
@@ -302,7 +302,7 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
     from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     run_dir = _synthetic(tmp_path)
-    clean = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    clean = analyze_run(run_dir, ANALYSIS_COLUMNS).summary.to_dict()
     named = {r["trace_id"] for r in clean["slowest"]}
     chunks = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))
     chunk = next(c for c in chunks if named & set(pq.read_table(c, columns=["trace_id"]).column(0).to_pylist()))
@@ -310,7 +310,7 @@ def test_one_flipped_bit_in_a_chunk_is_found_by_its_page_checksum_and_the_chunk_
     _flip_one_bit(chunk, column_name)
     with pytest.raises(OSError, match="CRC"):
         pq.read_table(chunk, columns=[column_name], page_checksum_verification=True)
-    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary.to_dict()
     (skipped,) = summary["input"]["chunks_skipped"]
     assert skipped["path"] == str(chunk) and "CRC" in skipped["reason"] and column_name in skipped["reason"]
     assert summary["input"]["rows_read"] == 30_000 - rows
@@ -344,12 +344,12 @@ def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_
     from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
     run_dir = _synthetic(tmp_path)
-    assert analyze_run(run_dir, ANALYSIS_COLUMNS).summary["valid"]
+    assert analyze_run(run_dir, ANALYSIS_COLUMNS).summary.to_dict()["valid"]
     chunk = sorted(run_dir.glob("regions/*/*/requests-*.parquet"))[0]
     rows, worker = pq.read_metadata(chunk).num_rows, chunk.parent.name
     written = json.loads((run_dir / "manifest.json").read_text())["workers"][worker]["summary"]["rows_written"]
     chunk.unlink()
-    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary
+    summary = analyze_run(run_dir, ANALYSIS_COLUMNS).summary.to_dict()
     assert not summary["valid"] and summary["verdict"] == "INVALID" and summary["exit_code"] == 4
     assert summary["invalid_reasons"] == [f"{worker}: {rows:,} of the {written:,} requests it recorded are not in the "
                                           "run directory (chunks missing; `tailrace collect SPOOL RUN_DIR` copies "

@@ -56,29 +56,30 @@ def test_the_page_explains_what_applies(tmp_path):
     assert "<details><summary>raw manifest (JSON)</summary>" in page and "a warning the manifest carries" in page
     assert page.index("<h2 id='manifest'>Manifest</h2><table>") > 0
     # one phase naming: the phase table's names are the ones the arrivals table uses
-    names = {row["name"] for row in a.summary["phases"]}
-    assert {row["phase_name"] for row in a.summary["arrivals"]} <= names
+    names = {row["name"] for row in a.summary.to_dict()["phases"]}
+    assert {row["phase_name"] for row in a.summary.to_dict()["arrivals"]} <= names
 
 
 def test_the_queueing_section_shows_only_what_applies():
     from tailrace.analysis.report.html import _queueing_section
+    from tailrace.contract.summary import QueueingRow
 
     ordinary = {"endpoint": "mlp", "model": "digits_mlp", "slots": 1, "arrival_rate": 60.0, "throughput": 60.0,
                 "L_measured": 0.02, "lambda_W": 0.02, "littles_gap": 0.0, "mean_service_ms": 0.3, "utilization": 0.02,
                 "utilization_flag": False, "mean_queue_ms": 0.01, "p99_queue_ms": 0.05, "arrival_cv2": 1.1, "mm1": None}
-    html_text = _queueing_section([ordinary])
+    html_text = _queueing_section([QueueingRow.model_validate(ordinary)])
     assert "M/M/1 Wq" not in html_text and "No queueing-model prediction for mlp" in html_text
     assert "<svg" not in html_text and "under 10% utilization" in html_text
     busy = ordinary | {"endpoint": "mm1", "utilization": 0.8, "utilization_flag": True, "mean_queue_ms": 8.0,
                        "mm1": {"mean_wait_ms": 8.0, "service_cv2": 1.0, "pk_mean_wait_ms": 8.0,
                                "gg1_mean_wait_ms": 8.4, "p99_sojourn_ms": 46.0, "measured_p99_sojourn_ms": 47.0}}
-    html_text = _queueing_section([ordinary, busy])
+    html_text = _queueing_section([QueueingRow.model_validate(q) for q in (ordinary, busy)])
     assert "M/M/1 Wq" in html_text and "<svg" in html_text and "0.80 &gt; 0.7" in html_text
 
 
 def test_goodput_counts_requests_within_every_latency_slo(tmp_path):
     a = _analysis(tmp_path)
-    rows = {(r["endpoint"], r["region"]): r for r in a.summary["latency"]}
+    rows = {(r["endpoint"], r["region"]): r for r in a.summary.to_dict()["latency"]}
     fast, slow = rows[("e1", "r1")], rows[("e1", "r2")]
     assert abs(fast["goodput_rps"] - fast["achieved_rate"]) < 0.5  # ~5 ms, all under 50 ms
     assert slow["goodput_rps"] < slow["achieved_rate"]  # lognormal(30 ms): a few exceed 50 ms

@@ -12,6 +12,7 @@ from tailrace.analysis.decide.capacity_search import FAIL, classify_trial
 from tailrace.analysis.stats.correlation import effective_size, quantile_tau, stationarity
 from tailrace.analysis.stats.estimators import dispersion_pvalue, proportion_verdict, sorted_percentile, sorted_percentile_ci
 from tailrace.analysis.stats.slo import evaluate_slos
+from tailrace.contract.summary import SloVerdict
 
 REPS = 200
 
@@ -120,7 +121,7 @@ def test_a_run_whose_latency_drifts_up_is_inconclusive_with_the_reason_and_fails
     verdicts = evaluate_slos(_measured(drift), slo, ["e"], ["r"])
     assert verdicts[0]["verdict"] == "INCONCLUSIVE" and verdicts[0]["trend"] == "rising"
     assert "latency rose through the run" in verdicts[0]["reason"]
-    outcome, why = classify_trial(verdicts, True, [])
+    outcome, why = classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])
     assert outcome == FAIL and why.startswith("backlog growing")
 
 

@@ -147,6 +147,7 @@ def test_a_ttft_that_rises_through_the_run_is_a_growing_queue_never_a_pass():
     without the trend pass."""
     from tailrace.analysis.decide.capacity_search import FAIL, PASS, classify_trial
     from tailrace.analysis.stats.tokens import token_verdicts
+    from tailrace.contract.summary import SloVerdict
 
     df = stream_rows(600, "near", 20, 10, 5)
     df["t_intended_ref"] = np.arange(600, dtype=np.int64) * 50_000_000
@@ -156,6 +157,6 @@ def test_a_ttft_that_rises_through_the_run_is_a_growing_queue_never_a_pass():
     df["ttft_ns"] = np.linspace(20e6, 180e6, 600).astype(np.int64)
     rising = token_verdicts(df, slos, {"llm"}, ["near"])[0]
     assert (rising["verdict"], rising["trend"]) == ("INCONCLUSIVE", "rising") and "backlog growing" in rising["reason"]
-    assert classify_trial([flat], True, [])[0] == PASS
-    outcome, why = classify_trial([rising], True, [])
+    assert classify_trial([SloVerdict.model_validate(flat)], True, [])[0] == PASS
+    outcome, why = classify_trial([SloVerdict.model_validate(rising)], True, [])
     assert outcome == FAIL and why.startswith("backlog growing"), why

@@ -1,0 +1,366 @@
+"""The summary's tables, one row per endpoint × region (or server, phase, worker, request): latency, tokens, SLO
+verdicts, phases, where the time went, queueing, arrivals, validity, clocks, errors, the slowest requests, the
+servers' own statistics, outages and cold starts."""
+from __future__ import annotations
+
+from pydantic import Field
+
+from tailrace.contract.summary.base import Estimate, Row, TokenMetric
+
+
+class SloVerdict(Row):
+    """One SLO judged on one endpoint × region: PASS, FAIL or INCONCLUSIVE, with what was measured."""
+
+    slo: int
+    description: str
+    metric: str
+    implicit: bool = False  # the error-rate SLO a profile gets when it declares none
+    endpoint: str
+    region: str
+    n: int
+    effective_n: int | None = None
+    exceeding: int | None = None
+    verdict: str
+    measured: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    more_samples_needed: int | None = None
+    trend: str | None = None
+    reason: str | None = None
+
+
+class LatencyRow(Row):
+    """One row of the latency table: an endpoint × region (ALL for every one), requests of one kind."""
+
+    endpoint: str
+    region: str
+    kind: str = "one-shot"  # or "stream": a row never pools the two
+    count: int
+    ok: int | None = None
+    errors: int
+    error_rate: float
+    achieved_rate: float
+    intended_rate: float | None = None
+    accuracy: float | None = None
+    mean_ms: float | None = None
+    max_ms: float | None = None
+    send_lag_p99_ms: float | None = None
+    goodput_rps: float | None = None
+    percentiles: dict[str, Estimate]  # "p50", "p90", "p95", "p99", "p99.9"
+
+    @property
+    def p50(self) -> Estimate:
+        return self.percentiles["p50"]
+
+    @property
+    def p95(self) -> Estimate:
+        return self.percentiles["p95"]
+
+    @property
+    def p99(self) -> Estimate:
+        return self.percentiles["p99"]
+
+
+class TokenRow(Row):
+    """One row of the tokens table (streamed endpoints): TTFT, TPOT, ITL and E2E with intervals, and throughput."""
+
+    endpoint: str
+    region: str
+    requests: int
+    ok: int
+    outcomes: dict[str, int] = Field(default_factory=dict)
+    output_tokens: int
+    output_tokens_per_s: float
+    mean_output_tokens: float | None = None
+    token_sources: list[str] = Field(default_factory=list)
+    ttft_ms: TokenMetric = Field(default_factory=TokenMetric)
+    tpot_ms: TokenMetric = Field(default_factory=TokenMetric)
+    itl_ms: TokenMetric = Field(default_factory=TokenMetric)
+    e2e_ms: TokenMetric = Field(default_factory=TokenMetric)
+    ttfa_ms: TokenMetric | None = None  # the first answer token (not reasoning), where a stream reasoned
+    mean_reasoning_tokens: float | None = None
+    goodput_rps: float | None = None
+
+    def metric(self, name: str) -> TokenMetric:
+        """"ttft", "tpot", "itl" or "e2e"."""
+        return getattr(self, f"{name}_ms")
+
+    @property
+    def ttft(self) -> TokenMetric:
+        return self.ttft_ms
+
+    @property
+    def tpot(self) -> TokenMetric:
+        return self.tpot_ms
+
+    @property
+    def itl(self) -> TokenMetric:
+        return self.itl_ms
+
+    @property
+    def e2e(self) -> TokenMetric:
+        return self.e2e_ms
+
+
+class PhaseRow(Row):
+    phase: int
+    name: str
+    kind: str = "one-shot"
+    count: int
+    errors: int
+    start_s: float
+    end_s: float
+    intended_rate: float | None = None
+    achieved_rate: float
+    p50_ms: float | None = None
+    p50_ci: list[float | None] = Field(default_factory=list)
+    p95_ms: float | None = None
+    p95_ci: list[float | None] = Field(default_factory=list)
+    p99_ms: float | None = None
+    p99_ci: list[float | None] = Field(default_factory=list)
+
+
+class LatencyLegs(Row):
+    """Where a request's time went, mean ms per endpoint × region."""
+
+    region: str
+    endpoint: str
+    count: int
+    send_lag_ms: float | None = None
+    network_up_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_compute_ms: float | None = None
+    server_other_ms: float | None = None
+    network_down_ms: float | None = None
+    sum_ms: float | None = None
+    latency_mean_ms: float | None = None
+    p99_server_queue_ms: float | None = None
+
+
+class TtftLegs(Row):
+    """Where the time to first token went, mean ms per endpoint × region."""
+
+    region: str
+    endpoint: str
+    count: int
+    send_lag_ms: float | None = None
+    network_up_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_prefill_ms: float | None = None
+    server_other_ms: float | None = None
+    network_down_ms: float | None = None
+    ttft_mean_ms: float | None = None
+    sum_ms: float | None = None
+
+
+class QueueModels(Row):
+    """The measured wait beside M/M/1, M/G/1 (Pollaczek–Khinchine) and G/G/1 (Kingman)."""
+
+    rho: float | None = None
+    mean_wait_ms: float | None = None
+    p99_sojourn_ms: float | None = None
+    measured_mean_wait_ms: float | None = None
+    measured_p99_sojourn_ms: float | None = None
+    mean_wait_rel_error: float | None = None
+    service_cv2: float | None = None
+    pk_mean_wait_ms: float | None = None
+    pk_rel_error: float | None = None
+    arrival_cv2: float | None = None
+    gg1_mean_wait_ms: float | None = None
+    gg1_rel_error: float | None = None
+    wait_from_burstiness_ms: float | None = None
+
+
+class QueueingRow(Row):
+    """One server × model's queue: Little's law checked, utilization ρ = λ·S / slots."""
+
+    endpoint: str
+    model: str | None = None
+    slots: int = 1
+    arrival_rate: float | None = None
+    throughput: float | None = None
+    L_measured: float | None = None
+    lambda_W: float | None = None
+    littles_gap: float | None = None
+    mean_residence_ms: float | None = None
+    mean_service_ms: float | None = None
+    requests_per_execution: float | None = None
+    utilization: float
+    utilization_flag: bool = False
+    mean_queue_ms: float | None = None
+    p99_queue_ms: float | None = None
+    arrival_cv2: float | None = None
+    mm1: QueueModels | None = None
+
+
+class ArrivalsRow(Row):
+    """One phase × source's arrivals tested against Poisson."""
+
+    phase: int
+    phase_name: str | None = None
+    source: str
+    count: int
+    rate: float
+    intended_rate: float | None = None
+    ks_statistic: float | None = None
+    ks_pvalue: float | None = None
+    ad_statistic: float | None = None
+    ad_pvalue: float | None = None
+    index_of_dispersion: float | None = None
+    dispersion_pvalue: float | None = None
+    poisson_ok: bool
+    schedule_ks_pvalue: float | None = None
+    schedule_poisson_ok: bool | None = None
+    schedule_failed: list[str] = Field(default_factory=list)
+    send_lag_p99_ms: float | None = None
+    send_lag_max_ms: float | None = None
+    interpretation: str = ""
+
+
+class ArrivalProcessRow(Row):
+    """A declared arrival process (or a trace) checked against what was sent."""
+
+    phase: int
+    phase_name: str | None = None
+    source: str
+    process: str
+    statistic: str
+    expected: float | None = None
+    measured: float | None = None
+    ci_low: float | None = None  # gamma / constant: the gap cv's 99% bootstrap interval
+    ci_high: float | None = None
+    process_cv: float | None = None  # the process's own gap cv (before the send jitter)
+    schedule_cv: float | None = None
+    ks_pvalue: float | None = None
+    windows: int | None = None  # onoff: the windows its dispersion is counted over
+    ok: bool | None = None  # None: too few sends to test
+    count: int
+    lag_p50_ms: float | None = None
+    lag_p99_ms: float | None = None
+    lag_max_ms: float | None = None
+    interpretation: str = ""
+    per_second: dict[str, list[int]] | None = None
+
+
+class ValidityRow(Row):
+    """Whether an endpoint × region's samples are stationary and independent enough for their intervals."""
+
+    endpoint: str
+    region: str
+    n: int
+    lag1_autocorrelation: float | None = None
+    tau_p99: float | None = None
+    effective_n_p99: int | None = None
+    independence: str = ""
+    phase: int | None = None
+    phase_name: str | None = None
+    phases: str | None = None
+    stationary: bool | None = None
+    trend_pvalue: float | None = None
+    first_median_ms: float | None = None
+    last_median_ms: float | None = None
+    change: float | None = None
+    windows: int = 0
+    reason: str | None = None
+
+
+class ClockRow(Row):
+    """A worker's clock against the reference: offset, drift and the fit's uncertainty."""
+
+    worker: str
+    offset_ms: float
+    drift_ppm: float
+    uncertainty_ms: float
+    samples_used: int
+    samples_total: int
+
+
+class ErrorRow(Row):
+    status: str
+    code: str
+    count: int
+    example_error: str | None = None
+    example_trace_ids: list[str] = Field(default_factory=list)
+
+
+class SlowRequest(Row):
+    """One of the slowest requests, by the trace ID the server's logs carry, with where its time went."""
+
+    trace_id: str
+    region: str
+    endpoint: str
+    kind: str = "one-shot"
+    status: str
+    latency_ms: float
+    send_lag_ms: float
+    t_intended_ref_ns: int
+    network_up_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_compute_ms: float | None = None
+    server_other_ms: float | None = None
+    network_down_ms: float | None = None
+
+
+class EndpointStatistics(Row):
+    """A server × model's own counters (Triton's statistics or the embedded endpoint's), with the client's count."""
+
+    endpoints: list[str] = Field(default_factory=list)
+    endpoint: str | None = None
+    server: str
+    kind: str
+    model: str
+    success: int | None = None
+    fail: int | None = None
+    inference_count: int | None = None
+    execution_count: int | None = None
+    mean_batch: float | None = None
+    batch_sizes: dict[str, int] = Field(default_factory=dict)
+    mean_queue_ms: float | None = None
+    mean_compute_input_ms: float | None = None
+    mean_compute_infer_ms: float | None = None
+    mean_compute_output_ms: float | None = None
+    client_ok: int | None = None
+
+
+class ServerTimelinePoint(Row):
+    t_ns: int
+    interval_s: float
+    success_per_s: float
+    fail: int = 0
+    mean_batch: float | None = None
+    mean_queue_ms: float | None = None
+    mean_compute_input_ms: float | None = None
+    mean_compute_infer_ms: float | None = None
+    mean_compute_output_ms: float | None = None
+
+
+class Outage(Row):
+    """A stretch where an endpoint failed every request, and whether it recovered."""
+
+    endpoint: str
+    regions: list[str] = Field(default_factory=list)
+    start_s: float
+    end_s: float | None = None  # None: not recovered by the run's end
+    duration_s: float | None = None
+    start_ref_ns: int
+    end_ref_ns: int | None = None
+    failed: int
+    succeeded: int = 0
+    recovered: bool
+    errors: dict[str, int] = Field(default_factory=dict)
+    example_trace_ids: list[str] = Field(default_factory=list)
+
+
+class ColdStart(Row):
+    endpoint: str
+    server: str
+    ready_s: float | None = None
+    first_success_s: float | None = None
+    first_request_ms: float | None = None
+    first_k: int = 0
+    first_k_errors: int = 0
+    first_k_mean_ms: float | None = None
+    first_k_max_ms: float | None = None
+    steady_mean_ms: float | None = None
+    steady_p50_ms: float | None = None
+    first_k_vs_steady: float | None = None
