@@ -99,7 +99,8 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     for metric in ("ttft", "tpot"):
         for p in ("p50", "p99"):
             row[f"{metric}_{p}_ms"] = streamed.metric(metric).at(p).value if streamed else None
-    busiest = max(s.queueing, key=lambda q: q.utilization, default=None)
+    busiest = max((q for q in s.queueing if q.utilization is not None), key=lambda q: q.utilization or 0.0,
+                  default=None)
     row["utilization"] = busiest.utilization if busiest else None
     row["mean_service_ms"] = busiest.mean_service_ms if busiest else None
     row["slots"] = busiest.slots if busiest else 1

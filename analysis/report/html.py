@@ -402,7 +402,8 @@ def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = Non
         return ("<p class='note'>No server timings: the endpoints did not report when they received and answered "
                 "each request (Triton and the embedded endpoint do), so there is no server-side queueing to "
                 "show.</p>")
-    rows = [Shown(q, rho=f"{q.utilization:.2f} > 0.7" if q.utilization_flag else q.utilization,
+    rows = [Shown(q, rho=f"{q.utilization:.2f} > 0.7" if q.utilization_flag and q.utilization is not None
+                  else q.utilization,
                   **{f"mm1_{k}": getattr(q.mm1, k) for k in (type(q.mm1).model_fields if q.mm1 else ())})
             for q in queueing]
     core = [c for c in _QUEUE_CORE if any(r.get(c[0]) is not None for r in rows) or c[0] == "endpoint"]

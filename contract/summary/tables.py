@@ -108,10 +108,10 @@ class PhaseRow(Row):
     kind: str = "one-shot"
     count: int
     errors: int
-    start_s: float
-    end_s: float
+    start_s: float | None = None  # (None: a closed-loop scenario's phase, which has no rate segment)
+    end_s: float | None = None
     intended_rate: float | None = None
-    achieved_rate: float
+    achieved_rate: float | None = None
     p50_ms: float | None = None
     p50_ci: list[float | None] = Field(default_factory=list)
     p95_ms: float | None = None
@@ -185,7 +185,7 @@ class QueueingRow(Row):
     mean_residence_ms: float | None = None
     mean_service_ms: float | None = None
     requests_per_execution: float | None = None
-    utilization: float
+    utilization: float | None = None
     utilization_flag: bool = False
     mean_queue_ms: float | None = None
     p99_queue_ms: float | None = None
@@ -200,7 +200,7 @@ class ArrivalsRow(Row):
     phase_name: str | None = None
     source: str
     count: int
-    rate: float
+    rate: float | None = None
     intended_rate: float | None = None
     ks_statistic: float | None = None
     ks_pvalue: float | None = None
@@ -208,7 +208,7 @@ class ArrivalsRow(Row):
     ad_pvalue: float | None = None
     index_of_dispersion: float | None = None
     dispersion_pvalue: float | None = None
-    poisson_ok: bool
+    poisson_ok: bool | None = None
     schedule_ks_pvalue: float | None = None
     schedule_poisson_ok: bool | None = None
     schedule_failed: list[str] = Field(default_factory=list)
@@ -224,7 +224,7 @@ class ArrivalProcessRow(Row):
     phase_name: str | None = None
     source: str
     process: str
-    statistic: str
+    statistic: str | None = None  # (None: too few sends to test)
     expected: float | None = None
     measured: float | None = None
     ci_low: float | None = None  # gamma / constant: the gap cv's 99% bootstrap interval
