@@ -29,6 +29,7 @@ monkey.patch_all()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section  # noqa: E402
 from bench.generator_open_loop import start_nginx  # noqa: E402
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits  # noqa: E402
 from tailrace.contract.profile import Endpoint  # noqa: E402
 from tailrace.contract.requests import resolve_request  # noqa: E402
 from tailrace.contract.tensors import TensorSpec  # noqa: E402
@@ -45,7 +46,7 @@ def sender_for(url: str, inputs: tuple[TensorSpec, ...]) -> HttpSender:
     endpoint = Endpoint(name="sink", url=url, protocol="kserve-http", model="digits_mlp_fp32")
     request = resolve_request(endpoint, list(inputs), [TensorSpec("label", "INT64", (-1,))], 8, 1, "bench")
     samples = load_samples("random", endpoint, request, seed=1, max_samples=16, max_bytes=64 * 2**20)
-    return HttpSender(url, endpoint.model, samples, request, 5.0, 4, None)
+    return HttpSender(url, endpoint.model, samples, request, EndpointTimeouts(5.0), PoolLimits.sized(4), None)
 
 
 def cpu_per_request(sender: HttpSender, n: int) -> tuple[float, float, float]:

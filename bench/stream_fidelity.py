@@ -47,6 +47,7 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     import gevent
     import numpy as np
 
+    from tailrace.contract.plan import EndpointTimeouts, PoolLimits
     from tailrace.contract.profile import Prompts, Sessions
     from tailrace.contract.trace_context import format_traceparent, new_ids
     from tailrace.harness.client.generative import COMPLETIONS, StreamSender, request_body
@@ -54,8 +55,8 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
 
     # the worker's defaults for a generative endpoint: a stall timeout on every read once a response has begun
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "one two three", TOKENS)],
-                          timeout_s=30, ttft_timeout_s=None, credential=None, pool=concurrency,
-                          stall_timeout_s=float(os.environ.get("TAILRACE_BENCH_STALL_S", "30")) or None)
+                          EndpointTimeouts(30, stall_s=float(os.environ.get("TAILRACE_BENCH_STALL_S", "30")) or None),
+                          credential=None, pool=PoolLimits.sized(concurrency))
     sender.warm_up()
     records: list[tuple] = []
     start = time.monotonic()

@@ -5,6 +5,7 @@ worker and the analysis. Nobody downstream re-spells a profile default or re-res
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,54 @@ from tailrace.contract.requests import RequestSpec
 
 PLAN_VERSION = 1
 EndpointKind = Literal["embedded", "triton", "remote", "inprocess"]
+CHECK_MAX_S = 10.0  # a check before the run (an endpoint's models, metadata, readiness) waits at most this long
+POOL_SPARE = 100  # connections an open-loop pool keeps beyond the requests in flight: it never caps concurrency
+WARM_MAX = 16  # connections opened before the run, at most
+
+
+@dataclass(frozen=True)
+class EndpointTimeouts:
+    """An endpoint's timeouts in seconds, resolved once from the profile's milliseconds: the whole request, its
+    first token, and the longest silence inside a stream once it has begun (None: bounded by the whole only)."""
+
+    total_s: float
+    first_token_s: float | None = None
+    stall_s: float | None = None
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> EndpointTimeouts:
+        def seconds(ms: float | None) -> float | None:
+            return ms / 1000 if ms else None
+
+        return cls(endpoint.timeout_ms / 1000, seconds(endpoint.ttft_timeout_ms), seconds(endpoint.stall_timeout_ms))
+
+    @property
+    def check_s(self) -> float:
+        """How long a check before the run waits: the request's timeout, at most CHECK_MAX_S."""
+        return min(CHECK_MAX_S, self.total_s)
+
+    def describe(self) -> str:
+        parts = [f"timeout {self.total_s:g} s"]
+        parts += [f"first token {self.first_token_s:g} s"] if self.first_token_s else []
+        parts += [f"stall {self.stall_s:g} s"] if self.stall_s else []
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """A sender's keep-alive connections: at most `connections`, `warm` of them opened before the run."""
+
+    connections: int
+    warm: int
+
+    @classmethod
+    def sized(cls, connections: int) -> PoolLimits:
+        return cls(connections, min(WARM_MAX, connections))
+
+    @classmethod
+    def open_loop(cls, max_in_flight: int) -> PoolLimits:
+        """An open loop's pool: its requests in flight and POOL_SPARE more, so the pool never caps concurrency."""
+        return cls.sized(max_in_flight + POOL_SPARE)
 
 
 class RunPlan(BaseModel):
@@ -75,6 +124,11 @@ class RunPlan(BaseModel):
         load = self.profile.load
         return self.lead_s + load.warmup_s + load.duration_s + self.drain_s + 3
 
+    @property
+    def pool_limits(self) -> PoolLimits:
+        """Each sender's connection pool in this run."""
+        return PoolLimits.open_loop(self.profile.generator.max_in_flight)
+
     def endpoint_url(self, region: str, endpoint: Endpoint) -> str:
         """Where `region` sends `endpoint`'s requests (through its delay proxy when it has one)."""
         return self.region_urls.get(region, {}).get(endpoint.name, endpoint.url)
@@ -90,12 +144,13 @@ class RunPlan(BaseModel):
                  f"generator: send-lag threshold {gen.send_lag_p99_ms:g} ms per {gen.window_s:g} s window, stall "
                  f"{gen.stall_max_ms:g} ms, behind at most {gen.behind_max_s:g} s, spin {gen.spin_ms:g} ms, chunks of "
                  f"{gen.chunk_rows} rows / "
-                 f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight}",
+                 f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight} (connections: "
+                 f"{self.pool_limits.connections} a sender, {self.pool_limits.warm} opened before the start)",
                  f"clock: {', '.join(self.ntp_servers) or 'none'} every {p.clock.interval_s:g} s, "
                  f"{p.clock.packets} packets"]
         for e in p.endpoints:
             lines.append(f"endpoint {e.name}: {e.protocol} {e.url} model {e.model} ({self.endpoint_kinds[e.name]}), "
-                         f"weight {e.weight:g}, timeout {e.timeout_ms:g} ms, data {self.data_source(e)}")
+                         f"weight {e.weight:g}, {EndpointTimeouts.of(e).describe()}, data {self.data_source(e)}")
             spec = self.requests.get(e.name)
             if spec is not None:
                 lines.append(f"  request ({spec.source}): {'; '.join(spec.describe())}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.exit_codes import FAIL, USAGE
-from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits, unresolved_plan
 from tailrace.contract.profile import GENERATIVE, Endpoint, ProfileError, parse_profile
 from tailrace.contract.requests import RequestSpec, RequestSpecError
 from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
@@ -69,7 +69,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     try:
         credential = Credential.of(endpoint)
         info = model_info(url, endpoint.protocol, endpoint.model, endpoint.model_version,
-                          timeout_s=endpoint.timeout_ms / 1000, tls=sender_tls(endpoint),
+                          timeout_s=EndpointTimeouts.of(endpoint).total_s, tls=sender_tls(endpoint),
                           headers=credential.headers() if credential else None)
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
@@ -107,7 +107,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
 
 def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, requests: int) -> int:
     """Send `requests` requests one after another and print each outcome; 1 if any failed."""
-    sender = build_sender(endpoint, url, samples, request, stride=1, pool=4, models_dir=Path("."),
+    sender = build_sender(endpoint, url, samples, request, stride=1, pool=PoolLimits.sized(4), models_dir=Path("."),
                           wanted=tuple(request.outputs))
     check = AnswerCheck(endpoint.check, samples, request.batched)
     checked = set(wanted_outputs(endpoint.check, samples))
@@ -155,7 +155,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
             inputs = check_generate(url, endpoint)
             print(f"{url.rstrip('/')} model {endpoint.model}: ready, inputs {', '.join(inputs)}")
         else:
-            ids = served_models(url, timeout_s=min(10.0, endpoint.timeout_ms / 1000), tls=sender_tls(endpoint),
+            ids = served_models(url, timeout_s=EndpointTimeouts.of(endpoint).check_s, tls=sender_tls(endpoint),
                                 headers=credential.headers() if credential else None)
             print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
             if endpoint.model not in ids:
@@ -169,7 +169,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
           f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer"}
           .get(endpoint.protocol, "stream with usage on every event"))
     sender = generative_sender(endpoint, url, prompt_items(endpoint, 0, Path.cwd()), 0, Path.cwd(), tuple(inputs),
-                               pool=1)
+                               pool=PoolLimits.sized(1))
     failed = 0
     try:
         for k in range(requests):

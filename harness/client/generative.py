@@ -12,15 +12,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from urllib.parse import urlparse
 
 import gevent
 import orjson
 
 from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.classify import classify_exception, classify_http_status
-from tailrace.harness.client.http1 import FirstTokenTimeout, Http1Pool, Stalled
+from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
+from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.openai_stream import (
     CUT,
     STALLED,
@@ -32,7 +33,6 @@ from tailrace.harness.client.openai_stream import (
 )
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.sse import SseError, SseParser
-from tailrace.harness.client.tls import ssl_context
 from tailrace.harness.client.tokenizer import TokenCounter
 from tailrace.harness.client.triton_stream import TritonGenerateStream
 
@@ -166,36 +166,20 @@ class StreamSender:
     """One endpoint's streamed generative requests — OpenAI-compatible completions or Triton's generate extension
     — over the generator's keep-alive HTTP/1.1 pool (TLS for https://), each body encoded before the run."""
 
-    def __init__(self, url: str, protocol: str, bodies: list[bytes], timeout_s: float, ttft_timeout_s: float | None,
-                 credential: Credential | None, tls: Tls | None = None, pool: int = 16, stream: bool = True,
-                 model: str = "", count_output: str | None = None, counter: TokenCounter | None = None,
-                 stall_timeout_s: float | None = None, samples: int = 0) -> None:
-        parsed = urlparse(url)
+    def __init__(self, url: str, protocol: str, bodies: list[bytes], timeouts: EndpointTimeouts,
+                 credential: Credential | None, tls: Tls | None = None, pool: PoolLimits = PoolLimits.sized(16),
+                 stream: bool = True, model: str = "", count_output: str | None = None,
+                 counter: TokenCounter | None = None, samples: int = 0) -> None:
         self.chat, self.stream, self.protocol = protocol == CHAT, stream, protocol
         self.model, self.count_output, self.counter = model, count_output, counter
-        self.base_path = parsed.path.rstrip("/")
-        self.path = self.base_path + stream_path(protocol, model, stream)
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        context = None
-        if parsed.scheme == "https":
-            from gevent.ssl import SSLContext
-
-            context = ssl_context(tls, SSLContext)
-        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None,
-                                kernel_stamps=True)
+        self.transport = HttpTransport(url, timeouts, credential, tls, pool, kernel_stamps=True)
+        self.client, self.warm_connections = self.transport.client, self.transport.warm_connections
+        self.path = self.transport.base_path + stream_path(protocol, model, stream)
         self.payloads = PromptPayloads(bodies, count=samples)
-        self.timeout_s, self.ttft_timeout_s, self.stall_timeout_s = timeout_s, ttft_timeout_s, stall_timeout_s
-        self.credential = credential
+        self.timeouts = timeouts
         self.inline = None  # the issue loop's own connections, once attached (attach_inline)
-        self.warm_connections = min(16, pool)
-        self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {parsed.hostname}:{port}\r\n"
-                      "Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: keep-alive\r\n"
-                      ).encode("latin-1")
-
-    def _auth_line(self) -> bytes:
-        if self.credential is None:
-            return b""
-        return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
+        self._head = self.transport.head("POST", self.path, "Content-Type: application/json",
+                                         "Accept: text/event-stream", "Connection: keep-alive")
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
@@ -205,7 +189,7 @@ class StreamSender:
 
     def _request(self, body: bytes, headers: dict[str, str]) -> bytes:
         """The request's head: its route, the credential (read now: a rotated one is picked up) and `headers`."""
-        return b"".join((self._head, self._auth_line(),
+        return b"".join((self._head, self.transport.auth_line(),
                          "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
 
@@ -223,14 +207,14 @@ class StreamSender:
         if not self.stream:
             return self._send_whole(head, body, on_sent, StreamOutcome(), index)
         read = self._reading()
-        if self.ttft_timeout_s:
-            read.timer = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time"))
+        if self.timeouts.first_token_s:
+            read.timer = gevent.Timeout(self.timeouts.first_token_s, FirstTokenTimeout("no first token in time"))
         on_sent()
         if read.timer is not None:
             read.timer.start()
         response, failure = None, None
         try:
-            response = self.client.request(head + body, read.consume, self.stall_timeout_s)
+            response = self.client.request(head + body, read.consume, self.timeouts.stall_s)
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             failure = exc
         finally:
@@ -272,9 +256,9 @@ class StreamSender:
             return None
         from tailrace.harness.client.inline_http1 import InlineHttp1Pool
 
-        self.inline = InlineHttp1Pool(poller, self.client.host, self.client.port, self.timeout_s, done,
-                                      streamed=True, kernel_stamps=self.client.kernel_stamps, ttft_s=self.ttft_timeout_s,
-                                      stall_s=self.stall_timeout_s)
+        self.inline = InlineHttp1Pool(poller, self.client.host, self.client.port, self.timeouts.total_s, done,
+                                      streamed=True, kernel_stamps=self.client.kernel_stamps,
+                                      ttft_s=self.timeouts.first_token_s, stall_s=self.timeouts.stall_s)
         return self.inline
 
     def ended(self, pending: StreamPending, response, failure: BaseException | None) -> Outcome:
@@ -292,7 +276,7 @@ class StreamSender:
                 result.outcome = CUT  # the response ended inside an event
         elif isinstance(failure, FirstTokenTimeout):
             status, code, error, result.outcome = "timeout", "ttft_timeout", "no first token within " \
-                f"{self.ttft_timeout_s:g} s", TTFT_TIMEOUT
+                f"{self.timeouts.first_token_s:g} s", TTFT_TIMEOUT
         elif isinstance(failure, Stalled):
             status, code, error, result.outcome = "timeout", STALLED, str(failure), STALLED
         elif read.faults:
@@ -339,9 +323,10 @@ class StreamSender:
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v1/models, or the Triton model's ready route, with the
         credential), then the pool filled."""
-        check = self.base_path + (f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE else "/v1/models")
-        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {check}", 1).encode("latin-1")
-        response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
+        check = self.transport.base_path + (f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE
+                                            else "/v1/models")
+        head = self.transport.head("GET", check, "Connection: keep-alive")
+        response = self.client.request(head + self.transport.auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {check} answered {response.status}")
         if self.inline is not None:

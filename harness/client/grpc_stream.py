@@ -16,11 +16,12 @@ import time
 import gevent
 
 from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.plan import EndpointTimeouts
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.generative import PromptPayloads, stream_into
-from tailrace.harness.client.http1 import FirstTokenTimeout
-from tailrace.harness.client.openai_stream import CUT, TIMEOUT, TTFT_TIMEOUT
+from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
+from tailrace.harness.client.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.tls import grpc_channel
 from tailrace.harness.client.tokenizer import TokenCounter
@@ -78,7 +79,7 @@ def _output(response, name: str):
 class GrpcStreamSender:
     """One endpoint's ModelStreamInfer requests over one channel, each encoded before the run."""
 
-    def __init__(self, url: str, model: str, requests: list, timeout_s: float, ttft_timeout_s: float | None,
+    def __init__(self, url: str, model: str, requests: list, timeouts: EndpointTimeouts,
                  credential: Credential | None, tls: Tls | None = None, count_output: str | None = None,
                  counter: TokenCounter | None = None) -> None:
         from tritonclient.grpc import service_pb2_grpc
@@ -89,7 +90,7 @@ class GrpcStreamSender:
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.requests = requests
         self.payloads = PromptPayloads([b""] * len(requests))  # the request path's view: one request a prompt
-        self.timeout_s, self.ttft_timeout_s = timeout_s, ttft_timeout_s
+        self.timeouts = timeouts
         self.credential, self.count_output, self.counter = credential, count_output, counter
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
@@ -105,8 +106,9 @@ class GrpcStreamSender:
         except CredentialError as exc:
             return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=result)
         status, code, error, final, bytes_in = "ok", "OK", "", False, 0
-        first = gevent.Timeout(self.ttft_timeout_s, FirstTokenTimeout("no first token in time")) \
-            if self.ttft_timeout_s else None
+        first_s, stall_s = self.timeouts.first_token_s, self.timeouts.stall_s
+        first = gevent.Timeout(first_s, FirstTokenTimeout("no first token in time")) if first_s else None
+        stall: gevent.Timeout | None = None  # once the stream has begun: the longest silence it may keep
         on_sent()
         ended = threading.Event()
 
@@ -114,14 +116,19 @@ class GrpcStreamSender:
             """The one request, then the stream kept open until the final response (a stream the client closes at
             once loses the server's empty final response)."""
             yield request
-            ended.wait(self.timeout_s)
+            ended.wait(self.timeouts.total_s)
 
-        call = self.stub.ModelStreamInfer(outgoing(), metadata=metadata, timeout=self.timeout_s)
+        call = self.stub.ModelStreamInfer(outgoing(), metadata=metadata, timeout=self.timeouts.total_s)
         if first is not None:
             first.start()
         try:
             for message in call:
                 read_ns = time.perf_counter_ns()
+                if stall_s:
+                    if stall is not None:
+                        stall.close()
+                    stall = gevent.Timeout(stall_s, Stalled(f"no event for {stall_s:g} s"))
+                    stall.start()
                 bytes_in += message.ByteSize()
                 if message.error_message:
                     stream.add(read_ns, "", None, "", message.error_message)
@@ -140,13 +147,17 @@ class GrpcStreamSender:
                     break
         except FirstTokenTimeout:
             status, code, error, result.outcome = "timeout", "ttft_timeout", \
-                f"no first token within {self.ttft_timeout_s:g} s", TTFT_TIMEOUT
+                f"no first token within {first_s:g} s", TTFT_TIMEOUT
+        except Stalled as exc:
+            status, code, error, result.outcome = "timeout", STALLED, str(exc), STALLED
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             status, code, error = classify_exception(exc)
             result.outcome = TIMEOUT if status == "timeout" else CUT if stream.event_ns else ""
         finally:
             if first is not None:
                 first.cancel()
+            if stall is not None:
+                stall.close()
             ended.set()
             call.cancel()
         stream_into(result, stream, self.counter, index)

@@ -12,19 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
-from urllib.parse import urlparse
 
 import numpy as np
 import orjson
 
 from tailrace.contract.credentials import Credential, CredentialError
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Endpoint, Tls
 from tailrace.contract.requests import RequestSpec
 from tailrace.harness.client.classify import classify_exception, classify_http_status
+from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from tailrace.harness.client.request_data import SampleSet
-from tailrace.harness.client.tls import grpc_channel, sender_tls, ssl_context
+from tailrace.harness.client.tls import grpc_channel, sender_tls
 
 
 class Sender(Protocol):
@@ -84,33 +85,16 @@ class HttpSender:
     """POST /v2/models/{model}[/versions/{v}]/infer: JSON tensors, or the binary tensor extension; over TLS for
     https:// (the endpoint's `tls`: CA, client certificate, server name)."""
 
-    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float, pool: int,
-                 credential: Credential | None, stride: int = 1, binary: bool | str = "auto", version: str = "",
-                 wanted: tuple[str, ...] = (), tls: Tls | None = None) -> None:
-        from tailrace.harness.client.http1 import Http1Pool
-
-        parsed = urlparse(url)
-        self.path = f"{parsed.path.rstrip('/')}{_model_path(model, version)}/infer"
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        context = None
-        if parsed.scheme == "https":
-            from gevent.ssl import SSLContext
-
-            context = ssl_context(tls, SSLContext)
-        self.client = Http1Pool(parsed.hostname, port, timeout_s, context, tls.server_name if tls else None)
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeouts: EndpointTimeouts,
+                 pool: PoolLimits, credential: Credential | None, stride: int = 1, binary: bool | str = "auto",
+                 version: str = "", wanted: tuple[str, ...] = (), tls: Tls | None = None) -> None:
+        self.transport = HttpTransport(url, timeouts, credential, tls, pool)
+        self.client, self.warm_connections = self.transport.client, self.transport.warm_connections
+        self.path = f"{self.transport.base_path}{_model_path(model, version)}/infer"
         self.wanted = wanted
         self.inline = None  # the issue loop's own connections, once attached (attach_inline)
         self.payloads = Payloads.build(samples, request, stride, lambda arrays: http_body(arrays, request, binary))
-        self.credential = credential  # read at send time: a rotated auth_file is picked up within a second
-        self.warm_connections = min(16, pool)
-        static = [f"POST {self.path} HTTP/1.1", f"Host: {parsed.hostname}:{port}", "Content-Type: application/json",
-                  "Connection: keep-alive"]
-        self._head = ("\r\n".join(static) + "\r\n").encode("latin-1")
-
-    def _auth_line(self) -> bytes:
-        if self.credential is None:
-            return b""
-        return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
+        self._head = self.transport.head("POST", self.path, "Content-Type: application/json", "Connection: keep-alive")
 
     def encode(self, sample: int, headers: dict[str, str]) -> tuple[Outcome, bytes | tuple[bytes, bytes] | None]:
         """The request for `sample` with `headers`, as bytes (or head and body: a large body is never joined), and
@@ -120,7 +104,7 @@ class HttpSender:
             headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
         out = Outcome()
         try:
-            auth = self._auth_line()
+            auth = self.transport.auth_line()
         except CredentialError as exc:
             out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
             return out, None
@@ -182,9 +166,9 @@ class HttpSender:
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v2/health/ready, with the credential), then the pool filled;
         raises when the endpoint is unreachable, refuses the TLS handshake or the credential cannot be read."""
-        ready = self.path.rsplit("/v2/models/", 1)[0] + "/v2/health/ready"
-        head = self._head.decode("latin-1").replace(f"POST {self.path}", f"GET {ready}", 1).encode("latin-1")
-        response = self.client.request(head + self._auth_line() + b"Content-Length: 0\r\n\r\n")
+        ready = self.transport.base_path + "/v2/health/ready"
+        head = self.transport.head("GET", ready, "Connection: keep-alive")
+        response = self.client.request(head + self.transport.auth_line() + b"Content-Length: 0\r\n\r\n")
         if response.status != 200:
             raise ConnectionError(f"GET {ready} answered {response.status}")
         if self.inline is not None:
@@ -201,7 +185,7 @@ class HttpSender:
 class GrpcSender:
     """GRPCInferenceService/ModelInfer with raw_input_contents; trace headers as metadata."""
 
-    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeout_s: float,
+    def __init__(self, url: str, model: str, samples: SampleSet, request: RequestSpec, timeouts: EndpointTimeouts,
                  credential: Credential | None, stride: int = 1, version: str = "", wanted: tuple[str, ...] = (),
                  tls: Tls | None = None) -> None:
         from tritonclient.grpc import service_pb2_grpc
@@ -212,7 +196,7 @@ class GrpcSender:
             ("grpc.max_receive_message_length", 64 << 20), ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
-        self.timeout_s = timeout_s
+        self.timeout_s = timeouts.total_s
         self.credential, self.wanted = credential, wanted
         self.payloads = Payloads.build(samples, request, stride,
                                        lambda arrays: grpc_request(arrays, request, model, version))
@@ -298,16 +282,15 @@ class InProcessSender:
         self.session = None
 
 
-def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: int,
+def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: PoolLimits,
                  models_dir: Path, wanted: tuple[str, ...] = ()) -> Sender:
     """The sender for one endpoint of the plan, reaching it at `url`, with its requests encoded."""
-    credential, tls = Credential.of(endpoint), sender_tls(endpoint)
-    timeout_s = endpoint.timeout_ms / 1000
+    credential, tls, timeouts = Credential.of(endpoint), sender_tls(endpoint), EndpointTimeouts.of(endpoint)
     if endpoint.protocol == "kserve-http":
-        return HttpSender(url, endpoint.model, samples, request, timeout_s, pool, credential, stride, endpoint.binary,
+        return HttpSender(url, endpoint.model, samples, request, timeouts, pool, credential, stride, endpoint.binary,
                           endpoint.model_version, wanted, tls)
     if endpoint.protocol == "kserve-grpc":
-        return GrpcSender(url, endpoint.model, samples, request, timeout_s, credential, stride,
+        return GrpcSender(url, endpoint.model, samples, request, timeouts, credential, stride,
                           endpoint.model_version, wanted, tls)
     path = inprocess_model(models_dir, endpoint)
     if not path.exists():

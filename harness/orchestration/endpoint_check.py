@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tailrace.contract.credentials import Credential, CredentialError
-from tailrace.contract.plan import RunPlan
+from tailrace.contract.plan import EndpointTimeouts, RunPlan
 from tailrace.contract.profile import Endpoint, Tls
 from tailrace.contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from tailrace.contract.tensors import TensorSpec, onnx_tensors
@@ -192,7 +192,7 @@ def served_models(url: str, timeout_s: float = 5.0, headers: dict[str, str] | No
 def check_generative(url: str, ep: Endpoint) -> None:
     """The endpoint's model is one the server serves (before the start instant: nothing is sent otherwise)."""
     credential = Credential.of(ep)
-    ids = served_models(url, timeout_s=min(10.0, ep.timeout_ms / 1000),
+    ids = served_models(url, timeout_s=EndpointTimeouts.of(ep).check_s,
                         headers=credential.headers() if credential else None, tls=sender_tls(ep))
     if ep.model not in ids:
         raise EndpointCheckError(f"model {ep.model!r} is not served by {url.rstrip('/')} (it serves: "
@@ -246,7 +246,7 @@ def check_generate(url: str, ep: Endpoint) -> list[str]:
     a gRPC stream); its input names."""
     credential = Credential.of(ep)
     info = model_info(url, "kserve-grpc" if ep.protocol == "kserve-grpc-stream" else "kserve-http", ep.model,
-                      ep.model_version, timeout_s=min(10.0, ep.timeout_ms / 1000),
+                      ep.model_version, timeout_s=EndpointTimeouts.of(ep).check_s,
                       headers=credential.headers() if credential else None, tls=sender_tls(ep))
     if ep.protocol == "kserve-grpc-stream" and info.decoupled is False:
         raise EndpointCheckError(f"model {ep.model!r} on {url.rstrip('/')} is not decoupled (its config has no "
@@ -296,7 +296,7 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
             else:
                 credential = Credential.of(ep)
                 info = model_info(url, ep.protocol, ep.model, ep.model_version,
-                                  timeout_s=min(10.0, ep.timeout_ms / 1000),
+                                  timeout_s=EndpointTimeouts.of(ep).check_s,
                                   headers=credential.headers() if credential else None, tls=sender_tls(ep))
         except (EndpointCheckError, CredentialError) as exc:
             problems.append(f"endpoint {ep.name}: {exc}")

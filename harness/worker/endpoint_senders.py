@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tailrace.contract.plan import RunPlan
+from tailrace.contract.plan import PoolLimits, RunPlan
 from tailrace.contract.profile import Endpoint
 from tailrace.contract.requests import scenario_request
 from tailrace.harness.client.payloads import wanted_outputs
@@ -39,7 +39,7 @@ class EndpointSenders:
     def all(self) -> list[Sender]:
         """One sender per endpoint, its requests encoded from its samples (read and checked here, once)."""
         stride = self.plan.samples_per_request if self.profile.load.scenario == "offline" else 1
-        pool = self.profile.generator.max_in_flight + 100  # the pool must never cap open-loop concurrency
+        pool = self.plan.pool_limits
         overrides = self.identity.endpoint_urls or {}
         senders = []
         for ep in self.profile.endpoints:
@@ -57,7 +57,7 @@ class EndpointSenders:
                                         wanted_outputs(ep.check, samples)))
         return senders
 
-    def _generative(self, ep: Endpoint, url: str, pool: int) -> Sender:
+    def _generative(self, ep: Endpoint, url: str, pool: PoolLimits) -> Sender:
         """A generative endpoint's sender, its prompts drawn from the run's seed (the same on every worker) or read
         from its prompt file (on this worker's host, relative to where it runs)."""
         inputs = tuple(self.plan.model_inputs.get(ep.name, ()))
@@ -74,7 +74,7 @@ class EndpointSenders:
             prompt_items(ep, seed, self.root)
         return generative_sender(ep, url, items, seed, self.root, inputs, pool, token_counter(ep, items, self.root))
 
-    def _trace(self, ep: Endpoint, url: str, pool: int, model_inputs: tuple[str, ...]) -> Sender:
+    def _trace(self, ep: Endpoint, url: str, pool: PoolLimits, model_inputs: tuple[str, ...]) -> Sender:
         """A trace-driven endpoint's sender: each row's body built ahead of its send (TracePrompts)."""
         load, trace = self.profile.load, self.trace
         order, _ = replay(trace, load.arrivals.trace, load.warmup_s + load.duration_s)

@@ -5,6 +5,7 @@ sender, with the endpoint's timeouts, credential and TLS, its prompts encoded be
 from __future__ import annotations
 
 from tailrace.contract.credentials import Credential
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Endpoint, Prompts
 from tailrace.harness.client.generative import StreamSender
 from tailrace.harness.client.grpc_stream import GrpcStreamSender, stream_request
@@ -14,25 +15,23 @@ from tailrace.harness.client.tokenizer import TokenCounter
 from tailrace.harness.workload.prompts import prompt_bodies
 
 
-def stream_sender(ep: Endpoint, url: str, pool: int, bodies=(), samples: int = 0,
+def stream_sender(ep: Endpoint, url: str, pool: PoolLimits, bodies=(), samples: int = 0,
                   counter: TokenCounter | None = None) -> StreamSender:
     """An HTTP stream sender of `bodies` (a sequence of encoded requests; empty: each built at its send)."""
     spec = ep.prompts or Prompts()
-    return StreamSender(url, ep.protocol, list(bodies) if isinstance(bodies, tuple) else bodies, ep.timeout_ms / 1000,
-                        ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep), sender_tls(ep),
-                        pool, stream=spec.stream, model=ep.model, samples=samples, count_output=ep.token_count_output,
-                        counter=counter, stall_timeout_s=ep.stall_timeout_ms / 1000 if ep.stall_timeout_ms else None)
+    return StreamSender(url, ep.protocol, list(bodies) if isinstance(bodies, tuple) else bodies,
+                        EndpointTimeouts.of(ep), Credential.of(ep), sender_tls(ep), pool, stream=spec.stream,
+                        model=ep.model, samples=samples, count_output=ep.token_count_output, counter=counter)
 
 
 def generative_sender(ep: Endpoint, url: str, items: list[tuple[str | list, int]], seed: int, data_root,
-                      model_inputs: tuple[str, ...] = (), pool: int = 16,
+                      model_inputs: tuple[str, ...] = (), pool: PoolLimits = PoolLimits.sized(16),
                       counter: TokenCounter | None = None) -> Sender:
     """The sender of a generative endpoint's prompts `items` ((prompt or messages, max_tokens)), encoded now."""
     if ep.protocol == "kserve-grpc-stream":
         spec = ep.prompts or Prompts()
         requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, model_inputs)
                     for prompt, max_tokens in items]
-        return GrpcStreamSender(url, ep.model, requests, ep.timeout_ms / 1000,
-                                ep.ttft_timeout_ms / 1000 if ep.ttft_timeout_ms else None, Credential.of(ep),
-                                sender_tls(ep), ep.token_count_output, counter)
+        return GrpcStreamSender(url, ep.model, requests, EndpointTimeouts.of(ep), Credential.of(ep), sender_tls(ep),
+                                ep.token_count_output, counter)
     return stream_sender(ep, url, pool, prompt_bodies(ep, seed, data_root, model_inputs, items), counter=counter)

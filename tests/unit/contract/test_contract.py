@@ -5,7 +5,7 @@ import pytest
 
 from tailrace.contract import messages
 from tailrace.contract.layout import RunLayout, chunk_name
-from tailrace.contract.plan import RunPlan, unresolved_plan
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits, RunPlan, unresolved_plan
 from tailrace.contract.profile import ProfileError, parse_profile
 from tailrace.contract.records import REQUEST_COLUMNS, ClockRow, RequestRow
 from tailrace.harness.control.plan_inbox import PlanInbox, StartInbox
@@ -101,3 +101,19 @@ def test_a_bare_number_where_a_distribution_is_asked_for_means_that_number_fixed
             "name": "chat", "url": "http://127.0.0.1:1", "protocol": "openai-chat", "model": "m",
             "sessions": {"turns": "four"}}], "regions": [{"name": "r", "share": 1.0}],
             "load": {"rate": 1, "duration_s": 1}}, "p.toml")
+
+
+def test_an_endpoints_timeouts_and_the_pools_are_resolved_once_in_seconds_and_logged():
+    stream = {"name": "llm", "url": "embedded", "protocol": "openai-chat", "model": "synthetic_lm",
+              "timeout_ms": 60_000, "ttft_timeout_ms": 2_500, "stall_timeout_ms": 750}
+    plan = unresolved_plan(parse_profile(PROFILE | {"endpoints": [*PROFILE["endpoints"], stream]}, "p"), "r", "d")
+    one_shot, llm = plan.profile.endpoints[0], plan.profile.endpoints[2]
+    assert EndpointTimeouts.of(llm) == EndpointTimeouts(60.0, 2.5, 0.75) and EndpointTimeouts.of(llm).check_s == 10.0
+    assert EndpointTimeouts.of(one_shot).first_token_s is None and EndpointTimeouts.of(one_shot).stall_s is None
+    assert EndpointTimeouts(3.0).check_s == 3.0  # a check never waits longer than the request would
+    limits = plan.pool_limits
+    assert limits.connections == plan.profile.generator.max_in_flight + 100 and limits.warm == 16
+    assert PoolLimits.sized(4) == PoolLimits(4, 4)
+    settings = "\n".join(plan.effective_settings())
+    assert "endpoint llm: openai-chat" in settings and "timeout 60 s, first token 2.5 s, stall 0.75 s" in settings
+    assert f"connections: {limits.connections} a sender, 16 opened before the start" in settings

@@ -12,6 +12,7 @@ import gevent
 import numpy as np
 import pytest
 
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
 from tailrace.harness.client.inline_http1 import InlinePoller
@@ -79,7 +80,7 @@ def send(request):
 @pytest.mark.parametrize("protocol", [CHAT, COMPLETIONS])
 def test_token_instants_match_the_sinks_write_instants(sink, protocol, send):
     url, log = sink
-    sender = StreamSender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], 10, 2.0, None)
+    sender = StreamSender(url, protocol, [request_body(protocol, "sink", "hello", TOKENS)], EndpointTimeouts(10, 2.0), None)
     if send is send_all:
         sender.warm_up()
     results = send(sender, 40, concurrency=20)
@@ -112,7 +113,7 @@ def test_token_instants_match_the_sinks_write_instants(sink, protocol, send):
 ])
 def test_stream_faults_are_classified(sink, mode, status, code, outcome, words, send):
     url, _ = sink
-    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], 10, 2.0, None)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], EndpointTimeouts(10, 2.0), None)
     [(_, out)] = send(sender, 1, 1)
     sender.close()
     assert out.status == status and (code is None or out.code == code), out
@@ -122,7 +123,7 @@ def test_stream_faults_are_classified(sink, mode, status, code, outcome, words, 
 
 def test_no_first_token_within_the_ttft_timeout(sink, send):
     url, _ = sink
-    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, 0.3, None)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], EndpointTimeouts(10, 0.3), None)
     began = time.perf_counter()
     [(_, out)] = send(sender, 1, 1)
     waited = time.perf_counter() - began
@@ -133,13 +134,13 @@ def test_no_first_token_within_the_ttft_timeout(sink, send):
 
 def test_a_refused_request_keeps_its_status_and_message(sink, send):
     url, _ = sink
-    sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], 5, None, None)
+    sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], EndpointTimeouts(5), None)
     [(_, out)] = send(sender, 1, 1)
     assert (out.status, out.code, out.error) == ("http_error", "429", "sink: too many requests"), out
     assert out.stream.first_token_ns == -1 and out.stream.output_tokens == 0
     sender.warm_up()  # the next request on the same keep-alive connection is fine
     sender.close()
-    wrong = StreamSender(url + "/nope", CHAT, [b"{}"], 5, None, None)
+    wrong = StreamSender(url + "/nope", CHAT, [b"{}"], EndpointTimeouts(5), None)
     with pytest.raises(ConnectionError, match="answered 404"):
         wrong.warm_up()  # before the start instant: GET /nope/v1/models is not a model list
 
@@ -148,14 +149,14 @@ def test_a_stream_that_stops_sending_is_stalled_once_its_stall_timeout_passes(si
     """mode:slow answers at once (headers and the role event), then sends nothing for 2 s: with a 0.5 s stall
     timeout the request ends `stalled` within the watchdog's check of it; streams that keep sending are untouched."""
     url, _ = sink
-    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)], 10, None, None,
-                          stall_timeout_s=0.5)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "mode:slow", TOKENS)],
+                          EndpointTimeouts(10, stall_s=0.5), None)
     sender.warm_up()
     began = time.perf_counter()
     [(_, out)] = send(sender, 1, 1)
     waited = time.perf_counter() - began
     assert out.status == "timeout" and out.code == "stalled" and out.stream.outcome == "stalled", out
     assert 0.5 <= waited < 1.2, waited
-    steady = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)], 10, None, None,
-                          stall_timeout_s=0.5, pool=50)
+    steady = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)],
+                          EndpointTimeouts(10, stall_s=0.5), None, pool=PoolLimits.sized(50))
     assert {o.stream.outcome for _, o in send(steady, 50, 50)} == {"complete"}

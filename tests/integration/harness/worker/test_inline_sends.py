@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tailrace.contract.layout import WorkerLayout
-from tailrace.contract.plan import unresolved_plan
+from tailrace.contract.plan import EndpointTimeouts, PoolLimits, unresolved_plan
 from tailrace.contract.profile import Check, parse_profile
 from tailrace.contract.requests import InputSpec, RequestSpec
 from tailrace.contract.trace_context import parse_traceparent
@@ -90,7 +90,8 @@ def _path(tmp_path, port: int, timeout_s: float = 2.0) -> RequestPath:
     samples = SampleSet({"input": [np.full(1, k, np.float32) for k in range(len(LABELS))]}, "stand-in", LABELS)
     request = RequestSpec(inputs=[InputSpec(name="input", datatype="FP32", shape=[1])], outputs=["label"],
                           output_datatypes={"label": "INT64"}, batched=True, batch_size=1, source="stand-in")
-    sender = HttpSender(f"http://127.0.0.1:{port}", "m", samples, request, timeout_s, pool=8, credential=None,
+    sender = HttpSender(f"http://127.0.0.1:{port}", "m", samples, request, EndpointTimeouts(timeout_s), pool=PoolLimits.sized(8),
+                        credential=None,
                         binary=False, wanted=("label",))
     clock, identity = WorkerClock(0), WorkerIdentity("r", 0)
     clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
@@ -145,7 +146,8 @@ def _stream_path(tmp_path, url: str, ttft_timeout_s: float | None = None) -> Req
                             "unit profile")
     plan = unresolved_plan(profile, "run-1", str(tmp_path))
     prompts = ["hello", "mode:slow"] if ttft_timeout_s else ["hello", "one two", "mode:error"]
-    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", p, 16) for p in prompts], 10, ttft_timeout_s, None)
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", p, 16) for p in prompts],
+                          EndpointTimeouts(10, ttft_timeout_s), None)
     clock, identity = WorkerClock(0), WorkerIdentity("r", 0)
     clocks = ClockSampler(clock, [], 1, identity.name, "r", lambda row: None, lambda msg: None)
     recorder = request_writer(WorkerLayout(tmp_path / "log"), max_rows=10**6, max_seconds=1e9)
@@ -224,7 +226,7 @@ def _run_sessions(tmp_path, url: str, inline: bool, sessions: int, apart_ms: flo
     ep = profile.endpoints[0]
     source, count = session_source(ep, 7, tmp_path)
     path = _stream_path(tmp_path, url)
-    path.senders[0] = StreamSender(url, CHAT, [], 10, None, None, samples=source.count)
+    path.senders[0] = StreamSender(url, CHAT, [], EndpointTimeouts(10), None, samples=source.count)
     loop = IssueLoop(path.send, spin_ns=1_500_000, drain_s=5.0)
     end = time.perf_counter_ns() + 30 * 10**9
     runner = SessionRunner(path.send, loop.wait_turn, {0: SessionEndpoint(ep, source, count)}, 7, lambda: end,
