@@ -24,7 +24,7 @@ import gevent  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import require, write_section  # noqa: E402
 from bench.generator_open_loop import start_nginx  # noqa: E402
-from tailrace.contract.plan import unresolved_plan  # noqa: E402
+from tailrace.contract.plan import PoolLimits, unresolved_plan  # noqa: E402
 from tailrace.contract.profile import parse_profile  # noqa: E402
 from tailrace.contract.requests import declared_request  # noqa: E402
 from tailrace.harness.client.request_data import samples_for  # noqa: E402
@@ -43,7 +43,7 @@ def sender_for(url: str, ca: Path | None, concurrency: int):
     ep = profile.endpoints[0]
     request = declared_request(ep, 1)
     samples = samples_for(unresolved_plan(profile, "bench", ""), ep, request)
-    sender = build_sender(ep, url, samples, request, stride=1, pool=concurrency, models_dir=Path("."))
+    sender = build_sender(ep, url, samples, request, stride=1, pool=PoolLimits.sized(concurrency), models_dir=Path("."))
     sender.warm_up()
     return sender
 

@@ -115,7 +115,7 @@ def test_handshake_failures_are_described_with_the_setting_to_check():
 
 @pytest.mark.parametrize("url,protocol", [("http://127.0.0.1:9", "kserve-http"), ("grpc://127.0.0.1:9", "kserve-grpc")])
 def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends_nothing(url, protocol, monkeypatch):
-    from tailrace.contract.plan import unresolved_plan
+    from tailrace.contract.plan import PoolLimits, unresolved_plan
     from tailrace.contract.records import STATUSES
     from tailrace.contract.requests import declared_request
     from tailrace.harness.client.request_data import samples_for
@@ -129,7 +129,7 @@ def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends
     ep = profile.endpoints[0]
     request = declared_request(ep, 1)
     sender = build_sender(ep, url, samples_for(unresolved_plan(profile, "t", ""), ep, request), request, stride=1,
-                          pool=1, models_dir=Path("."))
+                          pool=PoolLimits.sized(1), models_dir=Path("."))
     sent = []
     out = sender.send(0, {}, lambda: sent.append(1))
     sender.close()
