@@ -8,7 +8,6 @@ trials/<run-id>/ for each trial's run directory.
 """
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from datetime import datetime, timezone
@@ -33,6 +32,7 @@ from tailrace.analysis.report import plots
 from tailrace.contract.exit_codes import USAGE
 from tailrace.contract.layout import CapacityLayout, ReportLayout, write_atomic
 from tailrace.contract.profile import Profile
+from tailrace.contract.summary import CapacityResult, CapacityTrial, Recommendation
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
 from tailrace.harness.orchestration.local_run import LEAD_S, LocalRun
@@ -72,11 +72,14 @@ def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
         run.wait(lambda _r: None)
     finally:
         run.stop()
-    write_manifest(run.layout, run.manifest(interrupted=False))
+    layout = run.layout
+    if layout is None:  # (start made it, or raised)
+        raise RuntimeError("the trial's run directory was never made")
+    write_manifest(layout, run.manifest(interrupted=False))
     return run.run_dir
 
 
-def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dict:
+def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> CapacityTrial:
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.analyze_command import write_outputs
     from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
@@ -87,11 +90,11 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     outcome, why = classify_trial(s.slos, s.valid, s.invalid_reasons)
     overall = s.latency_row()
     streamed = s.overall_tokens()
-    row = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall.achieved_rate,
-           "count": overall.count, "errors": overall.errors, "mean_ms": overall.mean_ms,
-           "outcome": outcome, "why": why, "run_id": s.run_id,
-           # an undecided trial: how long one at this rate would take to decide (None: none would)
-           "to_decide_s": duration_to_decide_s(s.slos, duration_s) if outcome == UNDECIDED else None}
+    row: dict = {"trial": index, "rate": rate, "duration_s": duration_s, "achieved_rate": overall.achieved_rate,
+                 "count": overall.count, "errors": overall.errors, "mean_ms": overall.mean_ms,
+                 "outcome": outcome, "why": why, "run_id": s.run_id,
+                 # an undecided trial: how long one at this rate would take to decide (None: none would)
+                 "to_decide_s": duration_to_decide_s(s.slos, duration_s) if outcome == UNDECIDED else None}
     for p in ("p50", "p95", "p99"):
         est = overall.percentiles[p]
         row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est.value, est.ci_low, est.ci_high
@@ -104,7 +107,7 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> dic
     row["utilization"] = busiest.utilization if busiest else None
     row["mean_service_ms"] = busiest.mean_service_ms if busiest else None
     row["slots"] = busiest.slots if busiest else 1
-    return row
+    return CapacityTrial(**row)
 
 
 def _log(quiet: bool, msg: str) -> None:
@@ -112,7 +115,8 @@ def _log(quiet: bool, msg: str) -> None:
         print(msg, flush=True)
 
 
-def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: float | None = None) -> tuple[Path, dict]:
+def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: float | None = None
+                 ) -> tuple[Path, CapacityResult]:
     """Search, write the outputs; returns (capacity directory, result)."""
     check_profile(profile)
     c = profile.capacity
@@ -127,7 +131,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     slos = [s.model_dump(mode="json") for s in profile.slos]
     profile_dict = profile.model_dump(mode="json")
     state = SearchState(c.start_rate, c.growth, c.tolerance)
-    rows: list[dict] = []
+    rows: list[CapacityTrial] = []
     started = time.monotonic()
     budget_spent = False
     servers = None
@@ -147,24 +151,23 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
                 run_dir = _run_trial(_trial_profile(profile, rate, duration, index), layout.trials, servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
-                retry = retry_duration_s(row["outcome"], duration, c.max_trial_s, generator_retried,
-                                         row["to_decide_s"], first_at_rate=first_at_rate)
+                retry = retry_duration_s(row.outcome, duration, c.max_trial_s, generator_retried, row.to_decide_s,
+                                         first_at_rate=first_at_rate)
                 first_at_rate = False
-                if row["outcome"] == UNDECIDED and retry is None and duration < c.max_trial_s:
-                    row["why"] += beyond_reach(row["to_decide_s"], c.max_trial_s)
+                if row.outcome == UNDECIDED and retry is None and duration < c.max_trial_s:
+                    row.why += beyond_reach(row.to_decide_s, c.max_trial_s)
                 if retry is None or (time.monotonic() - started + retry + c.trial_warmup_s + TRIAL_OVERHEAD_S
                                      > budget):
                     break
-                if row["outcome"] == GENERATOR_LIMIT:
+                if row.outcome == GENERATOR_LIMIT:
                     generator_retried = True
-                    _log(quiet, f"trial {index}: {rate:g} req/s → generator-limit ({row['why']}); once more "
+                    _log(quiet, f"trial {index}: {rate:g} req/s → generator-limit ({row.why}); once more "
                                 "before the search trusts it")
                 duration = retry
-            state.record(rate, FAIL if row["outcome"] == UNDECIDED else row["outcome"])
-            _log(quiet, f"trial {index}: {rate:g} req/s → {row['outcome']} (p99 "
-                        f"{row['p99_ms'] if row['p99_ms'] is None else round(row['p99_ms'], 2)} ms, "
-                        f"ρ {row['utilization'] if row['utilization'] is None else round(row['utilization'], 2)}): "
-                        f"{row['why']}")
+            state.record(rate, FAIL if row.outcome == UNDECIDED else row.outcome)
+            _log(quiet, f"trial {index}: {rate:g} req/s → {row.outcome} (p99 "
+                        f"{row.p99_ms if row.p99_ms is None else round(row.p99_ms, 2)} ms, "
+                        f"ρ {row.utilization if row.utilization is None else round(row.utilization, 2)}): {row.why}")
     finally:
         if servers is not None:
             servers.stop()
@@ -173,7 +176,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     return cap_dir, result
 
 
-def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spent: bool, elapsed_s: float) -> dict:
+def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, budget_spent: bool,
+              elapsed_s: float) -> CapacityResult:
     """The search's answer, its bracket, how it ended, and the provisioning recommendation."""
     c = profile.capacity
     lo, hi = state.highest_pass, state.lowest_fail
@@ -183,9 +187,9 @@ def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spe
                 if lo else "the generators saturated before any rate passed")
     elif state.converged():
         status = "found"
-        above = next((r for r in reversed(rows) if r["rate"] == hi), None)
+        above = next((r for r in reversed(rows) if r.rate == hi), None)
         how = ("no trial up to max_trial_s could decide (as near capacity as the search resolves)"
-               if above is not None and above["outcome"] == UNDECIDED else "failed")
+               if above is not None and above.outcome == UNDECIDED else "failed")
         note = f"capacity {lo:g} req/s, within {c.tolerance:.0%} of the next rate, {hi:g}, which {how}"
     elif lo is None:
         status = "none"
@@ -194,37 +198,38 @@ def summarize(state: SearchState, rows: list[dict], profile: Profile, budget_spe
         status = "budget"
         note = (f"time budget spent before the bracket closed: capacity between {lo:g} and {hi:g} req/s" if hi
                 else f"time budget spent while every rate passed: capacity is at least {lo:g} req/s")
-    result = {"profile": profile.name, "status": status, "note": note, "capacity_rps": lo,
-              "bracket": [lo, hi], "tolerance": c.tolerance, "trials": len(rows), "elapsed_s": elapsed_s,
-              "slos": [s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS]}
-    best = next((r for r in reversed(rows) if r["rate"] == lo), None)
-    if best is not None and best.get("output_tokens_per_s") is not None:
-        result["capacity_output_tokens_per_s"] = best["output_tokens_per_s"]
-        result["note"] += f" ({best['output_tokens_per_s']:,.0f} output tokens/s at that rate)"
-    if lo and best:
-        result["recommendation"] = recommendation(lo, best["mean_service_ms"], best["slots"], best["mean_ms"],
-                                                  c.headroom, c.max_utilization, c.peak_rate)
-    result["exit_code"] = {"found": 0, "at-least": 4, "budget": 3, "none": 1}[status]
-    return result
+    best = next((r for r in reversed(rows) if r.rate == lo), None)
+    tokens_per_s = best.output_tokens_per_s if best is not None else None
+    if tokens_per_s is not None:
+        note += f" ({tokens_per_s:,.0f} output tokens/s at that rate)"
+    advice = recommendation(lo, best.mean_service_ms, best.slots, best.mean_ms, c.headroom, c.max_utilization,
+                            c.peak_rate) if lo and best else None
+    return CapacityResult(profile=profile.name, status=status, note=note, capacity_rps=lo, bracket=[lo, hi],
+                          tolerance=c.tolerance, trials=len(rows), elapsed_s=elapsed_s,
+                          slos=[s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS],
+                          capacity_output_tokens_per_s=tokens_per_s,
+                          recommendation=Recommendation(**advice) if advice else None,
+                          exit_code={"found": 0, "at-least": 4, "budget": 3, "none": 1}[status], trial_rows=rows)
 
 
-def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile: Profile) -> None:
+def write_capacity_report(cap_dir: Path, result: CapacityResult, rows: list[CapacityTrial], profile: Profile) -> None:
     """capacity.json, trials.csv, latency_vs_load.svg and index.html of one capacity search."""
     import html
 
     layout = CapacityLayout(cap_dir)
-    write_atomic(layout.result, json.dumps({**result, "trial_rows": rows}, indent=2, default=str))
-    write_atomic(layout.trials_table, pd.DataFrame(rows).to_csv(index=False))
-    svg = plots.latency_vs_load_svg(rows, result) if rows else ""
+    write_atomic(layout.result, result.model_dump_json(indent=2, exclude_none=False))
+    trials = [r.raw for r in rows]
+    write_atomic(layout.trials_table, pd.DataFrame(trials).to_csv(index=False))
+    svg = plots.latency_vs_load_svg(trials, result.raw) if rows else ""
     write_atomic(layout.figure, svg)
-    streamed = any(r.get("output_tokens_per_s") is not None for r in rows)
+    streamed = any(r.output_tokens_per_s is not None for r in rows)
     cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
             "p99_ci_low", "p99_ci_high", "utilization", "outcome", "why"]
     if streamed:  # a generative profile: its tokens/s and token latencies beside the E2E ones
         cols[6:6] = ["output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"]
-    table = pd.DataFrame(rows, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
+    table = pd.DataFrame(trials, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
                                                      classes="trials", border=0)
-    rec = result.get("recommendation") or {}
+    rec = result.recommendation.raw if result.recommendation else {}
     rec_rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(round(v, 3) if isinstance(v, float) else v))}"
                        f"</td></tr>" for k, v in rec.items())
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>capacity {html.escape(profile.name)}"
@@ -232,7 +237,7 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
             f"td,th{{padding:2px 8px;text-align:right;white-space:nowrap}}table{{border-collapse:collapse}}"
             f"td:last-child{{text-align:left;white-space:normal;min-width:20em}}"
             f"</style></head><body><h1>Capacity search — {html.escape(profile.name)}</h1>"
-            f"<p id='answer'><b>{html.escape(result['status'])}</b>: {html.escape(result['note'])}</p>"
+            f"<p id='answer'><b>{html.escape(result.status)}</b>: {html.escape(result.note)}</p>"
             f"<h2>Latency vs offered load</h2>{svg}<h2>Trials</h2>{table}"
             f"<h2>Recommendation</h2><table>{rec_rows}</table>"
             f"<p>Planned rate per instance = min(capacity / headroom, max_utilization × slots / S); by Little's law "
@@ -240,32 +245,34 @@ def write_capacity_report(cap_dir: Path, result: dict, rows: list[dict], profile
     write_atomic(layout.page, page)
 
 
-def print_result(result: dict, rows: list[dict], cap_dir: Path) -> None:
+def print_result(result: CapacityResult, cap_dir: Path) -> None:
     from rich.table import Table
 
     from tailrace.contract.terminal import console as terminal_console
 
     console = terminal_console()
-    streamed = any(r.get("output_tokens_per_s") is not None for r in rows)
+    rows = result.trial_rows
+    streamed = any(r.output_tokens_per_s is not None for r in rows)
     t = Table(title="capacity trials")
     for col in ("rate", "s", "achieved", *(("tokens/s", "TTFT p99", "TPOT p99") if streamed else ()), "p50", "p95",
                 "p99 [95% CI]", "ρ", "outcome"):
         t.add_column(col, justify="right")
+    def f(v: float | None) -> str:
+        return "–" if v is None or v != v else f"{v:.2f}"
+
     for r in rows:
-        f = (lambda v: "–" if v is None or v != v else f"{v:.2f}")
-        tokens = (f(r["output_tokens_per_s"]), f(r["ttft_p99_ms"]), f(r["tpot_p99_ms"])) if streamed else ()
-        t.add_row(f"{r['rate']:g}", f"{r['duration_s']:g}", f(r["achieved_rate"]), *tokens, f(r["p50_ms"]),
-                  f(r["p95_ms"]), f"{f(r['p99_ms'])} [{f(r['p99_ci_low'])}, {f(r['p99_ci_high'])}]",
-                  f(r["utilization"]), r["outcome"])
+        tokens = (f(r.output_tokens_per_s), f(r.ttft_p99_ms), f(r.tpot_p99_ms)) if streamed else ()
+        t.add_row(f"{r.rate:g}", f"{r.duration_s:g}", f(r.achieved_rate), *tokens, f(r.p50_ms), f(r.p95_ms),
+                  f"{f(r.p99_ms)} [{f(r.p99_ci_low)}, {f(r.p99_ci_high)}]", f(r.utilization), r.outcome)
     console.print(t)
-    colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result["status"]]
-    console.print(f"[bold {colour}]{result['status']}[/]: {result['note']}")
-    rec = result.get("recommendation")
+    colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result.status]
+    console.print(f"[bold {colour}]{result.status}[/]: {result.note}")
+    rec = result.recommendation
     if rec:
-        console.print(f"plan ≤ {rec['planned_rate_per_instance']:.1f} req/s per instance (limited by "
-                      f"{rec['limited_by']}; headroom ×{rec['headroom']:g}, ρ ≤ {rec['max_utilization']:g})"
-                      + (f"; peak {rec['peak_rate']:g}/s needs {rec['instances_for_peak']} instance(s)"
-                         if rec.get("peak_rate") else ""))
+        console.print(f"plan ≤ {rec.planned_rate_per_instance:.1f} req/s per instance (limited by "
+                      f"{rec.limited_by}; headroom ×{rec.headroom:g}, ρ ≤ {rec.max_utilization:g})"
+                      + (f"; peak {rec.peak_rate:g}/s needs {rec.instances_for_peak} instance(s)"
+                         if rec.peak_rate else ""))
     console.print(f"capacity report: {CapacityLayout(cap_dir).page}")
 
 
@@ -283,7 +290,6 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
     except (CapacityError, EndpointCheckError, LowDiskError) as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
         return USAGE
-    rows = json.loads(CapacityLayout(cap_dir).result.read_text())["trial_rows"]
-    print_result(result, rows, cap_dir)
-    return result["exit_code"]
+    print_result(result, cap_dir)
+    return result.exit_code
 

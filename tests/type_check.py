@@ -20,7 +20,8 @@ ROOMS = ("contract", "endpoints", "harness", "analysis")
 LINKS = ROOT / "build" / "typecheck" / "tailrace"
 # Clean, and kept so: the shared contract, the result types and their readers. A module joins once it is clean.
 CHECKED = ("tailrace.contract", "tailrace.results", "tailrace.api", "tailrace.analysis.analyze_command",
-           "tailrace.analysis.report.html", "tailrace.analysis.report.junit", "tailrace.analysis.decide.capacity_search")
+           "tailrace.analysis.report.html", "tailrace.analysis.report.junit", "tailrace.analysis.decide.capacity_search",
+           "tailrace.capacity", "tailrace.harness.client.http_transport")
 
 
 def link_package() -> Path:

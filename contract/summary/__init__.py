@@ -2,6 +2,7 @@
 builds and writes as report/summary.json, and what the report, compare, capacity, variants, the JUnit writer and
 the Python API read."""
 from tailrace.contract.summary.base import ALL, Estimate, Row, SummaryError, TokenMetric
+from tailrace.contract.summary.capacity import CapacityResult, CapacityTrial, Recommendation
 from tailrace.contract.summary.run_summary import READABLE_VERSIONS, SUMMARY_VERSION, RunSummary, summary_schema
 from tailrace.contract.summary.sections import (
     Decision,
@@ -42,6 +43,9 @@ from tailrace.contract.summary.tables import (
 )
 
 __all__ = [
+    "CapacityResult",
+    "CapacityTrial",
+    "Recommendation",
     "ALL",
     "ArrivalProcessRow",
     "ArrivalsRow",

@@ -52,12 +52,12 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     cap_dir, result = run_capacity(mm1_profile(model_repo), tmp_path, quiet=True)
     # M/M/1 sojourn time is Exp(μ − λ): p99 = ln(100) / (μ − λ) = T  ⇒  λ* = μ − ln(100) / T
     theory = 1000 / MM1_S_MS - math.log(100) / (SLO_MS / 1000)
-    assert result["status"] == "found", result["note"]
-    lo, hi = result["bracket"]
-    assert hi / lo - 1 <= TOLERANCE and result["capacity_rps"] == lo, (result["bracket"], result["capacity_rps"])
+    assert result.status == "found", result.note
+    lo, hi = result.bracket
+    assert hi / lo - 1 <= TOLERANCE and result.capacity_rps == lo, (result.bracket, result.capacity_rps)
     # The bracket holds theory, within 15% above it; below, 25%: this VM's hypervisor takes CPU in bursts under
     # load (steal), and stalls only ever add latency, so they can make the search find less than theory, never more.
-    assert lo < theory * 1.15 and hi > theory * 0.75, (result["bracket"], theory)
+    assert lo < theory * 1.15 and hi > theory * 0.75, (result.bracket, theory)
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
     assert list(dict.fromkeys(r["rate"] for r in rows))[:2] == [300, 600]  # a retried rate repeats
     for r in (r for r in rows if r["outcome"] == PASS):
@@ -70,8 +70,8 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
             ("latency", False, "PASS"), ("error_rate", True, "PASS")]
         assert summary["slos"][0]["measured"] < SLO_MS
     assert any(r["p99_ms"] is not None for r in rows if r["outcome"] == PASS), rows
-    rec = result["recommendation"]
-    assert rec["planned_rate_per_instance"] <= lo / 1.5 + 1e-9 and rec["instances_for_peak"] >= 600 / (lo / 1.5)
+    rec = result.recommendation
+    assert rec.planned_rate_per_instance <= lo / 1.5 + 1e-9 and rec.instances_for_peak >= 600 / (lo / 1.5)
     for name in ("index.html", "trials.csv", "latency_vs_load.svg"):
         assert (cap_dir / name).stat().st_size > 0
     assert "<svg" in (cap_dir / "index.html").read_text()
@@ -94,9 +94,9 @@ def test_a_trial_above_capacity_fails_on_its_growing_backlog(model_repo, tmp_pat
     rate = 1.2 * 1000 / MM1_S_MS
     run_dir = _run_trial(_trial_profile(profile, rate, 6.0, 0), tmp_path, None)
     row = _trial_row(0, rate, 6.0, run_dir)
-    print(f"trial at {rate:g}/s: {row['outcome']} — {row['why']}; p99 {row['p99_ms']} ms")
-    assert row["outcome"] == "fail" and row["why"].startswith("backlog growing"), row
-    assert "latency rose through the run" in row["why"]
+    print(f"trial at {rate:g}/s: {row.outcome} — {row.why}; p99 {row.p99_ms} ms")
+    assert row.outcome == "fail" and row.why.startswith("backlog growing"), row
+    assert "latency rose through the run" in row.why
 
 
 # synthetic_lm's known times (endpoints/models/generative_build.py): a step of every running sequence takes
@@ -136,11 +136,11 @@ def test_capacity_search_on_synthetic_lm_finds_its_rate_and_tokens_per_second(mo
     ceiling = MAX_NUM_SEQS / (OUTPUT * (STEP_MS + PER_SEQ_MS * MAX_NUM_SEQS) / 1000)
     rows = json.loads((cap_dir / "capacity.json").read_text())["trial_rows"]
     trials = [(r["rate"], r["outcome"], r["why"][:120]) for r in rows]
-    assert result["status"] == "found", (result["note"], trials)
-    assert 0.55 * ceiling < result["capacity_rps"] < ceiling, (result["capacity_rps"], ceiling, trials)
-    tokens = result["capacity_output_tokens_per_s"]
-    assert tokens == pytest.approx(result["capacity_rps"] * OUTPUT, rel=0.15), (tokens, result["capacity_rps"])
-    assert "output tokens/s at that rate" in result["note"]
+    assert result.status == "found", (result.note, trials)
+    assert 0.55 * ceiling < result.capacity_rps < ceiling, (result.capacity_rps, ceiling, trials)
+    tokens = result.capacity_output_tokens_per_s
+    assert tokens == pytest.approx(result.capacity_rps * OUTPUT, rel=0.15), (tokens, result.capacity_rps)
+    assert "output tokens/s at that rate" in result.note
     passing = [r for r in rows if r["outcome"] == PASS]
     assert passing and all(r["tpot_p50_ms"] < 12 for r in passing), rows
     failing = [r for r in rows if r["outcome"] == "fail"]

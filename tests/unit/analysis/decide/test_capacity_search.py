@@ -19,7 +19,7 @@ from tailrace.analysis.decide.capacity_search import (
     retry_duration_s,
     trial_duration_s,
 )
-from tailrace.contract.summary import SloVerdict
+from tailrace.contract.summary import CapacityTrial, SloVerdict
 from tests.support import split_cpus
 
 
@@ -161,7 +161,8 @@ def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided()
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": 50}]}, "test profile")
 
     def row(rate, outcome):
-        return {"rate": rate, "outcome": outcome, "mean_service_ms": 2.0, "slots": 1, "mean_ms": 5.0}
+        return CapacityTrial(trial=0, rate=rate, duration_s=8, achieved_rate=rate, count=800, errors=0, outcome=outcome,
+                             why="", run_id="r", mean_service_ms=2.0, slots=1, mean_ms=5.0)
 
     for above, words in ((FAIL, "failed"),
                          (UNDECIDED, "no trial up to max_trial_s could decide (as near capacity as the search "
@@ -171,5 +172,5 @@ def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided()
             state.record(rate, outcome)
         rows = [row(100, PASS), row(200, PASS), row(400, above), row(390, PASS)]
         result = summarize(state, rows, profile, False, 60.0)
-        assert result["status"] == "found" and result["capacity_rps"] == 390, result
-        assert result["note"] == f"capacity 390 req/s, within 5% of the next rate, 400, which {words}", result["note"]
+        assert result.status == "found" and result.capacity_rps == 390, result
+        assert result.note == f"capacity 390 req/s, within 5% of the next rate, 400, which {words}", result.note
