@@ -643,8 +643,7 @@ class Generator(_Strict):
                               "written while no send is due (inline), or a greenlet a request (greenlet)")
     ship_dir: str | None = Field(None, description="where remote workers write chunks (a shared directory)")
     cpus: list[Annotated[int, Field(ge=0)]] | None = Field(
-        None, min_length=1, description="pin the local Locust workers and delay proxies to these CPUs; the master "
-                                        "runs on the machine's other CPUs (on these when there are none)")
+        None, min_length=1, description="pin the local Locust master, workers and delay proxies to these CPUs")
     master_timeout_s: float = Field(30, ge=3, le=3600, description="a worker keeps its schedule through a silent "
                                                                    "master this long (and the master a silent worker) "
                                                                    "before it stops: robustness against how long "

@@ -7,7 +7,6 @@ one Locust worker per region worker; shows live progress; stops everything by PI
 """
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 from dataclasses import dataclass, field
@@ -50,16 +49,6 @@ def describe_load(profile: Profile) -> str:
     if load.scenario == "multi-stream":
         return f"multi-stream ({load.samples_per_query} samples every {load.interval_ms:g} ms per region)"
     return f"offline (batches of {load.offline_batch}, {load.offline_concurrency} in flight per worker)"
-
-
-def master_cpus(worker_cpus: list[int] | None) -> list[int] | None:
-    """Where the local Locust master runs: off the workers' cores when `generator.cpus` pins them and this machine
-    has others (a worker's core is its own: the master's work on the workers' reports took it from a burst's sends,
-    docs/DECISIONS.md), else beside them."""
-    if not worker_cpus:
-        return None
-    others = sorted(set(os.sched_getaffinity(0)) - set(worker_cpus))
-    return others or worker_cpus
 
 
 @dataclass
@@ -155,7 +144,7 @@ class LocalRun:
         self.lifecycle.open(stats_targets(self.plan), proxied_regions(resolved))
         write_cold_starts(self.layout, self._cold_starts())
         self.local_workers = LocalWorkers(self.plan, self.layout, p.generator.cpus)
-        self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, master_cpus(p.generator.cpus))
+        self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, p.generator.cpus)
         self.processes.append(self.lifecycle.master)
         self.processes.extend(self.local_workers.processes.values())
         self.log(f"run {self.run_id}: {len(self.workers)} worker(s) in {len(p.regions)} region(s), "
