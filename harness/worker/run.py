@@ -17,6 +17,7 @@ import gevent
 
 from tailrace.contract.layout import RunLayout, write_atomic
 from tailrace.contract.plan import RunPlan
+from tailrace.harness.worker.descriptors import DESCRIPTOR_MARGIN, reserve_descriptors
 from tailrace.contract.profile import MASTER_CLOCK
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
@@ -145,7 +146,10 @@ class WorkerRun:
         self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
 
     def warm_up(self) -> None:
-        """Open connections before the start instant, so that connecting is not counted as send lag."""
+        """Open connections before the start instant, so that connecting is not counted as send lag; the descriptor
+        table grown first to the pools' size (harness/worker/descriptors.py: a growth mid-run sleeps for ms)."""
+        wanted = len(self.path.senders) * self.plan.pool_limits.connections + DESCRIPTOR_MARGIN
+        self.log(f"descriptor table: {reserve_descriptors(wanted)} (for {wanted})")
         for sender in self.path.senders:
             try:
                 sender.warm_up()
