@@ -40,8 +40,8 @@ from tailrace.analysis.stats.latency import (
     request_count_table,
     with_stream_goodput,
 )
-from tailrace.analysis.stats.outages import outage_windows
 from tailrace.analysis.stats.poisson_checks import arrival_checks
+from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from tailrace.analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
 from tailrace.analysis.stats.sessions import (
@@ -54,7 +54,7 @@ from tailrace.analysis.stats.sessions import (
     turn_table,
 )
 from tailrace.analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
-from tailrace.analysis.stats.timeline import Timeline, timeline
+from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
@@ -176,6 +176,8 @@ class _RunStatistics:
                                  for n, w in (data.manifest.get("workers") or {}).items()}
         self.report_columns = REPORT_COLUMNS if run.figures.ahead else ()
         generative = self.generative = {e.name for e in p.endpoints if e.generative}
+        self.embedding_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "openai-embeddings")
+        self.rerank_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "rerank")
         self.streamed = frozenset(generative)
         self.token_columns = TOKEN_COLUMNS if generative else ()
         # and when: a TTFT that trends
@@ -308,6 +310,9 @@ class _RunStatistics:
                 c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
                       uses=("timeline",), beside="cdfs"),
             Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
+            *(Statistic(name, POOLING_COLUMNS if names else (), lambda c, r, names=names: pooling_table(
+                c.frame(POOLING_COLUMNS).loc[run.in_measured], duration, names, self.slos) if names else [])
+              for name, names in (("embeddings", self.embedding_endpoints), ("rerank", self.rerank_endpoints))),
         ]
 
     def streams(self) -> list[Statistic]:
@@ -341,8 +346,8 @@ def _statistics(run: _Run) -> list[Statistic]:
 # the results the summary is made of (the others are dropped after their last user)
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
-                   "errors", "tokens", "ttft_decomposition", "token_curves", "token_timeline", "token_verdicts",
-                   "sessions"}
+                   "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
+                   "token_verdicts", "sessions"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -463,8 +468,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
-        "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"],
-        "ttft_decomposition": r["ttft_decomposition"], "sessions": r["sessions"],
+        "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
+        "ttft_decomposition": r["ttft_decomposition"], **{n: r[n] for n in ("embeddings", "rerank") if r[n]},
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })
@@ -481,6 +486,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
         tables["tokens"] = flat_token_rows(r["tokens"])
         tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
+    tables |= {name: pd.DataFrame([{k: v for k, v in row.items() if k != "by_batch"} for row in r[name]])
+               for name in ("embeddings", "rerank") if r[name]}
     if r["sessions"]:
         tables["turns"] = flat_turn_rows(r["sessions"]["turns"])
         tables["sessions"] = pd.DataFrame([{k: v for k, v in row.items() if k != "ended"}

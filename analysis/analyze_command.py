@@ -28,6 +28,10 @@ def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
     write_atomic(report.page, render(analysis, figures))
 
 
+def _number(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
 def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
@@ -70,6 +74,18 @@ def print_summary(summary: RunSummary) -> None:
                            cell(t.ttft_ms.at("p50")), cell(t.ttft_ms.at("p99")), cell(t.tpot_ms.at("p50")),
                            cell(t.itl_ms.at("p99")), cell(t.e2e_ms.at("p99")))
         console.print(tokens)
+    for rows, unit, title in ((summary.embeddings, "inputs", "embeddings (inputs: the texts requests carried"),
+                              (summary.rerank, "documents", "rerank (documents: those requests asked to score")):
+        if not rows:
+            continue
+        table = Table(title=f"{title}; tokens: the server's usage)")
+        for col in ("endpoint", "region", "ok", f"{unit}/s", f"{unit}/request", "input tokens/s", f"goodput {unit}/s"):
+            table.add_column(col, justify="right")
+        for e in rows:
+            table.add_row(e.endpoint, e.region, f"{e.ok:,}/{e.requests:,}", _number(e.inputs_per_s, 1),
+                          _number(e.mean_inputs_per_request, 2), _number(e.input_tokens_per_s),
+                          _number(e.good_inputs_per_s, 1))
+        console.print(table)
     if summary.slos:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):

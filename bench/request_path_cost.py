@@ -42,8 +42,7 @@ from tailrace.harness.client.payloads import AnswerCheck  # noqa: E402
 from tailrace.harness.orchestration.endpoint_check import resolve_requests  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
 from tailrace.harness.spool.recorder import request_writer  # noqa: E402
-from tailrace.harness.worker.clock import WorkerClock  # noqa: E402
-from tailrace.harness.worker.clock_sampler import ClockSampler  # noqa: E402
+from tailrace.harness.worker.clock import ClockSampler, WorkerClock  # noqa: E402
 from tailrace.harness.worker.endpoint_senders import EndpointSenders  # noqa: E402
 from tailrace.harness.worker.identity import WorkerIdentity  # noqa: E402
 from tailrace.harness.worker.inline_sends import InlineSends  # noqa: E402

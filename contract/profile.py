@@ -25,9 +25,11 @@ class _Strict(BaseModel):
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
 # streamed generation: OpenAI-compatible completions, Triton's generate extension
 GENERATIVE = ("openai-chat", "openai-completions", "triton-generate", "kserve-grpc-stream")
+POOLING = ("openai-embeddings", "rerank")  # texts in, numbers out (vectors, scores): one whole reply
 SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
            "openai-completions": ("http", "https"), "triton-generate": ("http", "https"),
-           "kserve-grpc-stream": ("grpc", "grpcs")}
+           "kserve-grpc-stream": ("grpc", "grpcs"), "openai-embeddings": ("http", "https"),
+           "rerank": ("http", "https")}
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -175,6 +177,40 @@ class Prompts(_Strict):
                                                               "drawn in turn")
 
 
+class Embeddings(_Strict):
+    """What an openai-embeddings endpoint is sent beside its texts (`prompts`): how many texts a request carries,
+    how the vectors come back, and the dimension asked for."""
+
+    inputs: TokenCount = Field(default_factory=lambda: TokenCount(mean=1), description="texts a request carries "
+                               "(`input` as one text when 1, else a batch), fixed or drawn per request")
+    encoding_format: Literal["float", "base64"] = Field("float", description="the vectors as JSON numbers, or "
+                                                                             "base64 little-endian float32")
+    dimensions: int | None = Field(None, ge=1, le=65_536, description="ask for vectors of this dimension "
+                                   "(Matryoshka models); every reply is checked against it. Unset: not asked, and "
+                                   "every vector of the run must have the first reply's dimension")
+
+
+class Rerank(_Strict):
+    """What a rerank endpoint is sent: a query (its `prompts`) and documents to order — drawn, or a file's — and
+    which rerank API its server speaks."""
+
+    api: Literal["cohere", "tei", "score"] = Field(
+        "cohere", description="cohere: {query, documents, top_n} → results with relevance_score (vLLM's /rerank, "
+                              "/v1/rerank, /v2/rerank, Infinity, Jina, Cohere); tei: TEI's /rerank {query, texts} → "
+                              "[{index, score}]; score: vLLM's /score {text_1, text_2} → data with score")
+    path: str | None = Field(None, pattern=r"^/[^\s]*$", description="the route (default: /v1/rerank, /rerank, "
+                                                                     "/score by api)")
+    documents: TokenCount = Field(default_factory=lambda: TokenCount(mean=16), description="documents a request "
+                                  "carries, fixed or drawn per request (a file's line: its own)")
+    document_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=128), description="a synthetic "
+                                        "document's length (words, or prompts.tokenizer's tokens)")
+    top_n: int | None = Field(None, ge=1, le=10_000, description="cohere: ask for the best top_n only (every reply "
+                                                                 "is checked for min(top_n, documents) results)")
+    file: str | None = Field(None, min_length=1, description="a JSONL file, one {\"query\": …, \"documents\": […]} "
+                             "a line (also \"passages\" or \"candidates\"; a document may be {\"text\": …}): its "
+                             "queries and documents instead of drawn ones")
+
+
 class ThinkTime(_Strict):
     """The user's pause between a reply's end and the next turn's send (seconds; a bare number: fixed)."""
 
@@ -225,11 +261,13 @@ class Endpoint(_Strict):
     url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions",
-                      "triton-generate", "kserve-grpc-stream"] = Field(
+                      "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank"] = Field(
         description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network "
                     "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions; "
                     "triton-generate: Triton's /v2/models/{model}/generate_stream; kserve-grpc-stream: "
-                    "ModelStreamInfer on a decoupled model")
+                    "ModelStreamInfer on a decoupled model; openai-embeddings: /v1/embeddings (vLLM, TEI, Infinity, "
+                    "llama.cpp, Triton's OpenAI frontend); rerank: a query and documents scored (vLLM, TEI, "
+                    "Infinity, Cohere-style)")
     model: str
     weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
     timeout_ms: float = Field(5000, gt=0, description="a request's whole time; default 5 s, or for a generative "
@@ -270,6 +308,10 @@ class Endpoint(_Strict):
                                                                    "(stalled)")
     sessions: Sessions | None = Field(None, description="generative endpoints: multi-turn sessions (arrivals start "
                                                         "sessions)")
+    embeddings: Embeddings | None = Field(None, description="openai-embeddings: texts per request, the vectors' "
+                                                            "encoding and dimension (texts: `prompts`)")
+    rerank: Rerank | None = Field(None, description="rerank: the API, the documents per request, top_n (the query: "
+                                                    "`prompts`)")
     token_count_output: str | None = Field(None, min_length=1, description="triton-generate: the output field "
                                            "saying how many tokens an event carries (the vLLM backend's "
                                            "num_output_tokens); default: one event = one token")
@@ -321,13 +363,22 @@ class Endpoint(_Strict):
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
         started = (EMBEDDED, TRITON) if self.protocol in ("triton-generate", "kserve-grpc-stream") else (EMBEDDED,)
-        if self.generative and not scheme and self.url not in started:
+        if (self.generative or self.pooling) and not scheme and self.url not in started:
             raise ValueError(f"url: protocol {self.protocol!r} needs a URL "
                              f"({' or '.join(s + '://' for s in SCHEMES[self.protocol])}), or "
                              f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
                              f"not {self.url!r}")
-        if not self.generative and (self.prompts is not None or self.ttft_timeout_ms is not None
-                                    or self.stall_timeout_ms is not None or self.sessions is not None):
+        if self.pooling and (self.ttft_timeout_ms is not None or self.stall_timeout_ms is not None
+                             or self.sessions is not None):
+            raise ValueError(f"ttft_timeout_ms, stall_timeout_ms and sessions are for streamed endpoints: a "
+                             f"{self.protocol} reply comes whole")
+        if self.embeddings is not None and self.protocol != "openai-embeddings":
+            raise ValueError("embeddings is for openai-embeddings endpoints")
+        if self.rerank is not None and self.protocol != "rerank":
+            raise ValueError("rerank is for rerank endpoints")
+        if not self.generative and not self.pooling and (
+                self.prompts is not None or self.ttft_timeout_ms is not None
+                or self.stall_timeout_ms is not None or self.sessions is not None):
             raise ValueError("prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints "
                              "(openai-chat, openai-completions, triton-generate, kserve-grpc-stream)")
         if self.sessions is not None and self.protocol not in ("openai-chat", "openai-completions"):
@@ -340,7 +391,13 @@ class Endpoint(_Strict):
 
     @property
     def generative(self) -> bool:
+        """Streams tokens (TTFT, TPOT, ITL)."""
         return self.protocol in GENERATIVE
+
+    @property
+    def pooling(self) -> bool:
+        """Texts in, vectors out (embeddings): no tensors to resolve, no tokens streamed."""
+        return self.protocol in POOLING
 
     @property
     def uses_tls(self) -> bool:
@@ -729,8 +786,8 @@ class Profile(_Strict):
 
     @property
     def kserve_endpoints(self) -> list[Endpoint]:
-        """The KServe v2 endpoints (every one but the generative)."""
-        return [e for e in self.endpoints if not e.generative]
+        """The KServe v2 endpoints (every one but the generative and the embeddings)."""
+        return [e for e in self.endpoints if not e.generative and not e.pooling]
 
     @property
     def uses_triton(self) -> bool:

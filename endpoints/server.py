@@ -58,9 +58,13 @@ class ServerTls:
             require_client_auth=self.client_ca is not None)
 
 
+UNVERSIONED = ("/rerank", "/v2/rerank", "/score")  # vLLM's pooling routes outside /v1/
+
+
 def with_generation_routes(kserve_app, hub: StreamHub | None):
     """The KServe v2 application, with the generative models' routes in front when there are any: /v1/… (the
-    OpenAI-compatible ones) and /v2/models/{m}/generate[_stream] (Triton's generate extension)."""
+    OpenAI-compatible ones, and vLLM's unversioned /rerank, /score and /v2/rerank) and /v2/models/{m}/generate[_stream]
+    (Triton's generate extension)."""
     if hub is None:
         return kserve_app
     openai, generate = OpenAIRoutes(hub), GenerateRoutes(hub)
@@ -68,7 +72,7 @@ def with_generation_routes(kserve_app, hub: StreamHub | None):
     def app(scope, receive, send):
         if scope["type"] == "http":
             path = scope["path"]
-            if path.startswith("/v1/"):
+            if path.startswith("/v1/") or path.rstrip("/") in UNVERSIONED:
                 return openai(scope, receive, send)
             if path.endswith(("/generate", "/generate_stream")):
                 target = generate.target(path)

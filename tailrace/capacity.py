@@ -99,6 +99,10 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> Cap
         est = overall.percentiles[p]
         row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est.value, est.ci_low, est.ci_high
     row["output_tokens_per_s"] = streamed.output_tokens_per_s if streamed else None
+    pooled = [*s.embeddings, *s.rerank]
+    texts = [e.inputs_per_s for e in pooled if e.region == "*" or all(
+        o.region != "*" for o in pooled if o.endpoint == e.endpoint)]  # per endpoint: over its regions
+    row["inputs_per_s"] = sum(v or 0.0 for v in texts) if texts else None
     for metric in ("ttft", "tpot"):
         for p in ("p50", "p99"):
             row[f"{metric}_{p}_ms"] = streamed.metric(metric).at(p).value if streamed else None
@@ -202,12 +206,15 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
     tokens_per_s = best.output_tokens_per_s if best is not None else None
     if tokens_per_s is not None:
         note += f" ({tokens_per_s:,.0f} output tokens/s at that rate)"
+    inputs_per_s = best.inputs_per_s if best is not None else None
+    if inputs_per_s is not None:
+        note += f" ({inputs_per_s:,.1f} texts or documents/s at that rate)"
     advice = recommendation(lo, best.mean_service_ms, best.slots, best.mean_ms, c.headroom, c.max_utilization,
                             c.peak_rate) if lo and best else None
     return CapacityResult(profile=profile.name, status=status, note=note, capacity_rps=lo, bracket=[lo, hi],
                           tolerance=c.tolerance, trials=len(rows), elapsed_s=elapsed_s,
                           slos=[s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS],
-                          capacity_output_tokens_per_s=tokens_per_s,
+                          capacity_output_tokens_per_s=tokens_per_s, capacity_inputs_per_s=inputs_per_s,
                           recommendation=Recommendation(**advice) if advice else None,
                           exit_code={"found": 0, "at-least": 4, "budget": 3, "none": 1}[status], trial_rows=rows)
 

@@ -422,3 +422,23 @@ def shared_while_booting() -> Iterator[None]:
         return
     with _turn.shared_while():
         yield
+
+
+@contextmanager
+def vllm_server(log_dir: Path, **options) -> Iterator:
+    """A real vLLM (harness/services/vllm_server.py's `start_vllm` with `options`, on the endpoint's CPUs), stopped
+    after; its ~50 s load lets shared tests run. Without .venv-vllm: a failure in CI, else the test is skipped."""
+    from tailrace.harness.services.vllm_server import VllmUnavailable, start_vllm, vllm_python
+
+    try:
+        vllm_python()
+    except VllmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
+        pytest.skip(str(exc))
+    with shared_while_booting():  # loading measures nothing: the other test worker may run shared tests
+        server = start_vllm(log_dir, cpus=split_cpus()[0], **options)
+    try:
+        yield server
+    finally:
+        server.stop()

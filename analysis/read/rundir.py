@@ -197,8 +197,8 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple
     clock_files = layout.clock_chunks()
     if not request_files:
         raise RunDirError(f"{run_dir}: no request chunks under regions/*/*/")
-    if columns is not None and any(e.generative for e in plan.profile.endpoints):
-        columns = tuple(dict.fromkeys((*columns, *STREAM_COLUMNS)))  # a run with streams: its token columns too
+    if columns is not None and any(e.generative or e.pooling for e in plan.profile.endpoints):
+        columns = tuple(dict.fromkeys((*columns, *STREAM_COLUMNS)))  # streams' token columns (pooling: input tokens)
     log = ChunkColumns(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns, _fill_missing, exclude)
     log.frame(log.schema.names if first is None else first)  # reads them; a chunk that fails is skipped now
     clock = read_chunks(clock_files, CLOCK_FIELDS, skipped)

@@ -14,6 +14,7 @@ from tailrace.analysis.stats.validity import CHECKS
 from tailrace.contract.summary import (
     ArrivalProcessRow,
     Decision,
+    EmbeddingRow,
     Estimate,
     LatencyRow,
     QueueingRow,
@@ -183,6 +184,32 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
     else:
         parts.append("<p class='note'>The servers did not say when they received the requests and sent their first "
                      "tokens (a server-timing header with queue, prefill, recv and send), so TTFT is not split.</p>")
+    return "".join(parts)
+
+
+def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
+    """Embeddings or rerank endpoints: inputs (texts, documents) and tokens per second, goodput in inputs, latency
+    by inputs per request."""
+    unit = "documents" if rerank else "inputs"
+    main = [Shown(r, slo=f"≤ {r.latency_slo_ms:g} ms" if r.latency_slo_ms is not None else "none") for r in rows]
+    anchor, title = ("rerank", "Rerank") if rerank else ("embeddings", "Embeddings")
+    what = "Documents are those a request asked to be scored against its query" if rerank else \
+        "Inputs are the texts a request carried (its batch)"
+    parts = [f"<h2 id='{anchor}'>{title}</h2>",
+             _table(main, [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok"), ("requests", "requests"),
+                           ("inputs_per_s", f"{unit}/s"), ("mean_inputs_per_request", f"{unit} / request"),
+                           ("input_tokens_per_s", "input tokens/s"), ("mean_tokens_per_input", f"tokens / {unit[:-1]}"),
+                           ("good_inputs_per_s", f"goodput ({unit}/s)"), ("slo", "latency SLO")],
+                    left={"endpoint", "region"}),
+             f"<p class='note'>{what}; input tokens are the server's usage (– where it reported none). Goodput counts the "
+             f"{unit} of requests that succeeded within every latency SLO of their endpoint × region. Each request's "
+             "latency, with its intervals, is in the latency table above.</p>"]
+    batches = [Shown(b, endpoint=r.endpoint, region=r.region) for r in rows for b in r.by_batch]
+    if any(len(r.by_batch) > 1 for r in rows):
+        parts.append(f"<h3>Latency by {'document count' if rerank else 'batch size'}</h3>" + _table(
+            batches, [("endpoint", "endpoint"), ("region", "region"), ("batch", f"{unit} / request"),
+                      ("requests", "ok requests"), ("p50_ms", "p50 (ms)"), ("p99_ms", "p99 (ms)")],
+            left={"endpoint", "region", "batch"}))
     return "".join(parts)
 
 
@@ -658,6 +685,10 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append(_latency_section(s, analysis.data.plan.profile.load.scenario == "server", mixed))
     if s.tokens:
         parts.append(_tokens_section(s.tokens, analysis, figures))
+    if s.embeddings:
+        parts.append(_pooling_section(s.embeddings, rerank=False))
+    if s.rerank:
+        parts.append(_pooling_section(s.rerank, rerank=True))
     if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
         parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
     parts.append(_validity_section(s))

@@ -34,6 +34,7 @@ class CapacityTrial(Row):
     p99_ci_low: float | None = None
     p99_ci_high: float | None = None
     output_tokens_per_s: float | None = None
+    inputs_per_s: float | None = None  # embeddings / rerank endpoints: the texts (documents) their ok requests carried, a second
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None
@@ -76,6 +77,7 @@ class CapacityResult(Row):
     elapsed_s: float
     slos: list[dict[str, Any]] = Field(default_factory=list)  # the profile's latency SLOs, as it declares them
     capacity_output_tokens_per_s: float | None = None
+    capacity_inputs_per_s: float | None = None  # embeddings / rerank endpoints: texts (documents) a second at capacity
     recommendation: Recommendation | None = None
     exit_code: int
     trial_rows: list[CapacityTrial] = Field(default_factory=list)

@@ -21,6 +21,7 @@ from tailrace.contract.summary.tables import (
     ArrivalsRow,
     ClockRow,
     ColdStart,
+    EmbeddingRow,
     EndpointStatistics,
     ErrorRow,
     LatencyLegs,
@@ -71,6 +72,8 @@ class RunSummary(Row):
     decision: Decision | None = None
     cold_start: list[ColdStart] = Field(default_factory=list)
     tokens: list[TokenRow] = Field(default_factory=list)
+    embeddings: list[EmbeddingRow] = Field(default_factory=list)
+    rerank: list[EmbeddingRow] = Field(default_factory=list)  # inputs: the documents a request carried
     ttft_decomposition: list[TtftLegs] = Field(default_factory=list)
     sessions: Sessions | None = None
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
@@ -127,6 +130,18 @@ class RunSummary(Row):
             if r.endpoint == endpoint and r.region == region:
                 return r
         raise KeyError(f"no tokens row for endpoint {endpoint!r}, region {region!r} (streamed endpoints have one)")
+
+    def embedding_row(self, endpoint: str, region: str = ALL) -> EmbeddingRow:
+        """The embeddings (or rerank) row of a pooling endpoint × region (ALL: over its regions, where it has
+        several; else its one region's)."""
+        rows = [r for r in (*self.embeddings, *self.rerank) if r.endpoint == endpoint]
+        for r in rows:
+            if r.region == region:
+                return r
+        if region == ALL and len(rows) == 1:
+            return rows[0]
+        raise KeyError(f"no embeddings or rerank row for endpoint {endpoint!r}, region {region!r} "
+                       "(openai-embeddings and rerank endpoints have one)")
 
     def overall_tokens(self) -> TokenRow | None:
         """The tokens row over every endpoint and region (None: no streams)."""

@@ -61,6 +61,36 @@ class LatencyRow(Row):
         return self.percentiles["p99"]
 
 
+class BatchLatency(Row):
+    """An embeddings endpoint's latency for one bucket of batch sizes (texts a request)."""
+
+    batch: str  # "1" … "4", then "5–8", "9–16", …
+    requests: int
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
+class EmbeddingRow(Row):
+    """One row of the embeddings table (openai-embeddings endpoints: inputs are texts) or of the rerank table (rerank
+    endpoints: inputs are documents): inputs and their tokens per second, goodput in inputs, latency by inputs per
+    request. The request latency with its intervals is the latency table's row."""
+
+    endpoint: str
+    region: str
+    requests: int
+    ok: int
+    inputs: int
+    inputs_per_s: float | None = None
+    mean_inputs_per_request: float | None = None
+    input_tokens: int | None = None  # the server's usage.prompt_tokens over the ok requests that reported it
+    input_tokens_per_s: float | None = None
+    mean_tokens_per_input: float | None = None
+    tokens_reported: int = 0  # ok requests whose reply carried usage
+    good_inputs_per_s: float | None = None  # inputs of ok requests within every latency SLO that applies
+    latency_slo_ms: float | None = None
+    by_batch: list[BatchLatency] = Field(default_factory=list)
+
+
 class TokenRow(Row):
     """One row of the tokens table (streamed endpoints): TTFT, TPOT, ITL and E2E with intervals, and throughput."""
 

@@ -77,6 +77,42 @@ class StreamHub:
             engine.cancel(g)
             self._waiters.pop(g, None)
 
+    @asynccontextmanager
+    async def generating_all(self, engine: ContinuousBatcher, runs: list[Generation], receive
+                             ) -> AsyncIterator[None]:
+        """`generating` for a request's several sequences (an embeddings batch): all submitted (none left running
+        when one is refused), one disconnect watcher cancelling them all, every one cancelled when the response is
+        over."""
+        submitted = 0
+        try:
+            for g in runs:
+                self._waiters[g] = asyncio.Event()
+                engine.submit(g)
+                submitted += 1
+        except BaseException:
+            for k, g in enumerate(runs):
+                if k < submitted:
+                    engine.cancel(g)
+                self._waiters.pop(g, None)
+            raise
+        watcher = asyncio.ensure_future(self._watch_disconnect_all(receive, engine, runs))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            for g in runs:
+                engine.cancel(g)
+                self._waiters.pop(g, None)
+
+    async def _watch_disconnect_all(self, receive, engine: ContinuousBatcher, runs: list[Generation]) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                for g in runs:
+                    engine.cancel(g)
+                self._wake(runs)
+                return
+
     async def progress(self, g: Generation) -> None:
         """Until the engine moves `g` again (or its client leaves)."""
         event = self._waiters[g]

@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes of the embedded server, over the continuous-batching engines
 (endpoints/serving/continuous.py): GET /v1/models, POST /v1/completions and /v1/chat/completions, streamed
-(server-sent events, vLLM's shapes) or not.
+(server-sent events, vLLM's shapes) or not; POST /v1/embeddings, rerank and score (pooling.py).
 
 A streamed response starts once its first token exists, so its `server-timing` header carries the request's queue
 and prefill time and the server's receive and first-send instants (epoch ns) — what tailrace needs to split TTFT
@@ -21,6 +21,7 @@ from tailrace.endpoints.generation.hub import (
     start_stream,
     timing_header,
 )
+from tailrace.endpoints.generation.pooling import PoolingRoutes
 from tailrace.endpoints.generation.requests import CompletionRequest, parse_completion
 from tailrace.endpoints.serving.continuous import ContinuousBatcher, Generation
 from tailrace.endpoints.serving.core import RequestClock
@@ -34,6 +35,7 @@ class OpenAIRoutes:
 
     def __init__(self, hub: StreamHub) -> None:
         self.hub, self.server = hub, hub.server
+        self.pooling = PoolingRoutes(hub)
 
     async def __call__(self, scope, receive, send) -> None:
         self.hub.start()
@@ -44,7 +46,9 @@ class OpenAIRoutes:
                                                                     for n, e in gens.items()}))
         elif path in (COMPLETIONS, CHAT) and method == "POST":
             await self._completion(scope, receive, send, path == CHAT)
-        elif path in (COMPLETIONS, CHAT, MODELS):
+        elif self.pooling.serves(path) and method == "POST":
+            await self.pooling(scope, receive, send)
+        elif path in (COMPLETIONS, CHAT, MODELS) or self.pooling.serves(path):
             await send_whole(send, 405, error_body(f"{path} does not take {method}", 405))
         else:
             await send_whole(send, 404, error_body(f"no route {path}", 404))

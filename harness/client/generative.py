@@ -19,7 +19,6 @@ import orjson
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
-from tailrace.harness.client.classify import classify_exception, classify_http_status
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
 from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.openai_stream import (
@@ -31,7 +30,7 @@ from tailrace.harness.client.openai_stream import (
     StreamProtocolError,
     cached_tokens,
 )
-from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception, classify_http_status
 from tailrace.harness.client.sse import SseError, SseParser
 from tailrace.harness.client.tokenizer import TokenCounter
 from tailrace.harness.client.triton_stream import TritonGenerateStream
@@ -48,7 +47,7 @@ def stream_path(protocol: str, model: str, stream: bool = True) -> str:
 
 
 @dataclass(frozen=True)
-class _OneRequest:
+class OneRequest:
     batched: bool = False  # a prompt is one request of one row
 
 
@@ -69,7 +68,7 @@ class PromptPayloads:
     """A generative endpoint's encoded bodies, seen as the request path sees a KServe endpoint's payloads."""
 
     bodies: list[bytes]
-    request: _OneRequest = _OneRequest()
+    request: OneRequest = OneRequest()
     count: int = 0  # the samples where no body is built before the run (a session endpoint's: its sessions)
 
     @property
@@ -271,7 +270,7 @@ class StreamSender:
             code = str(response.status)
             status = classify_http_status(response.status)
             if status != "ok":
-                error = _error_text(response.body)
+                error = error_text(response.body)
             elif read.parser.close():
                 result.outcome = CUT  # the response ended inside an event
         elif isinstance(failure, FirstTokenTimeout):
@@ -306,7 +305,7 @@ class StreamSender:
             return Outcome(status=status, code=code, error=error, bytes_out=len(head) + len(body), stream=result)
         status, code, error = classify_http_status(response.status), str(response.status), ""
         if status != "ok":
-            error = _error_text(response.body)
+            error = error_text(response.body)
         else:
             try:
                 if self.protocol == TRITON_GENERATE:
@@ -323,16 +322,8 @@ class StreamSender:
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v1/models, or the Triton model's ready route, with the
         credential), then the pool filled."""
-        check = self.transport.base_path + (f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE
-                                            else "/v1/models")
-        head = self.transport.head("GET", check, "Connection: keep-alive")
-        response = self.client.request(head + self.transport.auth_line() + b"Content-Length: 0\r\n\r\n")
-        if response.status != 200:
-            raise ConnectionError(f"GET {check} answered {response.status}")
-        if self.inline is not None:
-            self.inline.prewarm(self.warm_connections)
-        else:
-            self.client.prewarm(self.warm_connections)
+        self.transport.check_and_fill(f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE
+                                      else "/v1/models", self.inline)
 
     def close(self) -> None:
         self.client.close()
@@ -417,7 +408,7 @@ _TIMING_FIELDS = {b"queue": "server_queue_ns", b"prefill": "server_compute_ns", 
                   b"send": "server_send_ns"}
 
 
-def _error_text(payload: bytes) -> str:
+def error_text(payload: bytes) -> str:
     try:
         doc = orjson.loads(payload)
         error = doc.get("error", doc) if isinstance(doc, dict) else doc

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from tailrace.contract.credentials import Credential
+from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.http1 import Http1Pool
+from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.client.tls import ssl_context
+
+LARGE_BODY = 64 * 1024  # above this, a request's head and body leave in one gather write, never joined
 
 
 class HttpTransport:
@@ -42,3 +45,28 @@ class HttpTransport:
         if self.credential is None:
             return b""
         return f"{self.credential.header}: {self.credential.value()}\r\n".encode("latin-1")
+
+    def check_and_fill(self, path: str, inline=None) -> None:
+        """GET `path` with the credential must answer 200 (the endpoint reachable, its TLS handshake and credential
+        accepted); then the pool — or the issue loop's `inline` pool — opens its warm connections."""
+        route = self.base_path + path
+        head = self.head("GET", route, "Connection: keep-alive")
+        response = self.client.request(head + self.auth_line() + b"Content-Length: 0\r\n\r\n")
+        if response.status != 200:
+            raise ConnectionError(f"GET {route} answered {response.status}")
+        (inline if inline is not None else self.client).prewarm(self.warm_connections)
+
+    def request(self, head: bytes, headers: dict[str, str], body: bytes, out: Outcome
+                ) -> bytes | tuple[bytes, bytes] | None:
+        """One request's bytes — the shared `head`, the credential's line (read now), `headers`, the body — and
+        `out.bytes_out`: a large body apart (gathered by the kernel), a small one in one buffer with its head. None,
+        and `out` says why, when the credential cannot be read."""
+        try:
+            auth = self.auth_line()
+        except CredentialError as exc:
+            out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
+            return None
+        head = b"".join((head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
+                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
+        out.bytes_out = len(head) + len(body)
+        return (head, body) if len(body) > LARGE_BODY else head + body

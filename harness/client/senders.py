@@ -20,9 +20,8 @@ from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Endpoint, Tls
 from tailrace.contract.requests import RequestSpec
-from tailrace.harness.client.classify import classify_exception, classify_http_status
 from tailrace.harness.client.http_transport import HttpTransport
-from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.client.outcome import Outcome, classify_exception, classify_http_status
 from tailrace.harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.client.tls import grpc_channel, sender_tls
@@ -74,9 +73,6 @@ def _apply_parameters(outcome: Outcome, params: dict) -> None:
         outcome.echoed_trace_id = trace
 
 
-LARGE_BODY = 64 * 1024  # above this, a request's head and body leave in one gather write, never joined
-
-
 def _model_path(model: str, version: str) -> str:
     return f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
 
@@ -103,16 +99,7 @@ class HttpSender:
         if header_length is not None:
             headers = {**headers, "Inference-Header-Content-Length": str(header_length)}
         out = Outcome()
-        try:
-            auth = self.transport.auth_line()
-        except CredentialError as exc:
-            out.status, out.code, out.error = "client_error", "credential", str(exc)[:200]
-            return out, None
-        head = b"".join((self._head, auth, "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
-                         b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
-        out.bytes_out = len(head) + len(body)
-        # a large body is sent as it is (gathered by the kernel), a small one in the same buffer as its head
-        return out, ((head, body) if len(body) > LARGE_BODY else head + body)
+        return out, self.transport.request(self._head, headers, body, out)
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         out, raw = self.encode(sample, headers)
@@ -166,15 +153,7 @@ class HttpSender:
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v2/health/ready, with the credential), then the pool filled;
         raises when the endpoint is unreachable, refuses the TLS handshake or the credential cannot be read."""
-        ready = self.transport.base_path + "/v2/health/ready"
-        head = self.transport.head("GET", ready, "Connection: keep-alive")
-        response = self.client.request(head + self.transport.auth_line() + b"Content-Length: 0\r\n\r\n")
-        if response.status != 200:
-            raise ConnectionError(f"GET {ready} answered {response.status}")
-        if self.inline is not None:
-            self.inline.prewarm(self.warm_connections)
-        else:
-            self.client.prewarm(self.warm_connections)
+        self.transport.check_and_fill("/v2/health/ready", self.inline)
 
     def close(self) -> None:
         self.client.close()

@@ -28,6 +28,7 @@ from tailrace.harness.client.tls import (
     ssl_context,
 )
 from tailrace.harness.workload.conversations import SessionFileError, session_source
+from tailrace.harness.workload.pooling_requests import pooling_bodies
 from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
 from tailrace.harness.workload.traces import TraceError, load_trace
 
@@ -271,6 +272,17 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
     for ep in profile.endpoints:
         url = (urls or {}).get(ep.name, ep.url)
         where = f"endpoint {ep.name} ({ep.model} on {url})"
+        if ep.pooling:  # embeddings, rerank: the model must be served, and its texts must read
+            try:
+                if ep.rerank is None or ep.rerank.api != "tei":  # TEI serves one model and lists none
+                    check_generative(url, ep)
+                files = [f for f in ((ep.prompts.file if ep.prompts else None),
+                                     (ep.rerank.file if ep.rerank else None)) if f]
+                if data_here or not files:  # a prompt or RAG file is the workers'
+                    pooling_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
+            except (EndpointCheckError, CredentialError, TlsError, PromptFileError) as exc:
+                problems.append(f"endpoint {ep.name}: {exc}")
+            continue
         if ep.generative:  # no tensors to resolve: the model must be served, and the prompts must read
             try:
                 if ep.protocol in ("triton-generate", "kserve-grpc-stream"):

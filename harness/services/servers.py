@@ -186,7 +186,7 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))
-            generative = frozenset(e.model for e in profile.endpoints if e.url == EMBEDDED and e.generative)
+            generative = frozenset(e.model for e in profile.endpoints if e.url == EMBEDDED and (e.generative or e.pooling))
             servers.instances[-1].cold_start = _timed("embedded", models, spawn, base, generative)
         triton_models = tuple(sorted({e.model for e in profile.endpoints if e.url == TRITON}))
         if triton_models:

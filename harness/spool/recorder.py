@@ -121,7 +121,8 @@ class ChunkWriter:
 
 
 def request_writer(layout: WorkerLayout, max_rows: int, max_seconds: float, streams: bool = True) -> ChunkWriter:
-    """The request log's writer; `streams`: the run has generative endpoints (else their columns are left out)."""
+    """The request log's writer; `streams`: the run has generative or pooling endpoints (else the stream columns,
+    input_tokens among them, are left out)."""
     return ChunkWriter(layout, REQUESTS, REQUEST_FIELDS if streams else ONE_SHOT_FIELDS, RequestRow, max_rows,
                        max_seconds)
 

@@ -43,3 +43,10 @@ def reserve_descriptors(count: int) -> int:
         finally:
             os.close(probe)
     return table_size()
+
+
+def reserve_for_pools(pools: int, connections: int) -> str:
+    """Grow the table for `pools` connection pools of `connections` each and DESCRIPTOR_MARGIN more, before the
+    start instant (a growth mid-run sleeps for ms); what was done, for the worker's log."""
+    wanted = pools * connections + DESCRIPTOR_MARGIN
+    return f"descriptor table: {reserve_descriptors(wanted)} (for {wanted})"

@@ -1,5 +1,6 @@
 """The worker's senders, one per endpoint of the plan, built before the run: KServe senders from their samples
-(harness/client/senders.py), generative ones from their prompts — drawn, read from a file, a trace's rows (each
+(harness/client/senders.py), embeddings ones from their texts (harness/workload/pooling_requests.py), generative
+ones from their prompts — drawn, read from a file, a trace's rows (each
 built ahead of its send: harness/workload/trace_prompts.py) or a session endpoint's turns (harness/worker/sessions.py);
 and `RequestBuilds`, what the issue loop builds ahead for an arrival (harness/worker/build_ahead.py)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tailrace.harness.worker.arrivals import Arrival
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.workload.conversations import session_source
+from tailrace.harness.workload.pooling_requests import pooling_sender
 from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
 from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
 from tailrace.harness.workload.trace_prompts import TracePrompts
@@ -46,6 +48,9 @@ class EndpointSenders:
             url = overrides.get(ep.name) or self.plan.endpoint_url(self.region, ep)
             if ep.generative:
                 senders.append(self._generative(ep, url, pool))
+                continue
+            if ep.pooling:
+                senders.append(pooling_sender(ep, url, pool, self.profile.load.seed, self.root))
                 continue
             request = self.plan.requests.get(ep.name)
             if request is None:

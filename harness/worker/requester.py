@@ -16,8 +16,7 @@ from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.recorder import ChunkWriter
-from tailrace.harness.worker.clock import WorkerClock
-from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.clock import ClockSampler, WorkerClock
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.saturation import SaturationMonitor
@@ -138,10 +137,11 @@ class RequestPath:
             server_queue_ns=outcome.server_queue_ns, server_compute_ns=outcome.server_compute_ns,
             server_receive_ns=outcome.server_receive_ns, server_send_ns=outcome.server_send_ns,
             echoed_trace_id=outcome.echoed_trace_id, label=check.label(first), prediction=prediction,
-            correct=right == batch, batch_size=batch, correct_count=right, bytes_out=outcome.bytes_out,
+            correct=right == batch, batch_size=outcome.batch or batch, correct_count=right, bytes_out=outcome.bytes_out,
             bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
             clock_uncertainty_ns=self.clocks.uncertainty_ns,
-            **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else {}))
+            **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else
+               {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}))
 
 
 def stream_fields(s: StreamOutcome, intended_mono: int, clock: WorkerClock) -> dict:

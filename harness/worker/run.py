@@ -17,7 +17,6 @@ import gevent
 
 from tailrace.contract.layout import RunLayout, write_atomic
 from tailrace.contract.plan import RunPlan
-from tailrace.harness.worker.descriptors import DESCRIPTOR_MARGIN, reserve_descriptors
 from tailrace.contract.profile import MASTER_CLOCK
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
@@ -26,8 +25,8 @@ from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
 from tailrace.harness.worker.arrivals import PhaseClock, Schedule, ScheduledArrivals, Split, WorkerSlot, worker_schedule
 from tailrace.harness.worker.background import BackgroundWork
-from tailrace.harness.worker.clock import WorkerClock
-from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.clock import ClockSampler, WorkerClock
+from tailrace.harness.worker.descriptors import reserve_for_pools
 from tailrace.harness.worker.endpoint_senders import EndpointSenders, RequestBuilds
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.inline_sends import choose_send_path
@@ -80,7 +79,7 @@ class WorkerRun:
         self.clock = WorkerClock(identity.skew_ms)
         gen = p.generator
         self.requests = request_writer(self.layout, gen.chunk_rows, gen.chunk_seconds,
-                                       streams=any(e.generative for e in p.endpoints))
+                                       streams=any(e.generative or e.pooling for e in p.endpoints))
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
         self.loop_turns = SendLoopTurns()  # the sending loop's turns, counted for its background work
@@ -146,10 +145,8 @@ class WorkerRun:
         self.clock_chunks.ship_open_chunk()  # a Parquet write here would stall sending for ms
 
     def warm_up(self) -> None:
-        """Open connections before the start instant, so that connecting is not counted as send lag; the descriptor
-        table grown first to the pools' size (harness/worker/descriptors.py: a growth mid-run sleeps for ms)."""
-        wanted = len(self.path.senders) * self.plan.pool_limits.connections + DESCRIPTOR_MARGIN
-        self.log(f"descriptor table: {reserve_descriptors(wanted)} (for {wanted})")
+        """Grow the descriptor table to the pools' size (harness/worker/descriptors.py), open connections."""
+        self.log(reserve_for_pools(len(self.path.senders), self.plan.pool_limits.connections))
         for sender in self.path.senders:
             try:
                 sender.warm_up()

@@ -191,7 +191,8 @@ def file_items(spec: Prompts, seed: int, path: Path) -> list[tuple[str | list, i
     return items
 
 
-def _path(name: str, data_root: Path) -> Path:
+def data_path(name: str, data_root: Path) -> Path:
+    """A data file named in a profile: as it is when absolute, else under `data_root` (where the worker runs)."""
     return Path(name) if Path(name).is_absolute() else data_root / name
 
 
@@ -201,7 +202,7 @@ def prompt_tokenizer(endpoint: Endpoint, data_root: Path) -> PromptTokenizer | N
     if spec.tokenizer is None:
         return None
     try:
-        return load_tokenizer(str(_path(spec.tokenizer, data_root)))
+        return load_tokenizer(str(data_path(spec.tokenizer, data_root)))
     except TokenizerError as exc:
         raise PromptFileError(f"prompts.tokenizer: {exc}") from None
 
@@ -210,7 +211,7 @@ def prompt_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[s
     """(prompt or chat messages, max_tokens) of a generative endpoint: its file's, or drawn."""
     spec = endpoint.prompts or Prompts()
     if spec.file is not None:
-        return file_items(spec, seed, _path(spec.file, data_root))
+        return file_items(spec, seed, data_path(spec.file, data_root))
     return synthetic_prompts(spec, seed, prompt_tokenizer(endpoint, data_root))
 
 

@@ -117,3 +117,50 @@ def test_an_endpoints_timeouts_and_the_pools_are_resolved_once_in_seconds_and_lo
     settings = "\n".join(plan.effective_settings())
     assert "endpoint llm: openai-chat" in settings and "timeout 60 s, first token 2.5 s, stall 0.75 s" in settings
     assert f"connections: {limits.connections} a sender, 16 opened before the start" in settings
+
+
+def _embeddings_profile(**fields) -> dict:
+    return {"name": "p", "endpoints": [{"name": "emb", "url": "embedded", "protocol": "openai-embeddings",
+                                        "model": "synthetic_lm", **fields}],
+            "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1}}
+
+
+def test_an_embeddings_endpoint_takes_prompts_and_its_own_table():
+    ep = parse_profile(_embeddings_profile(prompts={"input_tokens": 64},
+                                           embeddings={"inputs": 8, "encoding_format": "base64", "dimensions": 128}),
+                       "p.toml").endpoints[0]
+    assert ep.pooling and not ep.generative
+    assert (ep.embeddings.inputs.mean, ep.embeddings.encoding_format, ep.embeddings.dimensions) == (8, "base64", 128)
+    assert parse_profile(_embeddings_profile(), "p.toml").kserve_endpoints == []
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"ttft_timeout_ms": 100}, "openai-embeddings reply comes whole"),
+    ({"sessions": {"turns": 2}}, "openai-embeddings reply comes whole"),
+    ({"embeddings": {"encoding_format": "fp16"}}, "encoding_format"),
+    ({"embeddings": {"dimensions": 0}}, "dimensions"),
+    ({"url": "grpc://127.0.0.1:1"}, "needs a http:// or https:// URL"),
+])
+def test_a_wrong_embeddings_endpoint_is_named(fields, message):
+    with pytest.raises(ProfileError, match=message):
+        parse_profile(_embeddings_profile(**fields), "p.toml")
+
+
+def test_the_embeddings_table_is_for_embeddings_endpoints_only():
+    with pytest.raises(ProfileError, match="embeddings is for openai-embeddings endpoints"):
+        parse_profile({"name": "p", "endpoints": [{"name": "c", "url": "http://127.0.0.1:1", "protocol": "openai-chat",
+                                                   "model": "m", "embeddings": {"inputs": 2}}],
+                       "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1}}, "p.toml")
+
+
+def test_a_rerank_endpoint_and_its_table():
+    ep = parse_profile(_embeddings_profile(protocol="rerank", rerank={"api": "score", "documents": 32,
+                                                                      "path": "/v1/score"}), "p.toml").endpoints[0]
+    assert ep.pooling and (ep.rerank.api, ep.rerank.documents.mean, ep.rerank.path) == ("score", 32, "/v1/score")
+    for fields, message in (({"rerank": {"api": "jina-v9"}}, "rerank.api"), ({"rerank": {"top_n": 0}}, "top_n"),
+                            ({"rerank": {"path": "rerank"}}, "rerank.path"),
+                            ({"embeddings": {"inputs": 2}}, "embeddings is for openai-embeddings endpoints")):
+        with pytest.raises(ProfileError, match=message):
+            parse_profile(_embeddings_profile(protocol="rerank", **fields), "p.toml")
+    with pytest.raises(ProfileError, match="rerank is for rerank endpoints"):
+        parse_profile(_embeddings_profile(rerank={"documents": 4}), "p.toml")

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from tailrace.harness.client.classify import classify_exception
 from tailrace.harness.client.http1 import Http1Pool
 from tailrace.harness.client.inline_http1 import InlineHttp1Pool, InlinePoller
+from tailrace.harness.client.outcome import classify_exception
 from tailrace.harness.services.processes import free_port
 from tests.integration.harness.client.scripted_server import BODY, REQUEST, ScriptedServer
 

@@ -13,26 +13,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.layout import RunLayout
-from tailrace.harness.services.vllm_server import SERVED_NAME, VllmUnavailable, start_vllm, vllm_python
+from tailrace.harness.services.vllm_server import SERVED_NAME, start_vllm
 from tests import ROOT
-from tests.support import IN_CI, make_profile, run_with, shared_while_booting, split_cpus
+from tests.support import make_profile, run_with, split_cpus, vllm_server
 
 NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    try:
-        vllm_python()
-    except VllmUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
-        pytest.skip(str(exc))
-    with shared_while_booting():  # ~50 s of loading, nothing measured: the other test worker may run shared tests
-        server = start_vllm(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, cpus=split_cpus()[0],
-                            block_size=32)
-    yield server
-    server.stop()
+    with vllm_server(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, block_size=32) as server:
+        yield server
 
 
 def _sums(text: str) -> dict[str, float]:

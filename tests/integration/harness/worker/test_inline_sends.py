@@ -25,8 +25,7 @@ from tailrace.harness.client.senders import HttpSender
 from tailrace.harness.spool.chunk_shipping import WriterChild
 from tailrace.harness.spool.recorder import request_writer
 from tailrace.harness.worker import inline_sends
-from tailrace.harness.worker.clock import WorkerClock
-from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.clock import ClockSampler, WorkerClock
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.inline_sends import InlineSends
 from tailrace.harness.worker.metrics import WorkerMetrics

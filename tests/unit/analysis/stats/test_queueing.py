@@ -17,7 +17,7 @@ def _requests(statuses: list[str], endpoint: str = "a", gap_ns: int = 100_000_00
 
 
 def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
-    from tailrace.analysis.stats.outages import outage_windows
+    from tailrace.analysis.stats.timeline import outage_windows
 
     # 0.1 s apart: 7 failures, 1 stray success, 6 failures (one outage), 20 ok, 3 failures (too few), 6 failures
     statuses = ["ok"] * 10 + ["connection"] * 7 + ["ok"] + ["http_error"] * 6 + ["ok"] * 20 + ["timeout"] * 3 + \

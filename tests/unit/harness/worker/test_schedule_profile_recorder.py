@@ -16,7 +16,7 @@ from tailrace.contract.layout import WorkerLayout
 from tailrace.contract.profile import Load, Phase, ProfileError, parse_profile
 from tailrace.contract.records import REQUEST_COLUMNS, RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids, parse_traceparent
-from tailrace.harness.client.classify import classify_exception
+from tailrace.harness.client.outcome import classify_exception
 from tailrace.harness.spool.recorder import request_writer
 from tailrace.harness.worker.arrivals import Split, WorkerSlot, global_arrivals, rate_segments, worker_schedule
 

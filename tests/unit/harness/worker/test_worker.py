@@ -15,8 +15,7 @@ from tailrace.contract.trace_context import parse_traceparent
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.spool.recorder import request_writer
 from tailrace.harness.worker import scenarios
-from tailrace.harness.worker.clock import WorkerClock
-from tailrace.harness.worker.clock_sampler import ClockSampler
+from tailrace.harness.worker.clock import ClockSampler, WorkerClock
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
