@@ -5,6 +5,8 @@ tables, the report. Functional checks at a low rate: it shares the machine."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -87,3 +89,17 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
     assert "id='embeddings'" in page and "Latency by batch size" in page
     assert "id='rerank'" in page and "Latency by document count" in page
     assert s.embedding_row("embed").endpoint == "embed"
+
+
+def test_a_rag_file_without_candidates_exits_2_naming_its_line_and_sends_nothing(model_repo, tmp_path):
+    rag = tmp_path / "rag.jsonl"
+    rag.write_text('{"query": "what is tailrace", "documents": ["a load tester"]}\n{"query": "and this"}\n')
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'name="x"\n[[endpoints]]\nname="rerank"\nurl="embedded"\nprotocol="rerank"\n'
+                       f'model="synthetic_lm"\nrerank={{ file = "{rag}" }}\n[[regions]]\nname="a"\nshare=1\n'
+                       f'[load]\nrate=5\nduration_s=2\n[embedded]\nmodels_dir="{model_repo}"\n')
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"endpoint rerank: {rag}:2: no candidates" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not list((tmp_path / "runs").glob("*/regions/*/*/requests-*"))  # nothing was sent
