@@ -9,8 +9,8 @@ and a piece that would run into a send waits until after it. The rows due first 
 instant (`prime`, while the worker waits for it).
 
 Memory is bounded: at most AHEAD_N built requests, AHEAD_BYTES of their bodies, AHEAD_S ahead of the next send, and
-the one being built. A request that was not built by its instant is built then, whole, and counted
-(`built_when_due`).
+the one being built. A request not built ahead when it is taken (the previous one sent) is built then, whole, and
+counted (`built_when_due`) when that build ends within a piece's margin of its instant.
 """
 from __future__ import annotations
 
@@ -105,7 +105,6 @@ class BuildAhead:
     def take(self) -> tuple[Arrival, object] | None:
         """The next arrival and its item, built now if it is not yet (None: no arrival is left)."""
         if not self.ready:
-            self.built_when_due += int(self._building is not None or self.upcoming is not None)
             if self._building is not None:
                 arrival, build, _ = self._building
                 self._building = None
@@ -115,6 +114,9 @@ class BuildAhead:
                 self._done(arrival, build_now(self.prepare(arrival)))
             else:
                 return None
+            # built whole now: late when it ended within a piece's margin of its instant (an arrival more than
+            # AHEAD_S after the last send is taken, and built, right after that send: seconds ahead, not late)
+            self.built_when_due += int(time.perf_counter_ns() + PIECE_MARGIN_NS >= arrival.intended_mono)
         arrival, item = self.ready.popleft()
         self.ready_bytes -= body_bytes(item)
         return arrival, item

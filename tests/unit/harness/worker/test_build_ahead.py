@@ -178,3 +178,16 @@ def test_a_rows_body_joined_from_its_blocks_is_the_body_its_prompt_makes():
         prompts = TracePrompts(ep, np.array(tokens), np.full(len(tokens), 16), ids, np.arange(len(tokens)), 7)
         for row in range(len(tokens)):
             assert build_now(prompts.build(row)) == prompts[row], (protocol, row)
+
+
+def test_a_request_built_on_demand_counts_as_late_only_near_its_instant(clock):
+    """Taken with nothing built ahead, a request is built whole: late when that ends at its instant (or within a
+    piece's margin of it), not when the arrival is seconds off (taken right after the previous send)."""
+    log: list = []
+    arrivals = iter([Arrival(5_000_000_000, 0, 1, 0), Arrival(5_000_100_000, 0, 1, 1)])
+    ahead = BuildAhead(arrivals, _builds(clock, 100, 500, 2, log))  # 100 µs a row
+    ahead.take()  # seconds ahead of its instant: on time
+    assert ahead.built_when_due == 0
+    clock.now = 5_000_000_000  # the next is due 100 µs from now: its 100 µs build ends at its instant
+    ahead.take()
+    assert ahead.built_when_due == 1 and ahead.summary()["built_when_due"] == 1
