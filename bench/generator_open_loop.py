@@ -42,10 +42,14 @@ READ = ("\nRead: the inline path keeps the median send lag at 0.01–0.04 ms at 
         "next section.\n")
 
 
-def start_nginx(work: Path, port: int, tls: tuple[int, Path, Path] | None = None):
-    """nginx on CPU 1 answering RESPONSE on `port`; `tls` = (port, certificate, key) adds a TLS listener."""
+def start_nginx(work: Path, port: int, tls: tuple[int, Path, Path] | None = None,
+                routes: dict[str, str] | None = None):
+    """nginx on CPU 1 answering RESPONSE on `port`; `tls` = (port, certificate, key) adds a TLS listener; `routes`:
+    other constant JSON answers by exact path."""
     tls_lines = (f"listen 127.0.0.1:{tls[0]} ssl backlog=4096;\n    ssl_certificate {tls[1]};\n"
                  f"    ssl_certificate_key {tls[2]};") if tls else ""
+    route_lines = "".join(f"location = {path} {{ default_type application/json; return 200 '{body}'; }}\n    "
+                          for path, body in (routes or {}).items())
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
@@ -61,7 +65,7 @@ http {{
   server {{
     listen 127.0.0.1:{port} backlog=4096;
     {tls_lines}
-    location / {{ default_type application/json; return 200 '{RESPONSE}'; }}
+    {route_lines}location / {{ default_type application/json; return 200 '{RESPONSE}'; }}
   }}
 }}
 """)
