@@ -303,11 +303,15 @@ def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     auth = {k: v for k, v in (("auth_header", args.auth_header), ("auth_env", args.auth_env),
                               ("auth_file", args.auth_file)) if v is not None}
     prompts = {"input_tokens": {"mean": args.input_tokens}, "output_tokens": {"mean": args.output_tokens}}
+    extra = {"token_count_output": args.token_count_output} if args.token_count_output else {}
+    if args.protocol == "openai-embeddings":
+        extra["embeddings"] = {"inputs": args.inputs}
+    elif args.protocol == "rerank":
+        extra["rerank"] = {"documents": args.documents, "api": args.rerank_api}
     try:
         endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
                                   args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check,
-                                  tls, auth, prompts,
-                                  {"token_count_output": args.token_count_output} if args.token_count_output else None)
+                                  tls, auth, prompts, extra or None)
     except ProfileError as exc:
         print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
         return USAGE
@@ -619,7 +623,7 @@ def _add_probe_command(sub) -> None:
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
     probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions",
-                                              "triton-generate", "kserve-grpc-stream"],
+                                              "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank"],
                        default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")
@@ -628,7 +632,12 @@ def _add_probe_command(sub) -> None:
     probe.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                        help="an input's shape without the batch dimension (repeat per input), like a profile's shapes")
     probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
-    probe.add_argument("--input-tokens", type=int, default=32, help="openai-*: words a prompt (default 32)")
+    probe.add_argument("--input-tokens", type=int, default=32, help="openai-*, rerank: words a prompt, text or "
+                                                                    "query (default 32)")
+    probe.add_argument("--inputs", type=int, default=1, help="openai-embeddings: texts a request (default 1)")
+    probe.add_argument("--documents", type=int, default=8, help="rerank: documents a request (default 8)")
+    probe.add_argument("--rerank-api", choices=["cohere", "tei", "score"], default="cohere",
+                       help="rerank: the API's shape (default cohere: /v1/rerank)")
     probe.add_argument("--output-tokens", type=int, default=32, help="openai-*: max_tokens (default 32)")
     probe.add_argument("--token-count-output", default=None, metavar="OUTPUT",
                        help="triton-generate / kserve-grpc-stream: the output saying how many tokens a response "

@@ -14,7 +14,7 @@ import numpy as np
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.exit_codes import FAIL, USAGE
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits, unresolved_plan
-from tailrace.contract.profile import GENERATIVE, Endpoint, ProfileError, parse_profile
+from tailrace.contract.profile import GENERATIVE, POOLING, Endpoint, ProfileError, parse_profile
 from tailrace.contract.requests import RequestSpec, RequestSpecError
 from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
 from tailrace.harness.client.request_data import DataError, SampleSet, samples_for
@@ -36,8 +36,8 @@ def probe_endpoint(url: str, model: str, protocol: str, version: str, data: str,
     profile's tls table; `auth`: auth_header with auth_env or auth_file; `prompts`: a generative endpoint's."""
     entry = {"name": "probe", "url": url, "protocol": protocol, "model": model, "timeout_ms": timeout_ms,
              **(auth or {})}
-    if protocol in GENERATIVE:
-        entry["prompts"] = prompts or {}
+    if protocol in GENERATIVE or protocol in POOLING:
+        entry["prompts"] = {k: v for k, v in (prompts or {}).items() if protocol in GENERATIVE or k != "output_tokens"}
         entry.update(extra or {})
     else:
         entry.update(model_version=version, data=data, shapes=shapes, batch_size=batch_size, binary=binary)
@@ -66,6 +66,8 @@ def describe(request: RequestSpec, samples: SampleSet) -> list[str]:
 def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     if endpoint.generative:
         return run_generative_probe(url, endpoint, requests)
+    if endpoint.pooling:
+        return run_pooling_probe(url, endpoint, requests)
     try:
         credential = Credential.of(endpoint)
         info = model_info(url, endpoint.protocol, endpoint.model, endpoint.model_version,
@@ -215,3 +217,48 @@ def parse_shapes(values: list[str]) -> dict[str, list[int]]:
         except ValueError:
             raise ProfileError(f"--shape {v!r}: expected NAME=D1,D2,… (integers)") from None
     return out
+
+
+def run_pooling_probe(url: str, endpoint: Endpoint, requests: int) -> int:
+    """An embeddings or rerank endpoint: the models it lists (TEI's rerank: none), then `requests` requests one after
+    another, each with its latency, what it carried, the server's token count and what the reply's checks found
+    (an embeddings reply: its vectors' dimension)."""
+    from tailrace.harness.orchestration.endpoint_check import served_models
+    from tailrace.harness.workload.pooling_requests import pooling_sender
+
+    tei = endpoint.rerank is not None and endpoint.rerank.api == "tei"
+    try:
+        credential = Credential.of(endpoint)
+        if not tei:
+            ids = served_models(url, timeout_s=EndpointTimeouts.of(endpoint).check_s, tls=sender_tls(endpoint),
+                                headers=credential.headers() if credential else None)
+            print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
+            if endpoint.model not in ids:
+                print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
+                return USAGE
+        sender = pooling_sender(endpoint, url, PoolLimits.sized(1), 0, Path.cwd())
+    except (EndpointCheckError, CredentialError) as exc:
+        print(f"tailrace probe: {exc}", file=sys.stderr)
+        return USAGE
+    words = endpoint.prompts.input_tokens.mean if endpoint.prompts else 128
+    unit = "document" if endpoint.protocol == "rerank" else "text"
+    what = f"{unit}s of ~{words} words" if unit == "text" else f"a query of ~{words} words and its documents"
+    print(f"tailrace sends {endpoint.protocol} to {sender.transport.base_path}{sender.path}: {what}")
+    failed = 0
+    try:
+        for k in range(requests):
+            start = time.perf_counter_ns()
+            out = sender.send(k, {}, lambda: None)
+            ms = (time.perf_counter_ns() - start) / 1e6
+            carried = f"{out.batch} {unit}{'s' if out.batch != 1 else ''}"
+            if out.status != "ok":
+                print(f"request {k + 1}: {out.status} ({out.code}) in {ms:.2f} ms, {carried}: {out.error}")
+                failed += 1
+                continue
+            shape = f", {sender.dimensions} dimensions" if getattr(sender, "dimensions", None) else ""
+            tokens = f"{out.input_tokens} tokens" if out.input_tokens >= 0 else "no usage"
+            print(f"request {k + 1}: ok in {ms:.2f} ms, {carried} ({tokens}{shape}; {out.bytes_out:,} B out, "
+                  f"{out.bytes_in:,} B in)")
+    finally:
+        sender.close()
+    return FAIL if failed else 0

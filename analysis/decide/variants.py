@@ -98,7 +98,8 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     override = profile.decision.capacity_rps.get(name) if profile.decision else None
     if override:
         row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
-    elif row["mean_compute_ms"] and not endpoint.generative:  # an LLM's compute is not one request's
+    elif row["mean_compute_ms"] and not endpoint.generative and not endpoint.pooling:  # a continuous batch's compute
+        # is not one request's (an LLM's, a pooling model's)
         # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
         batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
         row["capacity_rps"] = _slots(data.plan, endpoint) * batch * 1000 / row["mean_compute_ms"]

@@ -125,6 +125,7 @@ class PoolingSender:
         self.check_path = "/v1/models"  # what warm_up asks before the run
         self.payloads = PoolingPayloads(bodies)
         self.inline = None
+        self.path = path  # the route, under the URL's own path
         self._head = self.transport.head("POST", self.transport.base_path + path, "Content-Type: application/json",
                                          "Connection: keep-alive")
 

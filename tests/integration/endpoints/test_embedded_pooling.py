@@ -58,9 +58,12 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
                 "prompts": {"input_tokens": 6, "count": 32},
                 "rerank": {"documents": {"distribution": "uniform", "mean": 8, "min": 2, "max": 16},
                            "document_tokens": 40, "top_n": 3}}
-    profile = make_profile(model_repo, endpoints=[endpoint, reranker], load={"rate": 30, "duration_s": 6,
-                                                                             "warmup_s": 1, "seed": 5},
-                           slos=[{"metric": "latency", "percentile": 99, "threshold_ms": 2000}])
+    full = {**endpoint, "name": "embed-full", "embeddings": {"inputs": 4, "encoding_format": "float"}}
+    profile = make_profile(model_repo, endpoints=[endpoint, full, reranker],
+                           load={"rate": 36, "duration_s": 6, "warmup_s": 1, "seed": 5},
+                           slos=[{"metric": "latency", "percentile": 99, "threshold_ms": 2000}],
+                           decision={"variants": ["embed", "embed-full"], "capacity_rps": {"embed": 400,
+                                                                                            "embed-full": 300}})
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     analysis = analyze_run(run.run_dir)
@@ -70,11 +73,12 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
     # each document scored as one pair with the query: its tokens are the query's and the document's
     assert ranked["batch_size"].between(2, 16).all() and (ranked["input_tokens"] == 46 * ranked["batch_size"]).all()
     df = every[every["endpoint"] == "embed"]
+    assert (every.loc[every["endpoint"] == "embed-full", "batch_size"] == 4).all()
     assert set(df["batch_size"].unique()) == set(range(1, 9))
     # the embedded vocabulary is a token a word: each request's tokens are its texts' words, as the server counted
     assert (df["input_tokens"] >= 8 * df["batch_size"]).all() and (df["input_tokens"] <= 32 * df["batch_size"]).all()
     s = analysis.summary
-    rows = {r.region: r for r in s.embeddings}
+    rows = {r.region: r for r in s.embeddings if r.endpoint == "embed"}
     assert set(rows) == {"near", "far", "*"}
     rerank = {r.region: r for r in s.rerank}
     assert rerank["*"].inputs == int(ranked.loc[ranked["phase"] > 0, "batch_size"].sum())
@@ -89,6 +93,12 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
     assert "id='embeddings'" in page and "Latency by batch size" in page
     assert "id='rerank'" in page and "Latency by document count" in page
     assert s.embedding_row("embed").endpoint == "embed"
+    # a decision between two embedding models: each variant's latency, the ranking (no capacity estimated from a
+    # continuous batch's compute: the profile's measured capacities)
+    decision = s.decision
+    assert [v.name for v in decision.variants] == ["embed", "embed-full"] and set(decision.ranking) == {"embed",
+                                                                                                         "embed-full"}
+    assert all(v.p95_ms is not None and v.capacity_source == "measured (profile)" for v in decision.variants)
 
 
 def test_a_rag_file_without_candidates_exits_2_naming_its_line_and_sends_nothing(model_repo, tmp_path):
@@ -103,3 +113,17 @@ def test_a_rag_file_without_candidates_exits_2_naming_its_line_and_sends_nothing
     assert r.returncode == 2, r.stderr
     assert f"endpoint rerank: {rag}:2: no candidates" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not list((tmp_path / "runs").glob("*/regions/*/*/requests-*"))  # nothing was sent
+
+
+def test_probe_embeddings_and_rerank(server):
+    for args, words in ((["--protocol", "openai-embeddings", "--inputs", "4", "--input-tokens", "12"],
+                         ["4 texts (48 tokens, 384 dimensions", "/v1/embeddings"]),
+                        (["--protocol", "rerank", "--documents", "5", "--rerank-api", "score"],
+                         ["5 documents (", "rerank to /score"])):
+        r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", server, "--model", "synthetic_lm",
+                            "--requests", "2", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "request 2: ok" in r.stdout and all(w in r.stdout for w in words), r.stdout
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", server, "--model", "nope", "--protocol",
+                        "rerank"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "model 'nope' is not served" in r.stderr, r.stderr
