@@ -98,7 +98,8 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
     decision = s.decision
     assert [v.name for v in decision.variants] == ["embed", "embed-full"] and set(decision.ranking) == {"embed",
                                                                                                          "embed-full"}
-    assert all(v.p95_ms is not None and v.capacity_source == "measured (profile)" for v in decision.variants)
+    assert all(v.p50_ms is not None and v.capacity_source == "measured (profile)" for v in decision.variants)
+    assert decision.recommended in ("embed", "embed-full") and decision.pairwise  # each pair tested
 
 
 def test_a_rag_file_without_candidates_exits_2_naming_its_line_and_sends_nothing(model_repo, tmp_path):
