@@ -99,10 +99,7 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> Cap
         est = overall.percentiles[p]
         row[f"{p}_ms"], row[f"{p}_ci_low"], row[f"{p}_ci_high"] = est.value, est.ci_low, est.ci_high
     row["output_tokens_per_s"] = streamed.output_tokens_per_s if streamed else None
-    pooled = [*s.embeddings, *s.rerank]
-    texts = [e.inputs_per_s for e in pooled if e.region == "*" or all(
-        o.region != "*" for o in pooled if o.endpoint == e.endpoint)]  # per endpoint: over its regions
-    row["inputs_per_s"] = sum(v or 0.0 for v in texts) if texts else None
+    row["inputs_per_s"] = s.inputs_per_s()
     for metric in ("ttft", "tpot"):
         for p in ("p50", "p99"):
             row[f"{metric}_{p}_ms"] = streamed.metric(metric).at(p).value if streamed else None

@@ -143,6 +143,14 @@ class RunSummary(Row):
         raise KeyError(f"no embeddings or rerank row for endpoint {endpoint!r}, region {region!r} "
                        "(openai-embeddings and rerank endpoints have one)")
 
+    def inputs_per_s(self) -> float | None:
+        """The texts and documents the embeddings and rerank endpoints' ok requests carried per second, each endpoint
+        counted once over its regions (None: the run has no such endpoint)."""
+        pooled = [*self.embeddings, *self.rerank]
+        per_endpoint = [r.inputs_per_s for r in pooled if r.region == ALL or not any(
+            o.region == ALL for o in pooled if o.endpoint == r.endpoint)]
+        return sum(v or 0.0 for v in per_endpoint) if per_endpoint else None
+
     def overall_tokens(self) -> TokenRow | None:
         """The tokens row over every endpoint and region (None: no streams)."""
         return next((r for r in self.tokens if r.endpoint == ALL and r.region == ALL), None)

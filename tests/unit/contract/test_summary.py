@@ -55,3 +55,19 @@ def test_keys_a_newer_writer_adds_are_kept():
     raw = json.loads(DEMO.read_text())
     newer = raw | {"energy": {"joules": 12.5}, "latency": [raw["latency"][0] | {"p99_9_ci": [1.0, 2.0]}]}
     assert RunSummary.of(newer).to_dict() == newer
+
+
+def test_inputs_per_second_counts_each_pooling_endpoint_once_over_its_regions():
+    raw = json.loads(DEMO.read_text())
+    assert RunSummary.of(raw).inputs_per_s() is None  # no embeddings or rerank endpoint
+
+    def row(endpoint: str, region: str, rate: float) -> dict:
+        return {"endpoint": endpoint, "region": region, "requests": 10, "ok": 10, "inputs": 40, "inputs_per_s": rate}
+
+    raw["embeddings"] = [row("bge", "eu", 30.0), row("bge", "us", 10.0), row("bge", "*", 40.0)]
+    raw["rerank"] = [row("reranker", "eu", 160.0)]  # one region: its row is the endpoint's
+    summary = RunSummary.of(raw)
+    assert summary.inputs_per_s() == 200.0
+    assert summary.embedding_row("reranker").inputs_per_s == 160.0 and summary.embedding_row("bge").region == "*"
+    with pytest.raises(KeyError, match="no embeddings or rerank row for endpoint 'nope'"):
+        summary.embedding_row("nope")
