@@ -60,7 +60,10 @@ def stall_run(model_repo, tmp_path_factory):
             with httpx.Client() as client:
                 while time.time() < stop_at:
                     t0 = time.perf_counter()
-                    client.post(f"{base}/v2/models/digits_mlp_fp32/infer", json=body, timeout=10)
+                    try:
+                        client.post(f"{base}/v2/models/digits_mlp_fp32/infer", json=body, timeout=10)
+                    except httpx.TransportError:  # the run is over and its endpoint gone: so is this client
+                        return
                     closed_loop.append(time.perf_counter() - t0)
                     time.sleep(0.005)
 
