@@ -141,12 +141,24 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
     return FAIL if failed else 0
 
 
+def _model_listed(url: str, endpoint: Endpoint, credential: Credential | None) -> bool:
+    """Print what the server's /v1/models lists; False (and why, on stderr) when the endpoint's model is not there."""
+    from tailrace.harness.orchestration.endpoint_check import served_models
+
+    ids = served_models(url, timeout_s=EndpointTimeouts.of(endpoint).check_s, tls=sender_tls(endpoint),
+                        headers=credential.headers() if credential else None)
+    print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
+    if endpoint.model not in ids:
+        print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
+    return endpoint.model in ids
+
+
 def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """A generative endpoint: the models it lists (its model's inputs, for triton-generate), then `requests` streamed
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
     from tailrace.harness.client.generative import TRITON_GENERATE
-    from tailrace.harness.orchestration.endpoint_check import check_generate, served_models
+    from tailrace.harness.orchestration.endpoint_check import check_generate
     from tailrace.harness.workload.prompts import prompt_items
     from tailrace.harness.workload.stream_senders import generative_sender
 
@@ -156,13 +168,8 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
         if endpoint.protocol in (TRITON_GENERATE, "kserve-grpc-stream"):
             inputs = check_generate(url, endpoint)
             print(f"{url.rstrip('/')} model {endpoint.model}: ready, inputs {', '.join(inputs)}")
-        else:
-            ids = served_models(url, timeout_s=EndpointTimeouts.of(endpoint).check_s, tls=sender_tls(endpoint),
-                                headers=credential.headers() if credential else None)
-            print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
-            if endpoint.model not in ids:
-                print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
-                return USAGE
+        elif not _model_listed(url, endpoint, credential):
+            return USAGE
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return USAGE
@@ -223,19 +230,13 @@ def run_pooling_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """An embeddings or rerank endpoint: the models it lists (TEI's rerank: none), then `requests` requests one after
     another, each with its latency, what it carried, the server's token count and what the reply's checks found
     (an embeddings reply: its vectors' dimension)."""
-    from tailrace.harness.orchestration.endpoint_check import served_models
     from tailrace.harness.workload.pooling_requests import pooling_sender
 
     tei = endpoint.rerank is not None and endpoint.rerank.api == "tei"
     try:
         credential = Credential.of(endpoint)
-        if not tei:
-            ids = served_models(url, timeout_s=EndpointTimeouts.of(endpoint).check_s, tls=sender_tls(endpoint),
-                                headers=credential.headers() if credential else None)
-            print(f"{url.rstrip('/')}/v1/models: {', '.join(ids) or 'none'}")
-            if endpoint.model not in ids:
-                print(f"tailrace probe: model {endpoint.model!r} is not served by {url.rstrip('/')}", file=sys.stderr)
-                return USAGE
+        if not tei and not _model_listed(url, endpoint, credential):
+            return USAGE
         sender = pooling_sender(endpoint, url, PoolLimits.sized(1), 0, Path.cwd())
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)

@@ -146,7 +146,7 @@ class PoolingSender:
             return out
         on_sent()
         try:
-            response = self.client.request(raw if isinstance(raw, bytes) else b"".join(raw))
+            response = self.client.request(raw)
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
             return self.failed(out, exc)
         return self.answered(out, response)
