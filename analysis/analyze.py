@@ -200,7 +200,10 @@ class _RunStatistics:
         return table
 
     def queueing(self, c: Columns, r: Results):
-        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")}
+        # the synthetic models of exponential service (M/M/1 by construction), not the generative engine's
+        # continuous batches (synthetic_lm behind a stream, an embeddings or a rerank endpoint)
+        batching = {e.model for e in self.p.endpoints if e.generative or e.pooling}
+        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")} - batching
         # the server columns are read a pair at a time: a long run's are spared between
         rows = queueing_table(c.frame(QUEUEING_COLUMNS), self.p.embedded.slots, synthetic,
                               requests_per_execution(r["server_statistics"]), self.run.measured_rows, c.values,
