@@ -209,7 +209,9 @@ def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
         parts.append(f"<h3>Latency by {'document count' if rerank else 'batch size'}</h3>" + _table(
             batches, [("endpoint", "endpoint"), ("region", "region"), ("batch", f"{unit} / request"),
                       ("requests", "ok requests"), ("p50_ms", "p50 (ms)"), ("p99_ms", "p99 (ms)")],
-            left={"endpoint", "region", "batch"}))
+            left={"endpoint", "region", "batch"}) + "<p class='note'>Per region (pooled, the regions' network delays "
+            "would weigh on the buckets one region sends more of); –: too few requests in the bucket for that "
+            "percentile.</p>")
     return "".join(parts)
 
 

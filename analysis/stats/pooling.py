@@ -58,7 +58,7 @@ def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str]
     """Per pooling endpoint (`endpoints`) × region of the measured rows `df` (POOLING_COLUMNS), then per endpoint over
     its regions ("*"): requests, inputs and input tokens (the server's usage) per second, the inputs per second whose
     request met every latency SLO that applies (goodput in inputs), and p50/p99 latency by bucket of inputs per
-    request."""
+    request (per region only: pooled, the regions' delays would weigh on whichever buckets one region sends more)."""
     if not endpoints or df.empty:
         return []
     names = df["endpoint"].astype(str).to_numpy()
@@ -74,6 +74,7 @@ def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str]
         if len(set(regions[mine].tolist())) > 1:
             part = df.loc[mine]
             row = _row(endpoint, "*", part, duration_s, np.inf)
+            row["by_batch"] = []  # latency by batch pooled over regions would mix their network delays
             row["good_inputs_per_s"] = sum(r["good_inputs_per_s"] or 0 for r in rows if r["endpoint"] == endpoint) \
                 if duration_s else None
             row["latency_slo_ms"] = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 
 import numpy as np
 import orjson
@@ -97,7 +98,7 @@ class PoolingRoutes:
             else:
                 reply = await self._scores(body, model, engine, clock, receive, path in RERANK)
             if reply is not None:
-                await send_whole(send, 200, reply[0], [(b"server-timing", _timing(reply[1])), *echo])
+                await send_whole(send, 200, reply[0], [(b"server-timing", _timing(reply[1], clock)), *echo])
         except InferenceError as exc:
             await send_whole(send, exc.http_status, error_body(exc.message, exc.http_status), echo)
 
@@ -194,8 +195,12 @@ def score_body(model: str, scores: list[float], tokens: int) -> bytes:
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
 
-def _timing(runs: list[Generation]) -> bytes:
-    """Server-Timing of a batch: its longest queue and its longest prefill (ms)."""
+def _timing(runs: list[Generation], clock: RequestClock) -> bytes:
+    """Server-Timing of a batch, as a generation's (hub.timing_header): its longest queue and its longest prefill
+    (ms), and the server's receive and send instants (epoch ns), so that the client can split a request's latency
+    into network, queue and compute."""
     queue = max((g.timings_ms().get("queue_ms", 0.0) for g in runs), default=0.0)
     prefill = max((g.timings_ms().get("prefill_ms", 0.0) for g in runs), default=0.0)
-    return b"queue;dur=%.3f, prefill;dur=%.3f" % (queue, prefill)
+    sent_wall = clock.receive_wall_ns + (time.perf_counter_ns() - clock.receive_mono_ns)
+    return b'queue;dur=%.3f, prefill;dur=%.3f, recv;desc="%d", send;desc="%d"' % (
+        queue, prefill, clock.receive_wall_ns, sent_wall)

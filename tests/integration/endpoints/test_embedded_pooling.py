@@ -87,7 +87,8 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
     assert rows["*"].input_tokens == int(measured["input_tokens"].sum())
     assert rows["*"].inputs_per_s == pytest.approx(measured["batch_size"].sum() / 6)
     assert rows["near"].good_inputs_per_s == pytest.approx(rows["near"].inputs_per_s)  # all well within 2 s
-    assert sum(b.requests for b in rows["*"].by_batch) == len(measured)
+    assert sum(b.requests for r in ("near", "far") for b in rows[r].by_batch) == len(measured)
+    assert rows["*"].by_batch == []  # per region only
     write_outputs(analysis, run.run_dir / "report")
     page = (run.run_dir / "report" / "index.html").read_text()
     assert "id='embeddings'" in page and "Latency by batch size" in page

@@ -32,6 +32,7 @@ def test_inputs_tokens_and_goodput_per_region_and_over_them():
     assert (us["requests"], us["ok"], us["inputs_per_s"]) == (110, 100, 10.0)
     assert us["input_tokens"] is None and us["tokens_reported"] == 0  # no usage: unknown, never 0
     assert both["inputs"] == 1300 and both["good_inputs_per_s"] == 50.0
+    assert both["by_batch"] == []  # per region only: pooled, the regions' delays would mix
 
 
 def test_no_embeddings_endpoint_no_table():
