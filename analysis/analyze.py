@@ -22,6 +22,16 @@ from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_p
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
+from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, flat_pipeline_rows, pipeline_section
+from tailrace.analysis.stats.chains.sessions import (
+    SESSION_COLUMNS,
+    cache_table,
+    flat_turn_rows,
+    hit_ratio_over_time,
+    session_table,
+    sessions_in_flight,
+    turn_table,
+)
 from tailrace.analysis.stats.cold_start import cold_start_table
 from tailrace.analysis.stats.correlation import TimeOrder
 from tailrace.analysis.stats.decomposition import (
@@ -44,15 +54,6 @@ from tailrace.analysis.stats.poisson_checks import arrival_checks
 from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from tailrace.analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
-from tailrace.analysis.stats.sessions import (
-    SESSION_COLUMNS,
-    cache_table,
-    flat_turn_rows,
-    hit_ratio_over_time,
-    session_table,
-    sessions_in_flight,
-    turn_table,
-)
 from tailrace.analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
@@ -337,6 +338,9 @@ class _RunStatistics:
                                                                          generative) if session_columns else {}),
             Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
                 c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
+            Statistic("pipelines", PIPELINE_COLUMNS if self.p.pipelines else (), lambda c, r: pipeline_section(
+                c.frame(PIPELINE_COLUMNS), {p.name: [s.endpoint for s in p.stages] for p in self.p.pipelines}, slos,
+                region_names, duration, data.trace_ids) if self.p.pipelines else {}),
         ]
 
 
@@ -350,19 +354,21 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions"}
+                   "token_verdicts", "sessions", "pipelines"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
     """Sessions by turn, what they did, sessions in flight, and the prefix cache's hit ratios ({}: a run with neither
     sessions nor anything said of caching)."""
-    sessions = {str(e) for e in df.loc[df["turn"].to_numpy() > 0, "endpoint"].unique()} & generative
     counters = prefix_cache_deltas(data.metrics_scrapes, {e.name: e.model for e in data.plan.profile.endpoints})
     cache = cache_table(df, generative, counters)
+    over_time = hit_ratio_over_time(df, generative)
+    if "pipeline" in df:  # a pipeline's stages are recorded as turns: they are no session's
+        df = df.loc[df["pipeline"].astype(str).to_numpy() == ""].reset_index(drop=True)
+    sessions = {str(e) for e in df.loc[df["turn"].to_numpy() > 0, "endpoint"].unique()} & generative
     if not sessions and not cache:
         return {}
     positions, good = good_streams(df, slos, generative)
-    over_time = hit_ratio_over_time(df, generative)
     for name, lines in over_time.get("by_endpoint", {}).items():  # the server's own counters, interval by interval
         lines["server"] = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time["t0_ns"])
     return {"turns": turn_table(df, sessions), "sessions": session_table(df, sessions, positions, good, duration),
@@ -401,6 +407,22 @@ def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -
     for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
         errors[column] = errors[column].astype(object)
     return errors
+
+
+def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
+    """tables/*.csv of the workloads a run may have: embeddings, rerank, sessions, pipelines."""
+    tables = {name: pd.DataFrame([{k: v for k, v in row.items() if k != "by_batch"} for row in r[name]])
+              for name in ("embeddings", "rerank") if r[name]}
+    if r["sessions"]:
+        tables["turns"] = flat_turn_rows(r["sessions"]["turns"])
+        tables["sessions"] = pd.DataFrame([{k: v for k, v in row.items() if k != "ended"}
+                                           | {f"ended_{k}": v for k, v in row["ended"].items()}
+                                           for row in r["sessions"]["sessions"]])
+        tables["prefix_cache"] = pd.DataFrame(r["sessions"]["prefix_cache"])
+    if r["pipelines"]:
+        tables["pipelines"] = flat_pipeline_rows(r["pipelines"]["pipelines"])
+        tables["pipeline_failures"] = pd.DataFrame(r["pipelines"]["failures"])
+    return tables
 
 
 def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
@@ -446,7 +468,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdicts = r["verdicts"] + r["token_verdicts"]
+    verdicts = r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", [])
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
@@ -472,7 +494,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
-        "ttft_decomposition": r["ttft_decomposition"], **{n: r[n] for n in ("embeddings", "rerank") if r[n]},
+        "ttft_decomposition": r["ttft_decomposition"], **{n: r[n] for n in ("embeddings", "rerank", "pipelines") if r[n]},
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })
@@ -489,13 +511,6 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
         tables["tokens"] = flat_token_rows(r["tokens"])
         tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
-    tables |= {name: pd.DataFrame([{k: v for k, v in row.items() if k != "by_batch"} for row in r[name]])
-               for name in ("embeddings", "rerank") if r[name]}
-    if r["sessions"]:
-        tables["turns"] = flat_turn_rows(r["sessions"]["turns"])
-        tables["sessions"] = pd.DataFrame([{k: v for k, v in row.items() if k != "ended"}
-                                           | {f"ended_{k}": v for k, v in row["ended"].items()}
-                                           for row in r["sessions"]["sessions"]])
-        tables["prefix_cache"] = pd.DataFrame(r["sessions"]["prefix_cache"])
+    tables |= _workload_tables(r)
     return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

@@ -32,6 +32,30 @@ def _number(v: float | None, digits: int = 0) -> str:
     return "–" if v is None else f"{v:,.{digits}f}"
 
 
+def _estimate_cell(e: Estimate) -> str:
+    if e.value is None:
+        return f"needs ≥ {e.min_samples}"
+    return f"{e.value:.1f}" + ("" if e.ci_low is None else f" [{e.ci_low:.1f}, {e.ci_high:.1f}]")
+
+
+def _print_pipelines(console, summary: RunSummary) -> None:
+    """The pipelines table: how they ended, E2E and TTFT from the arrival, and each stage's p99."""
+    from rich.table import Table
+
+    if summary.pipelines is None or not summary.pipelines.pipelines:
+        return
+    table = Table(title="pipelines (ms from the arrival's intended send; [95% CI]; stages: p99 from their own)")
+    for col in ("pipeline", "region", "done/started", "failed", "goodput/s", "E2E p50", "E2E p99", "TTFT p99",
+                "stages p99"):
+        table.add_column(col, justify="right")
+    for r in summary.pipelines.pipelines:
+        stages = ", ".join(f"{s.endpoint} {_number(s.latency_ms.at('p99').value, 1)}" for s in r.stages)
+        table.add_row(r.pipeline, r.region, f"{r.done:,}/{r.started:,}", f"{r.failed:,}", _number(r.goodput_per_s, 2),
+                      _estimate_cell(r.e2e_ms.at("p50")), _estimate_cell(r.e2e_ms.at("p99")),
+                      _estimate_cell(r.ttft_ms.at("p99")), stages)
+    console.print(table)
+
+
 def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
@@ -63,12 +87,7 @@ def print_summary(summary: RunSummary) -> None:
         tokens = Table(title="streamed responses (ms from intended send time; [95% CI])")
         for col in ("endpoint", "region", "ok", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"):
             tokens.add_column(col, justify="right")
-
-        def cell(e: Estimate) -> str:
-            if e.value is None:
-                return f"needs ≥ {e.min_samples}"
-            return f"{e.value:.1f}" + ("" if e.ci_low is None else f" [{e.ci_low:.1f}, {e.ci_high:.1f}]")
-
+        cell = _estimate_cell
         for t in summary.tokens:
             tokens.add_row(t.endpoint, t.region, f"{t.ok:,}/{t.requests:,}", f"{t.output_tokens_per_s:.0f}",
                            cell(t.ttft_ms.at("p50")), cell(t.ttft_ms.at("p99")), cell(t.tpot_ms.at("p50")),
@@ -86,6 +105,7 @@ def print_summary(summary: RunSummary) -> None:
                           _number(e.mean_inputs_per_request, 2), _number(e.input_tokens_per_s),
                           _number(e.good_inputs_per_s, 1))
         console.print(table)
+    _print_pipelines(console, summary)
     if summary.slos:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):

@@ -269,7 +269,8 @@ class Endpoint(_Strict):
                     "llama.cpp, Triton's OpenAI frontend); rerank: a query and documents scored (vLLM, TEI, "
                     "Infinity, Cohere-style)")
     model: str
-    weight: float = Field(1.0, gt=0, description="share of the arrivals among endpoints")
+    weight: float = Field(1.0, ge=0, description="share of the arrivals among endpoints (and pipelines); 0: the "
+                                                 "endpoint is sent only a pipeline's stages")
     timeout_ms: float = Field(5000, gt=0, description="a request's whole time; default 5 s, or for a generative "
                                                       "endpoint 120 s (a long stream is bounded by "
                                                       "ttft_timeout_ms and stall_timeout_ms instead)")
@@ -561,20 +562,70 @@ class Inputs(_Strict):
                                                          "fewer samples are kept when they would exceed it")
 
 
+PIPELINE_KINDS = {"openai-embeddings": "embed", "rerank": "rerank", "openai-chat": "generate",
+                  "openai-completions": "generate", "triton-generate": "generate"}  # a stage's kind, by protocol
+RAG_PROMPT = ("Answer the question from the passages below.\n\n{passages}\n\nQuestion: {query}\nAnswer:")
+
+
+class PipelineStage(_Strict):
+    """One stage of a pipeline: a request to one of the profile's endpoints, made from the earlier stages' replies
+    — what it does follows from the endpoint's protocol: embed the query (openai-embeddings), rerank the query
+    against the candidate passages (rerank), generate from the best passages (openai-chat, openai-completions,
+    triton-generate)."""
+
+    endpoint: str = Field(pattern=NAME, description="the endpoint this stage sends to")
+    pause_ms: float = Field(0, ge=0, le=3_600_000, description="a declared pause before this stage (retrieval, "
+                                                                "tool time): its send is due at the stage before's "
+                                                                "end + pause_ms")
+    top_n: int = Field(3, ge=1, le=1_000, description="rerank: how many passages, by the reply's scores, the next "
+                                                     "stages carry")
+
+
+class Pipeline(_Strict):
+    """A chain of stages over the profile's endpoints, started by the arrival process: stage k+1 is due at stage
+    k's end (+ its pause); the pipeline's end-to-end and its time to the answer's first token count from the
+    arrival's intended send."""
+
+    name: str = Field(pattern=NAME)
+    weight: float = Field(1.0, gt=0, description="share of the arrivals, beside the endpoints' weights")
+    stages: list[PipelineStage] = Field(min_length=1, max_length=16)
+    file: str | None = Field(None, min_length=1, description="a RAG JSONL file, one {\"query\": …, \"documents\": "
+                             "[…]} a line (also \"passages\" or \"candidates\": MS MARCO / BEIR style); default: "
+                             "the rerank stage's endpoint's queries and documents (drawn, or its rerank.file)")
+    prompt: str = Field(RAG_PROMPT, min_length=1, description="the generate stage's prompt: {passages} (the "
+                        "reranked top_n, numbered) and {query}")
+    max_tokens: TokenCount | None = Field(None, description="the generate stage's max_tokens (default: its "
+                                          "endpoint's prompts.output_tokens)")
+
+    @model_validator(mode="after")
+    def _prompt(self) -> "Pipeline":
+        if "{query}" not in self.prompt:
+            raise ValueError("prompt: must hold {query} (and may hold {passages})")
+        return self
+
+
 TOKEN_METRICS = ("ttft", "tpot", "itl", "e2e")  # generative endpoints' (docs/METHODS.md, "Streams")
+PIPELINE_METRICS = ("pipeline_e2e", "pipeline_ttft")
 
 
 class Slo(_Strict):
-    metric: Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e"] = Field(
-        description="latency (from the intended send), error_rate, or a streamed request's ttft, tpot, itl, e2e")
+    metric: Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft"] = Field(
+        description="latency (from the intended send), error_rate, a streamed request's ttft, tpot, itl, e2e, or a "
+                    "pipeline's end-to-end time or time to its answer's first token (from its arrival's intended "
+                    "send)")
     percentile: float | None = Field(None, gt=0, lt=100)
     threshold_ms: float | None = Field(None, gt=0)
     threshold: float | None = Field(None, ge=0, le=1, description="error-rate bound (fraction)")
     endpoint: str = "*"
     region: str = "*"
+    pipeline: str = Field("*", description="pipeline_e2e / pipeline_ttft: the pipeline it is for")
 
     @model_validator(mode="after")
     def _complete(self) -> "Slo":
+        if self.metric in PIPELINE_METRICS and self.endpoint != "*":
+            raise ValueError(f"a {self.metric} SLO names its pipeline (pipeline = …), not an endpoint")
+        if self.metric not in PIPELINE_METRICS and self.pipeline != "*":
+            raise ValueError(f"pipeline: only for pipeline_e2e and pipeline_ttft SLOs, not {self.metric}")
         if self.metric != "error_rate" and (self.percentile is None or self.threshold_ms is None):
             raise ValueError(f"a {self.metric} SLO needs percentile and threshold_ms")
         if self.metric == "error_rate" and self.threshold is None:
@@ -725,6 +776,8 @@ class Profile(_Strict):
     cold_start: ColdStart = Field(default_factory=ColdStart)
     capacity: Capacity = Field(default_factory=Capacity)
     decision: Decision | None = None
+    pipelines: list[Pipeline] = Field(default_factory=list, description="chains of stages over the endpoints "
+                                      "(RAG: embed → rerank → generate), started by the arrival process")
     generator: Generator = Field(default_factory=Generator)
     overrides: list[str] = Field(default_factory=list, description="set by tailrace from --set / --rate / --duration "
                                                                    "and TAILRACE_SET_* (contract/overrides.py), never "
@@ -756,6 +809,7 @@ class Profile(_Strict):
             b = self.decision.baseline
             if b is not None and next((e.protocol for e in self.endpoints if e.name == b), None) != "inprocess":
                 raise ValueError(f"decision.baseline: {b!r} must name an endpoint with protocol 'inprocess'")
+        self._check_pipelines()
         slo_endpoints = endpoint_names | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):
@@ -763,6 +817,14 @@ class Profile(_Strict):
                 raise ValueError(f"slos[{i}].endpoint: no endpoint named {slo.endpoint!r}")
             if slo.region not in regions:
                 raise ValueError(f"slos[{i}].region: no region named {slo.region!r}")
+            if slo.pipeline not in {p.name for p in self.pipelines} | {"*"}:
+                raise ValueError(f"slos[{i}].pipeline: no pipeline named {slo.pipeline!r}")
+            if slo.metric in PIPELINE_METRICS and not self.pipelines:
+                raise ValueError(f"slos[{i}].metric: {slo.metric} needs a [[pipelines]] section")
+            if slo.metric == "pipeline_ttft" and not all(
+                    self._streams_answer(p) for p in self.pipelines if slo.pipeline in ("*", p.name)):
+                raise ValueError(f"slos[{i}].metric: pipeline_ttft needs a pipeline whose last stage streams its "
+                                 "answer (a generative endpoint, prompts.stream true)")
             if slo.metric in TOKEN_METRICS:
                 generative = {e.name for e in self.endpoints if e.generative}
                 if not generative or (slo.endpoint != "*" and slo.endpoint not in generative):
@@ -775,6 +837,56 @@ class Profile(_Strict):
                     raise ValueError(f"slos[{i}].metric: {slo.metric} needs streamed responses, and "
                                      f"{', '.join(sorted(whole))} asks for whole ones (prompts.stream = false)")
         return self
+
+    def _check_pipelines(self) -> None:
+        """Each pipeline's stages name endpoints of a kind a stage can be, in an order that makes a chain; an
+        endpoint of weight 0 is some pipeline's stage."""
+        by_name = {e.name: e for e in self.endpoints}
+        names = [p.name for p in self.pipelines]
+        dupes = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(by_name)))
+        if dupes:
+            raise ValueError(f"pipelines: name(s) {', '.join(dupes)} used twice (pipelines and endpoints share names)")
+        if self.pipelines and self.load.scenario != "server":
+            raise ValueError(f"pipelines: need the open-loop server scenario (load.scenario = \"server\"), not "
+                             f"{self.load.scenario!r}")
+        staged = set()
+        for i, pipeline in enumerate(self.pipelines):
+            for k, stage in enumerate(pipeline.stages):
+                where = f"pipelines[{i}].stages[{k}].endpoint"
+                ep = by_name.get(stage.endpoint)
+                if ep is None:
+                    raise ValueError(f"{where}: no endpoint named {stage.endpoint!r}")
+                kind = PIPELINE_KINDS.get(ep.protocol)
+                if kind is None:
+                    raise ValueError(f"{where}: {stage.endpoint!r} speaks {ep.protocol}; a stage embeds "
+                                     f"(openai-embeddings), reranks (rerank) or generates (openai-chat, "
+                                     f"openai-completions, triton-generate)")
+                if ep.sessions is not None:
+                    raise ValueError(f"{where}: {stage.endpoint!r} runs sessions (its arrivals start "
+                                     "conversations); a stage sends one request")
+                if kind == "generate" and k != len(pipeline.stages) - 1:
+                    raise ValueError(f"{where}: a generate stage ends its pipeline (nothing reads its answer), "
+                                     f"but stage {k + 1} follows it")
+                staged.add(stage.endpoint)
+        idle = [e.name for e in self.endpoints if e.weight == 0 and e.name not in staged]
+        if idle:
+            raise ValueError(f"endpoints: {', '.join(idle)} has weight 0 and is no pipeline's stage: it would be sent "
+                             "nothing")
+
+    def _streams_answer(self, pipeline: Pipeline) -> bool:
+        """The pipeline's last stage streams tokens (its answer has a first token)."""
+        last = next(e for e in self.endpoints if e.name == pipeline.stages[-1].endpoint)
+        return last.generative and (last.prompts is None or last.prompts.stream)
+
+    def stage_endpoints(self) -> set[str]:
+        """The endpoints some pipeline's stage sends to."""
+        return {s.endpoint for p in self.pipelines for s in p.stages}
+
+    @property
+    def arrival_weights(self) -> tuple[float, ...]:
+        """The arrival process's split: each endpoint's weight, then each pipeline's (arrival index ≥ the number of
+        endpoints: a pipeline)."""
+        return tuple(e.weight for e in self.endpoints) + tuple(p.weight for p in self.pipelines)
 
     @property
     def uses_embedded(self) -> bool:

@@ -68,6 +68,9 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("turn", "int32", "its turn in the session, 1.. (0: not a session)"),
     ("session_end", "string", "on a session's last request, why it ended: done | error | context_limit | "
                               "run_end ('' otherwise)"),
+    # added with pipelines: a pipeline's stages are recorded as a session's turns (session_id: the pipeline's
+    # arrival, turn: the stage, session_end on its last request: done | error | run_end)
+    ("pipeline", "string", "the pipeline this request is a stage of ('' : none)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -84,7 +87,7 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 # strings with few distinct values: dictionary-encoded in the Parquet chunks (a chunk stores each once) and read
 # as categoricals (one code per row, never a Python object per row); the rest of a string column is plain
 FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
-                        "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end"})
+                        "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end", "pipeline"})
 
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
@@ -93,7 +96,7 @@ STREAM_DEFAULTS: dict[str, object] = {
     "t_first_token": -1, "t_last_token": -1, "ttft_ns": -1, "output_tokens": -1, "input_tokens": -1,
     "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b"",
     "cached_tokens": -1, "ideal_cached_tokens": -1, "prompt_tokens_sent": -1, "reasoning_tokens": -1, "ttfa_ns": -1,
-    "session_id": -1, "turn": 0, "session_end": ""}
+    "session_id": -1, "turn": 0, "session_end": "", "pipeline": ""}
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 # what a run without generative endpoints writes: its chunks leave the stream columns out (read with their
 # defaults), so one-shot requests never pay for converting them on the worker's event loop

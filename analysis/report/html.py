@@ -17,6 +17,7 @@ from tailrace.contract.summary import (
     EmbeddingRow,
     Estimate,
     LatencyRow,
+    Pipelines,
     QueueingRow,
     Row,
     RunSummary,
@@ -212,6 +213,47 @@ def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
             left={"endpoint", "region", "batch"}) + "<p class='note'>Per region (pooled, the regions' network delays "
             "would weigh on the buckets one region sends more of); –: too few requests in the bucket for that "
             "percentile.</p>")
+    return "".join(parts)
+
+
+def _pipelines_section(section: Pipelines) -> str:
+    """Pipelines: end to end and to the answer's first token per pipeline × region, each stage's latency and share,
+    the failures by stage, and the slowest pipelines' stages."""
+    rows = [Shown(r, e2e_p50=_token_cell(r.e2e_ms.p50), e2e_p99=_token_cell(r.e2e_ms.p99),
+                  ttft_p50=_token_cell(r.ttft_ms.p50), ttft_p99=_token_cell(r.ttft_ms.p99)) for r in section.pipelines]
+    parts = ["<h2 id='pipelines'>Pipelines</h2>",
+             _table(rows, [("pipeline", "pipeline"), ("region", "region"), ("started", "started"), ("done", "done"),
+                           ("failed", "failed"), ("run_end", "cut by the run's end"), ("pipelines_per_s", "done/s"),
+                           ("goodput_per_s", "goodput/s"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
+                           ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99")], left={"pipeline", "region"}),
+             "<p class='note'>From each pipeline's arrival (its first stage's intended send) to its last stage's last "
+             "byte (E2E) or its answer's first token (TTFT), ms, with 95% intervals; pipelines that arrived in the "
+             "measured phases. Goodput counts the pipelines done within every pipeline SLO.</p>"]
+    stages = [Shown(st, pipeline=r.pipeline, region=r.region, p50=_token_cell(st.latency_ms.p50),
+                    p99=_token_cell(st.latency_ms.p99),
+                    share=f"{st.share_of_e2e:.0%}" if st.share_of_e2e is not None else None)
+              for r in section.pipelines for st in r.stages]
+    parts += ["<h3>By stage</h3>", _table(stages, [
+        ("pipeline", "pipeline"), ("region", "region"), ("stage", "stage"), ("endpoint", "endpoint"),
+        ("requests", "requests"), ("errors", "errors"), ("p50", "latency p50"), ("p99", "latency p99"),
+        ("share", "share of E2E"), ("send_lag_p99_ms", "send lag p99 (ms)")], left={"pipeline", "region", "endpoint"}),
+        "<p class='note'>A stage's latency counts from its own intended send: the stage before's end plus its "
+        "declared pause (its send lag shows a generator late to send it). Share: the stage's mean latency over the "
+        "pipelines' mean E2E (the rest is pauses).</p>"]
+    if section.failures:
+        parts += ["<h3>Failed pipelines by stage</h3>", _table(section.failures, [
+            ("pipeline", "pipeline"), ("stage", "stage"), ("endpoint", "endpoint"), ("status", "status"),
+            ("code", "code"), ("count", "pipelines"), ("example_error", "example")],
+            left={"pipeline", "endpoint", "status", "code", "example_error"})]
+    slow = [Shown(st, pipeline=p.pipeline, region=p.region, e2e=f"{p.e2e_ms:.1f}",
+                  where=f"stage {p.slowest_stage} ({p.slowest_endpoint}, {p.slowest_share:.0%})"
+                  if st.stage == 1 else "") for p in section.slowest for st in p.stages]
+    if slow:
+        parts += ["<h3>Slowest pipelines</h3>", _table(slow, [
+            ("pipeline", "pipeline"), ("region", "region"), ("e2e", "E2E (ms)"), ("where", "time went to"),
+            ("stage", "stage"), ("endpoint", "endpoint"), ("latency_ms", "latency (ms)"), ("wait_ms", "pause (ms)"),
+            ("send_lag_ms", "send lag (ms)"), ("trace_id", "trace ID")],
+            left={"pipeline", "region", "where", "endpoint", "trace_id"})]
     return "".join(parts)
 
 
@@ -691,6 +733,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append(_pooling_section(s.embeddings, rerank=False))
     if s.rerank:
         parts.append(_pooling_section(s.rerank, rerank=True))
+    if s.pipelines is not None and s.pipelines.pipelines:
+        parts.append(_pipelines_section(s.pipelines))
     if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
         parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
     parts.append(_validity_section(s))

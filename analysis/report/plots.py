@@ -215,7 +215,7 @@ def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
 def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float]) -> str | None:
     """Sessions in flight per second per endpoint, and the prefix-cache hit ratio over time (the requests' usage,
     solid; the ideal of an unbounded cache, dashed; the server's counters between its periodic scrapes, dots), per
-    endpoint (analysis/stats/sessions.py)."""
+    endpoint (analysis/stats/chains/sessions.py)."""
     if not in_flight and not hits:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)

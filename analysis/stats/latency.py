@@ -24,13 +24,16 @@ SEND_LAG_Q = 99 / 100  # the send lag quantile of each row (np.percentile(…, 9
 
 def intended_rate(profile: Profile, region: str | None, endpoint: str | None) -> float | None:
     """Mean intended arrival rate over the measured window for a region / endpoint (None = all); None for
-    the closed-loop scenarios, whose rate is whatever the endpoint sustains, and for sessions (the process starts
-    sessions: their later turns' rate depends on the replies)."""
+    the closed-loop scenarios, whose rate is whatever the endpoint sustains, for sessions (the process starts
+    sessions: their later turns' rate depends on the replies), and for pipelines' stages (likewise)."""
     load = profile.load
     if load.scenario != "server":
         return None
     if any(e.sessions is not None and endpoint in (None, e.name) for e in getattr(profile, "endpoints", ())):
         return None
+    pipelines = getattr(profile, "pipelines", ())
+    if pipelines and (endpoint is None or endpoint in {s.endpoint for p in pipelines for s in p.stages}):
+        return None  # a pipeline's later stages are due at the stage before's end: no intended rate
     if load.arrivals.process == "trace":
         return None  # the trace's own rate: the arrival checks compare the sends with it
     segments = load_segments(load, warmup_s=0.0)
@@ -38,7 +41,8 @@ def intended_rate(profile: Profile, region: str | None, endpoint: str | None) ->
     if region is not None:
         rate *= next(r.share for r in profile.regions if r.name == region)
     if endpoint is not None:
-        rate *= next(e.weight for e in profile.endpoints if e.name == endpoint) / sum(e.weight for e in profile.endpoints)
+        rate *= next(e.weight for e in profile.endpoints if e.name == endpoint) / (
+            sum(e.weight for e in profile.endpoints) + sum(p.weight for p in pipelines))
     return rate
 
 

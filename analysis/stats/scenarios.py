@@ -58,13 +58,15 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
     latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
     times = df[_TIME].to_numpy() if _TIME in df else None
     weights = {e.name: e.weight for e in profile.endpoints}
+    pipelines = getattr(profile, "pipelines", ())
+    staged = {s.endpoint for p in pipelines for s in p.stages}  # a pipeline's stages: no intended rate
     kinds = sorted({STREAM if name in streamed else ONE_SHOT for name in weights}) or [ONE_SHOT]
     is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy() if len(kinds) > 1 else None
     for phase, all_idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
         for kind in kinds:
             idx = all_idx if is_stream is None else all_idx[is_stream[all_idx] == (kind == STREAM)]
             share = sum(w for name, w in weights.items() if (name in streamed) == (kind == STREAM)) / \
-                sum(weights.values()) if weights else 1.0
+                (sum(weights.values()) + sum(p.weight for p in pipelines)) if weights else 1.0
             ok_idx = idx[ok_rows[idx]]
             ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
                   else latency_ms[ok_idx[time_order(times[ok_idx])]])
@@ -75,7 +77,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
                 seg = segments[seg_index]
                 row.update({"start_s": seg.start_s, "end_s": seg.end_s,  # a trace's rate is its own: none intended
                             "intended_rate": seg.expected * share / seg.width_s if seg.expected and not any(
-                                e.sessions is not None and (e.name in streamed) == (kind == STREAM)
+                                (e.sessions is not None or e.name in staged) and (e.name in streamed) == (kind == STREAM)
                                 for e in profile.endpoints) else None,
                             "achieved_rate": len(idx) / seg.width_s})
             for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():

@@ -12,12 +12,18 @@ from tailrace.contract.summary.sections import (
     MissedIntervals,
     OfflineRegion,
     PairwiseTest,
+    PipelineFailure,
+    PipelineRow,
+    Pipelines,
     PrefixCacheRow,
     Scenario,
     ScenarioPercentile,
     SessionRow,
     Sessions,
     SkippedChunk,
+    SlowPipeline,
+    SlowStage,
+    StageRow,
     TurnRow,
     VariantRow,
 )
@@ -45,6 +51,12 @@ from tailrace.contract.summary.tables import (
 )
 
 __all__ = [
+    "PipelineFailure",
+    "PipelineRow",
+    "Pipelines",
+    "SlowPipeline",
+    "SlowStage",
+    "StageRow",
     "CapacityResult",
     "CapacityTrial",
     "Recommendation",

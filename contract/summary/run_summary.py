@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from tailrace.contract.summary.base import ALL, Row, SummaryError
-from tailrace.contract.summary.sections import Decision, InputRead, ManifestExcerpt, Scenario, Sessions
+from tailrace.contract.summary.sections import Decision, InputRead, ManifestExcerpt, Pipelines, Scenario, Sessions
 from tailrace.contract.summary.tables import (
     ArrivalProcessRow,
     ArrivalsRow,
@@ -76,6 +76,7 @@ class RunSummary(Row):
     rerank: list[EmbeddingRow] = Field(default_factory=list)  # inputs: the documents a request carried
     ttft_decomposition: list[TtftLegs] = Field(default_factory=list)
     sessions: Sessions | None = None
+    pipelines: Pipelines | None = None
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
 
     @classmethod

@@ -1,12 +1,12 @@
 """The summary's sections that are not one table: what was read, the scenario's own numbers, the decision between
-variants, sessions and the prefix cache, and the manifest's account of the run."""
+variants, sessions and the prefix cache, pipelines, and the manifest's account of the run."""
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import Field
 
-from tailrace.contract.summary.base import Estimate, Row
+from tailrace.contract.summary.base import Estimate, Row, TokenMetric
 
 
 class SkippedChunk(Row):
@@ -194,6 +194,85 @@ class Sessions(Row):
     in_flight: dict[str, Any] = Field(default_factory=dict)
     prefix_cache: list[PrefixCacheRow] = Field(default_factory=list)
     hit_ratio_over_time: dict[str, Any] = Field(default_factory=dict)
+
+
+class StageRow(Row):
+    """One stage of a pipeline: its requests, latency from its own intended send (ok requests), its share of the
+    pipelines' mean end-to-end time."""
+
+    stage: int  # 1..
+    endpoint: str
+    requests: int
+    errors: int
+    latency_ms: TokenMetric = Field(default_factory=TokenMetric)
+    send_lag_p99_ms: float | None = None
+    share_of_e2e: float | None = None
+
+
+class PipelineRow(Row):
+    """A pipeline × region ('*': over every region): how its measured pipelines ended, end to end and to the
+    answer's first token (from the arrival's intended send), goodput under the pipeline SLOs, and by stage."""
+
+    pipeline: str
+    region: str
+    started: int
+    done: int
+    failed: int
+    run_end: int = 0  # its next stage would have been due after the run's window
+    incomplete: int = 0  # its records stop before an end (a worker lost)
+    pipelines_per_s: float | None = None
+    goodput_per_s: float | None = None
+    e2e_ms: TokenMetric = Field(default_factory=TokenMetric)
+    ttft_ms: TokenMetric = Field(default_factory=TokenMetric)
+    stages: list[StageRow] = Field(default_factory=list)
+
+
+class PipelineFailure(Row):
+    pipeline: str
+    stage: int
+    endpoint: str
+    status: str
+    code: str
+    count: int
+    example_error: str = ""
+
+
+class SlowStage(Row):
+    stage: int
+    endpoint: str
+    latency_ms: float
+    wait_ms: float  # from the stage before's end to this stage's intended send: its declared pause
+    send_lag_ms: float
+    trace_id: str = ""
+
+
+class SlowPipeline(Row):
+    """One of the slowest pipelines: end to end, each stage, and the stage its time went to."""
+
+    pipeline: str
+    region: str
+    e2e_ms: float
+    ttft_ms: float | None = None
+    slowest_stage: int
+    slowest_endpoint: str
+    slowest_share: float
+    stages: list[SlowStage] = Field(default_factory=list)
+
+
+class Pipelines(Row):
+    """Pipelines across endpoints: per pipeline × region, failures by stage, the slowest pipelines."""
+
+    pipelines: list[PipelineRow] = Field(default_factory=list)
+    failures: list[PipelineFailure] = Field(default_factory=list)
+    slowest: list[SlowPipeline] = Field(default_factory=list)
+
+    def row(self, pipeline: str, region: str = "*") -> PipelineRow:
+        """The row of a pipeline × region ('*': over every region); KeyError names the rows there are."""
+        for r in self.pipelines:
+            if r.pipeline == pipeline and r.region == region:
+                return r
+        raise KeyError(f"no pipelines row for {pipeline!r}, region {region!r}; the rows are "
+                       f"{sorted((r.pipeline, r.region) for r in self.pipelines)}")
 
 
 class HostCpu(Row):

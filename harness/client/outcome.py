@@ -62,6 +62,7 @@ class Outcome:
     stream: StreamOutcome | None = None  # a streamed (generative) response: its tokens
     batch: int = 0  # inputs the request carried, where it says (an embeddings batch; 0: the endpoint's batch size)
     input_tokens: int = -1  # a whole reply's usage.prompt_tokens (embeddings; a stream's are in `stream`)
+    ranked: list[int] | None = None  # a rerank reply's document indices, best score first (a pipeline's next stage)
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str, str]:

@@ -142,8 +142,15 @@ class PoolingSender:
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         out, raw = self.encode(sample, headers)
-        if raw is None:
-            return out
+        return out if raw is None else self._exchange(out, raw, on_sent)
+
+    def send_pooled(self, body: bytes, inputs: int, headers: dict[str, str], on_sent) -> Outcome:
+        """Send a body built at its send (a pipeline's stage) that carries `inputs` texts or documents."""
+        out = Outcome(batch=inputs)
+        raw = self.transport.request(self._head, headers, body, out)
+        return out if raw is None else self._exchange(out, raw, on_sent)
+
+    def _exchange(self, out: Outcome, raw, on_sent) -> Outcome:
         on_sent()
         try:
             response = self.client.request(raw)
@@ -218,11 +225,12 @@ class RerankSender(PoolingSender):
             self.check_path = "/health"  # TEI lists no models
 
     def check(self, out: Outcome, payload: bytes) -> None:
-        out.input_tokens = check_rerank(payload, self.api, out.batch, self.top_n)
+        out.input_tokens, out.ranked = check_rerank(payload, self.api, out.batch, self.top_n)
 
 
-def check_rerank(payload: bytes, api: str, documents: int, top_n: int | None) -> int:
-    """The prompt tokens of a rerank reply (-1: not reported) to `documents` documents; ReplyError when it has
+def check_rerank(payload: bytes, api: str, documents: int, top_n: int | None) -> tuple[int, list[int]]:
+    """(the prompt tokens of a rerank reply (-1: not reported), the documents' indices best score first) to
+    `documents` documents; ReplyError when it has
     another number of results than min(top_n, documents) (cohere; else every document), an index out of range or
     repeated, or a score that is not a finite number."""
     try:
@@ -243,18 +251,19 @@ def check_rerank(payload: bytes, api: str, documents: int, top_n: int | None) ->
     if len(results) != wanted:
         raise ReplyError("results", f"{len(results)} results for {documents} documents"
                          + (f" (top_n {top_n})" if top_n and api == "cohere" else ""))
-    seen = set()
+    scores: dict[int, float] = {}
     for item in results:
         index = item.get("index") if isinstance(item, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < documents or index in seen:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < documents or index in scores:
             raise ReplyError("index", f"index {index!r} out of range or repeated (documents 0..{documents - 1})")
-        seen.add(index)
         score = item.get(score_key)
         if not isinstance(score, (int, float)) or isinstance(score, bool) or not np.isfinite(score):
             raise ReplyError("score", f"document {index}: score {score!r} is not a finite number")
+        scores[index] = score
+    ranked = sorted(scores, key=scores.__getitem__, reverse=True)
     if isinstance(usage, dict):
         for name in ("prompt_tokens", "total_tokens"):
             tokens = usage.get(name)
             if isinstance(tokens, int) and tokens >= 0:
-                return tokens
-    return -1
+                return tokens, ranked
+    return -1, ranked

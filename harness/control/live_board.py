@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tailrace.contract import master_events
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.plan import RunPlan
+from tailrace.contract.profile import PIPELINE_METRICS
 from tailrace.contract.rates import rate_segments
 from tailrace.harness.worker.live_report import Histogram, merge, quantile_ns
 
@@ -196,6 +197,8 @@ class LiveBoard:
         """Each SLO's provisional verdict on the measured seconds so far, per region × endpoint it covers."""
         out = []
         for slo in self.plan.profile.slos:
+            if slo.metric in PIPELINE_METRICS:
+                continue  # judged on whole pipelines, in the report
             for (region, endpoint), tally in sorted(self.measured.items()):
                 if slo.region not in ("*", region) or slo.endpoint not in ("*", endpoint):
                     continue

@@ -148,8 +148,9 @@ class ScheduledArrivals:
 
 @dataclass(frozen=True)
 class Split:
-    """How the one global process is split: by region (its share), by worker (of its region), by endpoint (its
-    weight); the names are a trace's, whose rows may name their region and endpoint."""
+    """How the one global process is split: by region (its share), by worker (of its region), by endpoint or
+    pipeline (its weight; pipelines after the endpoints); the names are a trace's, whose rows may name their region
+    and endpoint (or pipeline)."""
 
     region_shares: tuple[float, ...]
     region_workers: tuple[int, ...]
@@ -160,8 +161,8 @@ class Split:
     @classmethod
     def of(cls, profile: Profile) -> "Split":
         return cls(tuple(r.share for r in profile.regions), tuple(r.workers for r in profile.regions),
-                   tuple(e.weight for e in profile.endpoints), tuple(r.name for r in profile.regions),
-                   tuple(e.name for e in profile.endpoints))
+                   profile.arrival_weights, tuple(r.name for r in profile.regions),
+                   tuple(e.name for e in profile.endpoints) + tuple(p.name for p in profile.pipelines))
 
 
 @dataclass(frozen=True)

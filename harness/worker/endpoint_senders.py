@@ -1,7 +1,7 @@
 """The worker's senders, one per endpoint of the plan, built before the run: KServe senders from their samples
 (harness/client/senders.py), embeddings ones from their texts (harness/workload/pooling_requests.py), generative
 ones from their prompts — drawn, read from a file, a trace's rows (each
-built ahead of its send: harness/workload/trace_prompts.py) or a session endpoint's turns (harness/worker/sessions.py);
+built ahead of its send: harness/workload/trace_prompts.py) or a session endpoint's turns (harness/worker/chains/sessions.py);
 and `RequestBuilds`, what the issue loop builds ahead for an arrival (harness/worker/build_ahead.py)."""
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from tailrace.harness.client.request_data import samples_for
 from tailrace.harness.client.senders import Sender, build_sender
 from tailrace.harness.client.tokenizer import TokenCounter
 from tailrace.harness.worker.arrivals import Arrival
+from tailrace.harness.worker.chains.pipelines import PipelineRunner
+from tailrace.harness.worker.chains.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.worker.identity import WorkerIdentity
-from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.workload.conversations import session_source
+from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_sender
 from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
 from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
@@ -62,6 +64,14 @@ class EndpointSenders:
                                         wanted_outputs(ep.check, samples)))
         return senders
 
+    def pipelines(self) -> dict[int, PipelineRequests]:
+        """Each pipeline's stages and items, by its arrival index (after the endpoints'). A bad RAG file is a
+        PromptFileError naming it and the line."""
+        n, seed = len(self.profile.endpoints), self.profile.load.seed
+        inputs = {name: tuple(v) for name, v in self.plan.model_inputs.items()}
+        return {n + i: PipelineRequests(p, self.profile, seed, self.root, inputs)
+                for i, p in enumerate(self.profile.pipelines)}
+
     def _generative(self, ep: Endpoint, url: str, pool: PoolLimits) -> Sender:
         """A generative endpoint's sender, its prompts drawn from the run's seed (the same on every worker) or read
         from its prompt file (on this worker's host, relative to where it runs)."""
@@ -93,15 +103,18 @@ class EndpointSenders:
 
 class RequestBuilds:
     """What an arrival is sent with, as a build the issue loop runs in its gaps before the arrival's instant
-    (harness/worker/build_ahead.py): a session's script and first request, a trace row's request; else the arrival
-    itself."""
+    (harness/worker/build_ahead.py): a session's script and first request, a pipeline's first stage, a trace row's
+    request; else the arrival itself."""
 
-    def __init__(self, sessions: SessionRunner, trace_prompts: dict[int, TracePrompts]) -> None:
-        self.sessions, self.trace_prompts = sessions, trace_prompts
+    def __init__(self, sessions: SessionRunner, trace_prompts: dict[int, TracePrompts],
+                 pipelines: PipelineRunner) -> None:
+        self.sessions, self.trace_prompts, self.pipelines = sessions, trace_prompts, pipelines
 
     def __call__(self, arrival: Arrival) -> Build | Arrival:
         if self.sessions.handles(arrival):
             return self.sessions.build(arrival)
+        if self.pipelines.handles(arrival):
+            return self.pipelines.build(arrival)
         prompts = self.trace_prompts.get(arrival.endpoint)
         return arrival if prompts is None else self._trace_row(arrival, prompts)
 

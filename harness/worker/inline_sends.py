@@ -26,9 +26,9 @@ from tailrace.harness.client.inline_http1 import InlineExchange, InlinePoller
 from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.client.senders import InlineSender
 from tailrace.harness.spool.chunk_shipping import CATCH_UP_S, WRITER_BEHIND, WriterChild
+from tailrace.harness.worker.chains.sessions import PreparedSession, SessionRunner
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.scenarios import Arrival, IssueLoop
-from tailrace.harness.worker.sessions import PreparedSession, SessionRunner
 from tailrace.harness.workload.turns import RUN_END, PreparedRequest, Turn
 
 DEFER_SLACK_NS = 200_000  # a waiting record is written only while the next send is further off than this ...
@@ -71,7 +71,7 @@ class InlineSends:
 
     def takes(self, item: object) -> bool:
         """`item` (what the issue loop issues) is an arrival of an inline endpoint, or a request or session built
-        ahead for one (harness/workload/turns.py PreparedRequest, harness/worker/sessions.py PreparedSession)."""
+        ahead for one (harness/workload/turns.py PreparedRequest, harness/worker/chains/sessions.py PreparedSession)."""
         kind = type(item)
         if kind is Arrival:
             return item.endpoint in self.pools

@@ -76,7 +76,7 @@ class RequestPath:
 
     def send(self, arrival: Arrival, turn: Turn | None = None) -> Outcome:
         """Send one arrival and record it; never raises (a failure is an outcome). `turn`: a session's turn — its
-        body built at its send, its session fields recorded (harness/worker/sessions.py)."""
+        body built at its send, its session fields recorded (harness/worker/chains/sessions.py)."""
         call = self.begin(arrival)
         sent = [0]
 
@@ -86,6 +86,8 @@ class RequestPath:
         try:
             if turn is None:
                 outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent)
+            elif turn.inputs:  # a pipeline's embed or rerank stage: its body built from the stages before
+                outcome = self.senders[arrival.endpoint].send_pooled(turn.body, turn.inputs, call.headers, on_sent)
             else:
                 outcome = self.senders[arrival.endpoint].send_body(turn.body, call.headers, on_sent, turn.prompt_index)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
@@ -117,7 +119,8 @@ class RequestPath:
         row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns)
         if turn is not None:
             row = row._replace(session_id=turn.session_id, turn=turn.index, session_end=turn.end,
-                               prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached)
+                               prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached,
+                               pipeline=turn.pipeline)
         self.recorder.add(row)
         ep = self.endpoints[arrival.endpoint]
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,

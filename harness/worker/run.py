@@ -25,6 +25,8 @@ from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.spool.uplink import ChunkUplink
 from tailrace.harness.worker.arrivals import PhaseClock, Schedule, ScheduledArrivals, Split, WorkerSlot, worker_schedule
 from tailrace.harness.worker.background import BackgroundWork
+from tailrace.harness.worker.chains.pipelines import PipelineRunner, PreparedPipeline
+from tailrace.harness.worker.chains.sessions import PreparedSession, SessionRunner
 from tailrace.harness.worker.clock import ClockSampler, WorkerClock
 from tailrace.harness.worker.descriptors import reserve_for_pools
 from tailrace.harness.worker.endpoint_senders import EndpointSenders, RequestBuilds
@@ -35,7 +37,6 @@ from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.requester import RequestPath
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import IssueLoop, Window, draws, run_scenario
-from tailrace.harness.worker.sessions import PreparedSession, SessionRunner
 from tailrace.harness.workload.traces import load_trace
 from tailrace.harness.workload.turns import PreparedRequest
 
@@ -109,8 +110,10 @@ class WorkerRun:
         self.phases = PhaseClock(p.load)
         self.sessions = SessionRunner(self.path.send, self.loop.wait_turn, self.session_endpoints, p.load.seed,
                                       lambda: self.window.end_mono, self._phase_at)
-        if self.session_endpoints or self.trace_prompts:  # requests built ahead (harness/worker/build_ahead.py)
-            self.loop.prepare = RequestBuilds(self.sessions, self.trace_prompts)
+        self.pipelines = PipelineRunner(self.path.send, self.loop.wait_turn, built.pipelines(),
+                                        lambda: self.window.end_mono)
+        if self.session_endpoints or self.trace_prompts or self.pipelines.pipelines:  # built ahead (build_ahead.py)
+            self.loop.prepare = RequestBuilds(self.sessions, self.trace_prompts, self.pipelines)
         choose_send_path(self.loop, p, self.path, self.request_chunks.child, self.log,
                          self.sessions if self.session_endpoints else None)
         self.planned: int | None = 0  # None: a closed-loop scenario, whose plan is what it issued
@@ -124,9 +127,11 @@ class WorkerRun:
         self.control_gaps: list[tuple[float, float | None]] = []
 
     def _issue(self, item) -> None:
-        """An arrival of the schedule: a session started, or one request sent."""
+        """An arrival of the schedule: a session or a pipeline started, or one request sent."""
         if isinstance(item, PreparedSession):
             self.sessions.run(item)
+        elif isinstance(item, PreparedPipeline):
+            self.pipelines.run(item)
         elif isinstance(item, PreparedRequest):
             self.path.send(item.arrival, item.turn)
         else:
@@ -261,26 +266,13 @@ class WorkerRun:
                      (f"; {len(unacked)} not acknowledged, kept in {self.layout.dir} (tailrace collect)"
                       if unacked else ""))
 
-    def _gap_warnings(self) -> list[str]:
-        """One line a silence of the master: when (seconds from the start instant) and how long."""
-        start_s = self.start_ref_ns / 1e9
-        out = []
-        for since, back in self.control_gaps:
-            if back is None:
-                out.append(f"{self.identity.name}: no contact with the master from {since - start_s:.1f} s on; it "
-                           f"stopped after generator.master_timeout_s, its spool kept (tailrace collect)")
-            else:
-                out.append(f"{self.identity.name}: no contact with the master for {back - since:.1f} s at "
-                           f"{since - start_s:.1f}–{back - start_s:.1f} s; the schedule went on")
-        return out
-
     def summary(self) -> dict:
         reasons, warnings = self.saturation.verdict()
         for shipper in (self.request_chunks, self.clock_chunks):
             if shipper.failures:
                 reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
                                f"rows are lost (first: {shipper.failures[0]})")
-        warnings += self._gap_warnings()
+        warnings += gap_warnings(self.identity.name, self.start_ref_ns, self.control_gaps)
         clock_gap = self.clocks.gap_warning(self.start_ref_ns / 1e9)
         if clock_gap:
             warnings.append(clock_gap)
@@ -296,4 +288,20 @@ class WorkerRun:
                 "lagging_windows": [w.as_dict() for w in sat.windows if w.lagging],
                 "scenario": self.scenario_stats, "started_ns": self.started_ns, "finished_ns": self.finished_ns,
                 **({"sessions": self.sessions.summary()} if self.session_endpoints else {}),
+                **({"pipelines": self.pipelines.summary()} if self.pipelines.pipelines else {}),
                 "control_gaps": [[since, back] for since, back in self.control_gaps]}
+
+
+def gap_warnings(worker: str, start_ref_ns: int, gaps: list[tuple[float, float | None]]) -> list[str]:
+    """One line a silence of the master (`gaps`: epoch s, last heartbeat before and first after; None: it never
+    came back): when (seconds from the start instant) and how long."""
+    start_s = start_ref_ns / 1e9
+    out = []
+    for since, back in gaps:
+        if back is None:
+            out.append(f"{worker}: no contact with the master from {since - start_s:.1f} s on; it "
+                       f"stopped after generator.master_timeout_s, its spool kept (tailrace collect)")
+        else:
+            out.append(f"{worker}: no contact with the master for {back - since:.1f} s at "
+                       f"{since - start_s:.1f}–{back - start_s:.1f} s; the schedule went on")
+    return out

@@ -45,11 +45,7 @@ def embedding_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[Poo
     for size in sizes.tolist():
         batch = [texts[(at + k) % len(texts)] for k in range(size)]
         at = (at + size) % len(texts)
-        body: dict = {"model": endpoint.model, "input": batch[0] if single else batch,
-                      "encoding_format": spec.encoding_format}
-        if spec.dimensions is not None:
-            body["dimensions"] = spec.dimensions
-        bodies.append(PoolingBody(orjson.dumps(body), size))
+        bodies.append(embedding_body(endpoint, batch, as_list=not single))
     return bodies
 
 
@@ -100,21 +96,34 @@ def rerank_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[s
     return out
 
 
+def rerank_body(endpoint: Endpoint, query: str, documents: list[str]) -> PoolingBody:
+    """A query and its documents in the shape of the endpoint's rerank API."""
+    spec = endpoint.rerank or Rerank()
+    if spec.api == "tei":
+        body: dict = {"query": query, "texts": documents, "return_text": False}
+    elif spec.api == "score":
+        body = {"model": endpoint.model, "text_1": query, "text_2": documents}
+    else:
+        body = {"model": endpoint.model, "query": query, "documents": documents, "return_documents": False}
+        if spec.top_n is not None:
+            body["top_n"] = spec.top_n
+    return PoolingBody(orjson.dumps(body), len(documents))
+
+
+def embedding_body(endpoint: Endpoint, texts: list[str], as_list: bool = False) -> PoolingBody:
+    """Texts to embed in one request (`input` one text when there is one, unless `as_list`), the endpoint's
+    encoding and dimension."""
+    spec = endpoint.embeddings or Embeddings()
+    body: dict = {"model": endpoint.model, "input": texts[0] if len(texts) == 1 and not as_list else texts,
+                  "encoding_format": spec.encoding_format}
+    if spec.dimensions is not None:
+        body["dimensions"] = spec.dimensions
+    return PoolingBody(orjson.dumps(body), len(texts))
+
+
 def rerank_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[PoolingBody]:
     """One body per (query, documents), in the shape of the endpoint's rerank API."""
-    spec = endpoint.rerank or Rerank()
-    bodies = []
-    for query, documents in rerank_items(endpoint, seed, data_root):
-        if spec.api == "tei":
-            body: dict = {"query": query, "texts": documents, "return_text": False}
-        elif spec.api == "score":
-            body = {"model": endpoint.model, "text_1": query, "text_2": documents}
-        else:
-            body = {"model": endpoint.model, "query": query, "documents": documents, "return_documents": False}
-            if spec.top_n is not None:
-                body["top_n"] = spec.top_n
-        bodies.append(PoolingBody(orjson.dumps(body), len(documents)))
-    return bodies
+    return [rerank_body(endpoint, query, documents) for query, documents in rerank_items(endpoint, seed, data_root)]
 
 
 def pooling_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[PoolingBody]:

@@ -31,6 +31,8 @@ class Turn:
     done_mono: int = 0  # perf_counter_ns() when the reply ended
     end: str = ""
     prompt_index: int = -1  # the prompt's place in the sender's token counter (-1: none)
+    inputs: int = 0  # a pooling request's texts or documents (a pipeline's embed or rerank stage; 0: not one)
+    pipeline: str = ""  # the pipeline this request is a stage of ('': none)
 
 
     @classmethod

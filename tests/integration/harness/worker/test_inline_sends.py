@@ -216,7 +216,7 @@ def test_an_inline_stream_without_a_first_token_in_time_is_a_ttft_timeout(tmp_pa
 def _run_sessions(tmp_path, url: str, inline: bool, sessions: int, apart_ms: float, think_s: float):
     """`sessions` 3-turn chat sessions against the sink, started `apart_ms` apart: (the path, the session runner,
     the records by (session, turn))."""
-    from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
+    from tailrace.harness.worker.chains.sessions import SessionEndpoint, SessionRunner
     from tailrace.harness.workload.conversations import session_source
 
     profile = parse_profile({"name": "unit", "endpoints": [{

@@ -104,13 +104,20 @@ def rerank_reply(indices, scores=None, api: str = "cohere", tokens: int | None =
 
 @pytest.mark.parametrize("api", ["cohere", "tei", "score"])
 def test_a_right_rerank_reply_in_each_api(api):
-    tokens = check_rerank(rerank_reply([2, 0, 1], api=api), api, 3, None)
+    tokens, ranked = check_rerank(rerank_reply([2, 0, 1], api=api), api, 3, None)
     assert tokens == (-1 if api == "tei" else 30)
+    assert ranked == [2, 0, 1]  # best score first
+
+
+def test_the_ranking_follows_the_scores_not_the_order_of_the_results():
+    """vLLM's /score returns the documents in their order: the best passages are the highest scores."""
+    _, ranked = check_rerank(rerank_reply([0, 1, 2, 3], scores=[0.1, 0.9, -2.0, 0.5], api="score"), "score", 4, None)
+    assert ranked == [1, 3, 0, 2]
 
 
 def test_top_n_asks_for_the_best_only():
-    assert check_rerank(rerank_reply([4, 1]), "cohere", 5, 2) == 30
-    assert check_rerank(rerank_reply([1, 0]), "cohere", 2, 10) == 30  # top_n above the documents: all of them
+    assert check_rerank(rerank_reply([4, 1]), "cohere", 5, 2) == (30, [4, 1])
+    assert check_rerank(rerank_reply([1, 0]), "cohere", 2, 10)[0] == 30  # top_n above the documents: all of them
     with pytest.raises(ReplyError) as err:
         check_rerank(rerank_reply([4, 1, 0]), "cohere", 5, 2)
     assert err.value.code == "results"

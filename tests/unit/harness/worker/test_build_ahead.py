@@ -12,9 +12,10 @@ from tailrace.contract.profile import Endpoint
 from tailrace.harness.worker import build_ahead
 from tailrace.harness.worker.arrivals import Arrival, Schedule, ScheduledArrivals
 from tailrace.harness.worker.build_ahead import BuildAhead, PieceCosts
+from tailrace.harness.worker.chains.pipelines import PipelineRunner
+from tailrace.harness.worker.chains.sessions import SessionRunner
 from tailrace.harness.worker.endpoint_senders import RequestBuilds
 from tailrace.harness.worker.scenarios import IssueLoop
-from tailrace.harness.worker.sessions import SessionRunner
 from tailrace.harness.workload.trace_prompts import TracePrompts
 from tailrace.harness.workload.turns import Piece, PreparedRequest, Turn, build_now
 
@@ -153,7 +154,8 @@ def test_a_traces_bursts_of_long_prompts_are_built_before_their_instants_the_fir
     at_ms = [0.0] * 6 + [5.0 * (k + 1) for k in range(200)] + [1002.0] * 6 + [1005.0 + 5.0 * k for k in range(40)]
     prompts, _ = _trace(at_ms, tokens)
     sent: list[int] = []
-    prepare = RequestBuilds(SessionRunner(None, None, {}, 7, lambda: 0, lambda mono: 1), {0: prompts})
+    prepare = RequestBuilds(SessionRunner(None, None, {}, 7, lambda: 0, lambda mono: 1), {0: prompts},
+                            PipelineRunner(None, None, {}, lambda: 0))
     loop = IssueLoop(lambda item: sent.append(item.arrival.sample), spin_ns=1_500_000, drain_s=1.0, prepare=prepare)
     schedule = Schedule(np.array([int(ms * 1e6) for ms in at_ms]), np.zeros(len(at_ms), int),
                         np.ones(len(at_ms), int), np.arange(len(at_ms)), np.arange(len(at_ms)))

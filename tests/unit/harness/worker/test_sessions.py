@@ -6,8 +6,8 @@ import numpy as np
 
 from tailrace.contract.profile import Prompts, Sessions, ThinkTime, TokenCount
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.worker.chains.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.worker.scenarios import Arrival
-from tailrace.harness.worker.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.workload.conversations import (
     SyntheticSessions,
 )

@@ -13,7 +13,7 @@ import pandas as pd
 
 from tailrace.analysis.stats.estimators import sorted_percentile_ci
 
-SESSION_COLUMNS = ("endpoint", "region", "phase", "status", "session_id", "turn", "session_end", "t_intended_ref",
+SESSION_COLUMNS = ("endpoint", "region", "phase", "status", "session_id", "turn", "session_end", "pipeline", "t_intended_ref",
                    "latency_ns", "ttft_ns", "input_tokens", "prompt_tokens_sent", "cached_tokens",
                    "ideal_cached_tokens")
 LAST_TURN_ROW = 8  # turns from this one on share a row of the by-turn table ("8+")
