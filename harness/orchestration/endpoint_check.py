@@ -28,6 +28,7 @@ from tailrace.harness.client.tls import (
     ssl_context,
 )
 from tailrace.harness.workload.conversations import SessionFileError, session_source
+from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
 from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
 from tailrace.harness.workload.traces import TraceError, load_trace
@@ -262,6 +263,26 @@ def check_generate(url: str, ep: Endpoint) -> list[str]:
     return names
 
 
+def shared_data_problems(plan: RunPlan, data_here: bool) -> list[str]:
+    """What the run's own files say is wrong, one line each: the trace it replays, its pipelines' RAG files (where
+    the workers' files are here: `data_here`)."""
+    profile, root, problems = plan.profile, Path(plan.data_root or "."), []
+    trace = profile.load.arrivals.trace
+    if trace is not None and data_here:  # a trace file, like a data file, lives where the workers run
+        try:
+            load_trace(trace, root, [e.name for e in profile.endpoints] + [p.name for p in profile.pipelines],
+                       [r.name for r in profile.regions])
+        except TraceError as exc:
+            problems.append(f"load.arrivals.trace: {exc}")
+    for i, pipeline in enumerate(profile.pipelines):
+        if data_here or pipeline.file is None:
+            try:
+                PipelineRequests(pipeline, profile, profile.load.seed, root)
+            except PromptFileError as exc:
+                problems.append(f"pipelines[{i}] ({pipeline.name}): {exc}")
+    return problems
+
+
 def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_here: bool = True) -> Resolved:
     """Check every endpoint of a plan (network endpoints over their protocol, inprocess ones from their ONNX
     file) and resolve its request; EndpointCheckError lists every problem, one line each, naming the
@@ -325,16 +346,10 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                 notes.append(note)
         except (RequestSpecError, DataError) as exc:
             problems.append(f"{where}: {exc}")
-    trace = profile.load.arrivals.trace
-    if trace is not None and data_here:  # a trace file, like a data file, lives where the workers run
-        try:
-            load_trace(trace, Path(plan.data_root or "."), [e.name for e in profile.endpoints],
-                       [r.name for r in profile.regions])
-        except TraceError as exc:
-            problems.append(f"load.arrivals.trace: {exc}")
+    problems += shared_data_problems(plan, data_here)
     if problems:
         error = EndpointCheckError("\n".join(problems))
         if all(p.startswith("load.arrivals.trace") for p in problems):
-            error.headline = f"the trace {trace.file} cannot be replayed"
+            error.headline = f"the trace {profile.load.arrivals.trace.file} cannot be replayed"
         raise error
     return Resolved(requests, notes, model_inputs)

@@ -95,7 +95,7 @@ class WorkerRun:
                                             stall_max_ns=int(gen.stall_max_ms * 1e6),
                                             behind_max_ns=int(gen.behind_max_s * 1e9))
         arrivals = p.load.arrivals
-        self.trace = load_trace(arrivals.trace, Path(plan.data_root or "."), [e.name for e in p.endpoints],
+        self.trace = load_trace(arrivals.trace, Path(plan.data_root or "."), list(Split.of(p).endpoint_names),
                                 [r.name for r in p.regions]) if arrivals.process == "trace" else None
         built = EndpointSenders(plan, identity, self.region.name, self.models_dir, self.trace)
         senders = senders if senders is not None else built.all()
