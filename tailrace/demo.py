@@ -11,6 +11,7 @@ DEMO_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "demo.toml"
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Run the demo profile (3 regions, 3 endpoints, ~60 s) and print where the report is."""
+    """Run the demo profile (3 regions; KServe endpoints, an LLM and a RAG pipeline; ~60 s) and print where the
+    report is."""
     profile = load_profile(args.profile)
     return run_and_report(profile, args.workdir / "runs", ui=args.ui_bind)

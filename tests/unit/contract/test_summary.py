@@ -71,3 +71,19 @@ def test_inputs_per_second_counts_each_pooling_endpoint_once_over_its_regions():
     assert summary.embedding_row("reranker").inputs_per_s == 160.0 and summary.embedding_row("bge").region == "*"
     with pytest.raises(KeyError, match="no embeddings or rerank row for endpoint 'nope'"):
         summary.embedding_row("nope")
+
+
+def test_todays_demo_summary_with_its_pipelines_reads_by_attribute_and_validates():
+    """The demo as `make demo` runs it now (summary_version 2, a RAG pipeline beside the endpoints)."""
+    path = DEMO.with_name("demo_summary_v2.json")
+    raw = json.loads(path.read_text())
+    s = RunSummary.from_json(path.read_text(), str(path))
+    assert s.to_dict() == raw and s.summary_version == SUMMARY_VERSION
+    jsonschema.validate(raw, summary_schema())
+    rag = s.pipelines.row("rag")
+    assert rag.done <= rag.started and [st.endpoint for st in rag.stages] == ["embed", "rerank", "llm-chat"]
+    assert rag.e2e_ms.p50.value == raw["pipelines"]["pipelines"][0]["e2e_ms"]["p50"]["value"]
+    assert rag.ttft_ms.p50.value < rag.e2e_ms.p50.value
+    assert s.pipelines.slowest[0].stages[0].trace_id and any(v.metric == "pipeline_e2e" for v in s.slos)
+    with pytest.raises(KeyError, match="no pipelines row for 'rga'"):
+        s.pipelines.row("rga")
