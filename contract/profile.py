@@ -140,6 +140,34 @@ class TokenCount(_Strict):
         return self
 
 
+class Images(_Strict):
+    """Images a chat request carries as OpenAI `image_url` content parts: synthetic (drawn width × height, encoded in
+    `format`), a directory's files, or a prompt file's own (`"images"` / `"image"` on a JSONL line)."""
+
+    per_request: TokenCount = Field(default_factory=lambda: TokenCount(mean=1), description="images a request "
+                                    "carries, fixed or drawn per request")
+    width: TokenCount = Field(default_factory=lambda: TokenCount(mean=512), description="a synthetic image's width "
+                              "in pixels, fixed or drawn")
+    height: TokenCount = Field(default_factory=lambda: TokenCount(mean=512), description="its height in pixels")
+    format: Literal["jpeg", "png", "webp"] = Field("jpeg", description="a synthetic image's encoding")
+    dir: str | None = Field(None, min_length=1, description="a directory of image files (.jpg, .jpeg, .png, .webp, "
+                            ".gif, .bmp) taken in turn instead of synthetic ones; each is decoded once before the run")
+    distinct: int = Field(64, ge=1, le=10_000, description="synthetic: distinct images drawn; requests cycle "
+                                                           "through them")
+
+
+class Audio(_Strict):
+    """Audio clips a chat request carries as OpenAI `input_audio` content parts (base64 wav or mp3): synthetic
+    (a seeded tone of drawn length, 16 kHz mono wav), a directory's files, or a prompt file's own (`"audio"`)."""
+
+    per_request: TokenCount = Field(default_factory=lambda: TokenCount(mean=1), description="clips a request "
+                                    "carries, fixed or drawn per request")
+    seconds: float = Field(5.0, gt=0, le=3600, description="a synthetic clip's length")
+    dir: str | None = Field(None, min_length=1, description="a directory of .wav and .mp3 files taken in turn "
+                            "instead of synthetic clips")
+    distinct: int = Field(16, ge=1, le=10_000, description="synthetic: distinct clips drawn")
+
+
 class Prompts(_Strict):
     """What a generative endpoint is sent: synthetic prompts (seeded from load.seed) or a JSONL file of them."""
 
@@ -175,6 +203,8 @@ class Prompts(_Strict):
                                                                 "this many words (exercises prefix caching)")
     prefix_count: int = Field(1, ge=1, le=10_000, description="how many distinct prefixes the prompts share, "
                                                               "drawn in turn")
+    images: Images | None = Field(None, description="openai-chat: images each request carries (vision models)")
+    audio: Audio | None = Field(None, description="openai-chat: audio clips each request carries")
 
 
 class Embeddings(_Strict):
@@ -385,6 +415,12 @@ class Endpoint(_Strict):
         if self.sessions is not None and self.protocol not in ("openai-chat", "openai-completions"):
             raise ValueError("sessions: for openai-chat and openai-completions endpoints (a turn carries the "
                              "conversation so far)")
+        media = self.prompts is not None and (self.prompts.images is not None or self.prompts.audio is not None)
+        if media and self.protocol != "openai-chat":
+            raise ValueError("prompts.images and prompts.audio: for openai-chat endpoints (content parts of a chat "
+                             "message)")
+        if media and self.sessions is not None:
+            raise ValueError("prompts.images and prompts.audio: not with sessions yet (a turn's history is text)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")

@@ -71,6 +71,9 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     # added with pipelines: a pipeline's stages are recorded as a session's turns (session_id: the pipeline's
     # arrival, turn: the stage, session_end on its last request: done | error | run_end)
     ("pipeline", "string", "the pipeline this request is a stage of ('' : none)"),
+    # added with images and audio in chat requests
+    ("media_count", "int32", "images, audio clips and videos the request carried (0: none)"),
+    ("media_bytes", "int64", "their bytes, before base64 (0: none; a URL passed through counts 0)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -96,7 +99,8 @@ STREAM_DEFAULTS: dict[str, object] = {
     "t_first_token": -1, "t_last_token": -1, "ttft_ns": -1, "output_tokens": -1, "input_tokens": -1,
     "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b"",
     "cached_tokens": -1, "ideal_cached_tokens": -1, "prompt_tokens_sent": -1, "reasoning_tokens": -1, "ttfa_ns": -1,
-    "session_id": -1, "turn": 0, "session_end": "", "pipeline": ""}
+    "session_id": -1, "turn": 0, "session_end": "", "pipeline": "",
+    "media_count": 0, "media_bytes": 0}
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 # what a run without generative endpoints writes: its chunks leave the stream columns out (read with their
 # defaults), so one-shot requests never pay for converting them on the worker's event loop

@@ -140,15 +140,20 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
         if r.ttfa_ms is not None:
             row.update({"ttfa_p50": _token_cell(r.ttfa_ms.at("p50")), "ttfa_p99": _token_cell(r.ttfa_ms.at("p99")),
                         "reasoning": r.mean_reasoning_tokens})
+        if r.media_per_request is not None:
+            row.update({"media": f"{r.media_per_request:.2f} ({r.media_bytes_per_request / 1024:,.0f} KiB)",
+                        "prompt": r.mean_input_tokens})
         table_rows.append(row)
     reasoned = any(r.ttfa_ms is not None for r in rows)
+    media = [("media", "media / request (size)"), ("prompt", "prompt tokens (mean, media's included)")] \
+        if any(r.media_per_request is not None for r in rows) else []
     cols = [("endpoint", "endpoint"), ("region", "region"), ("ok", "ok / streams"), ("tps", "output tokens/s"),
             ("goodput", "goodput /s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
             *([("ttfa_p50", "first answer p50"), ("ttfa_p99", "first answer p99"),
                ("reasoning", "reasoning tokens (mean)")] if reasoned else []), ("tpot_p50", "TPOT p50"),
             ("tpot_p99", "TPOT p99"),
             ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
-            ("outcomes", "how streams ended"), ("sources", "token counts from")]
+            *media, ("outcomes", "how streams ended"), ("sources", "token counts from")]
     note = ("<p class='note'>All in ms with 95% intervals. TTFT = first token − intended send time (never the actual "
             "send: a generator that fell behind hides nothing); E2E = end − intended send time; TPOT = (last token − "
             "first token) / (output tokens − 1) per request; ITL = the gaps between token events after the first, an "

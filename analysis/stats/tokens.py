@@ -28,7 +28,7 @@ from tailrace.analysis.stats.estimators import PercentileEstimate, proportion_ve
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
-                 "token_event_counts", "ttfa_ns", "reasoning_tokens")
+                 "token_event_counts", "ttfa_ns", "reasoning_tokens", "media_count", "media_bytes")
 PERCENTILES = (50.0, 90.0, 99.0)
 METRICS = ("ttft", "tpot", "itl", "e2e")
 
@@ -165,7 +165,23 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
         "itl_ms": _estimate(itl_all, effective_n=int(sum(len(g) > 0 for g in itl))),
         "e2e_ms": _estimate(df["latency_ns"].to_numpy()[ok] / 1e6),
         **_reasoning(df, ok),
+        **_media(df, rows, ok),
     }
+
+
+def _media(df: pd.DataFrame, rows: np.ndarray, ok: np.ndarray) -> dict:
+    """Where requests carried images or audio: media per request, their bytes, and the prompt tokens the server
+    counted per request (theirs included)."""
+    if "media_count" not in df:
+        return {}
+    count = df["media_count"].to_numpy()[rows]
+    if not (count > 0).any():
+        return {}
+    prompt = df["input_tokens"].to_numpy()[ok]
+    prompt = prompt[prompt >= 0]
+    return {"media_per_request": float(count.mean()),
+            "media_bytes_per_request": float(df["media_bytes"].to_numpy()[rows].mean()),
+            "mean_input_tokens": float(prompt.mean()) if len(prompt) else None}
 
 
 def _reasoning(df: pd.DataFrame, ok: np.ndarray) -> dict:

@@ -108,6 +108,9 @@ class TokenRow(Row):
     itl_ms: TokenMetric = Field(default_factory=TokenMetric)
     e2e_ms: TokenMetric = Field(default_factory=TokenMetric)
     ttfa_ms: TokenMetric | None = None  # the first answer token (not reasoning), where a stream reasoned
+    media_per_request: float | None = None  # images, audio clips and videos a request carried, where any did
+    media_bytes_per_request: float | None = None  # their bytes (before base64)
+    mean_input_tokens: float | None = None  # where media: the server's prompt tokens a request (theirs included)
     mean_reasoning_tokens: float | None = None
     goodput_rps: float | None = None
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from tailrace.endpoints.generation.media import media_tokens
 from tailrace.endpoints.serving.errors import InferenceError
 
 
@@ -19,6 +20,7 @@ class CompletionRequest:
     continuous_usage: bool
     ignore_eos: bool
     min_tokens: int
+    media_tokens: int = 0  # the images' and audio's tokens (endpoints/generation/media.py)
 
 
 def json_object(payload: bytes, what: str) -> dict:
@@ -62,11 +64,15 @@ def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InferenceError("messages: required, a non-empty list of {role, content}")
-        parts = []
+        parts, media = [], 0
         for i, message in enumerate(messages):
             content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, list):  # content parts: the text ones
-                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if isinstance(content, list):  # content parts: the text ones, and the media's tokens
+                if not all(isinstance(p, dict) for p in content):
+                    raise InferenceError(f"messages[{i}].content: each part must be an object with a type")
+                media += sum(media_tokens(p, f"messages[{i}].content[{k}]") for k, p in enumerate(content)
+                             if p.get("type") != "text")
+                content = " ".join(p.get("text", "") for p in content if p.get("type") == "text")
             if not isinstance(content, str):
                 raise InferenceError(f"messages[{i}].content: must be text")
             parts.append(content)
@@ -78,7 +84,7 @@ def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -
         if not isinstance(prompt, str):
             raise InferenceError("prompt: required, one string")
         text = prompt
-    if not text.split():
+    if not text.split() and not (chat and media):
         raise InferenceError(("messages" if chat else "prompt") + ": is empty (no tokens)")
     max_name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
     max_tokens = whole_number(body, max_name, default_max_tokens, 1)
@@ -94,4 +100,5 @@ def parse_completion(payload: bytes, chat: bool, default_max_tokens: int = 16) -
     return CompletionRequest(model=model, text=text, max_tokens=max_tokens, stream=stream,
                              include_usage=flag(options, "include_usage"),
                              continuous_usage=flag(options, "continuous_usage_stats"),
-                             ignore_eos=flag(body, "ignore_eos"), min_tokens=whole_number(body, "min_tokens", 0, 0))
+                             ignore_eos=flag(body, "ignore_eos"), min_tokens=whole_number(body, "min_tokens", 0, 0),
+                             media_tokens=media if chat else 0)

@@ -10,6 +10,8 @@ trailer adds the queue, prefill and decode time. A client that goes away cancels
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tailrace.endpoints.generation.chunks import DONE, ChunkWriter, error_body, models_body, usage
 from tailrace.endpoints.generation.hub import (
     StreamHub,
@@ -65,7 +67,10 @@ class OpenAIRoutes:
             if engine is None:
                 raise not_found(f"the model '{request.model}' does not exist (models: "
                                 f"{', '.join(sorted(self.server.generators)) or 'none'})")
-            g = Generation(prompt=engine.decoder.vocabulary.encode(request.text), max_tokens=request.max_tokens,
+            prompt = engine.decoder.vocabulary.encode(request.text)
+            if request.media_tokens:  # an image's patches, a clip's frames: prefilled as prompt tokens
+                prompt = np.concatenate([prompt, np.ones(request.media_tokens, dtype=prompt.dtype)])
+            g = Generation(prompt=prompt, max_tokens=request.max_tokens,
                            ignore_eos=request.ignore_eos, min_tokens=request.min_tokens,
                            arrival_ns=clock.receive_mono_ns)
             async with self.hub.generating(engine, g, receive):

@@ -177,6 +177,7 @@ class StreamSender:
         self.payloads = PromptPayloads(bodies, count=samples)
         self.timeouts = timeouts
         self.inline = None  # the issue loop's own connections, once attached (attach_inline)
+        self.media: list[tuple[int, int]] = []  # each body's images / clips and their bytes (empty: none)
         self._head = self.transport.head("POST", self.path, "Content-Type: application/json",
                                          "Accept: text/event-stream", "Connection: keep-alive")
 

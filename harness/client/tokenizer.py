@@ -33,8 +33,10 @@ class PromptTokenizer:
 
     def count_prompt(self, prompt: str | list) -> int:
         """A text's tokens, or a chat's: its messages' contents (the server's chat template adds a few)."""
-        if isinstance(prompt, list):
-            return sum(self.count(m["content"]) for m in prompt)
+        if isinstance(prompt, list):  # content parts: the text ones (images' and audio's tokens are the server's)
+            return sum(self.count(m["content"] if isinstance(m["content"], str) else
+                                  " ".join(p.get("text", "") for p in m["content"] if p.get("type") == "text"))
+                       for m in prompt)
         return self.count(prompt)
 
     def word_ids(self) -> np.ndarray:

@@ -28,9 +28,10 @@ from tailrace.harness.client.tls import (
     ssl_context,
 )
 from tailrace.harness.workload.conversations import SessionFileError, session_source
+from tailrace.harness.workload.media import media_bodies
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
-from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies
+from tailrace.harness.workload.prompts import PromptFileError
 from tailrace.harness.workload.traces import TraceError, load_trace
 
 
@@ -314,7 +315,7 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                     if ep.sessions is not None:
                         session_source(ep, profile.load.seed, Path(plan.data_root or "."))
                     else:
-                        prompt_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
+                        media_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
                 if ep.prompts is None or ep.prompts.tokenizer is None:
                     notes.append(f"endpoint {ep.name}: prompt lengths are approximate (words ≈ tokens) and token "
                                  "counts come from the server; name the model's tokenizer.json in prompts.tokenizer "

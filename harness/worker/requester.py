@@ -55,6 +55,7 @@ class RequestPath:
     def __post_init__(self) -> None:
         self.endpoints = self.plan.profile.endpoints
         self.batches = [self.plan.batch_size(e) for e in self.endpoints]  # read per request: computed once
+        self.media = [getattr(s, "media", None) or None for s in self.senders]  # each body's (count, bytes)
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
 
     def begin(self, arrival: Arrival) -> Call:
@@ -144,7 +145,12 @@ class RequestPath:
             bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
             clock_uncertainty_ns=self.clocks.uncertainty_ns,
             **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else
-               {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}))
+               {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}),
+            **(self._media(a.endpoint, first) if self.media[a.endpoint] else {}))
+
+    def _media(self, endpoint: int, first: int) -> dict:
+        count, size = self.media[endpoint][first % len(self.media[endpoint])]
+        return {"media_count": count, "media_bytes": size}
 
 
 def stream_fields(s: StreamOutcome, intended_mono: int, clock: WorkerClock) -> dict:

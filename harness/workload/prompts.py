@@ -34,6 +34,35 @@ class PromptFileError(ValueError):
     """A prompt file that cannot be read, or a line of it that is not a prompt."""
 
 
+FILE_PART = "_tailrace_file"  # a prompt file's media reference (harness/workload/media.py resolves it)
+MEDIA_KEYS = {"images": "image", "image": "image", "audio": "audio", "video": "video", "videos": "video"}
+
+
+def media_refs(doc: dict, path: Path, n: int) -> list[dict]:
+    """A prompt line's media (`"images"` / `"image"`, `"audio"`, `"video"`: a path or URL, or a list of them) as
+    references the media step resolves; PromptFileError naming the line when one is not a text."""
+    refs = []
+    for key, kind in MEDIA_KEYS.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        for ref in value if isinstance(value, list) else [value]:
+            if not isinstance(ref, str) or not ref:
+                raise PromptFileError(f"{path}:{n}: {key}: each must be a path or URL (a non-empty string)")
+            refs.append({"type": FILE_PART, "kind": kind, "ref": ref})
+    return refs
+
+
+def with_refs(prompt: str | list, refs: list[dict]) -> str | list:
+    """`prompt` as chat messages whose last user message carries `refs` after its text (unchanged without refs)."""
+    if not refs:
+        return prompt
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
+    messages[last]["content"] = [{"type": "text", "text": messages[last]["content"]}, *refs]
+    return messages
+
+
 def draw_counts(spec: TokenCount, n: int, rng: np.random.Generator) -> np.ndarray:
     """n token counts after `spec` (integers ≥ 1, within its min / max)."""
     if spec.distribution == "fixed":
@@ -121,7 +150,7 @@ def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str |
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
                                        or max_tokens < 1):
             raise PromptFileError(f"{path}:{n}: max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
-        out.append((prompt, max_tokens))
+        out.append((with_refs(prompt, media_refs(doc, path, n)), max_tokens))
     if not out:
         raise PromptFileError(f"{path}: no prompts")
     return out

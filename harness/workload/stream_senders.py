@@ -12,7 +12,7 @@ from tailrace.harness.client.grpc_stream import GrpcStreamSender, stream_request
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.client.tls import sender_tls
 from tailrace.harness.client.tokenizer import TokenCounter
-from tailrace.harness.workload.prompts import prompt_bodies
+from tailrace.harness.workload.media import media_bodies
 
 
 def stream_sender(ep: Endpoint, url: str, pool: PoolLimits, bodies=(), samples: int = 0,
@@ -34,4 +34,7 @@ def generative_sender(ep: Endpoint, url: str, items: list[tuple[str | list, int]
                     for prompt, max_tokens in items]
         return GrpcStreamSender(url, ep.model, requests, EndpointTimeouts.of(ep), Credential.of(ep), sender_tls(ep),
                                 ep.token_count_output, counter)
-    return stream_sender(ep, url, pool, prompt_bodies(ep, seed, data_root, model_inputs, items), counter=counter)
+    bodies, media = media_bodies(ep, seed, data_root, model_inputs, items)
+    sender = stream_sender(ep, url, pool, bodies, counter=counter)
+    sender.media = media  # each body's (media count, bytes): the request path records them
+    return sender
