@@ -141,7 +141,7 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
             row.update({"ttfa_p50": _token_cell(r.ttfa_ms.at("p50")), "ttfa_p99": _token_cell(r.ttfa_ms.at("p99")),
                         "reasoning": r.mean_reasoning_tokens})
         if r.media_per_request is not None:
-            row.update({"media": f"{r.media_per_request:.2f} ({r.media_bytes_per_request / 1024:,.0f} KiB)",
+            row.update({"media": f"{r.media_per_request:.2f} ({(r.media_bytes_per_request or 0) / 1024:,.0f} KiB)",
                         "prompt": r.mean_input_tokens})
         table_rows.append(row)
     reasoned = any(r.ttfa_ms is not None for r in rows)
