@@ -146,6 +146,8 @@ class Images(_Strict):
 
     per_request: TokenCount = Field(default_factory=lambda: TokenCount(mean=1), description="images a request "
                                     "carries, fixed or drawn per request")
+    share: float = Field(1.0, gt=0, le=1, description="the share of requests that carry images (drawn per request "
+                                                      "from the seed); the others are text only")
     width: TokenCount = Field(default_factory=lambda: TokenCount(mean=512), description="a synthetic image's width "
                               "in pixels, fixed or drawn")
     height: TokenCount = Field(default_factory=lambda: TokenCount(mean=512), description="its height in pixels")
@@ -162,6 +164,7 @@ class Audio(_Strict):
 
     per_request: TokenCount = Field(default_factory=lambda: TokenCount(mean=1), description="clips a request "
                                     "carries, fixed or drawn per request")
+    share: float = Field(1.0, gt=0, le=1, description="the share of requests that carry audio; the others none")
     seconds: float = Field(5.0, gt=0, le=3600, description="a synthetic clip's length")
     dir: str | None = Field(None, min_length=1, description="a directory of .wav and .mp3 files taken in turn "
                             "instead of synthetic clips")

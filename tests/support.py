@@ -442,3 +442,24 @@ def vllm_server(log_dir: Path, **options) -> Iterator:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def vision_server(log_dir: Path) -> Iterator:
+    """A real vision-language model server (harness/services/vision_server.py: `transformers serve` with a tiny
+    LLaVA), stopped after; shared tests run while it loads. Without .venv-vllm: a failure in CI, else a skip."""
+    from tailrace.harness.services.vision_server import start_vision_server
+    from tailrace.harness.services.vllm_server import VllmUnavailable, vllm_python
+
+    try:
+        vllm_python()
+    except VllmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"the vLLM virtualenv must be installed in CI (make test creates .venv-vllm): {exc}")
+        pytest.skip(str(exc))
+    with shared_while_booting():
+        server = start_vision_server(log_dir, cpus=split_cpus()[0])
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -166,19 +166,20 @@ class MediaPrompts:
     def __init__(self, endpoint: Endpoint, seed: int, data_root: Path) -> None:
         spec = endpoint.prompts or Prompts()
         self.base = data_path(spec.file, data_root).parent if spec.file else data_root
-        self.pools: list[tuple[TokenCount, list[Medium]]] = []
+        self.pools: list[tuple[TokenCount, float, list[Medium]]] = []
         if spec.images is not None:
-            self.pools.append((spec.images.per_request, image_pool(spec.images, seed, data_root)))
+            self.pools.append((spec.images.per_request, spec.images.share, image_pool(spec.images, seed, data_root)))
         if spec.audio is not None:
-            self.pools.append((spec.audio.per_request, audio_pool(spec.audio, seed, data_root)))
+            self.pools.append((spec.audio.per_request, spec.audio.share, audio_pool(spec.audio, seed, data_root)))
         self.rng = np.random.default_rng([seed, MEDIA_STREAM, 3])
         self.taken = [0] * len(self.pools)
         self._files: dict[tuple[str, str], Medium] = {}
 
     def _drawn(self) -> list[Medium]:
         out = []
-        for i, (per_request, pool) in enumerate(self.pools):
-            for _ in range(int(draw_counts(per_request, 1, self.rng)[0])):
+        for i, (per_request, share, pool) in enumerate(self.pools):
+            carries = self.rng.random() < share
+            for _ in range(int(draw_counts(per_request, 1, self.rng)[0]) if carries else 0):
                 out.append(pool[self.taken[i] % len(pool)])
                 self.taken[i] += 1
         return out
