@@ -1,11 +1,14 @@
 """Benchmark: the generator's CPU per embeddings and rerank request — the send, the reply's checks (every vector
-parsed and checked finite, every result's index and score) — beside a KServe request of the 64-float digits input,
-side by side in one run. What one worker core can hold is 1 / (CPU per request).
+parsed and checked finite, every result's index and score) — and per chat request carrying a 512 × 512 image (beside
+the same chat request without it), beside a KServe request of the 64-float digits input, side by side in one run.
+What one worker core can hold is 1 / (CPU per request).
 
 The worker's own senders (harness/client/pooling.py over the keep-alive pool, bodies encoded before the run, the
 same path the open loop drives inline) send to nginx answering constant replies (so the target costs the generator
 nothing but the socket): an embeddings reply of one 384-float vector (one 64-word text), one of 32 vectors (a batch
-of 32, base64) and a rerank reply of 32 results (32 documents of 128 words). One request in flight; the process
+of 32, base64), a rerank reply of 32 results (32 documents of 128 words) and a chat stream of 16 token events with its
+usage (the chat bodies hold a 64-word prompt, one of them also a 512 × 512 JPEG as a base64 data URI, encoded
+before the run as the worker encodes them). One request in flight; the process
 (pinned to CPU 0, nginx to CPU 1) is measured with its CPU time; kinds alternate within each repeat.
 
     .venv/bin/python bench/pooling_cpu.py [--requests 3000] [--repeats 5] [--write]
@@ -37,9 +40,11 @@ from tailrace.contract.profile import Endpoint  # noqa: E402
 from tailrace.harness.client.pooling import EmbeddingsSender, RerankSender  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
 from tailrace.harness.workload.pooling_requests import embedding_bodies, rerank_bodies  # noqa: E402
+from tailrace.harness.workload.prompts import prompt_items  # noqa: E402
+from tailrace.harness.workload.stream_senders import generative_sender  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/pooling_cpu.py"
-DIM, BATCH, DOCUMENTS = 384, 32, 32
+DIM, BATCH, DOCUMENTS, STREAM_TOKENS = 384, 32, 32, 16
 
 
 def replies() -> dict[str, str]:
@@ -54,8 +59,13 @@ def replies() -> dict[str, str]:
              "usage": {"prompt_tokens": 64 * BATCH, "total_tokens": 64 * BATCH}}
     ranked = {"id": "r", "model": "m", "usage": {"prompt_tokens": 4000, "total_tokens": 4000},
               "results": [{"index": i, "relevance_score": 1.0 - i / DOCUMENTS} for i in range(DOCUMENTS)]}
+    events = [{"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"content": f" word{i}"}}]} for i in range(STREAM_TOKENS)]
+    events.append({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [],
+                   "usage": {"prompt_tokens": 425, "completion_tokens": STREAM_TOKENS, "total_tokens": 441}})
+    stream = "".join(f"data: {orjson.dumps(e).decode()}\n\n" for e in events) + "data: [DONE]\n\n"
     return {"/one/v1/embeddings": orjson.dumps(one).decode(), "/batch/v1/embeddings": orjson.dumps(batch).decode(),
-            "/v1/rerank": orjson.dumps(ranked).decode()}
+            "/v1/rerank": orjson.dumps(ranked).decode(), "/v1/chat/completions": stream}
 
 
 def pooling_senders(url: str) -> dict[str, object]:
@@ -68,7 +78,15 @@ def pooling_senders(url: str) -> dict[str, object]:
                                       embeddings={"inputs": BATCH, "encoding_format": "base64"}), 1, here)
     ranked = rerank_bodies(endpoint("rerank", prompts={"input_tokens": 16, "count": 16},
                                     rerank={"documents": DOCUMENTS, "document_tokens": 128}), 1, here)
-    return {"embeddings, 1 text (64 words; 384 floats back)": EmbeddingsSender(f"{url}/one", one, timeouts, None,
+    chat = {"prompts": {"input_tokens": 64, "output_tokens": STREAM_TOKENS, "count": 16}}
+    image = {"prompts": {**chat["prompts"], "images": {"width": 512, "height": 512, "distinct": 16}}}
+    text_sender = generative_sender(endpoint("openai-chat", **chat), url, prompt_items(endpoint("openai-chat", **chat),
+                                                                                       1, here), 1, here, pool=pool)
+    image_ep = endpoint("openai-chat", **image)
+    image_sender = generative_sender(image_ep, url, prompt_items(image_ep, 1, here), 1, here, pool=pool)
+    return {"chat, 64 words (16 tokens streamed back)": text_sender,
+            "chat, 64 words and a 512 × 512 JPEG (~55 kB base64)": image_sender,
+            "embeddings, 1 text (64 words; 384 floats back)": EmbeddingsSender(f"{url}/one", one, timeouts, None,
                                                                                pool=pool),
             f"embeddings, a batch of {BATCH} (base64 back)": EmbeddingsSender(f"{url}/batch", batch, timeouts, None,
                                                                                 pool=pool),
@@ -115,9 +133,10 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        write_section("Generator CPU per embeddings and rerank request", f"""\
+        write_section("Generator CPU per embeddings, rerank and image request", f"""\
 What one embeddings or rerank request costs the generator's core — its send and its reply's checks (each vector
-parsed and checked finite; each result's index and score) — beside a KServe request of 64 floats, in one run.
+parsed and checked finite; each result's index and score) — and a chat request with a 512 × 512 image beside the
+same request without it, beside a KServe request of 64 floats, in one run.
 
 {table}
 """)
