@@ -422,8 +422,6 @@ class Endpoint(_Strict):
         if media and self.protocol != "openai-chat":
             raise ValueError("prompts.images and prompts.audio: for openai-chat endpoints (content parts of a chat "
                              "message)")
-        if media and self.sessions is not None:
-            raise ValueError("prompts.images and prompts.audio: not with sessions yet (a turn's history is text)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")

@@ -28,7 +28,7 @@ from tailrace.harness.client.tls import (
     ssl_context,
 )
 from tailrace.harness.workload.conversations import SessionFileError, session_source
-from tailrace.harness.workload.media import media_bodies
+from tailrace.harness.workload.media import MediaPrompts, carries_media, media_bodies
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
 from tailrace.harness.workload.prompts import PromptFileError
@@ -314,6 +314,8 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                 if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
                     if ep.sessions is not None:
                         session_source(ep, profile.load.seed, Path(plan.data_root or "."))
+                        if carries_media(ep):  # its images and clips decode
+                            MediaPrompts(ep, profile.load.seed, Path(plan.data_root or "."))
                     else:
                         media_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
                 if ep.prompts is None or ep.prompts.tokenizer is None:

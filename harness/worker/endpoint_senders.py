@@ -19,6 +19,7 @@ from tailrace.harness.worker.chains.pipelines import PipelineRunner
 from tailrace.harness.worker.chains.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.workload.conversations import session_source
+from tailrace.harness.workload.media import MediaPrompts, carries_media
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_sender
 from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
@@ -79,7 +80,8 @@ class EndpointSenders:
         seed, trace = self.profile.load.seed, self.trace
         if ep.sessions is not None:
             source, count = session_source(ep, seed, self.root)
-            self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count)
+            media = MediaPrompts(ep, seed, self.root) if carries_media(ep) else None
+            self.session_endpoints[self.profile.endpoints.index(ep)] = SessionEndpoint(ep, source, count, media)
             return stream_sender(ep, url, pool, [], samples=source.count)
         by_row = trace is not None and (trace.input_tokens is not None or trace.output_tokens is not None
                                         or trace.hash_ids is not None)

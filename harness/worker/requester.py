@@ -122,6 +122,8 @@ class RequestPath:
             row = row._replace(session_id=turn.session_id, turn=turn.index, session_end=turn.end,
                                prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached,
                                pipeline=turn.pipeline)
+            if turn.media[0]:
+                row = row._replace(media_count=turn.media[0], media_bytes=turn.media[1])
         self.recorder.add(row)
         ep = self.endpoints[arrival.endpoint]
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,

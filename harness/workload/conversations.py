@@ -186,6 +186,7 @@ class Built:
     body: bytes
     prompt_tokens: int
     ideal_cached: int
+    media: tuple[int, int] = (0, 0)  # the images and clips the request carries (in its history too), their bytes
 
 
 @dataclass
@@ -203,23 +204,29 @@ class Conversation:
     turn_starts: list[int] = field(default_factory=list)  # where each turn's messages begin
     computed: int = 0  # the last turn's prompt + reply, as the server computed it (its cache holds that)
     dropped_turns: int = 0  # oldest turns dropped to fit the context (truncate)
+    media: list[tuple[int, int]] = field(default_factory=list)  # each message's images / clips and their bytes
 
-    def _append(self, message: dict) -> None:
+    def _append(self, message: dict, media: tuple[int, int] = (0, 0)) -> None:
+        content = message.get("content") or ""
         self.messages.append(message)
-        self.lengths.append(self.count(message.get("content") or ""))
+        self.lengths.append(self.count(content if isinstance(content, str) else content[0]["text"]))
+        self.media.append(media)
 
-    def next_request(self, turn: TurnScript, pending_tool: str = "") -> Built | None:
-        """The next turn's request (its user text appended to the history), or None: it would exceed the context
-        limit and the session ends there (on_context_limit = "end", or one turn alone is over it)."""
+    def next_request(self, turn: TurnScript, pending_tool: str = "", media: list = ()) -> Built | None:
+        """The next turn's request (its user text, and `media`'s content parts after it, appended to the history),
+        or None: it would exceed the context limit and the session ends there (on_context_limit = "end", or one turn
+        alone is over it). Media stay in the history, as a chat client resends them."""
         self.turn_starts.append(len(self.messages))
-        self._append({"role": "user", "content": (pending_tool + " " + turn.user) if pending_tool else turn.user})
+        text = (pending_tool + " " + turn.user) if pending_tool else turn.user
+        content = [{"type": "text", "text": text}, *(m.part for m in media)] if media else text
+        self._append({"role": "user", "content": content}, (len(media), sum(m.size for m in media)))
         limit = self.sessions.context_tokens
         truncated = False
         while limit is not None and sum(self.lengths) + turn.max_tokens > limit:
             if self.sessions.on_context_limit == "end" or len(self.turn_starts) < 2:
                 return None
             cut = self.turn_starts[1]  # drop the oldest turn: its user message, reply and tool result
-            del self.messages[:cut], self.lengths[:cut]
+            del self.messages[:cut], self.lengths[:cut], self.media[:cut]
             self.turn_starts = [s - cut for s in self.turn_starts[1:]]
             self.dropped_turns += 1
             truncated = True
@@ -228,7 +235,7 @@ class Conversation:
         spec = self.prompts  # completions: the messages' contents one after another (request_body)
         body = request_body(self.protocol, self.model, self.messages, turn.max_tokens, spec.ignore_eos, spec.stream,
                             min_tokens=spec.min_tokens)
-        return Built(body, prompt_tokens, max(0, ideal))
+        return Built(body, prompt_tokens, max(0, ideal), (sum(c for c, _ in self.media), sum(b for _, b in self.media)))
 
     def add_reply(self, turn: TurnScript, text: str, tool_calls: list, replied: bool) -> str:
         """The turn's reply into the history (the server's text, or the data's under history = "recorded"); the

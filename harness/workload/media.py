@@ -175,7 +175,8 @@ class MediaPrompts:
         self.taken = [0] * len(self.pools)
         self._files: dict[tuple[str, str], Medium] = {}
 
-    def _drawn(self) -> list[Medium]:
+    def draw(self) -> list[Medium]:
+        """The next request's media from the profile's pools."""
         out = []
         for i, (per_request, share, pool) in enumerate(self.pools):
             carries = self.rng.random() < share
@@ -198,10 +199,16 @@ class MediaPrompts:
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         media = [self._resolved(p) for p in parts if p.get("type") == FILE_PART]
         text = [p for p in parts if p.get("type") != FILE_PART]
-        media = media or self._drawn()
+        media = media or self.draw()
         messages[last] = {**messages[last], "content": text + [m.part for m in media]}
         return messages, len(media), sum(m.size for m in media)
 
+
+
+def carries_media(endpoint: Endpoint) -> bool:
+    """The profile asks for images or audio in the endpoint's requests."""
+    spec = endpoint.prompts or Prompts()
+    return spec.images is not None or spec.audio is not None
 
 
 def with_media(endpoint: Endpoint, items: list[tuple[str | list, int]], seed: int, data_root: Path

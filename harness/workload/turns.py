@@ -33,6 +33,7 @@ class Turn:
     prompt_index: int = -1  # the prompt's place in the sender's token counter (-1: none)
     inputs: int = 0  # a pooling request's texts or documents (a pipeline's embed or rerank stage; 0: not one)
     pipeline: str = ""  # the pipeline this request is a stage of ('': none)
+    media: tuple[int, int] = (0, 0)  # the images / clips the request carries and their bytes
 
 
     @classmethod

@@ -64,6 +64,7 @@ class SessionEndpoint:
     endpoint: Endpoint
     source: object  # SyntheticSessions | FileSessions: script(session_id, sample) -> SessionScript
     count: Callable[[str], int]  # a text's length (words, or the tokenizer's tokens)
+    media: object | None = None  # harness/workload/media.py MediaPrompts: a session's first turn's images / audio
 
 
 class SessionRunner:
@@ -99,7 +100,8 @@ class SessionRunner:
                                     lambda: words_of(spec.tool_result_tokens, rng))
         first = script.turns[0]
         yield Piece("session first turn", max(1, len(first.user)))
-        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(first))
+        media = ep.media.draw() if ep.media is not None else ()  # then in the history of every later turn
+        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(first, media=media))
 
     def run(self, session: PreparedSession) -> None:
         """One session on a greenlet of its own, from its arrival to its last turn."""
@@ -163,7 +165,7 @@ class SessionRunner:
             session.next_built = conversation.next_request(following, tool)
             return CONTEXT_LIMIT if session.next_built is None else ""
 
-        turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide)
+        turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide, media=built.media)
         this = weakref.ref(turn)
         return Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
                        arrival.sample, arrival.session), turn

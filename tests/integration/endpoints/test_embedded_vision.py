@@ -1,7 +1,7 @@
 """Images in chat requests on the embedded server for real: `tailrace run` of synthetic 512 × 512 images (1 to 3 a
 request) against synthetic_lm, which prefills each as its 28-pixel patch grid (361 tokens) — the server's usage
-per request is the text's words plus 361 an image — and a directory holding an image that does not decode stops
-the run before anything is sent, in one line."""
+per request is the text's words plus 361 an image —, and sessions whose first turn carries an image every later turn
+resends; a directory holding an image that does not decode stops the run before anything is sent, in one line."""
 from __future__ import annotations
 
 import subprocess
@@ -22,14 +22,24 @@ def test_images_are_prefilled_as_their_patches(model_repo, tmp_path):
                 "prompts": {"input_tokens": 12, "output_tokens": 8, "count": 16,
                             "images": {"per_request": {"distribution": "uniform", "mean": 2, "min": 1, "max": 3},
                                        "width": 512, "height": 512, "format": "png", "distinct": 4}}}
-    profile = make_profile(model_repo, endpoints=[endpoint], load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 4})
+    sessions = {"name": "vlm-chat", "url": "embedded", "protocol": "openai-chat", "model": "synthetic_lm",
+                "prompts": {"input_tokens": 10, "output_tokens": 6, "images": {"per_request": 1, "width": 280,
+                                                                               "height": 140}},
+                "sessions": {"turns": 3, "think_s": 0.2}}
+    profile = make_profile(model_repo, endpoints=[endpoint, sessions],
+                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 4})
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
-    df = analyze_run(run.run_dir).requests
-    assert len(df) > 15 and (df["status"] == "ok").all(), df["error"].unique()
-    assert set(df["media_count"]) == {1, 2, 3}
+    every = analyze_run(run.run_dir).requests
+    assert (every["status"] == "ok").all(), every["error"].unique()
+    df = every[every["endpoint"] == "vlm"]
+    assert len(df) > 8 and set(df["media_count"]) == {1, 2, 3}
     assert (df["input_tokens"] == 12 + 361 * df["media_count"]).all()
     assert (df["media_bytes"] > 100_000 * df["media_count"]).all()  # 512 × 512 PNGs of smooth noise
+    # a session's first turn carries its image; every later turn resends it in the history: 10 × 5 patches each
+    turns = every[every["endpoint"] == "vlm-chat"]
+    assert turns["turn"].max() >= 2 and (turns["media_count"] == 1).all()
+    assert (turns["input_tokens"] == turns["prompt_tokens_sent"] + 50).all()
 
 
 def test_an_image_that_does_not_decode_exits_2_naming_it_and_sends_nothing(model_repo, tmp_path):

@@ -95,3 +95,31 @@ def test_a_turn_is_freed_as_soon_as_its_session_lets_go_of_it_without_the_cyclic
         assert len(refs) == 3 and all(ref() is None for ref in refs)
     finally:
         gc.enable()
+
+
+def test_a_sessions_first_turn_carries_its_images_and_every_later_turn_resends_them():
+    import orjson
+
+    from tailrace.contract.profile import Endpoint
+    from tailrace.harness.workload.media import MediaPrompts
+
+    clock = [0]
+    sender = TurnSender(clock, service_ns=50_000_000)
+    ep = Endpoint.model_validate({"name": "chat", "url": "http://127.0.0.1:1", "protocol": "openai-chat",
+                                  "model": "m", "prompts": {"input_tokens": 8, "images": {"per_request": 2,
+                                                                                          "width": 64, "height": 64}},
+                                  "sessions": {"turns": 3}})
+    source = SyntheticSessions(ep.prompts, ep.sessions, seed=3)
+    media = MediaPrompts(ep, 3, __import__("pathlib").Path("."))
+    r = SessionRunner(sender, lambda t: clock.__setitem__(0, max(clock[0], t)),
+                      {0: SessionEndpoint(ep, source, WORDS, media)}, 3, lambda: 10**12, lambda t: 1)
+    r.run(r.prepare(Arrival(1_000_000_000, 0, 1, 0, session=7)))
+    turns = [t for _, t in sender.sent]
+    assert len(turns) == 3
+    first = orjson.loads(turns[0].body)["messages"]
+    assert [p["type"] for p in first[0]["content"]] == ["text", "image_url", "image_url"]
+    third = orjson.loads(turns[2].body)["messages"]
+    assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
+    assert third[0] == first[0] and isinstance(third[2]["content"], str)  # the images stay in the history only
+    assert turns[0].media[0] == turns[2].media[0] == 2 and turns[0].media[1] > 0
+    assert turns[0].prompt_tokens == 8  # the text's words: the images' tokens are the server's to count
