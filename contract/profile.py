@@ -24,12 +24,14 @@ class _Strict(BaseModel):
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
 # streamed generation: OpenAI-compatible completions, Triton's generate extension
-GENERATIVE = ("openai-chat", "openai-completions", "triton-generate", "kserve-grpc-stream")
+GENERATIVE = ("openai-chat", "openai-completions", "triton-generate", "kserve-grpc-stream", "anthropic-messages",
+              "openai-responses")
+CHAT_APIS = ("openai-chat", "anthropic-messages", "openai-responses")  # a conversation of messages
 POOLING = ("openai-embeddings", "rerank")  # texts in, numbers out (vectors, scores): one whole reply
 SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
            "openai-completions": ("http", "https"), "triton-generate": ("http", "https"),
            "kserve-grpc-stream": ("grpc", "grpcs"), "openai-embeddings": ("http", "https"),
-           "rerank": ("http", "https")}
+           "rerank": ("http", "https"), "anthropic-messages": ("http", "https"), "openai-responses": ("http", "https")}
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -285,6 +287,16 @@ class Sessions(_Strict):
         "end", description="a next prompt over context_tokens ends the session, or drops the oldest turns")
     tool_result_tokens: int = Field(0, ge=0, le=1_000_000, description="agents: each later turn carries the "
                                     "previous turn's tool call (if any) and a tool result of this many words")
+    server_state: bool = Field(False, description="openai-responses: the server keeps the conversation (store: true); "
+                                                  "each later turn sends only its new input and names the previous "
+                                                  "reply (previous_response_id)")
+
+    @model_validator(mode="after")
+    def _server_state(self) -> "Sessions":
+        if self.server_state and (self.history != "actual" or self.on_context_limit != "end"):
+            raise ValueError("server_state: the server keeps the actual conversation: history must be \"actual\" "
+                             "and on_context_limit \"end\" (it cannot drop the oldest turns)")
+        return self
 
 
 class Endpoint(_Strict):
@@ -294,13 +306,15 @@ class Endpoint(_Strict):
     url: str = Field(description="http(s)://host:port, grpc(s)://host:port, or 'embedded' / 'triton' (tailrace run "
                                  "starts the embedded endpoint / a local Triton through PyTriton)")
     protocol: Literal["kserve-http", "kserve-grpc", "inprocess", "openai-chat", "openai-completions",
-                      "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank"] = Field(
+                      "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank", "anthropic-messages",
+                      "openai-responses"] = Field(
         description="inprocess: the model's ONNX file run inside the worker (url = 'inprocess'), a no-network "
                     "baseline; openai-chat / openai-completions: streamed /v1/chat/completions, /v1/completions; "
                     "triton-generate: Triton's /v2/models/{model}/generate_stream; kserve-grpc-stream: "
                     "ModelStreamInfer on a decoupled model; openai-embeddings: /v1/embeddings (vLLM, TEI, Infinity, "
                     "llama.cpp, Triton's OpenAI frontend); rerank: a query and documents scored (vLLM, TEI, "
-                    "Infinity, Cohere-style)")
+                    "Infinity, Cohere-style); anthropic-messages: streamed /v1/messages (Anthropic's API: vLLM, "
+                    "gateways); openai-responses: streamed /v1/responses")
     model: str
     weight: float = Field(1.0, ge=0, description="share of the arrivals among endpoints (and pipelines); 0: the "
                                                  "endpoint is sent only a pipeline's stages")
@@ -415,13 +429,16 @@ class Endpoint(_Strict):
                 or self.stall_timeout_ms is not None or self.sessions is not None):
             raise ValueError("prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints "
                              "(openai-chat, openai-completions, triton-generate, kserve-grpc-stream)")
-        if self.sessions is not None and self.protocol not in ("openai-chat", "openai-completions"):
-            raise ValueError("sessions: for openai-chat and openai-completions endpoints (a turn carries the "
-                             "conversation so far)")
-        media = self.prompts is not None and (self.prompts.images is not None or self.prompts.audio is not None)
-        if media and self.protocol != "openai-chat":
-            raise ValueError("prompts.images and prompts.audio: for openai-chat endpoints (content parts of a chat "
-                             "message)")
+        if self.sessions is not None and self.sessions.server_state and self.protocol != "openai-responses":
+            raise ValueError("sessions.server_state: for openai-responses endpoints (previous_response_id)")
+        if self.sessions is not None and self.protocol not in (*CHAT_APIS, "openai-completions"):
+            raise ValueError("sessions: for openai-chat, anthropic-messages, openai-responses and openai-completions "
+                             "endpoints (a turn carries the conversation so far)")
+        if self.prompts is not None and self.prompts.images is not None and self.protocol not in CHAT_APIS:
+            raise ValueError("prompts.images: for openai-chat, anthropic-messages and openai-responses endpoints "
+                             "(content parts of a message)")
+        if self.prompts is not None and self.prompts.audio is not None and self.protocol != "openai-chat":
+            raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")
@@ -600,7 +617,8 @@ class Inputs(_Strict):
 
 
 PIPELINE_KINDS = {"openai-embeddings": "embed", "rerank": "rerank", "openai-chat": "generate",
-                  "openai-completions": "generate", "triton-generate": "generate"}  # a stage's kind, by protocol
+                  "openai-completions": "generate", "triton-generate": "generate", "anthropic-messages": "generate",
+                  "openai-responses": "generate"}  # a stage's kind, by protocol
 RAG_PROMPT = ("Answer the question from the passages below.\n\n{passages}\n\nQuestion: {query}\nAnswer:")
 
 

@@ -623,7 +623,8 @@ def _add_probe_command(sub) -> None:
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
     probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions",
-                                              "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank"],
+                                              "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank",
+                                              "anthropic-messages", "openai-responses"],
                        default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")

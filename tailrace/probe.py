@@ -175,7 +175,10 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
         return USAGE
     spec = endpoint.prompts
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
-          f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer"}
+          f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer",
+                                            "anthropic-messages": "streamed to /v1/messages (anthropic-version "
+                                                                  "2023-06-01)",
+                                            "openai-responses": "streamed to /v1/responses (store false)"}
           .get(endpoint.protocol, "stream with usage on every event"))
     sender = generative_sender(endpoint, url, prompt_items(endpoint, 0, Path.cwd()), 0, Path.cwd(), tuple(inputs),
                                pool=PoolLimits.sized(1))

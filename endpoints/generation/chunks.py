@@ -14,8 +14,8 @@ _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "TooManyReque
 class ChunkWriter:
     """The events of one streamed response."""
 
-    def __init__(self, chat: bool, model: str, request_id: int) -> None:
-        self.chat = chat
+    def __init__(self, chat: bool, model: str, request_id: int, include_usage: bool = True) -> None:
+        self.chat, self.include_usage = chat, include_usage
         self.model = model
         self.id = ("chatcmpl-" if chat else "cmpl-") + f"{request_id:x}"
         self.created = int(time.time())
@@ -48,15 +48,27 @@ class ChunkWriter:
         """The usage trailer: no choices (not a token); the server's queue, prefill and decode times beside it."""
         return self._event([], usage, {"server_timing": timing})
 
-    def whole(self, text: str, finish_reason: str, usage: dict, timing: dict) -> bytes:
+    def opening(self, prompt_tokens: int, cached: int) -> list[bytes]:
+        """What the stream sends before its first token: a chat stream's role-only event."""
+        return [self.role()] if self.chat else []
+
+    def closing(self, finish_reason: str, prompt_tokens: int, output_tokens: int, cached: int, timing: dict
+                ) -> list[bytes]:
+        """What ends the stream: the usage trailer (when asked for), then [DONE]."""
+        trailer = [self.trailer(usage(prompt_tokens, output_tokens, cached), timing)] if self.include_usage else []
+        return [*trailer, DONE]
+
+    def whole(self, text: str, finish_reason: str, prompt_tokens: int, output_tokens: int, cached: int,
+              timing: dict) -> bytes:
         """The response of a request with stream = false."""
+        usage_doc = usage(prompt_tokens, output_tokens, cached)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                       "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         return orjson.dumps({"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                             "created": self.created, "model": self.model, "choices": [choice], "usage": usage,
+                             "created": self.created, "model": self.model, "choices": [choice], "usage": usage_doc,
                              "server_timing": timing})
 
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailrace.endpoints.generation.chunks import DONE, ChunkWriter, error_body, models_body, usage
+from tailrace.endpoints.generation.chat_apis import (
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+    MessagesWriter,
+    ResponsesWriter,
+    api_error,
+    parse_messages,
+    parse_responses,
+)
+from tailrace.endpoints.generation.chunks import ChunkWriter, error_body, models_body, usage
 from tailrace.endpoints.generation.hub import (
     StreamHub,
     echoed_traceparent,
@@ -30,6 +39,8 @@ from tailrace.endpoints.serving.core import RequestClock
 from tailrace.endpoints.serving.errors import InferenceError, not_found
 
 COMPLETIONS, CHAT, MODELS = "/v1/completions", "/v1/chat/completions", "/v1/models"
+PARSERS = {MESSAGES_PATH: parse_messages, RESPONSES_PATH: parse_responses}
+WRITERS = {MESSAGES_PATH: MessagesWriter, RESPONSES_PATH: ResponsesWriter}
 
 
 class OpenAIRoutes:
@@ -46,23 +57,25 @@ class OpenAIRoutes:
             gens = self.server.generators
             await send_whole(send, 200, models_body(sorted(gens), {n: e.limits.max_model_len
                                                                     for n, e in gens.items()}))
-        elif path in (COMPLETIONS, CHAT) and method == "POST":
-            await self._completion(scope, receive, send, path == CHAT)
+        elif path in (COMPLETIONS, CHAT, MESSAGES_PATH, RESPONSES_PATH) and method == "POST":
+            await self._completion(scope, receive, send, path)
         elif self.pooling.serves(path) and method == "POST":
             await self.pooling(scope, receive, send)
-        elif path in (COMPLETIONS, CHAT, MODELS) or self.pooling.serves(path):
+        elif path in (COMPLETIONS, CHAT, MODELS, MESSAGES_PATH, RESPONSES_PATH) or self.pooling.serves(path):
             await send_whole(send, 405, error_body(f"{path} does not take {method}", 405))
         else:
             await send_whole(send, 404, error_body(f"no route {path}", 404))
 
-    async def _completion(self, scope, receive, send, chat: bool) -> None:
+    async def _completion(self, scope, receive, send, path: str) -> None:
+        """A completion, chat completion, Messages or Responses request: parsed, generated, answered in its API's
+        shapes (streamed or whole)."""
         clock = RequestClock()
         echo = echoed_traceparent(scope)
         try:
             body = await read_body(receive, self.server.options.max_body_bytes)
             if body is None:
                 return
-            request = parse_completion(body, chat)
+            request = PARSERS[path](body) if path in PARSERS else parse_completion(body, path == CHAT)
             engine = self.server.generators.get(request.model)
             if engine is None:
                 raise not_found(f"the model '{request.model}' does not exist (models: "
@@ -73,33 +86,34 @@ class OpenAIRoutes:
             g = Generation(prompt=prompt, max_tokens=request.max_tokens,
                            ignore_eos=request.ignore_eos, min_tokens=request.min_tokens,
                            arrival_ns=clock.receive_mono_ns)
+            writer = WRITERS[path](request.model, g.request_id) if path in WRITERS else \
+                ChunkWriter(path == CHAT, request.model, g.request_id, request.include_usage)
             async with self.hub.generating(engine, g, receive):
                 if request.stream:
-                    await self._stream(send, engine, g, request, clock, chat, echo)
+                    await self._stream(send, engine, g, request, clock, writer, echo)
                 else:
-                    await self._whole(send, engine, g, request, clock, chat, echo)
+                    await self._whole(send, engine, g, clock, writer, echo)
         except InferenceError as exc:
-            await send_whole(send, exc.http_status, error_body(exc.message, exc.http_status), echo)
+            await send_whole(send, exc.http_status, api_error(path, exc.message, exc.http_status) if path in PARSERS
+                             else error_body(exc.message, exc.http_status), echo)
 
-    async def _whole(self, send, engine: ContinuousBatcher, g: Generation, request: CompletionRequest,
-                     clock: RequestClock, chat: bool, echo: list) -> None:
+    async def _whole(self, send, engine: ContinuousBatcher, g: Generation, clock: RequestClock, writer,
+                     echo: list) -> None:
         if not await self.hub.finished(g):
             return
         vocabulary = engine.decoder.vocabulary
-        writer = ChunkWriter(chat, request.model, g.request_id)
-        payload = writer.whole("".join(vocabulary.piece(t) for t in g.tokens), g.finish_reason,
-                               usage(len(g.prompt), len(g.tokens), g.cached_tokens), g.timings_ms())
+        payload = writer.whole("".join(vocabulary.piece(t) for t in g.tokens), g.finish_reason, len(g.prompt),
+                               len(g.tokens), g.cached_tokens, g.timings_ms())
         await send_whole(send, 200, payload, [(b"server-timing", timing_header(clock, g)), *echo])
 
     async def _stream(self, send, engine: ContinuousBatcher, g: Generation, request: CompletionRequest,
-                      clock: RequestClock, chat: bool, echo: list) -> None:
+                      clock: RequestClock, writer, echo: list) -> None:
         if not await self.hub.first_token(g):
             return
         await start_stream(send, clock, g, echo)
-        writer = ChunkWriter(chat, request.model, g.request_id)
         piece = engine.decoder.vocabulary.piece
-        if chat:
-            await send_event(send, writer.role())
+        for event in writer.opening(len(g.prompt), g.cached_tokens):
+            await send_event(send, event)
         sent = 0
         while True:
             count, finished = len(g.tokens), g.done
@@ -114,7 +128,6 @@ class OpenAIRoutes:
             await self.hub.progress(g)
         if g.cancelled and not finished:
             return
-        if request.include_usage:
-            await send_event(send, writer.trailer(usage(len(g.prompt), len(g.tokens), g.cached_tokens), g.timings_ms()))
-        await send_event(send, DONE)
+        for event in writer.closing(g.finish_reason, len(g.prompt), len(g.tokens), g.cached_tokens, g.timings_ms()):
+            await send_event(send, event)
         await end_stream(send)

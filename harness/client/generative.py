@@ -19,9 +19,20 @@ import orjson
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
+from tailrace.harness.client.api_bodies import (
+    ANTHROPIC_VERSION,
+    MESSAGES,
+    RESPONSES,
+    messages_body,
+    responses_body,
+    whole_messages,
+    whole_responses,
+)
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
 from tailrace.harness.client.http_transport import HttpTransport
-from tailrace.harness.client.openai_stream import (
+from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception, classify_http_status
+from tailrace.harness.client.streams.anthropic_stream import AnthropicStream
+from tailrace.harness.client.streams.openai_stream import (
     CUT,
     STALLED,
     TIMEOUT,
@@ -30,13 +41,16 @@ from tailrace.harness.client.openai_stream import (
     StreamProtocolError,
     cached_tokens,
 )
-from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception, classify_http_status
-from tailrace.harness.client.sse import SseError, SseParser
+from tailrace.harness.client.streams.responses_stream import ResponsesStream
+from tailrace.harness.client.streams.sse import SseError, SseParser
+from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 from tailrace.harness.client.tokenizer import TokenCounter
-from tailrace.harness.client.triton_stream import TritonGenerateStream
 
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
-PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions"}
+PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", MESSAGES: "/v1/messages",
+         RESPONSES: "/v1/responses"}
+CHAT_APIS = (CHAT, MESSAGES, RESPONSES)  # a conversation of messages (sessions, images)
+STREAMS = {MESSAGES: AnthropicStream, RESPONSES: ResponsesStream}  # the others: OpenAIStream (Triton's aside)
 
 
 def stream_path(protocol: str, model: str, stream: bool = True) -> str:
@@ -90,6 +104,10 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
     them (`model_inputs`, from its metadata), else as request parameters."""
     if protocol == TRITON_GENERATE:
         return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs)
+    if protocol == MESSAGES:  # Anthropic's API has no ignore_eos / min_tokens: the model's own lengths
+        return messages_body(model, prompt, max_tokens, stream)
+    if protocol == RESPONSES:
+        return responses_body(model, prompt, max_tokens, stream, ignore_eos, min_tokens)
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if protocol == CHAT:
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -169,7 +187,7 @@ class StreamSender:
                  credential: Credential | None, tls: Tls | None = None, pool: PoolLimits = PoolLimits.sized(16),
                  stream: bool = True, model: str = "", count_output: str | None = None,
                  counter: TokenCounter | None = None, samples: int = 0) -> None:
-        self.chat, self.stream, self.protocol = protocol == CHAT, stream, protocol
+        self.chat, self.stream, self.protocol = protocol in CHAT_APIS, stream, protocol
         self.model, self.count_output, self.counter = model, count_output, counter
         self.transport = HttpTransport(url, timeouts, credential, tls, pool, kernel_stamps=True)
         self.client, self.warm_connections = self.transport.client, self.transport.warm_connections
@@ -179,7 +197,8 @@ class StreamSender:
         self.inline = None  # the issue loop's own connections, once attached (attach_inline)
         self.media: list[tuple[int, int]] = []  # each body's images / clips and their bytes (empty: none)
         self._head = self.transport.head("POST", self.path, "Content-Type: application/json",
-                                         "Accept: text/event-stream", "Connection: keep-alive")
+                                         "Accept: text/event-stream", "Connection: keep-alive",
+                                         *((f"anthropic-version: {ANTHROPIC_VERSION}",) if protocol == MESSAGES else ()))
 
     def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
@@ -194,8 +213,9 @@ class StreamSender:
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
 
     def _reading(self) -> StreamRead:
-        return StreamRead(TritonGenerateStream(self.count_output) if self.protocol == TRITON_GENERATE
-                          else OpenAIStream(self.chat))
+        if self.protocol == TRITON_GENERATE:
+            return StreamRead(TritonGenerateStream(self.count_output))
+        return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat))
 
     def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1) -> Outcome:
         """Send one request body (a session's turn, built at its send) and read its stream, as send does
@@ -312,7 +332,7 @@ class StreamSender:
                 if self.protocol == TRITON_GENERATE:
                     text = whole_generate_response(response.body, self.count_output, result)
                 else:
-                    text = whole_response(response.body, self.chat, result)
+                    text = whole_response(response.body, self.chat, result, self.protocol)
                 if self.counter is not None:
                     self.counter.fill(result, index, text)
             except StreamProtocolError as exc:
@@ -330,14 +350,18 @@ class StreamSender:
         self.client.close()
 
 
-def whole_response(payload: bytes, chat: bool, result: StreamOutcome) -> str:
+def whole_response(payload: bytes, chat: bool, result: StreamOutcome, protocol: str = CHAT) -> str:
     """A stream = false response's tokens (from its usage), finish reason and first words into `result`; its
     text."""
     try:
         doc = orjson.loads(payload)
-        choice = doc["choices"][0]
-        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
-        usage = doc.get("usage") or {}
+        if protocol in (MESSAGES, RESPONSES):
+            text, usage, finish = (whole_messages if protocol == MESSAGES else whole_responses)(doc)
+            choice = {"finish_reason": finish}
+        else:
+            choice = doc["choices"][0]
+            text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+            usage = doc.get("usage") or {}
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
         raise StreamProtocolError(f"a response that is not a completion: {payload[:80]!r}") from None
     result.output_tokens = int(usage.get("completion_tokens", -1)) if isinstance(usage, dict) else -1
@@ -383,6 +407,8 @@ def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, pro
     result.pieces = stream.texts
     result.reasoning_events = tuple(getattr(stream, "reasoning_events", ()))
     result.tool_calls = [call for _, call in sorted(getattr(stream, "tool_calls", {}).items())]
+    result.unknown_events = getattr(stream, "unknown_events", 0)
+    result.response_id = getattr(stream, "response_id", "")
     if counter is not None:
         counter.fill(result, prompt_index, "".join(stream.texts))
 

@@ -20,11 +20,11 @@ from tailrace.contract.plan import EndpointTimeouts
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.generative import PromptPayloads, stream_into
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
-from tailrace.harness.client.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT
 from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception
+from tailrace.harness.client.streams.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT
+from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 from tailrace.harness.client.tls import grpc_channel
 from tailrace.harness.client.tokenizer import TokenCounter
-from tailrace.harness.client.triton_stream import TritonGenerateStream
 
 FINAL = "triton_final_response"
 

@@ -33,6 +33,8 @@ class StreamOutcome:
     pieces: list = field(default_factory=list)  # every token event's text, as read (no copy: the stream's own list)
     reasoning_events: tuple = ()  # which of them were reasoning, not answer (empty unless the server reasoned)
     tool_calls: list = field(default_factory=list)  # the tool calls streamed ({"id", "name", "arguments"})
+    unknown_events: int = 0  # events of a type the protocol's reader does not know: skipped, counted
+    response_id: str = ""  # a Responses stream's response id (a next turn's previous_response_id)
 
     @property
     def text(self) -> str:

@@ -51,6 +51,7 @@ class RequestPath:
     in_flight: int = 0
     sent: int = 0
     later_turns: int = 0  # sessions' turns after their first
+    unknown_events: int = 0  # stream events of a type the protocol's reader does not know (skipped)
 
     def __post_init__(self) -> None:
         self.endpoints = self.plan.profile.endpoints
@@ -125,6 +126,8 @@ class RequestPath:
             if turn.media[0]:
                 row = row._replace(media_count=turn.media[0], media_bytes=turn.media[1])
         self.recorder.add(row)
+        if outcome.stream is not None and outcome.stream.unknown_events:
+            self.unknown_events += outcome.stream.unknown_events
         ep = self.endpoints[arrival.endpoint]
         self.metrics.record(self.identity.region, ep.name, outcome.status, done - arrival.intended_mono, lag,
                             self.in_flight)

@@ -273,6 +273,9 @@ class WorkerRun:
                 reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
                                f"rows are lost (first: {shipper.failures[0]})")
         warnings += gap_warnings(self.identity.name, self.start_ref_ns, self.control_gaps)
+        if self.path.unknown_events:
+            warnings.append(f"{self.identity.name}: {self.path.unknown_events} stream event(s) of a type tailrace does "
+                            "not read were skipped (a newer server's events: their tokens, if any, are not counted)")
         clock_gap = self.clocks.gap_warning(self.start_ref_ns / 1e9)
         if clock_gap:
             warnings.append(clock_gap)

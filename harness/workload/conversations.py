@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from tailrace.contract.profile import Prompts, Sessions
+from tailrace.harness.client.api_bodies import responses_body
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
@@ -205,6 +206,8 @@ class Conversation:
     computed: int = 0  # the last turn's prompt + reply, as the server computed it (its cache holds that)
     dropped_turns: int = 0  # oldest turns dropped to fit the context (truncate)
     media: list[tuple[int, int]] = field(default_factory=list)  # each message's images / clips and their bytes
+    response_id: str = ""  # openai-responses with server_state: the last reply's id, which the next turn names
+    server_has: int = 0  # and how many of the messages the server keeps under it (the next turn sends the rest)
 
     def _append(self, message: dict, media: tuple[int, int] = (0, 0)) -> None:
         content = message.get("content") or ""
@@ -233,13 +236,20 @@ class Conversation:
         prompt_tokens = sum(self.lengths)
         ideal = 0 if truncated else min(self.computed, prompt_tokens - 1) // BLOCK_TOKENS * BLOCK_TOKENS
         spec = self.prompts  # completions: the messages' contents one after another (request_body)
-        body = request_body(self.protocol, self.model, self.messages, turn.max_tokens, spec.ignore_eos, spec.stream,
-                            min_tokens=spec.min_tokens)
+        if self.sessions.server_state:  # Responses: only what the server does not keep, naming what it does
+            new = self.messages[self.server_has:] if self.response_id else self.messages
+            body = responses_body(self.model, new, turn.max_tokens, spec.stream, spec.ignore_eos, spec.min_tokens,
+                                  previous_response_id=self.response_id, store=True)
+        else:
+            body = request_body(self.protocol, self.model, self.messages, turn.max_tokens, spec.ignore_eos,
+                                spec.stream, min_tokens=spec.min_tokens)
         return Built(body, prompt_tokens, max(0, ideal), (sum(c for c, _ in self.media), sum(b for _, b in self.media)))
 
-    def add_reply(self, turn: TurnScript, text: str, tool_calls: list, replied: bool) -> str:
+    def add_reply(self, turn: TurnScript, text: str, tool_calls: list, replied: bool, response_id: str = "") -> str:
         """The turn's reply into the history (the server's text, or the data's under history = "recorded"); the
-        text of a tool result the next turn carries ('' unless sessions.tool_result_tokens)."""
+        text of a tool result the next turn carries ('' unless sessions.tool_result_tokens). `response_id`: the
+        reply's, which the next turn names where the server keeps the conversation (sessions.server_state; a failed
+        turn has none: the next one sends the whole conversation again)."""
         reply = turn.recorded_reply if self.sessions.history == "recorded" and turn.recorded_reply is not None \
             else text
         prompt_tokens = sum(self.lengths)
@@ -249,6 +259,7 @@ class Conversation:
                                       "function": {"name": c["name"], "arguments": c["arguments"]}}
                                      for i, c in enumerate(tool_calls)]
         self._append(message)
+        self.response_id, self.server_has = response_id, len(self.messages)
         # what the server computed (and may cache): the prompt and the reply it generated
         self.computed = prompt_tokens + (self.count(text) if replied else 0)
         if not self.sessions.tool_result_tokens:

@@ -157,7 +157,8 @@ class SessionRunner:
             stream = outcome.stream
             replied = outcome.status == "ok" and stream is not None
             tool = conversation.add_reply(turn_script, stream.text if replied else "",
-                                          stream.tool_calls if replied else [], replied)
+                                          stream.tool_calls if replied else [], replied,
+                                          stream.response_id if replied else "")
             following = script.turns[k]
             session.next_at = this().done_mono + think_ns(spec, following, rng)
             if session.next_at >= self.end_mono():

@@ -105,8 +105,6 @@ def test_a_rag_pipeline_from_two_regions_is_timed_stage_by_stage(model_repo, tmp
 
 
 @pytest.mark.parametrize("pipeline, message", [
-    ('{ name = "rag", stages = [{ endpoint = "embedder" }] }', "pipelines[0].stages[0].endpoint: no endpoint named "
-                                                                "'embedder'"),
     ('{ name = "rag", file = "RAG", stages = [{ endpoint = "rerank" }] }', "pipelines[0] (rag): RAG:2: no candidates"),
 ])
 def test_a_bad_pipeline_exits_2_in_one_line_and_sends_nothing(model_repo, tmp_path, pipeline, message):

@@ -22,7 +22,8 @@ NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    with vllm_server(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, block_size=32) as server:
+    with vllm_server(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, block_size=32,
+                     responses_store=True) as server:
         yield server
 
 
@@ -77,12 +78,74 @@ def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_re
     assert client_tpot == pytest.approx(server["inter_token_latency"], abs=1.5, rel=0.25), (client_tpot, server)
 
 
-def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", vllm.url, "--protocol", "openai-chat",
+def test_chat_messages_and_responses_in_one_run_agree_with_vllms_usage_and_histograms(vllm, model_repo, tmp_path):
+    """The same tiny model over /v1/chat/completions, Anthropic's /v1/messages and OpenAI's /v1/responses in one run:
+    every stream complete; each protocol's prompt tokens are vLLM's own count of the same text (the chat template the
+    same), its output tokens the usage's; vLLM's TTFT histogram counts every request of the three, and tailrace's
+    TTFT is vLLM's plus what comes before its engine, as for chat alone."""
+    prompts = {"input_tokens": {"mean": 16}, "output_tokens": {"mean": OUTPUT}, "count": 8}
+    endpoints = [{"name": protocol.split("-")[1], "url": vllm.url, "protocol": protocol, "model": SERVED_NAME,
+                  "prompts": prompts, "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics"}
+                 for protocol in ("openai-chat", "anthropic-messages", "openai-responses")]
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
+                                                                      "delay_ms": NEAR_MS}],
+                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 12},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    df = analyze_run(run.run_dir).requests
+    assert (df["status"] == "ok").all(), df["error"].unique()
+    assert set(df["endpoint"]) == {"chat", "messages", "responses"} and len(df) > 25
+    assert set(df["stream_outcome"].astype(str)) == {"complete"}
+    by = {name: g for name, g in df.groupby("endpoint", observed=True)}
+    assert (by["chat"]["output_tokens"] == OUTPUT).all() and (by["responses"]["output_tokens"] == OUTPUT).all()
+    assert (by["messages"]["output_tokens"] <= OUTPUT).all()  # Anthropic's API asks for no ignore_eos
+    assert set(by["messages"]["token_source"].astype(str)) == {"final_usage"}
+    assert set(by["responses"]["token_source"].astype(str)) == {"final_usage"}
+    # one prompt, three APIs: vLLM renders the same chat template, so it counts the same prompt tokens per sample
+    prompt = {name: dict(zip(g["sample_index"], g["input_tokens"])) for name, g in by.items()}
+    shared = set(prompt["chat"]) & set(prompt["messages"]) & set(prompt["responses"])
+    assert shared and all(prompt["chat"][k] == prompt["messages"][k] == prompt["responses"][k] for k in shared)
+    layout = RunLayout(Path(run.run_dir))
+    before, after = (_sums(layout.metrics_scrape("chat", stage).read_text()) for stage in ("before", "after"))
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    assert delta["vllm:time_to_first_token_seconds_count"] == len(df)
+    server_ttft = delta["vllm:time_to_first_token_seconds_sum"] / delta["vllm:time_to_first_token_seconds_count"] * 1e3
+    assert 2 * NEAR_MS <= df["ttft_ns"].mean() / 1e6 - server_ttft <= 60, (df["ttft_ns"].mean() / 1e6, server_ttft)
+
+
+def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, tmp_path):
+    """sessions.server_state over /v1/responses: each later turn sends only its new text and names the previous reply
+    (previous_response_id); vLLM rebuilds the conversation, so its prompt tokens grow by each turn's prompt and reply
+    while the requests stay small."""
+    endpoint = {"name": "agent", "url": vllm.url, "protocol": "openai-responses", "model": SERVED_NAME,
+                "timeout_ms": 20000, "prompts": {"input_tokens": 40, "output_tokens": 8},
+                "sessions": {"turns": 3, "think_s": 0.1, "user_tokens": 4, "server_state": True}}
+    profile = make_profile(model_repo, endpoints=[endpoint], regions=[{"name": "near", "share": 1.0,
+                                                                       "delay_ms": NEAR_MS}],
+                           load={"rate": 2, "duration_s": 4, "warmup_s": 0, "seed": 5},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    df = analyze_run(run.run_dir).requests
+    assert (df["status"] == "ok").all(), df["error"].unique()
+    complete = [g.sort_values("turn") for _, g in df.groupby("session_id") if g["turn"].max() == 3]
+    assert complete
+    for turns in complete:
+        tokens, out, sent = (turns[c].to_list() for c in ("input_tokens", "output_tokens", "bytes_out"))
+        assert tokens[1] >= tokens[0] + out[0] + 4 and tokens[2] >= tokens[1] + out[1] + 4, tokens  # it remembers
+        assert sent[2] < sent[0] and sent[1] < sent[0], sent  # the 4 new words, not the conversation
+
+
+@pytest.mark.parametrize("protocol, says", [("openai-chat", "8 tokens out (usage)"),
+                                            ("anthropic-messages", "tokens out (final_usage)"),
+                                            ("openai-responses", "8 tokens out (final_usage)")])
+def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path, protocol, says):
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", vllm.url, "--protocol", protocol,
                         "--model", SERVED_NAME, "--requests", "2", "--output-tokens", "8"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"/v1/models: {SERVED_NAME}" in r.stdout and r.stdout.count("8 tokens out (usage)") == 2
+    assert f"/v1/models: {SERVED_NAME}" in r.stdout and r.stdout.count(says) == 2, r.stdout
 
 
 def session_profile(model_repo, url: str, tokenizer: str):

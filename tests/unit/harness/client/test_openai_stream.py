@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tailrace.harness.client.openai_stream import COMPLETE, CUT, ERROR_EVENT, OpenAIStream, StreamProtocolError
+from tailrace.harness.client.streams.openai_stream import COMPLETE, CUT, ERROR_EVENT, OpenAIStream, StreamProtocolError
 
 
 def chat(content=None, role=None, finish=None, usage=None, choices=True):
@@ -61,7 +61,7 @@ def test_malformed_events_are_protocol_errors(data):
 
 
 def test_triton_generate_events_count_the_named_output_else_one_each_and_an_error_fails():
-    from tailrace.harness.client.triton_stream import TritonGenerateStream
+    from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 
     counted = TritonGenerateStream("num_output_tokens")
     for at, doc in ((10, b'{"text_output": " a", "num_output_tokens": 1}'),

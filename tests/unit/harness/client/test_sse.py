@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tailrace.harness.client.sse import SseError, SseParser
+from tailrace.harness.client.streams.sse import SseError, SseParser
 
 STREAM = (b": ping\n\ndata: {\"a\": 1}\n\nevent: x\nid: 7\ndata: line one\ndata: line two\n\n"
           b"data:[DONE]\n\n")

@@ -7,8 +7,8 @@ import pytest
 
 from tailrace.contract.profile import Endpoint, Prompts, TokenCount
 from tailrace.harness.client.generative import stream_into
-from tailrace.harness.client.openai_stream import OpenAIStream
 from tailrace.harness.client.outcome import StreamOutcome
+from tailrace.harness.client.streams.openai_stream import OpenAIStream
 from tailrace.harness.client.tokenizer import load_tokenizer
 from tailrace.harness.workload.prompts import PromptFileError, prompt_bodies, prompt_items, synthetic_prompts, token_counter
 

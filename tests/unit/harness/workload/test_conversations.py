@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from tailrace.contract.profile import Prompts, Sessions, TokenCount
-from tailrace.harness.client.openai_stream import OpenAIStream
 from tailrace.harness.client.outcome import StreamOutcome
+from tailrace.harness.client.streams.openai_stream import OpenAIStream
 from tailrace.harness.workload.conversations import (
     Conversation,
     SessionFileError,
@@ -129,3 +129,33 @@ def test_a_stream_reads_reasoning_tool_calls_and_cached_tokens():
     assert s.reasoning_events == [0, 1] and s.cached_tokens == 32
     answer = StreamOutcome(pieces=s.texts, reasoning_events=tuple(s.reasoning_events))
     assert answer.text == "f{\"a\": 1}done"  # the reasoning is not the answer
+
+
+def test_responses_with_server_state_send_only_the_new_input_and_name_the_previous_reply():
+    c = conversation("openai-responses", server_state=True)
+    first = orjson.loads(c.next_request(TurnScript("hello there", 8)).body)
+    assert first["input"] == [{"role": "user", "content": "hello there"}] and first["store"] is True
+    assert "previous_response_id" not in first
+    c.add_reply(TurnScript("hello there", 8), "hi back", [], True, "resp_1")
+    second = c.next_request(TurnScript("and again", 8))
+    body = orjson.loads(second.body)
+    assert body["input"] == [{"role": "user", "content": "and again"}] and body["previous_response_id"] == "resp_1"
+    assert second.prompt_tokens == 2 + 2 + 2  # what the server computes: the whole conversation
+    c.add_reply(TurnScript("and again", 8), "", [], False, "")  # a failed turn: no id to name
+    third = orjson.loads(c.next_request(TurnScript("once more", 8)).body)
+    assert "previous_response_id" not in third and len(third["input"]) == 5  # the whole conversation again
+
+
+def test_server_state_is_for_responses_with_the_actual_history():
+    from tailrace.contract.profile import ProfileError, parse_profile
+
+    def profile(protocol: str, **sessions):
+        return parse_profile({"name": "p", "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1},
+                              "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": protocol,
+                                             "model": "m", "sessions": {"server_state": True, **sessions}}]}, "p.toml")
+
+    assert profile("openai-responses").endpoints[0].sessions.server_state
+    with pytest.raises(ProfileError, match="server_state: for openai-responses endpoints"):
+        profile("openai-chat")
+    with pytest.raises(ProfileError, match="history must be"):
+        profile("openai-responses", on_context_limit="truncate", context_tokens=100)

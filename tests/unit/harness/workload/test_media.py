@@ -116,7 +116,8 @@ def test_a_tokenizer_counts_the_text_parts_only(tmp_path):
 
 
 @pytest.mark.parametrize("endpoint, message", [
-    ({"protocol": "openai-completions"}, "prompts.images and prompts.audio: for openai-chat endpoints"),
+    ({"protocol": "openai-completions"}, "prompts.images: for openai-chat, anthropic-messages and openai-responses"),
+    ({"protocol": "anthropic-messages", "prompts": {"audio": {"seconds": 1.0}}}, "prompts.audio: for openai-chat"),
 ])
 def test_media_on_the_wrong_endpoint_is_one_line(endpoint, message):
     ep = {"name": "vlm", "url": "http://127.0.0.1:9", "protocol": "openai-chat", "model": "m",

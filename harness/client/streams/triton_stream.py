@@ -12,7 +12,7 @@ from array import array
 
 import orjson
 
-from tailrace.harness.client.openai_stream import COMPLETE, ERROR_EVENT, StreamProtocolError, record_token_event
+from tailrace.harness.client.streams.openai_stream import COMPLETE, ERROR_EVENT, StreamProtocolError, record_token_event
 
 
 class TritonGenerateStream:

@@ -50,12 +50,15 @@ class StreamProtocolError(ValueError):
     """An event that is not the JSON an OpenAI-compatible stream sends."""
 
 
-class OpenAIStream:
-    """The state of one streamed response, fed its events as they are read (instants: monotonic ns)."""
+class TokenStream:
+    """The state every protocol's stream keeps, fed its events as they are read (instants: monotonic ns): the token
+    events' instants and counts, the usage, reasoning and tool calls, how it ended. A protocol's stream is one of
+    these with its own `feed` (OpenAIStream, AnthropicStream, ResponsesStream)."""
 
     __slots__ = ("chat", "first_token_ns", "last_token_ns", "event_ns", "event_tokens", "usage_tokens",
                  "input_tokens", "finish_reason", "error", "done", "_continuous", "_counted", "text_bytes", "preview",
-                 "texts", "cached_tokens", "reasoning_tokens", "first_answer_ns", "reasoning_events", "tool_calls")
+                 "texts", "cached_tokens", "reasoning_tokens", "first_answer_ns", "reasoning_events", "tool_calls",
+                 "unknown_events")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -67,7 +70,7 @@ class OpenAIStream:
         self.input_tokens = -1
         self.finish_reason = ""
         self.error = ""
-        self.done = False  # [DONE] seen
+        self.done = False  # the protocol's end seen ([DONE], message_stop, response.completed)
         self._continuous = False  # usage on token events (continuous_usage_stats)
         self._counted = 0
         self.text_bytes = 0
@@ -78,6 +81,38 @@ class OpenAIStream:
         self.first_answer_ns = -1  # the first content or tool-call event's read instant
         self.reasoning_events: list[int] = []  # which token events were reasoning (their places in `texts`)
         self.tool_calls: dict[int, dict] = {}  # index → {"id", "name", "arguments"} as streamed
+        self.unknown_events = 0  # events of a type the protocol's reader does not know: skipped, counted
+
+    def token(self, read_ns: int, text: str, tokens: int, reasoning: bool) -> None:
+        """A token event: recorded, its reasoning counted apart, the first answer's instant kept."""
+        record_token_event(self, read_ns, text, tokens)
+        if reasoning:
+            self.reasoning_tokens = max(self.reasoning_tokens, 0) + tokens
+            self.reasoning_events.append(len(self.texts) - 1)
+        elif self.first_answer_ns < 0:
+            self.first_answer_ns = read_ns
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens >= 0 else self._counted
+
+    @property
+    def count_source(self) -> str:
+        if self.usage_tokens < 0:
+            return "events"
+        return "usage" if self._continuous else "final_usage"
+
+    def outcome(self) -> str:
+        """How the stream ended, once it has: complete, error_event or cut (timeouts are the sender's to say)."""
+        if self.error:
+            return ERROR_EVENT
+        return COMPLETE if self.done or self.finish_reason else CUT
+
+
+class OpenAIStream(TokenStream):
+    """The state of one OpenAI chat or completions stream."""
+
+    __slots__ = ()
 
     def feed(self, read_ns: int, data: bytes) -> None:
         """One event's data, read at `read_ns`."""
@@ -134,12 +169,7 @@ class OpenAIStream:
                     tokens = max(1, completion - max(self.usage_tokens, 0))
                 self.usage_tokens = completion
         if text:
-            record_token_event(self, read_ns, text, tokens)
-            if reasoning:
-                self.reasoning_tokens = max(self.reasoning_tokens, 0) + tokens
-                self.reasoning_events.append(len(self.texts) - 1)
-            elif self.first_answer_ns < 0:
-                self.first_answer_ns = read_ns
+            self.token(read_ns, text, tokens, reasoning)
 
     def _tool_call_pieces(self, calls: list) -> str:
         """A delta's tool-call pieces into the calls so far (by index); the text they carry (name, arguments)."""
@@ -156,19 +186,3 @@ class OpenAIStream:
                 mine["arguments"] += str(function.get("arguments") or "")
                 pieces.append(str(function.get("name") or "") + str(function.get("arguments") or ""))
         return "".join(pieces)
-
-    @property
-    def output_tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens >= 0 else self._counted
-
-    @property
-    def count_source(self) -> str:
-        if self.usage_tokens < 0:
-            return "events"
-        return "usage" if self._continuous else "final_usage"
-
-    def outcome(self) -> str:
-        """How the stream ended, once it has: complete, error_event or cut (timeouts are the sender's to say)."""
-        if self.error:
-            return ERROR_EVENT
-        return COMPLETE if self.done or self.finish_reason else CUT
