@@ -64,8 +64,10 @@ def replies() -> dict[str, str]:
     events.append({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [],
                    "usage": {"prompt_tokens": 425, "completion_tokens": STREAM_TOKENS, "total_tokens": 441}})
     stream = "".join(f"data: {orjson.dumps(e).decode()}\n\n" for e in events) + "data: [DONE]\n\n"
+    models = orjson.dumps({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "bench"}]}).decode()
     return {"/one/v1/embeddings": orjson.dumps(one).decode(), "/batch/v1/embeddings": orjson.dumps(batch).decode(),
-            "/v1/rerank": orjson.dumps(ranked).decode(), "/v1/chat/completions": stream}
+            "/v1/rerank": orjson.dumps(ranked).decode(), "/v1/chat/completions": stream,
+            **{f"{prefix}/v1/models": models for prefix in ("", "/one", "/batch")}}
 
 
 def pooling_senders(url: str) -> dict[str, object]:
