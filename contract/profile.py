@@ -5,7 +5,7 @@ import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -208,6 +208,8 @@ class Prompts(_Strict):
                                                                 "this many words (exercises prefix caching)")
     prefix_count: int = Field(1, ge=1, le=10_000, description="how many distinct prefixes the prompts share, "
                                                               "drawn in turn")
+    extra_body: dict[str, Any] | None = Field(None, description="any JSON merged into every request body, last (its "
+                                              "keys win): sampling parameters, priority, a server's own fields")
     images: Images | None = Field(None, description="openai-chat: images each request carries (vision models)")
     audio: Audio | None = Field(None, description="openai-chat: audio clips each request carries")
 
@@ -439,6 +441,8 @@ class Endpoint(_Strict):
                              "(content parts of a message)")
         if self.prompts is not None and self.prompts.audio is not None and self.protocol != "openai-chat":
             raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
+        if self.prompts is not None and self.prompts.extra_body is not None and self.protocol == "kserve-grpc-stream":
+            raise ValueError("prompts.extra_body: for JSON bodies (a kserve-grpc-stream request is protobuf)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")

@@ -97,11 +97,16 @@ class PromptPayloads:
 
 
 def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
-                 stream: bool = True, min_tokens: int | None = None, model_inputs: tuple[str, ...] = ()) -> bytes:
+                 stream: bool = True, min_tokens: int | None = None, model_inputs: tuple[str, ...] = (),
+                 extra: dict | None = None) -> bytes:
     """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
     (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server. Triton's generate
     extension: `text_input`, and max_tokens / stream / ignore_eos / min_tokens as inputs where the model declares
-    them (`model_inputs`, from its metadata), else as request parameters."""
+    them (`model_inputs`, from its metadata), else as request parameters. `extra`: the endpoint's extra_body, merged
+    last (its keys win)."""
+    if extra:
+        return with_extra(request_body(protocol, model, prompt, max_tokens, ignore_eos, stream, min_tokens,
+                                       model_inputs), extra)
     if protocol == TRITON_GENERATE:
         return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs)
     if protocol == MESSAGES:  # Anthropic's API has no ignore_eos / min_tokens: the model's own lengths
@@ -122,6 +127,11 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
     if min_tokens is not None:
         body["min_tokens"] = min(min_tokens, max_tokens)
     return orjson.dumps(body)
+
+
+def with_extra(body: bytes, extra: dict) -> bytes:
+    """A JSON body with `extra`'s keys merged at its top level (theirs win), as OpenAI's SDKs merge extra_body."""
+    return orjson.dumps({**orjson.loads(body), **extra})
 
 
 def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream: bool, min_tokens: int | None,

@@ -95,7 +95,8 @@ class PipelineRequests:
         prompt = self.pipeline.prompt.replace("{passages}", numbered).replace("{query}", query)
         spec = ep.prompts or Prompts()
         return StageRequest(request_body(ep.protocol, ep.model, prompt, int(self.max_tokens[sample % len(self.items)]),
-                                         spec.ignore_eos, spec.stream, spec.min_tokens, self.model_inputs), 0,
+                                         spec.ignore_eos, spec.stream, spec.min_tokens, self.model_inputs,
+                                         spec.extra_body), 0,
                             len(prompt.split()))
 
     def carried(self, k: int, passages: list[str], ranked: list[int] | None) -> list[str]:

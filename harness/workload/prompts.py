@@ -271,4 +271,5 @@ def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: 
     spec = endpoint.prompts or Prompts()
     items = prompt_items(endpoint, seed, data_root) if items is None else items
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
-                         min_tokens=spec.min_tokens, model_inputs=model_inputs) for prompt, max_tokens in items]
+                         min_tokens=spec.min_tokens, model_inputs=model_inputs, extra=spec.extra_body)
+            for prompt, max_tokens in items]

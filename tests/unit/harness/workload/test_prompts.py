@@ -144,3 +144,27 @@ def test_a_prompt_file_is_sampled_in_order_or_drawn_with_or_without_replacement(
     assert len(file_items(Prompts(**base, sample="with_replacement", count=25), 3, path)) == 25
     with pytest.raises(PromptFileError, match="count 11 without replacement, but the file has 10"):
         file_items(Prompts(**base, sample="without_replacement", count=11), 3, path)
+
+
+def test_extra_body_is_merged_last_into_every_request_of_every_chat_api():
+    from pathlib import Path
+
+    import orjson
+
+    from tailrace.contract.profile import Endpoint, ProfileError, Prompts, Sessions, parse_profile
+    from tailrace.harness.workload.conversations import Conversation, TurnScript
+    from tailrace.harness.workload.prompts import prompt_bodies
+
+    extra = {"temperature": 0.2, "priority": 3, "max_tokens": 9}
+    for protocol in ("openai-chat", "openai-completions", "anthropic-messages", "openai-responses"):
+        ep = Endpoint.model_validate({"name": "e", "url": "http://127.0.0.1:9", "protocol": protocol, "model": "m",
+                                      "prompts": {"count": 2, "input_tokens": 4, "extra_body": extra}})
+        body = orjson.loads(prompt_bodies(ep, 1, Path("."))[0])
+        assert body["temperature"] == 0.2 and body["priority"] == 3 and body["max_tokens"] == 9, protocol  # theirs win
+    turn = Conversation("openai-chat", "m", Prompts(extra_body={"top_p": 0.5}), Sessions(), lambda t: len(t.split()),
+                        lambda: "").next_request(TurnScript("hi there", 4))
+    assert orjson.loads(turn.body)["top_p"] == 0.5
+    with pytest.raises(ProfileError, match="prompts.extra_body: for JSON bodies"):
+        parse_profile({"name": "p", "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1},
+                       "endpoints": [{"name": "g", "url": "grpc://127.0.0.1:9", "protocol": "kserve-grpc-stream",
+                                      "model": "m", "prompts": {"extra_body": {"a": 1}}}]}, "p.toml")
