@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_section  # noqa: E402
-from tailrace.command_lines import tailrace_argv  # noqa: E402
+from bench.pooling_peers import measured, peer_table, tailrace_summary  # noqa: E402
 from tailrace.harness.services.vllm_server import SERVED_NAME, start_vllm  # noqa: E402
 
 INPUT, OUTPUT = 32, 16
@@ -51,28 +50,7 @@ def server_ttft(url: str) -> tuple[float, float]:
 def run_tailrace(url: str, mode: str, rate: float, seconds: float, tokenizer: Path, work: Path) -> dict:
     endpoint = (f'protocol = "{PROTOCOLS[mode]}"\nprompts = {{ input_tokens = {INPUT}, output_tokens = {OUTPUT}, '
                 f'count = 512, tokenizer = "{tokenizer}" }}\n')
-    profile = work / f"tailrace-{mode}.toml"
-    profile.write_text(f"""name = "chat-api-peers"
-[[endpoints]]
-name = "{mode}"
-url = "{url}"
-model = "{SERVED_NAME}"
-timeout_ms = 30000
-{endpoint}[[regions]]
-name = "here"
-share = 1.0
-[load]
-rate = {rate}
-duration_s = {seconds}
-warmup_s = 0
-seed = 7
-[generator]
-cpus = [0]
-""")
-    out = Path(tempfile.mkdtemp(prefix=f"runs-{mode}-", dir=work))  # a directory of its own: one summary in it
-    subprocess.run(tailrace_argv("run", str(profile), "--out", str(out), "--quiet"), cwd=work, capture_output=True,
-                   timeout=seconds * 4 + 180)
-    summary = json.loads(next(out.glob("*/report/summary.json")).read_text())
+    summary = tailrace_summary(url, mode, endpoint, rate, seconds, work)
     row = next(r for r in summary["tokens"] if r["endpoint"] == mode)
     ttft = row["ttft_ms"]
     return {"requests": row["requests"], "errors": row["requests"] - row["ok"], "mean": ttft["mean"],
@@ -99,26 +77,6 @@ def run_aiperf(aiperf: str, url: str, mode: str, rate: float, seconds: float, to
             "mean": latency.get("avg"), "p50": latency.get("p50"), "p99": latency.get("p99")}
 
 
-def measured(tool: str, run, url: str, mode: str) -> dict:
-    before = server_ttft(url)
-    row = run()
-    after = server_ttft(url)
-    n = after[1] - before[1]
-    row["server_mean"] = (after[0] - before[0]) / n * 1e3 if n else None
-    row["server_requests"] = int(n)
-    row["gap"] = row["mean"] - row["server_mean"] if row.get("mean") is not None and row["server_mean"] else None
-    print(tool, mode, row, flush=True)
-    return row
-
-
-def spread(values: list) -> str:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return "–"
-    med = statistics.median(vals)
-    return f"{med:.2f} ({min(vals):.2f}–{max(vals):.2f})" if len(vals) > 1 else f"{med:.2f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--aiperf", required=True, help="aiperf's command (its own virtualenv)")
@@ -139,20 +97,11 @@ def main() -> None:
                                                                           tokenizer / "tokenizer.json", work)),
                                       ("aiperf", lambda: run_aiperf(args.aiperf, server.url, mode, args.rate,
                                                                     args.seconds, tokenizer, work))):
-                        rows.setdefault((tool, mode), []).append(measured(tool, run, server.url, mode))
+                        rows.setdefault((tool, mode), []).append(measured(tool, run, mode,
+                                                                          lambda: server_ttft(server.url)))
         finally:
             server.stop()
-    lines = ["| tool | API | requests (server's count) | TTFT mean ms | TTFT p50 | TTFT p99 | "
-             "server TTFT mean ms (vLLM's histogram) | client − server, mean ms |", "|---|---|---|---|---|---|---|---|"]
-    for (tool, mode), runs in rows.items():
-        if any("error" in r for r in runs):
-            lines.append(f"| {tool} | {mode} | failed: {next(r['error'] for r in runs if 'error' in r)!r} |||||")
-            continue
-        lines.append(f"| {tool} | {mode} | {', '.join(str(r['requests']) for r in runs)} "
-                     f"({', '.join(str(r['server_requests']) for r in runs)}) | {spread([r['mean'] for r in runs])} | "
-                     f"{spread([r['p50'] for r in runs])} | {spread([r['p99'] for r in runs])} | "
-                     f"{spread([r['server_mean'] for r in runs])} | {spread([r['gap'] for r in runs])} |")
-    table = "\n".join(lines)
+    table = peer_table(rows, "TTFT mean ms | TTFT p50 | TTFT p99 | server TTFT mean ms (vLLM's histogram)")
     command = (f"python bench/chat_api_peers.py --aiperf PATH --rate {args.rate:g} --seconds {args.seconds:g} "
                f"--repeats {args.repeats}")
     print(table)

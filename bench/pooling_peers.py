@@ -50,13 +50,11 @@ def server_http(url: str, route: str) -> tuple[float, float]:
     return total, count
 
 
-def run_tailrace(url: str, mode: str, rate: float, seconds: float, tokenizer: Path, work: Path) -> dict:
-    endpoint = (f'protocol = "openai-embeddings"\nprompts = {{ input_tokens = {INPUT}, count = 512, '
-                f'tokenizer = "{tokenizer}" }}\n') if mode == "embeddings" else \
-        (f'protocol = "rerank"\nprompts = {{ input_tokens = {QUERY}, count = 512, tokenizer = "{tokenizer}" }}\n'
-         f'rerank = {{ documents = {PASSAGES}, document_tokens = {PASSAGE} }}\n')
+def tailrace_summary(url: str, mode: str, endpoint: str, rate: float, seconds: float, work: Path) -> dict:
+    """`tailrace run` of one endpoint (`endpoint`: its protocol and fields, TOML lines) at `rate` for `seconds` on
+    CPU 0: its summary.json."""
     profile = work / f"tailrace-{mode}.toml"
-    profile.write_text(f"""name = "pooling-peers"
+    profile.write_text(f"""name = "peers"
 [[endpoints]]
 name = "{mode}"
 url = "{url}"
@@ -76,7 +74,15 @@ cpus = [0]
     out = Path(tempfile.mkdtemp(prefix=f"runs-{mode}-", dir=work))  # a directory of its own: one summary in it
     subprocess.run(tailrace_argv("run", str(profile), "--out", str(out), "--quiet"), cwd=work, capture_output=True,
                    timeout=seconds * 4 + 180)
-    summary = json.loads(next(out.glob("*/report/summary.json")).read_text())
+    return json.loads(next(out.glob("*/report/summary.json")).read_text())
+
+
+def run_tailrace(url: str, mode: str, rate: float, seconds: float, tokenizer: Path, work: Path) -> dict:
+    endpoint = (f'protocol = "openai-embeddings"\nprompts = {{ input_tokens = {INPUT}, count = 512, '
+                f'tokenizer = "{tokenizer}" }}\n') if mode == "embeddings" else \
+        (f'protocol = "rerank"\nprompts = {{ input_tokens = {QUERY}, count = 512, tokenizer = "{tokenizer}" }}\n'
+         f'rerank = {{ documents = {PASSAGES}, document_tokens = {PASSAGE} }}\n')
+    summary = tailrace_summary(url, mode, endpoint, rate, seconds, work)
     row = next(r for r in summary["latency"] if r["endpoint"] == mode and r["region"] == "*") if any(
         r["endpoint"] == mode and r["region"] == "*" for r in summary["latency"]) else \
         next(r for r in summary["latency"] if r["endpoint"] == mode)
@@ -110,10 +116,12 @@ def run_aiperf(aiperf: str, url: str, mode: str, rate: float, seconds: float, to
             "mean": latency.get("avg"), "p50": latency.get("p50"), "p99": latency.get("p99")}
 
 
-def measured(tool: str, run, url: str, mode: str) -> dict:
-    before = server_http(url, ROUTES[mode])
+def measured(tool: str, run, mode: str, server) -> dict:
+    """One tool's run (`run()`: its row) between two readings of the server's (sum, count) histogram (`server()`):
+    the row with the server's mean over the run, its count and the gap, client mean − server mean."""
+    before = server()
     row = run()
-    after = server_http(url, ROUTES[mode])
+    after = server()
     n = after[1] - before[1]
     row["server_mean"] = (after[0] - before[0]) / n * 1e3 if n else None
     row["server_requests"] = int(n)
@@ -128,6 +136,22 @@ def spread(values: list) -> str:
         return "–"
     med = statistics.median(vals)
     return f"{med:.2f} ({min(vals):.2f}–{max(vals):.2f})" if len(vals) > 1 else f"{med:.2f}"
+
+
+def peer_table(rows: dict[tuple[str, str], list[dict]], columns: str) -> str:
+    """The markdown table of each tool × API's runs: requests (the server's count), the four `columns` (mean, p50,
+    p99, the server's mean: median and range over the repeats) and the gap."""
+    lines = [f"| tool | API | requests (server's count) | {columns} | client − server, mean ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (tool, mode), runs in rows.items():
+        if any("error" in r for r in runs):
+            lines.append(f"| {tool} | {mode} | failed: {next(r['error'] for r in runs if 'error' in r)!r} |||||")
+            continue
+        lines.append(f"| {tool} | {mode} | {', '.join(str(r['requests']) for r in runs)} "
+                     f"({', '.join(str(r['server_requests']) for r in runs)}) | {spread([r['mean'] for r in runs])} | "
+                     f"{spread([r['p50'] for r in runs])} | {spread([r['p99'] for r in runs])} | "
+                     f"{spread([r['server_mean'] for r in runs])} | {spread([r['gap'] for r in runs])} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -150,20 +174,11 @@ def main() -> None:
                                                                           tokenizer / "tokenizer.json", work)),
                                       ("aiperf", lambda: run_aiperf(args.aiperf, server.url, mode, args.rate,
                                                                     args.seconds, tokenizer, work))):
-                        rows.setdefault((tool, mode), []).append(measured(tool, run, server.url, mode))
+                        rows.setdefault((tool, mode), []).append(measured(
+                            tool, run, mode, lambda: server_http(server.url, ROUTES[mode])))
         finally:
             server.stop()
-    lines = ["| tool | API | requests (server's count) | client mean ms | client p50 | client p99 | "
-             "server mean ms (vLLM's HTTP histogram) | client − server, mean ms |", "|---|---|---|---|---|---|---|---|"]
-    for (tool, mode), runs in rows.items():
-        if any("error" in r for r in runs):
-            lines.append(f"| {tool} | {mode} | failed: {next(r['error'] for r in runs if 'error' in r)!r} |||||")
-            continue
-        lines.append(f"| {tool} | {mode} | {', '.join(str(r['requests']) for r in runs)} "
-                     f"({', '.join(str(r['server_requests']) for r in runs)}) | {spread([r['mean'] for r in runs])} | "
-                     f"{spread([r['p50'] for r in runs])} | {spread([r['p99'] for r in runs])} | "
-                     f"{spread([r['server_mean'] for r in runs])} | {spread([r['gap'] for r in runs])} |")
-    table = "\n".join(lines)
+    table = peer_table(rows, "client mean ms | client p50 | client p99 | server mean ms (vLLM's HTTP histogram)")
     command = (f"python bench/pooling_peers.py --aiperf PATH --rate {args.rate:g} --seconds {args.seconds:g} "
                f"--repeats {args.repeats}")
     print(table)

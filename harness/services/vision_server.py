@@ -6,12 +6,11 @@ built for its torch, and PyPI's is CUDA's (docs/DECISIONS.md). For tests and ben
 """
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
-from tailrace.harness.services.vllm_server import REPO_ROOT, VllmUnavailable, vllm_python
+from tailrace.harness.services.vllm_server import REPO_ROOT, built_once, vllm_python
 
 VLM_SCRIPT = REPO_ROOT / "deploy" / "vllm" / "tiny_vlm.py"
 DEFAULT_CACHE = REPO_ROOT / "build" / "vlm-cache"
@@ -22,11 +21,8 @@ START_TIMEOUT_S = 180.0
 
 def tiny_vlm(python: Path, cache: Path = DEFAULT_CACHE) -> Path:
     """The Hugging Face cache holding the tiny VLM, built once (seeded)."""
-    if not (cache / f"models--{VLM_NAME.replace('/', '--')}" / "refs" / "main").exists():
-        done = subprocess.run([str(python), str(VLM_SCRIPT), str(cache)], capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise VllmUnavailable(f"building the tiny VLM failed: {done.stderr[-1500:]}")
-    return cache
+    return built_once(python, VLM_SCRIPT, cache, cache / f"models--{VLM_NAME.replace('/', '--')}" / "refs" / "main",
+                      "the tiny VLM")
 
 
 @dataclass

@@ -35,13 +35,18 @@ def vllm_python(configured: str | None = None) -> Path:
     return path
 
 
+def built_once(python: Path, script: Path, out: Path, marker: Path, what: str) -> Path:
+    """`out`, built by `script` (run with the vLLM virtualenv's `python`) unless `marker` exists already."""
+    if not marker.exists():
+        done = subprocess.run([str(python), str(script), str(out)], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise VllmUnavailable(f"building {what} failed: {done.stderr[-1500:]}")
+    return out
+
+
 def tiny_model(python: Path, out: Path = DEFAULT_MODEL_DIR) -> Path:
     """The tiny model's directory, built once (seeded: the same weights every time)."""
-    if not (out / "config.json").exists():
-        done = subprocess.run([str(python), str(MODEL_SCRIPT), str(out)], capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise VllmUnavailable(f"building the tiny vLLM model failed: {done.stderr[-1500:]}")
-    return out
+    return built_once(python, MODEL_SCRIPT, out, out / "config.json", "the tiny vLLM model")
 
 
 @dataclass

@@ -13,9 +13,7 @@ Rules (docs/METHODS.md, "Streams"), as for an OpenAI stream:
 """
 from __future__ import annotations
 
-import orjson
-
-from tailrace.harness.client.streams.openai_stream import StreamProtocolError, TokenStream
+from tailrace.harness.client.streams.openai_stream import StreamProtocolError, TokenStream, typed_event
 
 _QUIET = frozenset({"ping", "content_block_stop"})
 
@@ -26,13 +24,7 @@ class AnthropicStream(TokenStream):
     __slots__ = ()
 
     def feed(self, read_ns: int, data: bytes) -> None:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise StreamProtocolError(f"an event that is not JSON ({exc}): {data[:80]!r}") from None
-        kind = event.get("type") if isinstance(event, dict) else None
-        if not isinstance(kind, str):
-            raise StreamProtocolError(f"an event without a type: {data[:80]!r}")
+        event, kind = typed_event(data)
         if kind == "content_block_delta":
             self._delta(read_ns, event.get("delta"), event.get("index", 0), data)
         elif kind == "message_start":

@@ -50,6 +50,19 @@ class StreamProtocolError(ValueError):
     """An event that is not the JSON an OpenAI-compatible stream sends."""
 
 
+def typed_event(data: bytes) -> tuple[dict, str]:
+    """A typed event's JSON object and its `type` (Anthropic's and OpenAI Responses' events); StreamProtocolError
+    when it is not JSON or has no type."""
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StreamProtocolError(f"an event that is not JSON ({exc}): {data[:80]!r}") from None
+    kind = event.get("type") if isinstance(event, dict) else None
+    if not isinstance(kind, str):
+        raise StreamProtocolError(f"an event without a type: {data[:80]!r}")
+    return event, kind
+
+
 class TokenStream:
     """The state every protocol's stream keeps, fed its events as they are read (instants: monotonic ns): the token
     events' instants and counts, the usage, reasoning and tool calls, how it ended. A protocol's stream is one of

@@ -15,9 +15,7 @@ Rules (docs/METHODS.md, "Streams"), as for a chat stream:
 """
 from __future__ import annotations
 
-import orjson
-
-from tailrace.harness.client.streams.openai_stream import StreamProtocolError, TokenStream
+from tailrace.harness.client.streams.openai_stream import StreamProtocolError, TokenStream, typed_event
 
 _ANSWER = frozenset({"response.output_text.delta", "response.function_call_arguments.delta",
                      "response.refusal.delta"})
@@ -35,13 +33,7 @@ class ResponsesStream(TokenStream):
         self.response_id = ""
 
     def feed(self, read_ns: int, data: bytes) -> None:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise StreamProtocolError(f"an event that is not JSON ({exc}): {data[:80]!r}") from None
-        kind = event.get("type") if isinstance(event, dict) else None
-        if not isinstance(kind, str):
-            raise StreamProtocolError(f"an event without a type: {data[:80]!r}")
+        event, kind = typed_event(data)
         if kind in _ANSWER or kind in _REASONING:
             text = event.get("delta")
             if not isinstance(text, str):
