@@ -362,12 +362,12 @@ class ChunkColumns:
                     keep[start:stop] = False
             self.sources, self._stops, self._footers, self.rows = sources, stops, footers, row
         self._settled = True
+        finished = {column.name: column.finish(keep) for column in built}
         with self._lock:
-            for column in built:
-                self._values[column.name] = column.finish(keep)
-        if self._fill is not None:
+            self._values.update(finished)
+        if self._fill is not None:  # from what was read here: another thread may release a column meanwhile (spare)
             for name in wanted:
-                filled = self._fill(self, name, self._values[name])
+                filled = self._fill(self, name, finished[name])
                 with self._lock:
                     self._values[name] = filled
 
