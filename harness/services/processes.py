@@ -41,6 +41,7 @@ class ManagedProcess:
     popen: subprocess.Popen
     log_path: Path | None = None
     _log_handle: object = field(default=None, repr=False)
+    log_start: int = 0  # where this process's output begins in its log (an earlier process's may precede it)
 
     @property
     def pid(self) -> int:
@@ -72,10 +73,14 @@ class ManagedProcess:
             self.popen.wait(5)
 
     def log_tail(self, lines: int = 30) -> str:
-        """The last lines the process wrote (for error messages)."""
+        """The last lines this process wrote (for error messages): never an earlier process's, appended to the same
+        log (a restart on the same port)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        with open(self.log_path, "rb") as fh:
+            fh.seek(self.log_start)
+            text = fh.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
 
 
 def die_with_parent() -> None:
@@ -112,7 +117,7 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
     popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
                              cwd=cwd, start_new_session=True,
                              preexec_fn=before_exec)
-    return ManagedProcess(name, popen, log_path, handle)
+    return ManagedProcess(name, popen, log_path, handle, handle.tell() if handle is not None else 0)
 
 
 def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0, verify=True) -> None:
