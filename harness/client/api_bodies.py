@@ -38,8 +38,9 @@ def _anthropic_block(part: dict) -> dict:
     raise ValueError(f"a {kind} part has no Messages form (text and images only)")
 
 
-def messages_body(model: str, prompt: str | list, max_tokens: int, stream: bool = True) -> bytes:
-    """An Anthropic Messages request."""
+def messages_body(model: str, prompt: str | list, max_tokens: int, stream: bool = True,
+                  extra: dict | None = None) -> bytes:
+    """An Anthropic Messages request (`extra`: the endpoint's extra_body, its keys winning)."""
     system, out = [], []
     for m in _messages(prompt):
         role, content = m["role"], m.get("content") or ""
@@ -60,7 +61,7 @@ def messages_body(model: str, prompt: str | list, max_tokens: int, stream: bool 
     body: dict = {"model": model, "max_tokens": max_tokens, "messages": out, "stream": stream}
     if system:
         body["system"] = "\n".join(system)
-    return orjson.dumps(body)
+    return orjson.dumps(body | extra if extra else body)
 
 
 def _arguments(text: str) -> dict:
@@ -103,7 +104,8 @@ def responses_input(prompt: str | list) -> str | list:
 
 
 def responses_body(model: str, prompt: str | list, max_tokens: int, stream: bool = True, ignore_eos: bool = False,
-                   min_tokens: int | None = None, previous_response_id: str = "", store: bool = False) -> bytes:
+                   min_tokens: int | None = None, previous_response_id: str = "", store: bool = False,
+                   extra: dict | None = None) -> bytes:
     """An OpenAI Responses request (`ignore_eos` and `min_tokens`: vLLM's, sent only when asked for)."""
     body: dict = {"model": model, "input": responses_input(prompt), "max_output_tokens": max_tokens,
                   "stream": stream, "store": store}
@@ -113,7 +115,7 @@ def responses_body(model: str, prompt: str | list, max_tokens: int, stream: bool
         body["ignore_eos"] = True
     if min_tokens is not None:
         body["min_tokens"] = min(min_tokens, max_tokens)
-    return orjson.dumps(body)
+    return orjson.dumps(body | extra if extra else body)
 
 
 def whole_messages(doc: dict) -> tuple[str, dict, str]:

@@ -104,15 +104,12 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
     extension: `text_input`, and max_tokens / stream / ignore_eos / min_tokens as inputs where the model declares
     them (`model_inputs`, from its metadata), else as request parameters. `extra`: the endpoint's extra_body, merged
     last (its keys win)."""
-    if extra:
-        return with_extra(request_body(protocol, model, prompt, max_tokens, ignore_eos, stream, min_tokens,
-                                       model_inputs), extra)
     if protocol == TRITON_GENERATE:
-        return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs)
+        return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs, extra)
     if protocol == MESSAGES:  # Anthropic's API has no ignore_eos / min_tokens: the model's own lengths
-        return messages_body(model, prompt, max_tokens, stream)
+        return messages_body(model, prompt, max_tokens, stream, extra)
     if protocol == RESPONSES:
-        return responses_body(model, prompt, max_tokens, stream, ignore_eos, min_tokens)
+        return responses_body(model, prompt, max_tokens, stream, ignore_eos, min_tokens, extra=extra)
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if protocol == CHAT:
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -126,16 +123,11 @@ def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int,
         body["ignore_eos"] = True  # vLLM, SGLang, TGI's OpenAI route: the output length is the one asked for
     if min_tokens is not None:
         body["min_tokens"] = min(min_tokens, max_tokens)
-    return orjson.dumps(body)
-
-
-def with_extra(body: bytes, extra: dict) -> bytes:
-    """A JSON body with `extra`'s keys merged at its top level (theirs win), as OpenAI's SDKs merge extra_body."""
-    return orjson.dumps({**orjson.loads(body), **extra})
+    return orjson.dumps(body | extra if extra else body)
 
 
 def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream: bool, min_tokens: int | None,
-                  model_inputs: tuple[str, ...]) -> bytes:
+                  model_inputs: tuple[str, ...], extra: dict | None = None) -> bytes:
     text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else prompt
     body: dict = {"text_input": text}
     parameters: dict = {}
@@ -147,7 +139,7 @@ def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream:
         (body if name in model_inputs else parameters)[name] = value
     if parameters:
         body["parameters"] = parameters
-    return orjson.dumps(body)
+    return orjson.dumps(body | extra if extra else body)
 
 
 class StreamRead:
