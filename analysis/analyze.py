@@ -17,11 +17,12 @@ from tailrace.analysis.read.frames import endpoint_region_positions, largest_pos
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
 from tailrace.analysis.read.schedule import Columns, Results, Statistic
 from tailrace.analysis.read.schedule import run as run_statistics
-from tailrace.analysis.read.server_metrics import prefix_cache_deltas, prefix_cache_timeline
+from tailrace.analysis.read.server_metrics import aborted_deltas, prefix_cache_deltas, prefix_cache_timeline
 from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
+from tailrace.analysis.stats.cancellation import CANCEL_COLUMNS, cancellation_table
 from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, flat_pipeline_rows, pipeline_section
 from tailrace.analysis.stats.chains.sessions import (
     SESSION_COLUMNS,
@@ -68,6 +69,7 @@ from tailrace.analysis.stats.tokens import (
 )
 from tailrace.analysis.stats.validity import groups_of, validity_rows
 from tailrace.contract.profile import Profile
+from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
@@ -177,6 +179,7 @@ class _RunStatistics:
                                  for n, w in (data.manifest.get("workers") or {}).items()}
         self.report_columns = REPORT_COLUMNS if run.figures.ahead else ()
         generative = self.generative = {e.name for e in p.endpoints if e.generative}
+        self.cancels = {e.name: e.cancel.after for e in p.endpoints if e.cancel is not None}
         self.embedding_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "openai-embeddings")
         self.rerank_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "rerank")
         self.streamed = frozenset(generative)
@@ -341,6 +344,10 @@ class _RunStatistics:
             Statistic("pipelines", PIPELINE_COLUMNS if self.p.pipelines else (), lambda c, r: pipeline_section(
                 c.frame(PIPELINE_COLUMNS), {p.name: [s.endpoint for s in p.stages] for p in self.p.pipelines}, slos,
                 region_names, duration, data.trace_ids) if self.p.pipelines else {}),
+            Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
+                c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
+                    data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),
+                {e.name: (e.url, e.model) for e in self.p.endpoints}) if self.cancels else []),
         ]
 
 
@@ -354,7 +361,7 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions", "pipelines"}
+                   "token_verdicts", "sessions", "pipelines", "cancellations"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -398,7 +405,7 @@ def _arrivals(df: pd.DataFrame) -> pd.DataFrame:
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
     """Failed requests by status class and code: how many, an example error, the first three trace IDs."""
-    failed = df.loc[(df["status"] != "ok").to_numpy(), ["status", "code", "error"]]
+    failed = df.loc[((df["status"] != "ok") & (df["status"] != CANCELLED)).to_numpy(), ["status", "code", "error"]]
     by_class = failed.groupby(["status", "code"], observed=True)
     errors = by_class.agg(count=("status", "size"), example_error=("error", "first")).reset_index()
     first_rows = {key: failed.index[rows[:3]] for key, rows in by_class.indices.items()}
@@ -422,6 +429,10 @@ def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
     if r["pipelines"]:
         tables["pipelines"] = flat_pipeline_rows(r["pipelines"]["pipelines"])
         tables["pipeline_failures"] = pd.DataFrame(r["pipelines"]["failures"])
+    if r["cancellations"]:
+        tables["cancellations"] = pd.DataFrame([{k: v for k, v in row.items() if k != "by_trigger"}
+                                                | {f"by_{k}": v for k, v in row["by_trigger"].items()}
+                                                for row in r["cancellations"]])
     return tables
 
 
@@ -494,7 +505,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
-        "ttft_decomposition": r["ttft_decomposition"], **{n: r[n] for n in ("embeddings", "rerank", "pipelines") if r[n]},
+        "ttft_decomposition": r["ttft_decomposition"],
+        **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations") if r[n]},
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })

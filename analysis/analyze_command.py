@@ -56,6 +56,23 @@ def _print_pipelines(console, summary: RunSummary) -> None:
     console.print(table)
 
 
+def _print_cancellations(console, summary: RunSummary) -> None:
+    """Cancelled streams: the rate, what the server streamed to them, the server's own abort count."""
+    from rich.table import Table
+
+    if not summary.cancellations:
+        return
+    table = Table(title="cancelled streams (closed by the client as declared; in no percentile, no error rate)")
+    for col in ("endpoint", "region", "cancelled", "rate [95% CI]", "before 1st token", "tokens served",
+                "server's aborted"):
+        table.add_column(col, justify="right")
+    for r in summary.cancellations:
+        table.add_row(r.endpoint, r.region, f"{r.cancelled:,}/{r.requests:,}", r.rate_text, f"{r.before_first_token:,}",
+                      f"{r.tokens_received:,}", "–" if r.server_aborted is None else
+                      f"{r.server_aborted:,} (ours {r.cancelled_server_scope:,})")
+    console.print(table)
+
+
 def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
@@ -106,6 +123,7 @@ def print_summary(summary: RunSummary) -> None:
                           _number(e.good_inputs_per_s, 1))
         console.print(table)
     _print_pipelines(console, summary)
+    _print_cancellations(console, summary)
     if summary.slos:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):

@@ -301,6 +301,30 @@ class Sessions(_Strict):
         return self
 
 
+class Cancel(_Strict):
+    """A share of a streamed endpoint's requests abandoned by the client, its connection closed as a user's browser
+    closes it: after a drawn time from the intended send, after the first token, or after N tokens. Which requests,
+    and each one's time or tokens, are drawn from load.seed and the request's place in the arrival process (the same
+    requests in every run of the seed)."""
+
+    share: float = Field(gt=0, le=1, description="the share of requests abandoned (a session's turns: each drawn)")
+    after: Literal["time", "first_token", "tokens"] = Field(
+        description="time: `after_ms` from the intended send (before or after the first token); first_token: the "
+                    "moment the first token is read; tokens: once `after_tokens` output tokens were read")
+    after_ms: TokenCount | None = Field(None, description="after = \"time\": ms from the intended send, fixed or "
+                                                          "drawn (uniform, normal, lognormal; min / max)")
+    after_tokens: TokenCount | None = Field(None, description="after = \"tokens\": output tokens read before the "
+                                                              "stream is closed, fixed or drawn")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Cancel":
+        if (self.after == "time") != (self.after_ms is not None):
+            raise ValueError("after_ms goes with after = \"time\" (and it needs it)")
+        if (self.after == "tokens") != (self.after_tokens is not None):
+            raise ValueError("after_tokens goes with after = \"tokens\" (and it needs it)")
+        return self
+
+
 class Endpoint(_Strict):
     """One target: a model behind a KServe v2 endpoint, or an OpenAI-compatible generative one."""
 
@@ -362,6 +386,8 @@ class Endpoint(_Strict):
                                                             "encoding and dimension (texts: `prompts`)")
     rerank: Rerank | None = Field(None, description="rerank: the API, the documents per request, top_n (the query: "
                                                     "`prompts`)")
+    cancel: Cancel | None = Field(None, description="streamed generative endpoints: a share of requests abandoned by "
+                                                    "the client (recorded as cancelled, never ok, never an error)")
     token_count_output: str | None = Field(None, min_length=1, description="triton-generate: the output field "
                                            "saying how many tokens an event carries (the vLLM backend's "
                                            "num_output_tokens); default: one event = one token")
@@ -443,6 +469,10 @@ class Endpoint(_Strict):
             raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
         if self.prompts is not None and self.prompts.extra_body is not None and self.protocol == "kserve-grpc-stream":
             raise ValueError("prompts.extra_body: for JSON bodies (a kserve-grpc-stream request is protobuf)")
+        if self.cancel is not None and (self.protocol not in GENERATIVE or self.protocol == "kserve-grpc-stream"
+                                        or (self.prompts is not None and not self.prompts.stream)):
+            raise ValueError("cancel: for streamed HTTP generative endpoints (openai-chat, openai-completions, "
+                             "anthropic-messages, openai-responses, triton-generate with prompts.stream = true)")
         if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
             raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
                              "streams report usage)")

@@ -26,8 +26,9 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("service_ns", "int64", "t_done - t_sent (what a closed-loop tool would report)"),
     ("send_lag_ns", "int64", "t_sent - t_intended"),
     ("status", "string", "ok | http_error | grpc_error | timeout | connection | bad_response | client_error (not "
-                         "sent: the generator could not read the endpoint's credential)"),
-    ("code", "string", "HTTP status or gRPC code name"),
+                         "sent: the generator could not read the endpoint's credential) | cancelled (abandoned "
+                         "by the client as the endpoint's `cancel` declares: t_done is when)"),
+    ("code", "string", "HTTP status or gRPC code name; cancelled: time | first_token | tokens (what closed it)"),
     ("error", "string", "short error text"),
     ("server_queue_ns", "int64", "server-reported time in queue (-1 if not reported)"),
     ("server_compute_ns", "int64", "server-reported compute time (-1 if not reported)"),
@@ -52,7 +53,7 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("input_tokens", "int32", "prompt tokens from the server's usage (-1: not reported)"),
     ("token_source", "string", "where output_tokens came from: usage (every event) | final_usage | events | ''"),
     ("finish_reason", "string", "the server's finish reason ('' if none)"),
-    ("stream_outcome", "string", "complete | error_event | cut | ttft_timeout | timeout | '' (one-shot)"),
+    ("stream_outcome", "string", "complete | error_event | cut | ttft_timeout | timeout | cancelled | '' (one-shot)"),
     ("token_event_us", "binary", "each token event's read instant after the first's, µs (int32 little-endian)"),
     ("token_event_counts", "binary", "tokens each event carried (uint16 little-endian)"),
     # added with sessions and prefix caching (older runs read with STREAM_DEFAULTS)
@@ -92,7 +93,8 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
                         "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end", "pipeline"})
 
-STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error")
+CANCELLED = "cancelled"  # abandoned by the client as declared (an endpoint's `cancel`): neither ok nor an error
+STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error", CANCELLED)
 REQUEST_COLUMNS = tuple(name for name, _, _ in REQUEST_FIELDS)
 # columns added after the first release: older run directories lack them and get these values
 STREAM_DEFAULTS: dict[str, object] = {

@@ -58,3 +58,44 @@ def prefix_cache_timeline(samples: list[dict], t0_ns: int) -> list[tuple[float, 
             points.append(((middle - t0_ns) / 1e9, (hits - previous[1]) / (queries - previous[2])))
         previous = (sample["t_ns"], hits, queries)
     return points
+
+
+def aborted_requests(text: str, model: str) -> tuple[float, str] | None:
+    """(requests of `model` the server abandoned because their client left, how that is counted) in one scrape;
+    None when the server's metrics cannot tell (or the text is not Prometheus' format).
+
+    The embedded server counts them as vLLM names them, `tailrace:request_success_total{finished_reason="abort"}`.
+    vLLM's own (0.x, V1 engine) never counts a client's abort there: its output processor drops the request before
+    the finished-request statistics are taken. What its metrics do tell is the streams that began and never finished:
+    every request's first token is in `vllm:time_to_first_token_seconds`, only finished ones in
+    `vllm:e2e_request_latency_seconds` — the difference counts the aborts after a first token."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError):
+        return None
+    samples: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            if sample.labels.get("model_name", model) != model:
+                continue
+            key = sample.name + ("{abort}" if sample.labels.get("finished_reason") == "abort" else "")
+            samples[key] = samples.get(key, 0.0) + float(sample.value)
+    if "tailrace:request_success_total{abort}" in samples or "tailrace:request_success_total" in samples:
+        return samples.get("tailrace:request_success_total{abort}", 0.0), \
+            'tailrace:request_success_total{finished_reason="abort"}'
+    first, finished = "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"
+    if first in samples and finished in samples:
+        return samples[first] - samples[finished], f"{first} − {finished} (begun, never finished)"
+    return None
+
+
+def aborted_deltas(scrapes: dict[str, dict[str, str]], models: dict[str, str]) -> dict[str, tuple[float, str]]:
+    """endpoint → (its model's aborted requests after the run minus before, how they are counted): the server's own
+    count of the streams its clients abandoned (an endpoint whose server cannot tell is absent)."""
+    out = {}
+    for endpoint, stages in scrapes.items():
+        after = aborted_requests(stages.get("after", ""), models.get(endpoint, ""))
+        if after is not None:
+            before = aborted_requests(stages.get("before", ""), models.get(endpoint, ""))
+            out[endpoint] = (after[0] - (before[0] if before else 0.0), after[1])
+    return out

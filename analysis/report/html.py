@@ -13,6 +13,7 @@ from tailrace.analysis.stats.timeline import timeline
 from tailrace.analysis.stats.validity import CHECKS
 from tailrace.contract.summary import (
     ArrivalProcessRow,
+    CancellationRow,
     Decision,
     EmbeddingRow,
     Estimate,
@@ -219,6 +220,26 @@ def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
             "would weigh on the buckets one region sends more of); –: too few requests in the bucket for that "
             "percentile.</p>")
     return "".join(parts)
+
+
+def _cancellations_section(rows: list[CancellationRow]) -> str:
+    """Cancelled streams: the cancel rate with its interval, what closed them, the tokens served to them, and the
+    server's own count of aborted requests."""
+    shown = [Shown(r, rate=r.rate_text,
+                   triggers=", ".join(f"{k} {v:,}" for k, v in sorted(r.by_trigger.items())) or "–",
+                   server="–" if r.server_aborted is None else f"{r.server_aborted:,} (ours: {r.cancelled_server_scope:,})")
+             for r in rows]
+    return ("<h2 id='cancellations'>Cancelled streams</h2>" + _table(shown, [
+        ("endpoint", "endpoint"), ("region", "region"), ("after", "declared"), ("requests", "requests"),
+        ("cancelled", "cancelled"), ("rate", "cancel rate [95% CI]"), ("triggers", "closed by"),
+        ("before_first_token", "before the first token"), ("tokens_received", "tokens served to them"),
+        ("mean_tokens_received", "tokens per cancelled"), ("closed_after_p50_ms", "closed after p50 (ms)"),
+        ("closed_after_p90_ms", "p90"), ("server", "server's aborted (ours)")], left={"endpoint", "region", "after"})
+        + "<p class='note'>Streams the client closed as the profile's <code>cancel</code> declares (measured phases; "
+          "closed after: from the intended send). A cancelled request is neither ok nor an error: it is in no "
+          "latency percentile, no goodput and no error rate, here only. The server's count is its requests finished "
+          "for reason 'abort', its model's over the whole run (a client's timeout closes a stream too), beside ours "
+          "over the same: the whole run, every endpoint of that server and model.</p>")
 
 
 def _pipelines_section(section: Pipelines) -> str:
@@ -740,6 +761,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append(_pooling_section(s.rerank, rerank=True))
     if s.pipelines is not None and s.pipelines.pipelines:
         parts.append(_pipelines_section(s.pipelines))
+    if s.cancellations:
+        parts.append(_cancellations_section(s.cancellations))
     if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
         parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
     parts.append(_validity_section(s))

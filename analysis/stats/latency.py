@@ -14,6 +14,7 @@ from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentile
 from tailrace.analysis.stats.estimators import SortedUnion, tail_needed, tail_quantile
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import load_segments
+from tailrace.contract.records import CANCELLED
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
@@ -63,6 +64,8 @@ class _Rows:
     def __init__(self, df: pd.DataFrame, order: TimeOrder | None = None) -> None:
         self.order = order  # the rows' time order, when found once for the log (else each row's is sorted)
         self.ok = (df["status"] == "ok").to_numpy()
+        cancelled = (df["status"] == CANCELLED).to_numpy()
+        self.cancelled = cancelled if cancelled.any() else None  # abandoned by their client: neither ok nor errors
         self.latency_ns = df["latency_ns"].to_numpy() if "latency_ns" in df else None
         # every latency in ms at once when the column is small enough to hold twice (the rows then take it), else
         # converted where taken (a day's run: no second column of a hundred million)
@@ -114,6 +117,7 @@ class GroupCounts:
 
     n: int
     ok: int
+    cancelled: int
     accuracy: float | None
     right: int | None  # accuracy's numerator and denominator sums, and how many rows it counted
     of: int | None
@@ -127,6 +131,7 @@ class GroupCounts:
         """The counts of the rows at positions `idx`, keeping their `top` largest send lags."""
         ok = rows.ok[idx]
         n, n_ok = len(idx), int(ok.sum())
+        n_cancelled = int(np.count_nonzero(rows.cancelled[idx])) if rows.cancelled is not None else 0
         ok_idx = idx[ok]
         correct, count, batch = (rows.accuracy.get(c) for c in ACCURACY_COLUMNS)
         by_count = count is not None and batch is not None
@@ -147,29 +152,33 @@ class GroupCounts:
                 lag_p99 = tail_quantile(lag_top, n, SEND_LAG_Q) / 1e6
             else:
                 lag_p99 = float(np.percentile(lag, 99) / 1e6)
-        return cls(n, n_ok, rows.accuracy_of(ok_idx), right, of, checked, by_count, lag_top, lag_p99)
+        return cls(n, n_ok, n_cancelled, rows.accuracy_of(ok_idx), right, of, checked, by_count, lag_top, lag_p99)
 
     def counts(self, duration_s: float) -> dict:
         """request_counts of the group's rows."""
-        return _counts(self.n, self.ok, self.accuracy, self.send_lag_p99_ms, duration_s)
+        return _counts(self.n, self.ok, self.cancelled, self.accuracy, self.send_lag_p99_ms, duration_s)
 
     @staticmethod
     def combined(groups: list[GroupCounts], duration_s: float) -> dict | None:
         """request_counts of the union of `groups`' rows, from their counts (None: not exactly from them)."""
         if any(g.right is None or (g.n and g.lag_top is None) for g in groups):
             return None
-        n, n_ok = sum(g.n for g in groups), sum(g.ok for g in groups)
+        n, n_ok, n_cancelled = (sum(getattr(g, k) for g in groups) for k in ("n", "ok", "cancelled"))
         right, of, checked = (sum(getattr(g, k) for g in groups) for k in ("right", "of", "checked"))
         # numpy's own division, as accuracy_of's: integer sums over the count of rows or over the batch sizes
         accuracy = None if not checked else float(np.int64(right) / np.int64(of)) if groups[0].by_count else \
             float(np.float64(right) / of)
         lag = tail_quantile(np.concatenate([g.lag_top for g in groups if g.n]), n, SEND_LAG_Q) / 1e6 if n else None
-        return _counts(n, n_ok, accuracy, lag, duration_s)
+        return _counts(n, n_ok, n_cancelled, accuracy, lag, duration_s)
 
 
-def _counts(n: int, n_ok: int, accuracy: float | None, send_lag_p99_ms: float | None, duration_s: float) -> dict:
-    """request_counts' row from its numbers."""
-    return {"count": int(n), "ok": n_ok, "errors": int(n - n_ok), "error_rate": float((n - n_ok) / n) if n else 0.0,
+def _counts(n: int, n_ok: int, n_cancelled: int, accuracy: float | None, send_lag_p99_ms: float | None,
+            duration_s: float) -> dict:
+    """request_counts' row from its numbers. A request its client abandoned (cancelled) is counted, and is no error:
+    the error rate is over the requests read to their end."""
+    errors, finished = n - n_ok - n_cancelled, n - n_cancelled
+    return {"count": int(n), "ok": n_ok, "errors": int(errors), "cancelled": int(n_cancelled),
+            "error_rate": float(errors / finished) if finished else 0.0,
             "achieved_rate": float(n / duration_s) if duration_s else None, "accuracy": accuracy,
             "send_lag_p99_ms": send_lag_p99_ms}
 
@@ -192,7 +201,7 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], n
     ok_sorted = sorted_ok_ms()
     if ok_sorted is None:
         ok_sorted = np.sort(in_time)
-    head = {k: counts[k] for k in ("count", "ok", "errors", "error_rate", "achieved_rate", "accuracy")}
+    head = {k: counts[k] for k in ("count", "ok", "errors", "cancelled", "error_rate", "achieved_rate", "accuracy")}
     return {**head, "mean_ms": mean_ms, "max_ms": float(ok_sorted[-1]) if len(ok_sorted) else None,
             "send_lag_p99_ms": counts["send_lag_p99_ms"],
             "percentiles": {f"p{p:g}": est.as_dict() for p, est in

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions
+from tailrace.contract.records import CANCELLED
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ def timeline(df: pd.DataFrame, streamed: frozenset[str] | set[str] = frozenset()
         p99_ms[region] = p99
         requests[region] = np.bincount(second[inside], minlength=whole_s)[:whole_s]
     errors = None
-    if not ok_all.all():
-        second = (times[~ok_all] - t0) // 1_000_000_000
+    failed = ~ok_all & (df["status"] != CANCELLED).to_numpy()  # (a stream its client abandoned failed nothing)
+    if failed.any():
+        second = (times[failed] - t0) // 1_000_000_000
         errors = np.bincount(second[second < whole_s], minlength=whole_s)[:whole_s]
     return Timeline(int(t0), whole_s, float((times.max() - t0) / 1e9), p99_ms, requests, errors, bool(ok_all.any()))
 
@@ -78,7 +80,7 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
     if df.empty:
         return []
     all_times = df["t_intended_ref"].to_numpy()
-    all_failed = (df["status"] != "ok").to_numpy()
+    all_failed = ((df["status"] != "ok") & (df["status"] != CANCELLED)).to_numpy()  # (an abandoned stream: no outage)
     t0 = int(all_times.min()) if t0_ns is None else t0_ns
     windows = []
     by_endpoint = group_positions(df, ["endpoint"])

@@ -25,6 +25,7 @@ import pandas as pd
 from tailrace.analysis.read.frames import group_positions
 from tailrace.analysis.stats.correlation import integrated_time, stationarity
 from tailrace.analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
+from tailrace.contract.records import CANCELLED
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
@@ -89,7 +90,8 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
     token_slos = [(i, s) for i, s in enumerate(slos) if s["metric"] in METRICS]
     if not token_slos:
         return []
-    measured = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+    measured = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0) \
+        & (df["status"] != CANCELLED).to_numpy()  # abandoned by their client: neither met nor missed a goal
     rows = np.flatnonzero(measured)
     plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status") else df[c]).to_numpy()[rows]
                           for c in (*TOKEN_COLUMNS, "t_intended_ref") if c in df}).reset_index(drop=True)

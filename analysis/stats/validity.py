@@ -24,6 +24,7 @@ from tailrace.analysis.stats.correlation import (
     time_order,
 )
 from tailrace.analysis.stats.estimators import sorted_percentile
+from tailrace.contract.records import CANCELLED
 
 CHECKS = {
     "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "
@@ -80,10 +81,13 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
+    cancelled = (measured["status"] == CANCELLED).to_numpy()
     ordered = order is not None and time_column == "t_intended_ref"  # the order is of t_intended_ref
     groups = {}
     for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
         at = order.of(idx) if ordered else idx
+        if cancelled.any():  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
+            at = at[~cancelled[at]]
         groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
                                          in_order=ordered)
     return groups

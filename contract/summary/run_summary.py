@@ -19,6 +19,7 @@ from tailrace.contract.summary.sections import Decision, InputRead, ManifestExce
 from tailrace.contract.summary.tables import (
     ArrivalProcessRow,
     ArrivalsRow,
+    CancellationRow,
     ClockRow,
     ColdStart,
     EmbeddingRow,
@@ -77,6 +78,7 @@ class RunSummary(Row):
     ttft_decomposition: list[TtftLegs] = Field(default_factory=list)
     sessions: Sessions | None = None
     pipelines: Pipelines | None = None
+    cancellations: list[CancellationRow] = Field(default_factory=list)
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
 
     @classmethod

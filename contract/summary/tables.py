@@ -38,6 +38,7 @@ class LatencyRow(Row):
     count: int
     ok: int | None = None
     errors: int
+    cancelled: int = 0  # abandoned by their client (the endpoint's cancel): in no percentile, no error rate
     error_rate: float
     achieved_rate: float
     intended_rate: float | None = None
@@ -306,6 +307,38 @@ class ClockRow(Row):
     uncertainty_ms: float
     samples_used: int
     samples_total: int
+
+
+class CancellationRow(Row):
+    """Streams abandoned by their clients (an endpoint's `cancel`) per endpoint × region ('*': every region), in the
+    measured phases; the '*' row adds the whole run's count and the server's own count of aborted requests."""
+
+    endpoint: str
+    region: str
+    after: str  # time | first_token | tokens: what the profile declares closes a stream
+    requests: int
+    cancelled: int
+    cancel_rate: float | None = None
+    cancel_rate_ci_low: float | None = None
+    cancel_rate_ci_high: float | None = None
+    by_trigger: dict[str, int] = Field(default_factory=dict)
+    before_first_token: int = 0
+    tokens_received: int = 0
+    mean_tokens_received: float | None = None
+    closed_after_p50_ms: float | None = None  # from the intended send to the stream's close
+    closed_after_p90_ms: float | None = None
+    server_aborted: int | None = None  # '*' rows: the server's requests of the model finished for reason 'abort'
+    cancelled_server_scope: int | None = None  # ours over what that count covers: the run, the server's endpoints
+    server_metric: str | None = None
+
+    @property
+    def rate_text(self) -> str:
+        """The cancel rate with its 95% interval, as the report and the terminal show it."""
+        if self.cancel_rate is None:
+            return "–"
+        interval = "" if self.cancel_rate_ci_low is None else \
+            f" [{self.cancel_rate_ci_low:.1%}, {self.cancel_rate_ci_high:.1%}]"
+        return f"{self.cancel_rate:.1%}{interval}"
 
 
 class ErrorRow(Row):

@@ -177,6 +177,7 @@ class ContinuousBatcher:
             while self._waiting and len(self._running) < self.limits.max_num_seqs:
                 generation = self._waiting.popleft()
                 if generation.cancelled:
+                    self._aborted(generation)
                     continue
                 generation.admitted_ns = now
                 generation.state = np.zeros(self.decoder.hidden, np.float32)
@@ -209,6 +210,13 @@ class ContinuousBatcher:
                 budget -= len(chunk)
         return rows, runs
 
+    def _aborted(self, g: Generation) -> bool:
+        """A cancelled request leaves (its batch slot free for the next step): counted as vLLM counts it, a
+        request finished for reason 'abort'. False (filters it out)."""
+        if not g.finish_reason:
+            self._metrics.success.labels(self.name, "abort").inc()
+        return False
+
     def _loop(self) -> None:
         vocabulary_span = len(self.decoder.vocabulary) - 1
         while self._admit():
@@ -216,7 +224,7 @@ class ContinuousBatcher:
             if stalled > 0:
                 time.sleep(stalled)
                 continue
-            self._running = [g for g in self._running if not g.cancelled]
+            self._running = [g for g in self._running if not g.cancelled or self._aborted(g)]
             if not self._running:
                 continue
             rows, runs = self._plan_step()

@@ -10,6 +10,7 @@ finish reason and how the stream ended (complete, error_event, cut, ttft_timeout
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ import orjson
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
+from tailrace.contract.records import CANCELLED
 from tailrace.harness.client.api_bodies import (
     ANTHROPIC_VERSION,
     MESSAGES,
@@ -30,7 +32,14 @@ from tailrace.harness.client.api_bodies import (
 )
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
 from tailrace.harness.client.http_transport import HttpTransport
-from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception, classify_http_status
+from tailrace.harness.client.outcome import (
+    CancelAt,
+    Outcome,
+    StreamCancelled,
+    StreamOutcome,
+    classify_exception,
+    classify_http_status,
+)
 from tailrace.harness.client.streams.anthropic_stream import AnthropicStream
 from tailrace.harness.client.streams.openai_stream import (
     CUT,
@@ -144,20 +153,27 @@ def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream:
 
 class StreamRead:
     """One streamed response being read: its SSE parser and its protocol's stream state, fed each piece of the body
-    with the instant it was read. A fault in the stream is kept (`faults`) and raised, which stops the read."""
+    with the instant it was read. A fault in the stream is kept (`faults`) and raised, which stops the read; so is
+    the client's own cancellation (`cancel`: a read at or after its deadline, or the token that reaches its count,
+    closes the stream — what was read before it counts, nothing after)."""
 
-    __slots__ = ("parser", "stream", "faults", "began", "timer")
+    __slots__ = ("parser", "stream", "faults", "began", "timer", "cancel", "cancelled", "tokens_read", "counted")
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, cancel: CancelAt | None = None) -> None:
         self.parser = SseParser()
         self.stream = stream  # OpenAIStream or TritonGenerateStream
         self.faults: list[Exception] = []  # raised inside the HTTP parser's callback: kept here, then classified
         self.began = False  # a 200's body was read (a cut is a stream that began)
         self.timer: gevent.Timeout | None = None  # the greenlet path's first-token timeout, cancelled at the token
+        self.cancel = cancel
+        self.cancelled = ""  # what closed it, once the client cancelled it (CancelAt.kind)
+        self.tokens_read = self.counted = 0  # cancel after N tokens: tokens of the events counted so far
 
     def consume(self, data: bytes, read_ns: int) -> None:
         self.began = True
-        stream = self.stream
+        stream, cancel = self.stream, self.cancel
+        if cancel is not None and 0 <= cancel.deadline_ns <= read_ns:
+            self._close(cancel.kind)  # read after the user left: none of it counts
         try:
             for at, event in self.parser.feed(data, read_ns):
                 stream.feed(at, event)
@@ -166,6 +182,17 @@ class StreamRead:
             raise  # stops reading: the connection is closed
         if self.timer is not None and stream.first_token_ns >= 0:
             self.timer.cancel()
+        if cancel is not None and cancel.tokens and stream.first_token_ns >= 0:
+            counts = stream.event_tokens
+            if len(counts) > self.counted:
+                self.tokens_read += sum(counts[self.counted:])
+                self.counted = len(counts)
+            if self.tokens_read >= cancel.tokens:
+                self._close(cancel.kind)
+
+    def _close(self, kind: str) -> None:
+        self.cancelled = kind
+        raise StreamCancelled(kind)  # stops reading: the connection is closed, as a user's browser closes it
 
     @property
     def first_token_ns(self) -> int:
@@ -202,11 +229,11 @@ class StreamSender:
                                          "Accept: text/event-stream", "Connection: keep-alive",
                                          *((f"anthropic-version: {ANTHROPIC_VERSION}",) if protocol == MESSAGES else ()))
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+    def send(self, sample: int, headers: dict[str, str], on_sent, cancel: CancelAt | None = None) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
-        with a status class, and its stream says how far it got)."""
+        with a status class, and its stream says how far it got). `cancel`: when the client abandons it."""
         index = self.payloads.index(sample)
-        return self.send_body(self.payloads.bodies[index], headers, on_sent, index)
+        return self.send_body(self.payloads.bodies[index], headers, on_sent, index, cancel)
 
     def _request(self, body: bytes, headers: dict[str, str]) -> bytes:
         """The request's head: its route, the credential (read now: a rotated one is picked up) and `headers`."""
@@ -214,12 +241,13 @@ class StreamSender:
                          "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1"),
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
 
-    def _reading(self) -> StreamRead:
+    def _reading(self, cancel: CancelAt | None = None) -> StreamRead:
         if self.protocol == TRITON_GENERATE:
-            return StreamRead(TritonGenerateStream(self.count_output))
-        return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat))
+            return StreamRead(TritonGenerateStream(self.count_output), cancel)
+        return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat), cancel)
 
-    def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1) -> Outcome:
+    def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1,
+                  cancel: CancelAt | None = None) -> Outcome:
         """Send one request body (a session's turn, built at its send) and read its stream, as send does
         (`index`: the prompt's in the token counter, -1: none)."""
         try:
@@ -228,12 +256,17 @@ class StreamSender:
             return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=StreamOutcome())
         if not self.stream:
             return self._send_whole(head, body, on_sent, StreamOutcome(), index)
-        read = self._reading()
+        read = self._reading(cancel)
         if self.timeouts.first_token_s:
             read.timer = gevent.Timeout(self.timeouts.first_token_s, FirstTokenTimeout("no first token in time"))
         on_sent()
         if read.timer is not None:
             read.timer.start()
+        leave = None  # the user leaves at a time: the stream is closed then, whatever it is doing
+        if cancel is not None and cancel.deadline_ns >= 0:
+            leave = gevent.Timeout(max(0.0, (cancel.deadline_ns - time.perf_counter_ns()) / 1e9),
+                                   StreamCancelled(cancel.kind))
+            leave.start()
         response, failure = None, None
         try:
             response = self.client.request(head + body, read.consume, self.timeouts.stall_s)
@@ -242,17 +275,19 @@ class StreamSender:
         finally:
             if read.timer is not None:
                 read.timer.cancel()
+            if leave is not None:
+                leave.cancel()
         return self.ended(StreamPending(read, len(head) + len(body), index), response, failure)
 
     # -- the issue loop's own path (harness/worker/inline_sends.py): the same request, the same outcome ----------
-    def encode(self, sample: int, headers: dict[str, str]
+    def encode(self, sample: int, headers: dict[str, str], cancel: CancelAt | None = None
                ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
         """Prompt `sample`'s request as one buffer and the reading it needs (`StreamPending`); (its Outcome, None)
         when it cannot be sent (the credential cannot be read)."""
         index = self.payloads.index(sample)
-        return self.encode_body(self.payloads.bodies[index], headers, index)
+        return self.encode_body(self.payloads.bodies[index], headers, index, cancel)
 
-    def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1
+    def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1, cancel: CancelAt | None = None
                     ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
         """encode for a body built ahead (a session's turn, a trace row's request; `index` as send_body's): its head
         and the body as they are, never joined (a long prompt's body is hundreds of kB)."""
@@ -261,7 +296,7 @@ class StreamSender:
         except CredentialError as exc:
             return Outcome(status="client_error", code="credential", error=str(exc)[:200], stream=StreamOutcome()), \
                 None
-        return StreamPending(self._reading(), len(head) + len(body), index), (head, body)
+        return StreamPending(self._reading(cancel), len(head) + len(body), index), (head, body)
 
     def answered(self, pending: StreamPending, response) -> Outcome:
         """The Outcome of an inline stream read to its end (harness/client/http1.py's HttpResponse)."""
@@ -287,7 +322,9 @@ class StreamSender:
         """A stream's Outcome from how its read ended: a whole `response`, or the `failure` raised."""
         read, result = pending.read, StreamOutcome()
         status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
-        if failure is None:
+        if read.cancelled or isinstance(failure, StreamCancelled):  # the client left, as declared: not a failure
+            status, code, result.outcome = CANCELLED, read.cancelled or failure.kind, CANCELLED
+        elif failure is None:
             bytes_in = response.body_bytes
             timing = server_timing(response.server_timing)
             code = str(response.status)

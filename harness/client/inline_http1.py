@@ -15,6 +15,8 @@ The same behaviour as harness/client/http1.py's pool, which the greenlet path ke
 from __future__ import annotations
 
 import errno
+import heapq
+import itertools
 import socket
 import time
 from collections import deque
@@ -35,6 +37,7 @@ from tailrace.harness.client.http1 import (
     Stalled,
     stamped_recv,
 )
+from tailrace.harness.client.outcome import StreamCancelled
 
 _epoll = get_original("select", "epoll")  # gevent's monkey patching removes select.epoll from the module
 _select = get_original("select", "select")  # the kernel's select: blocks this process, with a µs timeout
@@ -98,6 +101,25 @@ class InlinePoller:
         self._connections: dict[int, tuple[InlineHttp1Pool, _Connection]] = {}
         self._watcher = None
         self.pools: list[InlineHttp1Pool] = []
+        # streams the client abandons at an instant (an endpoint's cancel after a time): (instant, order, pool, ex)
+        self._leaves: list[tuple] = []
+        self._leave_order = itertools.count()
+
+    @property
+    def next_leave_ns(self) -> int:
+        """The instant of the earliest stream to abandon (far off: none)."""
+        return self._leaves[0][0] if self._leaves else 1 << 62
+
+    def leave_at(self, instant_ns: int, pool: "InlineHttp1Pool", ex: "InlineExchange") -> None:
+        heapq.heappush(self._leaves, (instant_ns, next(self._leave_order), pool, ex))
+
+    def leave_due(self, now_ns: int) -> None:
+        """Close every stream whose client leaves by `now_ns` (cancelled: what it read so far is its record)."""
+        leaves = self._leaves
+        while leaves and leaves[0][0] <= now_ns:
+            _, _, pool, ex = heapq.heappop(leaves)
+            if ex.open:
+                pool.abort(ex, StreamCancelled(ex.reader.cancel.kind), time.perf_counter_ns())
 
     def poll(self) -> int:
         """Handle every connection that is ready now (never waits); returns how many events there were."""
@@ -195,6 +217,9 @@ class InlineHttp1Pool:
         self._deadlines.append(ex)
         if reader is not None and self.ttft_ns:
             self._firsts.append(ex)
+        cancel = getattr(reader, "cancel", None)
+        if cancel is not None and cancel.deadline_ns >= 0:
+            self.poller.leave_at(cancel.deadline_ns, self, ex)
         ex.sent_ns = time.perf_counter_ns()
         self._begin(ex)
         return ex
@@ -340,20 +365,20 @@ class InlineHttp1Pool:
         while deadlines and (not deadlines[0].open or deadlines[0].deadline_ns <= now_ns):
             ex = deadlines.popleft()
             if ex.open:
-                self._abort(ex, socket.timeout(f"no complete response within {self.timeout_s:g} s"), now_ns)
+                self.abort(ex, socket.timeout(f"no complete response within {self.timeout_s:g} s"), now_ns)
         firsts = self._firsts
         while firsts and (not firsts[0].open or firsts[0].reader.first_token_ns >= 0
                           or firsts[0].sent_ns + self.ttft_ns <= now_ns):
             ex = firsts.popleft()
             if ex.open and ex.reader.first_token_ns < 0:
-                self._abort(ex, FirstTokenTimeout("no first token in time"), now_ns)
+                self.abort(ex, FirstTokenTimeout("no first token in time"), now_ns)
         if self.stall_ns and now_ns >= self._next_stall_check:
             self._next_stall_check = now_ns + int(STALL_CHECK_S * 1e9)
             for ex in [e for e in deadlines if e.open and e.got_bytes and e.reader is not None
                        and now_ns - e.response.read_ns >= self.stall_ns]:
-                self._abort(ex, Stalled(f"no data for {self.stall_s:g} s in the middle of the response"), now_ns)
+                self.abort(ex, Stalled(f"no data for {self.stall_s:g} s in the middle of the response"), now_ns)
 
-    def _abort(self, ex: InlineExchange, exc: BaseException, now_ns: int) -> None:
+    def abort(self, ex: InlineExchange, exc: BaseException, now_ns: int) -> None:
         """End `ex` with `exc`, its connection closed (it may still be sending or reading)."""
         if ex.conn is not None and ex.conn.exchange is ex:
             ex.conn.exchange = None

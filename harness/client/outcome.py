@@ -8,9 +8,26 @@ import socket
 import ssl
 from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import grpc
 import numpy as np
+
+
+class CancelAt(NamedTuple):
+    """When the client abandons one stream (an endpoint's `cancel`, drawn for this request)."""
+
+    kind: str  # time | first_token | tokens
+    deadline_ns: int  # time: the perf_counter_ns() instant (intended send + the drawn time); else -1
+    tokens: int  # first_token: 1; tokens: the drawn count; time: 0
+
+
+class StreamCancelled(Exception):
+    """The client closes a stream on purpose: its CancelAt was reached (never a failure of the server)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"cancelled by the client ({kind})")
+        self.kind = kind
 
 
 @dataclass
@@ -25,7 +42,7 @@ class StreamOutcome:
     input_tokens: int = -1
     token_source: str = ""  # usage | final_usage | events
     finish_reason: str = ""
-    outcome: str = ""  # complete | error_event | cut | ttft_timeout | timeout
+    outcome: str = ""  # complete | error_event | cut | ttft_timeout | timeout | cancelled
     preview: str = ""  # the text's first 80 characters
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1: not reported)
     reasoning_tokens: int = -1  # output tokens that were reasoning (-1: no reasoning seen)

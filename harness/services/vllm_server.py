@@ -68,14 +68,15 @@ class VllmServer:
 def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAULT_MODEL_DIR,
                port: int | None = None, max_num_seqs: int = 32, cpus: list[int] | None = None,
                prefix_caching: bool = True, block_size: int | None = None, embed: bool = False,
-               responses_store: bool = False) -> VllmServer:
+               responses_store: bool = False, log_requests: bool = False) -> VllmServer:
     """Start vLLM on 127.0.0.1 serving the tiny model as SERVED_NAME; ready when /v1/models answers. `cpus`: the
     server and its engine's OpenMP threads on these CPUs only (keep them off the generators'). Automatic prefix
     caching on or off, in blocks of `block_size` tokens (None: vLLM's default; its CPU attention takes multiples of
     32); its usage reports the prompt's cached tokens. `embed`: the same model run by vLLM's pooling runner, converted
     to an embedding model (`--runner pooling --convert embed`: the last token's hidden state, normalised), serving
     /v1/embeddings — and /score and /rerank, by the vectors' cosine — instead of completions. `responses_store`: keep
-    /v1/responses' responses (store: true, previous_response_id; vLLM keeps them in memory until it stops)."""
+    /v1/responses' responses (store: true, previous_response_id; vLLM keeps them in memory until it stops).
+    `log_requests`: vLLM logs each request, and each one it aborts ("Aborted request(s) <id>")."""
     interpreter = vllm_python(python)
     model = tiny_model(interpreter, model_dir)
     port = port or free_port()
@@ -85,7 +86,8 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
             "--disable-uvicorn-access-log", "--enable-prompt-tokens-details",
             "--enable-prefix-caching" if prefix_caching and not embed else "--no-enable-prefix-caching",
             *(["--block-size", str(block_size)] if block_size else []),
-            *(["--runner", "pooling", "--convert", "embed"] if embed else [])]
+            *(["--runner", "pooling", "--convert", "embed"] if embed else []),
+            *(["--enable-log-requests"] if log_requests else [])]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1",
            **({"VLLM_ENABLE_RESPONSES_API_STORE": "1"} if responses_store else {})}
     if cpus:

@@ -90,8 +90,10 @@ class InlineSends:
 
     @property
     def next_turn_ns(self) -> int:
-        """The instant of the earliest session turn waiting to be sent (far off: none)."""
-        return self._turns[0][0] if self._turns else 1 << 62
+        """The instant of the earliest session turn waiting to be sent, or of a stream its client abandons then (far
+        off: none): the issue loop is awake at it (send_turns)."""
+        turn = self._turns[0][0] if self._turns else 1 << 62
+        return min(turn, self.poller.next_leave_ns)
 
     def start(self, item: Arrival | PreparedRequest | PreparedSession) -> None:
         """Send `item`'s request now (a session's: its first turn); never raises (a failure is recorded as its
@@ -110,7 +112,8 @@ class InlineSends:
                 self._start(step[0], step[1], item)
 
     def send_turns(self, now_ns: int) -> None:
-        """Send every waiting session turn whose instant has come."""
+        """Close the streams whose clients leave by now; send every waiting session turn whose instant has come."""
+        self.poller.leave_due(now_ns)
         turns = self._turns
         while turns and turns[0][0] <= now_ns:
             _, _, arrival, turn, session = heapq.heappop(turns)
@@ -142,11 +145,12 @@ class InlineSends:
 
     def _start(self, arrival: Arrival, turn: Turn | None, session: PreparedSession | None) -> None:
         path = self.path
-        call = path.begin(arrival)
+        call = path.begin(arrival, turn)
         sender = path.senders[arrival.endpoint]
         try:  # `out`: the outcome so far (KServe), or what a stream's reading needs (a StreamPending)
-            out, raw = sender.encode(arrival.sample, call.headers) if turn is None else \
-                sender.encode_body(turn.body, call.headers, turn.prompt_index)
+            kw = {"cancel": call.cancel} if call.cancel is not None else {}
+            out, raw = sender.encode(arrival.sample, call.headers, **kw) if turn is None else \
+                sender.encode_body(turn.body, call.headers, turn.prompt_index, **kw)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             out, raw = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200]), None
         if raw is None:  # not sent (its credential could not be read): recorded at once, as the greenlet path does
@@ -174,6 +178,7 @@ class InlineSends:
         self.poller.poll()
         records = self._records
         now = time.perf_counter_ns()
+        self.poller.leave_due(now)
         if now >= self._next_expiry:
             self.poller.expire(now)
             self._next_expiry = now + EXPIRE_EVERY_NS
@@ -240,7 +245,7 @@ class InlineSends:
         while self.poller.busy and time.perf_counter_ns() < until_ns:
             self.pump(until_ns)
             if self.poller.busy:
-                self.wait(min(0.05, max(0.0, (until_ns - time.perf_counter_ns()) / 1e9)))
+                self.wait(min(0.05, max(0.0, (min(until_ns, self.poller.next_leave_ns) - time.perf_counter_ns()) / 1e9)))
         self.poller.poll()
         self.poller.expire(1 << 62)  # still out after the drain: a timeout, recorded like any other
         while self._turn_records or self._records:

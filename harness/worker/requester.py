@@ -4,6 +4,7 @@ This runs once per request on the worker's event loop: keep it short and free of
 """
 from __future__ import annotations
 
+import itertools
 import time
 from array import array
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import NamedTuple
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids
-from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.outcome import CancelAt, Outcome, StreamOutcome
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.recorder import ChunkWriter
@@ -21,6 +22,7 @@ from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.workload.cancellations import CancelPlan
 from tailrace.harness.workload.turns import Turn
 
 
@@ -32,6 +34,7 @@ class Call(NamedTuple):
     offset_ns: int
     headers: dict[str, str]
     in_flight: int
+    cancel: CancelAt | None = None  # when the client abandons it (its endpoint's cancel; None: it is read to its end)
 
 
 @dataclass
@@ -58,15 +61,24 @@ class RequestPath:
         self.batches = [self.plan.batch_size(e) for e in self.endpoints]  # read per request: computed once
         self.media = [getattr(s, "media", None) or None for s in self.senders]  # each body's (count, bytes)
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
+        seed = self.plan.profile.load.seed
+        self._unindexed = itertools.count(1 << 40)
+        self.cancels = [CancelPlan(e.cancel, seed, i) if getattr(e, "cancel", None) is not None else None
+                        for i, e in enumerate(self.endpoints)]
 
-    def begin(self, arrival: Arrival) -> Call:
-        """A request about to be sent: its trace ids and headers; counted in flight from here."""
+    def begin(self, arrival: Arrival, turn: Turn | None = None) -> Call:
+        """A request about to be sent: its trace ids and headers, whether its client abandons it; counted in flight
+        from here."""
         trace_id, span_id = new_ids()
         offset_ns = self.clocks.offset_ns
         headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
                    "x-tailrace-clock-offset-ns": str(offset_ns)}
         self.in_flight += 1
-        return Call(trace_id, span_id, offset_ns, headers, self.in_flight)
+        plan = self.cancels[arrival.endpoint]  # (a pipeline's stage is a program's request: never abandoned)
+        cancel = None if plan is None or (turn is not None and turn.pipeline) else plan.draw(
+            arrival.session if arrival.session >= 0 else next(self._unindexed),  # (closed loop: in send order)
+            0 if turn is None else turn.index, arrival.intended_mono)
+        return Call(trace_id, span_id, offset_ns, headers, self.in_flight, cancel)
 
     def answered(self, turn: Turn | None = None) -> None:
         """A request's response (or failure) came: no longer in flight; counted as sent."""
@@ -79,19 +91,21 @@ class RequestPath:
     def send(self, arrival: Arrival, turn: Turn | None = None) -> Outcome:
         """Send one arrival and record it; never raises (a failure is an outcome). `turn`: a session's turn — its
         body built at its send, its session fields recorded (harness/worker/chains/sessions.py)."""
-        call = self.begin(arrival)
+        call = self.begin(arrival, turn)
         sent = [0]
 
         def on_sent() -> None:
             sent[0] = time.perf_counter_ns()
 
+        kw = {"cancel": call.cancel} if call.cancel is not None else {}  # (only a streamed endpoint's are)
         try:
             if turn is None:
-                outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent)
+                outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent, **kw)
             elif turn.inputs:  # a pipeline's embed or rerank stage: its body built from the stages before
                 outcome = self.senders[arrival.endpoint].send_pooled(turn.body, turn.inputs, call.headers, on_sent)
             else:
-                outcome = self.senders[arrival.endpoint].send_body(turn.body, call.headers, on_sent, turn.prompt_index)
+                outcome = self.senders[arrival.endpoint].send_body(turn.body, call.headers, on_sent, turn.prompt_index,
+                                                                   **kw)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         done = time.perf_counter_ns()

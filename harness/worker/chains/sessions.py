@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tailrace.contract.profile import Endpoint, Prompts, Sessions
+from tailrace.contract.records import CANCELLED
 from tailrace.harness.client.outcome import Outcome
 from tailrace.harness.worker.scenarios import Arrival
 from tailrace.harness.workload.conversations import Built, Conversation, SessionScript, TurnScript, words_of
@@ -150,12 +151,13 @@ class SessionRunner:
             """Is this turn the last? Prepares the next turn's request (its think time, its prompt). It reaches its Turn
             through a weak reference: a turn and its decision must make no cycle, which only the cyclic collector
             would free, in passes that stop the sending loop (docs/DECISIONS.md)."""
-            if outcome.status != "ok" and spec.on_error == "end":
+            answered = outcome.status == "ok" or outcome.status == CANCELLED  # (the user stopped the reply: the
+            if not answered and spec.on_error == "end":  # conversation goes on with what was read, as a chat UI's)
                 return ERROR
             if k == len(script.turns):
                 return DONE
             stream = outcome.stream
-            replied = outcome.status == "ok" and stream is not None
+            replied = answered and stream is not None
             tool = conversation.add_reply(turn_script, stream.text if replied else "",
                                           stream.tool_calls if replied else [], replied,
                                           stream.response_id if replied else "")

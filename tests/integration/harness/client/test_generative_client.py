@@ -16,6 +16,7 @@ from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
 from tailrace.harness.client.inline_http1 import InlinePoller
+from tailrace.harness.client.outcome import CancelAt
 from tests.support import stream_sink
 
 FIRST_MS, GAP_MS, TOKENS = 50, 20, 20
@@ -35,21 +36,23 @@ def sink_events(log: Path) -> dict[str, list[dict]]:
     return out
 
 
-def send_all(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, object]]:
-    """n requests, `concurrency` at a time on this thread's event loop; (trace ID, outcome) each."""
+def send_all(sender: StreamSender, n: int, concurrency: int, cancel=None) -> list[tuple[str, object]]:
+    """n requests, `concurrency` at a time on this thread's event loop; (trace ID, outcome) each. `cancel()`: each
+    request's CancelAt, drawn as it is sent."""
     results = []
 
     def one() -> None:
         trace_id, span_id = new_ids()
+        kw = {"cancel": cancel()} if cancel is not None else {}
         results.append((trace_id, sender.send(len(results), {"traceparent": format_traceparent(trace_id, span_id)},
-                                              lambda: None)))
+                                              lambda: None, **kw)))
 
     for start in range(0, n, concurrency):
         gevent.joinall([gevent.spawn(one) for _ in range(min(concurrency, n - start))])
     return results
 
 
-def send_inline(sender: StreamSender, n: int, concurrency: int) -> list[tuple[str, object]]:
+def send_inline(sender: StreamSender, n: int, concurrency: int, cancel=None) -> list[tuple[str, object]]:
     """send_all's requests driven as the issue loop drives them (harness/worker/inline_sends.py): each started on the
     sender's inline pool, the poller read until it ends, its outcome from `answered` or `failed`."""
     poller, ended = InlinePoller(), []
@@ -59,12 +62,14 @@ def send_inline(sender: StreamSender, n: int, concurrency: int) -> list[tuple[st
     for start in range(0, n, concurrency):
         for k in range(start, min(n, start + concurrency)):
             trace_id, span_id = new_ids()
-            pending, raw = sender.encode(k, {"traceparent": format_traceparent(trace_id, span_id)})
+            kw = {"cancel": cancel()} if cancel is not None else {}
+            pending, raw = sender.encode(k, {"traceparent": format_traceparent(trace_id, span_id)}, **kw)
             pool.start(raw, (trace_id, pending), pending.read)
         while pool.busy:
             poller.poll()
+            poller.leave_due(time.perf_counter_ns())
             poller.expire(time.perf_counter_ns())
-            poller.wait(0.005)
+            poller.wait(min(0.005, max(0.0, (poller.next_leave_ns - time.perf_counter_ns()) / 1e9)))
     poller.close()
     sender.inline = None  # the sender's greenlet pool again (a next test of the same sender)
     return [(ex.context[0], sender.failed(ex.context[1], ex.error) if ex.error is not None
@@ -119,6 +124,30 @@ def test_stream_faults_are_classified(sink, mode, status, code, outcome, words, 
     assert out.status == status and (code is None or out.code == code), out
     assert out.stream.outcome == outcome and words in out.error, (out, out.stream)
     assert out.stream.first_token_ns > 0  # the tokens before the fault were stamped
+
+
+@pytest.mark.parametrize("kind, tokens, after_ms", [("first_token", 1, None), ("tokens", 5, None), ("time", 0, 125)])
+def test_a_cancelled_stream_is_closed_where_declared_and_recorded_as_cancelled(sink, kind, tokens, after_ms, send):
+    """The sink's first token comes 50 ms after the request, then one every 20 ms: closed at its first token, at
+    its 5th, or 125 ms after the send (its 4th came at ~110 ms), the connection closed and what was read kept."""
+    url, _ = sink
+    sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", "one two", TOKENS)], EndpointTimeouts(10), None)
+    sender.warm_up()
+    sent = []
+
+    def cancel() -> CancelAt:
+        sent.append(time.perf_counter_ns())
+        return CancelAt(kind, sent[-1] + after_ms * 1_000_000 if after_ms else -1, tokens)
+
+    [(_, out)] = send(sender, 1, 1, cancel)
+    closed_ms = (time.perf_counter_ns() - sent[0]) / 1e6
+    sender.close()
+    assert (out.status, out.code, out.stream.outcome) == ("cancelled", kind, "cancelled"), out
+    # (an event of the sink's may carry two tokens)
+    assert out.stream.output_tokens in {"first_token": (1, 2), "tokens": (5, 6), "time": (3, 4, 5, 6)}[kind], out.stream
+    assert closed_ms < {"first_token": 50, "tokens": 130, "time": 125}[kind] + 40, closed_ms
+    if kind == "time":  # nothing read after the user left counts
+        assert closed_ms >= 125 and out.stream.last_token_ns < sent[0] + 125_000_000
 
 
 def test_no_first_token_within_the_ttft_timeout(sink, send):

@@ -23,7 +23,7 @@ NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     with vllm_server(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, block_size=32,
-                     responses_store=True) as server:
+                     responses_store=True, log_requests=True) as server:
         yield server
 
 
@@ -112,6 +112,45 @@ def test_chat_messages_and_responses_in_one_run_agree_with_vllms_usage_and_histo
     assert delta["vllm:time_to_first_token_seconds_count"] == len(df)
     server_ttft = delta["vllm:time_to_first_token_seconds_sum"] / delta["vllm:time_to_first_token_seconds_count"] * 1e3
     assert 2 * NEAR_MS <= df["ttft_ns"].mean() / 1e6 - server_ttft <= 60, (df["ttft_ns"].mean() / 1e6, server_ttft)
+
+
+def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, model_repo, tmp_path):
+    """Half the chat streams closed after 4 tokens, half the Messages streams 60-120 ms after their intended send
+    (most after their first token): each recorded cancelled (never ok, never an error); vLLM's log names an aborted
+    request for each, and its metrics' streams begun and never finished are those that had their first token."""
+    log = vllm.process.log_path
+    logged_before = log.read_text(errors="replace").count("Aborted request")
+    prompts = {"input_tokens": {"mean": 16}, "output_tokens": {"mean": 64}, "count": 8}
+    cancels = {"chat": ("openai-chat", {"share": 0.5, "after": "tokens", "after_tokens": 4}),
+               "messages": ("anthropic-messages", {"share": 0.5, "after": "time", "after_ms": {
+                   "mean": 90, "distribution": "uniform", "min": 60, "max": 120}})}
+    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": prompts,
+                  "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics", "cancel": cancel}
+                 for name, (protocol, cancel) in cancels.items()]
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
+                                                                      "delay_ms": NEAR_MS}],
+                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 21},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    analysis = analyze_run(run.run_dir)
+    df = analysis.requests
+    assert set(df["status"].astype(str)) <= {"ok", "cancelled"}, df["error"].unique()
+    gone = df[df["status"] == "cancelled"]
+    assert 0.2 < len(gone) / len(df) < 0.8, (len(gone), len(df))
+    chat = gone[gone["endpoint"] == "chat"]
+    assert len(chat) and (chat["output_tokens"] >= 4).all() and (chat["output_tokens"] < 64).all()
+    timed = gone[gone["endpoint"] == "messages"]
+    assert len(timed) and (timed["latency_ns"] / 1e6 >= 60).all()
+    assert log.read_text(errors="replace").count("Aborted request") - logged_before == len(gone)
+    rows = {r.endpoint: r for r in analysis.summary.cancellations if r.region == "*"}
+    assert rows["chat"].server_metric.startswith("vllm:time_to_first_token_seconds_count − ")
+    # vLLM's metrics cover the model over the run (both endpoints, warm-up included), and count the streams whose
+    # first token it made: at least ours that read one, at most every one we closed
+    whole = rows["chat"]
+    assert whole.cancelled_server_scope == len(gone)
+    assert int((gone["ttft_ns"] > 0).sum()) <= whole.server_aborted <= len(gone), whole
+    assert all(r.errors == 0 for r in analysis.summary.latency)
 
 
 def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, tmp_path):

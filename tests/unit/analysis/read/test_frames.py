@@ -111,8 +111,10 @@ def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_coun
     def counted(rows: _Rows, idx: np.ndarray) -> dict:  # each row's numbers as numpy gives them from its own rows
         ok = rows.ok[idx]
         n = len(idx)
-        return {"count": n, "ok": int(ok.sum()), "errors": int(n - ok.sum()),
-                "error_rate": float((~ok).mean()) if n else 0.0, "achieved_rate": n / 60.0,
+        gone = rows.cancelled[idx] if rows.cancelled is not None else np.zeros(n, dtype=bool)
+        failed = ~ok & ~gone  # a cancelled request is neither ok nor an error, and outside the error rate
+        return {"count": n, "ok": int(ok.sum()), "errors": int(failed.sum()), "cancelled": int(gone.sum()),
+                "error_rate": float(failed.sum() / (~gone).sum()) if (~gone).any() else 0.0, "achieved_rate": n / 60.0,
                 "accuracy": rows.accuracy_of(idx[ok]),
                 "send_lag_p99_ms": float(np.percentile(rows.send_lag_ns[idx], 99) / 1e6) if n else None}
 
@@ -124,7 +126,8 @@ def test_an_endpoints_and_the_overall_counts_added_up_from_their_groups_are_coun
         if trial % 4 == 1:
             regions[rng.random(n) < 0.01] = None
         columns = {"endpoint": pd.Categorical(endpoints), "region": pd.Categorical(regions),
-                   "status": pd.Categorical(rng.choice(["ok", "timeout"], n, p=[0.97, 0.03])),
+                   "status": pd.Categorical(rng.choice(["ok", "timeout", "cancelled"], n,
+                                                       p=[0.95, 0.03, 0.02] if trial % 2 else [0.97, 0.03, 0])),
                    "send_lag_ns": rng.integers(0, int(rng.choice([5, 10**7])), n),
                    "correct": rng.random(n) < 0.9}
         if trial % 3:
