@@ -60,6 +60,7 @@ from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
+    by_model_section,
     flat_token_rows,
     good_streams,
     token_curves,
@@ -172,7 +173,10 @@ class _RunStatistics:
         p, data = run.profile, run.data
         self.run, self.p, self.data, self.figures, self.duration = run, p, data, run.figures, run.duration
         self.endpoint_models = {e.name: e.model for e in p.endpoints}
-        self.slos = [slo.model_dump() for slo in p.slos]
+        every_slo = [slo.model_dump() for slo in p.slos]
+        self.slos = [s for s in every_slo if s["model"] == "*"]
+        self.model_slos = [(i, s) for i, s in enumerate(every_slo) if s["model"] != "*"]  # judged by model
+        self.mixed = {e.name for e in p.endpoints if e.models}  # endpoints whose requests draw their model
         self.endpoint_names, self.region_names = [e.name for e in p.endpoints], [r.name for r in p.regions]
         self.scenario_columns = SCENARIO_COLUMNS if p.load.scenario != "server" else ()
         self.worker_summaries = {n: (w or {}).get("summary") or {}
@@ -344,6 +348,9 @@ class _RunStatistics:
             Statistic("pipelines", PIPELINE_COLUMNS if self.p.pipelines else (), lambda c, r: pipeline_section(
                 c.frame(PIPELINE_COLUMNS), {p.name: [s.endpoint for s in p.stages] for p in self.p.pipelines}, slos,
                 region_names, duration, data.trace_ids) if self.p.pipelines else {}),
+            Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
+                c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
+                      if self.mixed else {}),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),
@@ -361,7 +368,7 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions", "pipelines", "cancellations"}
+                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -429,6 +436,8 @@ def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
     if r["pipelines"]:
         tables["pipelines"] = flat_pipeline_rows(r["pipelines"]["pipelines"])
         tables["pipeline_failures"] = pd.DataFrame(r["pipelines"]["failures"])
+    if r["by_model"]:
+        tables["tokens_by_model"] = flat_token_rows(r["by_model"]["rows"])
     if r["cancellations"]:
         tables["cancellations"] = pd.DataFrame([{k: v for k, v in row.items() if k != "by_trigger"}
                                                 | {f"by_{k}": v for k, v in row["by_trigger"].items()}
@@ -479,7 +488,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
         row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdicts = r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", [])
+    verdicts = r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", []) + \
+        r["by_model"].get("verdicts", [])
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
@@ -505,7 +515,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             for name, points in data.stats_timelines.items()},
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
-        "ttft_decomposition": r["ttft_decomposition"],
+        "ttft_decomposition": r["ttft_decomposition"], "tokens_by_model": r["by_model"].get("rows", []),
         **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations") if r[n]},
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},

@@ -105,7 +105,8 @@ def print_summary(summary: RunSummary) -> None:
         for col in ("endpoint", "region", "ok", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99"):
             tokens.add_column(col, justify="right")
         cell = _estimate_cell
-        for t in summary.tokens:
+        for t in [*summary.tokens, *(r.model_copy(update={"endpoint": f"{r.endpoint} · {r.model}"})
+                                     for r in summary.tokens_by_model)]:
             tokens.add_row(t.endpoint, t.region, f"{t.ok:,}/{t.requests:,}", f"{t.output_tokens_per_s:.0f}",
                            cell(t.ttft_ms.at("p50")), cell(t.ttft_ms.at("p99")), cell(t.tpot_ms.at("p50")),
                            cell(t.itl_ms.at("p99")), cell(t.e2e_ms.at("p99")))

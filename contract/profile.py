@@ -301,6 +301,16 @@ class Sessions(_Strict):
         return self
 
 
+class ModelShare(_Strict):
+    """One model of an endpoint's mix (a LoRA adapter on one server, a model behind a gateway) and its weight."""
+
+    name: str = Field(min_length=1, description="the model (or adapter) name the requests carry")
+    weight: float = Field(1.0, gt=0, description="its share of the endpoint's requests, relative to the others'")
+
+
+MIXABLE = ("openai-chat", "openai-completions", "anthropic-messages", "openai-responses")  # the model in the body
+
+
 class Cancel(_Strict):
     """A share of a streamed endpoint's requests abandoned by the client, its connection closed as a user's browser
     closes it: after a drawn time from the intended send, after the first token, or after N tokens. Which requests,
@@ -341,7 +351,12 @@ class Endpoint(_Strict):
                     "llama.cpp, Triton's OpenAI frontend); rerank: a query and documents scored (vLLM, TEI, "
                     "Infinity, Cohere-style); anthropic-messages: streamed /v1/messages (Anthropic's API: vLLM, "
                     "gateways); openai-responses: streamed /v1/responses")
-    model: str
+    model: str = Field(description="the served model's name; or, on a JSON-bodied generative endpoint, a weighted "
+                                   "list — model = [{ name = \"base\", weight = 3 }, { name = \"lora-a\" }] — "
+                                   "drawn per request (or per session: model_draw)")
+    models: list[ModelShare] = Field(default_factory=list, description="the mix, when `model` is a list (set from it)")
+    model_draw: Literal["request", "session"] = Field("request", description="a model mix: drawn for each request, "
+                                                                             "or once per session (all its turns)")
     weight: float = Field(1.0, ge=0, description="share of the arrivals among endpoints (and pipelines); 0: the "
                                                  "endpoint is sent only a pipeline's stages")
     timeout_ms: float = Field(5000, gt=0, description="a request's whole time; default 5 s, or for a generative "
@@ -391,6 +406,18 @@ class Endpoint(_Strict):
     token_count_output: str | None = Field(None, min_length=1, description="triton-generate: the output field "
                                            "saying how many tokens an event carries (the vLLM backend's "
                                            "num_output_tokens); default: one event = one token")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_mix(cls, data):
+        """`model` as a weighted list: the mix in `models`, `model` its first (what /v1/models must list, probe's)."""
+        if isinstance(data, dict) and isinstance(data.get("model"), list):
+            mix = data["model"]
+            if not mix:
+                raise ValueError("model: an empty list (name one model, or several with weights)")
+            first = mix[0].get("name") if isinstance(mix[0], dict) else None
+            data = {**data, "models": list(mix), "model": first if isinstance(first, str) else ""}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -469,6 +496,15 @@ class Endpoint(_Strict):
             raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
         if self.prompts is not None and self.prompts.extra_body is not None and self.protocol == "kserve-grpc-stream":
             raise ValueError("prompts.extra_body: for JSON bodies (a kserve-grpc-stream request is protobuf)")
+        if self.models:
+            names = [m.name for m in self.models]
+            if self.protocol not in MIXABLE:
+                raise ValueError(f"model: a weighted list is for {', '.join(MIXABLE)} endpoints (the model named in "
+                                 f"the JSON body), not {self.protocol}")
+            if len(set(names)) < len(names):
+                raise ValueError(f"model: {sorted({n for n in names if names.count(n) > 1})[0]!r} is listed twice")
+        if self.model_draw == "session" and (not self.models or self.sessions is None):
+            raise ValueError("model_draw = \"session\": for an endpoint with a model list and sessions")
         if self.cancel is not None and (self.protocol not in GENERATIVE or self.protocol == "kserve-grpc-stream"
                                         or (self.prompts is not None and not self.prompts.stream)):
             raise ValueError("cancel: for streamed HTTP generative endpoints (openai-chat, openai-completions, "
@@ -708,6 +744,7 @@ class Slo(_Strict):
     endpoint: str = "*"
     region: str = "*"
     pipeline: str = Field("*", description="pipeline_e2e / pipeline_ttft: the pipeline it is for")
+    model: str = Field("*", description="a streamed endpoint's model of its mix: the SLO judges that model's requests")
 
     @model_validator(mode="after")
     def _complete(self) -> "Slo":
@@ -914,6 +951,12 @@ class Profile(_Strict):
                     self._streams_answer(p) for p in self.pipelines if slo.pipeline in ("*", p.name)):
                 raise ValueError(f"slos[{i}].metric: pipeline_ttft needs a pipeline whose last stage streams its "
                                  "answer (a generative endpoint, prompts.stream true)")
+            if slo.model != "*":
+                mix = next((e.models for e in self.endpoints if e.name == slo.endpoint), ())
+                if slo.metric not in (*TOKEN_METRICS, "latency") or not any(m.name == slo.model for m in mix):
+                    raise ValueError(f"slos[{i}].model: names a model of the named endpoint's model list, for a "
+                                     f"ttft, tpot, itl, e2e or latency SLO ({slo.model!r} is not one of "
+                                     f"{slo.endpoint!r}'s: {', '.join(m.name for m in mix) or 'it has no list'})")
             if slo.metric in TOKEN_METRICS:
                 generative = {e.name for e in self.endpoints if e.generative}
                 if not generative or (slo.endpoint != "*" and slo.endpoint not in generative):
@@ -1001,7 +1044,9 @@ class ProfileError(Exception):
 
 def _field_path(loc: tuple) -> str:
     out = ""
-    for part in loc:
+    for k, part in enumerate(loc):
+        if part == "models" and k and isinstance(loc[k - 1], int):  # an endpoint's mix: as written (`model = [...]`)
+            part = "model"
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
 

@@ -124,7 +124,7 @@ def make_profile(models_dir: Path, **overrides) -> Profile:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     for ep in data["endpoints"]:  # the digits models' held-out set, checked against their labels
-        if ep["model"].startswith(("digits_", "synthetic_mm1")) and "data" not in ep:
+        if str(ep["model"]).startswith(("digits_", "synthetic_mm1")) and "data" not in ep:
             ep.setdefault("check", {"output": "label"})
             ep["data"] = str(Path(models_dir) / DIGITS_DATA)
     return parse_profile(data, "test profile")

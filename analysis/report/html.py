@@ -129,7 +129,42 @@ def _prompt_lengths_note(profile) -> str:
 
 def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) -> str:
     """Streamed (generative) requests: TTFT, TPOT, ITL and E2E per endpoint × region, tokens/s, goodput, how they
-    ended; the TTFT heatmap, CDFs, the timeline and where TTFT goes."""
+    ended — per model of an endpoint's mix too —; the TTFT heatmap, CDFs, the timeline and where TTFT goes."""
+    table_rows, cols = _token_table_rows(rows)
+    note = ("<p class='note'>All in ms with 95% intervals. TTFT = first token − intended send time (never the actual "
+            "send: a generator that fell behind hides nothing); E2E = end − intended send time; TPOT = (last token − "
+            "first token) / (output tokens − 1) per request; ITL = the gaps between token events after the first, an "
+            "event of k tokens counting as k gaps of gap/k, pooled — its interval counts each stream as one "
+            "independent sample, since the gaps of one stream are not independent. Token counts come from the "
+            "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'output': the model's "
+            "count output; 'tokenizer': the server reported none and the profile's tokenizer counted the text; "
+            "'events': none of these, so events were counted — then a token count may be off where an event "
+            "carried several). Goodput: streams per second that succeeded within every token SLO that applies to them, "
+            "each judged on its own TTFT, TPOT, E2E and largest gap.</p>")
+    s, curves = analysis.summary, analysis.token_figures
+    parts = ["<h2 id='tokens'>Streamed responses: tokens</h2>",
+             _table(table_rows, cols, left={"endpoint", "region", "outcomes", "sources"}), note]
+    if s.tokens_by_model:
+        by_rows, by_cols = _token_table_rows([r.model_copy(update={"endpoint": f"{r.endpoint} · {r.model}"})
+                                              for r in s.tokens_by_model])
+        parts += ["<h3 id='tokens-by-model'>By model</h3>",
+                  _table(by_rows, by_cols, left={"endpoint", "region", "outcomes", "sources"}),
+                  "<p class='note'>The endpoints whose requests draw their model from a weighted list (LoRA adapters, "
+                  "models behind one gateway): the same numbers per endpoint · model; an SLO that names a model is "
+                  "judged on its requests only.</p>"]
+    parts += [_prompt_lengths_note(analysis.data.plan.profile),
+             "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
+             figures.svg("token_heatmap", lambda: ([r.raw for r in rows],)) or "",
+             "<h3>TTFT and TPOT per region</h3>",
+             figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",
+             "<h3>Tokens and TTFT over time</h3>",
+             figures.svg("token_over_time", lambda: (curves.get("timeline") or {},
+                                                     phase_boundaries_s(analysis.data.plan.profile))) or ""]
+    return "".join(parts) + _ttft_split(s, figures)
+
+
+def _token_table_rows(rows: list[TokenRow]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The tokens table's cells and columns for `rows`."""
     table_rows = []
     for r in rows:
         row = {"endpoint": r.endpoint, "region": r.region, "ok": f"{r.ok:,} / {r.requests:,}",
@@ -155,27 +190,12 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
             ("tpot_p99", "TPOT p99"),
             ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
             *media, ("outcomes", "how streams ended"), ("sources", "token counts from")]
-    note = ("<p class='note'>All in ms with 95% intervals. TTFT = first token − intended send time (never the actual "
-            "send: a generator that fell behind hides nothing); E2E = end − intended send time; TPOT = (last token − "
-            "first token) / (output tokens − 1) per request; ITL = the gaps between token events after the first, an "
-            "event of k tokens counting as k gaps of gap/k, pooled — its interval counts each stream as one "
-            "independent sample, since the gaps of one stream are not independent. Token counts come from the "
-            "server's usage ('usage': on every event; 'final_usage': in the trailer only; 'output': the model's "
-            "count output; 'tokenizer': the server reported none and the profile's tokenizer counted the text; "
-            "'events': none of these, so events were counted — then a token count may be off where an event "
-            "carried several). Goodput: streams per second that succeeded within every token SLO that applies to them, "
-            "each judged on its own TTFT, TPOT, E2E and largest gap.</p>")
-    s, curves = analysis.summary, analysis.token_figures
-    parts = ["<h2 id='tokens'>Streamed responses: tokens</h2>",
-             _table(table_rows, cols, left={"endpoint", "region", "outcomes", "sources"}), note,
-             _prompt_lengths_note(analysis.data.plan.profile),
-             "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
-             figures.svg("token_heatmap", lambda: ([r.raw for r in rows],)) or "",
-             "<h3>TTFT and TPOT per region</h3>",
-             figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",
-             "<h3>Tokens and TTFT over time</h3>",
-             figures.svg("token_over_time", lambda: (curves.get("timeline") or {},
-                                                     phase_boundaries_s(analysis.data.plan.profile))) or ""]
+    return table_rows, cols
+
+
+def _ttft_split(s: RunSummary, figures: Figures) -> str:
+    """Where time to first token goes, when the servers said."""
+    parts = []
     split = s.ttft_decomposition
     parts.append("<h3>Where time to first token goes</h3>")
     if split:

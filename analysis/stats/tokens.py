@@ -228,8 +228,8 @@ def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
     """The token table as CSV columns: one per metric × percentile (value and interval)."""
     flat = []
     for r in rows:
-        row = {k: r.get(k) for k in ("endpoint", "region", "requests", "ok", "output_tokens", "output_tokens_per_s",
-                                     "mean_output_tokens", "goodput_rps")}
+        row = {k: r.get(k) for k in ("endpoint", "model", "region", "requests", "ok", "output_tokens",
+                                     "output_tokens_per_s", "mean_output_tokens", "goodput_rps") if k in r}
         row["token_sources"] = ",".join(r["token_sources"])
         row["outcomes"] = ";".join(f"{k}={v}" for k, v in r["outcomes"].items())
         for metric in METRICS:
@@ -353,3 +353,43 @@ def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoin
         out[(e, "*")] = float(good[endpoint == e].sum() / duration_s)
     out[("*", "*")] = float(good.sum() / duration_s)
     return out
+
+
+MIX_SEPARATOR = " · "  # an endpoint × model group's name while the by-model rows are computed
+
+
+def _by_model(df: pd.DataFrame, mixed: set[str]) -> tuple[pd.DataFrame, set[str]]:
+    """The rows of the endpoints with a model mix (`mixed`), each one's endpoint named 'endpoint · model', and those
+    names: every statistic of the token table and its verdicts, computed per endpoint × model as per endpoint."""
+    rows = np.flatnonzero(df["endpoint"].astype(str).isin(mixed).to_numpy())
+    frame = df.iloc[rows].reset_index(drop=True)
+    names = (frame["endpoint"].astype(str) + MIX_SEPARATOR + frame["model"].astype(str)).to_numpy()
+    frame = frame.assign(endpoint=names)
+    return frame, set(names)
+
+
+def _split(row: dict) -> dict:
+    endpoint, _, model = str(row["endpoint"]).partition(MIX_SEPARATOR)
+    return row | {"endpoint": endpoint, "model": model or "*"}
+
+
+def by_model_section(df: pd.DataFrame, duration_s: float, mixed: set[str], slos: list[dict],
+                     model_slos: list[tuple[int, dict]], regions: list[str]) -> dict:
+    """For the endpoints whose requests draw their model from a mix: the token table per endpoint × model × region
+    and per endpoint × model ('*' region) — its goodput judged by the endpoint's SLOs (`slos`) and its model's — and
+    the verdicts of the SLOs that name a model (`model_slos`: (index in the profile's SLOs, the SLO)), judged as
+    token SLOs on that model's requests. {} without a mix."""
+    if not mixed:
+        return {}
+    frame, names = _by_model(df, mixed)
+    own = [s | {"endpoint": s["endpoint"] + MIX_SEPARATOR + s["model"],
+                "metric": "e2e" if s["metric"] == "latency" else s["metric"]} for _, s in model_slos]
+    inherited = [s | {"endpoint": name} for s in slos if s["endpoint"] in mixed
+                 for name in names if name.partition(MIX_SEPARATOR)[0] == s["endpoint"]]
+    general = [s for s in slos if s["endpoint"] == "*"]
+    rows = [_split(r) for r in token_table(frame, duration_s, names, own + inherited + general) if r["endpoint"] != "*"]
+    verdicts = []
+    for v in token_verdicts(frame, own, names, regions):
+        index, slo = model_slos[v["slo"]]
+        verdicts.append(_split(v) | {"slo": index, "description": f"{v['description']} ({slo['model']})"})
+    return {"rows": rows, "verdicts": verdicts}

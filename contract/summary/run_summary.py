@@ -73,6 +73,7 @@ class RunSummary(Row):
     decision: Decision | None = None
     cold_start: list[ColdStart] = Field(default_factory=list)
     tokens: list[TokenRow] = Field(default_factory=list)
+    tokens_by_model: list[TokenRow] = Field(default_factory=list)  # endpoints with a model mix, per model
     embeddings: list[EmbeddingRow] = Field(default_factory=list)
     rerank: list[EmbeddingRow] = Field(default_factory=list)  # inputs: the documents a request carried
     ttft_decomposition: list[TtftLegs] = Field(default_factory=list)

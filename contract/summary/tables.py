@@ -16,6 +16,7 @@ class SloVerdict(Row):
     metric: str
     implicit: bool = False  # the error-rate SLO a profile gets when it declares none
     endpoint: str
+    model: str | None = None  # an SLO that names a model of the endpoint's mix: judged on its requests only
     region: str
     n: int
     effective_n: int | None = None
@@ -96,6 +97,7 @@ class TokenRow(Row):
     """One row of the tokens table (streamed endpoints): TTFT, TPOT, ITL and E2E with intervals, and throughput."""
 
     endpoint: str
+    model: str | None = None  # tokens_by_model: the model of the endpoint's mix (None in the tokens table)
     region: str
     requests: int
     ok: int

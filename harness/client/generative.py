@@ -225,15 +225,18 @@ class StreamSender:
         self.timeouts = timeouts
         self.inline = None  # the issue loop's own connections, once attached (attach_inline)
         self.media: list[tuple[int, int]] = []  # each body's images / clips and their bytes (empty: none)
+        self._model_prefix = b'{"model":' + orjson.dumps(model)  # how a body built for `model` begins
         self._head = self.transport.head("POST", self.path, "Content-Type: application/json",
                                          "Accept: text/event-stream", "Connection: keep-alive",
                                          *((f"anthropic-version: {ANTHROPIC_VERSION}",) if protocol == MESSAGES else ()))
 
-    def send(self, sample: int, headers: dict[str, str], on_sent, cancel: CancelAt | None = None) -> Outcome:
+    def send(self, sample: int, headers: dict[str, str], on_sent, cancel: CancelAt | None = None,
+             model: str | None = None) -> Outcome:
         """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
-        with a status class, and its stream says how far it got). `cancel`: when the client abandons it."""
+        with a status class, and its stream says how far it got). `cancel`: when the client abandons it; `model`:
+        the model of the endpoint's mix it asks for."""
         index = self.payloads.index(sample)
-        return self.send_body(self.payloads.bodies[index], headers, on_sent, index, cancel)
+        return self.send_body(self.payloads.bodies[index], headers, on_sent, index, cancel, model)
 
     def _request(self, body: bytes, headers: dict[str, str]) -> bytes:
         """The request's head: its route, the credential (read now: a rotated one is picked up) and `headers`."""
@@ -247,9 +250,11 @@ class StreamSender:
         return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat), cancel)
 
     def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1,
-                  cancel: CancelAt | None = None) -> Outcome:
+                  cancel: CancelAt | None = None, model: str | None = None) -> Outcome:
         """Send one request body (a session's turn, built at its send) and read its stream, as send does
         (`index`: the prompt's in the token counter, -1: none)."""
+        if model is not None:
+            body = self.with_model(body, model)
         try:
             head = self._request(body, headers)
         except CredentialError as exc:
@@ -279,18 +284,32 @@ class StreamSender:
                 leave.cancel()
         return self.ended(StreamPending(read, len(head) + len(body), index), response, failure)
 
+    def with_model(self, body: bytes, model: str) -> bytes:
+        """`body` asking for `model` (of the endpoint's mix) instead of the one it was built with: its leading
+        `{"model":"…"` replaced (bodies are built with the model first), else the JSON parsed and written again."""
+        if model == self.model:
+            return body
+        prefix = self._model_prefix
+        if body.startswith(prefix):
+            return b'{"model":' + orjson.dumps(model) + body[len(prefix):]
+        doc = orjson.loads(body)
+        doc["model"] = model
+        return orjson.dumps(doc)
+
     # -- the issue loop's own path (harness/worker/inline_sends.py): the same request, the same outcome ----------
-    def encode(self, sample: int, headers: dict[str, str], cancel: CancelAt | None = None
+    def encode(self, sample: int, headers: dict[str, str], cancel: CancelAt | None = None, model: str | None = None
                ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
         """Prompt `sample`'s request as one buffer and the reading it needs (`StreamPending`); (its Outcome, None)
         when it cannot be sent (the credential cannot be read)."""
         index = self.payloads.index(sample)
-        return self.encode_body(self.payloads.bodies[index], headers, index, cancel)
+        return self.encode_body(self.payloads.bodies[index], headers, index, cancel, model)
 
-    def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1, cancel: CancelAt | None = None
-                    ) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
+    def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1, cancel: CancelAt | None = None,
+                    model: str | None = None) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
         """encode for a body built ahead (a session's turn, a trace row's request; `index` as send_body's): its head
         and the body as they are, never joined (a long prompt's body is hundreds of kB)."""
+        if model is not None:
+            body = self.with_model(body, model)
         try:
             head = self._request(body, headers)
         except CredentialError as exc:

@@ -193,13 +193,15 @@ def served_models(url: str, timeout_s: float = 5.0, headers: dict[str, str] | No
 
 
 def check_generative(url: str, ep: Endpoint) -> None:
-    """The endpoint's model is one the server serves (before the start instant: nothing is sent otherwise)."""
+    """The endpoint's model (each of its mix) is one the server serves (before the start instant: nothing is sent
+    otherwise)."""
     credential = Credential.of(ep)
     ids = served_models(url, timeout_s=EndpointTimeouts.of(ep).check_s,
                         headers=credential.headers() if credential else None, tls=sender_tls(ep))
-    if ep.model not in ids:
-        raise EndpointCheckError(f"model {ep.model!r} is not served by {url.rstrip('/')} (it serves: "
-                                 f"{', '.join(ids) or 'nothing'})")
+    for model in [m.name for m in ep.models] or [ep.model]:  # every model of a mix
+        if model not in ids:
+            raise EndpointCheckError(f"model {model!r} is not served by {url.rstrip('/')} (it serves: "
+                                     f"{', '.join(ids) or 'nothing'})")
 
 
 def model_info(url: str, protocol: str, model: str, version: str = "", timeout_s: float = 5.0,

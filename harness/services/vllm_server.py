@@ -18,7 +18,9 @@ from tailrace.harness.services.processes import ManagedProcess, free_port, start
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
 MODEL_SCRIPT = REPO_ROOT / "deploy" / "vllm" / "tiny_model.py"
+LORA_SCRIPT = REPO_ROOT / "deploy" / "vllm" / "tiny_lora.py"
 DEFAULT_MODEL_DIR = REPO_ROOT / "build" / "vllm-model"
+LORA_NAMES = ("lora-a", "lora-b")  # the tiny model's seeded adapters (`start_vllm(loras=True)`)
 SERVED_NAME = "tiny-llama"
 START_TIMEOUT_S = 300.0  # a cold start on 2 cores: ~60 s
 
@@ -35,10 +37,11 @@ def vllm_python(configured: str | None = None) -> Path:
     return path
 
 
-def built_once(python: Path, script: Path, out: Path, marker: Path, what: str) -> Path:
-    """`out`, built by `script` (run with the vLLM virtualenv's `python`) unless `marker` exists already."""
+def built_once(python: Path, script: Path, out: Path, marker: Path, what: str, *args: str) -> Path:
+    """`out`, built by `script OUT ARGS…` (run with the vLLM virtualenv's `python`) unless `marker` exists already."""
     if not marker.exists():
-        done = subprocess.run([str(python), str(script), str(out)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([str(python), str(script), str(out), *args], capture_output=True, text=True,
+                              timeout=300)
         if done.returncode != 0:
             raise VllmUnavailable(f"building {what} failed: {done.stderr[-1500:]}")
     return out
@@ -47,6 +50,13 @@ def built_once(python: Path, script: Path, out: Path, marker: Path, what: str) -
 def tiny_model(python: Path, out: Path = DEFAULT_MODEL_DIR) -> Path:
     """The tiny model's directory, built once (seeded: the same weights every time)."""
     return built_once(python, MODEL_SCRIPT, out, out / "config.json", "the tiny vLLM model")
+
+
+def tiny_loras(python: Path, model: Path) -> Path:
+    """The directory of the tiny model's seeded LoRA adapters (LORA_NAMES, one sub-directory each), built once."""
+    out = model.parent / "vllm-loras"
+    return built_once(python, LORA_SCRIPT, out, out / LORA_NAMES[-1] / "adapter_config.json", "the tiny LoRA adapters",
+                      str(model), *LORA_NAMES)
 
 
 @dataclass
@@ -68,7 +78,7 @@ class VllmServer:
 def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAULT_MODEL_DIR,
                port: int | None = None, max_num_seqs: int = 32, cpus: list[int] | None = None,
                prefix_caching: bool = True, block_size: int | None = None, embed: bool = False,
-               responses_store: bool = False, log_requests: bool = False) -> VllmServer:
+               responses_store: bool = False, log_requests: bool = False, loras: bool = False) -> VllmServer:
     """Start vLLM on 127.0.0.1 serving the tiny model as SERVED_NAME; ready when /v1/models answers. `cpus`: the
     server and its engine's OpenMP threads on these CPUs only (keep them off the generators'). Automatic prefix
     caching on or off, in blocks of `block_size` tokens (None: vLLM's default; its CPU attention takes multiples of
@@ -76,7 +86,8 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
     to an embedding model (`--runner pooling --convert embed`: the last token's hidden state, normalised), serving
     /v1/embeddings — and /score and /rerank, by the vectors' cosine — instead of completions. `responses_store`: keep
     /v1/responses' responses (store: true, previous_response_id; vLLM keeps them in memory until it stops).
-    `log_requests`: vLLM logs each request, and each one it aborts ("Aborted request(s) <id>")."""
+    `log_requests`: vLLM logs each request, and each one it aborts ("Aborted request(s) <id>"). `loras`: the tiny
+    model's seeded LoRA adapters (LORA_NAMES) served beside it under their names."""
     interpreter = vllm_python(python)
     model = tiny_model(interpreter, model_dir)
     port = port or free_port()
@@ -87,7 +98,9 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
             "--enable-prefix-caching" if prefix_caching and not embed else "--no-enable-prefix-caching",
             *(["--block-size", str(block_size)] if block_size else []),
             *(["--runner", "pooling", "--convert", "embed"] if embed else []),
-            *(["--enable-log-requests"] if log_requests else [])]
+            *(["--enable-log-requests"] if log_requests else []),
+            *(["--enable-lora", "--max-lora-rank", "8", "--max-loras", str(len(LORA_NAMES)), "--lora-modules",
+               *(f"{n}={tiny_loras(interpreter, Path(model)) / n}" for n in LORA_NAMES)] if loras else [])]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1",
            **({"VLLM_ENABLE_RESPONSES_API_STORE": "1"} if responses_store else {})}
     if cpus:

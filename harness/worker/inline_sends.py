@@ -148,7 +148,7 @@ class InlineSends:
         call = path.begin(arrival, turn)
         sender = path.senders[arrival.endpoint]
         try:  # `out`: the outcome so far (KServe), or what a stream's reading needs (a StreamPending)
-            kw = {"cancel": call.cancel} if call.cancel is not None else {}
+            kw = call.options
             out, raw = sender.encode(arrival.sample, call.headers, **kw) if turn is None else \
                 sender.encode_body(turn.body, call.headers, turn.prompt_index, **kw)
         except Exception as exc:  # noqa: BLE001 - never stop the generator

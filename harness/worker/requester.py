@@ -13,7 +13,7 @@ from typing import NamedTuple
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids
-from tailrace.harness.client.outcome import CancelAt, Outcome, StreamOutcome
+from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.payloads import AnswerCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.recorder import ChunkWriter
@@ -22,8 +22,10 @@ from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import Arrival
-from tailrace.harness.workload.cancellations import CancelPlan
+from tailrace.harness.workload.request_draws import CancelPlan, ModelMix
 from tailrace.harness.workload.turns import Turn
+
+NO_OPTIONS: dict = {}  # (shared, never written: most requests have none)
 
 
 class Call(NamedTuple):
@@ -34,7 +36,7 @@ class Call(NamedTuple):
     offset_ns: int
     headers: dict[str, str]
     in_flight: int
-    cancel: CancelAt | None = None  # when the client abandons it (its endpoint's cancel; None: it is read to its end)
+    options: dict = NO_OPTIONS  # what its stream sender is told besides: `cancel` (a CancelAt), `model` (a mix's)
 
 
 @dataclass
@@ -65,6 +67,9 @@ class RequestPath:
         self._unindexed = itertools.count(1 << 40)
         self.cancels = [CancelPlan(e.cancel, seed, i) if getattr(e, "cancel", None) is not None else None
                         for i, e in enumerate(self.endpoints)]
+        self.mixes = [ModelMix(e.models, seed, i, e.model_draw == "session") if getattr(e, "models", None) else None
+                      for i, e in enumerate(self.endpoints)]
+        self.drawn = any(self.cancels) or any(self.mixes)
 
     def begin(self, arrival: Arrival, turn: Turn | None = None) -> Call:
         """A request about to be sent: its trace ids and headers, whether its client abandons it; counted in flight
@@ -74,11 +79,24 @@ class RequestPath:
         headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
                    "x-tailrace-clock-offset-ns": str(offset_ns)}
         self.in_flight += 1
-        plan = self.cancels[arrival.endpoint]  # (a pipeline's stage is a program's request: never abandoned)
-        cancel = None if plan is None or (turn is not None and turn.pipeline) else plan.draw(
-            arrival.session if arrival.session >= 0 else next(self._unindexed),  # (closed loop: in send order)
-            0 if turn is None else turn.index, arrival.intended_mono)
-        return Call(trace_id, span_id, offset_ns, headers, self.in_flight, cancel)
+        if not self.drawn:
+            return Call(trace_id, span_id, offset_ns, headers, self.in_flight)
+        return Call(trace_id, span_id, offset_ns, headers, self.in_flight, self._options(arrival, turn))
+
+    def _options(self, arrival: Arrival, turn: Turn | None) -> dict:
+        """What is drawn for this request: whether its client abandons it (a pipeline's stage is a program's request:
+        never), which model of its endpoint's mix it asks for."""
+        index = arrival.session if arrival.session >= 0 else next(self._unindexed)  # (closed loop: in send order)
+        step = 0 if turn is None else turn.index
+        options = {}
+        plan, mix = self.cancels[arrival.endpoint], self.mixes[arrival.endpoint]
+        if plan is not None and (turn is None or not turn.pipeline):
+            cancel = plan.draw(index, step, arrival.intended_mono)
+            if cancel is not None:
+                options["cancel"] = cancel
+        if mix is not None:
+            options["model"] = mix.draw(index, step)
+        return options or NO_OPTIONS
 
     def answered(self, turn: Turn | None = None) -> None:
         """A request's response (or failure) came: no longer in flight; counted as sent."""
@@ -97,7 +115,7 @@ class RequestPath:
         def on_sent() -> None:
             sent[0] = time.perf_counter_ns()
 
-        kw = {"cancel": call.cancel} if call.cancel is not None else {}  # (only a streamed endpoint's are)
+        kw = call.options  # (only a streamed endpoint's requests have any)
         try:
             if turn is None:
                 outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent, **kw)
@@ -133,6 +151,8 @@ class RequestPath:
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
             self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, call.in_flight)
         row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns)
+        if "model" in call.options:  # the model of the endpoint's mix this request asked for
+            row = row._replace(model=call.options["model"])
         if turn is not None:
             row = row._replace(session_id=turn.session_id, turn=turn.index, session_end=turn.end,
                                prompt_tokens_sent=turn.prompt_tokens, ideal_cached_tokens=turn.ideal_cached,

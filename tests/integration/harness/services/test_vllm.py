@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.layout import RunLayout
-from tailrace.harness.services.vllm_server import SERVED_NAME, start_vllm
+from tailrace.harness.services.vllm_server import LORA_NAMES, SERVED_NAME, start_vllm
 from tests import ROOT
 from tests.support import make_profile, run_with, split_cpus, vllm_server
 
@@ -23,7 +23,7 @@ NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     with vllm_server(tmp_path_factory.mktemp("vllm-logs"), max_num_seqs=16, block_size=32,
-                     responses_store=True, log_requests=True) as server:
+                     responses_store=True, log_requests=True, loras=True) as server:
         yield server
 
 
@@ -151,6 +151,39 @@ def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, mod
     assert whole.cancelled_server_scope == len(gone)
     assert int((gone["ttft_ns"] > 0).sum()) <= whole.server_aborted <= len(gone), whole
     assert all(r.errors == 0 for r in analysis.summary.latency)
+
+
+def test_a_mix_of_lora_adapters_on_one_vllm_split_by_adapter(vllm, model_repo, tmp_path):
+    """The base model and two seeded LoRA adapters (deploy/vllm/tiny_lora.py, PEFT) served by one vLLM, the requests
+    drawing one by weight: vLLM's log names the adapter of every request as tailrace drew it, and the tokens table and
+    an SLO split by adapter."""
+    log = vllm.process.log_path
+    seen = log.read_text(errors="replace").count("Received request")
+    mix = [{"name": SERVED_NAME, "weight": 2}, *({"name": n, "weight": 1} for n in LORA_NAMES)]
+    endpoint = {"name": "chat", "url": vllm.url, "protocol": "openai-chat", "model": mix, "timeout_ms": 20000,
+                "prompts": {"input_tokens": 16, "output_tokens": 8, "count": 8}}
+    profile = make_profile(model_repo, endpoints=[endpoint], regions=[{"name": "near", "share": 1.0,
+                                                                       "delay_ms": NEAR_MS}],
+                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 9},
+                           slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 5000, "endpoint": "chat",
+                                  "model": LORA_NAMES[0]}],
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    analysis = analyze_run(run.run_dir)
+    df = analysis.requests
+    assert (df["status"] == "ok").all(), df["error"].unique()
+    ours = df.groupby("model", observed=True).size().to_dict()
+    assert set(ours) == {SERVED_NAME, *LORA_NAMES}, ours
+    received = [line for line in log.read_text(errors="replace").splitlines() if "Received request" in line][seen:]
+    theirs = {n: sum(f"lora_name='{n}'" in line for line in received) for n in LORA_NAMES}
+    theirs[SERVED_NAME] = sum("lora_request: None" in line for line in received)
+    assert theirs == ours, (theirs, ours)
+    rows = {(r.model, r.region): r for r in analysis.summary.tokens_by_model}
+    for name in (SERVED_NAME, *LORA_NAMES):
+        assert rows[(name, "*")].requests == int(((df["model"] == name) & (df["phase"] > 0)).sum())
+    [named] = [v for v in analysis.summary.slos if v.model == LORA_NAMES[0] and v.region == "near"]
+    assert named.n == int(((df["model"] == LORA_NAMES[0]) & (df["phase"] > 0)).sum()) and named.verdict != "FAIL"
 
 
 def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tailrace.contract.profile import Cancel, ProfileError, parse_profile
-from tailrace.harness.workload.cancellations import CancelPlan
+from tailrace.harness.workload.request_draws import CancelPlan
 
 
 def test_the_declared_share_is_drawn_the_same_for_the_same_request_in_every_run():
@@ -52,3 +52,47 @@ def test_a_bad_cancel_is_refused_in_one_line_naming_its_field(cancel, protocol, 
     with pytest.raises(ProfileError) as err:
         _profile(cancel, protocol, **endpoint)
     assert message in str(err.value) and "\n" not in str(err.value).strip(), str(err.value)
+
+
+def test_a_model_mix_draws_by_weight_per_request_or_per_session():
+    from tailrace.contract.profile import ModelShare
+    from tailrace.harness.workload.request_draws import ModelMix
+
+    models = [ModelShare(name="base", weight=2), ModelShare(name="lora-a"), ModelShare(name="lora-b")]
+    mix = ModelMix(models, 5, 0, per_session=False)
+    drawn = [mix.draw(i, 0) for i in range(30_000)]
+    shares = {n: drawn.count(n) / len(drawn) for n in ("base", "lora-a", "lora-b")}
+    assert abs(shares["base"] - 0.5) < 0.015 and abs(shares["lora-a"] - 0.25) < 0.015, shares
+    assert drawn == [ModelMix(models, 5, 0, per_session=False).draw(i, 0) for i in range(30_000)]
+    assert [mix.draw(7, turn) for turn in range(1, 40)] != [mix.draw(7, 1)] * 39  # per request: turns differ
+    session = ModelMix(models, 5, 0, per_session=True)
+    assert all(len({session.draw(i, turn) for turn in range(1, 9)}) == 1 for i in range(200))
+
+
+@pytest.mark.parametrize("endpoint, message", [
+    ({"protocol": "openai-chat", "model": [{"name": "a", "weight": 0}]}, "endpoints[0].model[0].weight"),
+    ({"protocol": "openai-chat", "model": [{"name": "a"}, {"name": "a"}]}, "'a' is listed twice"),
+    ({"protocol": "openai-chat", "model": []}, "model: an empty list"),
+    ({"protocol": "kserve-http", "model": [{"name": "a"}]}, "a weighted list is for openai-chat"),
+    ({"protocol": "openai-chat", "model": "a", "model_draw": "session"}, "model_draw = \"session\": for an endpoint"),
+])
+def test_a_bad_model_mix_is_refused_in_one_line(endpoint, message):
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "p", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", **endpoint}],
+                       "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 10, "duration_s": 5}}, "p.toml")
+    assert message in str(err.value) and "\n" not in str(err.value).strip(), str(err.value)
+
+
+def test_an_slo_names_a_model_of_its_endpoints_mix():
+    endpoint = {"name": "e", "url": "http://127.0.0.1:9", "protocol": "openai-chat",
+                "model": [{"name": "base"}, {"name": "lora-a"}]}
+
+    def profile(slo):
+        return parse_profile({"name": "p", "endpoints": [endpoint], "regions": [{"name": "r", "share": 1.0}],
+                              "load": {"rate": 10, "duration_s": 5}, "slos": [slo]}, "p.toml")
+
+    assert profile({"metric": "ttft", "percentile": 90, "threshold_ms": 300, "endpoint": "e", "model": "lora-a"})
+    with pytest.raises(ProfileError, match="slos\\[0\\].model: names a model of the named endpoint's model list"):
+        profile({"metric": "ttft", "percentile": 90, "threshold_ms": 300, "endpoint": "e", "model": "lora-z"})
+    with pytest.raises(ProfileError, match="slos\\[0\\].model"):
+        profile({"metric": "error_rate", "threshold": 0.01, "endpoint": "e", "model": "lora-a"})
