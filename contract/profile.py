@@ -1,6 +1,7 @@
 """Scenario profiles (TOML): schema, validation with errors that name the file and the field path."""
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Sequence
@@ -173,8 +174,57 @@ class Audio(_Strict):
     distinct: int = Field(16, ge=1, le=10_000, description="synthetic: distinct clips drawn")
 
 
+class Structured(_Strict):
+    """Structured outputs: the JSON Schema every reply must follow, asked of the server (OpenAI's `response_format`,
+    Responses' `text.format`: vLLM's guided decoding, OpenAI, SGLang) and checked on every reply."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)  # (`schema`: an alias)
+    schema_: dict[str, Any] = Field(alias="schema", description="the JSON Schema: an inline table, or a .json file "
+                                                               "(read once, when the profile is read)")
+    name: str = Field("output", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="the schema's name (json_schema.name)")
+    strict: bool = Field(True, description="ask the server to follow the schema exactly (json_schema.strict)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("schema"), str):
+            path = Path(data["schema"])
+            try:
+                schema = json.loads(path.read_text())
+            except OSError as exc:
+                raise ValueError(f"schema: cannot read {path}: {exc.strerror or exc}") from None
+            except ValueError as exc:
+                raise ValueError(f"schema: {path} is not JSON ({exc})") from None
+            data = {**data, "schema": schema}
+        return data
+
+    @field_validator("schema_")
+    @classmethod
+    def _compiles(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from jsonschema.exceptions import SchemaError
+        from jsonschema.validators import validator_for
+
+        try:
+            validator_for(v).check_schema(v)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(its root)"
+            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        return v
+
+
 class Prompts(_Strict):
     """What a generative endpoint is sent: synthetic prompts (seeded from load.seed) or a JSONL file of them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _structured_ends(cls, data):
+        """A structured output ends where its JSON does: ignore_eos off unless the profile says otherwise (refused)."""
+        if isinstance(data, dict) and data.get("structured") is not None:
+            if data.get("ignore_eos") is True:
+                raise ValueError("ignore_eos: a structured output ends where its JSON does; leave ignore_eos out "
+                                 "(it is false with structured) or set it false")
+            data = {**data, "ignore_eos": False}
+        return data
 
     input_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=128),
                                      description="prompt length in tokens: exact in `tokenizer`'s tokens where the "
@@ -210,6 +260,8 @@ class Prompts(_Strict):
                                                               "drawn in turn")
     extra_body: dict[str, Any] | None = Field(None, description="any JSON merged into every request body, last (its "
                                               "keys win): sampling parameters, priority, a server's own fields")
+    structured: Structured | None = Field(None, description="structured outputs: a JSON Schema asked of the server "
+                                                            "and checked on every reply (schema_valid)")
     images: Images | None = Field(None, description="openai-chat: images each request carries (vision models)")
     audio: Audio | None = Field(None, description="openai-chat: audio clips each request carries")
 
@@ -308,6 +360,7 @@ class ModelShare(_Strict):
     weight: float = Field(1.0, gt=0, description="its share of the endpoint's requests, relative to the others'")
 
 
+STRUCTURED = ("openai-chat", "openai-completions", "openai-responses")  # a JSON Schema's field in the body
 MIXABLE = ("openai-chat", "openai-completions", "anthropic-messages", "openai-responses")  # the model in the body
 
 
@@ -494,6 +547,9 @@ class Endpoint(_Strict):
                              "(content parts of a message)")
         if self.prompts is not None and self.prompts.audio is not None and self.protocol != "openai-chat":
             raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
+        if self.prompts is not None and self.prompts.structured is not None and self.protocol not in STRUCTURED:
+            raise ValueError(f"prompts.structured: for {', '.join(STRUCTURED)} endpoints (response_format / "
+                             f"text.format), not {self.protocol}")
         if self.prompts is not None and self.prompts.extra_body is not None and self.protocol == "kserve-grpc-stream":
             raise ValueError("prompts.extra_body: for JSON bodies (a kserve-grpc-stream request is protobuf)")
         if self.models:

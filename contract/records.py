@@ -75,6 +75,9 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     # added with images and audio in chat requests
     ("media_count", "int32", "images, audio clips and videos the request carried (0: none)"),
     ("media_bytes", "int64", "their bytes, before base64 (0: none; a URL passed through counts 0)"),
+    # added with structured outputs
+    ("schema_valid", "int32", "structured outputs: 1 the reply follows the endpoint's JSON Schema, 0 it does not (not "
+                             "JSON, or not valid), -1 not checked (no schema, or no whole reply)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -102,7 +105,7 @@ STREAM_DEFAULTS: dict[str, object] = {
     "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b"",
     "cached_tokens": -1, "ideal_cached_tokens": -1, "prompt_tokens_sent": -1, "reasoning_tokens": -1, "ttfa_ns": -1,
     "session_id": -1, "turn": 0, "session_end": "", "pipeline": "",
-    "media_count": 0, "media_bytes": 0}
+    "media_count": 0, "media_bytes": 0, "schema_valid": -1}
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 # what a run without generative endpoints writes: its chunks leave the stream columns out (read with their
 # defaults), so one-shot requests never pay for converting them on the worker's event loop

@@ -176,6 +176,9 @@ def _token_table_rows(rows: list[TokenRow]) -> tuple[list[dict], list[tuple[str,
         if r.ttfa_ms is not None:
             row.update({"ttfa_p50": _token_cell(r.ttfa_ms.at("p50")), "ttfa_p99": _token_cell(r.ttfa_ms.at("p99")),
                         "reasoning": r.mean_reasoning_tokens})
+        if r.schema_valid_rate is not None:
+            row["schema"] = f"{r.schema_valid_rate:.1%} of {r.schema_checked:,}" + (
+                "" if r.schema_valid_ci_low is None else f" [{r.schema_valid_ci_low:.1%}, {r.schema_valid_ci_high:.1%}]")
         if r.media_per_request is not None:
             row.update({"media": f"{r.media_per_request:.2f} ({(r.media_bytes_per_request or 0) / 1024:,.0f} KiB)",
                         "prompt": r.mean_input_tokens})
@@ -189,7 +192,9 @@ def _token_table_rows(rows: list[TokenRow]) -> tuple[list[dict], list[tuple[str,
                ("reasoning", "reasoning tokens (mean)")] if reasoned else []), ("tpot_p50", "TPOT p50"),
             ("tpot_p99", "TPOT p99"),
             ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"),
-            *media, ("outcomes", "how streams ended"), ("sources", "token counts from")]
+            *media, *([("schema", "follows the JSON Schema [95% CI]")] if any(
+                r.schema_valid_rate is not None for r in rows) else []),
+            ("outcomes", "how streams ended"), ("sources", "token counts from")]
     return table_rows, cols
 
 

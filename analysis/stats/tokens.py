@@ -24,12 +24,17 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions
 from tailrace.analysis.stats.correlation import integrated_time, stationarity
-from tailrace.analysis.stats.estimators import PercentileEstimate, proportion_verdict, sorted_percentile_ci
+from tailrace.analysis.stats.estimators import (
+    PercentileEstimate,
+    clopper_pearson,
+    proportion_verdict,
+    sorted_percentile_ci,
+)
 from tailrace.contract.records import CANCELLED
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
-                 "token_event_counts", "ttfa_ns", "reasoning_tokens", "media_count", "media_bytes")
+                 "token_event_counts", "ttfa_ns", "reasoning_tokens", "media_count", "media_bytes", "schema_valid")
 PERCENTILES = (50.0, 90.0, 99.0)
 METRICS = ("ttft", "tpot", "itl", "e2e")
 
@@ -168,7 +173,23 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
         "e2e_ms": _estimate(df["latency_ns"].to_numpy()[ok] / 1e6),
         **_reasoning(df, ok),
         **_media(df, rows, ok),
+        **_schema(df, ok),
     }
+
+
+def _schema(df: pd.DataFrame, ok: np.ndarray) -> dict:
+    """Structured outputs: the share of the successful streams whose reply followed the JSON Schema, with its exact
+    (Clopper-Pearson) 95% interval ({} where none was checked)."""
+    if "schema_valid" not in df:
+        return {}
+    checked = df["schema_valid"].to_numpy()[ok]
+    checked = checked[checked >= 0]
+    if not len(checked):
+        return {}
+    valid = int(np.count_nonzero(checked == 1))
+    low, high = clopper_pearson(valid, len(checked))
+    return {"schema_checked": int(len(checked)), "schema_valid": valid, "schema_valid_rate": valid / len(checked),
+            "schema_valid_ci_low": low, "schema_valid_ci_high": high}
 
 
 def _media(df: pd.DataFrame, rows: np.ndarray, ok: np.ndarray) -> dict:
@@ -229,7 +250,8 @@ def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
     flat = []
     for r in rows:
         row = {k: r.get(k) for k in ("endpoint", "model", "region", "requests", "ok", "output_tokens",
-                                     "output_tokens_per_s", "mean_output_tokens", "goodput_rps") if k in r}
+                                     "output_tokens_per_s", "mean_output_tokens", "goodput_rps", "schema_checked",
+                                     "schema_valid_rate", "schema_valid_ci_low", "schema_valid_ci_high") if k in r}
         row["token_sources"] = ",".join(r["token_sources"])
         row["outcomes"] = ";".join(f"{k}={v}" for k, v in r["outcomes"].items())
         for metric in METRICS:

@@ -116,6 +116,11 @@ class TokenRow(Row):
     mean_input_tokens: float | None = None  # where media: the server's prompt tokens a request (theirs included)
     mean_reasoning_tokens: float | None = None
     goodput_rps: float | None = None
+    schema_checked: int | None = None  # structured outputs: the ok streams checked against the JSON Schema
+    schema_valid: int | None = None  # of them, those whose reply followed it
+    schema_valid_rate: float | None = None
+    schema_valid_ci_low: float | None = None  # exact (Clopper-Pearson) 95% interval
+    schema_valid_ci_high: float | None = None
 
     def metric(self, name: str) -> TokenMetric:
         """"ttft", "tpot", "itl" or "e2e"."""

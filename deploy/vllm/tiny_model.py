@@ -2,7 +2,8 @@
 
 A LlamaForCausalLM (2 layers, hidden 128, 2 heads of 64 — the head size vLLM's CPU attention takes —, a 2048-token
 context) with seeded random weights, and a word-level tokenizer trained with `tokenizers` on a generated corpus of
-the embedded models' made-up words (so a prompt of k such words is about k tokens), saved with its chat template.
+the embedded models' made-up words (so a prompt of k such words is about k tokens) and JSON's punctuation and
+literals (so that guided decoding can spell JSON: "[ true , false ]"), saved with its chat template.
 Runs in the vLLM virtualenv (transformers, torch, tokenizers come with vLLM).
 
     python deploy/vllm/tiny_model.py OUT_DIR
@@ -15,6 +16,8 @@ from pathlib import Path
 
 SEED = 20261126
 CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
+VERSION = 2  # 2: JSON's tokens in the vocabulary (structured outputs)
+JSON_TOKENS = ["{", "}", "[", "]", ",", '"', "true", "false", "null", *"0123456789", "-", "."]
 
 
 def words(n: int = 1200) -> list[str]:
@@ -35,6 +38,7 @@ def build(out: Path) -> None:
     trainer = trainers.WordLevelTrainer(vocab_size=len(vocabulary) + 200, special_tokens=special, min_frequency=1)
     corpus = [" ".join(vocabulary[i:i + 40]) for i in range(0, len(vocabulary), 40)]
     corpus += ["user assistant system : hello there world the a and of to in is"] * 4
+    corpus += [" ".join(JSON_TOKENS)] * 4  # JSON's punctuation and literals: guided decoding can spell JSON
     tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
                                    pad_token="<pad>")
@@ -48,7 +52,8 @@ def build(out: Path) -> None:
                          pad_token_id=fast.pad_token_id, tie_word_embeddings=False, torch_dtype="float32")
     model = LlamaForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)
-    (out / "tailrace-model.json").write_text(json.dumps({"seed": SEED, "vocabulary": tokenizer.get_vocab_size(),
+    (out / "tailrace-model.json").write_text(json.dumps({"version": VERSION, "seed": SEED,
+                                                         "vocabulary": tokenizer.get_vocab_size(),
                                                          "layers": 2, "hidden": 128, "head_dim": 64}))
 
 

@@ -133,3 +133,17 @@ def whole_responses(doc: dict) -> tuple[str, dict, str]:
     usage = doc.get("usage") or {}
     return text, {"prompt_tokens": usage.get("input_tokens", -1), "completion_tokens": usage.get("output_tokens", -1),
                   "prompt_tokens_details": usage.get("input_tokens_details") or {}}, str(doc.get("status") or "")
+
+
+def body_extra(protocol: str, prompts) -> dict | None:
+    """What every JSON body of an endpoint adds (its `prompts`: contract/profile.py Prompts): the structured-output
+    request its JSON Schema makes — `response_format` for chat and completions, `text.format` for Responses — then
+    its `extra_body` (whose keys win). None: nothing."""
+    structured = getattr(prompts, "structured", None)
+    extra = dict(prompts.extra_body or {}) if prompts is not None and prompts.extra_body else None
+    if structured is None:
+        return extra
+    schema = {"type": "json_schema", "name": structured.name, "schema": structured.schema_, "strict": structured.strict}
+    fields: dict = {"text": {"format": schema}} if protocol == RESPONSES else {
+        "response_format": {"type": "json_schema", "json_schema": {k: v for k, v in schema.items() if k != "type"}}}
+    return fields | extra if extra else fields

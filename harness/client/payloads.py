@@ -185,6 +185,24 @@ class AnswerCheck:
         return right, -1
 
 
+class SchemaCheck:
+    """Structured outputs: whether a reply's text is JSON that follows the endpoint's JSON Schema (jsonschema's
+    validator for the schema's own draft, compiled once)."""
+
+    def __init__(self, schema: dict) -> None:
+        from jsonschema.validators import validator_for
+
+        self.validator = validator_for(schema)(schema)
+
+    def valid(self, text: str) -> int:
+        """1: `text` is JSON and follows the schema; 0: it is not JSON, or does not follow it."""
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return 0
+        return int(self.validator.is_valid(doc))
+
+
 def _as_int(value) -> int:
     try:
         return int(value.decode() if isinstance(value, bytes) else value)

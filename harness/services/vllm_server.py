@@ -7,6 +7,7 @@ CPU build is not).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ LORA_SCRIPT = REPO_ROOT / "deploy" / "vllm" / "tiny_lora.py"
 DEFAULT_MODEL_DIR = REPO_ROOT / "build" / "vllm-model"
 LORA_NAMES = ("lora-a", "lora-b")  # the tiny model's seeded adapters (`start_vllm(loras=True)`)
 SERVED_NAME = "tiny-llama"
+MODEL_VERSION = 2  # deploy/vllm/tiny_model.py's VERSION: a model built by an older one is built again
 START_TIMEOUT_S = 300.0  # a cold start on 2 cores: ~60 s
 
 
@@ -48,8 +50,16 @@ def built_once(python: Path, script: Path, out: Path, marker: Path, what: str, *
 
 
 def tiny_model(python: Path, out: Path = DEFAULT_MODEL_DIR) -> Path:
-    """The tiny model's directory, built once (seeded: the same weights every time)."""
-    return built_once(python, MODEL_SCRIPT, out, out / "config.json", "the tiny vLLM model")
+    """The tiny model's directory, built once (seeded: the same weights every time) — again when it was built by an
+    older version of deploy/vllm/tiny_model.py."""
+    marker = out / "tailrace-model.json"
+    try:
+        current = json.loads(marker.read_text()).get("version") == MODEL_VERSION
+    except (OSError, ValueError):
+        current = False
+    if not current:
+        marker.unlink(missing_ok=True)
+    return built_once(python, MODEL_SCRIPT, out, marker, "the tiny vLLM model")
 
 
 def tiny_loras(python: Path, model: Path) -> Path:

@@ -14,7 +14,7 @@ from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
-from tailrace.harness.client.payloads import AnswerCheck
+from tailrace.harness.client.payloads import AnswerCheck, SchemaCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.recorder import ChunkWriter
 from tailrace.harness.worker.clock import ClockSampler, WorkerClock
@@ -70,6 +70,8 @@ class RequestPath:
         self.mixes = [ModelMix(e.models, seed, i, e.model_draw == "session") if getattr(e, "models", None) else None
                       for i, e in enumerate(self.endpoints)]
         self.drawn = any(self.cancels) or any(self.mixes)
+        self.schemas = [SchemaCheck(e.prompts.structured.schema_) if getattr(e, "prompts", None) is not None
+                        and e.prompts.structured is not None else None for e in self.endpoints]
 
     def begin(self, arrival: Arrival, turn: Turn | None = None) -> Call:
         """A request about to be sent: its trace ids and headers, whether its client abandons it; counted in flight
@@ -185,7 +187,14 @@ class RequestPath:
             clock_uncertainty_ns=self.clocks.uncertainty_ns,
             **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else
                {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}),
-            **(self._media(a.endpoint, first) if self.media[a.endpoint] else {}))
+            **(self._media(a.endpoint, first) if self.media[a.endpoint] else {}),
+            **(self._schema(a.endpoint, outcome) if self.schemas[a.endpoint] is not None else {}))
+
+    def _schema(self, endpoint: int, outcome: Outcome) -> dict:
+        """A structured output's check: a whole reply (ok) against the endpoint's JSON Schema (else not checked)."""
+        if outcome.status != "ok" or outcome.stream is None:
+            return {}
+        return {"schema_valid": self.schemas[endpoint].valid(outcome.stream.text)}
 
     def _media(self, endpoint: int, first: int) -> dict:
         count, size = self.media[endpoint][first % len(self.media[endpoint])]

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from tailrace.contract.profile import Prompts, Sessions
-from tailrace.harness.client.api_bodies import responses_body
+from tailrace.harness.client.api_bodies import body_extra, responses_body
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
@@ -239,10 +239,10 @@ class Conversation:
         if self.sessions.server_state:  # Responses: only what the server does not keep, naming what it does
             new = self.messages[self.server_has:] if self.response_id else self.messages
             body = responses_body(self.model, new, turn.max_tokens, spec.stream, spec.ignore_eos, spec.min_tokens,
-                                  previous_response_id=self.response_id, store=True, extra=spec.extra_body)
+                                  previous_response_id=self.response_id, store=True, extra=body_extra(self.protocol, spec))
         else:
             body = request_body(self.protocol, self.model, self.messages, turn.max_tokens, spec.ignore_eos,
-                                spec.stream, min_tokens=spec.min_tokens, extra=spec.extra_body)
+                                spec.stream, min_tokens=spec.min_tokens, extra=body_extra(self.protocol, spec))
         return Built(body, prompt_tokens, max(0, ideal), (sum(c for c, _ in self.media), sum(b for _, b in self.media)))
 
     def add_reply(self, turn: TurnScript, text: str, tool_calls: list, replied: bool, response_id: str = "") -> str:

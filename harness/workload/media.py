@@ -216,14 +216,14 @@ def with_media(endpoint: Endpoint, items: list[tuple[str | list, int]], seed: in
     """`items` with their media attached, and each one's (media count, bytes); unchanged (and no facts) for an
     endpoint that asks for none and a prompt file that names none."""
     spec = endpoint.prompts or Prompts()
-    carries = any(isinstance(p, list) and any(isinstance(m.get("content"), list) for m in p) for p, _ in items)
+    carries = any(isinstance(p, list) and any(isinstance(m.get("content"), list) for m in p) for p, *_ in items)
     if spec.images is None and spec.audio is None and not carries:
         return items, []
     media = MediaPrompts(endpoint, seed, data_root)
     out, facts = [], []
-    for prompt, max_tokens in items:
+    for prompt, max_tokens, *fields in items:
         messages, count, size = media.attach(prompt)
-        out.append((messages, max_tokens))
+        out.append((messages, max_tokens, *fields))
         facts.append((count, size))
     return out, facts
 

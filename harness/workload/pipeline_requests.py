@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tailrace.contract.profile import PIPELINE_KINDS, Endpoint, Pipeline, Profile, Prompts
+from tailrace.harness.client.api_bodies import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.workload.pooling_requests import (
     embedding_body,
@@ -55,7 +56,7 @@ def pipeline_items(pipeline: Pipeline, endpoints: dict[str, Endpoint], seed: int
     rerank = next((e for e in stage_eps if e.protocol == "rerank"), None)
     if rerank is not None:
         return rerank_items(rerank, seed, data_root)
-    return [(prompt_text(p), []) for p, _ in prompt_items(stage_eps[0], seed, data_root)]
+    return [(prompt_text(p), []) for p, *_ in prompt_items(stage_eps[0], seed, data_root)]
 
 
 class PipelineRequests:
@@ -96,7 +97,7 @@ class PipelineRequests:
         spec = ep.prompts or Prompts()
         return StageRequest(request_body(ep.protocol, ep.model, prompt, int(self.max_tokens[sample % len(self.items)]),
                                          spec.ignore_eos, spec.stream, spec.min_tokens, self.model_inputs,
-                                         spec.extra_body), 0,
+                                         body_extra(ep.protocol, spec)), 0,
                             len(prompt.split()))
 
     def carried(self, k: int, passages: list[str], ranked: list[int] | None) -> list[str]:

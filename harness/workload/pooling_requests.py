@@ -38,7 +38,7 @@ def embedding_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[Poo
     """One body per distinct request (prompts.count of them; a file's prompts: one request per text at batch 1, or
     as many as its texts fill): `input` one text, or a list of texts, taken in turn from the endpoint's prompts."""
     spec, asked = endpoint.embeddings or Embeddings(), endpoint.prompts or Prompts()
-    texts = [prompt_text(p) for p, _ in prompt_items(endpoint, seed, data_root)]
+    texts = [prompt_text(p) for p, *_ in prompt_items(endpoint, seed, data_root)]
     sizes = draw_counts(spec.inputs, max(asked.count, 1), np.random.default_rng([seed, BATCH_STREAM]))
     single = spec.inputs.distribution == "fixed" and spec.inputs.mean == 1  # `input` as a text, not a list
     bodies, at = [], 0
@@ -83,7 +83,7 @@ def rerank_items(endpoint: Endpoint, seed: int, data_root: Path) -> list[tuple[s
     spec = endpoint.rerank or Rerank()
     if spec.file is not None:
         return rag_file(data_path(spec.file, data_root))
-    queries = [prompt_text(p) for p, _ in prompt_items(endpoint, seed, data_root)]
+    queries = [prompt_text(p) for p, *_ in prompt_items(endpoint, seed, data_root)]
     rng = np.random.default_rng([seed, DOCUMENT_STREAM])
     counts = draw_counts(spec.documents, len(queries), rng)
     lengths = draw_counts(spec.document_tokens, int(counts.sum()), rng)

@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from tailrace.contract.profile import Endpoint, Prompts, TokenCount
+from tailrace.harness.client.api_bodies import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer, TokenCounter, TokenizerError, load_tokenizer
 
@@ -132,8 +133,8 @@ def json_lines(path: Path, lines: list, error: type[ValueError], wanted: str = "
 
 
 def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str | list, int | None]]:
-    """(prompt or messages, max_tokens — `default_max_tokens` where a line gives none) of every line of a JSONL
-    prompt file."""
+    """(prompt or messages, max_tokens — `default_max_tokens` where a line gives none[, the line's own request
+    fields]) of every line of a JSONL prompt file."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:
@@ -150,7 +151,12 @@ def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str |
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
                                        or max_tokens < 1):
             raise PromptFileError(f"{path}:{n}: max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
-        out.append((with_refs(prompt, media_refs(doc, path, n)), max_tokens))
+        fields = doc.get("request")
+        if fields is not None and not isinstance(fields, dict):
+            raise PromptFileError(f"{path}:{n}: request must be a JSON object (fields merged into this line's "
+                                  f"request body), got {type(fields).__name__}")
+        item = (with_refs(prompt, media_refs(doc, path, n)), max_tokens)
+        out.append((*item, fields) if fields else item)
     if not out:
         raise PromptFileError(f"{path}: no prompts")
     return out
@@ -208,8 +214,8 @@ def file_items(spec: Prompts, seed: int, path: Path) -> list[tuple[str | list, i
     items = sharegpt_prompts(path, spec.conversation) if fmt == "sharegpt" else file_prompts(path, None)
     rng = np.random.default_rng(seed)
     drawn = draw_counts(spec.output_tokens, len(items), rng)
-    items = [(prompt, int(given) if given is not None and spec.output_from == "file" else int(k))
-             for (prompt, given), k in zip(items, drawn)]
+    items = [(prompt, int(given) if given is not None and spec.output_from == "file" else int(k), *fields)
+             for (prompt, given, *fields), k in zip(items, drawn)]
     if spec.sample == "with_replacement":
         return [items[i] for i in rng.integers(0, len(items), spec.count)]
     if spec.sample == "without_replacement":
@@ -261,7 +267,7 @@ def token_counter(endpoint: Endpoint, items: list[tuple[str | list, int]], data_
     """With the endpoint's tokenizer (None without one): each prompt's length in its tokens, and the counter a
     sender fills a record's token counts with where the server reports none."""
     tokenizer = prompt_tokenizer(endpoint, data_root)
-    return None if tokenizer is None else TokenCounter(tokenizer, [tokenizer.count_prompt(p) for p, _ in items])
+    return None if tokenizer is None else TokenCounter(tokenizer, [tokenizer.count_prompt(p) for p, *_ in items])
 
 
 def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: tuple[str, ...] = (),
@@ -270,6 +276,8 @@ def prompt_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: 
     (`model_inputs`: a triton-generate model's input names, from the endpoint check)."""
     spec = endpoint.prompts or Prompts()
     items = prompt_items(endpoint, seed, data_root) if items is None else items
+    extra = body_extra(endpoint.protocol, spec)
     return [request_body(endpoint.protocol, endpoint.model, prompt, max_tokens, spec.ignore_eos, spec.stream,
-                         min_tokens=spec.min_tokens, model_inputs=model_inputs, extra=spec.extra_body)
-            for prompt, max_tokens in items]
+                         min_tokens=spec.min_tokens, model_inputs=model_inputs,
+                         extra=(extra or {}) | fields[0] if fields else extra)  # a line's own fields: last, they win
+            for prompt, max_tokens, *fields in items]

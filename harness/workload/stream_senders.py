@@ -31,7 +31,7 @@ def generative_sender(ep: Endpoint, url: str, items: list[tuple[str | list, int]
     if ep.protocol == "kserve-grpc-stream":
         spec = ep.prompts or Prompts()
         requests = [stream_request(ep.model, prompt, max_tokens, spec.ignore_eos, spec.min_tokens, model_inputs)
-                    for prompt, max_tokens in items]
+                    for prompt, max_tokens, *_ in items]  # (a line's request fields: for JSON bodies)
         return GrpcStreamSender(url, ep.model, requests, EndpointTimeouts.of(ep), Credential.of(ep), sender_tls(ep),
                                 ep.token_count_output, counter)
     bodies, media = media_bodies(ep, seed, data_root, model_inputs, items)

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from tailrace.contract.profile import Endpoint, Prompts
+from tailrace.harness.client.api_bodies import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.conversations import BLOCK_TOKENS
@@ -115,14 +116,14 @@ class TracePrompts:
             parts[-1] = _escaped(" ".join(last.split(" ", tail)[:tail]))
         template = request_body(self.endpoint.protocol, self.endpoint.model, PROMPT_MARK, int(self.outputs[row]),
                                 self.spec.ignore_eos, self.spec.stream, min_tokens=self.spec.min_tokens,
-                                model_inputs=self.model_inputs, extra=self.spec.extra_body)
+                                model_inputs=self.model_inputs, extra=body_extra(self.endpoint.protocol, self.spec))
         head, mark, end = template.partition(_escaped(PROMPT_MARK))
         return b"".join((head, b" ".join(parts), end)) if mark else None
 
     def __getitem__(self, row: int) -> bytes:
         return request_body(self.endpoint.protocol, self.endpoint.model, self.prompt(row), int(self.outputs[row]),
                             self.spec.ignore_eos, self.spec.stream, min_tokens=self.spec.min_tokens,
-                            model_inputs=self.model_inputs, extra=self.spec.extra_body)
+                            model_inputs=self.model_inputs, extra=body_extra(self.endpoint.protocol, self.spec))
 
     def facts(self, row: int) -> tuple[int, int]:
         """(the prompt's length as built, what an unbounded prefix cache would hold of it; -1: not known)."""

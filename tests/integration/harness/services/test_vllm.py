@@ -186,6 +186,34 @@ def test_a_mix_of_lora_adapters_on_one_vllm_split_by_adapter(vllm, model_repo, t
     assert named.n == int(((df["model"] == LORA_NAMES[0]) & (df["phase"] > 0)).sum()) and named.verdict != "FAIL"
 
 
+def test_structured_outputs_by_vllms_guided_decoding_checked_reply_by_reply(vllm, model_repo, tmp_path):
+    """A JSON Schema asked of vLLM (chat's response_format, Responses' text.format) and every reply checked against
+    it: an array of booleans is what vLLM's guided decoding writes, every reply valid; an object keyed "a" is not —
+    the tiny model's word-level tokenizer spells the key with spaces around it (" a "), which the check catches."""
+    flags = {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 4}
+    keyed = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
+             "additionalProperties": False}
+    endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "timeout_ms": 20000,
+                  "prompts": {"input_tokens": 12, "output_tokens": 24, "count": 8,
+                              "structured": {"schema": schema, "name": name}}}
+                 for name, protocol, schema in (("flags", "openai-responses", flags), ("keyed", "openai-chat", keyed))]
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
+                                                                      "delay_ms": NEAR_MS}],
+                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 13},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    analysis = analyze_run(run.run_dir)
+    df = analysis.requests
+    assert (df["status"] == "ok").all(), df["error"].unique()
+    by = {name: g for name, g in df.groupby("endpoint", observed=True)}
+    assert (by["flags"]["schema_valid"] == 1).all() and (by["keyed"]["schema_valid"] == 0).all()
+    assert (by["flags"]["output_tokens"] < 24).all()  # the JSON ended the reply (ignore_eos is off with a schema)
+    rows = {r.endpoint: r for r in analysis.summary.tokens if r.region == "*"}
+    assert rows["flags"].schema_valid_rate == 1.0 and rows["flags"].schema_checked == int((by["flags"]["phase"] > 0).sum())
+    assert rows["keyed"].schema_valid_rate == 0.0 and rows["keyed"].schema_valid_ci_high < 0.3
+
+
 def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, tmp_path):
     """sessions.server_state over /v1/responses: each later turn sends only its new text and names the previous reply
     (previous_response_id); vLLM rebuilds the conversation, so its prompt tokens grow by each turn's prompt and reply

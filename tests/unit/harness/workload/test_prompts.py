@@ -51,6 +51,7 @@ def test_prompt_bodies_for_chat_and_completions(tmp_path):
     ('{"prompt": ""}', "p.jsonl:2: needs \"prompt\""),
     ('{"messages": [{"role": "user"}]}', "p.jsonl:2: needs \"prompt\""),
     ('{"prompt": "x", "max_tokens": 0}', "p.jsonl:2: max_tokens must be a whole number"),
+    ('{"prompt": "x", "request": [1]}', "p.jsonl:2: request must be a JSON object"),
 ])
 def test_a_bad_line_is_named_with_its_file_and_line(tmp_path, line, words):
     path = tmp_path / "p.jsonl"
@@ -168,3 +169,53 @@ def test_extra_body_is_merged_last_into_every_request_of_every_chat_api():
         parse_profile({"name": "p", "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1},
                        "endpoints": [{"name": "g", "url": "grpc://127.0.0.1:9", "protocol": "kserve-grpc-stream",
                                       "model": "m", "prompts": {"extra_body": {"a": 1}}}]}, "p.toml")
+
+
+def test_a_prompt_lines_own_request_fields_are_merged_into_its_body_last(tmp_path):
+    """A JSONL line's "request": its own fields (sampling parameters, a priority, a per-row schema), after the
+    endpoint's extra_body and structured output — its keys win — and only in that line's request."""
+    (tmp_path / "p.jsonl").write_text('{"prompt": "one", "request": {"temperature": 0.9, "priority": 7}}\n'
+                                      '{"prompt": "two"}\n'
+                                      '{"prompt": "three", "max_tokens": 3, "request": {"max_tokens": 2}}\n')
+    ep = Endpoint.model_validate({"name": "e", "url": "http://127.0.0.1:9", "protocol": "openai-chat", "model": "m",
+                                  "prompts": {"file": "p.jsonl", "extra_body": {"temperature": 0.1, "top_p": 0.5},
+                                              "structured": {"schema": {"type": "array"}}}})
+    one, two, three = (orjson.loads(b) for b in prompt_bodies(ep, 1, tmp_path))
+    assert (one["temperature"], one["priority"], one["top_p"]) == (0.9, 7, 0.5)
+    assert (two["temperature"], "priority" in two) == (0.1, False)
+    assert three["max_tokens"] == 2 and three["response_format"]["json_schema"]["schema"] == {"type": "array"}
+    assert "ignore_eos" not in one  # a structured output ends where its JSON does
+
+
+def test_a_structured_output_asks_each_api_its_way_and_every_reply_is_checked():
+    from tailrace.harness.client.api_bodies import body_extra
+    from tailrace.harness.client.payloads import SchemaCheck
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    spec = Prompts(structured={"schema": schema, "name": "place", "strict": False})
+    chat = body_extra("openai-chat", spec)["response_format"]
+    assert chat == {"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": False}}
+    assert body_extra("openai-responses", spec)["text"]["format"] == {"type": "json_schema", "name": "place",
+                                                                      "schema": schema, "strict": False}
+    check = SchemaCheck(schema)
+    assert check.valid(' {"city": "Lyon"}') == 1
+    assert check.valid('{"town": "Lyon"}') == 0 and check.valid("Lyon, I think") == 0 and check.valid("") == 0
+
+
+@pytest.mark.parametrize("protocol, prompts, words", [
+    ("openai-chat", {"structured": {"schema": {"type": "objekt"}}},
+     "endpoints[0].prompts.structured.schema: not a valid JSON Schema at type"),
+    ("openai-chat", {"structured": {"schema": "no-such-schema.json"}}, "schema: cannot read no-such-schema.json"),
+    ("openai-chat", {"structured": {"schema": {"type": "array"}}, "ignore_eos": True},
+     "ignore_eos: a structured output ends where its JSON does"),
+    ("anthropic-messages", {"structured": {"schema": {"type": "array"}}},
+     "prompts.structured: for openai-chat, openai-completions, openai-responses endpoints"),
+])
+def test_a_bad_structured_output_is_refused_in_one_line(protocol, prompts, words):
+    from tailrace.contract.profile import ProfileError, parse_profile
+
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "p", "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1},
+                       "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": protocol, "model": "m",
+                                      "prompts": prompts}]}, "p.toml")
+    assert words in str(err.value) and "\n" not in str(err.value).strip(), str(err.value)
