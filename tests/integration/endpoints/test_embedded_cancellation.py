@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.analyze_command import write_outputs
 from tests.support import make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine
@@ -62,6 +63,9 @@ def test_each_kind_of_cancellation_closes_its_streams_where_declared(model_repo,
         # the server's own count of aborted requests of the model: every stream a client closed before its end
         assert whole.server_aborted == whole.cancelled_server_scope == int((df["status"] == "cancelled").sum())
     assert rows[("first", "*")].before_first_token == 0
+    write_outputs(analysis, run.run_dir / "report")
+    page = (run.run_dir / "report" / "index.html").read_text()
+    assert "id='cancellations'" in page and (run.run_dir / "report" / "tables" / "cancellations.csv").exists()
 
 
 def test_a_cancelled_stream_gives_its_batch_slot_back_at_once(model_repo, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.analyze_command import write_outputs
 from tailrace.contract.layout import RunLayout
 from tests.support import make_profile, run_with
 
@@ -63,3 +64,8 @@ def test_a_weighted_model_mix_per_request_and_per_session(model_repo, tmp_path):
     named = [v for v in summary.slos if v.model == "tiny_lm"]
     assert named and {v.endpoint for v in named} == {"gateway"}
     assert sum(v.n for v in named if v.region != "*") == int((measured["model"] == "tiny_lm").sum())
+    write_outputs(analysis, run.run_dir / "report")
+    page = (run.run_dir / "report" / "index.html").read_text()
+    assert "id='tokens-by-model'" in page and "gateway · tiny_lm" in page
+    assert "TTFT p99 per region × endpoint · model" in page and page.count("<svg") >= 2
+    assert (run.run_dir / "report" / "tables" / "tokens_by_model.csv").exists()
