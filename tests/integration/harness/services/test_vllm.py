@@ -27,6 +27,18 @@ def vllm(tmp_path_factory):
         yield server
 
 
+def run_near(model_repo, tmp_path, endpoints: list[dict], seed: int, rate: float = 8, duration_s: float = 4,
+             warmup_s: float = 1, **profile):
+    """A run of `endpoints` from one region near the vLLM (the generator off its CPUs): its analysis, the run valid."""
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
+                                                                      "delay_ms": NEAR_MS}],
+                           load={"rate": rate, "duration_s": duration_s, "warmup_s": warmup_s, "seed": seed},
+                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {}, **profile)
+    run, manifest = run_with(profile, tmp_path)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    return run, analyze_run(run.run_dir)
+
+
 def _sums(text: str) -> dict[str, float]:
     """Each vllm: histogram's _sum and _count (over its label sets)."""
     out: dict[str, float] = {}
@@ -87,13 +99,8 @@ def test_chat_messages_and_responses_in_one_run_agree_with_vllms_usage_and_histo
     endpoints = [{"name": protocol.split("-")[1], "url": vllm.url, "protocol": protocol, "model": SERVED_NAME,
                   "prompts": prompts, "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics"}
                  for protocol in ("openai-chat", "anthropic-messages", "openai-responses")]
-    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
-                                                                      "delay_ms": NEAR_MS}],
-                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 12},
-                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
-    run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
-    df = analyze_run(run.run_dir).requests
+    run, analysis = run_near(model_repo, tmp_path, endpoints, seed=12)
+    df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()
     assert set(df["endpoint"]) == {"chat", "messages", "responses"} and len(df) > 25
     assert set(df["stream_outcome"].astype(str)) == {"complete"}
@@ -127,13 +134,7 @@ def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, mod
     endpoints = [{"name": name, "url": vllm.url, "protocol": protocol, "model": SERVED_NAME, "prompts": prompts,
                   "timeout_ms": 20000, "metrics_url": f"{vllm.url}/metrics", "cancel": cancel}
                  for name, (protocol, cancel) in cancels.items()]
-    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
-                                                                      "delay_ms": NEAR_MS}],
-                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 21},
-                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
-    run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
-    analysis = analyze_run(run.run_dir)
+    _, analysis = run_near(model_repo, tmp_path, endpoints, seed=21)
     df = analysis.requests
     assert set(df["status"].astype(str)) <= {"ok", "cancelled"}, df["error"].unique()
     gone = df[df["status"] == "cancelled"]
@@ -162,15 +163,8 @@ def test_a_mix_of_lora_adapters_on_one_vllm_split_by_adapter(vllm, model_repo, t
     mix = [{"name": SERVED_NAME, "weight": 2}, *({"name": n, "weight": 1} for n in LORA_NAMES)]
     endpoint = {"name": "chat", "url": vllm.url, "protocol": "openai-chat", "model": mix, "timeout_ms": 20000,
                 "prompts": {"input_tokens": 16, "output_tokens": 8, "count": 8}}
-    profile = make_profile(model_repo, endpoints=[endpoint], regions=[{"name": "near", "share": 1.0,
-                                                                       "delay_ms": NEAR_MS}],
-                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 9},
-                           slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 5000, "endpoint": "chat",
-                                  "model": LORA_NAMES[0]}],
-                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
-    run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
-    analysis = analyze_run(run.run_dir)
+    slo = {"metric": "ttft", "percentile": 90, "threshold_ms": 5000, "endpoint": "chat", "model": LORA_NAMES[0]}
+    _, analysis = run_near(model_repo, tmp_path, [endpoint], seed=9, slos=[slo])
     df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()
     ours = df.groupby("model", observed=True).size().to_dict()
@@ -197,13 +191,7 @@ def test_structured_outputs_by_vllms_guided_decoding_checked_reply_by_reply(vllm
                   "prompts": {"input_tokens": 12, "output_tokens": 24, "count": 8,
                               "structured": {"schema": schema, "name": name}}}
                  for name, protocol, schema in (("flags", "openai-responses", flags), ("keyed", "openai-chat", keyed))]
-    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "near", "share": 1.0,
-                                                                      "delay_ms": NEAR_MS}],
-                           load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 13},
-                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
-    run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
-    analysis = analyze_run(run.run_dir)
+    _, analysis = run_near(model_repo, tmp_path, endpoints, seed=13)
     df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()
     by = {name: g for name, g in df.groupby("endpoint", observed=True)}
@@ -221,13 +209,8 @@ def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, 
     endpoint = {"name": "agent", "url": vllm.url, "protocol": "openai-responses", "model": SERVED_NAME,
                 "timeout_ms": 20000, "prompts": {"input_tokens": 40, "output_tokens": 8},
                 "sessions": {"turns": 3, "think_s": 0.1, "user_tokens": 4, "server_state": True}}
-    profile = make_profile(model_repo, endpoints=[endpoint], regions=[{"name": "near", "share": 1.0,
-                                                                       "delay_ms": NEAR_MS}],
-                           load={"rate": 2, "duration_s": 4, "warmup_s": 0, "seed": 5},
-                           generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
-    run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
-    df = analyze_run(run.run_dir).requests
+    _, analysis = run_near(model_repo, tmp_path, [endpoint], seed=5, rate=2, warmup_s=0)
+    df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()
     complete = [g.sort_values("turn") for _, g in df.groupby("session_id") if g["turn"].max() == 3]
     assert complete
