@@ -14,6 +14,7 @@ from tailrace.analysis.decide.variants import variant_decision
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
+from tailrace.analysis.read.hardware import read_monitor, read_monitor_missing
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
 from tailrace.analysis.read.schedule import Columns, Results, Statistic
 from tailrace.analysis.read.schedule import run as run_statistics
@@ -41,6 +42,7 @@ from tailrace.analysis.stats.decomposition import (
     decomposition_table,
     ttft_decomposition,
 )
+from tailrace.analysis.stats.hardware.usage import HARDWARE_COLUMNS, hardware_section, phase_windows
 from tailrace.analysis.stats.latency import (
     ONE_SHOT,
     STREAM,
@@ -69,6 +71,7 @@ from tailrace.analysis.stats.tokens import (
     token_verdicts,
 )
 from tailrace.analysis.stats.validity import groups_of, validity_rows
+from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
@@ -351,6 +354,8 @@ class _RunStatistics:
             Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
                       if self.mixed else {}),
+            Statistic("hardware", HARDWARE_COLUMNS if self.p.monitors else (), lambda c, r: hardware_section(
+                _monitor_series(data), phase_windows(c.frame(HARDWARE_COLUMNS))) if self.p.monitors else {}),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),
@@ -368,7 +373,17 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model"}
+                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware"}
+
+
+def _monitor_series(data: RunData) -> list:
+    """The profile's monitors' scrapes as series (a monitor with no timeline: none of its scrapes was written)."""
+    layout = RunLayout(data.run_dir)
+    out = []
+    for m in data.plan.profile.monitors:
+        path = layout.monitor_timeline(m.name)
+        out.append(read_monitor(path, m.name) if path.exists() else read_monitor_missing(m.name))
+    return out
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -438,6 +453,8 @@ def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
         tables["pipeline_failures"] = pd.DataFrame(r["pipelines"]["failures"])
     if r["by_model"]:
         tables["tokens_by_model"] = flat_token_rows(r["by_model"]["rows"])
+    if r["hardware"]:
+        tables["hardware"] = pd.DataFrame(r["hardware"]["rows"])
     if r["cancellations"]:
         tables["cancellations"] = pd.DataFrame([{k: v for k, v in row.items() if k != "by_trigger"}
                                                 | {f"by_{k}": v for k, v in row["by_trigger"].items()}
@@ -516,7 +533,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "outages": r["outages"],
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
         "ttft_decomposition": r["ttft_decomposition"], "tokens_by_model": r["by_model"].get("rows", []),
-        **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations") if r[n]},
+        **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]},
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })

@@ -158,6 +158,14 @@ class RunLayout:
     def metrics_timeline(self, endpoint: str) -> Path:
         return self.endpoint(endpoint) / "metrics-timeline.jsonl"
 
+    def monitor_timeline(self, monitor: str) -> Path:
+        """A hardware source's scrapes through the run (harness/orchestration/hardware_monitors.py)."""
+        return self.root / "monitors" / monitor / "timeline.jsonl"
+
+    def monitor_names(self) -> list[str]:
+        base = self.root / "monitors"
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
     def cold_start(self, endpoint: str) -> Path:
         return self.endpoint(endpoint) / "cold-start.json"
 

@@ -910,6 +910,22 @@ class ColdStart(_Strict):
     first_k: int = Field(20, ge=1, le=100_000, description="requests per endpoint compared with steady state")
 
 
+class Monitor(_Strict):
+    """A Prometheus endpoint of what the hardware did — NVIDIA's DCGM exporter, the node exporter (CPU, memory, RAPL
+    joules), Kepler, Triton's or vLLM's /metrics — scraped by the master through the run, each scrape stamped on its
+    clock."""
+
+    name: str = Field(pattern=NAME, description="the source's name in the report (a host, a GPU node)")
+    url: str = Field(description="its metrics, e.g. http://gpu-node-1:9400/metrics (DCGM), http://host:9100/metrics")
+    interval_s: float = Field(1.0, ge=0.1, le=600, description="seconds between scrapes")
+    timeout_s: float = Field(1.0, gt=0, le=30, description="a scrape that takes longer is missed (and said)")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        return check_url(v, ("http", "https"))
+
+
 class ServerStats(_Strict):
     interval_s: float = Field(5, gt=0, le=3600, description="periodic statistics + metrics snapshots")
 
@@ -955,6 +971,8 @@ class Profile(_Strict):
     embedded: Embedded = Field(default_factory=Embedded)
     triton: TritonLocal = Field(default_factory=TritonLocal)
     server_stats: ServerStats = Field(default_factory=ServerStats)
+    monitors: list[Monitor] = Field(default_factory=list, description="what the hardware did: exporters scraped "
+                                    "through the run (utilization, memory, power, energy)")
     cold_start: ColdStart = Field(default_factory=ColdStart)
     capacity: Capacity = Field(default_factory=Capacity)
     decision: Decision | None = None
@@ -970,7 +988,8 @@ class Profile(_Strict):
         total = sum(r.share for r in self.regions)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"regions: shares must add up to 1, they add up to {total:g}")
-        for field_name, items in (("endpoints", self.endpoints), ("regions", self.regions)):
+        for field_name, items in (("endpoints", self.endpoints), ("regions", self.regions),
+                                  ("monitors", self.monitors)):
             names = [i.name for i in items]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:

@@ -17,6 +17,7 @@ from tailrace.contract.summary import (
     Decision,
     EmbeddingRow,
     Estimate,
+    Hardware,
     LatencyRow,
     Pipelines,
     QueueingRow,
@@ -247,6 +248,31 @@ def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
             left={"endpoint", "region", "batch"}) + "<p class='note'>Per region (pooled, the regions' network delays "
             "would weigh on the buckets one region sends more of); –: too few requests in the bucket for that "
             "percentile.</p>")
+    return "".join(parts)
+
+
+def _hardware_section(section: Hardware) -> str:
+    """What the hardware did per monitor × measured phase, and what the monitors could not say."""
+    def mib(v: float | None) -> str:
+        return "–" if v is None else f"{v / 2**20:,.0f}"
+
+    shown = [Shown(r, memory=mib(r.memory_max_bytes), gpu_memory=mib(r.gpu_memory_max_bytes),
+                   power="–" if r.power_w is None else f"{r.power_w:,.1f} ({r.power_from})")
+             for r in section.rows]
+    parts = ["<h2 id='hardware'>What the hardware did</h2>", _table(shown, [
+        ("monitor", "monitor"), ("phase", "phase"), ("cpu_busy_pct", "CPU busy %"), ("gpu_util_pct", "GPU util %"),
+        ("sm_active_pct", "SM active %"), ("kv_cache_pct", "KV cache %"), ("memory", "memory max (MiB)"),
+        ("gpu_memory", "GPU memory max (MiB)"), ("power", "power W"), ("energy_j", "energy J"),
+        ("idle_power_w", "idle W"), ("energy_above_idle_j", "above idle J"), ("requests", "ok requests"),
+        ("energy_per_request_mj", "mJ / request"), ("energy_per_1k_output_tokens_j", "J / 1k output tokens"),
+        ("output_tokens_per_j", "output tokens / J")], left={"monitor", "power"}),
+        "<p class='note'>Each measured phase from its first intended send to its last response. Energy is an energy "
+        "counter's increase over that window (DCGM, Triton, RAPL, Kepler; measured, never estimated), above idle "
+        "less the power measured before the load; per request over the phase's ok requests (every endpoint), per "
+        "output token over their tokens. Where a monitor has no energy counter, its power gauge is shown and no "
+        "joules are computed.</p>"]
+    if section.missing:
+        parts.append("<p class='note'>Not said: " + "; ".join(html.escape(m) for m in section.missing) + ".</p>")
     return "".join(parts)
 
 
@@ -806,6 +832,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                         left={"region", "endpoint"}))
 
     parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s.queueing, figures))
+    if s.hardware is not None and (s.hardware.rows or s.hardware.missing):
+        parts.append(_hardware_section(s.hardware))
     parts.append(_server_sections(s, analysis, figures))
     if s.arrival_process:
         parts.append(_process_section(s.arrival_process, figures))

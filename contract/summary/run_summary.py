@@ -25,6 +25,7 @@ from tailrace.contract.summary.tables import (
     EmbeddingRow,
     EndpointStatistics,
     ErrorRow,
+    Hardware,
     LatencyLegs,
     LatencyRow,
     Outage,
@@ -80,6 +81,7 @@ class RunSummary(Row):
     sessions: Sessions | None = None
     pipelines: Pipelines | None = None
     cancellations: list[CancellationRow] = Field(default_factory=list)
+    hardware: Hardware | None = None
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
 
     @classmethod

@@ -348,6 +348,39 @@ class CancellationRow(Row):
         return f"{self.cancel_rate:.1%}{interval}"
 
 
+class HardwareRow(Row):
+    """What one monitor's hardware did over one measured phase: utilization, memory, power, energy, per request."""
+
+    monitor: str
+    phase: int
+    duration_s: float
+    scrapes: int
+    cpu_busy_pct: float | None = None
+    gpu_util_pct: float | None = None
+    sm_active_pct: float | None = None
+    kv_cache_pct: float | None = None
+    memory_max_bytes: float | None = None
+    gpu_memory_max_bytes: float | None = None
+    power_w: float | None = None
+    power_from: str | None = None  # "energy counter" (the window's joules / its duration) or "power gauge" (a mean)
+    energy_j: float | None = None  # the counter's increase over the window (measured, never estimated)
+    energy_metric: str | None = None
+    idle_power_w: float | None = None  # before the load
+    energy_above_idle_j: float | None = None
+    requests: int = 0  # ok requests of the phase, every endpoint
+    output_tokens: int = 0
+    energy_per_request_mj: float | None = None
+    energy_per_1k_output_tokens_j: float | None = None
+    output_tokens_per_j: float | None = None
+
+
+class Hardware(Row):
+    """The monitors' rows and what they could not say (one line each)."""
+
+    rows: list[HardwareRow] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+
+
 class ErrorRow(Row):
     status: str
     code: str

@@ -44,12 +44,15 @@ def low_disk_reason(run_dir: Path, reserve: int) -> str | None:
             f"for the manifest and the report)")
 
 
-def stop_reason(stats, run_dir: Path, reserve: int) -> str | None:
-    """Checked every half second by both orchestrators: why the run must stop now — its server statistics could
-    not be appended (`stats`: a ServerStatsRecorder or None), or its disk is below the reserve — or None."""
+def stop_reason(stats, run_dir: Path, reserve: int, monitors=None) -> str | None:
+    """Checked every half second by both orchestrators: why the run must stop now — its server statistics or its
+    hardware monitors' scrapes could not be appended (`stats`: a ServerStatsRecorder or None; `monitors`: a
+    MonitorRecorder or None), or its disk is below the reserve — or None."""
     try:
         if stats is not None and stats.due():
             stats.periodic()
+        if monitors is not None:
+            monitors.periodic()
     except OSError as exc:
         return f"the run directory cannot be written ({exc})"
     return low_disk_reason(run_dir, reserve)

@@ -30,6 +30,7 @@ from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, read_mas
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, stop_reason
+from tailrace.harness.orchestration.hardware_monitors import MonitorRecorder
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
@@ -109,6 +110,7 @@ class RunLifecycle:
     command: str  # "tailrace run" / "tailrace master": the prefix of what it prints
     quiet: bool = False
     stats: ServerStatsRecorder | None = None
+    monitors: MonitorRecorder | None = None
     record: RunRecord | None = None
     master: ManagedProcess | None = None
     workers: Workers | None = None
@@ -133,6 +135,9 @@ class RunLifecycle:
         save_model_metadata(self.plan, self.layout)
         self.stats = ServerStatsRecorder(self.layout, targets, self.plan.profile.server_stats.interval_s)
         self.stats.snapshot("before")
+        if self.plan.profile.monitors:  # scraped from now on: what the hardware did before the load too (its idle)
+            self.monitors = MonitorRecorder(self.layout, self.plan.profile.monitors)
+            self.monitors.periodic()
         self.record = RunRecord(self.plan, self.layout, servers=[t.describe() for t in targets],
                                 region_addresses=region_addresses or {})
 
@@ -153,7 +158,8 @@ class RunLifecycle:
             while self.master.alive() and time.monotonic() < deadline:
                 self.workers.follow(read_master_events(self.layout))
                 progress()
-                low = stop_reason(self.stats, self.layout.root, self.reserve) if not self.write_errors else None
+                low = stop_reason(self.stats, self.layout.root, self.reserve, self.monitors) \
+                    if not self.write_errors else None
                 if low is not None:  # stop while the manifest and the report still fit; workers keep unsent chunks
                     self.write_errors.append(low)
                     self.say(f"{low}: stopping the run (a worker on another host keeps the chunks not yet written "
@@ -212,6 +218,14 @@ class RunLifecycle:
 
     def snapshot_after(self) -> None:
         """The servers' statistics after the run (a full disk is recorded, never raised); idempotent."""
+        if self.monitors is not None:
+            try:
+                self.monitors.periodic(float("inf"))  # one last scrape of every monitor: the load's end
+            except OSError as exc:
+                self.write_errors.append(str(exc))
+            finally:
+                self.monitors.close()
+                self.monitors = None
         if self.stats is None:
             return
         try:

@@ -1,0 +1,115 @@
+"""What the hardware did per measured phase, from the monitors' series (analysis/read/hardware.py): CPU busy, GPU
+utilization and SM activity, memory, power, energy — total, above the idle power measured before the load, per
+request, per 1,000 output tokens, and output tokens per joule. Pure functions of the series and the phases' windows.
+
+A phase's window runs from its first intended send to its last response (the reference clock; the monitors' scrapes
+are on the master's). Energy is a counter's increase over the window, read between scrapes by linear interpolation;
+where a monitor has no energy counter, none is computed (power gauges are shown, never integrated into joules here).
+Idle: the scrapes before the run's first intended send.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tailrace.analysis.read.hardware import MonitorSeries
+
+HARDWARE_COLUMNS = ("phase", "status", "t_intended_ref", "t_done_ref", "output_tokens")
+
+
+def phase_windows(df: pd.DataFrame) -> list[tuple[int, int, int, int, int]]:
+    """(phase, window start ns, end ns, requests ok, output tokens of them) of each measured phase (pure)."""
+    out = []
+    ok = (df["status"] == "ok").to_numpy()
+    phase = df["phase"].to_numpy()
+    for k in sorted(int(p) for p in np.unique(phase) if p > 0):
+        rows = phase == k
+        tokens = df["output_tokens"].to_numpy()[rows & ok]
+        out.append((k, int(df["t_intended_ref"].to_numpy()[rows].min()), int(df["t_done_ref"].to_numpy()[rows].max()),
+                    int((rows & ok).sum()), int(tokens[tokens > 0].sum())))
+    return out
+
+
+def _energy_between(s: MonitorSeries, t0: int, t1: int) -> float | None:
+    """Joules the counter rose by between t0 and t1 (interpolated); None where the scrapes do not cover them."""
+    if s.energy_j is None or len(s.t_ns) < 2 or t0 < s.t_ns[0] or t1 > s.t_ns[-1]:
+        return None
+    return float(np.interp(t1, s.t_ns, s.energy_j) - np.interp(t0, s.t_ns, s.energy_j))
+
+
+def _within(s: MonitorSeries, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scrapes inside [t0, t1], intervals whose middle is inside)."""
+    middle = (s.t_ns[1:] + s.t_ns[:-1]) / 2 if len(s.t_ns) > 1 else np.empty(0)
+    return (s.t_ns >= t0) & (s.t_ns <= t1), (middle >= t0) & (middle <= t1)
+
+
+def _mean(values: np.ndarray) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else None
+
+
+def _idle_power(s: MonitorSeries, load_start: int) -> tuple[float | None, int]:
+    """(mean power before the load, from the energy counter, else the power gauge; scrapes it rests on)."""
+    before = s.t_ns < load_start
+    n = int(before.sum())
+    if n >= 2 and s.energy_j is not None:
+        span = (s.t_ns[before][-1] - s.t_ns[before][0]) / 1e9
+        joules = s.energy_j[before][-1] - s.energy_j[before][0]
+        return (float(joules / span), n) if span > 0 else (None, n)
+    return _mean(s.values["power_w"][before]), n
+
+
+def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tokens: int,
+              idle_w: float | None) -> dict:
+    """One monitor over one phase's window."""
+    inside, intervals = _within(s, t0, t1)
+    duration = (t1 - t0) / 1e9
+    energy = _energy_between(s, t0, t1)
+    power = energy / duration if energy is not None and duration > 0 else _mean(s.values["power_w"][inside])
+    busy = _mean(s.cpu_busy[intervals]) if s.cpu_busy is not None else None
+    row = {"monitor": s.name, "phase": phase, "duration_s": duration, "scrapes": int(inside.sum()),
+           "cpu_busy_pct": busy * 100 if busy is not None else None,
+           "gpu_util_pct": _mean(s.values["gpu_util_pct"][inside]),
+           "sm_active_pct": _mean(s.values["sm_active_pct"][inside]),
+           "kv_cache_pct": _mean(s.values["kv_cache_pct"][inside]),
+           "memory_max_bytes": float(np.nanmax(s.values["memory_bytes"][inside]))
+           if np.isfinite(s.values["memory_bytes"][inside]).any() else None,
+           "gpu_memory_max_bytes": float(np.nanmax(s.values["gpu_memory_bytes"][inside]))
+           if np.isfinite(s.values["gpu_memory_bytes"][inside]).any() else None,
+           "power_w": power, "power_from": ("energy counter" if energy is not None else "power gauge")
+           if power is not None else None,
+           "energy_j": energy, "energy_metric": s.energy_metric or None, "idle_power_w": idle_w,
+           "requests": requests, "output_tokens": tokens}
+    if energy is not None:
+        above = energy - idle_w * duration if idle_w is not None else None
+        row |= {"energy_above_idle_j": above,
+                "energy_per_request_mj": energy / requests * 1e3 if requests else None,
+                "energy_per_1k_output_tokens_j": energy / tokens * 1e3 if tokens else None,
+                "output_tokens_per_j": tokens / energy if tokens and energy > 0 else None}
+    return row
+
+
+def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, int, int, int]]) -> dict:
+    """{"rows": one per monitor × measured phase, "missing": what a monitor could not say, each a line} ({}: no
+    monitors)."""
+    if not series:
+        return {}
+    rows, missing = [], []
+    load_start = min((w[1] for w in windows), default=None)
+    for s in series:
+        if s.errors:
+            missing.append(f"{s.name}: {len(s.errors)} of {len(s.errors) + len(s.t_ns)} scrapes failed "
+                           f"(first: {s.errors[0]})")
+        if not len(s.t_ns):
+            missing.append(f"{s.name}: no scrape answered: nothing is known of it")
+            continue
+        said = s.said()
+        if s.energy_j is None:
+            missing.append(f"{s.name}: no energy counter (DCGM, Triton, RAPL or Kepler): no joules, per request or "
+                           f"per token" + (" — its power gauge is shown" if "power_w" in said else ""))
+        idle_w, idle_n = _idle_power(s, load_start) if load_start is not None else (None, 0)
+        if s.energy_j is not None and idle_w is None:
+            missing.append(f"{s.name}: {idle_n} scrape(s) before the load: no idle power to subtract")
+        for phase, t0, t1, requests, tokens in windows:
+            rows.append(usage_row(s, phase, t0, t1, requests, tokens, idle_w))
+    return {"rows": rows, "missing": missing}

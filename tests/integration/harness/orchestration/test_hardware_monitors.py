@@ -1,0 +1,82 @@
+"""What the hardware did, read from a real Prometheus node exporter (Debian's prometheus-node-exporter, started on
+loopback with its CPU and memory collectors) scraped by `tailrace run` through a run of two rates: the CPU busier at
+the higher rate, and each phase's CPU busy agreeing with /proc/stat read by this test over the same windows."""
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+
+from tailrace.analysis.analyze import analyze_run
+from tailrace.analysis.analyze_command import write_outputs
+from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
+from tests.support import IN_CI, make_profile, run_with
+
+EXPORTER = "prometheus-node-exporter"
+AGREE_PCT = 10  # CPU busy % points: the exporter's and /proc/stat's reads are up to one scrape interval apart
+
+
+@pytest.fixture
+def node_exporter(tmp_path):
+    if shutil.which(EXPORTER) is None:
+        if IN_CI:
+            pytest.fail(f"{EXPORTER} must be installed in CI (.ci/run installs it)")
+        pytest.skip(f"{EXPORTER} is not installed (apt-get install {EXPORTER})")
+    port = free_port()
+    process = start_process("node exporter", [shutil.which(EXPORTER), f"--web.listen-address=127.0.0.1:{port}",
+                                              "--collector.disable-defaults", "--collector.cpu",
+                                              "--collector.meminfo"], tmp_path / "node-exporter.log")
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/metrics", process, 20.0)
+        yield f"http://127.0.0.1:{port}/metrics"
+    finally:
+        process.stop()
+
+
+def proc_stat_busy() -> tuple[float, float]:
+    """(busy, all) jiffies of every CPU, as /proc/stat counts them (busy: all but idle and iowait)."""
+    fields = [float(v) for v in open("/proc/stat").readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, node_exporter):
+    readings: list[tuple[int, float, float]] = []
+    stop = threading.Event()
+
+    def read_proc_stat() -> None:
+        while not stop.is_set():
+            readings.append((time.time_ns(), *proc_stat_busy()))
+            stop.wait(0.25)
+
+    reader = threading.Thread(target=read_proc_stat, daemon=True)
+    reader.start()
+    endpoints = [{"name": "mlp", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32"}]
+    profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "here", "share": 1.0}],
+                           load={"rate": 20, "duration_s": 8, "warmup_s": 1, "seed": 3,
+                                 "phases": [{"at_s": 4, "kind": "step", "rate": 600}]},
+                           monitors=[{"name": "host", "url": node_exporter, "interval_s": 0.5}])
+    try:
+        run, manifest = run_with(profile, tmp_path)
+    finally:
+        stop.set()
+        reader.join(5)
+    assert manifest["valid"], manifest["invalid_reasons"]
+    analysis = analyze_run(run.run_dir)
+    hardware = analysis.summary.hardware
+    assert hardware is not None and hardware.missing == [
+        "host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules, per request or per token"]
+    rows = {r.phase: r for r in hardware.rows}
+    assert set(rows) == {1, 2} and all(r.scrapes >= 4 for r in rows.values())
+    assert rows[2].cpu_busy_pct > rows[1].cpu_busy_pct + 5, (rows[1].cpu_busy_pct, rows[2].cpu_busy_pct)
+    assert all(r.memory_max_bytes and r.memory_max_bytes > 0 for r in rows.values())
+    df = analysis.requests
+    for phase, row in rows.items():
+        t0, t1 = df.loc[df["phase"] == phase, "t_intended_ref"].min(), df.loc[df["phase"] == phase, "t_done_ref"].max()
+        inside = [(b, a) for t, b, a in readings if t0 <= t <= t1]
+        busy = (inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1]) * 100
+        assert abs(row.cpu_busy_pct - busy) <= AGREE_PCT, (phase, row.cpu_busy_pct, busy)
+    write_outputs(analysis, run.run_dir / "report")
+    page = (run.run_dir / "report" / "index.html").read_text()
+    assert "id='hardware'" in page and (run.run_dir / "report" / "tables" / "hardware.csv").exists()
