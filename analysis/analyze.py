@@ -355,7 +355,8 @@ class _RunStatistics:
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
                       if self.mixed else {}),
             Statistic("hardware", HARDWARE_COLUMNS if self.p.monitors else (), lambda c, r: hardware_section(
-                _monitor_series(data), phase_windows(c.frame(HARDWARE_COLUMNS))) if self.p.monitors else {}),
+                _monitor_series(data), phase_windows(c.frame(HARDWARE_COLUMNS)),
+                {m.name: m.watts_per_core for m in self.p.monitors if m.watts_per_core}) if self.p.monitors else {}),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),

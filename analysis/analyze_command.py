@@ -73,6 +73,29 @@ def _print_cancellations(console, summary: RunSummary) -> None:
     console.print(table)
 
 
+def _print_hardware(console, summary: RunSummary) -> None:
+    """What the hardware did per monitor × phase; energy measured, or an estimate labelled as one."""
+    from rich.table import Table
+
+    if summary.hardware is None or not summary.hardware.rows:
+        return
+    table = Table(title="what the hardware did (per measured phase)")
+    for col in ("monitor", "phase", "CPU busy %", "process cores", "GPU util %", "memory max MiB", "power W", "energy J",
+                "mJ / request"):
+        table.add_column(col, justify="right")
+    for r in summary.hardware.rows:
+        estimated = r.energy_j is None and r.estimated_energy_j is not None
+        energy = r.estimated_energy_j if estimated else r.energy_j
+        per_request = r.estimated_energy_per_request_mj if estimated else r.energy_per_request_mj
+        table.add_row(r.monitor, str(r.phase), _number(r.cpu_busy_pct, 1), _number(r.process_cores, 2),
+                      _number(r.gpu_util_pct, 1), _number(r.memory_max_bytes / 2**20 if r.memory_max_bytes else None),
+                      _number(r.power_w, 1), ("≈ " if estimated else "") + _number(energy, 1),
+                      ("≈ " if estimated else "") + _number(per_request, 2))
+    console.print(table)
+    if any(r.energy_j is None and r.estimated_energy_j is not None for r in summary.hardware.rows):
+        console.print("≈: an estimate (process CPU-seconds × the declared watts per core), not a measurement")
+
+
 def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
     from rich.table import Table
@@ -125,6 +148,7 @@ def print_summary(summary: RunSummary) -> None:
         console.print(table)
     _print_pipelines(console, summary)
     _print_cancellations(console, summary)
+    _print_hardware(console, summary)
     if summary.slos:
         slo = Table(title="SLOs")
         for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):

@@ -916,14 +916,18 @@ class Monitor(_Strict):
     clock."""
 
     name: str = Field(pattern=NAME, description="the source's name in the report (a host, a GPU node)")
-    url: str = Field(description="its metrics, e.g. http://gpu-node-1:9400/metrics (DCGM), http://host:9100/metrics")
+    url: str = Field(description="its metrics, e.g. http://gpu-node-1:9400/metrics (DCGM), http://host:9100/metrics; "
+                                 "'embedded': the embedded server tailrace run starts (its process's CPU and memory)")
     interval_s: float = Field(1.0, ge=0.1, le=600, description="seconds between scrapes")
     timeout_s: float = Field(1.0, gt=0, le=30, description="a scrape that takes longer is missed (and said)")
+    watts_per_core: float | None = Field(None, gt=0, le=1000, description="where the source has no energy counter: "
+                                         "an estimate, its processes' CPU-seconds × these watts (labelled as an "
+                                         "estimate, never added to measured joules)")
 
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        return check_url(v, ("http", "https"))
+        return v if v == EMBEDDED else check_url(v, ("http", "https"))
 
 
 class ServerStats(_Strict):
@@ -1011,6 +1015,8 @@ class Profile(_Strict):
             if b is not None and next((e.protocol for e in self.endpoints if e.name == b), None) != "inprocess":
                 raise ValueError(f"decision.baseline: {b!r} must name an endpoint with protocol 'inprocess'")
         self._check_pipelines()
+        if any(m.url == EMBEDDED for m in self.monitors) and not any(e.url == EMBEDDED for e in self.endpoints):
+            raise ValueError("monitors: url 'embedded' is the embedded server's, and no endpoint has url 'embedded'")
         slo_endpoints = endpoint_names | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):

@@ -12,7 +12,9 @@ What each exporter says, in one vocabulary:
 - energy (J), counters: DCGM's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ), Triton's `nv_energy_consumption`, the node
   exporter's RAPL `node_rapl_*_joules_total`, Kepler's `kepler_*_joules_total`; a counter that went down was reset (or
   wrapped: RAPL's range), and its interval counts what it reads after (Prometheus' rule);
-- vLLM's KV-cache use (`vllm:kv_cache_usage_perc`).
+- vLLM's KV-cache use (`vllm:kv_cache_usage_perc`);
+- a server process's CPU-seconds and resident memory (`process_cpu_seconds_total`, `process_resident_memory_bytes`:
+  the embedded server's, any Python or Go exporter's own).
 """
 from __future__ import annotations
 
@@ -46,10 +48,12 @@ class MonitorSeries:
     energy_metric: str = ""
     cpu_busy: np.ndarray | None = None  # per interval (len − 1): the CPU's busy fraction between two scrapes
     errors: list[str] = field(default_factory=list)
+    process_cpu_s: np.ndarray | None = None  # a server process's CPU-seconds (process_cpu_seconds_total), cumulative
 
     def said(self) -> list[str]:
         """The quantities this monitor reported at least once."""
-        out = [q for q, v in self.values.items() if np.isfinite(v).any()]
+        out = [q for q, v in self.values.items() if np.isfinite(v).any()] + \
+            (["process_cpu_s"] if self.process_cpu_s is not None else [])
         return out + (["cpu_busy"] if self.cpu_busy is not None and np.isfinite(self.cpu_busy).any() else []) + \
             (["energy_j"] if self.energy_j is not None else [])
 
@@ -113,7 +117,8 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
     samples = [samples[i] for i in order]
     values = {q: np.array([_gauge(s, q) for s in samples]) for q in GAUGES}
     memory = [s.get("node_memory_MemTotal_bytes", np.nan) - s.get("node_memory_MemAvailable_bytes", np.nan)
-              if "node_memory_MemTotal_bytes" in s else s.get("nv_cpu_memory_used_bytes", np.nan) for s in samples]
+              if "node_memory_MemTotal_bytes" in s else
+              s.get("nv_cpu_memory_used_bytes", s.get("process_resident_memory_bytes", np.nan)) for s in samples]
     values["memory_bytes"] = np.array(memory, dtype=float)
     cpu = np.array([_cpu(s) for s in samples]) if samples else np.empty((0, 2))
     cpu_busy = None
@@ -128,7 +133,9 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
     energy_j, metric = None, ""
     if found and len(found) == len(energy):
         energy_j, metric = counter_increase(np.array([e[0] for e in energy])), found[0][1]
-    return MonitorSeries(name, times, values, energy_j, metric, cpu_busy, errors)
+    process = [s.get("process_cpu_seconds_total") for s in samples]
+    process_cpu_s = counter_increase(np.array(process, dtype=float)) if process and None not in process else None
+    return MonitorSeries(name, times, values, energy_j, metric, cpu_busy, errors, process_cpu_s)
 
 
 def read_monitor_missing(name: str) -> MonitorSeries:

@@ -259,6 +259,9 @@ def _hardware_section(section: Hardware) -> str:
     shown = [Shown(r, memory=mib(r.memory_max_bytes), gpu_memory=mib(r.gpu_memory_max_bytes),
                    power="–" if r.power_w is None else f"{r.power_w:,.1f} ({r.power_from})")
              for r in section.rows]
+    estimates = [Shown(r, estimate=f"{r.estimated_energy_j:,.1f}", per_request=r.estimated_energy_per_request_mj,
+                       per_tokens=r.estimated_energy_per_1k_output_tokens_j)
+                 for r in section.rows if r.estimated_energy_j is not None]
     parts = ["<h2 id='hardware'>What the hardware did</h2>", _table(shown, [
         ("monitor", "monitor"), ("phase", "phase"), ("cpu_busy_pct", "CPU busy %"), ("gpu_util_pct", "GPU util %"),
         ("sm_active_pct", "SM active %"), ("kv_cache_pct", "KV cache %"), ("memory", "memory max (MiB)"),
@@ -271,6 +274,14 @@ def _hardware_section(section: Hardware) -> str:
         "less the power measured before the load; per request over the phase's ok requests (every endpoint), per "
         "output token over their tokens. Where a monitor has no energy counter, its power gauge is shown and no "
         "joules are computed.</p>"]
+    if estimates:
+        parts += ["<h3>Energy estimated, not measured</h3>", _table(estimates, [
+            ("monitor", "monitor"), ("phase", "phase"), ("process_cores", "process CPU cores"),
+            ("estimate", "estimated J"), ("per_request", "estimated mJ / request"),
+            ("per_tokens", "estimated J / 1k output tokens"), ("estimate_basis", "made of")],
+            left={"monitor", "estimate_basis"}),
+            "<p class='note'>No energy counter on these sources: an estimate from the process's CPU time and the "
+            "watts per core the profile declares — a labelled estimate, never added to measured joules.</p>"]
     if section.missing:
         parts.append("<p class='note'>Not said: " + "; ".join(html.escape(m) for m in section.missing) + ".</p>")
     return "".join(parts)

@@ -372,6 +372,11 @@ class HardwareRow(Row):
     energy_per_request_mj: float | None = None
     energy_per_1k_output_tokens_j: float | None = None
     output_tokens_per_j: float | None = None
+    process_cores: float | None = None  # a monitored process's CPU-seconds per second (the embedded server's)
+    estimated_energy_j: float | None = None  # an ESTIMATE (process CPU-seconds × declared watts per core)
+    estimated_energy_per_request_mj: float | None = None
+    estimated_energy_per_1k_output_tokens_j: float | None = None
+    estimate_basis: str | None = None  # what the estimate is made of, shown wherever it is
 
 
 class Hardware(Row):

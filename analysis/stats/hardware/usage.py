@@ -4,7 +4,9 @@ request, per 1,000 output tokens, and output tokens per joule. Pure functions of
 
 A phase's window runs from its first intended send to its last response (the reference clock; the monitors' scrapes
 are on the master's). Energy is a counter's increase over the window, read between scrapes by linear interpolation;
-where a monitor has no energy counter, none is computed (power gauges are shown, never integrated into joules here).
+where a monitor has no energy counter, none is measured (power gauges are shown, never integrated into joules
+here); with the profile's `watts_per_core`, an estimate — the monitored process's CPU-seconds × those watts — is
+given in fields of its own, labelled, and never added to measured joules.
 Idle: the scrapes before the run's first intended send.
 """
 from __future__ import annotations
@@ -59,9 +61,16 @@ def _idle_power(s: MonitorSeries, load_start: int) -> tuple[float | None, int]:
     return _mean(s.values["power_w"][before]), n
 
 
+def _process_seconds(s: MonitorSeries, t0: int, t1: int) -> float | None:
+    """CPU-seconds the monitored process used between t0 and t1 (interpolated; None: not covered)."""
+    if s.process_cpu_s is None or len(s.t_ns) < 2 or t0 < s.t_ns[0] or t1 > s.t_ns[-1]:
+        return None
+    return float(np.interp(t1, s.t_ns, s.process_cpu_s) - np.interp(t0, s.t_ns, s.process_cpu_s))
+
+
 def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tokens: int,
-              idle_w: float | None) -> dict:
-    """One monitor over one phase's window."""
+              idle_w: float | None, watts_per_core: float | None = None) -> dict:
+    """One monitor over one phase's window (`watts_per_core`: the profile's, for an estimate where no counter is)."""
     inside, intervals = _within(s, t0, t1)
     duration = (t1 - t0) / 1e9
     energy = _energy_between(s, t0, t1)
@@ -80,6 +89,15 @@ def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tok
            if power is not None else None,
            "energy_j": energy, "energy_metric": s.energy_metric or None, "idle_power_w": idle_w,
            "requests": requests, "output_tokens": tokens}
+    cpu_s = _process_seconds(s, t0, t1)
+    if cpu_s is not None and duration > 0:
+        row["process_cores"] = cpu_s / duration
+        if energy is None and watts_per_core is not None:  # an estimate, labelled, never mixed with joules measured
+            estimate = cpu_s * watts_per_core
+            row |= {"estimated_energy_j": estimate,
+                    "estimated_energy_per_request_mj": estimate / requests * 1e3 if requests else None,
+                    "estimated_energy_per_1k_output_tokens_j": estimate / tokens * 1e3 if tokens else None,
+                    "estimate_basis": f"process CPU-seconds × {watts_per_core:g} W per core (an estimate)"}
     if energy is not None:
         above = energy - idle_w * duration if idle_w is not None else None
         row |= {"energy_above_idle_j": above,
@@ -89,9 +107,11 @@ def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tok
     return row
 
 
-def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, int, int, int]]) -> dict:
+def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, int, int, int]],
+                     watts_per_core: dict[str, float] | None = None) -> dict:
     """{"rows": one per monitor × measured phase, "missing": what a monitor could not say, each a line} ({}: no
-    monitors)."""
+    monitors). `watts_per_core`: monitor → its declared watts, for an estimate where it has no energy counter."""
+    watts_per_core = watts_per_core or {}
     if not series:
         return {}
     rows, missing = [], []
@@ -105,11 +125,13 @@ def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, 
             continue
         said = s.said()
         if s.energy_j is None:
-            missing.append(f"{s.name}: no energy counter (DCGM, Triton, RAPL or Kepler): no joules, per request or "
-                           f"per token" + (" — its power gauge is shown" if "power_w" in said else ""))
+            estimated = s.name in watts_per_core and "process_cpu_s" in said
+            missing.append(f"{s.name}: no energy counter (DCGM, Triton, RAPL or Kepler): no joules measured" + (
+                " — an estimate from its process's CPU-seconds is shown, labelled" if estimated else
+                ", per request or per token") + (" — its power gauge is shown" if "power_w" in said else ""))
         idle_w, idle_n = _idle_power(s, load_start) if load_start is not None else (None, 0)
         if s.energy_j is not None and idle_w is None:
             missing.append(f"{s.name}: {idle_n} scrape(s) before the load: no idle power to subtract")
         for phase, t0, t1, requests, tokens in windows:
-            rows.append(usage_row(s, phase, t0, t1, requests, tokens, idle_w))
+            rows.append(usage_row(s, phase, t0, t1, requests, tokens, idle_w, watts_per_core.get(s.name)))
     return {"rows": rows, "missing": missing}

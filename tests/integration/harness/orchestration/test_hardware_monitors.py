@@ -1,6 +1,7 @@
 """What the hardware did, read from a real Prometheus node exporter (Debian's prometheus-node-exporter, started on
 loopback with its CPU and memory collectors) scraped by `tailrace run` through a run of two rates: the CPU busier at
-the higher rate, and each phase's CPU busy agreeing with /proc/stat read by this test over the same windows."""
+the higher rate, and each phase's CPU busy agreeing with /proc/stat read by this test over the same windows; beside it
+the embedded server's own process (its CPU-seconds, its memory) and a labelled energy estimate from them."""
 from __future__ import annotations
 
 import shutil
@@ -56,7 +57,8 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "here", "share": 1.0}],
                            load={"rate": 20, "duration_s": 8, "warmup_s": 1, "seed": 3,
                                  "phases": [{"at_s": 4, "kind": "step", "rate": 600}]},
-                           monitors=[{"name": "host", "url": node_exporter, "interval_s": 0.5}])
+                           monitors=[{"name": "host", "url": node_exporter, "interval_s": 0.5},
+                                     {"name": "server", "url": "embedded", "interval_s": 0.5, "watts_per_core": 10}])
     try:
         run, manifest = run_with(profile, tmp_path)
     finally:
@@ -65,9 +67,13 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     assert manifest["valid"], manifest["invalid_reasons"]
     analysis = analyze_run(run.run_dir)
     hardware = analysis.summary.hardware
-    assert hardware is not None and hardware.missing == [
-        "host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules, per request or per token"]
-    rows = {r.phase: r for r in hardware.rows}
+    assert hardware is not None and hardware.missing[0] == (
+        "host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules measured, per request or per token")
+    server = {r.phase: r for r in hardware.rows if r.monitor == "server"}  # the embedded server's own process
+    assert server[2].process_cores > server[1].process_cores > 0 and server[2].memory_max_bytes > 0
+    assert server[2].estimated_energy_j == pytest.approx(server[2].process_cores * server[2].duration_s * 10)
+    assert server[2].energy_j is None and "an estimate" in server[2].estimate_basis
+    rows = {r.phase: r for r in hardware.rows if r.monitor == "host"}
     assert set(rows) == {1, 2} and all(r.scrapes >= 4 for r in rows.values())
     assert rows[2].cpu_busy_pct > rows[1].cpu_busy_pct + 5, (rows[1].cpu_busy_pct, rows[2].cpu_busy_pct)
     assert all(r.memory_max_bytes and r.memory_max_bytes > 0 for r in rows.values())

@@ -65,8 +65,23 @@ def test_cpu_busy_from_the_node_exporter_and_no_joules_without_a_counter(tmp_pat
     [row] = section["rows"]
     assert row["cpu_busy_pct"] == pytest.approx(75.0) and row["memory_max_bytes"] == pytest.approx(2.7e9)
     assert row["energy_j"] is None and "energy_per_request_mj" not in row
-    assert section["missing"] == ["host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules, per request or "
-                                  "per token"]
+    assert section["missing"] == ["host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules measured, per "
+                                  "request or per token"]
+
+
+def test_an_estimate_from_a_servers_cpu_seconds_is_labelled_and_apart(tmp_path):
+    """The embedded server's process at 1.5 cores through a 4 s phase, 10 W a core declared: 60 J estimated, in
+    fields of their own; no measured joules."""
+    lines = [{"t_ns": t * S, "samples": {"process_cpu_seconds_total": 1.5 * t, "process_resident_memory_bytes": 3e8}}
+             for t in range(0, 8)]
+    series = read_monitor(timeline(tmp_path / "e.jsonl", lines), "embedded-server")
+    section = hardware_section([series], [(1, 2 * S, 6 * S, 30, 600)], {"embedded-server": 10.0})
+    [row] = section["rows"]
+    assert row["process_cores"] == pytest.approx(1.5) and row["estimated_energy_j"] == pytest.approx(60)
+    assert row["estimated_energy_per_request_mj"] == pytest.approx(2000) and row["energy_j"] is None
+    assert row["estimated_energy_per_1k_output_tokens_j"] == pytest.approx(100)
+    assert "an estimate" in row["estimate_basis"] and row["memory_max_bytes"] == 3e8
+    assert "an estimate from its process's CPU-seconds is shown, labelled" in section["missing"][0]
 
 
 def test_a_monitor_that_never_answered_says_nothing_but_that(tmp_path):
