@@ -17,7 +17,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailrace.contract.layout import RunLayout, append_line
-from tailrace.contract.profile import EMBEDDED, Monitor
+from tailrace.contract.profile import Monitor
 from tailrace.harness.client.tls import default_verify_context
 
 HARDWARE_FAMILIES = (
@@ -50,12 +50,6 @@ def hardware_samples(text: str) -> dict[str, float]:
     if cpus:
         out["node_cpus"] = float(len(cpus))
     return out
-
-
-def embedded_monitors(monitors: list[Monitor], targets) -> list[Monitor]:
-    """`monitors` with url 'embedded' pointed at the embedded server's /metrics (`targets`: the run's StatsTargets)."""
-    embedded = next((t.metrics_url for t in targets if t.kind == EMBEDDED and t.metrics_url), None)
-    return [m.model_copy(update={"url": embedded}) if m.url == EMBEDDED and embedded else m for m in monitors]
 
 
 class MonitorRecorder:

@@ -30,7 +30,7 @@ from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, read_mas
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, stop_reason
-from tailrace.harness.orchestration.hardware_monitors import MonitorRecorder, embedded_monitors
+from tailrace.harness.orchestration.hardware_monitors import MonitorRecorder
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
@@ -136,7 +136,7 @@ class RunLifecycle:
         self.stats = ServerStatsRecorder(self.layout, targets, self.plan.profile.server_stats.interval_s)
         self.stats.snapshot("before")
         if self.plan.profile.monitors:  # scraped from now on: what the hardware did before the load too (its idle)
-            self.monitors = MonitorRecorder(self.layout, embedded_monitors(self.plan.profile.monitors, targets))
+            self.monitors = MonitorRecorder(self.layout, self.plan.profile.monitors)
             self.monitors.periodic()
         self.record = RunRecord(self.plan, self.layout, servers=[t.describe() for t in targets],
                                 region_addresses=region_addresses or {})

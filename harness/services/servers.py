@@ -51,7 +51,7 @@ class Servers:
 
     def resolve(self, profile: Profile) -> Profile:
         """The profile with url 'embedded' / 'triton' replaced by the started server's address, and that
-        server's statistics and metrics URLs."""
+        server's statistics and metrics URLs; a monitor's url 'embedded' by the embedded server's metrics URL."""
         endpoints = []
         for ep in profile.endpoints:
             server = self.serving(endpoint_kind(ep), ep.model)
@@ -61,7 +61,10 @@ class Servers:
                 ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
                                            "metrics_url": server.metrics_url})
             endpoints.append(ep)
-        return profile.model_copy(update={"endpoints": endpoints})
+        embedded = next((s.metrics_url for s in self.instances if s.kind == EMBEDDED and s.metrics_url), None)
+        monitors = [m.model_copy(update={"url": embedded}) if m.url == EMBEDDED and embedded else m
+                    for m in profile.monitors]  # a monitor of the embedded server: its /metrics
+        return profile.model_copy(update={"endpoints": endpoints, "monitors": monitors})
 
     def stop(self) -> None:
         for server in reversed(self.instances):
