@@ -251,8 +251,8 @@ def _pooling_section(rows: list[EmbeddingRow], rerank: bool) -> str:
     return "".join(parts)
 
 
-def _hardware_section(section: Hardware) -> str:
-    """What the hardware did per monitor × measured phase, and what the monitors could not say."""
+def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
+    """What the hardware did per monitor × measured phase, through the run, and what the monitors could not say."""
     def mib(v: float | None) -> str:
         return "–" if v is None else f"{v / 2**20:,.0f}"
 
@@ -273,7 +273,8 @@ def _hardware_section(section: Hardware) -> str:
         "counter's increase over that window (DCGM, Triton, RAPL, Kepler; measured, never estimated), above idle "
         "less the power measured before the load; per request over the phase's ok requests (every endpoint), per "
         "output token over their tokens. Where a monitor has no energy counter, its power gauge is shown and no "
-        "joules are computed.</p>"]
+        "joules are computed.</p>",
+        figures.svg("hardware_over_time", lambda: (section.timeline, phase_boundaries_s(profile))) or ""]
     if estimates:
         parts += ["<h3>Energy estimated, not measured</h3>", _table(estimates, [
             ("monitor", "monitor"), ("phase", "phase"), ("process_cores", "process CPU cores"),
@@ -844,7 +845,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
 
     parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s.queueing, figures))
     if s.hardware is not None and (s.hardware.rows or s.hardware.missing):
-        parts.append(_hardware_section(s.hardware))
+        parts.append(_hardware_section(s.hardware, figures, analysis.data.plan.profile))
     parts.append(_server_sections(s, analysis, figures))
     if s.arrival_process:
         parts.append(_process_section(s.arrival_process, figures))

@@ -162,6 +162,31 @@ def server_timeline(timelines: dict[str, list[dict]], t0_ns: int, phase_starts_s
     return _svg(fig)
 
 
+def hardware_over_time(timeline: dict[str, dict[str, list]], phase_starts_s: list[float] = ()) -> str | None:
+    """What the hardware did through the run, per monitor: utilization (%), power (W), memory (MiB), one pane each
+    that some monitor said; phases dashed."""
+    panes = [(title, keys) for title, keys in (
+        ("utilization %", (("cpu_busy_pct", "CPU busy", "interval_t_s"), ("gpu_util_pct", "GPU", "t_s"))),
+        ("power W", (("power_w", "from energy", "interval_t_s"), ("power_gauge_w", "gauge", "t_s"))),
+        ("memory MiB", (("memory_mib", "used", "t_s"),)))
+        if any(key in line for line in timeline.values() for key, _, _ in keys)]
+    if not panes:
+        return None
+    fig, axes = plt.subplots(len(panes), 1, figsize=(8, 1.9 * len(panes) + 0.6), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for ax, (title, keys) in zip(axes, panes):
+        for monitor, line in timeline.items():
+            for key, label, times in keys:
+                if key in line:
+                    ax.plot(line[times], [np.nan if v is None else v for v in line[key]], lw=1.2, marker=".",
+                            ms=3, label=f"{monitor} {label}")
+        ax.set_ylabel(title)
+        ax.legend(fontsize=7)
+    _mark_phases(list(axes), phase_starts_s)
+    axes[-1].set_xlabel("seconds since the first intended send (the monitors' scrapes)")
+    return _svg(fig)
+
+
 def token_heatmap(token_rows: list[dict]) -> str | None:
     """TTFT p99 per region × endpoint (analysis/stats/tokens.py token_table's rows); p90 where some group has too
     few streams for a p99 (the colour bar says which)."""

@@ -384,6 +384,7 @@ class Hardware(Row):
 
     rows: list[HardwareRow] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
+    timeline: dict[str, dict[str, list[float | None]]] = Field(default_factory=dict)  # monitor → the chart's series
 
 
 class ErrorRow(Row):

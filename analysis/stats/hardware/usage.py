@@ -107,6 +107,30 @@ def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tok
     return row
 
 
+def _finite(values: np.ndarray) -> list[float | None]:
+    return [float(v) if np.isfinite(v) else None for v in values]
+
+
+def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
+    """One monitor through the run for the report's chart: seconds since `t0` (the first intended send) and, where
+    said, CPU busy and GPU utilization (%), power (W: the energy counter's rate between scrapes, else the gauge),
+    memory (MiB) — each quantity at its scrapes (an interval's at its middle)."""
+    t = (s.t_ns - t0) / 1e9
+    middle = (t[1:] + t[:-1]) / 2 if len(t) > 1 else np.empty(0)
+    out: dict[str, list] = {"t_s": _finite(t)}
+    if s.cpu_busy is not None:
+        out |= {"interval_t_s": _finite(middle), "cpu_busy_pct": _finite(s.cpu_busy * 100)}
+    if np.isfinite(s.values["gpu_util_pct"]).any():
+        out["gpu_util_pct"] = _finite(s.values["gpu_util_pct"])
+    if s.energy_j is not None and len(t) > 1:
+        out |= {"interval_t_s": _finite(middle), "power_w": _finite(np.diff(s.energy_j) / np.diff(t))}
+    elif np.isfinite(s.values["power_w"]).any():
+        out["power_gauge_w"] = _finite(s.values["power_w"])
+    if np.isfinite(s.values["memory_bytes"]).any():
+        out["memory_mib"] = _finite(s.values["memory_bytes"] / 2**20)
+    return out
+
+
 def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, int, int, int]],
                      watts_per_core: dict[str, float] | None = None) -> dict:
     """{"rows": one per monitor × measured phase, "missing": what a monitor could not say, each a line} ({}: no
@@ -134,4 +158,5 @@ def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, 
             missing.append(f"{s.name}: {idle_n} scrape(s) before the load: no idle power to subtract")
         for phase, t0, t1, requests, tokens in windows:
             rows.append(usage_row(s, phase, t0, t1, requests, tokens, idle_w, watts_per_core.get(s.name)))
-    return {"rows": rows, "missing": missing}
+    timeline = {s.name: timeline_of(s, load_start) for s in series if len(s.t_ns) and load_start is not None}
+    return {"rows": rows, "missing": missing, "timeline": timeline}

@@ -52,6 +52,12 @@ def test_energy_per_phase_per_request_and_per_token_from_a_dcgm_counter(tmp_path
     assert row["energy_per_1k_output_tokens_j"] == pytest.approx(75) and row["gpu_util_pct"] == 90.0
     assert row["gpu_memory_max_bytes"] == 1024 * 2**20 and row["power_from"] == "energy counter"
     assert section["missing"] == ["gpu-node: 1 of 18 scrapes failed (first: ReadTimeout: timed out)"]
+    line = section["timeline"]["gpu-node"]  # the chart's series: seconds since the load's start, power from energy
+    assert line["t_s"][0] == -5.0 and line["power_w"][0] == pytest.approx(100) and line["power_w"][-1] == pytest.approx(300)
+    assert line["gpu_util_pct"][-1] == 90.0 and "power_gauge_w" not in line and "cpu_busy_pct" not in line
+    from tailrace.analysis.report.plots import hardware_over_time
+
+    assert hardware_over_time(section["timeline"], [10.0]).startswith("<svg") and hardware_over_time({}) is None
 
 
 def test_cpu_busy_from_the_node_exporter_and_no_joules_without_a_counter(tmp_path):
