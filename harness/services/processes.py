@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,16 +85,19 @@ class ManagedProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def die_with_parent() -> None:
-    """In a child before exec: SIGKILL when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a killed
-    orchestrator leaves no helper behind (a Locust master its workers would keep sending to, an SNTP server)."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass  # not Linux: the helper then ends when it is stopped
+def launcher(cpus: list[int] | None, with_parent: bool) -> list[str]:
+    """What runs before a command so that it starts as asked, with no Python code between fork and exec (a
+    `preexec_fn` makes CPython fork the whole process, and a fork waits for every lock of every thread — a pyarrow
+    allocator's, gRPC's — to be free: a test worker's start of a proxy once hung there for good). util-linux's
+    `setpriv --pdeathsig KILL`: the command is killed when this process dies, even by SIGKILL, so a killed
+    orchestrator leaves no helper behind (a Locust master its workers would keep sending to, an SNTP server);
+    `taskset -c`: it (and every thread and child it starts) runs on those CPUs."""
+    prefix: list[str] = []
+    if with_parent and shutil.which("setpriv"):
+        prefix += ["setpriv", "--pdeathsig", "KILL", "--"]
+    if cpus:
+        prefix += ["taskset", "-c", ",".join(map(str, cpus))]
+    return prefix
 
 
 def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
@@ -104,19 +109,25 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log_path, "ab")
     full_env = {**os.environ, **(env or {})}
-
-    def before_exec() -> None:  # in the child: a syscall or two
-        # a shell's background job (`tailrace run … &`) starts with SIGINT ignored, which every child would inherit:
-        # a Locust master then ignored the stop it was sent, and the run went on 30 s after it
+    # a shell's background job (`tailrace run … &`) starts with SIGINT ignored, which every child would inherit: a
+    # Locust master then ignored the stop it was sent, and the run went on 30 s after it — its default restored for
+    # the start (a Python handler is the default after exec anyway)
+    restore = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if restore:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if with_parent:
-            die_with_parent()
-
-    popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT if handle else None, env=full_env,
-                             cwd=cwd, start_new_session=True,
-                             preexec_fn=before_exec)
+    try:
+        popen = subprocess.Popen([*launcher(cpus, with_parent), *argv], stdout=handle,
+                                 stderr=subprocess.STDOUT if handle else None, env=full_env, cwd=cwd,
+                                 start_new_session=True)
+    finally:
+        if restore:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cpus:  # pinned from here on, not from when taskset gets to it (what the caller reads next is pinned)
+        try:
+            os.sched_setaffinity(popen.pid, cpus)
+        except OSError:
+            pass  # (it has exited already: nothing to pin)
     return ManagedProcess(name, popen, log_path, handle, handle.tell() if handle is not None else 0)
 
 
