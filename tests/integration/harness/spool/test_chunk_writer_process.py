@@ -245,7 +245,10 @@ def test_a_shipper_killed_in_the_middle_of_its_frame_finishes_it_first(tmp_path,
     child.release()
     os.kill(child.process.pid, signal.SIGSTOP)  # slow to read, as a child writing Parquet is: the pipe fills
     shipping = gevent.spawn(request_chunks.ship_open_chunk)
-    gevent.sleep(0.5)
+    deadline = time.monotonic() + 20  # its rows made into a frame (column by column, yielding), its first bytes sent
+    while not child.outstanding and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    gevent.sleep(0.2)  # the pipe full
     child.hold()  # the sending loop holds it while the frame waits
     assert not shipping.dead and child.held  # in the middle of its frame
     rescue = threading.Timer(30, os.kill, (child.process.pid, signal.SIGCONT))  # (were the kill below to block)
