@@ -263,7 +263,8 @@ def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
                        per_tokens=r.estimated_energy_per_1k_output_tokens_j)
                  for r in section.rows if r.estimated_energy_j is not None]
     parts = ["<h2 id='hardware'>What the hardware did</h2>", _table(shown, [
-        ("monitor", "monitor"), ("phase", "phase"), ("cpu_busy_pct", "CPU busy %"), ("gpu_util_pct", "GPU util %"),
+        ("monitor", "monitor"), ("phase", "phase"), ("cpu_busy_pct", "CPU busy %"),
+        ("process_cores", "process CPU cores"), ("gpu_util_pct", "GPU util %"),
         ("sm_active_pct", "SM active %"), ("kv_cache_pct", "KV cache %"), ("memory", "memory max (MiB)"),
         ("gpu_memory", "GPU memory max (MiB)"), ("power", "power W"), ("energy_j", "energy J"),
         ("idle_power_w", "idle W"), ("energy_above_idle_j", "above idle J"), ("requests", "ok requests"),
