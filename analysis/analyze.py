@@ -10,11 +10,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.decide.variants import variant_decision
+from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, variant_decision
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
-from tailrace.analysis.read.hardware import read_monitor, read_monitor_missing
+from tailrace.analysis.read.hardware import monitor_series
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
 from tailrace.analysis.read.schedule import Columns, Results, Statistic
 from tailrace.analysis.read.schedule import run as run_statistics
@@ -42,7 +42,8 @@ from tailrace.analysis.stats.decomposition import (
     decomposition_table,
     ttft_decomposition,
 )
-from tailrace.analysis.stats.hardware.usage import HARDWARE_COLUMNS, hardware_section, phase_windows
+from tailrace.analysis.stats.hardware.usage import HARDWARE_COLUMNS, hardware_section
+from tailrace.analysis.stats.hardware.windows import phase_windows
 from tailrace.analysis.stats.latency import (
     ONE_SHOT,
     STREAM,
@@ -71,7 +72,6 @@ from tailrace.analysis.stats.tokens import (
     token_verdicts,
 )
 from tailrace.analysis.stats.validity import groups_of, validity_rows
-from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
@@ -191,6 +191,7 @@ class _RunStatistics:
         self.rerank_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "rerank")
         self.streamed = frozenset(generative)
         self.token_columns = TOKEN_COLUMNS if generative else ()
+        self.hardware_columns = (*HARDWARE_COLUMNS, *(("output_tokens",) if generative else ())) if p.monitors else ()
         # and when: a TTFT that trends
         self.verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()
         self.session_columns = tuple(dict.fromkeys((*TOKEN_COLUMNS, *SESSION_COLUMNS))) if generative else ()
@@ -278,9 +279,13 @@ class _RunStatistics:
             Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
                 endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
             Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
-            Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
-                c.frame(variant_columns), data, r["server_statistics"]) if p.decision else None,
+            Statistic("hardware", self.hardware_columns, lambda c, r: hardware_section(
+                monitor_series(data), phase_windows(c.frame(self.hardware_columns)), monitor_scopes(p),
+                endpoint_serving(data.plan, r["server_statistics"])) if p.monitors else {},
                       uses=("server_statistics",)),
+            Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
+                c.frame(variant_columns), data, r["server_statistics"], r["hardware"]) if p.decision else None,
+                      uses=("server_statistics", "hardware")),
             Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
                 c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
         ]
@@ -354,9 +359,6 @@ class _RunStatistics:
             Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
                       if self.mixed else {}),
-            Statistic("hardware", HARDWARE_COLUMNS if self.p.monitors else (), lambda c, r: hardware_section(
-                _monitor_series(data), phase_windows(c.frame(HARDWARE_COLUMNS)),
-                {m.name: m.watts_per_core for m in self.p.monitors if m.watts_per_core}) if self.p.monitors else {}),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),
@@ -375,16 +377,6 @@ SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomp
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
                    "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware"}
-
-
-def _monitor_series(data: RunData) -> list:
-    """The profile's monitors' scrapes as series (a monitor with no timeline: none of its scrapes was written)."""
-    layout = RunLayout(data.run_dir)
-    out = []
-    for m in data.plan.profile.monitors:
-        path = layout.monitor_timeline(m.name)
-        out.append(read_monitor(path, m.name) if path.exists() else read_monitor_missing(m.name))
-    return out
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -456,6 +448,8 @@ def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
         tables["tokens_by_model"] = flat_token_rows(r["by_model"]["rows"])
     if r["hardware"]:
         tables["hardware"] = pd.DataFrame(r["hardware"]["rows"])
+        if r["hardware"]["endpoints"]:
+            tables["hardware_endpoints"] = pd.DataFrame(r["hardware"]["endpoints"])
     if r["cancellations"]:
         tables["cancellations"] = pd.DataFrame([{k: v for k, v in row.items() if k != "by_trigger"}
                                                 | {f"by_{k}": v for k, v in row["by_trigger"].items()}

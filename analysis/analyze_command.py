@@ -92,8 +92,20 @@ def _print_hardware(console, summary: RunSummary) -> None:
                       _number(r.power_w, 1), ("≈ " if estimated else "") + _number(energy, 1),
                       ("≈ " if estimated else "") + _number(per_request, 2))
     console.print(table)
-    if any(r.energy_j is None and r.estimated_energy_j is not None for r in summary.hardware.rows):
-        console.print("≈: an estimate (process CPU-seconds × the declared watts per core), not a measurement")
+    if summary.hardware.endpoints:
+        table = Table(title="per endpoint: the utilization law U = X·S, and energy per request")
+        for col in ("monitor", "endpoint", "phase", "X /s", "S ms", "ρ", "measured U", "U = X·S", "mJ / request"):
+            table.add_column(col, justify="right")
+        for r in summary.hardware.endpoints:
+            estimated = r.energy_per_request_mj is None and r.estimated_energy_per_request_mj is not None
+            table.add_row(r.monitor, r.endpoint, str(r.phase), _number(r.throughput_rps, 1),
+                          _number(r.mean_service_ms, 2), _number(r.rho, 2), _number(r.measured_utilization, 2),
+                          r.utilization_law or "–", ("≈ " if estimated else "") + _number(
+                              r.estimated_energy_per_request_mj if estimated else r.energy_per_request_mj, 2))
+        console.print(table)
+    if any(r.energy_j is None and r.estimated_energy_j is not None for r in summary.hardware.rows) or any(
+            r.estimated_energy_per_request_mj is not None for r in summary.hardware.endpoints):
+        console.print("≈: an estimate (CPU-seconds × the declared watts per core), not a measurement")
 
 
 def print_summary(summary: RunSummary) -> None:

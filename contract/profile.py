@@ -876,10 +876,12 @@ class DecisionConstraints(_Strict):
     ttft_p95_ms_max: float | None = Field(None, gt=0, description="generative variants: TTFT p95 ≤")
     tpot_p95_ms_max: float | None = Field(None, gt=0, description="generative variants: TPOT p95 ≤")
     output_tokens_per_s_min: float | None = Field(None, gt=0, description="generative variants: output tokens/s ≥")
+    energy_budget_mj: float | None = Field(None, gt=0, description="energy per request ≤ (mJ; from [[monitors]]: "
+                                                                   "measured, or estimated where no variant is)")
 
 
 DECISION_METRICS = Literal["p95_ms", "accuracy", "memory_mb", "capacity_rps", "ttft_p95_ms", "tpot_p95_ms",
-                           "output_tokens_per_s"]
+                           "output_tokens_per_s", "energy_mj"]
 
 
 class Decision(_Strict):
@@ -891,7 +893,7 @@ class Decision(_Strict):
     weights: dict[DECISION_METRICS, float] | None = Field(
         None, description="default: p95_ms 1, accuracy 1, memory_mb 0.5, capacity_rps 0.5; for generative variants "
                           "ttft_p95_ms 1, tpot_p95_ms 1, output_tokens_per_s 0.5, capacity_rps 0.5, memory_mb 0.25 "
-                          "(their p95_ms is E2E)")
+                          "(their p95_ms is E2E); energy_mj 0.5 where [[monitors]] say it")
     constraints: DecisionConstraints = Field(default_factory=DecisionConstraints)
     capacity_rps: dict[str, float] = Field(default_factory=dict, description="measured capacities (e.g. from "
                                            "`tailrace capacity`) per endpoint; otherwise slots / mean service time")
@@ -920,6 +922,9 @@ class Monitor(_Strict):
                                  "'embedded': the embedded server tailrace run starts (its process's CPU and memory)")
     interval_s: float = Field(1.0, ge=0.1, le=600, description="seconds between scrapes")
     timeout_s: float = Field(1.0, gt=0, le=30, description="a scrape that takes longer is missed (and said)")
+    endpoints: list[str] = Field(default_factory=list, description="the endpoints whose server it watches (default: "
+                                 "every endpoint): its energy per request counts their requests; one endpoint alone "
+                                 "gives that endpoint's energy per request")
     watts_per_core: float | None = Field(None, gt=0, le=1000, description="where the source has no energy counter: "
                                          "an estimate, its processes' CPU-seconds × these watts (labelled as an "
                                          "estimate, never added to measured joules)")
@@ -1017,6 +1022,10 @@ class Profile(_Strict):
         self._check_pipelines()
         if any(m.url == EMBEDDED for m in self.monitors) and not any(e.url == EMBEDDED for e in self.endpoints):
             raise ValueError("monitors: url 'embedded' is the embedded server's, and no endpoint has url 'embedded'")
+        for i, m in enumerate(self.monitors):
+            unknown = [e for e in m.endpoints if e not in endpoint_names]
+            if unknown:
+                raise ValueError(f"monitors[{i}].endpoints: no endpoint named {unknown[0]!r}")
         slo_endpoints = endpoint_names | {"*"}
         regions = {r.name for r in self.regions} | {"*"}
         for i, slo in enumerate(self.slos):

@@ -5,6 +5,7 @@ the k-th request a worker scheduled in A with the k-th in B (common random numbe
 p50 / p95 / p99 get paired intervals (analysis/stats/correlation.py), with the Wilcoxon signed-rank test. Otherwise
 the runs are compared as independent samples: bootstrap intervals and Mann–Whitney U. Each row is one metric:
 latency (a streamed request's E2E); for streamed (generative) endpoints also TTFT and TPOT, each paired the same way.
+Where both runs have [[monitors]], a second table compares their energy per request (analysis/decide/energy_compare.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tailrace.analysis.decide.energy_compare import compare_energy, energy_table
 from tailrace.analysis.read import process_memory
 from tailrace.analysis.read.frames import take_rows
 from tailrace.analysis.read.rundir import (
@@ -287,11 +289,21 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                       f"{r['test_p']:.3g}",
                       f"{r['cohens_d']:+.2f}", r["verdict"])
     console().print(table)
+    try:
+        energy = compare_energy(run_a, run_b)
+    except (RunDirError, ValueError, OSError) as exc:  # the latency table above stands
+        energy = []
+        print(f"tailrace compare: energy not compared: {exc}", file=sys.stderr)
+    if energy:
+        console().print(energy_table(energy, run_a, run_b))
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / "compare.json").write_text(json.dumps(rows, indent=2))
             pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
+            if energy:
+                (out / "compare_energy.json").write_text(json.dumps(energy, indent=2))
+                pd.DataFrame(energy).to_csv(out / "compare_energy.csv", index=False)
         except OSError as exc:  # the table above is printed: nothing measured is lost
             print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
             return exit_codes.INTERNAL

@@ -1,10 +1,12 @@
-"""Model-variant decisions (pure): which variant to ship, given latency, accuracy, memory and capacity.
+"""Model-variant decisions (pure): which variant to ship, given latency, accuracy, memory, capacity and energy.
 
 Each variant is one endpoint (fp32 / int8, logreg / MLP, embedded / Triton). The decision:
-  1. hard constraints from the profile (p95 ≤, accuracy ≥, memory ≤, capacity ≥) remove variants;
+  1. hard constraints from the profile (p95 ≤, accuracy ≥, memory ≤, capacity ≥, energy per request ≤) remove
+     variants;
   2. the survivors are ranked by a composite score: each metric min-max normalised across all variants
      (1 = best, direction-aware), weighted by the profile's weights;
-  3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity; generative: TTFT p95 vs output tokens/s) mark
+  3. Pareto frontiers (p95 latency vs accuracy, memory vs capacity, p95 vs energy per request; generative: TTFT p95
+     vs output tokens/s) mark
      dominated variants;
   4. the ranking's differences are tested pairwise: latency (and TTFT, TPOT) by Mann–Whitney U and Cohen's d; accuracy by
      McNemar's exact test on the held-out samples both variants answered (a model's answer to a sample is
@@ -21,14 +23,15 @@ from tailrace.analysis.stats.estimators import cohens_d
 
 # metric → True when higher is better
 DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True,
-              "ttft_p95_ms": False, "tpot_p95_ms": False, "output_tokens_per_s": True}
+              "ttft_p95_ms": False, "tpot_p95_ms": False, "output_tokens_per_s": True, "energy_mj": False}
 CONSTRAINTS = {"p95_ms_max": ("p95_ms", "≤"), "accuracy_min": ("accuracy", "≥"), "memory_mb_max": ("memory_mb", "≤"),
                "capacity_rps_min": ("capacity_rps", "≥"), "ttft_p95_ms_max": ("ttft_p95_ms", "≤"),
-               "tpot_p95_ms_max": ("tpot_p95_ms", "≤"), "output_tokens_per_s_min": ("output_tokens_per_s", "≥")}
+               "tpot_p95_ms_max": ("tpot_p95_ms", "≤"), "output_tokens_per_s_min": ("output_tokens_per_s", "≥"),
+               "energy_budget_mj": ("energy_mj", "≤")}
 # when the profile sets no weights: what a model variant is chosen on, and what an LLM endpoint is
-DEFAULT_WEIGHTS = {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5}
+DEFAULT_WEIGHTS = {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5, "energy_mj": 0.5}
 GENERATIVE_WEIGHTS = {"ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "output_tokens_per_s": 0.5, "capacity_rps": 0.5,
-                      "memory_mb": 0.25}
+                      "memory_mb": 0.25, "energy_mj": 0.5}
 ALPHA = 0.05
 
 
@@ -83,6 +86,24 @@ def composite_scores(rows: list[dict], weights: dict[str, float]) -> dict[str, f
                 den += w
         scores[r["name"]] = num / den if den else 0.0
     return scores
+
+
+BASES = ("measured", "estimate: process CPU", "estimate: model CPU")  # the first present is the one ranked
+
+
+def comparable_energy(rows: list[dict]) -> list[str]:
+    """Variants' energy is ranked on one basis only — measured joules where any variant has them, else the same
+    kind of estimate: the others' energy_mj moves to estimated_energy_mj (not ranked) and a line says so. An
+    estimate is never set against joules measured. Mutates `rows`."""
+    bases = {r.get("energy_basis") for r in rows if r.get("energy_mj") is not None}
+    if len(bases) < 2:
+        return []
+    ranked = next(b for b in BASES if b in bases)
+    for r in rows:
+        if r.get("energy_mj") is not None and r.get("energy_basis") != ranked:
+            r["estimated_energy_mj"] = r.pop("energy_mj")
+    return [f"energy per request is {ranked} for some variants and not for others: it is ranked on those "
+            f"({', '.join(r['name'] for r in rows if r.get('energy_mj') is not None)}) only"]
 
 
 def constraint_failures(row: dict, constraints: dict[str, float | None]) -> list[str]:
@@ -176,10 +197,12 @@ def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str
            constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None,
            token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
     """The decision table: constraints, score, rank, Pareto status, and the pairwise tests behind the ranking."""
+    caveats = comparable_energy(rows)
     scores = composite_scores(rows, weights)
     front_latency = pareto(rows, [("p95_ms", False), ("accuracy", True)])
     front_memory = pareto(rows, [("memory_mb", False), ("capacity_rps", True)])
     front_tokens = pareto(rows, [("ttft_p95_ms", False), ("output_tokens_per_s", True)])
+    front_energy = pareto(rows, [("p95_ms", False), ("energy_mj", False)])
     table = []
     for r in rows:
         fails = constraint_failures(r, constraints)
@@ -187,7 +210,8 @@ def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str
                       "constraint_failures": fails, "survives": not fails,
                       "dominated_latency_accuracy_by": front_latency[r["name"]],
                       "dominated_memory_capacity_by": front_memory[r["name"]],
-                      "dominated_ttft_throughput_by": front_tokens[r["name"]]})
+                      "dominated_ttft_throughput_by": front_tokens[r["name"]],
+                      "dominated_latency_energy_by": front_energy[r["name"]]})
     survivors = sorted((t for t in table if t["survives"]), key=lambda t: -t["score"])
     for i, t in enumerate(survivors, start=1):
         t["rank"] = i
@@ -196,7 +220,6 @@ def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str
     tests = [pairwise(survivors[0], other, latencies, correctness, token_latencies) for other in survivors[1:]] \
         if survivors else []
     recommended = survivors[0]["name"] if survivors else None
-    caveats = []
     if len(survivors) > 1:
         caveat = ranking_caveat(survivors[0]["name"], survivors[1]["name"], tests[0])
         if caveat:

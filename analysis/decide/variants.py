@@ -9,6 +9,7 @@ import pandas as pd
 from tailrace.analysis.decide.decision import DEFAULT_WEIGHTS, GENERATIVE_WEIGHTS, decide
 from tailrace.analysis.read.triton_stats import requests_per_execution
 from tailrace.analysis.stats.correlation import correlated_percentiles_ci, time_order
+from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Endpoint
 
@@ -24,7 +25,43 @@ def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
     """Execution slots of the server behind `endpoint` (a started Triton's instances, the embedded slots)."""
     if plan.endpoint_kinds.get(endpoint.name) == "triton":
         return plan.profile.triton.instances
-    return plan.profile.embedded.slots.get(endpoint.model, 1)
+    return plan.profile.embedded.slots.get(endpoint.model, 1) if isinstance(endpoint.model, str) else 1
+
+
+def endpoint_serving(plan: RunPlan, stat_rows: list[dict]) -> dict[str, EndpointServing]:
+    """Each endpoint of one model (not a mix): its model and execution slots × requests per execution seen."""
+    batch = requests_per_execution(stat_rows)
+    return {e.name: EndpointServing(e.model, _slots(plan, e) * batch.get(e.name, 1.0))
+            for e in plan.profile.endpoints if isinstance(e.model, str)}
+
+
+def monitor_scopes(profile) -> list[MonitorScope]:
+    """The profile's monitors: whose requests each one's energy per request counts, its declared watts per core."""
+    return [MonitorScope(m.name, tuple(m.endpoints) if m.endpoints else None, m.watts_per_core)
+            for m in profile.monitors]
+
+
+def hardware_of(name: str, hardware: dict | None) -> dict:
+    """A variant's energy per request and exporter-measured memory over its measured phases: measured where a
+    monitor watches it alone with an energy counter; else an estimate — the process's CPU-seconds where a monitor
+    watches it alone, else its model's — × the declared watts per core (`energy_basis` says which); {} where no
+    monitor says."""
+    section = hardware or {}
+    alone = [r for r in section.get("rows", []) if r.get("endpoints") == [name]]
+    mine = [r for r in section.get("endpoints", []) if r["endpoint"] == name]
+    out: dict = {}
+    for rows, key, basis in ((mine, "energy_per_request_mj", "measured"),
+                             (alone, "estimated_energy_per_request_mj", "estimate: process CPU"),
+                             (mine, "estimated_energy_per_request_mj", "estimate: model CPU")):
+        found = [r for r in rows if r.get(key) is not None and r["requests"]]
+        if found:
+            requests = sum(r["requests"] for r in found)
+            out |= {"energy_mj": sum(r[key] * r["requests"] for r in found) / requests, "energy_basis": basis}
+            break
+    peaks = [r[k] for r in alone for k in ("gpu_memory_max_bytes", "memory_max_bytes") if r.get(k) is not None]
+    if peaks:
+        out["exporter_memory_mb"] = max(peaks) / 2**20
+    return out
 
 
 def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
@@ -117,9 +154,10 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     return row, lat
 
 
-def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict]) -> dict | None:
+def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict], hardware: dict | None = None) -> dict | None:
     """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
-    run's server statistics deltas (analysis/read/triton_stats.py's endpoint_stat_deltas)."""
+    run's server statistics deltas (analysis/read/triton_stats.py's endpoint_stat_deltas); `hardware`: the run's
+    hardware section (energy per request, exporters' memory)."""
     spec = data.plan.profile.decision
     if spec is None:
         return None
@@ -132,6 +170,9 @@ def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict]) -> dict | No
     for name in names:
         g = df[df["endpoint"] == name]
         row, lat = variant_row(name, g, data, stats_compute, per_execution)
+        row.update(hardware_of(name, hardware))
+        if row["memory_mb"] is None and row.get("exporter_memory_mb") is not None:  # a monitor of it alone says
+            row["memory_mb"], row["memory_source"] = row["exporter_memory_mb"], "exporter"
         rows.append(row)
         latencies[name] = lat
         if name in generative:

@@ -14,7 +14,9 @@ What each exporter says, in one vocabulary:
   wrapped: RAPL's range), and its interval counts what it reads after (Prometheus' rule);
 - vLLM's KV-cache use (`vllm:kv_cache_usage_perc`);
 - a server process's CPU-seconds and resident memory (`process_cpu_seconds_total`, `process_resident_memory_bytes`:
-  the embedded server's, any Python or Go exporter's own).
+  the embedded server's, any Python or Go exporter's own); the embedded server's CPU-seconds per model
+  (`tailrace_server_model_cpu_seconds_total`) and its own NVML and RAPL readings (`tailrace_gpu_*`,
+  `tailrace_*_energy_joules_total`: endpoints/serving/power_sources.py).
 """
 from __future__ import annotations
 
@@ -24,16 +26,23 @@ from pathlib import Path
 
 import numpy as np
 
+from tailrace.contract.layout import RunLayout
+
 GAUGES = {  # quantity → (metric, scale, how GPUs combine)
-    "gpu_util_pct": (("DCGM_FI_DEV_GPU_UTIL", 1.0), ("nv_gpu_utilization", 100.0)),
+    "gpu_util_pct": (("DCGM_FI_DEV_GPU_UTIL", 1.0), ("nv_gpu_utilization", 100.0),
+                     ("tailrace_gpu_utilization_percent", 1.0)),
     "sm_active_pct": (("DCGM_FI_PROF_SM_ACTIVE", 100.0),),
-    "gpu_memory_bytes": (("DCGM_FI_DEV_FB_USED", 2.0**20), ("nv_gpu_memory_used_bytes", 1.0)),
-    "power_w": (("DCGM_FI_DEV_POWER_USAGE", 1.0), ("nv_gpu_power_usage", 1.0)),
+    "gpu_memory_bytes": (("DCGM_FI_DEV_FB_USED", 2.0**20), ("nv_gpu_memory_used_bytes", 1.0),
+                         ("tailrace_gpu_memory_used_bytes", 1.0)),
+    "power_w": (("DCGM_FI_DEV_POWER_USAGE", 1.0), ("nv_gpu_power_usage", 1.0), ("tailrace_gpu_power_watts", 1.0)),
     "kv_cache_pct": (("vllm:kv_cache_usage_perc", 100.0),),
 }
 MEANS = {"gpu_util_pct", "sm_active_pct", "kv_cache_pct"}  # over the GPUs (the others add up)
+# (name prefix, scale to joules): the first family present is the monitor's energy; the embedded server's own
+# (NVML's GPU counters and RAPL's package and DRAM zones: disjoint parts of the host) are summed
 ENERGY_COUNTERS = (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3), ("nv_energy_consumption", 1.0),
-                   ("node_rapl_", 1.0), ("kepler_", 1.0))
+                   ("node_rapl_", 1.0), ("kepler_", 1.0), ("tailrace_", 1.0))
+MODEL_CPU = "tailrace_server_model_cpu_seconds_total"
 IDLE_MODES = ('mode="idle"', 'mode="iowait"')
 
 
@@ -49,6 +58,7 @@ class MonitorSeries:
     cpu_busy: np.ndarray | None = None  # per interval (len − 1): the CPU's busy fraction between two scrapes
     errors: list[str] = field(default_factory=list)
     process_cpu_s: np.ndarray | None = None  # a server process's CPU-seconds (process_cpu_seconds_total), cumulative
+    model_cpu_s: dict[str, np.ndarray] = field(default_factory=dict)  # the embedded server's, per model, cumulative
 
     def said(self) -> list[str]:
         """The quantities this monitor reported at least once."""
@@ -73,7 +83,8 @@ def _gauge(samples: dict[str, float], quantity: str) -> float:
 def _energy(samples: dict[str, float]) -> tuple[float, str] | None:
     """The first energy counter family present: its joules now (summed over its series), its name."""
     for prefix, scale in ENERGY_COUNTERS:
-        keys = [k for k in samples if _base(k).startswith(prefix) and _base(k).endswith(("_total", "CONSUMPTION"))]
+        keys = [k for k in samples if _base(k).startswith(prefix) and _base(k).endswith(("_total", "CONSUMPTION"))
+                and (not prefix.endswith("_") or "joules" in _base(k))]  # a family: its joules counters only
         if keys:
             return sum(samples[k] for k in keys) * scale, _base(keys[0]) if len({_base(k) for k in keys}) == 1 \
                 else prefix + "*"
@@ -135,10 +146,22 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
         energy_j, metric = counter_increase(np.array([e[0] for e in energy])), found[0][1]
     process = [s.get("process_cpu_seconds_total") for s in samples]
     process_cpu_s = counter_increase(np.array(process, dtype=float)) if process and None not in process else None
-    return MonitorSeries(name, times, values, energy_j, metric, cpu_busy, errors, process_cpu_s)
+    models = {k.split('model="', 1)[1].split('"', 1)[0] for s in samples for k in s if _base(k) == MODEL_CPU}
+    model_cpu_s = {m: counter_increase(np.array([s.get(f'{MODEL_CPU}{{model="{m}"}}', np.nan) for s in samples]))
+                   for m in sorted(models)}
+    return MonitorSeries(name, times, values, energy_j, metric, cpu_busy, errors, process_cpu_s,
+                         {m: v for m, v in model_cpu_s.items() if np.isfinite(v).all()})
 
 
 def read_monitor_missing(name: str) -> MonitorSeries:
     """A monitor whose timeline was never written (no scrape of it reached the run directory)."""
     return MonitorSeries(name, np.empty(0, dtype=np.int64), {q: np.empty(0) for q in (*GAUGES, "memory_bytes")},
                          None, errors=["its timeline was never written"])
+
+
+def monitor_series(data) -> list[MonitorSeries]:
+    """A run's monitors' scrapes as series (`data`: its RunData; a monitor with no timeline: none of its scrapes was
+    written)."""
+    layout = RunLayout(data.run_dir)
+    return [read_monitor(layout.monitor_timeline(m.name), m.name) if layout.monitor_timeline(m.name).exists()
+            else read_monitor_missing(m.name) for m in data.plan.profile.monitors]

@@ -284,6 +284,20 @@ def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
             left={"monitor", "estimate_basis"}),
             "<p class='note'>No energy counter on these sources: an estimate from the process's CPU time and the "
             "watts per core the profile declares — a labelled estimate, never added to measured joules.</p>"]
+    if section.endpoints:
+        parts += ["<h3>Per endpoint: the utilization law and energy per request</h3>", _table([Shown(
+            r, measured=r.energy_per_request_mj, estimated=r.estimated_energy_per_request_mj,
+            shared=", ".join(r.cpu_shared_by or []) or "–") for r in section.endpoints], [
+            ("monitor", "monitor"), ("endpoint", "endpoint"), ("model", "model"), ("phase", "phase"),
+            ("throughput_rps", "X /s"), ("mean_service_ms", "S ms"), ("slots", "slots"), ("rho", "ρ = X·S/slots"),
+            ("measured_utilization", "measured U"), ("measured_from", "measured from"),
+            ("utilization_law", "U = X·S"), ("cpu_ms_per_request", "CPU ms / request"), ("shared", "CPU shared by"),
+            ("measured", "mJ / request"), ("estimated", "≈ mJ / request (estimate)")],
+            left={"monitor", "endpoint", "model", "measured_from", "utilization_law", "shared"}),
+            "<p class='note'>The utilization law holds (U within 20% of ρ) where the slot's time is the measured "
+            "resource's work; U below ρ: the slot was held while that resource waited (a sleep, I/O, another "
+            "process on the core). mJ / request is measured only for a monitor of this endpoint alone with an "
+            "energy counter; ≈ is the model's CPU-seconds × the declared watts per core — an estimate.</p>"]
     if section.missing:
         parts.append("<p class='note'>Not said: " + "; ".join(html.escape(m) for m in section.missing) + ".</p>")
     return "".join(parts)
@@ -446,8 +460,13 @@ def _decision_section(d: Decision, figures: Figures) -> str:
                   pareto_mem=dominated(v.dominated_memory_capacity_by),
                   fails="; ".join(v.constraint_failures) or "–", overhead=v.serving_overhead_p50_ms,
                   ttft=f"{_fmt(v.ttft_p95_ms)} {_ci(v.ttft_p95_ci)}", tpot=f"{_fmt(v.tpot_p95_ms)} {_ci(v.tpot_p95_ci)}",
-                  pareto_tokens=dominated(v.dominated_ttft_throughput_by))
+                  pareto_tokens=dominated(v.dominated_ttft_throughput_by),
+                  pareto_energy=dominated(v.dominated_latency_energy_by),
+                  energy=("–" if v.energy_mj is None else f"{'≈ ' if (v.energy_basis or '').startswith('estimate') else ''}"
+                          f"{v.energy_mj:,.3g}") if v.estimated_energy_mj is None else
+                  f"≈ {v.estimated_energy_mj:,.3g} (not ranked)")
             for v in d.variants]
+    energy = any(v.energy_mj is not None or v.estimated_energy_mj is not None for v in d.variants)
     streamed = any(v.ttft_p95_ms is not None for v in d.variants)
     parts = ["<h2 id='decision'>Model variants: trade-offs and decision</h2>"]
     rec = d.recommended
@@ -461,14 +480,18 @@ def _decision_section(d: Decision, figures: Figures) -> str:
     parts.append(_table(rows, [("name", "variant"), ("model", "model"), ("protocol", "protocol"),
                                ("requests", "requests"), ("accuracy", "accuracy"), *token_cols, ("p50", "p50 ms [CI]"),
                                ("p95", "p95 ms [CI]"), ("p99", "p99 ms [CI]"), ("capacity_rps", "capacity /s"),
-                               ("memory", "peak RSS MB"), ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
+                               ("memory", "peak RSS MB"), *([("energy", "mJ / request")] if energy else []),
+                               ("size_kb", "model KB"), ("overhead", "serving p50 − model p50"),
                                ("score", "score"), ("fails", "constraint failures"), ("rank", "rank")],
-                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory", "ttft", "tpot"}))
+                        left={"name", "model", "protocol", "fails", "p50", "p95", "p99", "memory", "ttft", "tpot",
+                              "energy"}))
     parts.append(_table(rows, [("name", "variant"), ("pareto_lat", "Pareto: p95 vs accuracy"),
                                ("pareto_mem", "Pareto: memory vs capacity"),
                                *([("pareto_tokens", "Pareto: TTFT p95 vs tokens/s")] if streamed else []),
-                               ("capacity_source", "capacity from")],
-                        left={"name", "pareto_lat", "pareto_mem", "pareto_tokens", "capacity_source"}))
+                               *([("pareto_energy", "Pareto: p95 vs energy")] if energy else []),
+                               ("capacity_source", "capacity from"), ("energy_basis", "energy")],
+                        left={"name", "pareto_lat", "pareto_mem", "pareto_tokens", "pareto_energy", "capacity_source",
+                              "energy_basis"}))
     variants = [v.raw for v in d.variants]
     latency_accuracy = figures.svg("pareto_scatter", lambda: (
         variants, "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
@@ -489,7 +512,10 @@ def _decision_section(d: Decision, figures: Figures) -> str:
     base = d.baseline
     parts.append(f"<p class='note'>Score: each metric scaled 0–1 across variants (1 = best), weighted {weights}. "
                  f"Hard constraints: {cons}. A dominated variant is no better on either axis than another and "
-                 "worse on one." + (f" Baseline {html.escape(base.name)} (in-process, no network): p50 "
+                 "worse on one. mJ / request: from [[monitors]] over the measured phases — measured (an energy "
+                 "counter on a monitor of that variant alone) or ≈ an estimate (its model's CPU-seconds × the "
+                 "declared watts per core); the two are never ranked against each other."
+                 + (f" Baseline {html.escape(base.name)} (in-process, no network): p50 "
                                     f"{_fmt(base.p50_ms)} ms — the model's own cost." if base else "") + "</p>")
     return "".join(parts)
 
@@ -551,7 +577,7 @@ def _validity_section(s: RunSummary) -> str:
 
 _QUEUE_CORE = [("endpoint", "endpoint"), ("model", "model"), ("slots", "slots"), ("arrival_rate", "λ /s"),
                ("throughput", "X /s"), ("L_measured", "L measured"), ("lambda_W", "λ·W"), ("littles_gap", "Little gap"),
-               ("mean_service_ms", "S ms"), ("rho", "ρ"), ("mean_queue_ms", "Wq ms"),
+               ("mean_service_ms", "S ms"), ("rho", "ρ"), ("measured_u", "measured U"), ("mean_queue_ms", "Wq ms"),
                ("p99_queue_ms", "queue p99 ms"), ("arrival_cv2", "arrival c_a²")]
 _QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), ("mm1_service_cv2", "service c_s²"),
                  ("mm1_pk_mean_wait_ms", "M/G/1 Wq ms"), ("mm1_gg1_mean_wait_ms", "G/G/1 Wq ms"),
@@ -559,15 +585,31 @@ _QUEUE_MODELS = [("endpoint", "endpoint"), ("mm1_mean_wait_ms", "M/M/1 Wq ms"), 
                  ("mm1_p99_sojourn_ms", "M/M/1 p99 ms"), ("mm1_measured_p99_sojourn_ms", "measured p99 ms")]
 
 
-def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = None) -> str:
-    """Little's law and utilization for every endpoint; the queueing-model predictions only for the endpoints
-    they apply to (a synthetic exponential service), said in words for the rest."""
+def measured_utilization(hardware: Hardware | None) -> dict[str, str]:
+    """Endpoint → its model's measured utilization over the measured phases (weighted by their durations) and what
+    it was measured from, as the queueing table shows it beside ρ."""
+    out: dict[str, str] = {}
+    rows = [r for r in (hardware.endpoints if hardware else []) if r.measured_utilization is not None
+            and r.throughput_rps]
+    for endpoint in sorted({r.endpoint for r in rows}):
+        mine = [r for r in rows if r.endpoint == endpoint]
+        spans = [r.requests / r.throughput_rps for r in mine]
+        u = sum(r.measured_utilization * d for r, d in zip(mine, spans)) / sum(spans)
+        out[endpoint] = f"{u:.2f} ({'CPU' if 'CPU' in mine[0].measured_from else 'GPU'})"
+    return out
+
+
+def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = None,
+                      measured: dict[str, str] | None = None) -> str:
+    """Little's law and utilization for every endpoint (ρ beside the utilization a monitor measured, where one
+    did); the queueing-model predictions only for the endpoints they apply to (a synthetic exponential service),
+    said in words for the rest."""
     if not queueing:
         return ("<p class='note'>No server timings: the endpoints did not report when they received and answered "
                 "each request (Triton and the embedded endpoint do), so there is no server-side queueing to "
                 "show.</p>")
     rows = [Shown(q, rho=f"{q.utilization:.2f} > 0.7" if q.utilization_flag and q.utilization is not None
-                  else q.utilization,
+                  else q.utilization, measured_u=(measured or {}).get(q.endpoint),
                   **{f"mm1_{k}": getattr(q.mm1, k) for k in (type(q.mm1).model_fields if q.mm1 else ())})
             for q in queueing]
     core = [c for c in _QUEUE_CORE if any(r.get(c[0]) is not None for r in rows) or c[0] == "endpoint"]
@@ -592,7 +634,9 @@ def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = Non
     parts.append("<p class='note'>ρ = λ·S / slots (flagged above 0.7, where queue delay climbs steeply); Little gap: "
                  "how far the time-average number in the server L is from λ·W (small = consistent timestamps); "
                  "c_a²: the squared coefficient of variation of the gaps between arrivals at the server "
-                 "(1 = Poisson).</p>")
+                 "(1 = Poisson). Measured U: the utilization law U = X·S checked against a monitor — the model's "
+                 "CPU time per second per slot (the embedded server), or the GPU's utilization (a monitor of this "
+                 "endpoint alone); per phase under <a href='#hardware'>What the hardware did</a>.</p>")
     return "".join(parts)
 
 
@@ -791,9 +835,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
              f"profile <b>{html.escape(s.profile)}</b> · {s.input.rows_read:,} requests from "
              f"{s.input.chunks_read} chunks · {len(s.input.chunks_skipped)} chunk(s) skipped</p>"]
     labels = {"invalid": ("flag", "INVALID:"), "warning": ("warn", "warning:"), "skipped": ("flag", "skipped")}
-    for kind, text in s.notices():
-        css, label = labels[kind]
-        parts.append(f"<p class='{css}'>{label} {html.escape(text)}</p>")
+    parts += [f"<p class='{labels[kind][0]}'>{labels[kind][1]} {html.escape(text)}</p>" for kind, text in s.notices()]
 
     errors_section = "<h2>Errors</h2>" + _table(
         [Shown(e, example_trace_ids=" ".join(e.example_trace_ids)) for e in s.errors],
@@ -844,7 +886,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
                                              ("sum_ms", "sum"), ("latency_mean_ms", "mean latency")],
                         left={"region", "endpoint"}))
 
-    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s.queueing, figures))
+    parts.append("<h2>Queueing and utilization</h2>" + _queueing_section(s.queueing, figures, measured_utilization(
+        s.hardware)))
     if s.hardware is not None and (s.hardware.rows or s.hardware.missing):
         parts.append(_hardware_section(s.hardware, figures, analysis.data.plan.profile))
     parts.append(_server_sections(s, analysis, figures))

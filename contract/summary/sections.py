@@ -106,6 +106,12 @@ class VariantRow(Row):
     dominated_latency_accuracy_by: list[str] = Field(default_factory=list)
     dominated_memory_capacity_by: list[str] = Field(default_factory=list)
     dominated_ttft_throughput_by: list[str] = Field(default_factory=list)
+    dominated_latency_energy_by: list[str] = Field(default_factory=list)
+    energy_mj: float | None = None  # per request, over the measured phases ([[monitors]])
+    energy_basis: str | None = None  # "measured", "estimate: process CPU" or "estimate: model CPU" (one is ranked)
+    estimated_energy_mj: float | None = None  # energy on a basis the ranking does not use (see energy_basis)
+    exporter_memory_mb: float | None = None  # the most memory a monitor of this variant alone saw
+    memory_source: str | None = None
     survives: bool = True
     score: float | None = None
     rank: int | None = None

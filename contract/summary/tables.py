@@ -367,8 +367,9 @@ class HardwareRow(Row):
     energy_metric: str | None = None
     idle_power_w: float | None = None  # before the load
     energy_above_idle_j: float | None = None
-    requests: int = 0  # ok requests of the phase, every endpoint
+    requests: int = 0  # ok requests of the phase, of the monitor's endpoints (None there: every endpoint)
     output_tokens: int = 0
+    endpoints: list[str] | None = None
     energy_per_request_mj: float | None = None
     energy_per_1k_output_tokens_j: float | None = None
     output_tokens_per_j: float | None = None
@@ -377,12 +378,41 @@ class HardwareRow(Row):
     estimated_energy_per_request_mj: float | None = None
     estimated_energy_per_1k_output_tokens_j: float | None = None
     estimate_basis: str | None = None  # what the estimate is made of, shown wherever it is
+    # the phase cut in equal parts: mJ per request sent in each (the samples of `tailrace compare`'s interval)
+    energy_per_request_mj_windows: list[float] = Field(default_factory=list)
+    estimated_energy_per_request_mj_windows: list[float] = Field(default_factory=list)
+
+
+class HardwareEndpointRow(Row):
+    """What one endpoint's requests cost a monitor's hardware over one measured phase, and the utilization law:
+    ρ = X·S / slots (inferred) beside the measured utilization of its model."""
+
+    monitor: str
+    endpoint: str
+    model: str
+    phase: int
+    requests: int
+    throughput_rps: float | None = None
+    mean_service_ms: float | None = None
+    slots: float = 1.0
+    rho: float | None = None
+    measured_utilization: float | None = None
+    measured_from: str | None = None  # "the model's CPU time" or "GPU utilization (a monitor of this endpoint alone)"
+    utilization_law: str | None = None  # "holds" (within 20% of ρ), or which way it does not
+    cpu_ms_per_request: float | None = None
+    cpu_shared_by: list[str] | None = None  # endpoints of one model: its CPU time split by their requests
+    energy_per_request_mj: float | None = None  # measured: a monitor of this endpoint alone, an energy counter
+    energy_per_request_mj_windows: list[float] = Field(default_factory=list)
+    estimated_energy_per_request_mj: float | None = None  # an ESTIMATE: the model's CPU-seconds × watts per core
+    estimated_energy_per_request_mj_windows: list[float] = Field(default_factory=list)
+    estimate_basis: str | None = None
 
 
 class Hardware(Row):
-    """The monitors' rows and what they could not say (one line each)."""
+    """The monitors' rows, per endpoint where they say it, and what they could not say (one line each)."""
 
     rows: list[HardwareRow] = Field(default_factory=list)
+    endpoints: list[HardwareEndpointRow] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
     timeline: dict[str, dict[str, list[float | None]]] = Field(default_factory=dict)  # monitor → the chart's series
 

@@ -119,6 +119,7 @@ class ContinuousBatcher:
         self._thread: threading.Thread | None = None
         self._stall_until = 0.0
         self.steps = 0
+        self.cpu_ns = 0  # CPU time the engine thread spent in the model's steps (this thread only writes it)
         caching = bool(limits.enable_prefix_caching) and getattr(decoder, "caches_prefix", False)
         self.prefix_cache = PrefixCache(limits.kv_cache_tokens, limits.block_size) if caching else None
         for gauge in (metrics.running, metrics.waiting):
@@ -228,7 +229,9 @@ class ContinuousBatcher:
             if not self._running:
                 continue
             rows, runs = self._plan_step()
+            cpu_before = time.thread_time_ns()
             next_tokens, states = self.decoder.step(StepBatch.pack(runs, np.stack([g.state for g in rows])))
+            self.cpu_ns += time.thread_time_ns() - cpu_before
             self.steps += 1
             now = time.perf_counter_ns()
             moved = []

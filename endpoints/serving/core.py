@@ -92,7 +92,9 @@ class InferenceServer:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.metrics = ServerMetrics(lambda: (s.statistics for s in self.schedulers.values()))
+        self.metrics = ServerMetrics(lambda: (s.statistics for s in self.schedulers.values()), lambda: [
+            *((n, s.statistics.cpu_ns) for n, s in self.schedulers.items()),
+            *((n, g.cpu_ns) for n, g in self.generators.items())])
         every = load_specs(options.repository, options.models)
         self.specs = {n: s for n, s in every.items() if s.backend != GENERATIVE_BACKEND}  # KServe v2 models
         unknown = (set(options.slots) | set(options.queue_depth) | set(options.max_batch)) - set(self.specs)

@@ -1,7 +1,8 @@
 """Prometheus metrics of the embedded server, derived at scrape time from the per-model statistics.
 
 Like Triton's metrics: cumulative counters of requests, failures and queue / compute durations per
-model, plus in-flight requests and the process's own metrics (RSS, CPU, fds).
+model, the CPU time each model's executions used, in-flight requests and the process's own metrics (RSS, CPU,
+fds); where the host has them, RAPL's and NVML's energy and GPU metrics (endpoints/serving/power_sources.py).
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Callable, Iterable
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from tailrace.endpoints.serving.power_sources import RaplCollector, nvml_collector, rapl_zones
 from tailrace.endpoints.serving.statistics import STAGES, ModelStatistics
 
 
 class _StatisticsCollector:
-    def __init__(self, models: Callable[[], Iterable[ModelStatistics]]) -> None:
-        self._models = models
+    def __init__(self, models: Callable[[], Iterable[ModelStatistics]],
+                 cpu: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self._models, self._cpu = models, cpu
 
     def collect(self):
         requests = CounterMetricFamily("tailrace_server_requests", "Inference requests received",
@@ -33,6 +36,10 @@ class _StatisticsCollector:
                                     labels=["model"])
         in_flight = GaugeMetricFamily("tailrace_server_in_flight_requests", "Requests queued or executing",
                                       labels=["model"])
+        cpu = CounterMetricFamily("tailrace_server_model_cpu_seconds", "CPU time a model's executions (a generative "
+                                  "model's engine steps) used on their threads", labels=["model"])
+        for name, ns in self._cpu():
+            cpu.add_metric([name], ns / 1e9)
         for stats in self._models():
             for protocol, n in stats.requests.items():
                 requests.add_metric([stats.name, protocol], n)
@@ -49,16 +56,24 @@ class _StatisticsCollector:
         peak = GaugeMetricFamily("tailrace_server_peak_rss_bytes", "Peak resident set size of the server process "
                                  "(getrusage ru_maxrss)")
         peak.add_metric([], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        yield from (requests, failures, success, stages, whole, in_flight, peak)
+        yield from (requests, failures, success, stages, whole, in_flight, cpu, peak)
 
 
 class ServerMetrics:
     """The server's Prometheus registry."""
 
-    def __init__(self, models: Callable[[], Iterable[ModelStatistics]]) -> None:
+    def __init__(self, models: Callable[[], Iterable[ModelStatistics]],
+                 cpu: Callable[[], Iterable[tuple[str, int]]] = lambda: ()) -> None:
+        """`cpu`: (model, CPU ns its executions used) of every model, the generative ones too."""
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
-        self.registry.register(_StatisticsCollector(models))
+        self.registry.register(_StatisticsCollector(models, cpu))
+        zones = rapl_zones()
+        if zones:
+            self.registry.register(RaplCollector(zones))
+        gpus = nvml_collector()
+        if gpus is not None:
+            self.registry.register(gpus)
 
     def exposition(self) -> bytes:
         """The text exposition format."""

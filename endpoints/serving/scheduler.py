@@ -245,12 +245,14 @@ class Executor:
         # queue + compute must account for the whole slot-holding time (utilization, M/M/1 checks)
         t_start = granted_ns if granted_ns is not None else time.perf_counter_ns()
         try:
+            cpu_before = time.thread_time_ns()  # the compute's CPU on this thread (the runner's one intra-op thread)
             feed = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
             t_input = time.perf_counter_ns()
             outputs = self.runner.run(feed, t_start)
             t_infer = time.perf_counter_ns()
             outputs = {k: np.ascontiguousarray(v) for k, v in outputs.items()}
             t_output = time.perf_counter_ns()
+            self.statistics.add_cpu(time.thread_time_ns() - cpu_before)
         except Exception as exc:  # noqa: BLE001 - a model failing must not take the server down
             raise InferenceError(f"model '{self.name}' could not run this input: {exc}") from None
         t.compute_input_ns = t_input - t_start

@@ -30,6 +30,7 @@ class ModelStatistics:
         self.requests = {"http": 0, "grpc": 0}
         self.failures: dict[str, int] = {}
         self._in_flight = 0
+        self.cpu_ns = 0  # CPU time its executions used (thread CPU time around the model's run; slot threads add)
 
     @property
     def in_flight(self) -> int:
@@ -47,6 +48,11 @@ class ModelStatistics:
         if n:
             with self._lock:
                 self._in_flight -= n
+
+    def add_cpu(self, ns: int) -> None:
+        """CPU time one execution of the model used (its slot thread's)."""
+        with self._lock:
+            self.cpu_ns += ns
 
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
                        output_ns: int) -> None:

@@ -28,6 +28,7 @@ HARDWARE_FAMILIES = (
     "nv_energy_consumption", "nv_cpu_utilization", "nv_cpu_memory_used_bytes",
     "vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
     "kepler_container_joules", "kepler_node_", "process_cpu_seconds", "process_resident_memory_bytes",
+    "tailrace_server_model_cpu_seconds", "tailrace_rapl_", "tailrace_gpu_",
 )
 _DROPPED_LABELS = {"cpu", "instance", "job", "Hostname", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "modelName", "UUID"}
 

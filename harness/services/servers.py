@@ -61,10 +61,18 @@ class Servers:
                 ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
                                            "metrics_url": server.metrics_url})
             endpoints.append(ep)
-        embedded = next((s.metrics_url for s in self.instances if s.kind == EMBEDDED and s.metrics_url), None)
-        monitors = [m.model_copy(update={"url": embedded}) if m.url == EMBEDDED and embedded else m
+        monitors = [m.model_copy(update={"url": self._embedded_metrics(profile, m.endpoints)})
+                    if m.url == EMBEDDED and self._embedded_metrics(profile, m.endpoints) else m
                     for m in profile.monitors]  # a monitor of the embedded server: its /metrics
         return profile.model_copy(update={"endpoints": endpoints, "monitors": monitors})
+
+    def _embedded_metrics(self, profile: Profile, watched: list[str]) -> str | None:
+        """The /metrics of the embedded server a monitor watches: the one serving its first endpoint's model (one
+        process per model: a monitor per variant), else the first embedded server."""
+        models = [e.model for e in profile.endpoints if e.name in watched[:1] and isinstance(e.model, str)]
+        server = self.serving(EMBEDDED, models[0]) if models else None
+        server = server or next((s for s in self.instances if s.kind == EMBEDDED and s.metrics_url), None)
+        return server.metrics_url if server is not None else None
 
     def stop(self) -> None:
         for server in reversed(self.instances):

@@ -11,34 +11,16 @@ Idle: the scrapes before the run's first intended send.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
-import pandas as pd
 
 from tailrace.analysis.read.hardware import MonitorSeries
+from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope, endpoint_rows
+from tailrace.analysis.stats.hardware.windows import PhaseWindow, between, per_request_windows
 
-HARDWARE_COLUMNS = ("phase", "status", "t_intended_ref", "t_done_ref", "output_tokens")
-
-
-def phase_windows(df: pd.DataFrame) -> list[tuple[int, int, int, int, int]]:
-    """(phase, window start ns, end ns, requests ok, output tokens of them) of each measured phase (pure)."""
-    out = []
-    ok = (df["status"] == "ok").to_numpy()
-    phase = df["phase"].to_numpy()
-    for k in sorted(int(p) for p in np.unique(phase) if p > 0):
-        rows = phase == k
-        tokens = df["output_tokens"].to_numpy()[rows & ok]
-        out.append((k, int(df["t_intended_ref"].to_numpy()[rows].min()), int(df["t_done_ref"].to_numpy()[rows].max()),
-                    int((rows & ok).sum()), int(tokens[tokens > 0].sum())))
-    return out
-
-
-def _energy_between(s: MonitorSeries, t0: int, t1: int) -> float | None:
-    """Joules the counter rose by between t0 and t1 (interpolated); None where the scrapes do not cover them."""
-    if s.energy_j is None or len(s.t_ns) < 2 or t0 < s.t_ns[0] or t1 > s.t_ns[-1]:
-        return None
-    return float(np.interp(t1, s.t_ns, s.energy_j) - np.interp(t0, s.t_ns, s.energy_j))
-
-
+HARDWARE_COLUMNS = ("phase", "status", "endpoint", "t_intended_ref", "t_done_ref", "server_compute_ns")  # + "output_tokens"
+# where the run has streams
 def _within(s: MonitorSeries, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
     """(scrapes inside [t0, t1], intervals whose middle is inside)."""
     middle = (s.t_ns[1:] + s.t_ns[:-1]) / 2 if len(s.t_ns) > 1 else np.empty(0)
@@ -61,22 +43,18 @@ def _idle_power(s: MonitorSeries, load_start: int) -> tuple[float | None, int]:
     return _mean(s.values["power_w"][before]), n
 
 
-def _process_seconds(s: MonitorSeries, t0: int, t1: int) -> float | None:
-    """CPU-seconds the monitored process used between t0 and t1 (interpolated; None: not covered)."""
-    if s.process_cpu_s is None or len(s.t_ns) < 2 or t0 < s.t_ns[0] or t1 > s.t_ns[-1]:
-        return None
-    return float(np.interp(t1, s.t_ns, s.process_cpu_s) - np.interp(t0, s.t_ns, s.process_cpu_s))
-
-
-def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tokens: int,
-              idle_w: float | None, watts_per_core: float | None = None) -> dict:
-    """One monitor over one phase's window (`watts_per_core`: the profile's, for an estimate where no counter is)."""
+def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None, idle_w: float | None,
+              watts_per_core: float | None = None) -> dict:
+    """One monitor over one phase's window, its requests and tokens those of `endpoints` (None: every endpoint);
+    `watts_per_core`: the profile's, for an estimate where no counter is."""
+    t0, t1 = w.t0, w.t1
+    requests, tokens = w.requests_of(endpoints), w.tokens_of(endpoints)
     inside, intervals = _within(s, t0, t1)
     duration = (t1 - t0) / 1e9
-    energy = _energy_between(s, t0, t1)
+    energy = between(s.t_ns, s.energy_j, t0, t1)
     power = energy / duration if energy is not None and duration > 0 else _mean(s.values["power_w"][inside])
     busy = _mean(s.cpu_busy[intervals]) if s.cpu_busy is not None else None
-    row = {"monitor": s.name, "phase": phase, "duration_s": duration, "scrapes": int(inside.sum()),
+    row = {"monitor": s.name, "phase": w.phase, "duration_s": duration, "scrapes": int(inside.sum()),
            "cpu_busy_pct": busy * 100 if busy is not None else None,
            "gpu_util_pct": _mean(s.values["gpu_util_pct"][inside]),
            "sm_active_pct": _mean(s.values["sm_active_pct"][inside]),
@@ -88,8 +66,9 @@ def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tok
            "power_w": power, "power_from": ("energy counter" if energy is not None else "power gauge")
            if power is not None else None,
            "energy_j": energy, "energy_metric": s.energy_metric or None, "idle_power_w": idle_w,
-           "requests": requests, "output_tokens": tokens}
-    cpu_s = _process_seconds(s, t0, t1)
+           "requests": requests, "output_tokens": tokens,
+           "endpoints": sorted(endpoints) if endpoints is not None else None}
+    cpu_s = between(s.t_ns, s.process_cpu_s, t0, t1)
     if cpu_s is not None and duration > 0:
         row["process_cores"] = cpu_s / duration
         if energy is None and watts_per_core is not None:  # an estimate, labelled, never mixed with joules measured
@@ -97,13 +76,17 @@ def usage_row(s: MonitorSeries, phase: int, t0: int, t1: int, requests: int, tok
             row |= {"estimated_energy_j": estimate,
                     "estimated_energy_per_request_mj": estimate / requests * 1e3 if requests else None,
                     "estimated_energy_per_1k_output_tokens_j": estimate / tokens * 1e3 if tokens else None,
+                    "estimated_energy_per_request_mj_windows": per_request_windows(
+                        s.t_ns, s.process_cpu_s * watts_per_core, w.intended_of(endpoints), t0, t1),
                     "estimate_basis": f"process CPU-seconds × {watts_per_core:g} W per core (an estimate)"}
     if energy is not None:
         above = energy - idle_w * duration if idle_w is not None else None
         row |= {"energy_above_idle_j": above,
                 "energy_per_request_mj": energy / requests * 1e3 if requests else None,
                 "energy_per_1k_output_tokens_j": energy / tokens * 1e3 if tokens else None,
-                "output_tokens_per_j": tokens / energy if tokens and energy > 0 else None}
+                "output_tokens_per_j": tokens / energy if tokens and energy > 0 else None,
+                "energy_per_request_mj_windows": per_request_windows(s.t_ns, s.energy_j, w.intended_of(endpoints),
+                                                                     t0, t1)}
     return row
 
 
@@ -131,16 +114,19 @@ def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
     return out
 
 
-def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, int, int, int]],
-                     watts_per_core: dict[str, float] | None = None) -> dict:
-    """{"rows": one per monitor × measured phase, "missing": what a monitor could not say, each a line} ({}: no
-    monitors). `watts_per_core`: monitor → its declared watts, for an estimate where it has no energy counter."""
-    watts_per_core = watts_per_core or {}
+def hardware_section(series: list[MonitorSeries], windows: list[PhaseWindow], monitors: list[MonitorScope],
+                     serving: dict[str, EndpointServing] | None = None) -> dict:
+    """{"rows": one per monitor × measured phase, "endpoints": one per monitor × endpoint × phase where the monitor
+    says what that endpoint's model used (analysis/stats/hardware/attribution.py), "missing": what a monitor could
+    not say, each a line, "timeline": each monitor's chart} ({}: no monitors). `monitors`: each monitor's
+    endpoints and declared watts per core; `serving`: each endpoint's model and slots."""
     if not series:
         return {}
-    rows, missing = [], []
-    load_start = min((w[1] for w in windows), default=None)
+    scopes = {m.name: m for m in monitors}
+    rows, by_endpoint, missing = [], [], []
+    load_start = min((w.t0 for w in windows), default=None)
     for s in series:
+        scope = scopes.get(s.name, MonitorScope(s.name))
         if s.errors:
             missing.append(f"{s.name}: {len(s.errors)} of {len(s.errors) + len(s.t_ns)} scrapes failed "
                            f"(first: {s.errors[0]})")
@@ -149,14 +135,15 @@ def hardware_section(series: list[MonitorSeries], windows: list[tuple[int, int, 
             continue
         said = s.said()
         if s.energy_j is None:
-            estimated = s.name in watts_per_core and "process_cpu_s" in said
-            missing.append(f"{s.name}: no energy counter (DCGM, Triton, RAPL or Kepler): no joules measured" + (
+            estimated = scope.watts_per_core is not None and "process_cpu_s" in said
+            missing.append(f"{s.name}: no energy counter (DCGM, Triton, RAPL, NVML or Kepler): no joules measured" + (
                 " — an estimate from its process's CPU-seconds is shown, labelled" if estimated else
                 ", per request or per token") + (" — its power gauge is shown" if "power_w" in said else ""))
         idle_w, idle_n = _idle_power(s, load_start) if load_start is not None else (None, 0)
         if s.energy_j is not None and idle_w is None:
             missing.append(f"{s.name}: {idle_n} scrape(s) before the load: no idle power to subtract")
-        for phase, t0, t1, requests, tokens in windows:
-            rows.append(usage_row(s, phase, t0, t1, requests, tokens, idle_w, watts_per_core.get(s.name)))
+        for w in windows:
+            rows.append(usage_row(s, w, scope.endpoints, idle_w, scope.watts_per_core))
+            by_endpoint.extend(endpoint_rows(s, w, scope, serving or {}))
     timeline = {s.name: timeline_of(s, load_start) for s in series if len(s.t_ns) and load_start is not None}
-    return {"rows": rows, "missing": missing, "timeline": timeline}
+    return {"rows": rows, "endpoints": by_endpoint, "missing": missing, "timeline": timeline}

@@ -68,11 +68,18 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     analysis = analyze_run(run.run_dir)
     hardware = analysis.summary.hardware
     assert hardware is not None and hardware.missing[0] == (
-        "host: no energy counter (DCGM, Triton, RAPL or Kepler): no joules measured, per request or per token")
+        "host: no energy counter (DCGM, Triton, RAPL, NVML or Kepler): no joules measured, per request or per token")
     server = {r.phase: r for r in hardware.rows if r.monitor == "server"}  # the embedded server's own process
     assert server[2].process_cores > server[1].process_cores > 0 and server[2].memory_max_bytes > 0
     assert server[2].estimated_energy_j == pytest.approx(server[2].process_cores * server[2].duration_s * 10)
     assert server[2].energy_j is None and "an estimate" in server[2].estimate_basis
+    # the utilization law from the server's own per-model CPU time: the model's CPU per request is within its
+    # compute time (a thread's CPU never exceeds its wall time) and most of it (the MLP computes, it does not wait)
+    law = {r.phase: r for r in hardware.endpoints if r.monitor == "server" and r.endpoint == "mlp"}
+    assert set(law) == {1, 2} and law[2].throughput_rps > law[1].throughput_rps
+    assert 0.2 < law[2].measured_utilization / law[2].rho <= 1.05, (law[2].measured_utilization, law[2].rho)
+    assert 0 < law[2].cpu_ms_per_request <= law[2].mean_service_ms * 1.05
+    assert law[2].estimated_energy_per_request_mj == pytest.approx(law[2].cpu_ms_per_request * 10)
     rows = {r.phase: r for r in hardware.rows if r.monitor == "host"}
     assert set(rows) == {1, 2} and all(r.scrapes >= 4 for r in rows.values())
     assert rows[2].cpu_busy_pct > rows[1].cpu_busy_pct + 5, (rows[1].cpu_busy_pct, rows[2].cpu_busy_pct)

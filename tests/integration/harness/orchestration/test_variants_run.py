@@ -54,3 +54,27 @@ def test_variants_profile_produces_the_decision_section(variants_run):
     for key in ("dominated_latency_accuracy_by", "dominated_memory_capacity_by"):
         assert any(not v[key] for v in table.values()), key  # some variant is always on the frontier
     assert page.count("Pareto frontier") >= 2  # both plots drawn, whatever the frontier's size
+
+
+def test_each_variant_has_its_own_process_watched_and_energy_ranked_as_an_estimate(variants_run):
+    """One monitor per variant's process (url 'embedded' resolved to the process serving that variant): its
+    memory, its CPU, an energy estimate per request ranked on one basis and labelled on the page."""
+    from tailrace.analysis.report.html import render
+
+    summary = variants_run.summary
+    d = summary.to_dict()["decision"]
+    table = {v["name"]: v for v in d["variants"]}
+    assert d["weights"]["energy_mj"] == 0.5
+    for v in table.values():
+        assert v["energy_basis"] == "estimate: process CPU" and v["energy_mj"] > 0
+        assert v["exporter_memory_mb"] > 10
+    assert any(not v["dominated_latency_energy_by"] for v in table.values())
+    rows = {r.monitor: r for r in summary.hardware.rows}
+    assert set(rows) == {"mlp-fp32-process", "mlp-int8-process", "logreg-process"}
+    assert {r.endpoints[0] for r in rows.values()} == set(table)
+    # each monitor scraped its own variant's server: its per-model CPU series is that variant's model alone
+    models = {r.monitor: r.model for r in summary.hardware.endpoints}
+    assert models == {"mlp-fp32-process": "digits_mlp_fp32", "mlp-int8-process": "digits_mlp_int8",
+                      "logreg-process": "digits_logreg_fp32"}
+    page = render(variants_run)
+    assert "Pareto: p95 vs energy" in page and "≈ " in page

@@ -94,3 +94,27 @@ def test_accuracy_compared_per_sample_with_mcnemar():
 def test_no_survivor_means_no_recommendation():
     d = decide(ROWS, {}, {"p95_ms": 1.0}, {"accuracy_min": 0.999})
     assert d["recommended"] is None and d["ranking"] == [] and d["pairwise"] == []
+
+
+def test_energy_ranks_constrains_and_draws_a_frontier():
+    """Seed 003's decision: an energy budget per request, energy in the composite score, p95 vs energy Pareto."""
+    rows = [ROWS[0] | {"energy_mj": 40.0, "energy_basis": "measured"},
+            ROWS[3] | {"energy_mj": 12.0, "energy_basis": "measured"},
+            ROWS[1] | {"energy_mj": 90.0, "energy_basis": "measured"}]
+    d = decide(rows, {}, {"energy_mj": 1.0}, {"energy_budget_mj": 50})
+    table = {v["name"]: v for v in d["variants"]}
+    assert table["accurate"]["constraint_failures"] == ["energy_mj 90 violates ≤ 50"]
+    assert d["ranking"] == ["lean", "fast"]
+    assert table["fast"]["dominated_latency_energy_by"] == [] and table["accurate"]["dominated_latency_energy_by"] \
+        == ["fast", "lean"]
+
+
+def test_estimated_energy_is_never_ranked_against_measured_joules():
+    rows = [ROWS[0] | {"energy_mj": 40.0, "energy_basis": "measured"},
+            ROWS[3] | {"energy_mj": 1.0, "energy_basis": "estimate: model CPU"}]
+    d = decide(rows, {}, {"energy_mj": 1.0, "p95_ms": 0.0}, {})
+    table = {v["name"]: v for v in d["variants"]}
+    assert table["lean"].get("energy_mj") is None and table["lean"]["estimated_energy_mj"] == 1.0
+    assert any("measured for some variants and not for others: it is ranked on those (fast) only" in c
+               for c in d["caveats"])
+    assert table["fast"]["score"] == 1.0 and table["lean"]["score"] == 0.0
