@@ -108,7 +108,21 @@ def _trial_row(index: int, rate: float, duration_s: float, run_dir: Path) -> Cap
     row["utilization"] = busiest.utilization if busiest else None
     row["mean_service_ms"] = busiest.mean_service_ms if busiest else None
     row["slots"] = busiest.slots if busiest else 1
-    return CapacityTrial(**row)
+    return CapacityTrial(**row, **_trial_hardware(s.hardware))
+
+
+def _trial_hardware(hardware) -> dict:
+    """A trial's energy per request (measured, summed over its monitors; else an estimate, apart) and the busiest
+    endpoint's measured utilization, from its report's hardware section."""
+    if hardware is None:
+        return {}
+    out = {}
+    for key in ("energy_per_request_mj", "estimated_energy_per_request_mj", "energy_per_1k_output_tokens_j"):
+        values = [getattr(r, key) for r in hardware.rows if getattr(r, key) is not None]
+        out[key] = sum(values) if values else None
+    measured = [r.measured_utilization for r in hardware.endpoints if r.measured_utilization is not None]
+    out["measured_utilization"] = max(measured) if measured else None
+    return out
 
 
 def _log(quiet: bool, msg: str) -> None:
@@ -206,12 +220,19 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
     inputs_per_s = best.inputs_per_s if best is not None else None
     if inputs_per_s is not None:
         note += f" ({inputs_per_s:,.1f} texts or documents/s at that rate)"
+    if best is not None and best.energy_per_request_mj is not None:
+        note += f" ({best.energy_per_request_mj:,.3g} mJ per request at that rate)"
+    elif best is not None and best.estimated_energy_per_request_mj is not None:
+        note += f" (≈ {best.estimated_energy_per_request_mj:,.3g} mJ per request at that rate, an estimate)"
     advice = recommendation(lo, best.mean_service_ms, best.slots, best.mean_ms, c.headroom, c.max_utilization,
                             c.peak_rate) if lo and best else None
     return CapacityResult(profile=profile.name, status=status, note=note, capacity_rps=lo, bracket=[lo, hi],
                           tolerance=c.tolerance, trials=len(rows), elapsed_s=elapsed_s,
                           slos=[s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS],
                           capacity_output_tokens_per_s=tokens_per_s, capacity_inputs_per_s=inputs_per_s,
+                          capacity_energy_per_request_mj=best.energy_per_request_mj if best else None,
+                          capacity_estimated_energy_per_request_mj=best.estimated_energy_per_request_mj if best
+                          else None,
                           recommendation=Recommendation(**advice) if advice else None,
                           exit_code={"found": 0, "at-least": 4, "budget": 3, "none": 1}[status], trial_rows=rows)
 
@@ -229,6 +250,9 @@ def write_capacity_report(cap_dir: Path, result: CapacityResult, rows: list[Capa
     streamed = any(r.output_tokens_per_s is not None for r in rows)
     cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
             "p99_ci_low", "p99_ci_high", "utilization", "outcome", "why"]
+    for key in ("measured_utilization", "energy_per_request_mj", "estimated_energy_per_request_mj"):
+        if any(getattr(r, key) is not None for r in rows):  # what [[monitors]] measured, before the outcome
+            cols.insert(cols.index("outcome"), key)
     if streamed:  # a generative profile: its tokens/s and token latencies beside the E2E ones
         cols[6:6] = ["output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"]
     table = pd.DataFrame(trials, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
@@ -258,8 +282,9 @@ def print_result(result: CapacityResult, cap_dir: Path) -> None:
     rows = result.trial_rows
     streamed = any(r.output_tokens_per_s is not None for r in rows)
     t = Table(title="capacity trials")
+    energy = any(r.energy_per_request_mj is not None or r.estimated_energy_per_request_mj is not None for r in rows)
     for col in ("rate", "s", "achieved", *(("tokens/s", "TTFT p99", "TPOT p99") if streamed else ()), "p50", "p95",
-                "p99 [95% CI]", "ρ", "outcome"):
+                "p99 [95% CI]", "ρ", *(("mJ / request",) if energy else ()), "outcome"):
         t.add_column(col, justify="right")
     def f(v: float | None) -> str:
         return "–" if v is None or v != v else f"{v:.2f}"
@@ -267,7 +292,9 @@ def print_result(result: CapacityResult, cap_dir: Path) -> None:
     for r in rows:
         tokens = (f(r.output_tokens_per_s), f(r.ttft_p99_ms), f(r.tpot_p99_ms)) if streamed else ()
         t.add_row(f"{r.rate:g}", f"{r.duration_s:g}", f(r.achieved_rate), *tokens, f(r.p50_ms), f(r.p95_ms),
-                  f"{f(r.p99_ms)} [{f(r.p99_ci_low)}, {f(r.p99_ci_high)}]", f(r.utilization), r.outcome)
+                  f"{f(r.p99_ms)} [{f(r.p99_ci_low)}, {f(r.p99_ci_high)}]", f(r.utilization),
+                  *((f(r.energy_per_request_mj) if r.energy_per_request_mj is not None else
+                     "≈ " + f(r.estimated_energy_per_request_mj),) if energy else ()), r.outcome)
     console.print(t)
     colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result.status]
     console.print(f"[bold {colour}]{result.status}[/]: {result.note}")

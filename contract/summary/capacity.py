@@ -42,6 +42,10 @@ class CapacityTrial(Row):
     utilization: float | None = None
     mean_service_ms: float | None = None
     slots: int = 1
+    measured_utilization: float | None = None  # the busiest endpoint's, from [[monitors]] (U = X·S checked there)
+    energy_per_request_mj: float | None = None  # measured: its monitors' energy counters, summed
+    estimated_energy_per_request_mj: float | None = None  # an ESTIMATE (CPU-seconds × watts per core), apart
+    energy_per_1k_output_tokens_j: float | None = None
 
 
 class Recommendation(Row):
@@ -78,6 +82,8 @@ class CapacityResult(Row):
     slos: list[dict[str, Any]] = Field(default_factory=list)  # the profile's latency SLOs, as it declares them
     capacity_output_tokens_per_s: float | None = None
     capacity_inputs_per_s: float | None = None  # embeddings / rerank endpoints: texts (documents) a second at capacity
+    capacity_energy_per_request_mj: float | None = None  # at the capacity rate, measured ([[monitors]])
+    capacity_estimated_energy_per_request_mj: float | None = None  # ... or estimated, labelled
     recommendation: Recommendation | None = None
     exit_code: int
     trial_rows: list[CapacityTrial] = Field(default_factory=list)

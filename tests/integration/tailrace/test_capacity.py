@@ -44,6 +44,8 @@ def mm1_profile(model_repo):
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": SLO_MS}],
         "capacity": {"start_rate": 300, "growth": 2, "tolerance": TOLERANCE, "budget_s": 600, "min_trial_s": 4,
                      "samples_margin": 1.5, "peak_rate": 600},
+        # the server's process watched: energy per request at each rate (an estimate: no counter here)
+        "monitors": [{"name": "server", "url": "embedded", "interval_s": 0.5, "watts_per_core": 10}],
     }, "capacity test profile")
 
 
@@ -76,6 +78,11 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
         assert (cap_dir / name).stat().st_size > 0
     assert "<svg" in (cap_dir / "index.html").read_text()
     assert len(list((cap_dir / "trials").iterdir())) == len(rows)
+    # energy at each rate and at capacity, an estimate said as one; synthetic_mm1 sleeps its service time, so its
+    # model's CPU is far below ρ: the utilization law says the slot waits on something other than the CPU
+    assert all(r["estimated_energy_per_request_mj"] > 0 and r["energy_per_request_mj"] is None for r in rows)
+    assert all(r["measured_utilization"] < 0.5 * r["utilization"] for r in rows), rows
+    assert result.capacity_estimated_energy_per_request_mj > 0 and "an estimate" in result.note
 
 
 def test_capacity_refuses_profiles_without_a_latency_slo(model_repo, tmp_path):
