@@ -919,7 +919,9 @@ class Monitor(_Strict):
 
     name: str = Field(pattern=NAME, description="the source's name in the report (a host, a GPU node)")
     url: str = Field(description="its metrics, e.g. http://gpu-node-1:9400/metrics (DCGM), http://host:9100/metrics; "
-                                 "'embedded': the embedded server tailrace run starts (its process's CPU and memory)")
+                                 "'embedded': the embedded server tailrace run starts (its process's CPU and memory, "
+                                 "each model's CPU time, RAPL and NVML where the host has them); 'triton': the Triton "
+                                 "it starts (its CPU and GPU metrics)")
     interval_s: float = Field(1.0, ge=0.1, le=600, description="seconds between scrapes")
     timeout_s: float = Field(1.0, gt=0, le=30, description="a scrape that takes longer is missed (and said)")
     endpoints: list[str] = Field(default_factory=list, description="the endpoints whose server it watches (default: "
@@ -932,7 +934,7 @@ class Monitor(_Strict):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        return v if v == EMBEDDED else check_url(v, ("http", "https"))
+        return v if v in (EMBEDDED, TRITON) else check_url(v, ("http", "https"))
 
 
 class ServerStats(_Strict):
@@ -1022,6 +1024,8 @@ class Profile(_Strict):
         self._check_pipelines()
         if any(m.url == EMBEDDED for m in self.monitors) and not any(e.url == EMBEDDED for e in self.endpoints):
             raise ValueError("monitors: url 'embedded' is the embedded server's, and no endpoint has url 'embedded'")
+        if any(m.url == TRITON for m in self.monitors) and not any(e.url == TRITON for e in self.endpoints):
+            raise ValueError("monitors: url 'triton' is the started Triton's, and no endpoint has url 'triton'")
         for i, m in enumerate(self.monitors):
             unknown = [e for e in m.endpoints if e not in endpoint_names]
             if unknown:

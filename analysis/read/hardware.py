@@ -12,7 +12,7 @@ What each exporter says, in one vocabulary:
 - energy (J), counters: DCGM's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ), Triton's `nv_energy_consumption`, the node
   exporter's RAPL `node_rapl_*_joules_total`, Kepler's `kepler_*_joules_total`; a counter that went down was reset (or
   wrapped: RAPL's range), and its interval counts what it reads after (Prometheus' rule);
-- vLLM's KV-cache use (`vllm:kv_cache_usage_perc`);
+- vLLM's KV-cache use (`vllm:kv_cache_usage_perc`), its requests running and waiting;
 - a server process's CPU-seconds and resident memory (`process_cpu_seconds_total`, `process_resident_memory_bytes`:
   the embedded server's, any Python or Go exporter's own); the embedded server's CPU-seconds per model
   (`tailrace_server_model_cpu_seconds_total`) and its own NVML and RAPL readings (`tailrace_gpu_*`,
@@ -36,6 +36,8 @@ GAUGES = {  # quantity → (metric, scale, how GPUs combine)
                          ("tailrace_gpu_memory_used_bytes", 1.0)),
     "power_w": (("DCGM_FI_DEV_POWER_USAGE", 1.0), ("nv_gpu_power_usage", 1.0), ("tailrace_gpu_power_watts", 1.0)),
     "kv_cache_pct": (("vllm:kv_cache_usage_perc", 100.0),),
+    "requests_running": (("vllm:num_requests_running", 1.0),),
+    "requests_waiting": (("vllm:num_requests_waiting", 1.0),),
 }
 MEANS = {"gpu_util_pct", "sm_active_pct", "kv_cache_pct"}  # over the GPUs (the others add up)
 # (name prefix, scale to joules): the first family present is the monitor's energy; the embedded server's own

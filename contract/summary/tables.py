@@ -358,7 +358,10 @@ class HardwareRow(Row):
     cpu_busy_pct: float | None = None
     gpu_util_pct: float | None = None
     sm_active_pct: float | None = None
-    kv_cache_pct: float | None = None
+    kv_cache_pct: float | None = None  # vLLM's KV cache in use, mean over the phase's scrapes
+    kv_cache_max_pct: float | None = None
+    requests_running: float | None = None  # vLLM's running and waiting requests, means
+    requests_waiting: float | None = None
     memory_max_bytes: float | None = None
     gpu_memory_max_bytes: float | None = None
     power_w: float | None = None

@@ -61,17 +61,17 @@ class Servers:
                 ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
                                            "metrics_url": server.metrics_url})
             endpoints.append(ep)
-        monitors = [m.model_copy(update={"url": self._embedded_metrics(profile, m.endpoints)})
-                    if m.url == EMBEDDED and self._embedded_metrics(profile, m.endpoints) else m
-                    for m in profile.monitors]  # a monitor of the embedded server: its /metrics
+        monitors = [m.model_copy(update={"url": self._started_metrics(profile, m.url, m.endpoints)})
+                    if m.url in (EMBEDDED, TRITON) and self._started_metrics(profile, m.url, m.endpoints) else m
+                    for m in profile.monitors]  # a monitor of a started server: its /metrics
         return profile.model_copy(update={"endpoints": endpoints, "monitors": monitors})
 
-    def _embedded_metrics(self, profile: Profile, watched: list[str]) -> str | None:
-        """The /metrics of the embedded server a monitor watches: the one serving its first endpoint's model (one
-        process per model: a monitor per variant), else the first embedded server."""
+    def _started_metrics(self, profile: Profile, kind: str, watched: list[str]) -> str | None:
+        """The /metrics of the started server (`kind`: embedded, triton) a monitor watches: the one serving its first
+        endpoint's model (one process per model: a monitor per variant), else the first of that kind."""
         models = [e.model for e in profile.endpoints if e.name in watched[:1] and isinstance(e.model, str)]
-        server = self.serving(EMBEDDED, models[0]) if models else None
-        server = server or next((s for s in self.instances if s.kind == EMBEDDED and s.metrics_url), None)
+        server = self.serving(kind, models[0]) if models else None
+        server = server or next((s for s in self.instances if s.kind == kind and s.metrics_url), None)
         return server.metrics_url if server is not None else None
 
     def stop(self) -> None:

@@ -32,6 +32,11 @@ def _mean(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
+def _max(values: np.ndarray) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(values.max()) if len(values) else None
+
+
 def _idle_power(s: MonitorSeries, load_start: int) -> tuple[float | None, int]:
     """(mean power before the load, from the energy counter, else the power gauge; scrapes it rests on)."""
     before = s.t_ns < load_start
@@ -59,6 +64,9 @@ def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None,
            "gpu_util_pct": _mean(s.values["gpu_util_pct"][inside]),
            "sm_active_pct": _mean(s.values["sm_active_pct"][inside]),
            "kv_cache_pct": _mean(s.values["kv_cache_pct"][inside]),
+           "kv_cache_max_pct": _max(s.values["kv_cache_pct"][inside]),
+           "requests_running": _mean(s.values["requests_running"][inside]),
+           "requests_waiting": _mean(s.values["requests_waiting"][inside]),
            "memory_max_bytes": float(np.nanmax(s.values["memory_bytes"][inside]))
            if np.isfinite(s.values["memory_bytes"][inside]).any() else None,
            "gpu_memory_max_bytes": float(np.nanmax(s.values["gpu_memory_bytes"][inside]))
@@ -111,6 +119,8 @@ def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
         out["power_gauge_w"] = _finite(s.values["power_w"])
     if np.isfinite(s.values["memory_bytes"]).any():
         out["memory_mib"] = _finite(s.values["memory_bytes"] / 2**20)
+    if np.isfinite(s.values["kv_cache_pct"]).any():
+        out["kv_cache_pct"] = _finite(s.values["kv_cache_pct"])
     return out
 
 

@@ -36,7 +36,8 @@ def pytriton_installed():
 def triton_profile(model_repo: Path, regions: list[dict], rate: float, duration: float, seed: int):
     return make_profile(model_repo, endpoints=ENDPOINTS, regions=regions,
                         load={"rate": rate, "duration_s": duration, "warmup_s": 1, "seed": seed},
-                        triton={"models_dir": str(model_repo)}, server_stats={"interval_s": 1})
+                        triton={"models_dir": str(model_repo)}, server_stats={"interval_s": 1},
+                        monitors=[{"name": "triton", "url": "triton", "interval_s": 0.5}])
 
 
 def family_of(process: ManagedProcess) -> dict[int, str]:
@@ -96,6 +97,16 @@ def test_triton_statistics_deltas_equal_requests_sent(triton_run):
     assert success_count("after") - success_count("before") == len(a.requests)
     timeline = a.summary.to_dict()["server_timeline"]["triton-http"]
     assert timeline and sum(r["success_per_s"] * r["interval_s"] for r in timeline) <= len(a.requests)
+
+
+def test_tritons_own_cpu_metrics_through_the_run(triton_run):
+    """url 'triton': the started Triton's /metrics scraped as a monitor; on this CPU host, Triton's CPU series
+    (nv_cpu_utilization, nv_cpu_memory_used_bytes): the CPU busy while it served, its memory."""
+    _, _, a, _ = triton_run
+    hardware = a.summary.hardware
+    [row] = hardware.rows
+    assert row.scrapes >= 8 and 0 < row.cpu_busy_pct <= 100 and row.memory_max_bytes > 2**20, row
+    assert not any("scrapes failed" in m for m in hardware.missing), hardware.missing
 
 
 def test_trace_ids_arrive_at_triton(triton_run):

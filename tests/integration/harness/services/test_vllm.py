@@ -237,6 +237,7 @@ def session_profile(model_repo, url: str, tokenizer: str):
     return make_profile(model_repo, endpoints=[
         {"name": "chat", "url": url, "protocol": "openai-completions", "model": SERVED_NAME, "prompts": prompts,
          "sessions": sessions, "metrics_url": f"{url}/metrics"}],
+        monitors=[{"name": "vllm", "url": f"{url}/metrics", "interval_s": 0.5, "endpoints": ["chat"]}],
         regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
         load={"rate": 1.5, "duration_s": 8, "warmup_s": 1, "seed": 12},
         generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
@@ -268,6 +269,11 @@ def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it
         # vLLM's counters cover the run's requests only (nothing else reached this vLLM meanwhile): the same hits
         assert cache["server_hit_ratio"] == pytest.approx(cache["usage_hit_ratio"], abs=0.02)
         assert cache["usage_hit_ratio"] == pytest.approx(cache["ideal_hit_ratio"], abs=0.1)
+        # vLLM's own /metrics as a monitor through the run: its KV cache in use while sessions hold their prefixes,
+        # and requests running; its API process's memory
+        [row] = a.summary.hardware.rows
+        assert row.kv_cache_max_pct > 0 and row.requests_running > 0 and row.memory_max_bytes > 0, row
+        assert "kv_cache_pct" in a.summary.hardware.timeline["vllm"]
         off, manifest = run_with(session_profile(model_repo, off_boot.result(timeout=600).url, tokenizer),
                                  tmp_path / "off")
     finally:
