@@ -31,7 +31,7 @@ def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
 def endpoint_serving(plan: RunPlan, stat_rows: list[dict]) -> dict[str, EndpointServing]:
     """Each endpoint of one model (not a mix): its model and execution slots × requests per execution seen."""
     batch = requests_per_execution(stat_rows)
-    return {e.name: EndpointServing(e.model, _slots(plan, e) * batch.get(e.name, 1.0))
+    return {e.name: EndpointServing(e.model, _slots(plan, e) * batch.get(e.name, 1.0), e.generative or e.pooling)
             for e in plan.profile.endpoints if isinstance(e.model, str)}
 
 

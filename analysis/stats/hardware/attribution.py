@@ -5,9 +5,10 @@ endpoint × measured phase (pure):
   `tailrace_server_model_cpu_seconds_total`) per second per slot; or, for a monitor that watches this endpoint
   alone, the GPU's utilization;
 - **the utilization law** U = X·S: the queueing table's inferred ρ = X · S / slots (throughput × the server's mean
-  compute time per request, per execution slot) beside the measured U. They agree where compute is the measured
-  resource's work; U below ρ says the slot was held while that resource waited (a sleep, I/O, another process on
-  the core, the GIL);
+  compute time per request, per execution slot) beside the measured U (not for a continuous batch — an LLM's, a
+  pooling model's — whose requests share each step: there a request's compute time is not its own). They agree
+  where compute is the measured resource's work; U below ρ says the slot was held while that resource waited (a
+  sleep, I/O, another process on the core, the GIL);
 - **energy per request**: measured where the monitor watches this endpoint alone and has an energy counter; an
   estimate (the model's CPU-seconds × the declared watts per core, labelled) where it has none. A model two
   endpoints share has its CPU-seconds split by their requests (said in `cpu_shared_by`).
@@ -37,6 +38,7 @@ class EndpointServing:
 
     model: str
     slots: float = 1.0
+    continuous: bool = False  # a continuous batch (an LLM, a pooling model): a request's compute is shared, no ρ
 
 
 def _law(rho: float | None, measured: float | None) -> str | None:
@@ -71,7 +73,8 @@ def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
             continue
         throughput = requests / duration if duration > 0 else None
         compute_ms = w.compute_ms.get(endpoint)
-        rho = throughput * compute_ms / 1e3 / slots if throughput and compute_ms is not None else None
+        rho = throughput * compute_ms / 1e3 / slots if throughput and compute_ms is not None and not \
+            serving[endpoint].continuous else None
         row = {"monitor": s.name, "endpoint": endpoint, "model": model, "phase": w.phase, "requests": requests,
                "throughput_rps": throughput, "mean_service_ms": compute_ms, "slots": slots, "rho": rho}
         if cpu_s is not None:
