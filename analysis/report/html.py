@@ -320,7 +320,8 @@ def _cancellations_section(rows: list[CancellationRow]) -> str:
           "closed after: from the intended send). Which requests are cancelled is a fixed hash of the seed and each "
           "request's place in the arrivals, the same in every run of the seed: the rate is this run's realized draw "
           "(its interval: of a run with these requests drawn anew), not an estimate of the declared share. A "
-          "cancelled request is neither ok nor an error: it is in no latency percentile, no goodput and no error rate, here only. The server's count is its requests finished "
+          "cancelled request is neither ok nor an error: it is in no latency percentile, no goodput and no error "
+          "rate, here only. The server's count is its requests finished "
           "for reason 'abort', its model's over the whole run (a client's timeout closes a stream too), beside ours "
           "over the same: the whole run, every endpoint of that server and model.</p>")
 
