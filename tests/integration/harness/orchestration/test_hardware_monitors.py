@@ -1,7 +1,8 @@
 """What the hardware did, read from a real Prometheus node exporter (Debian's prometheus-node-exporter, started on
 loopback with its CPU and memory collectors) scraped by `tailrace run` through a run of two rates: the CPU busier at
 the higher rate, and each phase's CPU busy agreeing with /proc/stat read by this test over the same windows; beside it
-the embedded server's own process (its CPU-seconds, its memory) and a labelled energy estimate from them."""
+the embedded server's own process (its CPU-seconds, its memory) and a labelled energy estimate from them; and a second
+exporter stopped mid-run: the run goes on, the report says what it lacks."""
 from __future__ import annotations
 
 import shutil
@@ -13,14 +14,13 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
-from tests.support import IN_CI, make_profile, run_with
+from tests.support import IN_CI, make_profile, run_with, sleep_until_measuring
 
 EXPORTER = "prometheus-node-exporter"
 AGREE_PCT = 10  # CPU busy % points: the exporter's and /proc/stat's reads are up to one scrape interval apart
 
 
-@pytest.fixture
-def node_exporter(tmp_path):
+def start_exporter(log):
     if shutil.which(EXPORTER) is None:
         if IN_CI:
             pytest.fail(f"{EXPORTER} must be installed in CI (.ci/run installs it)")
@@ -28,10 +28,26 @@ def node_exporter(tmp_path):
     port = free_port()
     process = start_process("node exporter", [shutil.which(EXPORTER), f"--web.listen-address=127.0.0.1:{port}",
                                               "--collector.disable-defaults", "--collector.cpu",
-                                              "--collector.meminfo"], tmp_path / "node-exporter.log")
+                                              "--collector.meminfo"], log)
+    wait_http_ok(f"http://127.0.0.1:{port}/metrics", process, 20.0)
+    return process, f"http://127.0.0.1:{port}/metrics"
+
+
+@pytest.fixture
+def node_exporter(tmp_path):
+    process, url = start_exporter(tmp_path / "node-exporter.log")
     try:
-        wait_http_ok(f"http://127.0.0.1:{port}/metrics", process, 20.0)
-        yield f"http://127.0.0.1:{port}/metrics"
+        yield url
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def doomed_exporter(tmp_path):
+    """A second node exporter, which the test stops in the middle of the run."""
+    process, url = start_exporter(tmp_path / "doomed-exporter.log")
+    try:
+        yield process, url
     finally:
         process.stop()
 
@@ -42,7 +58,7 @@ def proc_stat_busy() -> tuple[float, float]:
     return sum(fields) - fields[3] - fields[4], sum(fields)
 
 
-def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, node_exporter):
+def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, node_exporter, doomed_exporter):
     readings: list[tuple[int, float, float]] = []
     stop = threading.Event()
 
@@ -58,9 +74,15 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
                            load={"rate": 20, "duration_s": 8, "warmup_s": 1, "seed": 3,
                                  "phases": [{"at_s": 4, "kind": "step", "rate": 600}]},
                            monitors=[{"name": "host", "url": node_exporter, "interval_s": 0.5},
-                                     {"name": "server", "url": "embedded", "interval_s": 0.5, "watts_per_core": 10}])
+                                     {"name": "server", "url": "embedded", "interval_s": 0.5, "watts_per_core": 10},
+                                     {"name": "doomed", "url": doomed_exporter[1], "interval_s": 0.5}])
+
+    def stop_the_doomed_exporter(run) -> None:  # mid-run, 1 s into the second phase
+        sleep_until_measuring(run, 5.0)
+        doomed_exporter[0].stop()
+
     try:
-        run, manifest = run_with(profile, tmp_path)
+        run, manifest = run_with(profile, tmp_path, stop_the_doomed_exporter)
     finally:
         stop.set()
         reader.join(5)
@@ -80,6 +102,12 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     assert 0.2 < law[2].measured_utilization / law[2].rho <= 1.05, (law[2].measured_utilization, law[2].rho)
     assert 0 < law[2].cpu_ms_per_request <= law[2].mean_service_ms * 1.05
     assert law[2].estimated_energy_per_request_mj == pytest.approx(law[2].cpu_ms_per_request * 10)
+    # the exporter stopped mid-run: the run went on (VALID above), its scrapes before the stop are read, and the
+    # report says how many failed and why — its second phase has fewer scrapes, never a zero
+    doomed = {r.phase: r for r in hardware.rows if r.monitor == "doomed"}
+    failed = next(m for m in hardware.missing if m.startswith("doomed:"))
+    assert "scrapes failed (first: ConnectError" in failed, hardware.missing
+    assert doomed[1].cpu_busy_pct is not None and doomed[2].scrapes < doomed[1].scrapes, doomed
     rows = {r.phase: r for r in hardware.rows if r.monitor == "host"}
     assert set(rows) == {1, 2} and all(r.scrapes >= 4 for r in rows.values())
     assert rows[2].cpu_busy_pct > rows[1].cpu_busy_pct + 5, (rows[1].cpu_busy_pct, rows[2].cpu_busy_pct)
