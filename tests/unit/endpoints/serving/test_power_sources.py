@@ -125,3 +125,16 @@ def test_each_models_cpu_time_is_its_own_on_metrics():
     burning = samples['tailrace_server_model_cpu_seconds_total{model="burning"}']
     sleeping = samples['tailrace_server_model_cpu_seconds_total{model="sleeping"}']
     assert 0.2 <= burning < 0.3 and sleeping < 0.02
+
+
+def test_the_gpu_checks_reader_and_its_agreement_of_counter_and_sampled_power():
+    """bench/gpu_energy.py (run on a GPU machine): what it reads of the collector, and the counter against the
+    integral of the sampled power — equal for a steady 300 W, the counter's 1,200 J over 4 s."""
+    from bench.gpu_energy import agreement, read_collector
+
+    assert read_collector(NvmlCollector(FakeNvml())) == (5000.0, 350.0)
+    t = np.arange(0, 10.01, 0.05)
+    power = np.where((t >= 3) & (t <= 7), 300.0, 60.0)
+    energy = np.concatenate([[0.0], np.cumsum((power[1:] + power[:-1]) / 2 * np.diff(t))])
+    check = agreement(t, energy, power, 3.0, 7.0)
+    assert check["counter_j"] == pytest.approx(1200, rel=0.01) and check["relative_gap"] < 0.01
