@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, variant_decision
+from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, joined_server_spans, read_span_file
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
@@ -72,6 +73,7 @@ from tailrace.analysis.stats.tokens import (
     token_verdicts,
 )
 from tailrace.analysis.stats.validity import groups_of, validity_rows
+from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
@@ -137,19 +139,35 @@ def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[st
 
 
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
-                figures: Figures | None = None) -> Analysis:
+                figures: Figures | None = None, span_files: tuple[Path, ...] = ()) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
     ANALYSIS_COLUMNS only (analysis/read/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
     A chunk that turns out unreadable after its first columns were used is skipped, and the analysis starts
     again without it (`exclude`: chunk → reason). `figures` (analysis/report/figures.py) is handed each of the
-    report's figures' numbers once they exist, to draw them while the analysis goes on."""
+    report's figures' numbers once they exist, to draw them while the analysis goes on. `span_files`: OTLP JSON
+    files of the servers' spans, joined to the requests beside what the run's own receiver got (SpanFileError: one
+    is not OTLP JSON)."""
+    spans = server_spans_of(run_dir, span_files)
     try:
-        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures())
+        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures(), spans)
     except LateChunkError as exc:
         if exc.path in (exclude or {}):
             raise
-        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures)
+        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures, span_files)
+
+
+def server_spans_of(run_dir: Path, span_files: tuple[Path, ...]) -> tuple[list, list[str]]:
+    """(the servers' spans, where they came from): the run's receiver's (a last line cut short left out) and
+    `span_files`'."""
+    received = RunLayout(run_dir).server_spans
+    spans, sources = [], []
+    for path, own in ((received, True), *((Path(f), False) for f in span_files)):
+        if own and not path.exists():
+            continue
+        spans += read_span_file(path, tolerate_last=own)
+        sources.append(str(path))
+    return spans, sources
 
 
 @dataclass(frozen=True)
@@ -162,6 +180,7 @@ class _Run:
     in_measured: np.ndarray  # per row: in a measured phase
     measured_rows: np.ndarray  # their positions (32-bit where they fit)
     threads: int  # for statistics over groups: both cores where the log fits, else one at a time (its peak)
+    spans: tuple[list, list[str]] = ([], [])  # the servers' spans and their sources (analysis/otel/server_spans.py)
 
     @property
     def duration(self) -> float:
@@ -191,6 +210,7 @@ class _RunStatistics:
         self.rerank_endpoints = frozenset(e.name for e in p.endpoints if e.protocol == "rerank")
         self.streamed = frozenset(generative)
         self.token_columns = TOKEN_COLUMNS if generative else ()
+        self.span_columns = (*SERVER_SPAN_COLUMNS, *(("ttft_ns",) if generative else ())) if run.spans[0] else ()
         self.hardware_columns = (*HARDWARE_COLUMNS, *(("output_tokens",) if generative else ())) if p.monitors else ()
         # and when: a TTFT that trends
         self.verdict_columns = (*TOKEN_COLUMNS, "t_intended_ref") if generative else ()
@@ -288,6 +308,8 @@ class _RunStatistics:
                       uses=("server_statistics", "hardware")),
             Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
                 c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
+            Statistic("server_spans", self.span_columns, lambda c, r: joined_server_spans(
+                c.frame(self.span_columns), *run.spans) if run.spans[0] else {}),
         ]
 
     def by_request(self) -> list[Statistic]:
@@ -376,7 +398,7 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware"}
+                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware", "server_spans"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -458,7 +480,10 @@ def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
 
 
 def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
-                  streamed: frozenset[str] = frozenset()) -> list[dict]:
+                  streamed: frozenset[str] = frozenset(), spans: dict | None = None) -> list[dict]:
+    """The slowest requests, where their time went: the client's legs and, where a server span came back, the
+    server's own split (queue, prefill, decode, compute)."""
+    timing = (spans or {}).get("timing", {})
     rows = []
     for r, trace_id in zip(slowest.itertuples(), trace_ids(slowest.index)):
         row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint,
@@ -469,13 +494,16 @@ def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Cal
             leg = slow_legs.loc[r.Index]
             row.update({k + "_ms": float(leg[k]) for k in ("network_up", "server_queue", "server_compute",
                                                           "server_other", "network_down")})
+        row.update({f"span_{k}": v for k, v in timing.get(int(r.Index), {}).items()})  # the server's span says
         rows.append(row)
     return rows
 
 
-def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures
-                 ) -> Analysis:
+def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures,
+                 spans: tuple[list, list[str]] = ([], [])) -> Analysis:
     keep = columns is None
+    if spans[0] and columns is not None:  # the servers' spans are joined by the requests' own IDs
+        columns = (*columns, "trace_id", "span_id")
     data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
     manifest, profile, log = data.manifest, data.plan.profile, data.log
     if keep:
@@ -490,7 +518,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
     run = _Run(data, profile, figures, in_measured,
                np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
-               (os.cpu_count() or 1) if log.fits() else 1)
+               (os.cpu_count() or 1) if log.fits() else 1, spans)
     r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=REPORT_COLUMNS)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrivals"]]
@@ -506,7 +534,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
     slowest_rows = _slowest_rows(r["slowest"], slow_legs, data.trace_ids,
-                                 frozenset(e.name for e in profile.endpoints if e.generative))
+                                 frozenset(e.name for e in profile.endpoints if e.generative), r["server_spans"])
     latency_rows = with_stream_goodput(r["latency"], r["tokens"])
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
@@ -529,6 +557,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
         "ttft_decomposition": r["ttft_decomposition"], "tokens_by_model": r["by_model"].get("rows", []),
         **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]},
+        **({"server_spans": r["server_spans"]["section"]} if r["server_spans"] else {}),
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })

@@ -173,7 +173,7 @@ def print_summary(summary: RunSummary) -> None:
 
 
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False,
-                       figures: Figures | None = None) -> int:
+                       figures: Figures | None = None, span_files: tuple[Path, ...] = ()) -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
     exits after it (the CLI, a master after its run), so it may keep the memory it frees
     (analysis/read/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
@@ -182,13 +182,15 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
     # nothing heavy at its top, so that `tailrace analyze` gets here at once)
     figures = figures or start_figures()
     try:
-        return _analyze_and_report(run_dir, out, quiet, exits, figures)
+        return _analyze_and_report(run_dir, out, quiet, exits, figures, span_files)
     finally:
         figures.close()
 
 
-def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures) -> int:
+def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures,
+                        span_files: tuple[Path, ...] = ()) -> int:
     from tailrace.analysis.analyze import analyze_run
+    from tailrace.analysis.otel.server_spans import SpanFileError
     from tailrace.analysis.read import process_memory
     from tailrace.analysis.read.rundir import (
         ANALYSIS_COLUMNS,
@@ -207,8 +209,9 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
         long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
         check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
                    "analyse", rows)
-        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures)  # only what the report reads
-    except RunDirError as exc:
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures,  # only what the report reads
+                               span_files=span_files)
+    except (RunDirError, SpanFileError) as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return USAGE
     for s in analysis.data.skipped:

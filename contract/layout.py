@@ -162,6 +162,12 @@ class RunLayout:
         """A hardware source's scrapes through the run (harness/orchestration/hardware_monitors.py)."""
         return self.root / "monitors" / monitor / "timeline.jsonl"
 
+    @property
+    def server_spans(self) -> Path:
+        """The servers' OpenTelemetry spans the run's OTLP receiver got (harness/services/otlp_receiver.py): one
+        OTLP JSON export request a line, as an OpenTelemetry Collector's file exporter writes them."""
+        return self.root / "server-spans" / "received.jsonl"
+
     def monitor_names(self) -> list[str]:
         base = self.root / "monitors"
         return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []

@@ -1,6 +1,9 @@
-"""W3C Trace Context (`traceparent`) generation and parsing."""
+"""W3C Trace Context (`traceparent`) generation and parsing. A one-shot request is a trace of its own; a session's
+turns and a pipeline's stages share their session's trace (one per session of a run), under a session span that no
+request sends but an OpenTelemetry export writes (analysis/otel/spans.py)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -31,3 +34,15 @@ def parse_traceparent(value: str | None) -> tuple[str, str] | None:
     if not m or m.group(1) == _ZERO_TRACE or m.group(2) == _ZERO_SPAN:
         return None
     return m.group(1), m.group(2)
+
+
+def session_trace_id(run_id: str, session_id: int) -> str:
+    """The trace every turn (stage) of one session (pipeline) of a run carries: 32 hex digits, never all zero."""
+    digest = hashlib.blake2b(f"{run_id}:{session_id}".encode(), digest_size=16).hexdigest()
+    return digest if digest != _ZERO_TRACE else "0" * 31 + "1"
+
+
+def session_span_id(trace_id: str) -> str:
+    """The session span's ID in its trace (the parent of each of its requests' spans)."""
+    digest = hashlib.blake2b(trace_id.encode(), digest_size=8, person=b"session").hexdigest()
+    return digest if digest != _ZERO_SPAN else "0" * 15 + "1"

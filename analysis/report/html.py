@@ -24,6 +24,7 @@ from tailrace.contract.summary import (
     Row,
     RunSummary,
     Scenario,
+    ServerSpans,
     Sessions,
     TokenRow,
 )
@@ -823,9 +824,39 @@ def _slowest_section(s: RunSummary, mixed: bool) -> str:
                                        ("status", "status"), ("latency_ms", "latency ms"),
                                        ("send_lag_ms", "send lag"), ("network_up_ms", "net up"),
                                        ("server_queue_ms", "queue"), ("server_compute_ms", "compute"),
-                                       ("network_down_ms", "net down")],
-                        left={"trace_id", "region", "endpoint", "kind"}))
+                                       ("network_down_ms", "net down"), *_SPAN_COLUMNS],
+                        left={"trace_id", "region", "endpoint", "kind", "span_server_span"}))
+    if s.server_spans is not None:
+        parts.append(_server_spans_section(s.server_spans))
     return "".join(parts)
+
+
+# the server's own span of a slowest request (OpenTelemetry), where it came back
+_SPAN_COLUMNS = [("span_server_span", "server span"), ("span_server_queue_ms", "span: queue"),
+                 ("span_server_prefill_ms", "prefill"), ("span_server_decode_ms", "decode"),
+                 ("span_server_ttft_ms", "server TTFT"), ("span_server_compute_ms", "span: compute")]
+
+
+def _server_spans_section(section: ServerSpans) -> str:
+    """The servers' spans joined to the requests: the share found, the server's split beside the client's view."""
+    def cell(v: dict | None) -> str:
+        return "–" if not v else f"{v['p50']:.2f} / {v['p99']:.2f}"
+
+    rows = [Shown(r, names=", ".join(r.span_names) or "–", **{k: cell(getattr(r, k)) for k in (
+        "server_queue_ms", "server_compute_ms", "server_ttft_ms", "server_prefill_ms", "server_decode_ms",
+        "client_ttft_ms", "client_rest_ms")}) for r in section.rows]
+    return ("<h3 id='server-spans'>The servers' own spans</h3>" + _table(rows, [
+        ("endpoint", "endpoint"), ("requests", "requests"), ("with_server_span", "with a server span"),
+        ("share", "share"), ("names", "span"), ("server_queue_ms", "queue p50 / p99 ms"),
+        ("server_prefill_ms", "prefill"), ("server_decode_ms", "decode"), ("server_compute_ms", "compute"),
+        ("server_ttft_ms", "server TTFT"), ("client_ttft_ms", "client TTFT"),
+        ("client_rest_ms", "client TTFT − send lag − server TTFT")], left={"endpoint", "names"})
+        + f"<p class='note'>{section.spans:,} spans read ({html.escape(', '.join(section.sources))}), joined to the "
+        "requests whose span is their parent (the request's <code>traceparent</code>); "
+        f"{section.unknown_trace_spans:,} belong to traces no request of this run carries and are left out. Server "
+        "times are the server's own (its clock, its attributes: vLLM's <code>gen_ai.latency.*</code>, Triton's "
+        "QUEUE_START / COMPUTE_START / COMPUTE_END events); the last column is what the client saw that the server "
+        "did not — the network there and back and the client's reading.</p>")
 
 
 def render(analysis: Analysis, figures: Figures | None = None) -> str:

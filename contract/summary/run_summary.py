@@ -31,6 +31,7 @@ from tailrace.contract.summary.tables import (
     Outage,
     PhaseRow,
     QueueingRow,
+    ServerSpans,
     ServerTimelinePoint,
     SloVerdict,
     SlowRequest,
@@ -82,6 +83,7 @@ class RunSummary(Row):
     pipelines: Pipelines | None = None
     cancellations: list[CancellationRow] = Field(default_factory=list)
     hardware: Hardware | None = None
+    server_spans: ServerSpans | None = None
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
 
     @classmethod

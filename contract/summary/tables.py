@@ -444,6 +444,43 @@ class SlowRequest(Row):
     server_compute_ms: float | None = None
     server_other_ms: float | None = None
     network_down_ms: float | None = None
+    # where the server's own span came back (OpenTelemetry): its name and split, on the server's clock
+    span_server_span: str | None = None
+    span_server_service: str | None = None
+    span_server_queue_ms: float | None = None
+    span_server_compute_ms: float | None = None
+    span_server_ttft_ms: float | None = None
+    span_server_prefill_ms: float | None = None
+    span_server_decode_ms: float | None = None
+    span_server_e2e_ms: float | None = None
+
+
+class ServerSpanRow(Row):
+    """One endpoint's requests joined with the servers' own spans: how many found theirs, and what those say (each
+    a {p50, p99, mean} in ms) beside the client's TTFT and the rest (client TTFT − send lag − server TTFT)."""
+
+    endpoint: str
+    requests: int
+    with_server_span: int
+    share: float | None = None
+    span_names: list[str] = Field(default_factory=list)
+    server_queue_ms: dict[str, float] | None = None
+    server_compute_ms: dict[str, float] | None = None
+    server_ttft_ms: dict[str, float] | None = None
+    server_prefill_ms: dict[str, float] | None = None
+    server_decode_ms: dict[str, float] | None = None
+    server_e2e_ms: dict[str, float] | None = None
+    client_ttft_ms: dict[str, float] | None = None
+    client_rest_ms: dict[str, float] | None = None
+
+
+class ServerSpans(Row):
+    """The servers' spans read back: per endpoint, the spans in all, those of traces no request carries."""
+
+    rows: list[ServerSpanRow] = Field(default_factory=list)
+    spans: int = 0
+    unknown_trace_spans: int = 0
+    sources: list[str] = Field(default_factory=list)
 
 
 class EndpointStatistics(Row):

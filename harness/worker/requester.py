@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
-from tailrace.contract.trace_context import format_traceparent, new_ids
+from tailrace.contract.trace_context import format_traceparent, new_ids, session_trace_id
 from tailrace.harness.client.outcome import Outcome, StreamOutcome
 from tailrace.harness.client.payloads import AnswerCheck, SchemaCheck
 from tailrace.harness.client.senders import Sender
@@ -77,6 +77,8 @@ class RequestPath:
         """A request about to be sent: its trace ids and headers, whether its client abandons it; counted in flight
         from here."""
         trace_id, span_id = new_ids()
+        if turn is not None:  # a session's turns, a pipeline's stages: one trace, the session's
+            trace_id = session_trace_id(self.plan.run_id, turn.session_id)
         offset_ns = self.clocks.offset_ns
         headers = {"traceparent": format_traceparent(trace_id, span_id), **self.static_headers,
                    "x-tailrace-clock-offset-ns": str(offset_ns)}

@@ -1,0 +1,118 @@
+"""`tailrace export otlp RUN --endpoint URL`: a run's requests (all, or a sample) sent as OpenTelemetry spans to any
+OTLP receiver — a Collector, Jaeger, Tempo, Phoenix — over HTTP/protobuf or gRPC, with the OpenTelemetry SDK's own
+OTLP exporters, in batches (memory bounded by one batch of spans). An endpoint that refuses or cannot be reached
+stops the export at the first batch it loses: one line says how many spans were not exported, exit 1; the run
+directory is only read.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tailrace.analysis.otel.spans import SPAN_COLUMNS, Sample, SampleError, run_resource, spans_of
+from tailrace.analysis.read.clock_correction import add_reference_times, fit_all
+from tailrace.analysis.read.rundir import RunDirError, load_run
+from tailrace.contract import exit_codes
+
+PROTOCOLS = ("http/protobuf", "grpc")
+READ = tuple(dict.fromkeys((*(c for c in SPAN_COLUMNS if not c.endswith("_ref")), "t_intended", "t_sent", "t_done")))
+
+
+@dataclass(frozen=True)
+class OtlpTarget:
+    """Where the spans go and how: the receiver's URL, its protocol, headers, TLS files, the time one batch may
+    take (the exporters retry within it)."""
+
+    endpoint: str
+    protocol: str = "http/protobuf"
+    headers: dict[str, str] = field(default_factory=dict)
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    timeout_s: float = 10.0
+
+    def exporter(self):
+        """The SDK's OTLP span exporter for this target."""
+        if self.protocol == "grpc":
+            import grpc
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            parts = urlsplit(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
+            secure = parts.scheme == "https"
+            credentials = grpc.ssl_channel_credentials(
+                self.ca.read_bytes() if self.ca else None, self.key.read_bytes() if self.key else None,
+                self.cert.read_bytes() if self.cert else None) if secure else None
+            return OTLPSpanExporter(endpoint=parts.netloc, insecure=not secure, credentials=credentials,
+                                    headers=self.headers or None, timeout=self.timeout_s)
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        url = self.endpoint.rstrip("/")
+        url = url if urlsplit(url).path else f"{url}/v1/traces"
+        return OTLPSpanExporter(endpoint=url, certificate_file=str(self.ca) if self.ca else None,
+                                client_certificate_file=str(self.cert) if self.cert else None,
+                                client_key_file=str(self.key) if self.key else None, headers=self.headers or None,
+                                timeout=self.timeout_s)
+
+
+@dataclass
+class ExportOutcome:
+    """What an export sent: spans exported, spans that were not (and why), requests chosen, seconds."""
+
+    exported: int = 0
+    not_exported: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+def export_run(run_dir: Path, target: OtlpTarget, sample: Sample, batch: int = 2048) -> ExportOutcome:
+    """Send the run's chosen requests (and their sessions' spans) to `target` (RunDirError: not a run directory)."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    started = time.monotonic()
+    data = load_run(run_dir, READ)
+    df = add_reference_times(data.requests, fit_all(data.clock))
+    rows = sample.rows(df)
+    outcome = ExportOutcome(requests=len(rows))
+    exporter = target.exporter()
+    try:
+        for spans in spans_of(df, rows, run_resource(data.plan.run_id, data.plan.profile.name), batch):
+            if outcome.error:
+                outcome.not_exported += len(spans)
+                continue
+            if exporter.export(spans) == SpanExportResult.SUCCESS:
+                outcome.exported += len(spans)
+            else:
+                outcome.not_exported += len(spans)
+                outcome.error = f"{target.endpoint} did not accept a batch of {len(spans)} spans ({target.protocol})"
+    finally:
+        exporter.shutdown()
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def export_command(run_dir: Path, target: OtlpTarget, sample_text: str) -> int:
+    """Print what was exported; exit 0, 1 (spans not exported: the endpoint refused or was unreachable), 2 (a bad
+    run directory or flag)."""
+    try:
+        sample = Sample.parse(sample_text)
+        if target.protocol not in PROTOCOLS:
+            raise SampleError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        for flag, path in (("--tls-ca", target.ca), ("--tls-cert", target.cert), ("--tls-key", target.key)):
+            if path is not None and not path.is_file():
+                raise SampleError(f"{flag}: {path} is not a readable file")
+        logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # its retries' lines: ours says what failed
+        outcome = export_run(run_dir, target, sample)
+    except (RunDirError, SampleError) as exc:
+        print(f"tailrace export: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    print(f"tailrace export: {outcome.exported:,} spans of {outcome.requests:,} requests (and their sessions) sent to "
+          f"{target.endpoint} ({target.protocol}) in {outcome.seconds:.1f} s")
+    if outcome.not_exported:
+        print(f"tailrace export: {outcome.not_exported:,} spans not exported: {outcome.error}", file=sys.stderr)
+        return exit_codes.FAIL
+    return exit_codes.PASS
