@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tailrace.contract.trace_context import Sample
+
 EMBEDDED = "embedded"
 TRITON = "triton"
 INPROCESS = "inprocess"
@@ -937,6 +939,45 @@ class Monitor(_Strict):
         return v if v in (EMBEDDED, TRITON) else check_url(v, ("http", "https"))
 
 
+class OtelReceive(_Strict):
+    """An OTLP receiver the master opens for the run: servers send it their spans (vLLM's --otlp-traces-endpoint,
+    Triton's trace mode), which the report joins to the requests."""
+
+    host: str = Field("127.0.0.1", description="the address it binds (a server on another host: this host's)")
+    grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP over gRPC (vLLM's default protocol); 0: any")
+    http_port: int = Field(4318, ge=0, le=65535, description="OTLP over HTTP, POST /v1/traces; 0: any")
+    linger_s: float = Field(6.0, ge=0, le=600, description="kept open this long after the last response, for the "
+                                                          "spans servers batch (the SDK's default: every 5 s)")
+
+
+class OtelExport(_Strict):
+    """Where the run's requests go as spans once it ends (as `tailrace export otlp` sends them)."""
+
+    endpoint: str = Field(description="an OTLP receiver: http://collector:4318 (HTTP) or http://collector:4317 (gRPC)")
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    sample: str = Field("all", description="all, or any of slowest:N, errors, share:F joined by commas")
+    headers: dict[str, str] = Field(default_factory=dict, description="sent with every batch (no secrets: the "
+                                                                     "plan records the profile)")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_url(v, ("http", "https"))
+
+    @field_validator("sample")
+    @classmethod
+    def _sample(cls, v: str) -> str:
+        Sample.parse(v)  # a SampleError is a ValueError: the field named, the part that is wrong said
+        return v
+
+
+class Otel(_Strict):
+    """OpenTelemetry: receive the servers' spans during the run; export the requests as spans after it."""
+
+    receive: OtelReceive | None = None
+    export: OtelExport | None = None
+
+
 class ServerStats(_Strict):
     interval_s: float = Field(5, gt=0, le=3600, description="periodic statistics + metrics snapshots")
 
@@ -982,6 +1023,8 @@ class Profile(_Strict):
     embedded: Embedded = Field(default_factory=Embedded)
     triton: TritonLocal = Field(default_factory=TritonLocal)
     server_stats: ServerStats = Field(default_factory=ServerStats)
+    otel: Otel = Field(default_factory=Otel, description="OpenTelemetry: the servers' spans received, the requests "
+                                                        "exported as spans")
     monitors: list[Monitor] = Field(default_factory=list, description="what the hardware did: exporters scraped "
                                     "through the run (utilization, memory, power, energy)")
     cold_start: ColdStart = Field(default_factory=ColdStart)

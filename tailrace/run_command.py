@@ -12,6 +12,7 @@ from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_byt
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import run_local
+from tailrace.harness.services.otlp_receiver import ReceiverBindError
 
 VERDICTS = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", INVALID: "INVALID"}
 
@@ -67,7 +68,7 @@ def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | N
     except EndpointCheckError as exc:
         print(f"tailrace run: {exc.headline}; no load was sent:\n{exc}", file=sys.stderr)
         return None, USAGE
-    except LowDiskError as exc:
+    except (LowDiskError, ReceiverBindError) as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
         return None, USAGE
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
@@ -78,5 +79,7 @@ def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | N
               "and the logs", file=sys.stderr)
         return run_dir, INVALID
     from tailrace.analysis.analyze_command import analyze_and_report
+    from tailrace.analysis.otel.export import export_after_run
 
+    export_after_run(run_dir, profile.otel.export, "tailrace run")  # what it could not send is said, never fatal
     return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailrace.analysis.otel.spans import SPAN_COLUMNS, Sample, SampleError, run_resource, spans_of
+from tailrace.analysis.otel.spans import SPAN_COLUMNS, run_resource, sample_rows, spans_of
 from tailrace.analysis.read.clock_correction import add_reference_times, fit_all
 from tailrace.analysis.read.rundir import RunDirError, load_run
 from tailrace.contract import exit_codes
+from tailrace.contract.trace_context import Sample, SampleError
 
 PROTOCOLS = ("http/protobuf", "grpc")
 READ = tuple(dict.fromkeys((*(c for c in SPAN_COLUMNS if not c.endswith("_ref")), "t_intended", "t_sent", "t_done")))
@@ -76,7 +77,7 @@ def export_run(run_dir: Path, target: OtlpTarget, sample: Sample, batch: int = 2
     started = time.monotonic()
     data = load_run(run_dir, READ)
     df = add_reference_times(data.requests, fit_all(data.clock))
-    rows = sample.rows(df)
+    rows = sample_rows(sample, df)
     outcome = ExportOutcome(requests=len(rows))
     exporter = target.exporter()
     try:
@@ -99,7 +100,10 @@ def export_command(run_dir: Path, target: OtlpTarget, sample_text: str) -> int:
     """Print what was exported; exit 0, 1 (spans not exported: the endpoint refused or was unreachable), 2 (a bad
     run directory or flag)."""
     try:
-        sample = Sample.parse(sample_text)
+        try:
+            sample = Sample.parse(sample_text)
+        except SampleError as exc:
+            raise SampleError(f"--sample: {exc}") from None
         if target.protocol not in PROTOCOLS:
             raise SampleError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
         for flag, path in (("--tls-ca", target.ca), ("--tls-cert", target.cert), ("--tls-key", target.key)):
@@ -116,3 +120,20 @@ def export_command(run_dir: Path, target: OtlpTarget, sample_text: str) -> int:
         print(f"tailrace export: {outcome.not_exported:,} spans not exported: {outcome.error}", file=sys.stderr)
         return exit_codes.FAIL
     return exit_codes.PASS
+
+
+def export_after_run(run_dir: Path, declared, command: str) -> None:
+    """The profile's `[otel.export]` (`declared`; None: nothing to do) once the run ended: one line of what was sent,
+    one of what was not — the run and its report are unharmed either way."""
+    if declared is None:
+        return
+    target = OtlpTarget(declared.endpoint, declared.protocol, dict(declared.headers))
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+    try:
+        outcome = export_run(run_dir, target, Sample.parse(declared.sample))
+    except (RunDirError, SampleError, OSError) as exc:
+        print(f"{command}: otel.export: nothing exported ({exc})", file=sys.stderr)
+        return
+    print(f"{command}: otel.export: {outcome.exported:,} spans sent to {target.endpoint} ({target.protocol})")
+    if outcome.not_exported:
+        print(f"{command}: otel.export: {outcome.not_exported:,} spans not exported: {outcome.error}", file=sys.stderr)

@@ -12,7 +12,6 @@ several, joined by commas.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -22,7 +21,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from tailrace.contract.trace_context import session_span_id
+from tailrace.contract.trace_context import Sample, session_span_id
 
 SPAN_COLUMNS = ("trace_id", "span_id", "endpoint", "region", "worker", "model", "protocol", "phase", "status", "code",
                 "t_intended_ref", "t_sent_ref", "t_done_ref", "latency_ns", "send_lag_ns", "ttft_ns",
@@ -32,55 +31,20 @@ SCOPE = InstrumentationScope("tailrace", "1")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-class SampleError(ValueError):
-    """A --sample that cannot be read (the message names the part)."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """Which requests to export: all of them, or the union of the slowest N, the errors and a share."""
-
-    all: bool = True
-    slowest: int = 0
-    errors: bool = False
-    share: float = 0.0
-
-    @classmethod
-    def parse(cls, text: str) -> "Sample":
-        """`all`, or a comma-joined set of `slowest:N`, `errors`, `share:F` (0 < F ≤ 1)."""
-        if text.strip() == "all":
-            return cls()
-        slowest, errors, share = 0, False, 0.0
-        for part in (p.strip() for p in text.split(",")):
-            kind, _, value = part.partition(":")
-            try:
-                if kind == "slowest" and int(value) > 0:
-                    slowest = int(value)
-                elif kind == "errors" and not value:
-                    errors = True
-                elif kind == "share" and 0 < float(value) <= 1:
-                    share = float(value)
-                else:
-                    raise ValueError
-            except ValueError:
-                raise SampleError(f"--sample: {part!r} is not all, slowest:N (N ≥ 1), errors or share:F "
-                                  "(0 < F ≤ 1)") from None
-        return cls(False, slowest, errors, share)
-
-    def rows(self, df: pd.DataFrame) -> np.ndarray:
-        """The positions of `df`'s rows to export, in time order."""
-        if self.all:
-            return np.argsort(df["t_intended_ref"].to_numpy(), kind="stable")
-        keep = np.zeros(len(df), dtype=bool)
-        if self.slowest:
-            keep[np.argsort(-df["latency_ns"].to_numpy(), kind="stable")[:self.slowest]] = True
-        if self.errors:
-            keep |= ~df["status"].isin(["ok", "cancelled"]).to_numpy()
-        if self.share:
-            bound = int(self.share * 2**32)
-            keep |= np.array([int(t[:8], 16) < bound for t in df["trace_id"].astype(str)], dtype=bool)
-        chosen = np.flatnonzero(keep)
-        return chosen[np.argsort(df["t_intended_ref"].to_numpy()[chosen], kind="stable")]
+def sample_rows(sample: Sample, df: pd.DataFrame) -> np.ndarray:
+    """The positions of `df`'s rows `sample` chooses, in time order."""
+    if sample.all:
+        return np.argsort(df["t_intended_ref"].to_numpy(), kind="stable")
+    keep = np.zeros(len(df), dtype=bool)
+    if sample.slowest:
+        keep[np.argsort(-df["latency_ns"].to_numpy(), kind="stable")[:sample.slowest]] = True
+    if sample.errors:
+        keep |= ~df["status"].isin(["ok", "cancelled"]).to_numpy()
+    if sample.share:
+        bound = int(sample.share * 2**32)
+        keep |= np.array([int(t[:8], 16) < bound for t in df["trace_id"].astype(str)], dtype=bool)
+    chosen = np.flatnonzero(keep)
+    return chosen[np.argsort(df["t_intended_ref"].to_numpy()[chosen], kind="stable")]
 
 
 def _context(trace_id: str, span_id: str) -> SpanContext:

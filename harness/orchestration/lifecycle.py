@@ -34,6 +34,7 @@ from tailrace.harness.orchestration.hardware_monitors import MonitorRecorder
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.run_record import RunRecord, save_model_metadata, started_manifest, write_manifest
 from tailrace.harness.orchestration.server_stats import ServerStatsRecorder, StatsTarget
+from tailrace.harness.services.otlp_receiver import OtlpReceiver
 from tailrace.harness.services.processes import ManagedProcess, start_process
 from tailrace.harness.worker.identity import PLAN_ENV, TOKEN_ENV
 
@@ -118,6 +119,7 @@ class RunLifecycle:
     master_lost_s: float | None = None
     write_errors: list[str] = field(default_factory=list)  # why the run was stopped early: its disk
     live: LivePage | None = None  # the live page, when this command serves one
+    receiver: OtlpReceiver | None = None  # the servers' spans, where the profile opens a receiver for them
 
     def say(self, message: str, error: bool = False) -> None:
         if error:
@@ -140,6 +142,12 @@ class RunLifecycle:
             self.monitors.periodic()
         self.record = RunRecord(self.plan, self.layout, servers=[t.describe() for t in targets],
                                 region_addresses=region_addresses or {})
+        receive = self.plan.profile.otel.receive
+        if receive is not None:  # open before any load: a server's first span has somewhere to go
+            self.receiver = OtlpReceiver(self.layout.server_spans, receive.host, receive.grpc_port, receive.http_port)
+            self.receiver.start()
+            self.say(f"OTLP receiver for the servers' spans: {self.receiver.grpc_url} (gRPC), "
+                     f"{self.receiver.http_url} (HTTP)")
 
     def start(self, workers: Workers, bind: str, port: int, token: str, cpus: list[int] | None = None) -> None:
         """The Locust master on bind:port, then the workers."""
@@ -216,8 +224,19 @@ class RunLifecycle:
         return (f"gave up after {self.workers.max_wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; "
                 "no load was sent")
 
+    def close_receiver(self) -> None:
+        """The servers' last spans waited for (`linger_s`: they batch them), then the receiver closed; idempotent."""
+        if self.receiver is None:
+            return
+        time.sleep(self.plan.profile.otel.receive.linger_s)
+        self.receiver.stop()
+        self.say(f"{self.receiver.spans:,} server spans received" + (
+            f", {self.receiver.refused:,} export requests refused (not OTLP)" if self.receiver.refused else ""))
+        self.receiver = None
+
     def snapshot_after(self) -> None:
-        """The servers' statistics after the run (a full disk is recorded, never raised); idempotent."""
+        """The servers' last spans and statistics after the run (a full disk is recorded, never raised); idempotent."""
+        self.close_receiver()
         if self.monitors is not None:
             try:
                 self.monitors.periodic(float("inf"))  # one last scrape of every monitor: the load's end

@@ -38,6 +38,7 @@ from tailrace.harness.orchestration.lifecycle import (
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.progress import ChunkProgress
 from tailrace.harness.orchestration.server_stats import stats_targets
+from tailrace.harness.services.otlp_receiver import ReceiverBindError
 from tailrace.harness.services.processes import start_process
 from tailrace.harness.worker.identity import TOKEN_ENV, WorkerIdentity
 
@@ -142,7 +143,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     try:
         create_run_directory(layout, profile, run_id, reserve)
         lifecycle.open(stats_targets(plan))
-    except LowDiskError as exc:
+    except (LowDiskError, ReceiverBindError) as exc:
         print(f"tailrace master: {exc}", file=sys.stderr)
         return None, USAGE
     except OSError as exc:

@@ -51,6 +51,10 @@ def span_count(request: trace_service_pb2.ExportTraceServiceRequest) -> int:
     return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
 
 
+class ReceiverBindError(OSError):
+    """The receiver's address cannot be bound (a port in use): the message names the profile's field."""
+
+
 class OtlpReceiver:
     """The run's receiver: `start()` binds gRPC and HTTP, `stop()` closes them; `spans` and `refused` count."""
 
@@ -83,9 +87,18 @@ class OtlpReceiver:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-grpc"),
                                  options=[("grpc.max_receive_message_length", MAX_BODY)])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), self._grpc)
-        self._grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self._grpc_port}")
+        try:
+            self._grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self._grpc_port}")
+        except RuntimeError:
+            raise ReceiverBindError(f"otel.receive.grpc_port: cannot bind {self.host}:{self._grpc_port} (in use, or "
+                                    "not this host's address)") from None
         self._grpc.start()
-        self._http = ThreadingHTTPServer((self.host, self._http_port), _handler(self))
+        try:
+            self._http = ThreadingHTTPServer((self.host, self._http_port), _handler(self))
+        except OSError as exc:
+            self._grpc.stop(None)
+            raise ReceiverBindError(f"otel.receive.http_port: cannot bind {self.host}:{self._http_port} "
+                                    f"({exc.strerror})") from None
         self._http.daemon_threads = True
         self._http_port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, name="otlp-http", daemon=True).start()

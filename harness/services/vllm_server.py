@@ -88,7 +88,8 @@ class VllmServer:
 def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAULT_MODEL_DIR,
                port: int | None = None, max_num_seqs: int = 32, cpus: list[int] | None = None,
                prefix_caching: bool = True, block_size: int | None = None, embed: bool = False,
-               responses_store: bool = False, log_requests: bool = False, loras: bool = False) -> VllmServer:
+               responses_store: bool = False, log_requests: bool = False, loras: bool = False,
+               otlp_traces_endpoint: str | None = None) -> VllmServer:
     """Start vLLM on 127.0.0.1 serving the tiny model as SERVED_NAME; ready when /v1/models answers. `cpus`: the
     server and its engine's OpenMP threads on these CPUs only (keep them off the generators'). Automatic prefix
     caching on or off, in blocks of `block_size` tokens (None: vLLM's default; its CPU attention takes multiples of
@@ -97,7 +98,8 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
     /v1/embeddings — and /score and /rerank, by the vectors' cosine — instead of completions. `responses_store`: keep
     /v1/responses' responses (store: true, previous_response_id; vLLM keeps them in memory until it stops).
     `log_requests`: vLLM logs each request, and each one it aborts ("Aborted request(s) <id>"). `loras`: the tiny
-    model's seeded LoRA adapters (LORA_NAMES) served beside it under their names."""
+    model's seeded LoRA adapters (LORA_NAMES) served beside it under their names. `otlp_traces_endpoint`: vLLM
+    sends a span per request there (OTLP over gRPC, a batch every 0.5 s), the child of the request's traceparent."""
     interpreter = vllm_python(python)
     model = tiny_model(interpreter, model_dir)
     port = port or free_port()
@@ -110,9 +112,12 @@ def start_vllm(log_dir: Path, python: str | None = None, model_dir: Path = DEFAU
             *(["--runner", "pooling", "--convert", "embed"] if embed else []),
             *(["--enable-log-requests"] if log_requests else []),
             *(["--enable-lora", "--max-lora-rank", "8", "--max-loras", str(len(LORA_NAMES)), "--lora-modules",
-               *(f"{n}={tiny_loras(interpreter, Path(model)) / n}" for n in LORA_NAMES)] if loras else [])]
+               *(f"{n}={tiny_loras(interpreter, Path(model)) / n}" for n in LORA_NAMES)] if loras else []),
+            *(["--otlp-traces-endpoint", otlp_traces_endpoint] if otlp_traces_endpoint else [])]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1",
-           **({"VLLM_ENABLE_RESPONSES_API_STORE": "1"} if responses_store else {})}
+           **({"VLLM_ENABLE_RESPONSES_API_STORE": "1"} if responses_store else {}),
+           **({"OTEL_BSP_SCHEDULE_DELAY": "500", "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true",
+               "OTEL_SERVICE_NAME": "vllm"} if otlp_traces_endpoint else {})}
     if cpus:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
     process = start_process(f"vllm :{port}", argv, log_dir / f"vllm-{port}.log", env=env, cpus=cpus)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from tailrace.analysis.otel.export import OtlpTarget, export_command
-from tailrace.analysis.otel.spans import Sample, SampleError, run_resource, spans_of
-from tailrace.contract.trace_context import session_span_id, session_trace_id
+from tailrace.analysis.otel.spans import run_resource, sample_rows, spans_of
+from tailrace.contract.trace_context import Sample, SampleError, session_span_id, session_trace_id
 from tailrace.harness.services.otlp_receiver import OtlpReceiver
 from tests.support import profile_dict, write_run
 
@@ -40,7 +40,7 @@ def frame() -> pd.DataFrame:
 
 def test_a_request_is_a_span_with_its_traceparents_ids_from_the_intended_send():
     df = frame()
-    [spans] = list(spans_of(df, Sample().rows(df), run_resource("run-1", "p")))
+    [spans] = list(spans_of(df, sample_rows(Sample(), df), run_resource("run-1", "p")))
     by_id = {f"{s.context.span_id:016x}": s for s in spans}
     first = by_id["1" * 16]
     assert f"{first.context.trace_id:032x}" == "a" * 32 and first.parent is None
@@ -62,13 +62,13 @@ def test_a_request_is_a_span_with_its_traceparents_ids_from_the_intended_send():
 
 def test_samples_slowest_errors_and_a_share_fixed_by_trace_id():
     df = frame()
-    assert Sample.parse("slowest:1").rows(df).tolist() == [1]
-    assert Sample.parse("errors").rows(df).tolist() == [1]
-    assert Sample.parse("slowest:2,errors").rows(df).tolist() == [0, 1]
-    share = Sample.parse("share:0.7").rows(df).tolist()
-    assert share == Sample.parse("share:0.7").rows(df).tolist() and 1 not in share  # 'bbbb…' is above 0.7
+    assert sample_rows(Sample.parse("slowest:1"), df).tolist() == [1]
+    assert sample_rows(Sample.parse("errors"), df).tolist() == [1]
+    assert sample_rows(Sample.parse("slowest:2,errors"), df).tolist() == [0, 1]
+    share = sample_rows(Sample.parse("share:0.7"), df).tolist()
+    assert share == sample_rows(Sample.parse("share:0.7"), df).tolist() and 1 not in share  # 'bbbb…' is above 0.7
     for bad in ("slowest:0", "share:1.5", "fastest:3", "errors:2"):
-        with pytest.raises(SampleError, match="--sample"):
+        with pytest.raises(SampleError, match="is not all, slowest:N"):
             Sample.parse(bad)
 
 
