@@ -10,9 +10,12 @@ TRITON_STAMP := $(TRITON_VENV)/.installed
 # A real vLLM (its CPU build) for the OpenAI-compatible API, in its own virtualenv too.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# Arize Phoenix: a real OTLP trace backend, queried back through its own client (the OpenTelemetry export's tests).
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 MODELS := build/models
 
-.PHONY: demo test test-fast lint typecheck install triton vllm models bench clean lock image test-image test-image-base test-venv
+.PHONY: demo test test-fast lint typecheck install triton vllm phoenix models bench clean lock image test-image test-image-base test-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +42,14 @@ $(VLLM_STAMP): deploy/vllm/requirements.txt
 
 vllm: $(VLLM_STAMP)
 
+$(PHOENIX_STAMP): deploy/phoenix/requirements.txt
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/pip install --quiet -r deploy/phoenix/requirements.txt
+	touch $(PHOENIX_STAMP)
+
+phoenix: $(PHOENIX_STAMP)
+
 models: $(STAMP)
 	$(BIN)/tailrace models build --out $(MODELS)
 
@@ -46,11 +57,11 @@ demo: $(STAMP)
 	$(BIN)/tailrace demo
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
-# The three virtualenvs are independent: they install side by side, and so are the image and the generator-only
+# The four virtualenvs are independent: they install side by side, and so are the image and the generator-only
 # virtualenv the container and install tests use. Two pytest-xdist workers, a test file each: a test has the machine
 # to itself unless it is marked shares_machine (tests/conftest.py).
 test:
-	$(MAKE) -j5 install triton vllm test-image test-venv
+	$(MAKE) -j6 install triton vllm phoenix test-image test-venv
 	$(MAKE) lint typecheck
 	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
 

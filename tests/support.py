@@ -32,6 +32,7 @@ from tailrace.harness.orchestration.run_record import write_manifest
 from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, wait_http_ok
 from tailrace.harness.spool.recorder import clock_writer, request_writer
 from tailrace.harness.worker.clock import WorkerClock, measure_offset
+from tests import ROOT
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -254,8 +255,6 @@ def stream_sink(work: Path, first_ms: float, gap_ms: float, tokens: int) -> Iter
     """bench/stream_sink.py started on a free port, its event log in `work`; (its URL, the log), stopped after."""
     import sys
 
-    from tests import ROOT
-
     port, log = free_port(), work / "events.jsonl"
     proc = start_process("stream sink", [sys.executable, str(ROOT / "bench" / "stream_sink.py"), "--port", str(port),
                                          "--log", str(log), "--first-ms", str(first_ms), "--gap-ms", str(gap_ms),
@@ -463,3 +462,29 @@ def vision_server(log_dir: Path) -> Iterator:
         yield server
     finally:
         server.stop()
+
+
+PHOENIX_PYTHON = ROOT / ".venv-phoenix" / "bin" / "python"
+
+
+@contextmanager
+def phoenix_server(work: Path) -> Iterator[tuple[str, str]]:
+    """A real Arize Phoenix (its own .venv-phoenix, `make phoenix`) on loopback: (its HTTP base URL — OTLP at
+    /v1/traces, its API — and its OTLP gRPC address); its database under `work`; stopped by PID after. Without the
+    virtualenv: a failure in CI, else a skip."""
+    from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
+
+    if not PHOENIX_PYTHON.exists():
+        if IN_CI:
+            pytest.fail("Arize Phoenix must be installed in CI (make test creates .venv-phoenix)")
+        pytest.skip("Arize Phoenix is not installed (make phoenix)")
+    http_port, grpc_port = free_port(), free_port()
+    env = {"PHOENIX_WORKING_DIR": str(work), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(http_port),
+           "PHOENIX_GRPC_PORT": str(grpc_port), "PHOENIX_TELEMETRY_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    process = start_process("phoenix", [str(PHOENIX_PYTHON), "-m", "phoenix.server.main", "serve"],
+                            work / "phoenix.log", env=env)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{http_port}/healthz", process, timeout=90)
+        yield f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{grpc_port}"
+    finally:
+        process.stop(timeout=15)
