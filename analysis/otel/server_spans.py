@@ -6,8 +6,9 @@ JSON an OpenTelemetry Collector's file exporter wrote (`tailrace analyze RUN --s
 
 A request's server span is the one whose parent is the request's own span (its `traceparent` named it): vLLM's
 `llm_request` (its attributes, in seconds: `gen_ai.latency.time_in_queue`, `…time_to_first_token`,
-`…time_in_model_prefill`, `…time_in_model_decode`, `…e2e`); Triton's request span, whose events mark
-QUEUE_START, COMPUTE_START and COMPUTE_END (the events of its child spans count too). Spans of traces no request of
+`…time_in_model_prefill`, `…time_in_model_decode`, `…e2e`); Triton's `InferRequest`, under which its OpenTelemetry
+trace mode puts a span per model request (events REQUEST_START, QUEUE_START, REQUEST_END) and under that a `compute`
+span (COMPUTE_START … COMPUTE_END) — the events of every span under the request's count. Spans of traces no request of
 the run carries are counted and left out.
 """
 from __future__ import annotations
@@ -138,7 +139,10 @@ def join(spans: list[ServerSpan], trace_ids: np.ndarray, span_ids: np.ndarray) -
         if not found:
             continue
         top = min(found, key=lambda s: s.start_ns)
-        family = [top, *by_parent.get((trace, top.span_id), [])]
+        family, frontier = [top], [top]
+        while frontier:  # every span under it (Triton: InferRequest → the model's request span → compute)
+            frontier = [c for f in frontier for c in by_parent.get((trace, f.span_id), [])]
+            family += frontier
         rows.append({"server_span": top.name, "server_service": top.service, **_timing(top, family)})
         index.append(i)
     timing = pd.DataFrame(rows, index=pd.Index(index, dtype=np.int64),

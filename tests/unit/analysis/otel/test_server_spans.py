@@ -38,17 +38,22 @@ def vllm_span(trace, parent, span):
 
 
 def triton_spans(trace, parent):
-    """Triton's OpenTelemetry trace mode: the request span with its timestamps as events, compute as a child."""
-    request = {"traceId": trace, "spanId": "c" * 16, "parentSpanId": parent, "name": "InferRequest",
+    """Triton's OpenTelemetry trace mode (src/tracer.cc): the root InferRequest span (the traceparent's child), a span
+    named for the model with the request's timestamps as events, and under it a compute span with its own."""
+    root = {"traceId": trace, "spanId": "c" * 16, "parentSpanId": parent, "name": "InferRequest",
+            "startTimeUnixNano": str(T0), "endTimeUnixNano": str(T0 + 9_000_000)}
+    request = {"traceId": trace, "spanId": "e" * 16, "parentSpanId": "c" * 16, "name": "resnet50",
                "startTimeUnixNano": str(T0), "endTimeUnixNano": str(T0 + 9_000_000),
                "events": [{"name": "REQUEST_START", "timeUnixNano": str(T0)},
                           {"name": "QUEUE_START", "timeUnixNano": str(T0 + 100_000)},
                           {"name": "REQUEST_END", "timeUnixNano": str(T0 + 9_000_000)}]}
-    compute = {"traceId": trace, "spanId": "d" * 16, "parentSpanId": "c" * 16, "name": "compute",
+    compute = {"traceId": trace, "spanId": "d" * 16, "parentSpanId": "e" * 16, "name": "compute",
                "startTimeUnixNano": str(T0 + 2_100_000), "endTimeUnixNano": str(T0 + 8_100_000),
                "events": [{"name": "COMPUTE_START", "timeUnixNano": str(T0 + 2_100_000)},
+                          {"name": "COMPUTE_INPUT_END", "timeUnixNano": str(T0 + 2_300_000)},
+                          {"name": "COMPUTE_OUTPUT_START", "timeUnixNano": str(T0 + 7_900_000)},
                           {"name": "COMPUTE_END", "timeUnixNano": str(T0 + 8_100_000)}]}
-    return [request, compute]
+    return [root, request, compute]
 
 
 def test_vllm_and_triton_spans_joined_to_their_requests(tmp_path):
@@ -60,7 +65,7 @@ def test_vllm_and_triton_spans_joined_to_their_requests(tmp_path):
     spans = read_span_file(path)
     trace_ids = np.array(["a" * 32, "b" * 32, "e" * 32])
     joined = join(spans, trace_ids, np.array(["1" * 16, "2" * 16, "5" * 16]))
-    assert joined.spans == 4 and joined.unknown_trace_spans == 1 and joined.timing.index.tolist() == [0, 1]
+    assert joined.spans == 5 and joined.unknown_trace_spans == 1 and joined.timing.index.tolist() == [0, 1]
     vllm, triton = joined.timing.loc[0], joined.timing.loc[1]
     assert (vllm["server_queue_ms"], vllm["server_ttft_ms"], vllm["server_prefill_ms"], vllm["server_decode_ms"]) == \
         pytest.approx((4, 21, 15, 60))
