@@ -99,7 +99,7 @@ def main() -> None:
             f"{spread([m for _, m in r])} |" for p, r in results.items()]
     body = (f"`python bench/otel_export.py --rows {a.rows} --repeats {a.repeats} --write`: a synthetic 10-minute run at "
             f"1,000 requests/s ({a.rows:,} requests) exported whole by `tailrace export otlp` to a receiver that "
-            "takes each batch and keeps nothing; median [min, max] over the repeats.\n\n"
+            "takes each batch and keeps nothing; median (min–max) over the repeats.\n\n"
             "| protocol | seconds | spans/s | peak RSS MiB (the command's) |\n|---|---|---|---|\n" + "\n".join(rows)
             + f"\n\nLast output: `{line}`. Memory grows with the run's requests held for the sample (the columns a "
               "span needs) and one batch of 2,048 spans at a time; live export during the run is not built — the "
