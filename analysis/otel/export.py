@@ -53,10 +53,16 @@ class OtlpTarget:
 
         url = self.endpoint.rstrip("/")
         url = url if urlsplit(url).path else f"{url}/v1/traces"
+        session = None
+        if self.ca is not None:  # requests lets $REQUESTS_CA_BUNDLE override a session's CA (requests #3829)
+            import requests
+
+            session = requests.Session()
+            session.trust_env = False
         return OTLPSpanExporter(endpoint=url, certificate_file=str(self.ca) if self.ca else None,
                                 client_certificate_file=str(self.cert) if self.cert else None,
                                 client_key_file=str(self.key) if self.key else None, headers=self.headers or None,
-                                timeout=self.timeout_s)
+                                timeout=self.timeout_s, session=session)
 
 
 @dataclass

@@ -101,3 +101,44 @@ def test_a_receiver_that_is_not_there_is_one_line_and_exit_1(run_dir, capsys):
     assert code == 1 and "spans not exported: http://127.0.0.1:9 did not accept a batch" in err
     assert export_command(run_dir, OtlpTarget("http://127.0.0.1:9", "zipkin"), "all") == 2
     assert "--protocol: 'zipkin'" in capsys.readouterr().err
+
+
+def test_tls_and_a_token_as_for_endpoints(run_dir, tmp_path, capsys):
+    """An https:// OTLP receiver with its own CA and a bearer token: exported with --tls-ca and the token's header;
+    without the CA the certificate is refused — one line, exit 1."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    got: list[tuple[str, int]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            got.append((self.headers.get("Authorization", ""), len(self.rfile.read(int(self.headers["Content-Length"])))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        token = {"Authorization": "Bearer s3cret"}
+        assert export_command(run_dir, OtlpTarget(url, "http/protobuf", token, ca=ca_file), "errors") == 0
+        assert got and all(auth == "Bearer s3cret" and size > 0 for auth, size in got)
+        assert export_command(run_dir, OtlpTarget(url, "http/protobuf", token, timeout_s=1), "errors") == 1
+        assert "spans not exported" in capsys.readouterr().err
+    finally:
+        server.shutdown()
