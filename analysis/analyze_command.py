@@ -96,12 +96,12 @@ def _print_hardware(console, summary: RunSummary) -> None:
         table = Table(title="per endpoint: the utilization law U = X·S, and energy per request")
         for col in ("monitor", "endpoint", "phase", "X /s", "S ms", "ρ", "measured U", "U = X·S", "mJ / request"):
             table.add_column(col, justify="right")
-        for r in summary.hardware.endpoints:
-            estimated = r.energy_per_request_mj is None and r.estimated_energy_per_request_mj is not None
-            table.add_row(r.monitor, r.endpoint, str(r.phase), _number(r.throughput_rps, 1),
-                          _number(r.mean_service_ms, 2), _number(r.rho, 2), _number(r.measured_utilization, 2),
-                          r.utilization_law or "–", ("≈ " if estimated else "") + _number(
-                              r.estimated_energy_per_request_mj if estimated else r.energy_per_request_mj, 2))
+        for e in summary.hardware.endpoints:
+            estimated = e.energy_per_request_mj is None and e.estimated_energy_per_request_mj is not None
+            table.add_row(e.monitor, e.endpoint, str(e.phase), _number(e.throughput_rps, 1),
+                          _number(e.mean_service_ms, 2), _number(e.rho, 2), _number(e.measured_utilization, 2),
+                          e.utilization_law or "–", ("≈ " if estimated else "") + _number(
+                              e.estimated_energy_per_request_mj if estimated else e.energy_per_request_mj, 2))
         console.print(table)
     if any(r.energy_j is None and r.estimated_energy_j is not None for r in summary.hardware.rows) or any(
             r.estimated_energy_per_request_mj is not None for r in summary.hardware.endpoints):

@@ -593,13 +593,13 @@ def measured_utilization(hardware: Hardware | None) -> dict[str, str]:
     """Endpoint → its model's measured utilization over the measured phases (weighted by their durations) and what
     it was measured from, as the queueing table shows it beside ρ."""
     out: dict[str, str] = {}
-    rows = [r for r in (hardware.endpoints if hardware else []) if r.measured_utilization is not None
-            and r.throughput_rps]
-    for endpoint in sorted({r.endpoint for r in rows}):
-        mine = [r for r in rows if r.endpoint == endpoint]
-        spans = [r.requests / r.throughput_rps for r in mine]
-        u = sum(r.measured_utilization * d for r, d in zip(mine, spans)) / sum(spans)
-        out[endpoint] = f"{u:.2f} ({'CPU' if 'CPU' in mine[0].measured_from else 'GPU'})"
+    rows = [(r.endpoint, r.measured_utilization, r.requests / r.throughput_rps, r.measured_from or "")
+            for r in (hardware.endpoints if hardware else [])
+            if r.measured_utilization is not None and r.throughput_rps]
+    for endpoint in sorted({e for e, _, _, _ in rows}):
+        mine = [(u, span, source) for e, u, span, source in rows if e == endpoint]
+        u = sum(u * span for u, span, _ in mine) / sum(span for _, span, _ in mine)
+        out[endpoint] = f"{u:.2f} ({'CPU' if 'CPU' in mine[0][2] else 'GPU'})"
     return out
 
 
