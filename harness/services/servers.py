@@ -178,6 +178,30 @@ def embedded_server_options(profile: Profile, models: tuple[str, ...] = ()) -> S
                          fault_injection=e.fault_injection, models=models)
 
 
+BIND_ATTEMPTS = 3
+
+
+def _start_embedded(options: ServerOptions, models: tuple[str, ...], logs: Path, cpus: list[int] | None,
+                    log) -> tuple[ManagedProcess, int, int]:
+    """An embedded server on free ports: (its process, HTTP port, gRPC port). A port found free can be taken by
+    another process before the server binds it; that start is tried again on other ports."""
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        http_port, grpc_port = free_port(), free_port()
+        log(f"starting embedded endpoint for {', '.join(models)} on 127.0.0.1:{http_port} (HTTP) / "
+            f":{grpc_port} (gRPC)")
+        try:
+            proc = start_embedded_endpoint(EmbeddedServerLaunch(options=options, http_port=http_port,
+                                                                grpc_port=grpc_port),
+                                           logs / f"endpoint-{http_port}.log", cpus=cpus)
+            return proc, http_port, grpc_port
+        except RuntimeError as exc:
+            taken = any(m in str(exc).lower() for m in ("address already in use", "failed to bind"))
+            if not taken or attempt == BIND_ATTEMPTS:
+                raise
+            log(f"port {http_port} or {grpc_port} was taken before the endpoint bound it: trying others")
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
 def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
     """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started."""
     servers = Servers()
@@ -186,14 +210,9 @@ def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
         groups = [(m,) for m in embedded_models] if profile.embedded.process_per_model else \
             ([embedded_models] if embedded_models else [])
         for models in groups:
-            http_port, grpc_port = free_port(), free_port()
             options = embedded_server_options(profile, models if profile.embedded.process_per_model else ())
-            log(f"starting embedded endpoint for {', '.join(models)} on 127.0.0.1:{http_port} (HTTP) / "
-                f":{grpc_port} (gRPC)")
             spawn = time.time_ns()
-            proc = start_embedded_endpoint(EmbeddedServerLaunch(options=options, http_port=http_port,
-                                                                grpc_port=grpc_port),
-                                           logs / f"endpoint-{http_port}.log", cpus=profile.embedded.cpus)
+            proc, http_port, grpc_port = _start_embedded(options, models, logs, profile.embedded.cpus, log)
             base = f"http://127.0.0.1:{http_port}"
             servers.instances.append(ServerInstance("embedded", models, base, f"grpc://127.0.0.1:{grpc_port}",
                                                     f"{base}/metrics", proc))

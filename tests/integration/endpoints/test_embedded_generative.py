@@ -383,7 +383,8 @@ def test_a_decision_between_generative_variants_ranks_them_on_ttft_tpot_and_toke
     assert manifest["valid"], manifest["invalid_reasons"]
     analysis = analyze_run(run.run_dir)
     d = analysis.summary.to_dict()["decision"]
-    assert set(d["weights"]) == {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "capacity_rps", "memory_mb"}
+    assert set(d["weights"]) == {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "capacity_rps", "memory_mb",
+                                 "energy_mj"}
     rows = {v["name"]: v for v in d["variants"]}
     assert rows["tiny"]["tpot_p95_ms"] < rows["synthetic"]["tpot_p95_ms"] and rows["synthetic"]["tpot_p50_ms"] > 8
     assert all(rows[n]["output_tokens_per_s"] > 0 and rows[n]["ttft_p95_ms"] > 0 for n in rows)
