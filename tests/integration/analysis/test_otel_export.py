@@ -30,17 +30,26 @@ print(json.dumps(rows, default=str))
 """
 
 
-def phoenix_spans(url: str, expected: int, timeout: float = 60.0) -> list[dict]:
-    """The spans Phoenix holds, asked through its client until `expected` are in (it stores them asynchronously)."""
+def phoenix_spans(url: str, wanted: set[str], among: set[str] | None = None, timeout: float = 60.0) -> list[dict]:
+    """Phoenix's spans among `among` (span IDs; default `wanted`), asked through its client until every one of
+    `wanted` is in (it stores them asynchronously) or `timeout`."""
+    among = among or wanted
     deadline, rows = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
         out = subprocess.run([str(PHOENIX_PYTHON), "-c", QUERY, url], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
-        rows = json.loads(out.stdout.strip().splitlines()[-1])
-        if len(rows) >= expected:
+        rows = [r for r in json.loads(out.stdout.strip().splitlines()[-1]) if r["span_id"] in among]
+        if wanted <= {r["span_id"] for r in rows}:
             return rows
         time.sleep(1.0)
     return rows
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory):
+    """One Phoenix for the module's tests: (its HTTP URL, its OTLP gRPC URL)."""
+    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +67,17 @@ def sessions_run(model_repo, tmp_path_factory):
     return run.run_dir, analyze_run(run.run_dir).requests
 
 
-def test_every_request_is_in_phoenix_with_its_ids_and_its_sessions_parent(sessions_run, tmp_path):
+def test_every_request_is_in_phoenix_with_its_ids_and_its_sessions_parent(sessions_run, phoenix):
     run_dir, df = sessions_run
-    sessions = df.loc[df["session_id"] >= 0, "trace_id"].nunique()
-    assert sessions >= 3 and (df["session_id"] < 0).sum() >= 5
-    with phoenix_server(tmp_path) as (url, _grpc):
-        out = subprocess.run([sys.executable, "-m", "tailrace.cli", "export", "otlp", str(run_dir), "--endpoint", url],
-                             capture_output=True, text=True, timeout=120, cwd=ROOT)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert f"{len(df) + sessions:,} spans of {len(df):,} requests" in out.stdout
-        spans = phoenix_spans(url, len(df) + sessions)
-    assert len(spans) == len(df) + sessions
+    session_traces = df.loc[df["session_id"] >= 0, "trace_id"].unique()
+    assert len(session_traces) >= 3 and (df["session_id"] < 0).sum() >= 5
+    url = phoenix[0]
+    out = subprocess.run([sys.executable, "-m", "tailrace.cli", "export", "otlp", str(run_dir), "--endpoint", url],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(df) + len(session_traces):,} spans of {len(df):,} requests" in out.stdout
+    spans = phoenix_spans(url, set(df["span_id"]) | {session_span_id(t) for t in session_traces})
+    assert len(spans) == len(df) + len(session_traces)
     by_id = {s["span_id"]: s for s in spans}
     for r in df.itertuples():
         span = by_id[r.span_id]  # the request's traceparent: its trace and span IDs
@@ -81,15 +90,17 @@ def test_every_request_is_in_phoenix_with_its_ids_and_its_sessions_parent(sessio
             assert span["parent_id"] is None
 
 
-def test_the_runs_own_export_sends_the_errors_and_the_slowest_once_it_ends(model_repo, tmp_path):
-    with phoenix_server(tmp_path / "phoenix") as (url, grpc_url):
-        digits = {"name": "mlp", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32"}
-        profile = make_profile(model_repo, endpoints=[digits], regions=[{"name": "eu", "share": 1.0}],
-                               load={"rate": 20, "duration_s": 2, "warmup_s": 0.5, "seed": 5},
-                               otel={"export": {"endpoint": grpc_url, "protocol": "grpc", "sample": "slowest:7"}})
-        run, manifest = run_with(profile, tmp_path / "run")
-        from tailrace.analysis.otel.export import export_after_run
+def test_the_runs_own_export_sends_the_errors_and_the_slowest_once_it_ends(model_repo, tmp_path, phoenix):
+    url, grpc_url = phoenix
+    digits = {"name": "mlp", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32"}
+    profile = make_profile(model_repo, endpoints=[digits], regions=[{"name": "eu", "share": 1.0}],
+                           load={"rate": 20, "duration_s": 2, "warmup_s": 0.5, "seed": 5},
+                           otel={"export": {"endpoint": grpc_url, "protocol": "grpc", "sample": "slowest:7"}})
+    run, manifest = run_with(profile, tmp_path / "run")
+    from tailrace.analysis.otel.export import export_after_run
 
-        export_after_run(run.run_dir, run.profile.otel.export, "test")  # as `tailrace run` does once it ended
-        spans = phoenix_spans(url, 7)
-    assert len(spans) == 7 and all(s["name"] == "kserve-http mlp" for s in spans)
+    export_after_run(run.run_dir, run.profile.otel.export, "test")  # as `tailrace run` does once it ended
+    df = analyze_run(run.run_dir).requests
+    slowest = set(df.sort_values("latency_ns", ascending=False)["span_id"].head(7))
+    spans = phoenix_spans(url, slowest, among=set(df["span_id"]))  # of the run's spans, Phoenix has the 7 only
+    assert {s["span_id"] for s in spans} == slowest and all(s["name"] == "kserve-http mlp" for s in spans)
