@@ -41,6 +41,7 @@ class Timings:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    cpu_ns: int = 0  # the CPU time of its execution (the slot thread's), counted with the rest
 
     @property
     def compute_ns(self) -> int:
@@ -196,7 +197,8 @@ class Executor:
         timings.queue_ns = granted - enqueued
         outputs = self.execute(inputs, timings, granted)
         self.statistics.record_success(rows, time.perf_counter_ns() - received, timings.queue_ns,
-                                       timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns)
+                                       timings.compute_input_ns, timings.compute_infer_ns, timings.compute_output_ns,
+                                       timings.cpu_ns)
         return outputs
 
     def execute_batch(self, batch: list[_Pending], granted: int) -> tuple[list, int]:
@@ -228,7 +230,7 @@ class Executor:
             results.append(outputs if len(batch) == 1 else {k: v[offset:offset + b.rows] for k, v in outputs.items()})
             offset += b.rows
         self.statistics.record_execution(offset, per_request, shared.compute_input_ns, shared.compute_infer_ns,
-                                         shared.compute_output_ns)
+                                         shared.compute_output_ns, shared.cpu_ns)
         return results, done
 
     def execute_one_by_one(self, batch: list[_Pending], granted: int) -> tuple[list, int]:
@@ -252,7 +254,7 @@ class Executor:
             t_infer = time.perf_counter_ns()
             outputs = {k: np.ascontiguousarray(v) for k, v in outputs.items()}
             t_output = time.perf_counter_ns()
-            self.statistics.add_cpu(time.thread_time_ns() - cpu_before)
+            t.cpu_ns = time.thread_time_ns() - cpu_before
         except Exception as exc:  # noqa: BLE001 - a model failing must not take the server down
             raise InferenceError(f"model '{self.name}' could not run this input: {exc}") from None
         t.compute_input_ns = t_input - t_start

@@ -30,7 +30,7 @@ class ModelStatistics:
         self.requests = {"http": 0, "grpc": 0}
         self.failures: dict[str, int] = {}
         self._in_flight = 0
-        self.cpu_ns = 0  # CPU time its executions used (thread CPU time around the model's run; slot threads add)
+        self.cpu_ns = 0  # CPU time its executions used (the slot thread's, around the compute), under the lock
 
     @property
     def in_flight(self) -> int:
@@ -49,22 +49,18 @@ class ModelStatistics:
             with self._lock:
                 self._in_flight -= n
 
-    def add_cpu(self, ns: int) -> None:
-        """CPU time one execution of the model used (its slot thread's)."""
-        with self._lock:
-            self.cpu_ns += ns
-
     def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
-                       output_ns: int) -> None:
+                       output_ns: int, cpu_ns: int = 0) -> None:
         """One request executed on its own (one execution of `batch_size` rows) and its stage durations."""
-        self.record_execution(batch_size, ((total_ns, queue_ns),), input_ns, infer_ns, output_ns)
+        self.record_execution(batch_size, ((total_ns, queue_ns),), input_ns, infer_ns, output_ns, cpu_ns)
 
     def record_execution(self, rows: int, requests: Iterable[tuple[int, int]], input_ns: int, infer_ns: int,
-                         output_ns: int) -> None:
+                         output_ns: int, cpu_ns: int = 0) -> None:
         """One execution of `rows` rows that answered `requests` ((total ns, queue ns) each), as Triton counts
         it: every request is a success with the execution's compute durations; the execution is one entry of
         its batch size in batch_stats."""
         with self._lock:
+            self.cpu_ns += cpu_ns  # (the execution's CPU, once: not per request)
             c, n = self._counts, self._ns
             k = 0
             for total_ns, queue_ns in requests:

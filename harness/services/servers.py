@@ -184,22 +184,21 @@ BIND_ATTEMPTS = 3
 def _start_embedded(options: ServerOptions, models: tuple[str, ...], logs: Path, cpus: list[int] | None,
                     log) -> tuple[ManagedProcess, int, int]:
     """An embedded server on free ports: (its process, HTTP port, gRPC port). A port found free can be taken by
-    another process before the server binds it; that start is tried again on other ports."""
-    for attempt in range(1, BIND_ATTEMPTS + 1):
+    another process before the server binds it; that start is tried again on other ports (BIND_ATTEMPTS in all)."""
+    attempt = 1
+    while True:
         http_port, grpc_port = free_port(), free_port()
         log(f"starting embedded endpoint for {', '.join(models)} on 127.0.0.1:{http_port} (HTTP) / "
             f":{grpc_port} (gRPC)")
         try:
-            proc = start_embedded_endpoint(EmbeddedServerLaunch(options=options, http_port=http_port,
-                                                                grpc_port=grpc_port),
-                                           logs / f"endpoint-{http_port}.log", cpus=cpus)
-            return proc, http_port, grpc_port
+            launch = EmbeddedServerLaunch(options=options, http_port=http_port, grpc_port=grpc_port)
+            return start_embedded_endpoint(launch, logs / f"endpoint-{http_port}.log", cpus=cpus), http_port, grpc_port
         except RuntimeError as exc:
             taken = any(m in str(exc).lower() for m in ("address already in use", "failed to bind"))
             if not taken or attempt == BIND_ATTEMPTS:
                 raise
             log(f"port {http_port} or {grpc_port} was taken before the endpoint bound it: trying others")
-    raise AssertionError("unreachable")  # the loop returns or raises
+            attempt += 1
 
 
 def start_servers(profile: Profile, logs: Path, log=print) -> Servers:

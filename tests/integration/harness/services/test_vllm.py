@@ -21,7 +21,7 @@ from tests.support import make_profile, run_with, split_cpus, vllm_server
 NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 # client TTFT − send lag − vLLM's TTFT − the proxy's delay both ways: what vLLM's engine stamps do not hold (its API
 # process's tokenizing, detokenizing and streaming, on 2 cores shared with the engine) and the client's reading:
-# measured p50 6 ms, p99 26 ms here (docs/BENCHMARKS.md); the bound is twice and thrice that
+# p50 6 ms, p99 26 ms in this test's run that set the bound (docs/METHODS.md quotes it); the bound is 2× and 3×
 REST_BOUND_MS = 12
 
 
