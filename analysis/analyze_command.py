@@ -94,7 +94,8 @@ def _print_hardware(console, summary: RunSummary) -> None:
     console.print(table)
     if summary.hardware.endpoints:
         table = Table(title="per endpoint: the utilization law U = X·S, and energy per request")
-        for col in ("monitor", "endpoint", "phase", "X /s", "S ms", "ρ", "measured U", "U = X·S", "mJ / request"):
+        for col in ("monitor", "endpoint", "phase", "X /s", "S ms", "ρ", "measured U", "U = X·S",
+                    "mJ / request (≈: its model's compute only)"):
             table.add_column(col, justify="right")
         for e in summary.hardware.endpoints:
             estimated = e.energy_per_request_mj is None and e.estimated_energy_per_request_mj is not None

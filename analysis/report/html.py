@@ -272,15 +272,16 @@ def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
         ("energy_per_request_mj", "mJ / request"), ("energy_per_1k_output_tokens_j", "J / 1k output tokens"),
         ("output_tokens_per_j", "output tokens / J")], left={"monitor", "power"}),
         "<p class='note'>Each measured phase from its first intended send to its last response. Energy is an energy "
-        "counter's increase over that window (DCGM, Triton, RAPL, Kepler; measured, never estimated), above idle "
-        "less the power measured before the load; per request over the phase's ok requests (every endpoint), per "
-        "output token over their tokens. Where a monitor has no energy counter, its power gauge is shown and no "
+        "counter's increase over that window (DCGM, Triton, RAPL, NVML, Kepler; measured, never estimated), above "
+        "idle less the power measured before the load; per request over the phase's ok requests of the monitor's "
+        "endpoints (every endpoint unless it names some), per output token over their tokens. Where a monitor has "
+        "no energy counter, its power gauge is shown and no "
         "joules are computed.</p>",
         figures.svg("hardware_over_time", lambda: (section.timeline, phase_boundaries_s(profile))) or ""]
     if estimates:
         parts += ["<h3>Energy estimated, not measured</h3>", _table(estimates, [
             ("monitor", "monitor"), ("phase", "phase"), ("process_cores", "process CPU cores"),
-            ("estimate", "estimated J"), ("per_request", "estimated mJ / request"),
+            ("estimate", "estimated J"), ("per_request", "estimated mJ / request (the whole process)"),
             ("per_tokens", "estimated J / 1k output tokens"), ("estimate_basis", "made of")],
             left={"monitor", "estimate_basis"}),
             "<p class='note'>No energy counter on these sources: an estimate from the process's CPU time and the "
@@ -293,7 +294,7 @@ def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
             ("throughput_rps", "X /s"), ("mean_service_ms", "S ms"), ("slots", "slots"), ("rho", "ρ = X·S/slots"),
             ("measured_utilization", "measured U"), ("measured_from", "measured from"),
             ("utilization_law", "U = X·S"), ("cpu_ms_per_request", "CPU ms / request"), ("shared", "CPU shared by"),
-            ("measured", "mJ / request"), ("estimated", "≈ mJ / request (estimate)")],
+            ("measured", "mJ / request"), ("estimated", "≈ mJ / request (its model's compute only)")],
             left={"monitor", "endpoint", "model", "measured_from", "utilization_law", "shared"}),
             "<p class='note'>The utilization law holds (U within 20% of ρ) where the slot's time is the measured "
             "resource's work; U below ρ: the slot was held while that resource waited (a sleep, I/O, another "
@@ -593,9 +594,10 @@ def measured_utilization(hardware: Hardware | None) -> dict[str, str]:
     """Endpoint → its model's measured utilization over the measured phases (weighted by their durations) and what
     it was measured from, as the queueing table shows it beside ρ."""
     out: dict[str, str] = {}
+    # a continuous batch has no ρ of its own: its measured U is not set beside the queueing table's
     rows = [(r.endpoint, r.measured_utilization, r.requests / r.throughput_rps, r.measured_from or "")
             for r in (hardware.endpoints if hardware else [])
-            if r.measured_utilization is not None and r.throughput_rps]
+            if r.measured_utilization is not None and r.throughput_rps and r.rho is not None]
     for endpoint in sorted({e for e, _, _, _ in rows}):
         mine = [(u, span, source) for e, u, span, source in rows if e == endpoint]
         u = sum(u * span for u, span, _ in mine) / sum(span for _, span, _ in mine)
