@@ -167,6 +167,7 @@ def hardware_over_time(timeline: dict[str, dict[str, list]], phase_starts_s: lis
     that some monitor said; phases dashed."""
     panes = [(title, keys) for title, keys in (
         ("utilization %", (("cpu_busy_pct", "CPU busy", "interval_t_s"), ("gpu_util_pct", "GPU", "t_s"),
+                           ("process_cpu_pct", "process CPU (% of a core)", "interval_t_s"),
                            ("kv_cache_pct", "KV cache", "t_s"))),
         ("power W", (("power_w", "from energy", "interval_t_s"), ("power_gauge_w", "gauge", "t_s"))),
         ("memory MiB", (("memory_mib", "used", "t_s"),)))

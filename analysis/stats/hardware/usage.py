@@ -104,8 +104,9 @@ def _finite(values: np.ndarray) -> list[float | None]:
 
 def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
     """One monitor through the run for the report's chart: seconds since `t0` (the first intended send) and, where
-    said, CPU busy and GPU utilization (%), power (W: the energy counter's rate between scrapes, else the gauge),
-    memory (MiB) — each quantity at its scrapes (an interval's at its middle)."""
+    said, CPU busy, a monitored process's CPU (% of one core) and GPU utilization (%), power (W: the energy
+    counter's rate between scrapes, else the gauge), memory (MiB) — each quantity at its scrapes (an interval's at
+    its middle)."""
     t = (s.t_ns - t0) / 1e9
     middle = (t[1:] + t[:-1]) / 2 if len(t) > 1 else np.empty(0)
     out: dict[str, list] = {"t_s": _finite(t)}
@@ -113,6 +114,9 @@ def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
         out |= {"interval_t_s": _finite(middle), "cpu_busy_pct": _finite(s.cpu_busy * 100)}
     if np.isfinite(s.values["gpu_util_pct"]).any():
         out["gpu_util_pct"] = _finite(s.values["gpu_util_pct"])
+    if s.process_cpu_s is not None and len(t) > 1:  # a monitored process: its cores busy, in % of one core
+        cores = np.diff(s.process_cpu_s) / np.diff(t)
+        out |= {"interval_t_s": _finite(middle), "process_cpu_pct": _finite(cores * 100)}
     if s.energy_j is not None and len(t) > 1:
         out |= {"interval_t_s": _finite(middle), "power_w": _finite(np.diff(s.energy_j) / np.diff(t))}
     elif np.isfinite(s.values["power_w"]).any():

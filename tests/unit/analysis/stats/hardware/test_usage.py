@@ -96,6 +96,7 @@ def test_an_estimate_from_a_servers_cpu_seconds_is_labelled_and_apart(tmp_path):
                                [MonitorScope("embedded-server", None, 10.0)])
     [row] = section["rows"]
     assert row["process_cores"] == pytest.approx(1.5) and row["estimated_energy_j"] == pytest.approx(60)
+    assert section["timeline"]["embedded-server"]["process_cpu_pct"] == pytest.approx([150.0] * 7)  # the chart
     assert row["estimated_energy_per_request_mj"] == pytest.approx(2000) and row["energy_j"] is None
     assert row["estimated_energy_per_1k_output_tokens_j"] == pytest.approx(100)
     assert "an estimate" in row["estimate_basis"] and row["memory_max_bytes"] == 3e8
