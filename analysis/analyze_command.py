@@ -111,16 +111,19 @@ def _print_hardware(console, summary: RunSummary) -> None:
 
 def print_summary(summary: RunSummary) -> None:
     """A rich terminal summary: verdict, SLOs, latency per region × endpoint."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from tailrace.analysis.report.verdict_grid import not_passing, why_words
     from tailrace.contract.terminal import console as terminal_console
 
     console = terminal_console()
-    colour = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}[summary.verdict]
+    colour = _COLOURS[summary.verdict]
     console.print(f"[bold {colour}]{summary.verdict}[/] run {summary.run_id} — {summary.input.rows_read:,} requests")
     labels = {"invalid": "[magenta]INVALID[/]:", "warning": "[yellow]warning[/]:", "skipped": "[red]skipped[/]"}
     for kind, text in summary.notices():
         console.print(f"{labels[kind]} {text}")
+    _print_verdict_grid(console, summary)
     lat = Table(title="latency from intended send time (ms)")
     for col in ("endpoint", "region", "n", "errors", "p50", "p99 [95% CI]", "p99.9", "accuracy"):
         lat.add_column(col, justify="right")
@@ -162,15 +165,36 @@ def print_summary(summary: RunSummary) -> None:
     _print_pipelines(console, summary)
     _print_cancellations(console, summary)
     _print_hardware(console, summary)
-    if summary.slos:
-        slo = Table(title="SLOs")
-        for col in ("SLO", "endpoint", "region", "n", "verdict", "more samples needed"):
-            slo.add_column(col)
-        for v in summary.slos:
-            c = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}[v.verdict]
-            slo.add_row(v.description, v.endpoint, v.region, f"{v.n:,}", f"[{c}]{v.verdict}[/]",
-                        "" if v.more_samples_needed is None else f"{v.more_samples_needed:,}")
-        console.print(slo)
+    for v in not_passing(summary.slos):
+        console.print(f"[{_COLOURS[v.verdict]}]{v.verdict}[/] {escape(why_words(v))}")
+
+
+_COLOURS = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}
+
+
+def _print_verdict_grid(console, summary: RunSummary) -> None:
+    """The SLO verdicts at a glance: a row per SLO and endpoint, a column per region and '*'."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tailrace.analysis.report.verdict_grid import verdict_grid
+
+    if not summary.slos:
+        return
+    regions, rows = verdict_grid(summary.slos)
+    grid = Table(title="SLO verdicts (measured value; details in the report)")
+    grid.add_column("SLO")
+    grid.add_column("endpoint")
+    for region in regions:
+        grid.add_column(region)
+    for row in rows:
+        cells = []
+        for region in regions:
+            text = row.cell(region)
+            verdict = text.split(" ", 1)[0]
+            cells.append(f"[{_COLOURS[verdict]}]{escape(text)}[/]" if verdict in _COLOURS else text)
+        grid.add_row(escape(row.description), escape(row.endpoint), *cells)
+    console.print(grid)
 
 
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False,

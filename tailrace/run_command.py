@@ -42,23 +42,29 @@ def close_live_page(page: LivePage | None, code: int, run_dir: Path | None) -> N
 def run_and_report(profile: Profile, out: Path, quiet: bool = False, ui: tuple[str, int] | None = None) -> int:
     """Run (shown on a live page at `ui`), analyse, print; exit code per README (0 pass, 1 fail, 3 inconclusive,
     4 invalid, 5 tailrace failed)."""
+    return run_and_report_dir(profile, out, quiet, ui)[1]
+
+
+def run_and_report_dir(profile: Profile, out: Path, quiet: bool = False, ui: tuple[str, int] | None = None
+                       ) -> tuple[Path | None, int]:
+    """run_and_report, with the run directory (None where no run started)."""
     try:
         min_free_bytes()  # a malformed $TAILRACE_MIN_FREE_MB: one line, before anything starts
     except ValueError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return USAGE
+        return None, USAGE
     token = secrets.token_urlsafe(16)
     try:
         page = open_live_page(ui, token, "tailrace run", quiet)
     except OSError as exc:
         print(f"tailrace run: {exc}", file=sys.stderr)
-        return USAGE
+        return None, USAGE
     run_dir, code = None, INTERNAL
     try:
         run_dir, code = _run_and_report(profile, out, quiet, page, token)
     finally:
         close_live_page(page, code, run_dir)
-    return code
+    return run_dir, code
 
 
 def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None,

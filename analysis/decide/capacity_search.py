@@ -94,8 +94,8 @@ def classify_trial(slo_verdicts: list[SloVerdict], valid: bool, invalid_reasons:
     saturated = not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
     if failed:
         return FAIL, "; ".join(sorted({f"{v.description} ({v.endpoint}/{v.region})" for v in failed}))[:300]
-    backlog = [v for v in latency if v.trend == "rising"]
-    if backlog:  # latency rose through the trial: the queue grows, so a longer trial would only get slower
+    backlog = [v for v in latency if v.backlog]
+    if backlog:  # latency still rising at the trial's end: the queue grows, so a longer trial would only get slower
         return FAIL, "backlog growing — " + "; ".join(sorted({f"{v.endpoint}/{v.region}: {v.reason}"
                                                               for v in backlog}))[:280]
     if saturated:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Collection
 
 from tailrace.analysis.report.figures import Figures, InlineFigures
+from tailrace.analysis.report.verdict_grid import not_passing, verdict_grid, why_words
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
 from tailrace.analysis.stats.scenarios import phase_boundaries_s
@@ -678,21 +679,49 @@ def _manifest_section(s: RunSummary) -> str:
             f"<pre class='mono'>{raw}</pre></details>")
 
 
+def _verdict_grid_section(s: RunSummary) -> str:
+    """The SLO verdicts at a glance (analysis/report/verdict_grid.py): a row per SLO and endpoint, a column per
+    region and '*', then each verdict that is not PASS in a line with why."""
+    if not s.slos:
+        return ""
+    regions, rows = verdict_grid(s.slos)
+    head = "<th class='l'>SLO</th><th class='l'>endpoint</th>" + "".join(
+        f"<th>{html.escape(r)}</th>" for r in regions)
+    body = []
+    for row in rows:
+        cells = []
+        for region in regions:
+            text = row.cell(region)
+            cells.append(f"<td class='{html.escape(text.split(' ', 1)[0])}'>{html.escape(text)}</td>")
+        body.append(f"<tr><td class='l'>{html.escape(row.description)}</td><td class='l'>{html.escape(row.endpoint)}"
+                    f"</td>{''.join(cells)}</tr>")
+    why = "".join(f"<li class='{'flag' if v.verdict == 'FAIL' else 'warn'}'>{html.escape(why_words(v))}</li>"
+                  for v in not_passing(s.slos))
+    return ("<h2 id='verdicts'>SLO verdicts at a glance</h2><div class='scroll'><table id='verdict-grid'>"
+            f"<tr>{head}</tr>{''.join(body)}</table></div>" + (f"<ul id='not-passing'>{why}</ul>" if why else "")
+            + "<p class='note'>Each cell: the verdict and the measured value; '*': the verdict over every region "
+              "(the worst, and how many regions have it). Intervals, sample counts and reasons: "
+              "<a href='#slo-details'>SLO verdicts in detail</a>.</p>")
+
+
 def _slo_section(s: RunSummary) -> str:
     """The SLO verdicts, with their intervals and what would decide an INCONCLUSIVE one."""
     parts: list[str] = []
-    parts.append("<h2>SLO verdicts</h2>")
+    parts.append("<details id='slo-details'><summary><b>SLO verdicts in detail</b> (one row per SLO × endpoint × "
+                 "region)</summary>")
     parts.append(_table(s.slos, [("description", "SLO"), ("endpoint", "endpoint"), ("region", "region"),
                                     ("n", "n"), ("effective_n", "worth (independent)"), ("exceeding", "exceeding"),
                                     ("measured", "measured"), ("ci_low", "CI low"), ("ci_high", "CI high"),
                                     ("verdict", "verdict"), ("more_samples_needed", "more samples needed"),
-                                    ("reason", "why not PASS")],
+                                    ("reason", "trend, or why not PASS")],
                         left={"description", "endpoint", "region", "reason"}, css={"verdict": lambda r: r.verdict}))
     parts.append("<p class='note'>PASS: the 95% distribution-free CI of the percentile (or the exact binomial CI of "
                  "the error rate) lies under the threshold; FAIL: above; INCONCLUSIVE: it straddles it — 'more samples "
                  "needed' says how many more would decide, if the observed proportion holds — or latency trended "
-                 "through a phase ('why not PASS'). Requests that queue behind each other are correlated: the CIs "
-                 "count the independent samples they are worth ('worth'), never more than n.</p>")
+                 "through a phase in a way that could carry the percentile across the threshold by the phase's end "
+                 "(a level that settled, or a drift too small to matter, is reported here and leaves the verdict "
+                 "as it was). Requests that queue behind each other are correlated: the CIs count the independent "
+                 "samples they are worth ('worth'), never more than n.</p></details>")
     return "".join(parts)
 
 
@@ -880,7 +909,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     all_failed = len(df) > 0 and not (df["status"] == "ok").any()
     if all_failed:  # what went wrong comes first when nothing went right
         parts.append("<p class='flag'>Every request failed.</p>" + errors_section)
-    parts.append(_slo_section(s))
+    parts.append(_verdict_grid_section(s))
 
     parts.append(_scenario_section(s.scenario))
     if s.decision:
@@ -932,6 +961,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     else:
         parts.append(_poisson_section(s))
     parts.append(_clock_and_outage_sections(s, analysis, figures))
+    parts.append(_slo_section(s))
     if not all_failed:
         parts.append(errors_section)
     parts.append(_slowest_section(s, mixed))

@@ -106,13 +106,24 @@ def quantile_tau(x_time_ordered: np.ndarray, value: float) -> float:
 class Stationarity:
     """Did a time-ordered series keep one level over the measured phase? A Mann–Kendall test (Kendall's τ
     against time) on windowed medians, reported as non-stationary only when significant at TREND_ALPHA and
-    the Theil–Sen line changes by more than TREND_MIN_CHANGE of the first window's median across the run."""
+    the Theil–Sen line changes by more than TREND_MIN_CHANGE of the first window's median across the run.
+
+    A trend found is then told apart by the phase's last half (its windows alone, docs/METHODS.md "Trends"):
+    *settled* — it moved, then held (no trend at TAIL_ALPHA there, and a slope under half the whole phase's) — or
+    still moving to the phase's end (`end_low_ms`, `end_high_ms`: the last half's line carried to the phase's
+    end with its slope's 95% interval)."""
 
     stationary: bool | None  # None: too few samples to tell
     trend_pvalue: float | None
     first_ms: float | None  # the fitted median at the start and at the end of the series
     last_ms: float | None
     windows: int
+    tail_from_s: float | None = None  # where the phase's last half begins (the series' time unit)
+    tail_pvalue: float | None = None  # Mann–Kendall on the last half's windowed medians
+    tail_level_ms: float | None = None  # the median of the last half's windowed medians (its centre's level)
+    tail_slope_ms: tuple[float, float] | None = None  # the last half's Theil–Sen slope's 95% interval, ms a window
+    tail_to_end_windows: float | None = None  # from the last half's centre to the phase's end, in windows
+    settled: bool | None = None  # a trend found that held through the last half; None: no trend
 
     @property
     def change(self) -> float | None:
@@ -127,26 +138,56 @@ class Stationarity:
         """The fitted median ended above where it began."""
         return self.first_ms is not None and self.last_ms is not None and self.last_ms > self.first_ms
 
+    @property
+    def kind(self) -> str | None:
+        """"settled" (moved, then held) or "growing" (still moving at the phase's end); None when stationary."""
+        if self.stationary is not False:
+            return None
+        return "settled" if self.settled else "growing"
+
+    def trend_words(self) -> str:
+        """The trend found, with its size and p-value, and what the phase's last half did."""
+        direction = "rose" if self.rising else "fell"
+        words = (f"latency {direction} through the run: the median went from {self.first_ms:.3g} ms to "
+                 f"{self.last_ms:.3g} ms (trend p = {self.trend_pvalue:.2g})")
+        if self.tail_pvalue is None:
+            return words
+        if self.settled:
+            return f"{words}, then held through the phase's last half (trend there p = {self.tail_pvalue:.2g})"
+        still = "rising" if self.rising else "falling"
+        return f"{words}, still {still} in the phase's last half (p = {self.tail_pvalue:.2g})"
+
     def reason(self) -> str | None:
         """Why the series is not stationary, in words; None when it is (or cannot be told)."""
         if self.stationary is not False:
             return None
-        direction = "rose" if self.rising else "fell"
-        cause = ("backlog growing: the endpoint did not keep up with the offered load" if self.rising
-                 else "the system was still settling (a longer warm-up may be needed)")
-        return (f"latency {direction} through the run: the median went from {self.first_ms:.3g} ms to "
-                f"{self.last_ms:.3g} ms (trend p = {self.trend_pvalue:.2g}) — {cause}")
+        if self.settled:
+            cause = "a level that settled after a change (not a backlog)"
+        elif self.rising:
+            cause = "backlog growing: the endpoint did not keep up with the offered load"
+        else:
+            cause = "the system was still settling (a longer warm-up may be needed)"
+        return f"{self.trend_words()} — {cause}"
 
     def as_dict(self) -> dict:
         return {"stationary": self.stationary, "trend_pvalue": self.trend_pvalue, "first_median_ms": self.first_ms,
                 "last_median_ms": self.last_ms, "change": self.change, "windows": self.windows,
-                "reason": self.reason()}
+                "trend_kind": self.kind, "tail_pvalue": self.tail_pvalue, "reason": self.reason()}
+
+
+TAIL_ALPHA = 0.01  # a trend still moving in the phase's last half (fewer windows: a looser level than TREND_ALPHA)
+
+
+def _kendall_p(y: np.ndarray) -> float:
+    tau = stats.kendalltau(np.arange(len(y), dtype=float), y)
+    return float(tau.pvalue) if np.isfinite(tau.pvalue) else 1.0
 
 
 def stationarity(times: np.ndarray, values_ms: np.ndarray, windows: int = WINDOWS) -> Stationarity:
     """Stationarity of `values_ms` over `times` (both in time order): medians of up to `windows` equal-time
     windows of at least MIN_PER_WINDOW values each (MIN_WINDOWS at least), a trend test on them (a level shift
-    part-way is a monotone change too, so it is caught the same way)."""
+    part-way is a monotone change too, so it is caught the same way); a trend found is told settled or growing
+    by the last half of the windows."""
     times = np.asarray(times, dtype=float)
     values = np.asarray(values_ms, dtype=float)
     finite = np.isfinite(values)
@@ -161,13 +202,22 @@ def stationarity(times: np.ndarray, values_ms: np.ndarray, windows: int = WINDOW
         return Stationarity(None, None, None, None, 0)
     medians = np.array([np.median(p) for p in parts])
     centre = np.arange(windows, dtype=float)
-    tau = stats.kendalltau(centre, medians)
+    pvalue = _kendall_p(medians)
     slope, intercept, _, _ = stats.theilslopes(medians, centre)
     first, last = float(intercept), float(intercept + slope * (windows - 1))
-    pvalue = float(tau.pvalue) if np.isfinite(tau.pvalue) else 1.0
     base = max(abs(first), 1e-9)
     stationary = not (pvalue < TREND_ALPHA and abs(last - first) / base > TREND_MIN_CHANGE)
-    return Stationarity(stationary, pvalue, first, last, windows)
+    if stationary:
+        return Stationarity(True, pvalue, first, last, windows)
+    start = windows // 2
+    tail = medians[start:]
+    tail_p = _kendall_p(tail)
+    tail_slope, _, slope_low, slope_high = stats.theilslopes(tail, np.arange(len(tail), dtype=float))
+    same_way = np.sign(tail_slope) == np.sign(slope) and tail_slope != 0
+    still_moving = same_way and (tail_p < TAIL_ALPHA or abs(tail_slope) > abs(slope) / 2)
+    return Stationarity(False, pvalue, first, last, windows, tail_from_s=float(edges[start]), tail_pvalue=tail_p,
+                        tail_level_ms=float(np.median(tail)), tail_slope_ms=(float(slope_low), float(slope_high)),
+                        tail_to_end_windows=len(tail) / 2, settled=not still_moving)
 
 
 def time_order(times: np.ndarray) -> np.ndarray:

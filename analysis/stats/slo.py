@@ -9,7 +9,7 @@ import pandas as pd
 from tailrace.analysis.read.threads import map_in_threads
 from tailrace.analysis.stats.correlation import correlated_percentiles_ci, integrated_time
 from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile
-from tailrace.analysis.stats.validity import Group, groups_of
+from tailrace.analysis.stats.validity import Group, groups_of, judge_trends
 from tailrace.contract import exit_codes
 
 # the error-rate bound of each endpoint × region no declared error_rate SLO covers (docs/METHODS.md, "The implicit error-rate SLO")
@@ -72,23 +72,24 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (),
     never met the latency goal), bound = 1 − q/100; PASS when the exact binomial CI of k/n lies below
     the bound, i.e. the percentile's distribution-free CI lies below T. Error-rate SLO: k = errors. Both
     count the independent samples the time-ordered requests are worth (analysis/stats/correlation.py). A latency
-    PASS on a group whose latency trended through a phase is INCONCLUSIVE, with the reason. An implicit
+    PASS on a group whose latency trended through a phase is INCONCLUSIVE where the trend could carry the percentile
+    across the threshold by the phase's end (analysis/stats/validity.py); every trend found is reported, with why. An implicit
     error-rate SLO (with_implicit_slos) states no goal of the user's, so it is judged on the observed rate:
     FAIL above its bound, else PASS; a group with no measured requests has no implicit verdict.
     """
     groups = groups_of(df) if groups is None else groups
     # each verdict its own: the same numbers in any order
-    trends = dict(zip(groups, map_in_threads(lambda g: g.stationarity(), groups.values(), threads)))
+    map_in_threads(lambda g: g.per_phase(), groups.values(), threads)  # each group's trends, computed once
     tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
                                                                                        list(regions), streamed)]
-    return [v for v in map_in_threads(lambda t: _verdict(*t, trends, ok_sorted), tasks, threads) if v is not None]
+    return [v for v in map_in_threads(lambda t: _verdict(*t, ok_sorted), tasks, threads) if v is not None]
 
 
-def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: dict,
+def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group,
              ok_sorted: dict[tuple[str, str], np.ndarray] | None) -> dict | None:
     """evaluate_slos' row for the `i`-th SLO on one endpoint × region's measured rows `g` (None: no verdict)."""
     n = g.n
-    reason, trend = None, None
+    reason, trend, trend_kind, trend_changed = None, None, None, None
     if slo["metric"] == "latency":
         q = slo["percentile"]
         exceeding = (g.latency_ns > slo["threshold_ms"] * 1e6) | ~g.ok
@@ -101,11 +102,11 @@ def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: di
         measured = sorted_percentile(sorted_ms, q / 100) if n else None  # with or without a CI
         del sorted_ms
         ci = (est.ci_low, est.ci_high) if est and est.reportable else (None, None)
-        phase, st = trends.get((endpoint, region), (None, None))
-        if st is not None and st.stationary is False:
-            trend = "rising" if st.rising else "falling"
-            reason = f"phase {phase}: {st.reason()}"
-            if v.verdict == "PASS":
+        judged = judge_trends(g.phase_series(), q, slo["threshold_ms"], v.verdict) if n else None
+        if judged is not None:
+            trend, trend_kind, trend_changed, reason = (judged.direction, judged.kind, judged.changes_verdict,
+                                                        judged.reason)
+            if judged.changes_verdict:
                 v = replace(v, verdict="INCONCLUSIVE")
     else:
         k = int((~g.ok).sum())
@@ -121,7 +122,8 @@ def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group, trends: di
             "endpoint": endpoint,
             "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
             "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
-            "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason}
+            "more_samples_needed": v.more_samples_needed, "trend": trend, "trend_kind": trend_kind,
+            "trend_changed_verdict": trend_changed, "reason": reason}
 
 
 def overall_verdict(verdicts: list[dict], valid: bool) -> tuple[str, int]:

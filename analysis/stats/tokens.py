@@ -30,6 +30,7 @@ from tailrace.analysis.stats.estimators import (
     proportion_verdict,
     sorted_percentile_ci,
 )
+from tailrace.analysis.stats.validity import PhaseSeries, judge_trends
 from tailrace.contract.records import CANCELLED
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
@@ -115,9 +116,9 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
                 n, k = len(values), int(exceeding.sum())
                 tau = max(1.0, n / streams) if slo["metric"] == "itl" and streams else integrated_time(exceeding)
                 v = proportion_verdict(k, n, 1 - q / 100, tau=tau)
-                trend, reason = _trend(plain, positions, values) if slo["metric"] in ("ttft", "e2e") and n \
-                    else (None, None)
-                if trend is not None and v.verdict == "PASS":
+                judged = judge_trends(_phase_series(plain, positions, values), q, threshold, v.verdict) \
+                    if slo["metric"] in ("ttft", "e2e") and n else None
+                if judged is not None and judged.changes_verdict:
                     v = replace(v, verdict="INCONCLUSIVE")
                 estimate = sorted_percentile_ci(np.sort(values), q, effective_n=streams if slo["metric"] == "itl"
                                                 else None) if n else None
@@ -127,24 +128,28 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
                             "measured": estimate.value if estimate else None,
                             "ci_low": estimate.ci_low if estimate else None,
                             "ci_high": estimate.ci_high if estimate else None,
-                            "more_samples_needed": v.more_samples_needed, "trend": trend, "reason": reason})
+                            "more_samples_needed": v.more_samples_needed,
+                            "trend": judged.direction if judged else None,
+                            "trend_kind": judged.kind if judged else None,
+                            "trend_changed_verdict": judged.changes_verdict if judged else None,
+                            "reason": judged.reason if judged else None})
     return out
 
 
-def _trend(plain: pd.DataFrame, positions: np.ndarray, values: np.ndarray) -> tuple[str | None, str | None]:
-    """("rising" | "falling", why) when a group's TTFT or E2E (`values`, one a request of `positions`) trended
-    through a measured phase — a queue that grows above capacity, or a server still settling — else (None, None),
-    as analysis/stats/slo.py judges a latency SLO's group."""
+def _phase_series(plain: pd.DataFrame, positions: np.ndarray, values: np.ndarray) -> list[PhaseSeries]:
+    """A group's TTFT or E2E (`values`, one a request of `positions`; +inf for a failure) per measured phase in
+    time order, with each phase's stationarity: what analysis/stats/validity.py judges a trend on, as
+    analysis/stats/slo.py does a latency SLO's group."""
     if "t_intended_ref" not in plain:
-        return None, None
+        return []
     phases, times = plain["phase"].to_numpy()[positions], plain["t_intended_ref"].to_numpy()[positions]
+    out = []
     for phase in np.unique(phases):
         rows = np.flatnonzero(phases == phase)
         order = rows[np.argsort(times[rows], kind="stable")]
-        st = stationarity(times[order] / 1e9, values[order])
-        if st.stationary is False:
-            return ("rising" if st.rising else "falling"), f"phase {int(phase)}: {st.reason()}"
-    return None, None
+        seconds = times[order] / 1e9
+        out.append(PhaseSeries(int(phase), seconds, values[order], stationarity(seconds, values[order])))
+    return out
 
 
 def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:

@@ -2,12 +2,19 @@
 2019), which tests stationarity, independence and the arrival process before it reports a percentile:
 
 - stationarity: did latency keep one level through each measured phase (analysis/stats/correlation.py)? A trend
-  turns a latency SLO's PASS into INCONCLUSIVE, and fails a capacity trial when latency rises (backlog);
+  found is one of three things (docs/METHODS.md, "Trends and verdicts"): a level that settled after a phase change
+  or warm-up (it moved, then held through the phase's last half: the held level is that half's percentile); a
+  drift too small to matter (still moving, but its projection to the phase's end, with its interval, stays on the
+  verdict's side of the threshold); or a backlog (still rising, its projection reaching the threshold). Only a
+  trend that could change the verdict turns a latency SLO's PASS into INCONCLUSIVE (judge_trends); every trend
+  found is reported with its size and p-value. A capacity trial fails when latency is still rising at its end;
 - independence: the lag-1 autocorrelation of the time-ordered latencies and the effective sample size of
   their p99, which the intervals and verdicts already use;
 - arrivals: analysis/stats/poisson_checks.py (KS, Anderson–Darling, dispersion of the send gaps).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -17,6 +24,7 @@ from tailrace.analysis.read.threads import map_in_threads
 from tailrace.analysis.stats.correlation import (
     Stationarity,
     TimeOrder,
+    correlated_percentiles_ci,
     effective_size,
     lag1_autocorrelation,
     quantile_tau,
@@ -28,8 +36,10 @@ from tailrace.contract.records import CANCELLED
 
 CHECKS = {
     "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "
-                    "(Mann–Kendall, p < 0.001, and a change of more than 20%) means the numbers describe a "
-                    "moving target: a passing SLO becomes INCONCLUSIVE.",
+                    "(Mann–Kendall, p < 0.001, and a change of more than 20%) is told apart by the phase's last "
+                    "half: a level that settled, a drift, or a backlog still growing. A passing SLO becomes "
+                    "INCONCLUSIVE only where the trend could carry its percentile across the threshold by the "
+                    "phase's end.",
     "independence": "Neighbouring requests' latencies are correlated when they queue behind each other; the "
                     "intervals and verdicts count the independent samples the requests are worth (effective n, "
                     "from batch means), so a correlated run gets honestly wider intervals.",
@@ -37,6 +47,89 @@ CHECKS = {
                 "within each constant-rate phase, against the achieved and the intended rate), and were counts per "
                 "second Poisson (Fisher's dispersion test: index ≈ 1)?",
 }
+
+
+@dataclass(frozen=True)
+class PhaseSeries:
+    """One measured phase of a group: its values (ms; +inf for a request that missed every goal) in time order,
+    their times (the unit the phase's `Stationarity` was computed in) and that stationarity."""
+
+    phase: int
+    times: np.ndarray
+    values_ms: np.ndarray
+    stationarity: Stationarity
+
+
+@dataclass(frozen=True)
+class TrendJudgement:
+    """A trend found in one phase and what it did to one SLO's verdict."""
+
+    phase: int
+    direction: str  # "rising" | "falling"
+    kind: str  # "settled" | "growing"
+    projected_ms: tuple[float, float] | None  # the percentile at the phase's end, with its interval (None: unknown)
+    changes_verdict: bool
+    reason: str
+
+
+def projected_percentile(series: PhaseSeries, q: float) -> tuple[float, float] | None:
+    """The `q`-th percentile's 95% interval at the phase's end: the last half's own interval where the trend
+    settled; where it is still moving, that interval carried from the last half's centre to the phase's end along
+    its Theil–Sen slope's interval, both as a shift and as a scaling of the level (the wider of the two). None when
+    the last half is too short for an interval."""
+    st = series.stationarity
+    if st.tail_from_s is None:
+        return None
+    tail = series.values_ms[series.times >= st.tail_from_s]
+    if not len(tail):
+        return None
+    estimate = correlated_percentiles_ci(tail, (q,))[q]
+    if not estimate.has_interval:
+        return None
+    low, high = float(estimate.ci_low), float(estimate.ci_high)
+    if st.settled:
+        return low, high
+    level, (s_low, s_high), h = st.tail_level_ms, st.tail_slope_ms, st.tail_to_end_windows
+    if level is None or level <= 0:
+        return low + s_low * h, high + s_high * h
+    scale_low, scale_high = (level + s_low * h) / level, (level + s_high * h) / level
+    return (min(low * max(scale_low, 0.0), low + s_low * h),
+            max(high * max(scale_high, 0.0), high + s_high * h))
+
+
+def judge_trend(series: PhaseSeries, q: float, threshold_ms: float, verdict: str) -> TrendJudgement:
+    """What one phase's trend (its stationarity is not stationary) does to the verdict of "p`q` < threshold":
+    only a PASS can become INCONCLUSIVE, and only where the percentile's projection to the phase's end reaches
+    the threshold (or cannot be told)."""
+    st = series.stationarity
+    direction = "rising" if st.rising else "falling"
+    kind = st.kind or "growing"
+    projected = projected_percentile(series, q)
+    could_cross = projected is None or projected[1] >= threshold_ms
+    changes = verdict == "PASS" and could_cross
+    where = (f"p{q:g} at the phase's end [{projected[0]:.3g}, {projected[1]:.3g}] ms" if projected is not None
+             else f"p{q:g} at the phase's end cannot be told (too few requests in its last half)")
+    side = f"under {threshold_ms:g} ms" if not could_cross else f"could reach {threshold_ms:g} ms"
+    if kind == "settled":
+        what = "a level that settled after a change, not a backlog"
+    elif direction == "rising" and could_cross:
+        what = "backlog growing: the endpoint did not keep up with the offered load"
+    elif direction == "rising":
+        what = "a drift too small to matter"
+    else:
+        what = "still settling (a longer warm-up may be needed)"
+    effect = ("so the PASS is INCONCLUSIVE" if changes else "the verdict stands" if verdict == "PASS"
+              else f"reported beside the {verdict}")
+    reason = f"phase {series.phase}: {st.trend_words()} — {what}; {where}, {side}: {effect}"
+    return TrendJudgement(series.phase, direction, kind, projected, changes, reason)
+
+
+def judge_trends(phases: list[PhaseSeries], q: float, threshold_ms: float, verdict: str) -> TrendJudgement | None:
+    """The trend that decides the verdict's fate among a group's measured phases: the first that changes it, else
+    the first found (None when every phase held one level or could not be tested)."""
+    judged = [judge_trend(p, q, threshold_ms, verdict) for p in phases if p.stationarity.stationary is False]
+    changing = [j for j in judged if j.changes_verdict]
+    return (changing or judged or [None])[0]
 
 
 class Group:
@@ -71,6 +164,17 @@ class Group:
                 return phase, result
         tested = [(p, r) for p, r in results.items() if r.stationary is not None]
         return tested[0] if tested else (None, Stationarity(None, None, None, None, 0))
+
+    def phase_series(self) -> list[PhaseSeries]:
+        """Each measured phase's latencies (ms, +inf for a failed request: it met no goal) in time order, with
+        their times (s) and the phase's stationarity: what analysis/stats/trends.py judges a trend on."""
+        per_phase = self.per_phase()
+        in_time_ms = np.where(self.ok, self.latency_ns / 1e6, np.inf)
+        out = []
+        for phase, st in per_phase.items():
+            rows = self.phase == phase
+            out.append(PhaseSeries(phase, self.time_ns[rows] / 1e9, in_time_ms[rows], st))
+        return out
 
 
 def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: TimeOrder | None = None

@@ -3,6 +3,8 @@ verdicts, phases, where the time went, queueing, arrivals, validity, clocks, err
 servers' own statistics, outages and cold starts."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from tailrace.contract.summary.base import Estimate, Row, TokenMetric
@@ -26,8 +28,17 @@ class SloVerdict(Row):
     ci_low: float | None = None
     ci_high: float | None = None
     more_samples_needed: int | None = None
-    trend: str | None = None
+    trend: Literal["rising", "falling"] | None = None
+    # a trend found: "settled" (moved, then held) or "growing" (still moving at its phase's end); whether it made a
+    # PASS INCONCLUSIVE (only a trend that could carry the percentile across the threshold does: docs/METHODS.md)
+    trend_kind: Literal["settled", "growing"] | None = None
+    trend_changed_verdict: bool | None = None
     reason: str | None = None
+
+    @property
+    def backlog(self) -> bool:
+        """Latency still rising at its phase's end (a summary from before trend_kind: any rising trend)."""
+        return self.trend == "rising" and self.trend_kind != "settled"
 
 
 class LatencyRow(Row):
@@ -302,6 +313,8 @@ class ValidityRow(Row):
     last_median_ms: float | None = None
     change: float | None = None
     windows: int = 0
+    trend_kind: Literal["settled", "growing"] | None = None
+    tail_pvalue: float | None = None
     reason: str | None = None
 
 

@@ -30,6 +30,7 @@ class Tally:
     asked: int | None = None
     done: int = 0
     ok: int = 0
+    cancelled: int = 0  # abandoned by their client as declared: neither ok nor an error
     output_tokens: int = 0
     errors: Counter = field(default_factory=Counter)
     outcomes: Counter = field(default_factory=Counter)
@@ -40,6 +41,7 @@ class Tally:
             self.asked = (self.asked or 0) + digest["asked"]
         self.done += digest["done"]
         self.ok += digest["ok"]
+        self.cancelled += digest.get("cancelled", 0)
         self.output_tokens += digest.get("output_tokens", 0)
         self.errors.update(digest.get("errors", {}))
         self.outcomes.update(digest.get("outcomes", {}))
@@ -50,8 +52,9 @@ class Tally:
         """Rates over `seconds`; p50 and p99 of each distribution (ms; None when empty)."""
         per_s = (lambda n: round(n / seconds, 3)) if seconds > 0 else (lambda n: None)  # noqa: E731
         out = {"asked_per_s": per_s(self.asked) if self.asked is not None else None, "done_per_s": per_s(self.done),
-               "errors_per_s": per_s(self.done - self.ok), "tokens_per_s": per_s(self.output_tokens),
-               "done": self.done, "ok": self.ok, "errors": dict(self.errors), "outcomes": dict(self.outcomes)}
+               "errors_per_s": per_s(self.done - self.ok - self.cancelled), "tokens_per_s": per_s(self.output_tokens),
+               "done": self.done, "ok": self.ok, "cancelled": self.cancelled, "errors": dict(self.errors),
+               "outcomes": dict(self.outcomes)}
         for name in HISTOGRAMS:
             for q in (50, 99):
                 value = quantile_ns(self.histograms[name], q / 100)

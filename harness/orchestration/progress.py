@@ -7,12 +7,14 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tailrace.contract.records import CANCELLED
 from tailrace.harness.client.tls import default_verify_context
 
 
 def scrape(client: httpx.Client, port: int) -> dict | None:
-    """Counts by status and latency histogram buckets of one worker's /metrics (None if unreachable)."""
-    out = {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float)}
+    """Counts by status (ok, errors, cancelled: abandoned by the client as declared, never an error) and latency
+    histogram buckets of one worker's /metrics (None if unreachable)."""
+    out = {"ok": 0.0, "errors": 0.0, "cancelled": 0.0, "buckets": defaultdict(float)}
     try:
         text = client.get(f"http://127.0.0.1:{port}/metrics").text
     except httpx.HTTPError:
@@ -20,7 +22,8 @@ def scrape(client: httpx.Client, port: int) -> dict | None:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == "tailrace_requests_total":
-                out["ok" if s.labels.get("status") == "ok" else "errors"] += s.value
+                status = s.labels.get("status")
+                out["ok" if status == "ok" else "cancelled" if status == CANCELLED else "errors"] += s.value
             elif s.name == "tailrace_request_latency_seconds_bucket":
                 out["buckets"][float(s.labels["le"])] += s.value
     return out
@@ -87,8 +90,8 @@ class Progress:
             return
         from rich.table import Table
 
-        per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "buckets": defaultdict(float),
-                                                            "fresh": False})
+        per_region: dict[str, dict] = defaultdict(lambda: {"ok": 0.0, "errors": 0.0, "cancelled": 0.0,
+                                                            "buckets": defaultdict(float), "fresh": False})
         now = time.monotonic()
         for name, port in run.metrics_ports.items():
             region = name.rsplit("-w", 1)[0]
@@ -103,6 +106,7 @@ class Progress:
             agg["fresh"] = agg["fresh"] or fresh is not None
             agg["ok"] += s["ok"]
             agg["errors"] += s["errors"]
+            agg["cancelled"] += s.get("cancelled", 0.0)
             for le, v in s["buckets"].items():
                 agg["buckets"][le] += v
         elapsed = now - self._t0
@@ -110,14 +114,16 @@ class Progress:
                       caption="rate: requests/s over the last second (the run's mean once a region's workers have "
                               "finished); p99 ≤: the upper edge of the latency histogram bucket that holds the 99th "
                               "percentile, a live estimate — the report computes exact percentiles")
-        for col in ("region", "requests", "rate /s", "errors", "p99 ≤"):
+        cancels = any(agg["cancelled"] for agg in per_region.values())
+        for col in ("region", "requests", "rate /s", "errors", *(("cancelled",) if cancels else ()), "p99 ≤"):
             table.add_column(col, justify="right")
         for region, agg in sorted(per_region.items()):
-            total = agg["ok"] + agg["errors"]
+            total = agg["ok"] + agg["errors"] + agg["cancelled"]
             if total > 0:
                 self._first.setdefault(region, now)
             table.add_row(region, f"{total:,.0f}", self._rate(region, total, now, agg["fresh"]),
-                          f"{agg['errors']:,.0f}", _p99_text(bucket_quantile(agg["buckets"], 0.99)))
+                          f"{agg['errors']:,.0f}", *((f"{agg['cancelled']:,.0f}",) if cancels else ()),
+                          _p99_text(bucket_quantile(agg["buckets"], 0.99)))
         self._screen.show(table)
 
     def _rate(self, region: str, total: float, now: float, fresh: bool) -> str:
@@ -165,9 +171,11 @@ class ChunkProgress:
             latency = table.column("latency_ns").to_numpy()
             for region in set(regions.tolist()):
                 mine = regions == region
-                agg = self._per_region.setdefault(region, {"n": 0, "errors": 0, "latencies": np.empty(0)})
+                agg = self._per_region.setdefault(region, {"n": 0, "errors": 0, "cancelled": 0,
+                                                           "latencies": np.empty(0)})
                 agg["n"] += int(mine.sum())
-                agg["errors"] += int((mine & (status != "ok")).sum())
+                agg["errors"] += int((mine & (status != "ok") & (status != CANCELLED)).sum())
+                agg["cancelled"] += int((mine & (status == CANCELLED)).sum())
                 agg["latencies"] = np.concatenate([agg["latencies"], latency[mine & (status == "ok")]])[-self.recent:]
 
     def update(self, run_id: str) -> None:
@@ -179,11 +187,11 @@ class ChunkProgress:
 
         self._read_new()
         table = Table(title=f"tailrace master {run_id}  {time.monotonic() - self._t0:.0f} s (results received)")
-        for col in ("region", "requests", "errors", "p99 (recent)"):
+        for col in ("region", "requests", "errors", "cancelled", "p99 (recent)"):
             table.add_column(col, justify="right")
         for region, agg in sorted(self._per_region.items()):
             lat = agg["latencies"]
-            table.add_row(region, f"{agg['n']:,}", f"{agg['errors']:,}",
+            table.add_row(region, f"{agg['n']:,}", f"{agg['errors']:,}", f"{agg['cancelled']:,}",
                           f"{np.percentile(lat, 99) / 1e6:.1f} ms" if len(lat) else "-")
         self._screen.show(table)
 

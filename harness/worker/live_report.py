@@ -14,7 +14,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from tailrace.contract.records import RequestRow
+from tailrace.contract.records import CANCELLED, RequestRow
 
 GAMMA = 1.02
 _LOG_GAMMA = math.log(GAMMA)
@@ -102,12 +102,14 @@ def digest_part(cols: dict[str, list]) -> dict:
     of one interval add up (add_part) to what its whole rows give, so a busy second is digested slice by slice."""
     n = len(cols.get("status", ()))
     if n == 0:
-        return {"done": 0, "ok": 0, "errors": {}}
+        return {"done": 0, "ok": 0, "cancelled": 0, "errors": {}}
     col = lambda name: np.fromiter(cols[name], dtype=np.int64, count=n)  # noqa: E731
     status = cols["status"]
     n_ok = status.count(_OK)  # the common case, all ok, costs no per-row Python
     ok = np.ones(n, dtype=bool) if n_ok == n else np.fromiter(map(_OK.__eq__, status), dtype=bool, count=n)
-    part: dict = {"done": n, "ok": n_ok, "errors": dict(Counter(s for s in status if s != _OK)) if n_ok < n else {},
+    not_ok = Counter(s for s in status if s != _OK) if n_ok < n else Counter()
+    cancelled = not_ok.pop(CANCELLED, 0)  # abandoned by the client as declared: not an error (as in the report)
+    part: dict = {"done": n, "ok": n_ok, "cancelled": cancelled, "errors": dict(not_ok),
                   "latency": bucket_counts(col("latency_ns")[ok]),
                   "send_lag": bucket_counts(np.maximum(col("send_lag_ns"), 0))}
     if cols["stream_outcome"].count("") == n:
@@ -143,7 +145,8 @@ def add_part(into: dict, part: dict) -> dict:
 def finish_digest(part: dict, asked: int | None) -> dict:
     """One endpoint's interval as LIVE carries it, from the sum of its parts: `asked` arrivals were due."""
     wire = lambda name: wire_histogram(histogram_of_counts(part[name])) if name in part else []  # noqa: E731
-    out = {"asked": asked, "done": part.get("done", 0), "ok": part.get("ok", 0), "errors": part.get("errors", {}),
+    out = {"asked": asked, "done": part.get("done", 0), "ok": part.get("ok", 0),
+           "cancelled": part.get("cancelled", 0), "errors": part.get("errors", {}),
            "latency": wire("latency"), "send_lag": wire("send_lag")}
     if "outcomes" in part:
         out.update(outcomes=part["outcomes"], output_tokens=part["output_tokens"],

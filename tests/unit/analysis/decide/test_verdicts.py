@@ -33,7 +33,7 @@ def test_a_run_in_which_every_request_failed_gets_its_full_report(tmp_path):
     a = analyze_run(tmp_path)
     assert a.summary.to_dict()["verdict"] == "FAIL" and a.summary.to_dict()["errors"][0]["count"] == 1000
     page = render(a)
-    assert "no successful request" in page and page.index("<h2>Errors</h2>") < page.index("<h2>SLO verdicts</h2>")
+    assert "no successful request" in page and page.index("<h2>Errors</h2>") < page.index("SLO verdicts at a glance")
 
 
 @pytest.mark.parametrize("error_fraction,verdict,code", [(0.05, "FAIL", 1), (0.0, "PASS", 0)])

@@ -112,17 +112,66 @@ def _measured(latency_ms: np.ndarray, seconds: float = 60.0) -> pd.DataFrame:
                          "latency_ns": (latency_ms * 1e6).astype(np.int64), "t_intended_ref": (t * 1e9).astype(np.int64)})
 
 
-def test_a_run_whose_latency_drifts_up_is_inconclusive_with_the_reason_and_fails_a_capacity_trial():
+def _latency_slo(percentile: float, threshold_ms: float) -> list[dict]:
+    return [{"metric": "latency", "percentile": percentile, "threshold_ms": threshold_ms, "endpoint": "*",
+             "region": "*"}]
+
+
+def test_a_drift_that_could_cross_its_threshold_is_inconclusive_and_fails_a_capacity_trial():
     rng = np.random.default_rng(11)
-    slo = [{"metric": "latency", "percentile": 99, "threshold_ms": 500.0, "endpoint": "*", "region": "*"}]
-    steady = evaluate_slos(_measured(rng.exponential(5, 8000)), slo, ["e"], ["r"])
+    steady = evaluate_slos(_measured(rng.exponential(5, 8000)), _latency_slo(99, 150), ["e"], ["r"])
     assert steady[0]["verdict"] == "PASS" and steady[0]["trend"] is None
-    drift = rng.exponential(5, 8000) * np.linspace(1, 6, 8000)  # every request under 500 ms, but rising
-    verdicts = evaluate_slos(_measured(drift), slo, ["e"], ["r"])
-    assert verdicts[0]["verdict"] == "INCONCLUSIVE" and verdicts[0]["trend"] == "rising"
-    assert "latency rose through the run" in verdicts[0]["reason"]
+    drift = np.random.default_rng(11).exponential(5, 8000) * np.linspace(1, 6, 8000)  # p99 ≈ 97 ms, rising
+    verdicts = evaluate_slos(_measured(drift), _latency_slo(99, 150), ["e"], ["r"])
+    v = verdicts[0]
+    assert v["measured"] < 150 and v["verdict"] == "INCONCLUSIVE", v
+    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "growing", True)
+    assert "latency rose through the run" in v["reason"] and "backlog growing" in v["reason"]
+    assert "could reach 150 ms" in v["reason"]
     outcome, why = classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])
     assert outcome == FAIL and why.startswith("backlog growing")
+
+
+def test_a_drift_too_small_to_matter_keeps_its_pass_is_reported_and_still_fails_a_capacity_trial():
+    """The same drift against 500 ms: its projection to the phase's end stays far under, so the PASS stands (the
+    previous rule made it INCONCLUSIVE); the trend is reported with its size and p-value; a capacity trial still
+    fails on it: a queue still growing at the trial's end gets slower in a longer one."""
+    drift = np.random.default_rng(11).exponential(5, 8000) * np.linspace(1, 6, 8000)
+    verdicts = evaluate_slos(_measured(drift), _latency_slo(99, 500), ["e"], ["r"])
+    v = verdicts[0]
+    assert v["verdict"] == "PASS", v
+    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "growing", False)
+    assert "a drift too small to matter" in v["reason"] and "trend p = " in v["reason"]
+    assert "the verdict stands" in v["reason"]
+    outcome, why = classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])
+    assert outcome == FAIL and why.startswith("backlog growing")
+
+
+def _settling(rise_to_ms: float, n: int = 8000) -> np.ndarray:
+    """30 ms rising to `rise_to_ms` over the first 40% of the phase, then held (a batch growing to a new size)."""
+    level = 30 + (rise_to_ms - 30) * np.minimum(np.linspace(0, 1, n) / 0.4, 1)
+    return level * np.random.default_rng(3).lognormal(0, 0.2, n)
+
+
+def test_a_level_that_settles_after_a_step_keeps_its_pass_and_is_no_backlog():
+    """The demo's case: latency rises after a rate step, then holds far under the threshold. The trend is found
+    and reported (the previous rule made this PASS INCONCLUSIVE, and failed a capacity trial on it)."""
+    verdicts = evaluate_slos(_measured(_settling(45)), _latency_slo(90, 250), ["e"], ["r"])
+    v = verdicts[0]
+    assert v["verdict"] == "PASS", v
+    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "settled", False)
+    assert "then held through the phase's last half" in v["reason"] and "not a backlog" in v["reason"]
+    assert classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])[0] == "pass"
+
+
+def test_a_settled_level_whose_interval_reaches_the_threshold_is_inconclusive():
+    """Settled, but at p90 ≈ 58.5 ms: the held level's interval straddles a 58.5 ms threshold the whole phase's
+    p90 (≈ 56 ms, pooled with the lower start) passes."""
+    verdicts = evaluate_slos(_measured(_settling(45)), _latency_slo(90, 58.5), ["e"], ["r"])
+    v = verdicts[0]
+    assert v["measured"] < 58.5 and v["verdict"] == "INCONCLUSIVE", v
+    assert (v["trend_kind"], v["trend_changed_verdict"]) == ("settled", True)
+    assert "could reach 58.5 ms" in v["reason"]
 
 
 def test_the_dispersion_test_accepts_poisson_counts_and_rejects_clumps():

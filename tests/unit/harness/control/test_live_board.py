@@ -20,12 +20,13 @@ PROFILE = {"name": "b", "endpoints": [{"name": "a", "url": "embedded", "protocol
                     {"metric": "error_rate", "threshold": 0.01}]}
 
 
-def digest(t_s: float, n: int, latency_ms: float, errors: int = 0) -> dict:
-    lat = np.full(n - errors, latency_ms * 1e6)
+def digest(t_s: float, n: int, latency_ms: float, errors: int = 0, cancelled: int = 0) -> dict:
+    lat = np.full(n - errors - cancelled, latency_ms * 1e6)
     return {"t_s": t_s, "interval_s": 1.0, "sent": n, "in_flight": 0, "clock_offset_ns": 2_000_000,
             "clock_uncertainty_ns": 100_000, "window": None, "lagging_windows": 0, "behind": False,
             "sessions_in_flight": None,
-            "endpoints": {"a": {"asked": n, "done": n, "ok": n - errors, "errors": {"timeout": errors} if errors else {},
+            "endpoints": {"a": {"asked": n, "done": n, "ok": n - errors - cancelled, "cancelled": cancelled,
+                                "errors": {"timeout": errors} if errors else {},
                                 "latency": wire_histogram(histogram(lat)),
                                 "send_lag": wire_histogram(histogram(np.full(n, 1e5)))}}}
 
@@ -48,6 +49,7 @@ def test_digests_add_up_per_region_endpoint_and_second_and_lines_are_written(tmp
     assert abs(points[(1, "us")]["latency_p99_ms"] - 30) < 0.3
     totals = {t["region"]: t for t in line["totals"]}
     assert totals["eu"]["done"] == 110 and totals["eu"]["errors"] == {"timeout": 3}
+
     assert b.tick()["points"] == []  # only seconds that changed are sent again
     b.add("us-w0", "us", digest(2.0, 55, 31))  # late (a gap): its second is sent again, whole
     assert [(p["t_s"], p["region"]) for p in b.tick()["points"]] == [(2, "eu"), (2, "us")]
@@ -92,3 +94,12 @@ def test_an_every_endpoint_latency_slo_leaves_streamed_endpoints_to_their_own_go
     b.add("eu-w0", "eu", d)
     assert {(v["metric"], v["endpoint"]) for v in b.slo_verdicts()} == {
         ("latency", "a"), ("error_rate", "a"), ("error_rate", "llm")}
+
+
+def test_cancelled_streams_are_no_errors_on_the_live_board(tmp_path):
+    b = board(tmp_path)
+    b.add("eu-w0", "eu", digest(1.0, 50, 10, errors=2, cancelled=5))
+    line = b.tick()
+    point = next(p for p in line["points"] if p["region"] == "eu")
+    total = next(t for t in line["totals"] if t["region"] == "eu")
+    assert point["errors_per_s"] == 2 and total["cancelled"] == 5 and total["errors"] == {"timeout": 2}

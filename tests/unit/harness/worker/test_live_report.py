@@ -50,6 +50,15 @@ def test_a_one_shot_interval_counts_statuses_and_keeps_only_answered_latencies()
     assert "ttft" not in d  # no stream: no token fields
 
 
+def test_a_cancelled_stream_is_counted_apart_never_as_an_error():
+    """Abandoned by its client as the endpoint declares: the report puts it in no error rate, nor does LIVE."""
+    rows = [row(latency_ms=10), row(status="cancelled", latency_ms=40), row(status="cancelled", latency_ms=30),
+            row(status="timeout", latency_ms=5000)]
+    d = endpoint_digest(rows, asked=4)
+    assert (d["done"], d["ok"], d["cancelled"]) == (4, 1, 2) and d["errors"] == {"timeout": 1}
+    assert endpoint_digest([row(latency_ms=10)], asked=1)["cancelled"] == 0
+
+
 def test_a_streamed_interval_has_ttft_tpot_itl_and_tokens():
     offsets = np.array([0, 8000, 16000, 40000], dtype="<i4").tobytes()  # µs after the first event
     counts = np.array([1, 1, 1, 2], dtype="<u2").tobytes()
