@@ -39,8 +39,12 @@ class MasterEvent:
 WORKER_JOINED = MasterEvent("worker_joined", ("client_id",), "a Locust worker connected (before admission)")
 WORKER_ADMITTED = MasterEvent("worker_admitted", ("client_id", "worker", "region"),
                               "its JOIN proved the run token, names a region and index of the plan, no duplicate")
-WORKER_REFUSED = MasterEvent("worker_refused", ("client_id", "worker", "region", "reason"),
-                             "its JOIN was refused (REFUSED sent); it takes no part")
+WORKER_REFUSED = MasterEvent("worker_refused", ("client_id", "worker", "region", "reason", "address"),
+                             "its JOIN was refused (REFUSED sent) before it was given a place: it takes no part; "
+                             "logged for the first refusal of a reason from an address (the worker's host)")
+WORKER_REFUSALS = MasterEvent("worker_refusals", ("address", "reason", "count"),
+                              "the refusals of one reason from one address so far, when more followed the first "
+                              "(at most every REFUSALS_EVERY_S while they go on, and at the run's end)")
 WORKER_HELLO = MasterEvent("worker_hello", ("client_id", "worker", "region"), "it has its plan and is ready")
 WORKER_DONE = MasterEvent("worker_done", ("client_id", "summary"), "it finished its schedule (worker.json's summary)")
 WORKER_ERROR = MasterEvent("worker_error", ("client_id", "error"), "it could not run the plan")
@@ -76,8 +80,8 @@ RUN_ENDED = MasterEvent("run_ended", ("verdict", "exit_code", "report"),
                         "the run is over and analysed: its verdict, exit code and report (a path)")
 
 CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
-    WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_HELLO, WORKER_DONE, WORKER_ERROR, WORKER_LEFT,
-    WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT,
+    WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_REFUSALS, WORKER_HELLO, WORKER_DONE, WORKER_ERROR,
+    WORKER_LEFT, WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT,
     LIVE_STARTED, LIVE, STOP_REQUESTED, RUN_ENDED)}
 
 

@@ -9,6 +9,10 @@ from typing import Any, Generic, TypeVar
 
 P = TypeVar("P")
 
+# The control channel's version: raised whenever a message changes so that the other side would misread it. A worker
+# speaking another version is refused at its JOIN, before it is given a place.
+PROTOCOL_VERSION = 2
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -82,6 +86,8 @@ class Join:
     region: str
     index: int
     proof: str
+    protocol: int = 1  # PROTOCOL_VERSION of the worker's tailrace (1: before JOIN carried it)
+    version: str = ""  # the worker's tailrace release, for the refusal's words
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Every place tailrace reaches into Locust's internals, in one module.
 
-Checked against Locust 2.30–2.47 (pyproject.toml bounds `locust` to these releases); `missing_internals()` names
+Checked against Locust 2.43–2.47 (pyproject.toml bounds `locust` to these releases); `missing_internals()` names
 any of them a Locust release lacks, and tests/unit/repository/test_install.py runs it against the installed one.
 
 - The control channel's sockets (`locust.rpc.zmqrpc.BaseSocket`): ZMTP heartbeats, fast reconnects and the
@@ -8,7 +8,10 @@ any of them a Locust release lacks, and tests/unit/repository/test_install.py ru
 - The master's silence a worker tolerates (`runners.MASTER_HEARTBEAT_TIMEOUT`, and the runner's
   `last_heartbeat_timestamp`), and a worker's silence the master tolerates (`runners.HEARTBEAT_LIVENESS`, counted
   down in each client's `heartbeat`).
-- Forgetting a refused worker at once (`MasterRunner.clients`, `_users_dispatcher.remove_worker`).
+- Admission before a place: the master holds a worker that has connected (Locust's `client_ready`, acknowledged as
+  Locust does) out of `MasterRunner.clients` until its JOIN is admitted, so that one that fails authentication is
+  never counted among the expected workers nor given a user (`MasterRunner.handle_message`, `WorkerNode`,
+  `_users_dispatcher.add_worker`); forgetting a refused worker at once (`remove_worker`).
 - The master's two fixed waits that tailrace has no use for: `MasterRunner.quit` sleeps 0.5 s for the workers'
   final Locust statistics (tailrace's own results are in by then: DONE), twice per shutdown; the headless start polls
   for the expected workers once a second (`locust.main`'s `time.sleep(1)`). Each run paid ~1.5 s for them.
@@ -37,6 +40,8 @@ DEFAULT_MASTER_TIMEOUT_S = float(Generator.model_fields["master_timeout_s"].defa
 
 _locust_socket_init = zmqrpc.BaseSocket.__init__
 _LOCUST_QUIT = locust_runners.MasterRunner.quit
+_LOCUST_HANDLE_MESSAGE = locust_runners.MasterRunner.handle_message
+MAX_HELD = 1024  # workers connected and not yet admitted that the master remembers (the oldest are forgotten)
 
 
 def _wan_socket_init(self, sock_type, ipv4_only) -> None:
@@ -53,7 +58,7 @@ WORKERS_POLL_S = 0.05  # the headless master's look for its expected workers (Lo
 
 
 def _quit_without_stats_wait(self) -> None:
-    """`MasterRunner.quit` as Locust has it (2.30–2.47), without its 0.5 s wait for final statistics."""
+    """`MasterRunner.quit` as Locust has it (2.43–2.47), without its 0.5 s wait for final statistics."""
     self.stop(send_stop_to_client=False)
     for client in self.clients.all:
         self.server.send_to_client(Message("quit", None, client.id))
@@ -72,11 +77,50 @@ class _PollingTime:
         time.sleep(WORKERS_POLL_S if seconds == 1 else seconds)
 
 
+def _admission_first(self, client_id: str, msg: Message) -> None:
+    """`MasterRunner.handle_message`, holding a connecting worker that is not admitted yet out of `clients`: it is
+    acknowledged (so that it goes on to send its JOIN) and announced (worker_connect), as Locust does, but Locust
+    neither counts it among the workers it waits for nor gives it a user until admit_worker."""
+    admitted = getattr(self, "tailrace_admitted", None)
+    if admitted is None or msg.type != "client_ready" or not msg.data or admitted(client_id):
+        _LOCUST_HANDLE_MESSAGE(self, client_id, msg)
+        return
+    held = self.tailrace_held
+    held.pop(client_id, None)
+    held[client_id] = time.monotonic()
+    while len(held) > MAX_HELD:
+        del held[next(iter(held))]
+    self.send_message("ack", client_id=client_id, data={"index": self.get_worker_index(client_id)})
+    self.environment.events.worker_connect.fire(client_id=msg.node_id)
+
+
+def hold_until_admitted(runner, admitted) -> None:
+    """From now on the master `runner` holds each connecting worker for which `admitted(client_id)` is false."""
+    runner.tailrace_held = {}
+    runner.tailrace_admitted = admitted
+
+
+def admit_worker(runner, client_id: str) -> None:
+    """A held worker's JOIN was admitted: it joins Locust's workers as Locust's own `client_ready` would make it
+    join (counted, given a user once the test starts or, when it is running, at once)."""
+    runner.tailrace_held.pop(client_id, None)
+    if client_id in runner.clients:
+        return
+    runner.clients[client_id] = locust_runners.WorkerNode(client_id,
+                                                          heartbeat_liveness=locust_runners.HEARTBEAT_LIVENESS)
+    dispatcher = runner._users_dispatcher
+    if dispatcher is not None:
+        dispatcher.add_worker(worker_node=runner.clients[client_id])
+        if not dispatcher.dispatch_in_progress and runner.state == locust_runners.STATE_RUNNING:
+            runner.start(runner.target_user_count, runner.spawn_rate)
+
+
 def adapt_locust() -> None:
     """Install the adaptations every tailrace process needs before Locust opens its sockets (idempotent)."""
     zmqrpc.BaseSocket.__init__ = _wan_socket_init
     set_master_timeout(DEFAULT_MASTER_TIMEOUT_S)
     locust_runners.MasterRunner.quit = _quit_without_stats_wait
+    locust_runners.MasterRunner.handle_message = _admission_first
     locust_main.time = _PollingTime()
 
 
@@ -114,6 +158,7 @@ def worker_quiet_s(client) -> float:
 def forget_worker(runner, client_id: str) -> None:
     """Drop a (refused) worker at once: it takes no user and is not counted among the expected workers (a Locust
     "quit" would make a master whose only connected worker it was stop the whole run)."""
+    getattr(runner, "tailrace_held", {}).pop(client_id, None)
     client = runner.clients.get(client_id)
     if client is not None:
         del runner.clients[client_id]
@@ -135,6 +180,9 @@ def missing_internals() -> list[str]:
               "zmqrpc.BaseSocket.__init__(sock_type, ipv4_only)":
                   _locust_socket_init.__code__.co_varnames[1:3] == ("sock_type", "ipv4_only"),
               "UsersDispatcher.remove_worker": hasattr(UsersDispatcher, "remove_worker"),
+              "UsersDispatcher.add_worker": hasattr(UsersDispatcher, "add_worker"),
+              "MasterRunner.handle_message": hasattr(MasterRunner, "handle_message"),
+              "MasterRunner.get_worker_index": hasattr(MasterRunner, "get_worker_index"),
               "main.time (the headless wait for workers)": getattr(locust_main, "time", None) is not None,
               "MasterRunner.quit (stop, clients.all, server.send_to_client, greenlet)":
                   {"stop", "clients", "server", "greenlet"} <= set(_LOCUST_QUIT.__code__.co_names)}

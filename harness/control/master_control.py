@@ -16,7 +16,8 @@ from tailrace.contract.layout import RunLayout, shippable, write_atomic
 from tailrace.contract.plan import RunPlan
 from tailrace.harness.control.admission import Admission
 from tailrace.harness.control.live_board import LiveBoard
-from tailrace.harness.control.locust_adaptations import forget_worker, set_worker_liveness, worker_quiet_s
+from tailrace.harness.control.locust_adaptations import set_worker_liveness, worker_quiet_s
+from tailrace.harness.control.worker_gate import WorkerGate
 from tailrace.harness.worker.clock import WorkerClock, measure_offset
 
 SILENT_S = 3.0  # the master answers every heartbeat within ~1 s: SILENT_S without one is a gap
@@ -24,6 +25,7 @@ SILENT_S = 3.0  # the master answers every heartbeat within ~1 s: SILENT_S witho
 # for the worker to turn it into its own clock's instant. The plan's lead (plan.lead_s) is the most it waits.
 START_MARGIN_S = 0.5
 WATCH_S = 0.5  # how often the master looks at its workers (and a longer pause of this loop is its own stall)
+REFUSALS_EVERY_S = 10.0  # the refusals that followed the first of their address and reason: counted this often
 
 
 class MasterControl:
@@ -36,6 +38,7 @@ class MasterControl:
         self.log = master_events.MasterEventLog(self.layout)
         self.admission = Admission(plan, token)
         self.expected = sum(r.workers for r in plan.profile.regions)
+        self.gate = WorkerGate(self.runner, self.admission, self.log, self.expected)
         self.names: dict[str, str] = {}  # client id → worker name
         self.plan_payload: dict | None = None  # the PLAN message once sent: a worker admitted later gets it at once
         self.planned_start_ns: int | None = None  # the plan's start instant (reference clock)
@@ -54,28 +57,18 @@ class MasterControl:
                                  (messages.LIVE, self.on_live), (messages.DONE, self.on_done),
                                  (messages.ERROR, self.on_error)):
             self.runner.register_message(message.name, handler)
-        environment.events.worker_connect.add_listener(self.on_connect)
+        environment.events.worker_connect.add_listener(self.gate.on_connect)
         environment.events.test_start.add_listener(self.announce)
+        environment.events.quitting.add_listener(lambda **_kw: self.gate.write_refusals())
         gevent.spawn(self.watch_workers)
         gevent.spawn(self.write_live)
 
     # -- messages -------------------------------------------------------------------------------------------------
-    def on_connect(self, client_id: str, **_kw) -> None:
-        self.log.write(master_events.WORKER_JOINED, client_id=client_id)
-
     def on_join(self, msg, **_kw) -> None:
-        join = messages.JOIN.decode(msg.data)
-        reason = self.admission.refusal(join)
-        if reason is not None:
-            self.log.write(master_events.WORKER_REFUSED, client_id=join.client_id, worker=join.worker,
-                           region=join.region, reason=reason)
-            self.runner.send_message(messages.REFUSED.name, messages.wire(messages.Refused(reason)),
-                                     client_id=join.client_id)
-            forget_worker(self.runner, join.client_id)
+        join = self.gate.join(msg)
+        if join is None:
             return
-        self.admission.admit(join)
         self.names[join.client_id] = join.worker
-        self.log.write(master_events.WORKER_ADMITTED, client_id=join.client_id, worker=join.worker, region=join.region)
         if self.plan_payload is not None:
             self.runner.send_message(messages.PLAN.name, self.plan_payload, client_id=join.client_id)
 
@@ -101,12 +94,16 @@ class MasterControl:
         self.runner.send_message(messages.ACK.name, messages.wire(messages.Ack(chunk.name)), client_id=chunk.client_id)
 
     def on_hello(self, msg, **_kw) -> None:
+        if not self.admission.is_admitted(msg.node_id):
+            return
         hello = messages.HELLO.decode(msg.data)
         self.names[hello.client_id] = hello.worker
         self.log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker,
                        region=hello.region)
 
     def on_ready(self, msg, **_kw) -> None:
+        if not self.admission.is_admitted(msg.node_id):
+            return
         self.ready.add(messages.READY.decode(msg.data).client_id)
         admitted = set(self.admission.admitted)
         if (not self.start_sent and self.planned_start_ns is not None and len(admitted) == self.expected
@@ -134,11 +131,15 @@ class MasterControl:
             self.board.add(live.worker, live.region, live.digest)
 
     def on_done(self, msg, **_kw) -> None:
+        if not self.admission.is_admitted(msg.node_id):
+            return
         done = messages.DONE.decode(msg.data)
         self.log.write(master_events.WORKER_DONE, client_id=done.client_id, summary=done.summary)
         self._finished(done.client_id)
 
     def on_error(self, msg, **_kw) -> None:
+        if not self.admission.is_admitted(msg.node_id):
+            return
         error = messages.ERROR.decode(msg.data)
         self.log.write(master_events.WORKER_ERROR, client_id=error.client_id, error=error.error)
         self._finished(error.client_id)
@@ -215,6 +216,7 @@ class MasterControl:
             if now - tick > SILENT_S:  # this loop sleeps WATCH_S: the master itself was paused
                 self.log.write(master_events.MASTER_STALLED, since_ns=int(tick * 1e9), gap_s=round(now - tick, 1))
             tick = now
+            self.gate.write_refusals(every_s=REFUSALS_EVERY_S)
             self._note_gaps()
             self._note_departures()
             gevent.sleep(WATCH_S)

@@ -33,6 +33,16 @@ PLAN_WAIT_S = 60.0  # how long a worker's user waits for the master's plan
 WATCH_S = 0.5  # how often the master's heartbeats are looked at
 
 
+def tailrace_release() -> str:
+    """This tailrace's release (for a refusal's words), '' where it is not installed as a package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tailrace")
+    except PackageNotFoundError:
+        return ""
+
+
 def master_timeout_s(identity: WorkerIdentity | None, plan: RunPlan | None = None) -> float:
     """How long a silent master is waited for: `tailrace worker --master-timeout-s`, else the profile's."""
     if identity is not None and identity.master_timeout_s:
@@ -62,7 +72,8 @@ class WorkerControl:
         environment.events.test_stopping.add_listener(self._on_test_stopping)
         environment.events.quitting.add_listener(self._on_quitting)
         self.send(messages.JOIN, messages.Join(self.client_id, identity.name, identity.region, identity.index,
-                                               token_proof(token, self.client_id)))
+                                               token_proof(token, self.client_id), messages.PROTOCOL_VERSION,
+                                               tailrace_release()))
         gevent.spawn(self._watch_master)
 
     @classmethod

@@ -41,13 +41,18 @@ def test_each_kind_of_cancellation_closes_its_streams_where_declared(model_repo,
         assert (done["output_tokens"] == OUTPUT).all() and set(done["stream_outcome"].astype(str)) == {"complete"}
     first = by["first"][by["first"]["status"] == "cancelled"]
     assert (first["ttft_ns"] > 0).all() and (first["output_tokens"] == 1).all()
-    # closed at the read that carried the first token
-    assert ((first["t_done"] - first["t_first_token"]) / 1e6 < 5).all()
+    # closed at the read that carried the first token: that one read, no later token read (no wall-clock bound: a
+    # loaded machine takes longer to close a socket, never reads another event), closed after it
+    assert all(len(np.frombuffer(c, dtype="<u2")) == 1 for c in first["token_event_counts"])
+    assert (first["t_last_token"] == first["t_first_token"]).all() and (first["t_done"] >= first["t_first_token"]).all()
     tokens = by["tokens"][by["tokens"]["status"] == "cancelled"]
     assert (tokens["output_tokens"] >= 5).all() and (tokens["output_tokens"] < 8).all()
     timed = by["time"][by["time"]["status"] == "cancelled"]
     closed_ms = timed["latency_ns"].to_numpy() / 1e6  # from the intended send
-    assert closed_ms.min() >= 40 and closed_ms.max() < 120 + 10, closed_ms
+    # never before its drawn instant (40-120 ms), and cut there: fewer tokens than a whole stream (~8 ms a token); the
+    # upper bound is only far past what a loaded machine's timer reaches (a cancel that never fired reads them all)
+    assert closed_ms.min() >= 40 and closed_ms.max() < 120 + 500, closed_ms
+    assert (timed["output_tokens"] < OUTPUT).all()
     assert np.ptp(closed_ms) > 30  # drawn, not fixed
     summary = analysis.summary
     for row in summary.latency:
@@ -82,5 +87,6 @@ def test_a_cancelled_stream_gives_its_batch_slot_back_at_once(model_repo, tmp_pa
     df = analyze_run(run.run_dir).requests
     assert (df["status"] == "cancelled").all(), df["error"].unique()
     ttft_ms = df["ttft_ns"].to_numpy() / 1e6
-    # a slot held to the stream's end would put the last requests seconds behind; freed, TTFT stays near a step
-    assert np.percentile(ttft_ms, 90) < 100, np.percentile(ttft_ms, [50, 90, 100])
+    # a slot held to the stream's end would put the last requests seconds behind; freed, TTFT stays near a step (the
+    # bound is far from both: a loaded machine's steps run late, never seconds)
+    assert np.percentile(ttft_ms, 90) < 1000, np.percentile(ttft_ms, [50, 90, 100])

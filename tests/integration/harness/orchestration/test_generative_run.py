@@ -133,9 +133,10 @@ def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(mo
     assert (df["status"] == "ok").all() and df["turn"].max() == 3
     assert (df["reasoning_tokens"] == 4).all()  # events 0, 1, 2: 1 + 1 + 2 tokens (every third carries two)
     gap_to_answer_ms = (df["ttfa_ns"] - df["ttft_ns"]) / 1e6
-    # three sink gaps after the first token; an event written late shortens the next gap (seen: 54.5 ms)
-    assert ((gap_to_answer_ms > 3 * GAP_MS - 10) & (gap_to_answer_ms < 3 * GAP_MS + 15)).all(), gap_to_answer_ms
-    assert abs(np.median(gap_to_answer_ms) - 3 * GAP_MS) < 3
+    # three sink gaps after the first token, not two or four (an event written late shortens the next gap, seen:
+    # 54.5 ms; a loaded machine writes and reads later, it does not add or drop a gap)
+    assert ((gap_to_answer_ms > 2 * GAP_MS) & (gap_to_answer_ms < 4 * GAP_MS)).all(), gap_to_answer_ms
+    assert abs(np.median(gap_to_answer_ms) - 3 * GAP_MS) < GAP_MS / 2
     roles = [e["roles"] for e in map(json.loads, log.read_text().splitlines()) if "roles" in e]
     assert ["user"] in roles and ["user", "assistant", "tool", "user"] in roles
     assert ["user", "assistant", "tool", "user", "assistant", "tool", "user"] in roles

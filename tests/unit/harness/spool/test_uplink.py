@@ -48,7 +48,7 @@ def test_the_uplink_sends_each_file_until_acknowledged_and_remembers_acks(tmp_pa
 
 
 def join(client: str, worker: str, region: str, index: int, token: str) -> messages.Join:
-    return messages.Join(client, worker, region, index, token_proof(token, client))
+    return messages.Join(client, worker, region, index, token_proof(token, client), messages.PROTOCOL_VERSION)
 
 
 def test_the_master_admits_only_workers_with_the_token_for_a_slot_of_the_profile():
@@ -58,7 +58,7 @@ def test_the_master_admits_only_workers_with_the_token_for_a_slot_of_the_profile
     admission.admit(ok)
     assert admission.refusal(join("c2", "eu-w0", "eu", 0, "s3cret")) == "a worker eu-w0 has already joined"
     assert admission.refusal(join("c3", "eu-w1", "eu", 1, "wrong")).startswith("wrong run token")
-    stolen = messages.Join("c4", "eu-w1", "eu", 1, ok.proof)  # a proof is bound to its client id
+    stolen = messages.Join("c4", "eu-w1", "eu", 1, ok.proof, messages.PROTOCOL_VERSION)  # bound to its client id
     assert admission.refusal(stolen).startswith("wrong run token")
     assert admission.refusal(join("c5", "ap-w0", "ap", 0, "s3cret")) == "region 'ap' is not in the profile (regions: eu, us)"
     assert admission.refusal(join("c6", "us-w1", "us", 1, "s3cret")).startswith("region us has 1 worker(s)")
