@@ -139,7 +139,8 @@ def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[st
 
 
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
-                figures: Figures | None = None, span_files: tuple[Path, ...] = ()) -> Analysis:
+                figures: Figures | None = None, span_files: tuple[Path, ...] = (),
+                retain: tuple[str, ...] = ()) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
     ANALYSIS_COLUMNS only (analysis/read/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
@@ -147,14 +148,15 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: 
     again without it (`exclude`: chunk → reason). `figures` (analysis/report/figures.py) is handed each of the
     report's figures' numbers once they exist, to draw them while the analysis goes on. `span_files`: OTLP JSON
     files of the servers' spans, joined to the requests beside what the run's own receiver got (SpanFileError: one
-    is not OTLP JSON)."""
+    is not OTLP JSON). `retain`: columns `Analysis.requests` keeps beside the report's (a `*_ref` one on the reference
+    clock), for what reads the run after its analysis (the spans `tailrace run` exports)."""
     spans = server_spans_of(run_dir, span_files)
     try:
-        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures(), spans)
+        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures(), spans, retain)
     except LateChunkError as exc:
         if exc.path in (exclude or {}):
             raise
-        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures, span_files)
+        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures, span_files, retain)
 
 
 def server_spans_of(run_dir: Path, span_files: tuple[Path, ...]) -> tuple[list, list[str]]:
@@ -500,10 +502,14 @@ def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Cal
 
 
 def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures,
-                 spans: tuple[list, list[str]] = ([], [])) -> Analysis:
+                 spans: tuple[list, list[str]] = ([], []), retain: tuple[str, ...] = ()) -> Analysis:
     keep = columns is None
     if spans[0] and columns is not None:  # the servers' spans are joined by the requests' own IDs
         columns = (*columns, "trace_id", "span_id")
+    if retain and columns is not None:
+        local = (c.removesuffix("_ref") for c in retain)  # a reference time is derived from its local one
+        columns = tuple(dict.fromkeys((*columns, *local, "clock_offset_ns")))
+    kept = tuple(dict.fromkeys((*REPORT_COLUMNS, *retain)))
     data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
     manifest, profile, log = data.manifest, data.plan.profile, data.log
     if keep:
@@ -519,7 +525,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     run = _Run(data, profile, figures, in_measured,
                np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
                (os.cpu_count() or 1) if log.fits() else 1, spans)
-    r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=REPORT_COLUMNS)
+    r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept)
     names = phase_names(profile)
     arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrivals"]]
     arrival_process = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrival_process"]]
@@ -575,5 +581,5 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         tables["tokens"] = flat_token_rows(r["tokens"])
         tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
     tables |= _workload_tables(r)
-    return Analysis(data, log.frame(log.names if keep else REPORT_COLUMNS), models, summary, tables, r["cdfs"],
+    return Analysis(data, log.frame(log.names if keep else kept), models, summary, tables, r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

@@ -198,22 +198,25 @@ def _print_verdict_grid(console, summary: RunSummary) -> None:
 
 
 def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exits: bool = False,
-                       figures: Figures | None = None, span_files: tuple[Path, ...] = ()) -> int:
+                       figures: Figures | None = None, span_files: tuple[Path, ...] = (),
+                       export=None, command: str = "tailrace analyze") -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
     exits after it (the CLI, a master after its run), so it may keep the memory it frees
     (analysis/read/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
-    process of their own while the statistics compute (analysis/report/figures.py; `figures`: one already started)."""
+    process of their own while the statistics compute (analysis/report/figures.py; `figures`: one already started).
+    `export`: a profile's `[otel.export]`, sent once the report is written from the rows the analysis read and
+    corrected (the run is read once), its lines said as `command`."""
     # first, before this process imports the statistics: it imports matplotlib meanwhile (this module imports
     # nothing heavy at its top, so that `tailrace analyze` gets here at once)
     figures = figures or start_figures()
     try:
-        return _analyze_and_report(run_dir, out, quiet, exits, figures, span_files)
+        return _analyze_and_report(run_dir, out, quiet, exits, figures, span_files, export, command)
     finally:
         figures.close()
 
 
 def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: bool, figures: Figures,
-                        span_files: tuple[Path, ...] = ()) -> int:
+                        span_files: tuple[Path, ...] = (), export=None, command: str = "tailrace analyze") -> int:
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.otel.server_spans import SpanFileError
     from tailrace.analysis.read import process_memory
@@ -234,8 +237,13 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
         long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
         check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
                    "analyse", rows)
-        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures,  # only what the report reads
-                               span_files=span_files)
+        retain: tuple[str, ...] = ()
+        if export is not None:  # and what the spans carry: the run is read and corrected once for both
+            from tailrace.analysis.otel.spans import SPAN_COLUMNS
+
+            retain = SPAN_COLUMNS
+        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures, span_files=span_files,
+                               retain=retain)  # only what the report reads (and the spans, when exported)
     except (RunDirError, SpanFileError) as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return USAGE
@@ -254,4 +262,8 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
     if not quiet:
         print_summary(analysis.summary)
         print(f"report: {ReportLayout(out).page}")
+    if export is not None:
+        from tailrace.analysis.otel.export import export_after_run
+
+        export_after_run(Path(run_dir), export, command, analysis)  # what it could not send is said, never fatal
     return analysis.summary.exit_code

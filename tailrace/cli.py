@@ -254,10 +254,9 @@ def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> t
               f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
               file=sys.stderr)
         return run_dir, INCONCLUSIVE  # no verdict was computed
-    from tailrace.analysis.otel.export import export_after_run
-
-    export_after_run(run_dir, profile.otel.export, "tailrace master")  # the master exports from what it has
-    return run_dir, analyze_and_report(run_dir, None, quiet=args.quiet, exits=True)  # the run is over: analysed
+    # the run is over: analysed, then exported from the rows the analysis read (the master exports from what it has)
+    return run_dir, analyze_and_report(run_dir, None, quiet=args.quiet, exits=True, export=profile.otel.export,
+                                       command="tailrace master")
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:

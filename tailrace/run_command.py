@@ -85,7 +85,7 @@ def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | N
               "and the logs", file=sys.stderr)
         return run_dir, INVALID
     from tailrace.analysis.analyze_command import analyze_and_report
-    from tailrace.analysis.otel.export import export_after_run
 
-    export_after_run(run_dir, profile.otel.export, "tailrace run")  # what it could not send is said, never fatal
-    return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True)  # the run is over: analysed
+    # the run is over: analysed, then its spans exported from the rows the analysis read and corrected (read once)
+    return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True, export=profile.otel.export,
+                                       command="tailrace run")

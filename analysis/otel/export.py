@@ -78,16 +78,24 @@ class ExportOutcome:
 
 def export_run(run_dir: Path, target: OtlpTarget, sample: Sample, batch: int = 2048) -> ExportOutcome:
     """Send the run's chosen requests (and their sessions' spans) to `target` (RunDirError: not a run directory)."""
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
     started = time.monotonic()
     data = load_run(run_dir, READ)
     df = add_reference_times(data.requests, fit_all(data.clock))
+    return export_frame(df, data.plan.run_id, data.plan.profile.name, target, sample, batch, started)
+
+
+def export_frame(df, run_id: str, profile_name: str, target: OtlpTarget, sample: Sample, batch: int = 2048,
+                 started: float | None = None) -> ExportOutcome:
+    """Send the chosen requests of `df` — a run's requests on the reference clock (the READ columns and their *_ref
+    times), as an analysis read and corrected them — to `target`."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    started = time.monotonic() if started is None else started
     rows = sample_rows(sample, df)
     outcome = ExportOutcome(requests=len(rows))
     exporter = target.exporter()
     try:
-        for spans in spans_of(df, rows, run_resource(data.plan.run_id, data.plan.profile.name), batch):
+        for spans in spans_of(df, rows, run_resource(run_id, profile_name), batch):
             if outcome.error:
                 outcome.not_exported += len(spans)
                 continue
@@ -128,15 +136,22 @@ def export_command(run_dir: Path, target: OtlpTarget, sample_text: str) -> int:
     return exit_codes.PASS
 
 
-def export_after_run(run_dir: Path, declared, command: str) -> None:
+def export_after_run(run_dir: Path, declared, command: str, analysis=None) -> None:
     """The profile's `[otel.export]` (`declared`; None: nothing to do) once the run ended: one line of what was sent,
-    one of what was not — the run and its report are unharmed either way."""
+    one of what was not — the run and its report are unharmed either way. `analysis`: the run as its analysis read
+    and corrected it (with the READ columns: `tailrace run` and `tailrace master` read the run once); None: read
+    here."""
     if declared is None:
         return
     target = OtlpTarget(declared.endpoint, declared.protocol, dict(declared.headers))
     logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
     try:
-        outcome = export_run(run_dir, target, Sample.parse(declared.sample))
+        sample = Sample.parse(declared.sample)
+        if analysis is None:
+            outcome = export_run(run_dir, target, sample)
+        else:
+            plan = analysis.data.plan
+            outcome = export_frame(analysis.requests, plan.run_id, plan.profile.name, target, sample)
     except (RunDirError, SampleError, OSError) as exc:
         print(f"{command}: otel.export: nothing exported ({exc})", file=sys.stderr)
         return

@@ -97,9 +97,10 @@ def test_the_runs_own_export_sends_the_errors_and_the_slowest_once_it_ends(model
                            load={"rate": 20, "duration_s": 2, "warmup_s": 0.5, "seed": 5},
                            otel={"export": {"endpoint": grpc_url, "protocol": "grpc", "sample": "slowest:7"}})
     run, manifest = run_with(profile, tmp_path / "run")
-    from tailrace.analysis.otel.export import export_after_run
+    from tailrace.analysis.analyze_command import analyze_and_report
 
-    export_after_run(run.run_dir, run.profile.otel.export, "test")  # as `tailrace run` does once it ended
+    # as `tailrace run` does once it ended: analysed, then exported from the rows the analysis read
+    analyze_and_report(run.run_dir, None, quiet=True, export=run.profile.otel.export, command="test")
     df = analyze_run(run.run_dir).requests
     slowest = set(df.sort_values("latency_ns", ascending=False)["span_id"].head(7))
     spans = phoenix_spans(url, slowest, among=set(df["span_id"]))  # of the run's spans, Phoenix has the 7 only
