@@ -614,7 +614,12 @@ def _add_export_command(sub) -> None:
 
 
 def _cmd_export_otlp(args: argparse.Namespace, parser) -> int:
-    from tailrace.analysis.otel.export import OtlpTarget, export_command
+    try:
+        from tailrace.analysis.otel.export import OtlpTarget, export_command
+    except ImportError as exc:  # a generator-only install: the SDK and its exporters come with the analysis
+        print(f"tailrace export: exporting spans needs tailrace[analysis] ({exc.name} is not installed): "
+              "pip install 'tailrace[analysis]'", file=sys.stderr)
+        return USAGE
 
     headers = {}
     for item in args.header:
