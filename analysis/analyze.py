@@ -501,15 +501,22 @@ def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Cal
     return rows
 
 
+def _with_retained(columns: tuple[str, ...] | None, retain: tuple[str, ...]
+                   ) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(the columns to read, the columns Analysis.requests keeps): the report's and `retain` (a reference time is
+    derived from its local one and the row's clock offset)."""
+    if retain and columns is not None:
+        local = (c.removesuffix("_ref") for c in retain)
+        columns = tuple(dict.fromkeys((*columns, *local, "clock_offset_ns")))
+    return columns, tuple(dict.fromkeys((*REPORT_COLUMNS, *retain)))
+
+
 def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures,
                  spans: tuple[list, list[str]] = ([], []), retain: tuple[str, ...] = ()) -> Analysis:
     keep = columns is None
     if spans[0] and columns is not None:  # the servers' spans are joined by the requests' own IDs
         columns = (*columns, "trace_id", "span_id")
-    if retain and columns is not None:
-        local = (c.removesuffix("_ref") for c in retain)  # a reference time is derived from its local one
-        columns = tuple(dict.fromkeys((*columns, *local, "clock_offset_ns")))
-    kept = tuple(dict.fromkeys((*REPORT_COLUMNS, *retain)))
+    columns, kept = _with_retained(columns, retain)
     data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
     manifest, profile, log = data.manifest, data.plan.profile, data.log
     if keep:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tailrace.contract.apis import APIS, ServingApi, listed, names_where, serving_api
 from tailrace.contract.trace_context import Sample
 
 EMBEDDED = "embedded"
@@ -26,15 +27,10 @@ class _Strict(BaseModel):
 
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"  # names become file names and metric labels
-# streamed generation: OpenAI-compatible completions, Triton's generate extension
-GENERATIVE = ("openai-chat", "openai-completions", "triton-generate", "kserve-grpc-stream", "anthropic-messages",
-              "openai-responses")
-CHAT_APIS = ("openai-chat", "anthropic-messages", "openai-responses")  # a conversation of messages
-POOLING = ("openai-embeddings", "rerank")  # texts in, numbers out (vectors, scores): one whole reply
-SCHEMES = {"kserve-http": ("http", "https"), "kserve-grpc": ("grpc", "grpcs"), "openai-chat": ("http", "https"),
-           "openai-completions": ("http", "https"), "triton-generate": ("http", "https"),
-           "kserve-grpc-stream": ("grpc", "grpcs"), "openai-embeddings": ("http", "https"),
-           "rerank": ("http", "https"), "anthropic-messages": ("http", "https"), "openai-responses": ("http", "https")}
+# each serving API's traits are declared once, in contract/apis/registry.py; these name its groups for readers
+GENERATIVE = names_where(lambda a: a.generative)  # streamed generation (TTFT, TPOT, ITL)
+CHAT_APIS = names_where(lambda a: a.conversation)  # a conversation of messages
+POOLING = names_where(lambda a: a.pooling)  # texts in, numbers out (vectors, scores): one whole reply
 TLS_SCHEMES = ("https", "grpcs")
 
 
@@ -362,8 +358,8 @@ class ModelShare(_Strict):
     weight: float = Field(1.0, gt=0, description="its share of the endpoint's requests, relative to the others'")
 
 
-STRUCTURED = ("openai-chat", "openai-completions", "openai-responses")  # a JSON Schema's field in the body
-MIXABLE = ("openai-chat", "openai-completions", "anthropic-messages", "openai-responses")  # the model in the body
+STRUCTURED = names_where(lambda a: a.structured)  # a JSON Schema's field in the body
+MIXABLE = names_where(lambda a: a.model_in_body)  # the model in the body
 
 
 class Cancel(_Strict):
@@ -514,73 +510,82 @@ class Endpoint(_Strict):
             raise ValueError("auth_env and auth_file: give one (where the value is read from)")
         if (self.protocol == "inprocess") != (self.url == INPROCESS):
             raise ValueError("protocol 'inprocess' and url 'inprocess' go together")
+        api = serving_api(self.protocol)
         scheme = urlsplit(self.url).scheme
-        if self.protocol in SCHEMES and scheme and scheme not in SCHEMES[self.protocol]:
-            raise ValueError(f"url: protocol {self.protocol!r} needs a "
-                             f"{' or '.join(s + '://' for s in SCHEMES[self.protocol])} URL, not {scheme}://")
+        wanted = " or ".join(s + "://" for s in api.schemes)
+        if api.schemes and scheme and scheme not in api.schemes:
+            raise ValueError(f"url: protocol {self.protocol!r} needs a {wanted} URL, not {scheme}://")
         if self.tls is not None and scheme not in TLS_SCHEMES:
             raise ValueError(f"tls: needs an https:// or grpcs:// url, not {self.url!r}")
-        started = (EMBEDDED, TRITON) if self.protocol in ("triton-generate", "kserve-grpc-stream") else (EMBEDDED,)
-        if (self.generative or self.pooling) and not scheme and self.url not in started:
-            raise ValueError(f"url: protocol {self.protocol!r} needs a URL "
-                             f"({' or '.join(s + '://' for s in SCHEMES[self.protocol])}), or "
-                             f"{' or '.join(repr(s) for s in started)} (the generative models tiny_lm, synthetic_lm), "
-                             f"not {self.url!r}")
-        if self.pooling and (self.ttft_timeout_ms is not None or self.stall_timeout_ms is not None
-                             or self.sessions is not None):
+        if (api.generative or api.pooling) and not scheme and self.url not in api.started:
+            raise ValueError(f"url: protocol {self.protocol!r} needs a URL ({wanted}), or "
+                             f"{' or '.join(repr(s) for s in api.started)} (the generative models tiny_lm, "
+                             f"synthetic_lm), not {self.url!r}")
+        if api.pooling and (self.ttft_timeout_ms is not None or self.stall_timeout_ms is not None
+                            or self.sessions is not None):
             raise ValueError(f"ttft_timeout_ms, stall_timeout_ms and sessions are for streamed endpoints: a "
                              f"{self.protocol} reply comes whole")
         if self.embeddings is not None and self.protocol != "openai-embeddings":
             raise ValueError("embeddings is for openai-embeddings endpoints")
         if self.rerank is not None and self.protocol != "rerank":
             raise ValueError("rerank is for rerank endpoints")
-        if not self.generative and not self.pooling and (
+        if not api.generative and not api.pooling and (
                 self.prompts is not None or self.ttft_timeout_ms is not None
                 or self.stall_timeout_ms is not None or self.sessions is not None):
-            raise ValueError("prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints "
-                             "(openai-chat, openai-completions, triton-generate, kserve-grpc-stream)")
-        if self.sessions is not None and self.sessions.server_state and self.protocol != "openai-responses":
-            raise ValueError("sessions.server_state: for openai-responses endpoints (previous_response_id)")
-        if self.sessions is not None and self.protocol not in (*CHAT_APIS, "openai-completions"):
-            raise ValueError("sessions: for openai-chat, anthropic-messages, openai-responses and openai-completions "
-                             "endpoints (a turn carries the conversation so far)")
-        if self.prompts is not None and self.prompts.images is not None and self.protocol not in CHAT_APIS:
-            raise ValueError("prompts.images: for openai-chat, anthropic-messages and openai-responses endpoints "
-                             "(content parts of a message)")
-        if self.prompts is not None and self.prompts.audio is not None and self.protocol != "openai-chat":
-            raise ValueError("prompts.audio: for openai-chat endpoints (OpenAI's input_audio content parts)")
-        if self.prompts is not None and self.prompts.structured is not None and self.protocol not in STRUCTURED:
-            raise ValueError(f"prompts.structured: for {', '.join(STRUCTURED)} endpoints (response_format / "
-                             f"text.format), not {self.protocol}")
-        if self.prompts is not None and self.prompts.extra_body is not None and self.protocol == "kserve-grpc-stream":
-            raise ValueError("prompts.extra_body: for JSON bodies (a kserve-grpc-stream request is protobuf)")
+            raise ValueError(f"prompts, sessions, ttft_timeout_ms and stall_timeout_ms are for generative endpoints "
+                             f"({', '.join(GENERATIVE)})")
+        self._check_traits(api)
+        return self
+
+    def _check_traits(self, api: ServingApi) -> None:
+        """Each option a serving API may not take, refused naming the APIs that take it (contract/apis/registry.py)."""
+        prompts = self.prompts
+        taken = (
+            (self.sessions is not None and self.sessions.server_state, "server_state", "sessions.server_state",
+             "previous_response_id"),
+            (self.sessions is not None, "sessions", "sessions", "a turn carries the conversation so far"),
+            (prompts is not None and prompts.images is not None, "images", "prompts.images",
+             "content parts of a message"),
+            (prompts is not None and prompts.audio is not None, "audio", "prompts.audio",
+             "OpenAI's input_audio content parts"),
+            (prompts is not None and prompts.structured is not None, "structured", "prompts.structured",
+             "response_format / text.format"),
+            (prompts is not None and prompts.extra_body is not None, "json_body", "prompts.extra_body",
+             "fields added to a JSON body"),
+            (bool(self.models), "model_in_body", "model (a weighted list)", "the model named in the JSON body"),
+            (self.cancel is not None, "cancel", "cancel", "a streamed HTTP reply abandoned part-way"),
+            (self.token_count_output is not None, "token_count_output", "token_count_output",
+             "a tensor reply's token count; OpenAI streams report usage"),
+        )
+        for asked, trait, option, why in taken:
+            if asked and not getattr(api, trait):
+                takers = names_where(lambda a, t=trait: getattr(a, t))
+                raise ValueError(f"{option}: for {listed(takers)} endpoints ({why}), not {self.protocol}")
         if self.models:
             names = [m.name for m in self.models]
-            if self.protocol not in MIXABLE:
-                raise ValueError(f"model: a weighted list is for {', '.join(MIXABLE)} endpoints (the model named in "
-                                 f"the JSON body), not {self.protocol}")
             if len(set(names)) < len(names):
                 raise ValueError(f"model: {sorted({n for n in names if names.count(n) > 1})[0]!r} is listed twice")
         if self.model_draw == "session" and (not self.models or self.sessions is None):
             raise ValueError("model_draw = \"session\": for an endpoint with a model list and sessions")
-        if self.cancel is not None and (self.protocol not in GENERATIVE or self.protocol == "kserve-grpc-stream"
-                                        or (self.prompts is not None and not self.prompts.stream)):
-            raise ValueError("cancel: for streamed HTTP generative endpoints (openai-chat, openai-completions, "
-                             "anthropic-messages, openai-responses, triton-generate with prompts.stream = true)")
-        if self.token_count_output is not None and self.protocol not in ("triton-generate", "kserve-grpc-stream"):
-            raise ValueError("token_count_output is for triton-generate and kserve-grpc-stream endpoints (OpenAI "
-                             "streams report usage)")
+        if self.cancel is not None and prompts is not None and not prompts.stream:
+            raise ValueError(f"cancel: for streamed HTTP generative endpoints ({listed(names_where(lambda a: a.cancel))}"
+                             " with prompts.stream = true), not a whole reply")
         return self
+
+    @property
+    def api(self) -> ServingApi:
+        """Its serving API's traits (contract/apis/registry.py)."""
+        return serving_api(self.protocol)
 
     @property
     def generative(self) -> bool:
         """Streams tokens (TTFT, TPOT, ITL)."""
-        return self.protocol in GENERATIVE
+        return self.api.generative
 
     @property
     def pooling(self) -> bool:
         """Texts in, vectors out (embeddings): no tensors to resolve, no tokens streamed."""
-        return self.protocol in POOLING
+        return self.api.pooling
 
     @property
     def uses_tls(self) -> bool:
@@ -744,9 +749,7 @@ class Inputs(_Strict):
                                                          "fewer samples are kept when they would exceed it")
 
 
-PIPELINE_KINDS = {"openai-embeddings": "embed", "rerank": "rerank", "openai-chat": "generate",
-                  "openai-completions": "generate", "triton-generate": "generate", "anthropic-messages": "generate",
-                  "openai-responses": "generate"}  # a stage's kind, by protocol
+PIPELINE_KINDS = {a.name: a.pipeline_kind for a in APIS if a.pipeline_kind}  # a stage's kind, by protocol
 RAG_PROMPT = ("Answer the question from the passages below.\n\n{passages}\n\nQuestion: {query}\nAnswer:")
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from tailrace.contract.apis import APIS
 from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
@@ -679,9 +680,7 @@ def _add_probe_command(sub) -> None:
                                        "all worked, 1 on a mismatch or a failed request, 2 when unreachable.")
     probe.add_argument("url", help="http(s)://host:port or grpc(s)://host:port")
     probe.add_argument("--model", required=True)
-    probe.add_argument("--protocol", choices=["kserve-http", "kserve-grpc", "openai-chat", "openai-completions",
-                                              "triton-generate", "kserve-grpc-stream", "openai-embeddings", "rerank",
-                                              "anthropic-messages", "openai-responses"],
+    probe.add_argument("--protocol", choices=[a.name for a in APIS if a.schemes],
                        default=None,
                        help="default: from the URL scheme")
     probe.add_argument("--model-version", default="", help="model version (default: the server's choice)")

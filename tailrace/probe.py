@@ -157,7 +157,6 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """A generative endpoint: the models it lists (its model's inputs, for triton-generate), then `requests` streamed
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
-    from tailrace.harness.client.generative import TRITON_GENERATE
     from tailrace.harness.orchestration.endpoint_check import check_generate
     from tailrace.harness.workload.prompts import prompt_items
     from tailrace.harness.workload.stream_senders import generative_sender
@@ -165,7 +164,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     inputs: list[str] = []
     try:
         credential = Credential.of(endpoint)
-        if endpoint.protocol in (TRITON_GENERATE, "kserve-grpc-stream"):
+        if endpoint.api.model_metadata:  # Triton's generate and ModelStreamInfer: the model's inputs
             inputs = check_generate(url, endpoint)
             print(f"{url.rstrip('/')} model {endpoint.model}: ready, inputs {', '.join(inputs)}")
         elif not _model_listed(url, endpoint, credential):
@@ -174,12 +173,9 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return USAGE
     spec = endpoint.prompts
+    api = endpoint.api
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
-          f"{spec.output_tokens.mean}, " + {TRITON_GENERATE: "generate_stream", "kserve-grpc-stream": "ModelStreamInfer",
-                                            "anthropic-messages": "streamed to /v1/messages (anthropic-version "
-                                                                  "2023-06-01)",
-                                            "openai-responses": "streamed to /v1/responses (store false)"}
-          .get(endpoint.protocol, "stream with usage on every event"))
+          f"{spec.output_tokens.mean}: {api.summary}, to {api.routes[0]}")
     sender = generative_sender(endpoint, url, prompt_items(endpoint, 0, Path.cwd()), 0, Path.cwd(), tuple(inputs),
                                pool=PoolLimits.sized(1))
     failed = 0

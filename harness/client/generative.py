@@ -17,6 +17,7 @@ from typing import NamedTuple
 import gevent
 import orjson
 
+from tailrace.contract.apis import serving_api
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
@@ -58,7 +59,6 @@ from tailrace.harness.client.tokenizer import TokenCounter
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
 PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", MESSAGES: "/v1/messages",
          RESPONSES: "/v1/responses"}
-CHAT_APIS = (CHAT, MESSAGES, RESPONSES)  # a conversation of messages (sessions, images)
 STREAMS = {MESSAGES: AnthropicStream, RESPONSES: ResponsesStream}  # the others: OpenAIStream (Triton's aside)
 
 
@@ -216,7 +216,7 @@ class StreamSender:
                  credential: Credential | None, tls: Tls | None = None, pool: PoolLimits = PoolLimits.sized(16),
                  stream: bool = True, model: str = "", count_output: str | None = None,
                  counter: TokenCounter | None = None, samples: int = 0) -> None:
-        self.chat, self.stream, self.protocol = protocol in CHAT_APIS, stream, protocol
+        self.chat, self.stream, self.protocol = serving_api(protocol).conversation, stream, protocol
         self.model, self.count_output, self.counter = model, count_output, counter
         self.transport = HttpTransport(url, timeouts, credential, tls, pool, kernel_stamps=True)
         self.client, self.warm_connections = self.transport.client, self.transport.warm_connections

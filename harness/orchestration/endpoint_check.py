@@ -309,7 +309,7 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
             continue
         if ep.generative:  # no tensors to resolve: the model must be served, and the prompts must read
             try:
-                if ep.protocol in ("triton-generate", "kserve-grpc-stream"):
+                if ep.api.model_metadata:  # Triton's generate and ModelStreamInfer: the model's inputs
                     model_inputs[ep.name] = check_generate(url, ep)
                 else:
                     check_generative(url, ep)

@@ -56,8 +56,7 @@ class Servers:
         for ep in profile.endpoints:
             server = self.serving(endpoint_kind(ep), ep.model)
             if server is not None:
-                grpc = ep.protocol in ("kserve-grpc", "kserve-grpc-stream")
-                url = server.grpc_url if grpc else server.http_url
+                url = server.grpc_url if ep.api.grpc else server.http_url
                 ep = ep.model_copy(update={"url": url, "stats_url": server.http_url,
                                            "metrics_url": server.metrics_url})
             endpoints.append(ep)

@@ -165,7 +165,7 @@ def test_extra_body_is_merged_last_into_every_request_of_every_chat_api():
     turn = Conversation("openai-chat", "m", Prompts(extra_body={"top_p": 0.5}), Sessions(), lambda t: len(t.split()),
                         lambda: "").next_request(TurnScript("hi there", 4))
     assert orjson.loads(turn.body)["top_p"] == 0.5
-    with pytest.raises(ProfileError, match="prompts.extra_body: for JSON bodies"):
+    with pytest.raises(ProfileError, match=r"prompts.extra_body: for .* \(fields added to a JSON body\), not kserve-grpc"):
         parse_profile({"name": "p", "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1},
                        "endpoints": [{"name": "g", "url": "grpc://127.0.0.1:9", "protocol": "kserve-grpc-stream",
                                       "model": "m", "prompts": {"extra_body": {"a": 1}}}]}, "p.toml")
@@ -209,7 +209,7 @@ def test_a_structured_output_asks_each_api_its_way_and_every_reply_is_checked():
     ("openai-chat", {"structured": {"schema": {"type": "array"}}, "ignore_eos": True},
      "ignore_eos: a structured output ends where its JSON does"),
     ("anthropic-messages", {"structured": {"schema": {"type": "array"}}},
-     "prompts.structured: for openai-chat, openai-completions, openai-responses endpoints"),
+     "prompts.structured: for openai-chat, openai-completions and openai-responses endpoints"),
 ])
 def test_a_bad_structured_output_is_refused_in_one_line(protocol, prompts, words):
     from tailrace.contract.profile import ProfileError, parse_profile

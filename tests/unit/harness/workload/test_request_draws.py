@@ -45,7 +45,8 @@ def _profile(cancel, protocol="openai-chat", **endpoint):
     ({"share": 0.2, "after": "first_token", "after_tokens": 4}, "openai-chat", {}, "after_tokens goes with"),
     ({"share": 1.5, "after": "first_token"}, "openai-chat", {}, "endpoints[0].cancel.share"),
     ({"share": 0.2, "after": "soon"}, "openai-chat", {}, "endpoints[0].cancel.after"),
-    ({"share": 0.2, "after": "first_token"}, "kserve-http", {}, "cancel: for streamed HTTP generative endpoints"),
+    ({"share": 0.2, "after": "first_token"}, "kserve-http", {},
+     "cancel: for openai-chat, openai-completions, anthropic-messages, openai-responses and triton-generate endpoints"),
     ({"share": 0.2, "after": "first_token"}, "openai-chat", {"prompts": {"stream": False}}, "cancel: for streamed"),
 ])
 def test_a_bad_cancel_is_refused_in_one_line_naming_its_field(cancel, protocol, endpoint, message):
@@ -73,7 +74,7 @@ def test_a_model_mix_draws_by_weight_per_request_or_per_session():
     ({"protocol": "openai-chat", "model": [{"name": "a", "weight": 0}]}, "endpoints[0].model[0].weight"),
     ({"protocol": "openai-chat", "model": [{"name": "a"}, {"name": "a"}]}, "'a' is listed twice"),
     ({"protocol": "openai-chat", "model": []}, "model: an empty list"),
-    ({"protocol": "kserve-http", "model": [{"name": "a"}]}, "a weighted list is for openai-chat"),
+    ({"protocol": "kserve-http", "model": [{"name": "a"}]}, "model (a weighted list): for openai-chat"),
     ({"protocol": "openai-chat", "model": "a", "model_draw": "session"}, "model_draw = \"session\": for an endpoint"),
 ])
 def test_a_bad_model_mix_is_refused_in_one_line(endpoint, message):
