@@ -65,12 +65,12 @@ class RequestPath:
         self.static_headers = {"x-tailrace-region": self.identity.region, "x-tailrace-run": self.plan.run_id}
         seed = self.plan.profile.load.seed
         self._unindexed = itertools.count(1 << 40)
-        self.cancels = [CancelPlan(e.cancel, seed, i) if getattr(e, "cancel", None) is not None else None
+        self.cancels = [CancelPlan(e.cancel, seed, i) if e.cancel is not None else None
                         for i, e in enumerate(self.endpoints)]
-        self.mixes = [ModelMix(e.models, seed, i, e.model_draw == "session") if getattr(e, "models", None) else None
+        self.mixes = [ModelMix(e.models, seed, i, e.model_draw == "session") if e.models else None
                       for i, e in enumerate(self.endpoints)]
         self.drawn = any(self.cancels) or any(self.mixes)
-        self.schemas = [SchemaCheck(e.prompts.structured.schema_) if getattr(e, "prompts", None) is not None
+        self.schemas = [SchemaCheck(e.prompts.structured.schema_) if e.prompts is not None
                         and e.prompts.structured is not None else None for e in self.endpoints]
 
     def begin(self, arrival: Arrival, turn: Turn | None = None) -> Call:
