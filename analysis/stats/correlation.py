@@ -109,7 +109,8 @@ class Stationarity:
     the Theil–Sen line changes by more than TREND_MIN_CHANGE of the first window's median across the run.
 
     A trend found is then told apart by the phase's last half (its windows alone, docs/METHODS.md "Trends"):
-    *settled* — it moved, then held (no trend at TAIL_ALPHA there, and a slope under half the whole phase's) — or
+    *settled* — it moved, then held (no trend at TAIL_ALPHA there, and its slope's 95% interval under half the
+    whole phase's slope) — or
     still moving to the phase's end (`end_low_ms`, `end_high_ms`: the last half's line carried to the phase's
     end with its slope's 95% interval)."""
 
@@ -155,7 +156,10 @@ class Stationarity:
         if self.settled:
             return f"{words}, then held through the phase's last half (trend there p = {self.tail_pvalue:.2g})"
         still = "rising" if self.rising else "falling"
-        return f"{words}, still {still} in the phase's last half (p = {self.tail_pvalue:.2g})"
+        if self.tail_pvalue < TAIL_ALPHA:
+            return f"{words}, still {still} in the phase's last half (p = {self.tail_pvalue:.2g})"
+        return (f"{words}; its last half does not show it held (trend there p = {self.tail_pvalue:.2g}, too few "
+                f"requests to rule out a {still} slope)")
 
     def reason(self) -> str | None:
         """Why the series is not stationary, in words; None when it is (or cannot be told)."""
@@ -213,8 +217,10 @@ def stationarity(times: np.ndarray, values_ms: np.ndarray, windows: int = WINDOW
     tail = medians[start:]
     tail_p = _kendall_p(tail)
     tail_slope, _, slope_low, slope_high = stats.theilslopes(tail, np.arange(len(tail), dtype=float))
-    same_way = np.sign(tail_slope) == np.sign(slope) and tail_slope != 0
-    still_moving = same_way and (tail_p < TAIL_ALPHA or abs(tail_slope) > abs(slope) / 2)
+    # settled only where the last half shows it held: no trend there, and even its slope's far bound in the
+    # trend's direction under half the whole phase's (too few requests to show that: still moving)
+    far = slope_high if slope > 0 else -slope_low
+    still_moving = tail_p < TAIL_ALPHA or far >= abs(slope) / 2
     return Stationarity(False, pvalue, first, last, windows, tail_from_s=float(edges[start]), tail_pvalue=tail_p,
                         tail_level_ms=float(np.median(tail)), tail_slope_ms=(float(slope_low), float(slope_high)),
                         tail_to_end_windows=len(tail) / 2, settled=not still_moving)
