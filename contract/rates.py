@@ -39,7 +39,7 @@ class Segment:
 
 
 def _required(setting: float | None) -> float:
-    """A phase's setting that its kind needs (contract/profile.py's Phase has checked it is there)."""
+    """A phase's setting that its kind needs (contract/profile/'s Phase has checked it is there)."""
     if setting is None:
         raise ValueError("a phase lacks a setting its kind needs")
     return float(setting)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tailrace.contract.apis import APIS
-from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
+from tailrace.contract.exit_codes import INTERNAL
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
 # in one line of its own (harness/client/tls.py). Set before any process of a run imports grpc; a user's value wins.
@@ -15,6 +15,23 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # OpenBLAS starts a thread per core that spins after each call: it competes with a generator's send loop, and in
 # the analysis (no large linear algebra) it took 3.5% of a 10 M-row run's CPU (perf). Set before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from tailrace.commands import (
+    cmd_analyze,
+    cmd_capacity,
+    cmd_collect,
+    cmd_compare,
+    cmd_demo,
+    cmd_deploy_kubernetes,
+    cmd_export_otlp,
+    cmd_master,
+    cmd_models_build,
+    cmd_probe,
+    cmd_proxy,
+    cmd_run,
+    cmd_serve,
+    cmd_sntp,
+    cmd_worker,
+)
 
 
 def _model_int(text: str) -> tuple[str, int]:
@@ -47,73 +64,6 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _cmd_models_build(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from tailrace.contract.terminal import console
-    from tailrace.endpoints.models.model_build import build_repository
-
-    built = build_repository(args.out, args.mm1_mean_ms)
-    table = Table(title=f"model repository {args.out}")
-    for col in ("model", "held-out accuracy", "size", "parameters", "sha256"):
-        table.add_column(col)
-    for m in built:
-        accuracy = "—" if m.accuracy is None else f"{m.accuracy:.4f}"
-        table.add_row(m.name, accuracy, f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
-    console().print(table)
-    return OK
-
-
-def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
-    """--max-num-seqs / --max-num-batched-tokens / --max-waiting MODEL=N → model → BatchingLimits overrides."""
-    out: dict[str, dict[str, int]] = {}
-    for field_name in ("max_num_seqs", "max_num_batched_tokens", "max_waiting", "max_model_len", "kv_cache_tokens"):
-        for model, n in getattr(args, field_name):
-            out.setdefault(model, {})[field_name] = n
-    for model, on in args.prefix_caching:
-        out.setdefault(model, {})["enable_prefix_caching"] = on
-    return out
-
-
-def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.contract.credentials import Credential
-    from tailrace.contract.internal_processes import ServerOptions
-    from tailrace.endpoints.server import ServerTls, serve
-    from tailrace.harness.services.processes import is_loopback
-
-    if not is_loopback(args.host) and not args.expose:
-        parser.error(f"--host {args.host} is not a loopback address; pass --expose to bind it deliberately")
-    options = ServerOptions(repository=args.models, slots=dict(args.slots), queue_depth=dict(args.queue_depth),
-                            max_body_bytes=args.max_body_bytes, service_time_mean_ms=args.mm1_mean_ms,
-                            fault_injection=args.enable_fault_injection, models=tuple(args.model or ()),
-                            max_batch=dict(args.max_batch), header_timeout_s=args.header_timeout_s,
-                            idle_timeout_s=args.idle_timeout_s, batching=_batching(args))
-    if (args.tls_cert is None) != (args.tls_key is None) or (args.tls_client_ca and not args.tls_cert):
-        parser.error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
-    tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    if (args.auth_header is None) != (args.auth_file is None):
-        parser.error("--auth-header and --auth-file go together")
-    # the server looks at its file on every request (a stat; re-read when it changed): a rotation applies at once
-    credential = Credential(args.auth_header, file=str(args.auth_file), recheck_s=0) if args.auth_file else None
-    try:
-        return serve(options, args.host, args.http_port, args.grpc_port, tls, credential)
-    except (ValueError, OSError) as exc:
-        print(f"tailrace serve: {exc}", file=sys.stderr)
-        return USAGE
-
-
-def overrides_of(args: argparse.Namespace) -> list[str]:
-    """The profile overrides of a command: TAILRACE_SET_* first, then --set in order, then --rate / --duration."""
-    from tailrace.contract.overrides import from_environment
-
-    out = from_environment() + list(getattr(args, "set", None) or [])
-    if getattr(args, "rate", None) is not None:
-        out.append(f"load.rate={args.rate!r}")
-    if getattr(args, "duration", None) is not None:
-        out.append(f"load.duration_s={args.duration!r}")
-    return out
-
-
 def _add_overrides(parser: argparse.ArgumentParser, shorthands: bool = True) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a profile field, validated like the file (repeatable; e.g. load.rate=500, "
@@ -122,31 +72,6 @@ def _add_overrides(parser: argparse.ArgumentParser, shorthands: bool = True) -> 
         parser.add_argument("--rate", type=_positive_float, default=None, help="shorthand for --set load.rate=…")
         parser.add_argument("--duration", type=_positive_float, default=None,
                             help="shorthand for --set load.duration_s=… (seconds)")
-
-
-def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None,
-                     overrides: list[str] = ()):
-    """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
-    starts). A local run is checked against this machine (CPUs, output directory, model repositories); a master
-    only for CPUs."""
-    from tailrace.contract.profile import ProfileError, load_profile
-    from tailrace.harness.orchestration.preflight import check_local, check_output, check_placement
-
-    try:
-        profile = load_profile(path, overrides)
-        if local:
-            check_local(profile, out or Path(profile.output_dir))
-        else:
-            check_placement(profile)
-            check_output(out or Path(profile.output_dir))
-        if check is not None:  # what the command itself needs of the profile
-            check(profile)
-        return profile
-    except ProfileError as exc:
-        print(exc, file=sys.stderr)
-    except ValueError as exc:
-        print(f"profile {path}: {exc}", file=sys.stderr)
-    return None
 
 
 def _ui_bind(text: str) -> tuple[str, int] | None:
@@ -162,207 +87,6 @@ def _add_ui_bind(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ui-bind", type=_ui_bind, default=("127.0.0.1", 0), metavar="HOST:PORT",
                         help="serve the run's live page here (default 127.0.0.1 on a free port, printed at the start; "
                              "a non-loopback address requires the run's token in the page's address; 'off': none)")
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from tailrace.run_command import run_and_report
-
-    profile = _profile_or_none(args.profile, args.out, overrides=overrides_of(args))
-    if profile is None:
-        return USAGE
-    if profile.overrides and not args.quiet:
-        print(f"profile {profile.name}: overridden {', '.join(profile.overrides)}")
-    return run_and_report(profile, args.out or Path(profile.output_dir), quiet=args.quiet, ui=args.ui_bind)
-
-
-def _cmd_capacity(args: argparse.Namespace) -> int:
-    from tailrace.capacity import capacity_command, check_profile
-
-    profile = _profile_or_none(args.profile, args.out, check=check_profile, overrides=overrides_of(args))
-    if profile is None:
-        return USAGE
-    return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
-
-
-def _cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from pydantic import ValidationError
-
-    from tailrace.contract.internal_processes import ProxyOptions, ProxyRoute
-    from tailrace.harness.services.delay_proxy import main_proxy
-
-    try:
-        options = ProxyOptions(routes=tuple(ProxyRoute.parse(r) for r in args.route), delay_ms=args.delay_ms,
-                               jitter_ms=args.jitter_ms, seed=args.seed)
-    except (ValueError, ValidationError) as exc:
-        parser.error(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else
-                     f"{'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}")
-    return main_proxy(options)
-
-
-def _cmd_sntp(args: argparse.Namespace) -> int:
-    from tailrace.contract.internal_processes import SntpOptions
-    from tailrace.harness.services.sntp_server import serve_sntp
-
-    options = SntpOptions(host=args.host, port=args.port)
-    serve_sntp(options.host, options.port)
-    return OK
-
-
-def _cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.harness.orchestration.remote import read_token
-    from tailrace.harness.services.processes import is_loopback
-
-    if not is_loopback(args.bind) and not args.expose:
-        parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
-                     "use an SSH tunnel, or pass --expose on a private network")
-    profile = _profile_or_none(args.profile, args.out, local=False, overrides=overrides_of(args))
-    if profile is None:
-        return USAGE
-    try:
-        token = read_token(args.token_file)
-    except ValueError as exc:
-        print(f"tailrace master: {exc}", file=sys.stderr)
-        return USAGE
-    from tailrace.harness.orchestration.remote import new_token
-    from tailrace.run_command import close_live_page, open_live_page
-
-    token = token or new_token()  # the live page beyond loopback takes the same token as the workers
-    try:
-        page = open_live_page(args.ui_bind, token, "tailrace master", args.quiet)
-    except OSError as exc:
-        print(f"tailrace master: {exc}", file=sys.stderr)
-        return USAGE
-    run_dir, code = None, INTERNAL
-    try:
-        run_dir, code = _master_run(args, profile, token, page)
-    finally:
-        close_live_page(page, code, run_dir)
-    return code
-
-
-def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> tuple[Path | None, int]:
-    from tailrace.harness.orchestration.remote import run_master
-
-    run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
-                               token, args.sntp_port, args.wait_s, args.quiet, live=page)
-    if run_dir is None:
-        return None, code
-    try:
-        import tailrace.analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
-        from tailrace.analysis.analyze_command import analyze_and_report
-    except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
-        print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
-              f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
-              file=sys.stderr)
-        return run_dir, INCONCLUSIVE  # no verdict was computed
-    # the run is over: analysed, then exported from the rows the analysis read (the master exports from what it has)
-    return run_dir, analyze_and_report(run_dir, None, quiet=args.quiet, exits=True, export=profile.otel.export,
-                                       command="tailrace master")
-
-
-def _cmd_worker(args: argparse.Namespace) -> int:
-    from tailrace.harness.orchestration.remote import read_token, run_worker
-
-    try:
-        token = read_token(args.token_file)
-    except ValueError as exc:
-        print(f"tailrace worker: {exc}", file=sys.stderr)
-        return USAGE
-    return run_worker(args.master, args.region, args.index, args.clock_skew_ms, args.endpoint_url, args.out_dir,
-                      args.models, args.metrics_port, args.spool, token, args.metrics_bind, args.master_timeout_s)
-
-
-def _cmd_collect(args: argparse.Namespace) -> int:
-    from tailrace.harness.orchestration.collect import CollectError, collect
-
-    try:
-        done = collect(args.spool, args.run_dir)
-    except (CollectError, OSError) as exc:
-        print(f"tailrace collect: {exc}", file=sys.stderr)
-        return USAGE
-    print(f"tailrace collect: {done.describe()} → {args.run_dir}; analyse again with `tailrace analyze {args.run_dir}`")
-    return OK
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from tailrace.demo import DEMO_PROFILE, run_demo
-
-    args.profile = args.profile or DEMO_PROFILE
-    return run_demo(args)
-
-
-def _cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tailrace.contract.profile import ProfileError, check_url
-    from tailrace.probe import parse_shapes, probe_endpoint, protocol_of, run_probe
-
-    try:
-        check_url(args.url, ("http", "https", "grpc", "grpcs"))
-    except ValueError as exc:
-        parser.error(f"URL: {exc}")
-    binary = {"auto": "auto", "true": True, "false": False}[args.binary]
-    check = {"kind": args.check_kind, "output": args.check} if args.check else None
-    tls = {k: v for k, v in (("ca", args.tls_ca), ("cert", args.tls_cert), ("key", args.tls_key),
-                             ("server_name", args.tls_server_name)) if v is not None}
-    auth = {k: v for k, v in (("auth_header", args.auth_header), ("auth_env", args.auth_env),
-                              ("auth_file", args.auth_file)) if v is not None}
-    prompts = {"input_tokens": {"mean": args.input_tokens}, "output_tokens": {"mean": args.output_tokens}}
-    extra = {"token_count_output": args.token_count_output} if args.token_count_output else {}
-    if args.protocol == "openai-embeddings":
-        extra["embeddings"] = {"inputs": args.inputs}
-    elif args.protocol == "rerank":
-        extra["rerank"] = {"documents": args.documents, "api": args.rerank_api}
-    try:
-        endpoint = probe_endpoint(args.url, args.model, protocol_of(args.url, args.protocol), args.model_version,
-                                  args.data, parse_shapes(args.shape), args.batch_size, args.timeout_ms, binary, check,
-                                  tls, auth, prompts, extra or None)
-    except ProfileError as exc:
-        print(f"tailrace probe: {str(exc).replace('tailrace probe: endpoints[0].', '--')}", file=sys.stderr)
-        return USAGE
-    return run_probe(args.url, endpoint, args.requests)
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from tailrace.analysis.decide.compare import compare_command
-
-    return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
-                           args.fail_if_slower, exits=True)
-
-
-def _cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
-    from tailrace.contract.profile import ProfileError, load_profile
-    from tailrace.kubernetes import DeployError, Resources, render, secret_commands, warnings, write
-
-    try:
-        profile = load_profile(args.profile, overrides_of(args))
-        rendered = render(profile, args.profile, args.image, namespace=args.namespace, per_cluster=args.per_cluster,
-                          master_cluster=args.master_cluster, master_address=args.master_address,
-                          worker_source_ranges=args.worker_source_range, wait_s=args.wait_s,
-                          resources=Resources(args.worker_cpus, args.worker_memory, args.master_cpus,
-                                              args.master_memory, args.results_storage))
-    except ProfileError as exc:
-        print(exc, file=sys.stderr)
-        return USAGE
-    except DeployError as exc:
-        print(f"tailrace deploy kubernetes: {exc}", file=sys.stderr)
-        return USAGE
-    for path in write(rendered, args.out):
-        print(path)
-    print("create the Secrets the manifests reference (in every cluster), before applying them:")
-    for command in secret_commands(profile, args.namespace):
-        print(f"  {command}")
-    for warning in warnings(profile):
-        print(f"tailrace deploy kubernetes: warning: {warning}", file=sys.stderr)
-    return OK
-
-
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    import gc
-
-    from tailrace.analysis.analyze_command import analyze_and_report
-
-    code = analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True, span_files=tuple(args.server_spans))
-    gc.freeze()  # the process exits next: its teardown collects nothing (0.15 of 0.18 s after a 1 M-row analysis)
-    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -399,7 +123,7 @@ def _add_models_command(sub) -> None:
     build.add_argument("--out", type=Path, default=Path("build/models"), help="repository directory")
     build.add_argument("--mm1-mean-ms", type=_positive_float, default=2.0,
                        help="mean exponential service time of synthetic_mm1 (default 2 ms)")
-    build.set_defaults(func=lambda a, p: _cmd_models_build(a))
+    build.set_defaults(func=lambda a, p: cmd_models_build(a))
 
 
 def _add_serve_command(sub) -> None:
@@ -444,7 +168,7 @@ def _add_serve_command(sub) -> None:
                        help="... with this file's content (re-read when it changes); else 401 / UNAUTHENTICATED")
     serve.add_argument("--enable-fault-injection", action="store_true",
                        help="expose POST /v2/debug/stall {seconds, model} (tests and demos only)")
-    serve.set_defaults(func=_cmd_serve)
+    serve.set_defaults(func=cmd_serve)
 
 
 def _add_run_command(sub) -> None:
@@ -458,7 +182,7 @@ def _add_run_command(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="no live progress table")
     _add_ui_bind(run)
     _add_overrides(run)
-    run.set_defaults(func=lambda a, p: _cmd_run(a))
+    run.set_defaults(func=lambda a, p: cmd_run(a))
 
 
 def _add_capacity_command(sub) -> None:
@@ -475,7 +199,7 @@ def _add_capacity_command(sub) -> None:
     capacity.add_argument("--budget-s", type=_positive_float, default=None, help="override capacity.budget_s")
     capacity.add_argument("--quiet", action="store_true", help="no per-trial lines")
     _add_overrides(capacity, shorthands=False)  # each trial sets its own rate and length
-    capacity.set_defaults(func=lambda a, p: _cmd_capacity(a))
+    capacity.set_defaults(func=lambda a, p: cmd_capacity(a))
 
 
 def _add_master_command(sub) -> None:
@@ -497,7 +221,7 @@ def _add_master_command(sub) -> None:
     master.add_argument("--quiet", action="store_true", help="no live table, no terminal summary")
     _add_ui_bind(master)
     _add_overrides(master)
-    master.set_defaults(func=_cmd_master)
+    master.set_defaults(func=cmd_master)
 
 
 def _add_worker_command(sub) -> None:
@@ -524,7 +248,7 @@ def _add_worker_command(sub) -> None:
                         help="keep sending through a silent master this long, then stop and keep the spool "
                              "(default: the profile's generator.master_timeout_s, 30 s; shorter: orphaned load ends "
                              "sooner)")
-    worker.set_defaults(func=lambda a, p: _cmd_worker(a))
+    worker.set_defaults(func=lambda a, p: cmd_worker(a))
 
 
 def _add_collect_command(sub) -> None:
@@ -534,7 +258,7 @@ def _add_collect_command(sub) -> None:
                                              "by the master) into the run directory; idempotent.")
     collect_cmd.add_argument("spool", type=Path, help="the worker's spool directory (tailrace worker --spool)")
     collect_cmd.add_argument("run_dir", type=Path)
-    collect_cmd.set_defaults(func=lambda a, p: _cmd_collect(a))
+    collect_cmd.set_defaults(func=lambda a, p: cmd_collect(a))
 
 
 def _add_proxy_command(sub) -> None:
@@ -545,7 +269,7 @@ def _add_proxy_command(sub) -> None:
     proxy.add_argument("--delay-ms", type=float, default=0.0)
     proxy.add_argument("--jitter-ms", type=float, default=0.0)
     proxy.add_argument("--seed", type=int, default=0)
-    proxy.set_defaults(func=lambda a, p: _cmd_proxy(a, p))
+    proxy.set_defaults(func=lambda a, p: cmd_proxy(a, p))
 
 
 def _add_sntp_command(sub) -> None:
@@ -554,7 +278,7 @@ def _add_sntp_command(sub) -> None:
                           description="Answer SNTP queries with this machine's clock (when no NTP server is at hand).")
     sntp.add_argument("--host", default="127.0.0.1")
     sntp.add_argument("--port", type=_port, default=12300)
-    sntp.set_defaults(func=lambda a, p: _cmd_sntp(a))
+    sntp.set_defaults(func=lambda a, p: cmd_sntp(a))
 
 
 def _add_analyze_command(sub) -> None:
@@ -568,7 +292,7 @@ def _add_analyze_command(sub) -> None:
     analyze.add_argument("--server-spans", action="append", type=Path, default=[], metavar="FILE",
                          help="the servers' OpenTelemetry spans as OTLP JSON lines (an OpenTelemetry Collector's file "
                               "exporter), joined to the requests by trace ID (repeatable)")
-    analyze.set_defaults(func=lambda a, p: _cmd_analyze(a))
+    analyze.set_defaults(func=lambda a, p: cmd_analyze(a))
 
 
 def _add_compare_command(sub) -> None:
@@ -585,7 +309,7 @@ def _add_compare_command(sub) -> None:
     compare.add_argument("--fail-if-slower", action="append", default=[], metavar="PERCENTILE:MARGIN",
                          help="exit 1 when B is significantly slower than A at this percentile by more than the "
                               "margin (the whole interval above it), e.g. p99:5%% — a CI regression gate (repeatable)")
-    compare.set_defaults(func=lambda a, p: _cmd_compare(a))
+    compare.set_defaults(func=lambda a, p: cmd_compare(a))
 
 
 def _add_export_command(sub) -> None:
@@ -611,32 +335,7 @@ def _add_export_command(sub) -> None:
     otlp.add_argument("--tls-cert", type=Path, default=None, help="client certificate (mutual TLS)")
     otlp.add_argument("--tls-key", type=Path, default=None, help="client key (mutual TLS)")
     otlp.add_argument("--timeout-s", type=float, default=10.0, help="per batch, retries included (default 10)")
-    otlp.set_defaults(func=lambda a, p: _cmd_export_otlp(a, p))
-
-
-def _cmd_export_otlp(args: argparse.Namespace, parser) -> int:
-    try:
-        from tailrace.analysis.otel.export import OtlpTarget, export_command
-    except ImportError as exc:  # a generator-only install: the SDK and its exporters come with the analysis
-        print(f"tailrace export: exporting spans needs tailrace[analysis] ({exc.name} is not installed): "
-              "pip install 'tailrace[analysis]'", file=sys.stderr)
-        return USAGE
-
-    headers = {}
-    for item in args.header:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            parser.error(f"--header: {item!r} is not NAME=VALUE")
-        headers[name.strip()] = value.strip()
-    if (args.auth_header is None) != (args.auth_file is None):
-        parser.error("--auth-header and --auth-file go together")
-    if args.auth_file is not None:
-        try:
-            headers[args.auth_header] = args.auth_file.read_text().strip()
-        except OSError as exc:
-            parser.error(f"--auth-file: {args.auth_file} cannot be read ({exc.strerror})")
-    target = OtlpTarget(args.endpoint, args.protocol, headers, args.tls_ca, args.tls_cert, args.tls_key, args.timeout_s)
-    return export_command(args.run_dir, target, args.sample)
+    otlp.set_defaults(func=lambda a, p: cmd_export_otlp(a, p))
 
 
 def _add_deploy_command(sub) -> None:
@@ -668,7 +367,7 @@ def _add_deploy_command(sub) -> None:
     k8s.add_argument("--results-storage", default="5Gi", help="size of the master's results volume")
     k8s.add_argument("--wait-s", type=_positive_float, default=600.0, help="how long the master waits for workers")
     _add_overrides(k8s)
-    k8s.set_defaults(func=lambda a, p: _cmd_deploy_kubernetes(a))
+    k8s.set_defaults(func=lambda a, p: cmd_deploy_kubernetes(a))
 
 
 def _add_probe_command(sub) -> None:
@@ -712,7 +411,7 @@ def _add_probe_command(sub) -> None:
     probe.add_argument("--auth-header", default=None, help="header to send a credential in, e.g. Authorization")
     probe.add_argument("--auth-env", default=None, metavar="VAR", help="environment variable holding its value")
     probe.add_argument("--auth-file", default=None, metavar="FILE", help="file holding its value")
-    probe.set_defaults(func=lambda a, p: _cmd_probe(a, probe))
+    probe.set_defaults(func=lambda a, p: cmd_probe(a, probe))
 
 
 def _add_demo_command(sub) -> None:
@@ -722,7 +421,7 @@ def _add_demo_command(sub) -> None:
     demo.add_argument("--workdir", type=Path, default=Path("build"), help="runs go to WORKDIR/runs")
     demo.add_argument("--profile", type=Path, default=None, help="profile to run (default profiles/demo.toml)")
     _add_ui_bind(demo)
-    demo.set_defaults(func=lambda a, p: _cmd_demo(a))
+    demo.set_defaults(func=lambda a, p: cmd_demo(a))
 
 
 def main(argv: list[str] | None = None) -> int:

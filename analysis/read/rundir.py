@@ -35,7 +35,7 @@ class RunData:
 
     run_dir: Path
     manifest: dict
-    plan: RunPlan  # the resolved plan (every profile default filled in by contract/profile.py)
+    plan: RunPlan  # the resolved plan (every profile default filled in by contract/profile/)
     log: ChunkColumns
     clock: pd.DataFrame
     skipped: list[SkippedChunk] = field(default_factory=list)

@@ -136,7 +136,7 @@ def whole_responses(doc: dict) -> tuple[str, dict, str]:
 
 
 def body_extra(protocol: str, prompts) -> dict | None:
-    """What every JSON body of an endpoint adds (its `prompts`: contract/profile.py Prompts): the structured-output
+    """What every JSON body of an endpoint adds (its `prompts`: contract/profile/ Prompts): the structured-output
     request its JSON Schema makes — `response_format` for chat and completions, `text.format` for Responses — then
     its `extra_body` (whose keys win). None: nothing."""
     structured = getattr(prompts, "structured", None)

@@ -1,5 +1,5 @@
 """TLS for the generator's connections to an https:// or grpcs:// endpoint, from the endpoint's `tls` table
-(contract/profile.py's `Tls`): an ssl context for HTTPS, channel credentials for gRPC. Files are read once,
+(contract/profile/'s `Tls`): an ssl context for HTTPS, channel credentials for gRPC. Files are read once,
 before any load; a file that cannot be read is a `TlsError` naming the field and the path."""
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ class StageRequest:
 class Stage:
     endpoint_index: int  # in the profile's endpoints
     endpoint: Endpoint
-    kind: str  # embed | rerank | generate (contract/profile.py PIPELINE_KINDS)
+    kind: str  # embed | rerank | generate (contract/profile/ PIPELINE_KINDS)
     pause_ns: int
     top_n: int
 

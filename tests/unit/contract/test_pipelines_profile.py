@@ -1,4 +1,4 @@
-"""Pipelines in a profile (contract/profile.py): stages over the profile's endpoints, checked before anything is
+"""Pipelines in a profile (contract/profile/): stages over the profile's endpoints, checked before anything is
 sent — an unknown endpoint, one of the wrong kind, a stage after the answer, an idle endpoint of weight 0, pipeline
 SLOs without a pipeline — each one line naming the field."""
 from __future__ import annotations

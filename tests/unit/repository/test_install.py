@@ -53,4 +53,4 @@ def test_grpc_gevent_support_exists():
 
 
 def test_requires_python_tells_the_truth():
-    assert PROJECT["requires-python"] == ">=3.11"  # contract/profile.py reads profiles with tomllib (3.11+)
+    assert PROJECT["requires-python"] == ">=3.11"  # contract/profile/ reads profiles with tomllib (3.11+)
