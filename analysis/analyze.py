@@ -551,7 +551,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     latency_rows = with_stream_goodput(r["latency"], r["tokens"])
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
-    summary = RunSummary.of({
+    summary = RunSummary.assemble({
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
         "exit_code": exit_code, "valid": valid, "invalid_reasons": invalid_reasons,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 ALL = "*"  # the row over every endpoint or every region
 
@@ -13,10 +13,25 @@ class SummaryError(ValueError):
     """A summary.json that cannot be read: the message names the file and the field."""
 
 
+WRITING = {"writing": True}  # validation context: the analysis writes the summary (RunSummary.assemble)
+
+
 class Row(BaseModel):
-    """A row of the summary: its declared fields typed, and any other key kept as it was read."""
+    """A row of the summary: its declared fields typed. Written by the analysis (RunSummary.assemble), a key it does
+    not declare is an error — a name spelled two ways between a statistic and its row is caught, not kept; read from
+    a file (RunSummary.of), any other key is kept as it was read (a newer tailrace's addition)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declared_when_written(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and info.context and info.context.get("writing"):
+            known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+            unknown = sorted(str(k) for k in data if k not in known)
+            if unknown:
+                raise ValueError(f"{cls.__name__}: {', '.join(unknown)} not declared (contract/summary)")
+        return data
 
     @property
     def raw(self) -> dict[str, Any]:

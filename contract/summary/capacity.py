@@ -2,7 +2,7 @@
 the bracket the search closed on, how it ended, and what to provision."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -20,7 +20,7 @@ class CapacityTrial(Row):
     count: int
     errors: int
     mean_ms: float | None = None
-    outcome: str
+    outcome: Literal["pass", "fail", "generator-limit", "undecided"]  # analysis/decide/capacity_search.py
     why: str
     run_id: str
     to_decide_s: float | None = None  # an undecided trial: how long one at this rate would take to decide
@@ -72,7 +72,7 @@ class CapacityResult(Row):
     closed) or none; the capacity in requests/s (and a stream's tokens/s there), the bracket, the trials."""
 
     profile: str
-    status: str
+    status: Literal["found", "at-least", "budget", "none"]
     note: str
     capacity_rps: float | None = None
     bracket: list[float | None] = Field(default_factory=list)

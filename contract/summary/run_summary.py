@@ -10,11 +10,11 @@ default. Every row keeps keys these models do not declare (a newer writer's), so
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
-from tailrace.contract.summary.base import ALL, Row, SummaryError
+from tailrace.contract.summary.base import ALL, WRITING, Row, SummaryError
 from tailrace.contract.summary.sections import Decision, InputRead, ManifestExcerpt, Pipelines, Scenario, Sessions
 from tailrace.contract.summary.tables import (
     ArrivalProcessRow,
@@ -50,7 +50,7 @@ class RunSummary(Row):
     summary_version: int = SUMMARY_VERSION
     run_id: str
     profile: str
-    verdict: str  # PASS, FAIL, INCONCLUSIVE or INVALID
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "INVALID"]
     exit_code: int
     valid: bool
     invalid_reasons: list[str] = Field(default_factory=list)
@@ -94,6 +94,12 @@ class RunSummary(Row):
         except ValueError as exc:
             raise SummaryError(f"{source}: not JSON ({exc})") from None
         return cls.of(raw, source)
+
+    @classmethod
+    def assemble(cls, fields: dict[str, Any]) -> RunSummary:
+        """The summary the analysis writes, from its statistics' results: every key of every row declared (a key
+        the models do not declare raises pydantic's ValidationError, naming it)."""
+        return cls.model_validate(fields, context=WRITING)
 
     @classmethod
     def of(cls, raw: Any, source: str = "the summary") -> RunSummary:

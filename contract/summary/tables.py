@@ -9,13 +9,19 @@ from pydantic import Field
 
 from tailrace.contract.summary.base import Estimate, Row, TokenMetric
 
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+SloMetric = Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft"]
+RequestKind = Literal["one-shot", "stream"]
+StatusClass = Literal["ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error",
+                      "cancelled"]  # contract/records.py STATUSES
+
 
 class SloVerdict(Row):
     """One SLO judged on one endpoint × region: PASS, FAIL or INCONCLUSIVE, with what was measured."""
 
     slo: int
     description: str
-    metric: str
+    metric: SloMetric
     implicit: bool = False  # the error-rate SLO a profile gets when it declares none
     endpoint: str
     model: str | None = None  # an SLO that names a model of the endpoint's mix: judged on its requests only
@@ -23,7 +29,7 @@ class SloVerdict(Row):
     n: int
     effective_n: int | None = None
     exceeding: int | None = None
-    verdict: str
+    verdict: Verdict
     measured: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -46,7 +52,7 @@ class LatencyRow(Row):
 
     endpoint: str
     region: str
-    kind: str = "one-shot"  # or "stream": a row never pools the two
+    kind: RequestKind = "one-shot"  # a row never pools the two
     count: int
     ok: int | None = None
     errors: int
