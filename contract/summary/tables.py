@@ -440,7 +440,7 @@ class Hardware(Row):
 
 
 class ErrorRow(Row):
-    status: str
+    status: StatusClass
     code: str
     count: int
     example_error: str | None = None
@@ -454,7 +454,7 @@ class SlowRequest(Row):
     region: str
     endpoint: str
     kind: str = "one-shot"
-    status: str
+    status: StatusClass
     latency_ms: float
     send_lag_ms: float
     t_intended_ref_ns: int
