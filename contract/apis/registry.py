@@ -7,8 +7,8 @@ read these traits; none spells a tuple of protocol names. Adding an API: docs/AR
 API"."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Literal
 
 HTTP, GRPC = ("http", "https"), ("grpc", "grpcs")
 Family = Literal["kserve", "generative", "pooling", "inprocess"]
@@ -53,8 +53,14 @@ class ServingApi:
         return self.schemes == GRPC
 
 
-_OPENAI_STREAM = dict(family="generative", schemes=HTTP, started=("embedded",), sessions=True, model_in_body=True,
-                      json_body=True, cancel=True, pipeline_kind="generate")
+_JSON_STREAM = ServingApi("", "generative", HTTP, (), "", started=("embedded",), sessions=True, model_in_body=True,
+                          json_body=True, cancel=True, pipeline_kind="generate")
+
+
+def _json_stream(name: str, route: str, summary: str, **traits: Any) -> ServingApi:
+    """A streamed JSON API of OpenAI's or Anthropic's kind: sessions, a model mix, extra body fields, cancellation."""
+    return replace(_JSON_STREAM, name=name, routes=(route,), summary=summary, **traits)
+
 
 APIS: tuple[ServingApi, ...] = (
     ServingApi("kserve-http", "kserve", HTTP, ("/v2/models/{model}/infer",),
@@ -63,15 +69,13 @@ APIS: tuple[ServingApi, ...] = (
     ServingApi("kserve-grpc", "kserve", GRPC, ("inference.GRPCInferenceService/ModelInfer",),
                "KServe v2 inference over gRPC", started=("embedded", "triton"), model_metadata=True),
     ServingApi("inprocess", "inprocess", (), (), "the model's ONNX file run inside the worker: a no-network baseline"),
-    ServingApi("openai-chat", routes=("/v1/chat/completions",), summary="streamed OpenAI chat completions",
-               conversation=True, images=True, audio=True, structured="response_format", **_OPENAI_STREAM),
-    ServingApi("openai-completions", routes=("/v1/completions",), summary="streamed OpenAI completions",
-               structured="response_format", **_OPENAI_STREAM),
-    ServingApi("anthropic-messages", routes=("/v1/messages",),
-               summary="streamed Anthropic Messages (anthropic-version 2023-06-01)", conversation=True, images=True,
-               **_OPENAI_STREAM),
-    ServingApi("openai-responses", routes=("/v1/responses",), summary="streamed OpenAI Responses (store false)",
-               conversation=True, images=True, server_state=True, structured="text.format", **_OPENAI_STREAM),
+    _json_stream("openai-chat", "/v1/chat/completions", "streamed OpenAI chat completions", conversation=True,
+                 images=True, audio=True, structured="response_format"),
+    _json_stream("openai-completions", "/v1/completions", "streamed OpenAI completions", structured="response_format"),
+    _json_stream("anthropic-messages", "/v1/messages", "streamed Anthropic Messages (anthropic-version 2023-06-01)",
+                 conversation=True, images=True),
+    _json_stream("openai-responses", "/v1/responses", "streamed OpenAI Responses (store false)", conversation=True,
+                 images=True, server_state=True, structured="text.format"),
     ServingApi("triton-generate", "generative", HTTP, ("/v2/models/{model}/generate_stream",),
                "Triton's generate extension, streamed", started=("embedded", "triton"), json_body=True, cancel=True,
                token_count_output=True, model_metadata=True, pipeline_kind="generate"),

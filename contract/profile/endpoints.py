@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tailrace.contract.apis import ServingApi, listed, names_where, serving_api
+from tailrace.contract.apis import APIS, ServingApi, listed, names_where, serving_api
 from tailrace.contract.profile.base import (
     DATATYPES,
     GENERATIVE,
@@ -493,7 +493,7 @@ class Endpoint(_Strict):
         )
         for asked, trait, option, why in taken:
             if asked and not getattr(api, trait):
-                takers = names_where(lambda a, t=trait: getattr(a, t))
+                takers = tuple(a.name for a in APIS if getattr(a, trait))
                 raise ValueError(f"{option}: for {listed(takers)} endpoints ({why}), not {self.protocol}")
         if self.models:
             names = [m.name for m in self.models]
@@ -504,7 +504,6 @@ class Endpoint(_Strict):
         if self.cancel is not None and prompts is not None and not prompts.stream:
             raise ValueError(f"cancel: for streamed HTTP generative endpoints ({listed(names_where(lambda a: a.cancel))}"
                              " with prompts.stream = true), not a whole reply")
-        return self
 
     @property
     def api(self) -> ServingApi:
