@@ -21,7 +21,11 @@ LINKS = ROOT / "build" / "typecheck" / "tailrace"
 # Clean, and kept so: the shared contract, the result types and their readers. A module joins once it is clean.
 CHECKED = ("tailrace.contract", "tailrace.results", "tailrace.api", "tailrace.analysis.analyze_command",
            "tailrace.analysis.report.html", "tailrace.analysis.report.junit", "tailrace.analysis.decide.capacity_search",
-           "tailrace.capacity", "tailrace.harness.client.http_transport")
+           "tailrace.capacity", "tailrace.harness.client.http_transport", "tailrace.analysis.stats.validity",
+           "tailrace.analysis.stats.correlation", "tailrace.analysis.report.verdict_grid", "tailrace.demo",
+           "tailrace.run_command", "tailrace.harness.control.worker_gate", "tailrace.harness.control.admission",
+           "tailrace.analysis.otel.export", "tailrace.analysis.report.html_parts",
+           "tailrace.analysis.report.workload_sections")
 
 
 def link_package() -> Path:

@@ -78,7 +78,7 @@ def projected_percentile(series: PhaseSeries, q: float) -> tuple[float, float] |
     its Theil–Sen slope's interval, both as a shift and as a scaling of the level (the wider of the two). None when
     the last half is too short for an interval."""
     st = series.stationarity
-    if st.tail_from_s is None:
+    if st.tail_from_s is None or st.tail_slope_ms is None or st.tail_to_end_windows is None:
         return None
     tail = series.values_ms[series.times >= st.tail_from_s]
     if not len(tail):
@@ -129,7 +129,7 @@ def judge_trends(phases: list[PhaseSeries], q: float, threshold_ms: float, verdi
     the first found (None when every phase held one level or could not be tested)."""
     judged = [judge_trend(p, q, threshold_ms, verdict) for p in phases if p.stationarity.stationary is False]
     changing = [j for j in judged if j.changes_verdict]
-    return (changing or judged or [None])[0]
+    return (changing or judged)[0] if judged else None
 
 
 class Group:
@@ -189,7 +189,7 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
     ordered = order is not None and time_column == "t_intended_ref"  # the order is of t_intended_ref
     groups = {}
     for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
-        at = order.of(idx) if ordered else idx
+        at = order.of(idx) if ordered and order is not None else idx
         if cancelled.any():  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
             at = at[~cancelled[at]]
         groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
