@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,13 +92,14 @@ def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
     Cohen's d. Each run is resampled at the size its time-ordered latencies are worth for the percentile
     (analysis/stats/correlation.py): queueing correlates neighbours, and an n-sized resample of n correlated
     latencies gives an interval too narrow (bench/paired_coverage.py's unpaired rows)."""
-    out = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
+    out: dict[str, Any] = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
     sorted_a, sorted_b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))  # once for all
     for p in PERCENTILES:
         if _too_few(out, p, min(len(a), len(b))):
             continue
-        sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
-                      for x, xs in ((a, sorted_a), (b, sorted_b)))
+        size_a, size_b = (effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
+                          for x, xs in ((a, sorted_a), (b, sorted_b)))
+        sizes = (size_a, size_b)
         d, lo, hi = bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=sizes, is_sorted=True)
         out[f"p{p}_a_ms"] = float(np.percentile(sorted_a, p))
         out[f"p{p}_b_ms"] = float(np.percentile(sorted_b, p))
@@ -132,7 +135,7 @@ def parse_gate(text: str) -> tuple[float, float]:
 def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
     """Paired samples in schedule order (a[t], b[t]: one scheduled request): differences B − A (ms) with paired
     intervals, the Wilcoxon signed-rank p-value, Cohen's d."""
-    out = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
+    out: dict[str, Any] = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
     for p in PERCENTILES:
         if _too_few(out, p, len(a)):
             continue
@@ -249,7 +252,7 @@ def _metric_suffix(row: dict) -> str:
 
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
-                    fail_if_slower: list[str] = (), exits: bool = False) -> int:
+                    fail_if_slower: Sequence[str] = (), exits: bool = False) -> int:
     """Print the comparison (and write it as JSON/CSV when --out is given). Exit 2 on unreadable runs, bad flags or
     runs with no endpoint × region in common; 4 when either run is INVALID as `tailrace analyze` judges it (its
     manifest says so, a request chunk could not be read, or requests its workers recorded are missing: the table

@@ -60,7 +60,7 @@ def normalised(rows: list[dict], key: str) -> dict[str, float | None]:
     if not values:
         return {r["name"]: None for r in rows}
     lo, hi = min(values), max(values)
-    out = {}
+    out: dict[str, float | None] = {}
     for r in rows:
         v = r.get(key)
         if v is None:

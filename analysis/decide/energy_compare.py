@@ -33,7 +33,7 @@ def welch_difference(a: list[float], b: list[float]) -> dict:
     if len(a) < MIN_WINDOWS or len(b) < MIN_WINDOWS:
         return out
     va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
-    diff = out["mean_b_mj"] - out["mean_a_mj"]
+    diff = float(np.mean(b)) - float(np.mean(a))  # (both there: MIN_WINDOWS each)
     se = float(np.sqrt(va + vb))
     dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else len(a) + len(b) - 2
     half = float(stats.t.ppf(0.975, dof)) * se
