@@ -22,7 +22,7 @@ class ServingApi:
     name: str  # the profile's `protocol`
     family: Family
     schemes: tuple[str, ...]  # the URL schemes it is spoken over
-    routes: tuple[str, ...]  # where its requests go (documentation and `tailrace probe`'s words)
+    routes: tuple[str, ...]  # where its requests go, the first its streamed requests' ('{model}': the model's name)
     summary: str  # one line: what it is, for the profile's documentation
     started: tuple[str, ...] = ()  # the servers `tailrace run` starts that serve it ('embedded', 'triton')
     conversation: bool = False  # a conversation of messages: sessions carry it; images go as content parts
@@ -37,6 +37,11 @@ class ServingApi:
     token_count_output: bool = False  # a tensor reply: the output tensor that counts tokens may be named
     model_metadata: bool = False  # its request is built from the model's KServe metadata (inputs, datatypes, shapes)
     pipeline_kind: PipelineKind | None = None  # the stage a pipeline makes of it
+    whole_route: str | None = None  # where a whole (not streamed) reply is asked for, where it is another route
+
+    def route(self, model: str = "", stream: bool = True) -> str:
+        """The route a request posts to."""
+        return (self.routes[0] if stream or self.whole_route is None else self.whole_route).format(model=model)
 
     @property
     def generative(self) -> bool:
@@ -78,7 +83,8 @@ APIS: tuple[ServingApi, ...] = (
                  images=True, server_state=True, structured="text.format"),
     ServingApi("triton-generate", "generative", HTTP, ("/v2/models/{model}/generate_stream",),
                "Triton's generate extension, streamed", started=("embedded", "triton"), json_body=True, cancel=True,
-               token_count_output=True, model_metadata=True, pipeline_kind="generate"),
+               token_count_output=True, model_metadata=True, pipeline_kind="generate",
+               whole_route="/v2/models/{model}/generate"),
     ServingApi("kserve-grpc-stream", "generative", GRPC, ("inference.GRPCInferenceService/ModelStreamInfer",),
                "ModelStreamInfer on a decoupled model (Triton's gRPC streams)", started=("embedded", "triton"),
                token_count_output=True, model_metadata=True),

@@ -57,16 +57,12 @@ from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 from tailrace.harness.client.tokenizer import TokenCounter
 
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
-PATHS = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", MESSAGES: "/v1/messages",
-         RESPONSES: "/v1/responses"}
 STREAMS = {MESSAGES: AnthropicStream, RESPONSES: ResponsesStream}  # the others: OpenAIStream (Triton's aside)
 
 
 def stream_path(protocol: str, model: str, stream: bool = True) -> str:
     """The route a generative protocol posts to (Triton's generate extension: the model's own route)."""
-    if protocol == TRITON_GENERATE:
-        return f"/v2/models/{model}/generate" + ("_stream" if stream else "")
-    return PATHS[protocol]
+    return serving_api(protocol).route(model, stream)
 
 
 @dataclass(frozen=True)
