@@ -27,6 +27,7 @@ from bench.generator_open_loop import start_nginx  # noqa: E402
 from tailrace.contract.plan import PoolLimits, unresolved_plan  # noqa: E402
 from tailrace.contract.profile import parse_profile  # noqa: E402
 from tailrace.contract.requests import declared_request  # noqa: E402
+from tailrace.harness.client.outcome import Send  # noqa: E402
 from tailrace.harness.client.request_data import samples_for  # noqa: E402
 from tailrace.harness.client.senders import build_sender  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
@@ -56,8 +57,8 @@ def closed_loop(sender, seconds: float, concurrency: int) -> dict:
     def loop(k: int) -> None:
         i = k
         while time.monotonic() < stop_at:
-            out = sender.send(i % len(sender.payloads.encoded), {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
-                              lambda: None)
+            out = sender.send(Send(i % len(sender.payloads.encoded),
+                                   {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}))
             done[0] += 1
             failed[0] += out.status != "ok"
             i += concurrency

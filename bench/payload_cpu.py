@@ -33,6 +33,7 @@ from tailrace.contract.plan import EndpointTimeouts, PoolLimits  # noqa: E402
 from tailrace.contract.profile import Endpoint  # noqa: E402
 from tailrace.contract.requests import resolve_request  # noqa: E402
 from tailrace.contract.tensors import TensorSpec  # noqa: E402
+from tailrace.harness.client.outcome import Send  # noqa: E402
 from tailrace.harness.client.request_data import load_samples  # noqa: E402
 from tailrace.harness.client.senders import HttpSender  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
@@ -54,7 +55,7 @@ def cpu_per_request(sender: HttpSender, n: int) -> tuple[float, float, float]:
     failed = 0
     t0, wall0 = os.times(), time.perf_counter()
     for k in range(n):
-        failed += sender.send(k, {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, lambda: None).status != "ok"
+        failed += sender.send(Send(k, {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})).status != "ok"
     t1, wall = os.times(), time.perf_counter() - wall0
     if failed:
         raise SystemExit(f"{failed} of {n} requests failed against the sink")

@@ -38,6 +38,7 @@ from tailrace.contract.layout import WorkerLayout  # noqa: E402
 from tailrace.contract.plan import unresolved_plan  # noqa: E402
 from tailrace.contract.profile import parse_profile  # noqa: E402
 from tailrace.endpoints.models.model_build import build_repository  # noqa: E402
+from tailrace.harness.client.outcome import Send  # noqa: E402
 from tailrace.harness.client.payloads import AnswerCheck  # noqa: E402
 from tailrace.harness.orchestration.endpoint_check import resolve_requests  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
@@ -105,7 +106,7 @@ def one_layer(path: RequestPath, layer: str, requests: int, concurrency: int,
             if layer == "exchange":
                 sender.client.request(raw)
             elif layer == "sender":
-                sender.send(i % n_samples, headers, lambda: None)
+                sender.send(Send(i % n_samples, headers))
             else:
                 path.send(Arrival(time.perf_counter_ns(), 0, 1, (k * each + i) % n_samples))
 

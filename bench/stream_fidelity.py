@@ -51,6 +51,7 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
     from tailrace.contract.profile import Prompts, Sessions
     from tailrace.contract.trace_context import format_traceparent, new_ids
     from tailrace.harness.client.generative import COMPLETIONS, StreamSender, request_body
+    from tailrace.harness.client.outcome import Send
     from tailrace.harness.workload.conversations import Conversation, TurnScript, words_of
 
     # the worker's defaults for a generative endpoint: a stall timeout on every read once a response has begun
@@ -82,10 +83,10 @@ def client(url: str, concurrency: int, seconds: float, warmup_s: float, out: Pat
             began = time.monotonic()
             headers = {"traceparent": format_traceparent(trace_id, span_id)}
             if session is None:
-                outcome = sender.send(0, headers, lambda: None)
+                outcome = sender.send(Send(0, headers))
             else:
                 body, replied = next(session)
-                outcome = sender.send_body(body, headers, lambda: None)
+                outcome = sender.send(Send(0, headers, body=body))
                 replied(outcome)
             if began >= start + warmup_s and outcome.status == "ok":
                 s = outcome.stream

@@ -16,6 +16,7 @@ from tailrace.contract.exit_codes import FAIL, USAGE
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits, unresolved_plan
 from tailrace.contract.profile import GENERATIVE, POOLING, Endpoint, ProfileError, parse_profile
 from tailrace.contract.requests import RequestSpec, RequestSpecError
+from tailrace.harness.client.outcome import Send
 from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
 from tailrace.harness.client.request_data import DataError, SampleSet, samples_for
 from tailrace.harness.client.senders import build_sender
@@ -118,7 +119,7 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
         for k in range(requests):
             sample = k * request.batch_size
             start = time.perf_counter_ns()
-            out = sender.send(sample, {}, lambda: None)
+            out = sender.send(Send(sample))
             ms = (time.perf_counter_ns() - start) / 1e6
             timing = (f"server queue {out.server_queue_ns / 1e6:.2f} ms, compute {out.server_compute_ns / 1e6:.2f} ms"
                       if out.server_compute_ns >= 0 else "no server timing")
@@ -182,7 +183,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     try:
         for k in range(requests):
             sent = [0]
-            out = sender.send(k, {}, lambda: sent.__setitem__(0, time.perf_counter_ns()))
+            out = sender.send(Send(k, on_sent=lambda: sent.__setitem__(0, time.perf_counter_ns())))
             s = out.stream
             if out.status != "ok":
                 print(f"request {k + 1}: {out.status} ({out.code}) {out.error}")
@@ -248,7 +249,7 @@ def run_pooling_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     try:
         for k in range(requests):
             start = time.perf_counter_ns()
-            out = sender.send(k, {}, lambda: None)
+            out = sender.send(Send(k))
             ms = (time.perf_counter_ns() - start) / 1e6
             carried = f"{out.batch} {unit}{'s' if out.batch != 1 else ''}"
             if out.status != "ok":

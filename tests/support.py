@@ -24,7 +24,7 @@ from tailrace.contract.records import ClockRow, RequestRow
 from tailrace.contract.requests import InputSpec, RequestSpec
 from tailrace.endpoints.models.model_build import DATA_FILE as DIGITS_DATA
 from tailrace.endpoints.models.model_build import build_repository
-from tailrace.harness.client.outcome import Outcome
+from tailrace.harness.client.outcome import Outcome, Send
 from tailrace.harness.client.payloads import Payloads
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.orchestration.local_run import LocalRun
@@ -310,8 +310,9 @@ class FakeSender:
         self.sent: list[tuple[int, dict[str, str]]] = []
         self.warmed = self.closed = False
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        self.sent.append((sample, dict(headers)))
+    def send(self, request: Send) -> Outcome:
+        sample, on_sent = request.sample, request.on_sent
+        self.sent.append((sample, dict(request.headers)))
         if sample in self.raise_on:
             raise RuntimeError("sender bug")
         on_sent()

@@ -36,6 +36,7 @@ from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.outcome import (
     CancelAt,
     Outcome,
+    Send,
     StreamCancelled,
     StreamOutcome,
     classify_exception,
@@ -226,13 +227,17 @@ class StreamSender:
                                          "Accept: text/event-stream", "Connection: keep-alive",
                                          *((f"anthropic-version: {ANTHROPIC_VERSION}",) if protocol == MESSAGES else ()))
 
-    def send(self, sample: int, headers: dict[str, str], on_sent, cancel: CancelAt | None = None,
-             model: str | None = None) -> Outcome:
-        """Send prompt `sample` (modulo the prompts) and read its stream; never raises (a failure is an Outcome
-        with a status class, and its stream says how far it got). `cancel`: when the client abandons it; `model`:
-        the model of the endpoint's mix it asks for."""
-        index = self.payloads.index(sample)
-        return self.send_body(self.payloads.bodies[index], headers, on_sent, index, cancel, model)
+    def send(self, request: Send) -> Outcome:
+        """Send one request and read its stream: its prompt `sample` (modulo the prompts) or the `body` built for it
+        (a session's turn); never raises (a failure is an Outcome with a status class, and its stream says how far
+        it got). Its `cancel`: when the client abandons it; its `model`: the model of the endpoint's mix it asks
+        for."""
+        if request.body is None:
+            index = self.payloads.index(request.sample)
+            return self._send_body(self.payloads.bodies[index], request.headers, request.on_sent, index,
+                                   request.cancel, request.model)
+        return self._send_body(request.body, request.headers, request.on_sent, request.prompt_index, request.cancel,
+                               request.model)
 
     def _request(self, body: bytes, headers: dict[str, str]) -> bytes:
         """The request's head: its route, the credential (read now: a rotated one is picked up) and `headers`."""
@@ -245,10 +250,9 @@ class StreamSender:
             return StreamRead(TritonGenerateStream(self.count_output), cancel)
         return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat), cancel)
 
-    def send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1,
-                  cancel: CancelAt | None = None, model: str | None = None) -> Outcome:
-        """Send one request body (a session's turn, built at its send) and read its stream, as send does
-        (`index`: the prompt's in the token counter, -1: none)."""
+    def _send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1,
+                   cancel: CancelAt | None = None, model: str | None = None) -> Outcome:
+        """Send one request body and read its stream (`index`: the prompt's in the token counter, -1: none)."""
         if model is not None:
             body = self.with_model(body, model)
         try:
@@ -302,7 +306,7 @@ class StreamSender:
 
     def encode_body(self, body: bytes, headers: dict[str, str], index: int = -1, cancel: CancelAt | None = None,
                     model: str | None = None) -> tuple[StreamPending | Outcome, tuple[bytes, bytes] | None]:
-        """encode for a body built ahead (a session's turn, a trace row's request; `index` as send_body's): its head
+        """encode for a body built ahead (a session's turn, a trace row's request; `index` as _send_body's): its head
         and the body as they are, never joined (a long prompt's body is hundreds of kB)."""
         if model is not None:
             body = self.with_model(body, model)

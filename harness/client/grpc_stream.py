@@ -20,7 +20,7 @@ from tailrace.contract.plan import EndpointTimeouts
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.generative import PromptPayloads, stream_into
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
-from tailrace.harness.client.outcome import Outcome, StreamOutcome, classify_exception
+from tailrace.harness.client.outcome import Outcome, Send, StreamOutcome, classify_exception
 from tailrace.harness.client.streams.openai_stream import CUT, STALLED, TIMEOUT, TTFT_TIMEOUT
 from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 from tailrace.harness.client.tls import grpc_channel
@@ -92,10 +92,11 @@ class GrpcStreamSender:
         self.timeouts = timeouts
         self.credential, self.count_output, self.counter = credential, count_output, counter
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+    def send(self, call: Send) -> Outcome:
         """Stream prompt `sample` (modulo the prompts); never raises (a failure is an Outcome with a status class,
         and its stream says how far it got)."""
-        index = self.payloads.index(sample)
+        headers, on_sent = call.headers, call.on_sent
+        index = self.payloads.index(call.sample)
         request = self.requests[index]
         result, stream = StreamOutcome(), TritonGenerateStream(self.count_output)
         metadata = [(k.lower(), v) for k, v in headers.items()]

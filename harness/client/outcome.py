@@ -1,4 +1,5 @@
-"""What one request produced, as every sender returns it (harness/client/senders.py, generative.py).
+"""One request as a sender is handed it (`Send`) and what it produced (`Outcome`), as every sender takes and returns
+them (harness/client/senders.py, generative.py, pooling.py, grpc_stream.py).
 
 A failed request is classified into the record's status classes here too (pure functions).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 import socket
 import ssl
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -20,6 +22,26 @@ class CancelAt(NamedTuple):
     kind: str  # time | first_token | tokens
     deadline_ns: int  # time: the perf_counter_ns() instant (intended send + the drawn time); else -1
     tokens: int  # first_token: 1; tokens: the drawn count; time: 0
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One request, everything it carries, in one typed call to a sender's `send` (after httpx's `handle_request`:
+    one method, one argument). Either `sample` — a request encoded before the run (its payloads' index) — or `body`,
+    built for this request (a session's turn, a pipeline's stage)."""
+
+    sample: int = 0
+    headers: dict[str, str] = field(default_factory=dict)  # traceparent, the run's and the clock offset's headers
+    on_sent: Callable[[], None] = _nothing  # called just before the request's bytes leave
+    body: bytes | None = None
+    prompt_index: int = -1  # the prompt a built body came from (a token counter's), -1: none
+    inputs: int = 0  # a built pooling body's texts or documents
+    cancel: CancelAt | None = None  # when the client abandons a stream (drawn for this request)
+    model: str | None = None  # the model of the endpoint's mix this request asks for
 
 
 class StreamCancelled(Exception):

@@ -21,7 +21,7 @@ from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
 from tailrace.harness.client.generative import OneRequest, PromptSamples, error_text, server_timing
 from tailrace.harness.client.http_transport import HttpTransport
-from tailrace.harness.client.outcome import Outcome, classify_exception, classify_http_status
+from tailrace.harness.client.outcome import Outcome, Send, classify_exception, classify_http_status
 
 EMBEDDINGS_PATH = "/v1/embeddings"
 RERANK_PATHS = {"cohere": "/v1/rerank", "tei": "/rerank", "score": "/score"}  # each rerank API's default route
@@ -140,15 +140,15 @@ class PoolingSender:
         out = Outcome(batch=item.inputs)
         return out, self.transport.request(self._head, headers, item.body, out)
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        out, raw = self.encode(sample, headers)
-        return out if raw is None else self._exchange(out, raw, on_sent)
-
-    def send_pooled(self, body: bytes, inputs: int, headers: dict[str, str], on_sent) -> Outcome:
-        """Send a body built at its send (a pipeline's stage) that carries `inputs` texts or documents."""
-        out = Outcome(batch=inputs)
-        raw = self.transport.request(self._head, headers, body, out)
-        return out if raw is None else self._exchange(out, raw, on_sent)
+    def send(self, request: Send) -> Outcome:
+        """Send one request: its `sample`, encoded before the run, or the `body` built for it (a pipeline's stage)
+        that carries `inputs` texts or documents."""
+        if request.body is None:
+            out, raw = self.encode(request.sample, request.headers)
+        else:
+            out = Outcome(batch=request.inputs)
+            raw = self.transport.request(self._head, request.headers, request.body, out)
+        return out if raw is None else self._exchange(out, raw, request.on_sent)
 
     def _exchange(self, out: Outcome, raw, on_sent) -> Outcome:
         on_sent()

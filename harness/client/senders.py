@@ -9,7 +9,6 @@ ID, bytes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -21,7 +20,7 @@ from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Endpoint, Tls
 from tailrace.contract.requests import RequestSpec
 from tailrace.harness.client.http_transport import HttpTransport
-from tailrace.harness.client.outcome import Outcome, classify_exception, classify_http_status
+from tailrace.harness.client.outcome import Outcome, Send, classify_exception, classify_http_status
 from tailrace.harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from tailrace.harness.client.request_data import SampleSet
 from tailrace.harness.client.tls import grpc_channel, sender_tls
@@ -32,9 +31,10 @@ class Sender(Protocol):
 
     payloads: Payloads
 
-    def send(self, sample: int, headers: dict[str, str], on_sent: Callable[[], None]) -> "Outcome":
-        """Send the request for sample `sample` (payloads.index) with `headers`; call `on_sent` just before the
-        bytes leave; never raise for a failed request (it is an Outcome with a status class)."""
+    def send(self, request: Send) -> "Outcome":
+        """Send one request (harness/client/outcome.py's `Send`: a sample encoded before the run or a body built for
+        it, its headers, what it carries); call its `on_sent` just before the bytes leave; never raise for a failed
+        request (it is an Outcome with a status class)."""
 
     def warm_up(self) -> None:
         """Open and check connections before the start instant (raises if the endpoint is unreachable)."""
@@ -101,11 +101,11 @@ class HttpSender:
         out = Outcome()
         return out, self.transport.request(self._head, headers, body, out)
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        out, raw = self.encode(sample, headers)
+    def send(self, request: Send) -> Outcome:
+        out, raw = self.encode(request.sample, request.headers)
         if raw is None:
             return out
-        on_sent()
+        request.on_sent()
         try:
             response = self.client.request(raw)
         except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
@@ -180,9 +180,9 @@ class GrpcSender:
         self.payloads = Payloads.build(samples, request, stride,
                                        lambda arrays: grpc_request(arrays, request, model, version))
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
-        req = self.payloads.encoded[self.payloads.index(sample)]
-        metadata = [(k.lower(), v) for k, v in headers.items()]
+    def send(self, request: Send) -> Outcome:
+        req, on_sent = self.payloads.encoded[self.payloads.index(request.sample)], request.on_sent
+        metadata = [(k.lower(), v) for k, v in request.headers.items()]
         out = Outcome(bytes_out=req.ByteSize())
         if self.credential is not None:
             try:
@@ -239,12 +239,12 @@ class InProcessSender:
             k: (np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(v) if k in strings else v)
             for k, v in arrays.items()})
 
-    def send(self, sample: int, headers: dict[str, str], on_sent) -> Outcome:
+    def send(self, request: Send) -> Outcome:
         import time
 
-        feed = self.payloads.encoded[self.payloads.index(sample)]
+        feed = self.payloads.encoded[self.payloads.index(request.sample)]
         out = Outcome(code="OK", bytes_out=sum(v.nbytes for v in feed.values()))
-        on_sent()
+        request.on_sent()
         start = time.perf_counter_ns()
         try:
             results = dict(zip(self.outputs, self.session.run(self.outputs, feed)))

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.records import RequestRow
 from tailrace.contract.trace_context import format_traceparent, new_ids, session_trace_id
-from tailrace.harness.client.outcome import Outcome, StreamOutcome
+from tailrace.harness.client.outcome import Outcome, Send, StreamOutcome
 from tailrace.harness.client.payloads import AnswerCheck, SchemaCheck
 from tailrace.harness.client.senders import Sender
 from tailrace.harness.spool.recorder import ChunkWriter
@@ -119,15 +119,13 @@ class RequestPath:
         def on_sent() -> None:
             sent[0] = time.perf_counter_ns()
 
-        kw = call.options  # (only a streamed endpoint's requests have any)
+        options = call.options  # (only a streamed endpoint's requests have any: its cancel, its model)
+        if turn is None:
+            request = Send(arrival.sample, call.headers, on_sent, **options)
+        else:  # a session's turn, a pipeline's stage: its body built from the replies before
+            request = Send(arrival.sample, call.headers, on_sent, turn.body, turn.prompt_index, turn.inputs, **options)
         try:
-            if turn is None:
-                outcome = self.senders[arrival.endpoint].send(arrival.sample, call.headers, on_sent, **kw)
-            elif turn.inputs:  # a pipeline's embed or rerank stage: its body built from the stages before
-                outcome = self.senders[arrival.endpoint].send_pooled(turn.body, turn.inputs, call.headers, on_sent)
-            else:
-                outcome = self.senders[arrival.endpoint].send_body(turn.body, call.headers, on_sent, turn.prompt_index,
-                                                                   **kw)
+            outcome = self.senders[arrival.endpoint].send(request)
         except Exception as exc:  # noqa: BLE001 - never stop the generator
             outcome = Outcome(status="bad_response", code="exception", error=f"{type(exc).__name__}: {exc}"[:200])
         done = time.perf_counter_ns()

@@ -20,6 +20,7 @@ from tailrace.analysis.analyze_command import write_outputs
 from tailrace.analysis.decide.compare import compare_runs
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.plan import EndpointTimeouts
+from tailrace.harness.client.outcome import Send
 from tests import ROOT
 from tests.support import IN_CI, make_profile, run_with, start_endpoint
 
@@ -258,7 +259,7 @@ def test_whole_responses_stream_false_record_e2e_and_usage_tokens_only(server, t
 
     body = request_body(COMPLETIONS, "synthetic_lm", "one two three", 6, stream=False)
     sender = StreamSender(server, COMPLETIONS, [body], EndpointTimeouts(10), None, stream=False)
-    out = sender.send(0, {}, lambda: None)
+    out = sender.send(Send(0))
     sender.close()
     assert out.status == "ok" and out.stream.outcome == "complete" and out.stream.finish_reason == "length"
     assert (out.stream.output_tokens, out.stream.input_tokens, out.stream.token_source) == (6, 3, "final_usage")

@@ -11,6 +11,7 @@ import trustme
 
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.profile import Tls, parse_profile
+from tailrace.harness.client.outcome import Send
 from tailrace.harness.client.tls import TlsError, describe_tls_failure, grpc_tls_options, sender_tls, ssl_context
 
 
@@ -131,7 +132,7 @@ def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends
     sender = build_sender(ep, url, samples_for(unresolved_plan(profile, "t", ""), ep, request), request, stride=1,
                           pool=PoolLimits.sized(1), models_dir=Path("."))
     sent = []
-    out = sender.send(0, {}, lambda: sent.append(1))
+    out = sender.send(Send(0, on_sent=lambda: sent.append(1)))
     sender.close()
     assert (out.status, out.code, sent) == ("client_error", "credential", [])
     assert out.status in STATUSES and "auth_env TAILRACE_ABSENT_TOKEN is not set" in out.error

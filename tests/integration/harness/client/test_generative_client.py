@@ -16,7 +16,7 @@ from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.trace_context import format_traceparent, new_ids
 from tailrace.harness.client.generative import CHAT, COMPLETIONS, StreamSender, request_body
 from tailrace.harness.client.inline_http1 import InlinePoller
-from tailrace.harness.client.outcome import CancelAt
+from tailrace.harness.client.outcome import CancelAt, Send
 from tests.support import stream_sink
 
 FIRST_MS, GAP_MS, TOKENS = 50, 20, 20
@@ -44,8 +44,8 @@ def send_all(sender: StreamSender, n: int, concurrency: int, cancel=None) -> lis
     def one() -> None:
         trace_id, span_id = new_ids()
         kw = {"cancel": cancel()} if cancel is not None else {}
-        results.append((trace_id, sender.send(len(results), {"traceparent": format_traceparent(trace_id, span_id)},
-                                              lambda: None, **kw)))
+        results.append((trace_id, sender.send(Send(len(results), {"traceparent": format_traceparent(trace_id, span_id)},
+                                                   **kw))))
 
     for start in range(0, n, concurrency):
         gevent.joinall([gevent.spawn(one) for _ in range(min(concurrency, n - start))])

@@ -92,8 +92,8 @@ def test_batched_correctness_counts_every_row_of_the_batch(tmp_path):
     labels = np.array([0, 1, 2, 0, 1])
 
     class Batch(FakeSender):
-        def send(self, sample, headers, on_sent):
-            out = super().send(sample, headers, on_sent)
+        def send(self, request):
+            out = super().send(request)
             out.outputs = {"label": np.array([0, 1, 2])}  # rows 3, 4, 0 (wrapping) have labels 0, 1, 0: two right
             return out
 
@@ -105,9 +105,9 @@ def test_batched_correctness_counts_every_row_of_the_batch(tmp_path):
 
 def test_multi_stream_ticks_that_find_the_query_in_flight_are_missed(tmp_path):
     class Slow(FakeSender):
-        def send(self, sample, headers, on_sent):
+        def send(self, request):
             gevent.sleep(0.025)  # each query takes 2.5 intervals
-            return super().send(sample, headers, on_sent)
+            return super().send(request)
 
     path = _path(tmp_path, Slow())
     loop = IssueLoop(path.send, spin_ns=1_000_000, drain_s=1)
