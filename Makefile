@@ -59,10 +59,10 @@ demo: $(STAMP)
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
 # The four virtualenvs are independent: they install side by side, and so are the image and the generator-only
 # virtualenv the container and install tests use. Two pytest-xdist workers, a test file each: a test has the machine
-# to itself unless it is marked shares_machine (tests/conftest.py).
+# to itself unless it is marked shares_machine (tests/conftest.py). Lint and the type check run as soon as .venv is
+# installed, beside the other installs.
 test:
-	$(MAKE) -j6 install triton vllm phoenix test-image test-venv
-	$(MAKE) lint typecheck
+	$(MAKE) -j6 install triton vllm phoenix test-image test-venv lint typecheck
 	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
 
 # What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py). They

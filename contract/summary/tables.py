@@ -132,6 +132,7 @@ class TokenRow(Row):
     media_bytes_per_request: float | None = None  # their bytes (before base64)
     mean_input_tokens: float | None = None  # where media: the server's prompt tokens a request (theirs included)
     mean_reasoning_tokens: float | None = None
+    reasoning_streams: int | None = None  # the ok streams that reasoned (sent reasoning tokens before the answer)
     goodput_rps: float | None = None
     schema_checked: int | None = None  # structured outputs: the ok streams checked against the JSON Schema
     schema_valid: int | None = None  # of them, those whose reply followed it

@@ -136,7 +136,7 @@ def test_a_wrong_worker_at_the_same_moment_and_a_flood_of_wrong_ones_take_nothin
     """The wrong r1, the right r1 and r2 started together (the issue's case: the run went INVALID, r1's worker
     idle); then, once the run has started, 50 wrong connections: each refused, logged once for its address with a
     count, and the run stays VALID with the master's memory and CPU bounded."""
-    master = start_master(endpoint, model_repo, tmp_path, duration_s=10)
+    master = start_master(endpoint, model_repo, tmp_path, duration_s=7)
     workers = {name: start_worker(master, tmp_path, name, region, right)
                for name, region, right in (("wrong", "r1", False), ("r1", "r1", True), ("r2", "r2", True))}
     wait_for(lambda: any(e["event"] == "plan_sent" for e in master.events()), 90, "the plan to go out")
