@@ -166,12 +166,15 @@ class Group:
         return tested[0] if tested else (None, Stationarity(None, None, None, None, 0))
 
     def phase_series(self) -> list[PhaseSeries]:
-        """Each measured phase's latencies (ms, +inf for a failed request: it met no goal) in time order, with
-        their times (s) and the phase's stationarity: what analysis/stats/trends.py judges a trend on."""
-        per_phase = self.per_phase()
+        """Each measured phase with a trend: its latencies (ms, +inf for a failed request: it met no goal) in time
+        order, their times (s) and the phase's stationarity — what judge_trends judges (nothing is built for a
+        group whose phases held one level, the common case)."""
+        trending = {phase: st for phase, st in self.per_phase().items() if st.stationary is False}
+        if not trending:
+            return []
         in_time_ms = np.where(self.ok, self.latency_ns / 1e6, np.inf)
         out = []
-        for phase, st in per_phase.items():
+        for phase, st in trending.items():
             rows = self.phase == phase
             out.append(PhaseSeries(phase, self.time_ns[rows] / 1e9, in_time_ms[rows], st))
         return out
