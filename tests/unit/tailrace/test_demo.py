@@ -32,3 +32,15 @@ def test_the_demo_ends_with_one_line_naming_what_is_not_pass(tmp_path):
     invalid = closing_line(_summary_with(tmp_path, verdict="INVALID", exit_code=4,
                                          invalid_reasons=["r1-w0: no worker summary"]), page)
     assert invalid == f"demo: INVALID — report: {page} — r1-w0: no worker summary"
+
+
+def test_a_summary_that_cannot_be_read_back_is_one_error_naming_it(tmp_path):
+    """closing_line names the file when summary.json is damaged (run_demo then prints the report's path instead)."""
+    import pytest
+
+    from tailrace.contract.summary import SummaryError
+
+    damaged = tmp_path / "summary.json"
+    damaged.write_text('{"verdict": "PA')
+    with pytest.raises((SummaryError, ValueError)):
+        closing_line(damaged, tmp_path / "index.html")
