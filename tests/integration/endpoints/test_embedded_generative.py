@@ -81,6 +81,7 @@ def test_a_client_that_leaves_cancels_its_request_at_the_next_step(server):
     assert r.headers["server-timing"].startswith("queue;dur=")
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_tiny_lm_is_deterministic_and_models_lists_both(server):
     listed = httpx.get(f"{server}/v1/models").json()
     assert [m["id"] for m in listed["data"]] == ["synthetic_lm", "tiny_lm"]
@@ -218,6 +219,7 @@ def test_synthetic_lm_known_times_found_again_and_queueing_shows_in_ttft_not_tpo
     assert r.returncode == 0 and "TTFT" in r.stdout and "TPOT" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_passes(model_repo, tmp_path):
     """The embedded server SIGKILLed 4 s into the measured phase: the streams open then are `cut`, the ones sent
     after it fail to connect; every one is recorded and classified, the verdict is not PASS, nothing is a
@@ -253,6 +255,7 @@ def test_a_generative_server_killed_mid_run_fails_the_streams_it_cut_and_never_p
     assert rows[("chat", "*")]["outcomes"].get("cut", 0) >= 1
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_whole_responses_stream_false_record_e2e_and_usage_tokens_only(server, tmp_path):
     """prompts.stream = false: the sender reads one JSON response; its tokens from the usage, no token instants."""
     from tailrace.harness.client.generative import COMPLETIONS, StreamSender, request_body
@@ -300,6 +303,7 @@ def test_triton_generate_from_two_regions_tokens_counted_from_the_models_output(
     assert split[("gen", "far")]["network_up_ms"] == pytest.approx(FAR_MS, abs=3)
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
     """The prompt sets tailrace models build writes: ShareGPT conversations as chat messages (their replies' lengths
     as max_tokens) and JSONL prompts drawn without replacement; the server's usage agrees with the files."""
@@ -360,6 +364,7 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
 
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_probe_streams_over_modelstreaminfer(server_ports, tmp_path):
     """tailrace probe over ModelStreamInfer: the model's inputs, then streams with tokens from its count output and
     its finish reason."""

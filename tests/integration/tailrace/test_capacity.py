@@ -85,6 +85,7 @@ def test_capacity_search_on_mm1_matches_queueing_theory(model_repo, tmp_path):
     assert result.capacity_estimated_energy_per_request_mj > 0 and "an estimate" in result.note
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_capacity_refuses_profiles_without_a_latency_slo(model_repo, tmp_path):
     profile = mm1_profile(model_repo).model_copy(update={"slos": []})
     with pytest.raises(CapacityError, match="slos: capacity search needs at least one latency SLO"):

@@ -117,6 +117,7 @@ def test_token_instants_match_the_sinks_write_instants(sink, protocol, send):
     ("error", "bad_response", "error_event", "error_event", "sink: out of memory"),
     ("malformed", "bad_response", "stream", "", "not JSON"),
 ])
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_stream_faults_are_classified(sink, mode, status, code, outcome, words, send):
     url, _ = sink
     sender = StreamSender(url, CHAT, [request_body(CHAT, "sink", f"mode:{mode}", TOKENS)], EndpointTimeouts(10, 2.0), None)
@@ -162,6 +163,7 @@ def test_no_first_token_within_the_ttft_timeout(sink, send):
     assert waited < 1.5, waited  # the first token would have come after 2 s
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_refused_request_keeps_its_status_and_message(sink, send):
     url, _ = sink
     sender = StreamSender(url, COMPLETIONS, [request_body(COMPLETIONS, "sink", "mode:busy", TOKENS)], EndpointTimeouts(5), None)

@@ -17,6 +17,7 @@ from tailrace.contract.internal_processes import DELAY_PROXY, EMBEDDED_SERVER, S
 from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_master_killed_mid_run_makes_the_run_invalid_with_the_numbers(model_repo, tmp_path):
     profile = make_profile(model_repo, load={"rate": 120, "duration_s": 12, "warmup_s": 1, "seed": 5},
                            slos=[{"metric": "latency", "percentile": 50, "threshold_ms": 1000}])
@@ -58,6 +59,7 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 @pytest.mark.parametrize("sigint,moment", [("ignored", "mid-run"), ("default", "before-any-request")])
 def test_sigterm_to_tailrace_run_stops_every_process_it_started(model_repo, tmp_path, sigint, moment):
     """Endpoint, SNTP reference, delay proxies, master and workers: none outlives `tailrace run`, the run directory
@@ -211,6 +213,7 @@ def _tailrace_run_on(disk: Path, model_repo: Path, tmp_path: Path, free_bytes: i
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), run_dir, manifest, alive
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_full_disk_ends_the_run_cleanly_invalid_and_names_the_file(model_repo, tmp_path, small_disk):
     """No free space kept (TAILRACE_MIN_FREE_MB=0) and 400 kB left: the disk fills during the run. No
     traceback, a message naming a file, a run directory that says the run is INVALID, no process left running."""
@@ -224,6 +227,7 @@ def test_a_full_disk_ends_the_run_cleanly_invalid_and_names_the_file(model_repo,
     assert "No space left on device" in text and str(run_dir) in text, text
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_run_stops_while_its_disk_still_holds_the_manifest_and_the_report(model_repo, tmp_path, small_disk):
     """The default reserve (16 MiB) with 16.4 MiB free: the run is stopped as the reserve is reached, before
     any write fails — the end manifest says why (INVALID, exit 4), the report is written, nothing runs on."""
@@ -238,6 +242,7 @@ def test_a_run_stops_while_its_disk_still_holds_the_manifest_and_the_report(mode
     assert (run_dir / "report" / "index.html").stat().st_size > 0
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_did_not_write(
         model_repo, endpoint, tmp_path, small_disk):
     """`tailrace master` (its run directory on the small disk, 16.4 MiB free) and a `tailrace worker`: the master
@@ -283,6 +288,7 @@ def test_a_masters_run_stops_on_a_nearly_full_disk_and_the_workers_keep_what_it_
     assert written and closed and written <= closed  # what reached the run is what the worker closed
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_capacity_search_on_a_disk_below_the_reserve_starts_nothing(model_repo, tmp_path, small_disk, capsys,
                                                                       monkeypatch):
     """1 MiB free, under the 16 MiB reserve: `tailrace capacity` refuses before any server or trial starts —

@@ -85,6 +85,7 @@ duration_s = 2
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_model_the_server_does_not_serve_stops_the_run_before_any_load(model_repo, sink, tmp_path):
     r = run_cli(tmp_path, sink, "not-here")
     assert r.returncode == 2, r.stdout + r.stderr
@@ -92,6 +93,7 @@ def test_a_model_the_server_does_not_serve_stops_the_run_before_any_load(model_r
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_bad_prompt_file_line_is_named_and_nothing_is_sent(model_repo, sink, tmp_path):
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "fine"}\n{"prompt": 3}\n')
     r = run_cli(tmp_path, sink, "sink", 'prompts = { file = "prompts.jsonl" }')
@@ -100,6 +102,7 @@ def test_a_bad_prompt_file_line_is_named_and_nothing_is_sent(model_repo, sink, t
     assert "requests" not in r.stdout  # no run summary: nothing was sent
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_probe_lists_the_models_and_streams_a_few_prompts(sink, tmp_path):
     probe = [sys.executable, "-m", "tailrace.cli", "probe", sink, "--protocol", "openai-chat", "--requests", "2"]
     r = subprocess.run([*probe, "--model", "sink"], capture_output=True, text=True, timeout=60, cwd=tmp_path)

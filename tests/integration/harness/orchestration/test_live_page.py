@@ -138,6 +138,7 @@ def test_the_live_page_shows_the_run_and_its_stop_control_ends_it_invalid_with_i
     assert (run_dir / "report" / "index.html").exists()
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_beyond_loopback_every_request_needs_the_token_and_the_feed_follows_the_event_catalogue(tmp_path):
     """The page's server alone (no run): bound to every address, a request without the run's token is refused (401)
     and the stop control it asks for starts nothing; with the token, the feed replays master-events.jsonl and
@@ -177,6 +178,7 @@ def test_beyond_loopback_every_request_needs_the_token_and_the_feed_follows_the_
         page.close()
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_bad_or_busy_ui_bind_is_one_line_exit_2_and_starts_nothing(tmp_path):
     import socket
 

@@ -222,6 +222,7 @@ def test_clocks_are_measured_against_the_masters_sntp(clean_run):
     assert all(abs(row["offset_ns"]) < 50_000_000 for rows in clock for row in rows)  # same host clock: ~0
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_worker_with_the_wrong_token_is_refused_and_the_run_goes_on(clean_run):
     d, _ = clean_run
     assert d.workers["stray"].popen.returncode == 2

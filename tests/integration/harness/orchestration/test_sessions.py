@@ -101,6 +101,7 @@ def test_later_turns_prefill_only_what_the_cache_did_not_hold_and_compare_pairs_
     assert ttft["paired"] and ttft["p50_diff_ms"] > 2  # the same sessions, turn by turn: B (no cache) slower
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_server_that_dies_mid_session_cuts_the_turn_and_ends_the_session(model_repo, tmp_path):
     from tests.support import sleep_until_measuring
 
@@ -123,6 +124,7 @@ def test_a_server_that_dies_mid_session_cuts_the_turn_and_ends_the_session(model
             assert turns["turn"].max() == bad["turn"].min()
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_bad_session_files_are_one_line_naming_the_file_and_line(model_repo, tmp_path):
     cases = {"no-human.json": (json.dumps([{"conversations": [{"from": "gpt", "value": "hi"}]}]),
                                "no-human.json: item 0: a conversation with no human turn"),

@@ -103,6 +103,7 @@ def test_a_trace_replayed_at_twice_the_speed_sends_every_row_on_time(model_repo,
         assert lengths <= set(range(2, 9)) and len(lengths) > 3  # each row's own max_tokens
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_bad_trace_is_one_line_naming_its_row_and_nothing_is_sent(model_repo, tmp_path):
     trace = tmp_path / "bad.csv"
     trace.write_text("timestamp\n0.0\n0.5\n0.25\n")

@@ -130,6 +130,7 @@ def test_chat_messages_and_responses_in_one_run_agree_with_vllms_usage_and_histo
     assert 2 * NEAR_MS <= df["ttft_ns"].mean() / 1e6 - server_ttft <= 60, (df["ttft_ns"].mean() / 1e6, server_ttft)
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, model_repo, tmp_path):
     """Half the chat streams closed after 4 tokens, half the Messages streams 60-120 ms after their intended send
     (most after their first token): each recorded cancelled (never ok, never an error); vLLM's log names an aborted
@@ -163,6 +164,7 @@ def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, mod
     assert all(r.errors == 0 for r in analysis.summary.latency)
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_mix_of_lora_adapters_on_one_vllm_split_by_adapter(vllm, model_repo, tmp_path):
     """The base model and two seeded LoRA adapters (deploy/vllm/tiny_lora.py, PEFT) served by one vLLM, the requests
     drawing one by weight: vLLM's log names the adapter of every request as tailrace drew it, and the tokens table and
@@ -189,6 +191,7 @@ def test_a_mix_of_lora_adapters_on_one_vllm_split_by_adapter(vllm, model_repo, t
     assert named.n == int(((df["model"] == LORA_NAMES[0]) & (df["phase"] > 0)).sum()) and named.verdict != "FAIL"
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_structured_outputs_by_vllms_guided_decoding_checked_reply_by_reply(vllm, model_repo, tmp_path):
     """A JSON Schema asked of vLLM (chat's response_format, Responses' text.format) and every reply checked against
     it: an array of booleans is what vLLM's guided decoding writes, every reply valid; an object keyed "a" is not —
@@ -211,6 +214,7 @@ def test_structured_outputs_by_vllms_guided_decoding_checked_reply_by_reply(vllm
     assert rows["keyed"].schema_valid_rate == 0.0 and rows["keyed"].schema_valid_ci_high < 0.3
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, tmp_path):
     """sessions.server_state over /v1/responses: each later turn sends only its new text and names the previous reply
     (previous_response_id); vLLM rebuilds the conversation, so its prompt tokens grow by each turn's prompt and reply
@@ -232,6 +236,7 @@ def test_responses_sessions_where_vllm_keeps_the_conversation(vllm, model_repo, 
 @pytest.mark.parametrize("protocol, says", [("openai-chat", "8 tokens out (usage)"),
                                             ("anthropic-messages", "tokens out (final_usage)"),
                                             ("openai-responses", "8 tokens out (final_usage)")])
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_probe_streams_from_vllm_with_its_usage(vllm, tmp_path, protocol, says):
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "probe", vllm.url, "--protocol", protocol,
                         "--model", SERVED_NAME, "--requests", "2", "--output-tokens", "8"],
@@ -252,6 +257,7 @@ def session_profile(model_repo, url: str, tokenizer: str):
         generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it_is_off(vllm, model_repo,
                                                                                        tmp_path):
     """Multi-turn sessions on vLLM with automatic prefix caching (32-token blocks): each later turn's prompt

@@ -33,6 +33,7 @@ def _counters(text: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_embeddings_rerank_and_score_agree_with_vllms_own_counters(vllm_embed, model_repo, tmp_path):
     tokenizer = str(vllm_embed.model_dir / "tokenizer.json")
     common = {"url": vllm_embed.url, "model": SERVED_NAME, "timeout_ms": 20000, "metrics_url": f"{vllm_embed.url}/metrics"}
