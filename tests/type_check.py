@@ -25,7 +25,8 @@ CHECKED = ("tailrace.contract", "tailrace.results", "tailrace.api", "tailrace.an
            "tailrace.analysis.stats.correlation", "tailrace.analysis.report.verdict_grid", "tailrace.demo",
            "tailrace.run_command", "tailrace.harness.control.worker_gate", "tailrace.harness.control.admission",
            "tailrace.analysis.otel.export", "tailrace.analysis.report.html_parts",
-           "tailrace.analysis.report.workload_sections")
+           "tailrace.analysis.report.workload_sections", "tailrace.harness.client.apis",
+           "tailrace.harness.client.generative")
 
 
 def link_package() -> Path:

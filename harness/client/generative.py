@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 import gevent
 import orjson
@@ -22,15 +22,7 @@ from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Tls
 from tailrace.contract.records import CANCELLED
-from tailrace.harness.client.api_bodies import (
-    ANTHROPIC_VERSION,
-    MESSAGES,
-    RESPONSES,
-    messages_body,
-    responses_body,
-    whole_messages,
-    whole_responses,
-)
+from tailrace.harness.client.apis import BodyAsk, generative_client
 from tailrace.harness.client.http1 import FirstTokenTimeout, Stalled
 from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.outcome import (
@@ -42,23 +34,17 @@ from tailrace.harness.client.outcome import (
     classify_exception,
     classify_http_status,
 )
-from tailrace.harness.client.streams.anthropic_stream import AnthropicStream
 from tailrace.harness.client.streams.openai_stream import (
     CUT,
     STALLED,
     TIMEOUT,
     TTFT_TIMEOUT,
-    OpenAIStream,
     StreamProtocolError,
-    cached_tokens,
 )
-from tailrace.harness.client.streams.responses_stream import ResponsesStream
 from tailrace.harness.client.streams.sse import SseError, SseParser
-from tailrace.harness.client.streams.triton_stream import TritonGenerateStream
 from tailrace.harness.client.tokenizer import TokenCounter
 
 CHAT, COMPLETIONS, TRITON_GENERATE = "openai-chat", "openai-completions", "triton-generate"
-STREAMS = {MESSAGES: AnthropicStream, RESPONSES: ResponsesStream}  # the others: OpenAIStream (Triton's aside)
 
 
 def stream_path(protocol: str, model: str, stream: bool = True) -> str:
@@ -105,47 +91,10 @@ class PromptPayloads:
 def request_body(protocol: str, model: str, prompt: str | list, max_tokens: int, ignore_eos: bool = True,
                  stream: bool = True, min_tokens: int | None = None, model_inputs: tuple[str, ...] = (),
                  extra: dict | None = None) -> bytes:
-    """The JSON body of one generative request (`prompt`: text, or chat messages): usage asked for on every event
-    (vLLM's continuous_usage_stats) and in a trailer, so that token counts come from the server. Triton's generate
-    extension: `text_input`, and max_tokens / stream / ignore_eos / min_tokens as inputs where the model declares
-    them (`model_inputs`, from its metadata), else as request parameters. `extra`: the endpoint's extra_body, merged
-    last (its keys win)."""
-    if protocol == TRITON_GENERATE:
-        return generate_body(prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs, extra)
-    if protocol == MESSAGES:  # Anthropic's API has no ignore_eos / min_tokens: the model's own lengths
-        return messages_body(model, prompt, max_tokens, stream, extra)
-    if protocol == RESPONSES:
-        return responses_body(model, prompt, max_tokens, stream, ignore_eos, min_tokens, extra=extra)
-    body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
-    if protocol == CHAT:
-        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    elif isinstance(prompt, list):  # chat messages sent to /v1/completions: their contents, one after another
-        body["prompt"] = "\n".join(m["content"] for m in prompt)
-    else:
-        body["prompt"] = prompt
-    if stream:
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-    if ignore_eos:
-        body["ignore_eos"] = True  # vLLM, SGLang, TGI's OpenAI route: the output length is the one asked for
-    if min_tokens is not None:
-        body["min_tokens"] = min(min_tokens, max_tokens)
-    return orjson.dumps(body | extra if extra else body)
-
-
-def generate_body(prompt: str | list, max_tokens: int, ignore_eos: bool, stream: bool, min_tokens: int | None,
-                  model_inputs: tuple[str, ...], extra: dict | None = None) -> bytes:
-    text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else prompt
-    body: dict = {"text_input": text}
-    parameters: dict = {}
-    asked = {"max_tokens": max_tokens, "stream": stream, "ignore_eos": ignore_eos or None,
-             "min_tokens": min(min_tokens, max_tokens) if min_tokens else None}
-    for name, value in asked.items():
-        if value is None:
-            continue
-        (body if name in model_inputs else parameters)[name] = value
-    if parameters:
-        body["parameters"] = parameters
-    return orjson.dumps(body | extra if extra else body)
+    """The JSON body of one generative request (`prompt`: text, or chat messages), as its API builds it
+    (harness/client/apis/); `extra`: the endpoint's extra_body, merged last (its keys win)."""
+    ask = BodyAsk(model, prompt, max_tokens, ignore_eos, stream, min_tokens, model_inputs)
+    return generative_client(protocol).encode(ask, extra)
 
 
 class StreamRead:
@@ -202,7 +151,7 @@ class StreamPending(NamedTuple):
 
     read: StreamRead
     bytes_out: int
-    index: int
+    prompt_index: int
 
 
 class StreamSender:
@@ -213,7 +162,7 @@ class StreamSender:
                  credential: Credential | None, tls: Tls | None = None, pool: PoolLimits = PoolLimits.sized(16),
                  stream: bool = True, model: str = "", count_output: str | None = None,
                  counter: TokenCounter | None = None, samples: int = 0) -> None:
-        self.chat, self.stream, self.protocol = serving_api(protocol).conversation, stream, protocol
+        self.api, self.stream, self.protocol = generative_client(protocol), stream, protocol
         self.model, self.count_output, self.counter = model, count_output, counter
         self.transport = HttpTransport(url, timeouts, credential, tls, pool, kernel_stamps=True)
         self.client, self.warm_connections = self.transport.client, self.transport.warm_connections
@@ -224,8 +173,7 @@ class StreamSender:
         self.media: list[tuple[int, int]] = []  # each body's images / clips and their bytes (empty: none)
         self._model_prefix = b'{"model":' + orjson.dumps(model)  # how a body built for `model` begins
         self._head = self.transport.head("POST", self.path, "Content-Type: application/json",
-                                         "Accept: text/event-stream", "Connection: keep-alive",
-                                         *((f"anthropic-version: {ANTHROPIC_VERSION}",) if protocol == MESSAGES else ()))
+                                         "Accept: text/event-stream", "Connection: keep-alive", *self.api.head_lines)
 
     def send(self, request: Send) -> Outcome:
         """Send one request and read its stream: its prompt `sample` (modulo the prompts) or the `body` built for it
@@ -246,9 +194,7 @@ class StreamSender:
                          b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n"))
 
     def _reading(self, cancel: CancelAt | None = None) -> StreamRead:
-        if self.protocol == TRITON_GENERATE:
-            return StreamRead(TritonGenerateStream(self.count_output), cancel)
-        return StreamRead(STREAMS.get(self.protocol, OpenAIStream)(self.chat), cancel)
+        return StreamRead(self.api.reader(self.count_output), cancel)
 
     def _send_body(self, body: bytes, headers: dict[str, str], on_sent, index: int = -1,
                    cancel: CancelAt | None = None, model: str | None = None) -> Outcome:
@@ -340,9 +286,10 @@ class StreamSender:
     def ended(self, pending: StreamPending, response, failure: BaseException | None) -> Outcome:
         """A stream's Outcome from how its read ended: a whole `response`, or the `failure` raised."""
         read, result = pending.read, StreamOutcome()
-        status, code, error, bytes_in, timing = "ok", "200", "", 0, {}
+        status, code, error, bytes_in, timing = "ok", "200", "", 0, ServerTiming()
         if read.cancelled or isinstance(failure, StreamCancelled):  # the client left, as declared: not a failure
-            status, code, result.outcome = CANCELLED, read.cancelled or failure.kind, CANCELLED
+            kind = failure.kind if isinstance(failure, StreamCancelled) else ""
+            status, code, result.outcome = CANCELLED, read.cancelled or kind, CANCELLED
         elif failure is None:
             bytes_in = response.body_bytes
             timing = server_timing(response.server_timing)
@@ -363,7 +310,7 @@ class StreamSender:
             status, code, error = classify_exception(failure)
             result.outcome = TIMEOUT if status == "timeout" else CUT if read.began else ""
         stream = read.stream
-        stream_into(result, stream, self.counter, pending.index)
+        stream_into(result, stream, self.counter, pending.prompt_index)
         if status == "ok":
             result.outcome = result.outcome or stream.outcome()
             if result.outcome != "complete":
@@ -387,10 +334,7 @@ class StreamSender:
             error = error_text(response.body)
         else:
             try:
-                if self.protocol == TRITON_GENERATE:
-                    text = whole_generate_response(response.body, self.count_output, result)
-                else:
-                    text = whole_response(response.body, self.chat, result, self.protocol)
+                text = self.api.whole(response.body, self.count_output, result)
                 if self.counter is not None:
                     self.counter.fill(result, index, text)
             except StreamProtocolError as exc:
@@ -401,54 +345,10 @@ class StreamSender:
     def warm_up(self) -> None:
         """One connection opened and checked (GET /v1/models, or the Triton model's ready route, with the
         credential), then the pool filled."""
-        self.transport.check_and_fill(f"/v2/models/{self.model}/ready" if self.protocol == TRITON_GENERATE
-                                      else "/v1/models", self.inline)
+        self.transport.check_and_fill(self.api.ready_path(self.model), self.inline)
 
     def close(self) -> None:
         self.client.close()
-
-
-def whole_response(payload: bytes, chat: bool, result: StreamOutcome, protocol: str = CHAT) -> str:
-    """A stream = false response's tokens (from its usage), finish reason and first words into `result`; its
-    text."""
-    try:
-        doc = orjson.loads(payload)
-        if protocol in (MESSAGES, RESPONSES):
-            text, usage, finish = (whole_messages if protocol == MESSAGES else whole_responses)(doc)
-            choice = {"finish_reason": finish}
-        else:
-            choice = doc["choices"][0]
-            text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
-            usage = doc.get("usage") or {}
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
-        raise StreamProtocolError(f"a response that is not a completion: {payload[:80]!r}") from None
-    result.output_tokens = int(usage.get("completion_tokens", -1)) if isinstance(usage, dict) else -1
-    result.input_tokens = int(usage.get("prompt_tokens", -1)) if isinstance(usage, dict) else -1
-    result.token_source = "final_usage" if result.output_tokens >= 0 else ""
-    result.finish_reason = str(choice.get("finish_reason") or "")[:32]
-    result.preview = (text or "")[:80]
-    result.pieces = [str(text or "")]
-    result.cached_tokens = cached_tokens(usage)
-    result.outcome = "complete"
-    return str(text or "")
-
-
-def whole_generate_response(payload: bytes, count_output: str | None, result: StreamOutcome) -> str:
-    """A Triton /generate response's tokens when the model reports them (`count_output`) into `result`; its
-    text."""
-    try:
-        doc = orjson.loads(payload)
-        text = doc["text_output"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        raise StreamProtocolError(f"a response without text_output: {payload[:80]!r}") from None
-    text = text[0] if isinstance(text, list) and text else text
-    count = doc.get(count_output) if count_output else None
-    count = count[0] if isinstance(count, list) and count else count
-    result.output_tokens = count if isinstance(count, int) and not isinstance(count, bool) else -1
-    result.token_source = "output" if result.output_tokens >= 0 else ""
-    result.preview = str(text)[:80]
-    result.outcome = "complete"
-    return str(text)
 
 
 def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, prompt_index: int) -> None:
@@ -474,18 +374,25 @@ def stream_into(result: StreamOutcome, stream, counter: TokenCounter | None, pro
 _TIMING = re.compile(rb'(\w+);(?:dur=([0-9.]+)|desc="?(-?\d+)"?)')
 
 
-def server_timing(header: bytes) -> dict[str, int]:
+class ServerTiming(TypedDict, total=False):
+    """What a server's Server-Timing header says, as Outcome's fields."""
+
+    server_queue_ns: int
+    server_compute_ns: int
+    server_receive_ns: int
+    server_send_ns: int
+
+
+def server_timing(header: bytes) -> ServerTiming:
     """A streamed response's Server-Timing (the embedded server's: queue and prefill durations, its receive and
     first-send epoch ns) as Outcome's server fields; {} when the server sends none."""
-    if not header:
-        return {}
-    out = {}
-    for name, duration, stamp in _TIMING.findall(header):
+    out = ServerTiming()
+    for name, duration, stamp in _TIMING.findall(header) if header else ():
         field_name = _TIMING_FIELDS.get(name)
         if field_name is not None:
             value = int(float(duration) * 1e6) if duration else int(stamp)
             if value >= 0:
-                out[field_name] = value
+                out[field_name] = value  # type: ignore[literal-required]  # one of ServerTiming's keys
     return out
 
 

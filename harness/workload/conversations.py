@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import orjson
 
 from tailrace.contract.profile import Prompts, Sessions
-from tailrace.harness.client.api_bodies import body_extra, responses_body
+from tailrace.harness.client.apis import BodyAsk, body_extra
+from tailrace.harness.client.apis.openai_responses import responses_body
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
@@ -238,8 +240,10 @@ class Conversation:
         spec = self.prompts  # completions: the messages' contents one after another (request_body)
         if self.sessions.server_state:  # Responses: only what the server does not keep, naming what it does
             new = self.messages[self.server_has:] if self.response_id else self.messages
-            body = responses_body(self.model, new, turn.max_tokens, spec.stream, spec.ignore_eos, spec.min_tokens,
-                                  previous_response_id=self.response_id, store=True, extra=body_extra(self.protocol, spec))
+            ask = BodyAsk(self.model, new, turn.max_tokens, spec.ignore_eos, spec.stream, spec.min_tokens)
+            extra = body_extra(self.protocol, spec)
+            doc = responses_body(ask, previous_response_id=self.response_id, store=True)
+            body = orjson.dumps(doc | extra if extra else doc)
         else:
             body = request_body(self.protocol, self.model, self.messages, turn.max_tokens, spec.ignore_eos,
                                 spec.stream, min_tokens=spec.min_tokens, extra=body_extra(self.protocol, spec))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tailrace.contract.profile import PIPELINE_KINDS, Endpoint, Pipeline, Profile, Prompts
-from tailrace.harness.client.api_bodies import body_extra
+from tailrace.harness.client.apis import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.workload.pooling_requests import (
     embedding_body,

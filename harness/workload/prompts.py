@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from tailrace.contract.profile import Endpoint, Prompts, TokenCount
-from tailrace.harness.client.api_bodies import body_extra
+from tailrace.harness.client.apis import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer, TokenCounter, TokenizerError, load_tokenizer
 

@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from tailrace.contract.profile import Endpoint, Prompts
-from tailrace.harness.client.api_bodies import body_extra
+from tailrace.harness.client.apis import body_extra
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
 from tailrace.harness.workload.conversations import BLOCK_TOKENS

@@ -1,13 +1,13 @@
 """What an Anthropic Messages stream and an OpenAI Responses stream say, event by event (harness/client/streams/):
 token events and their instants, thinking and reasoning counted apart, tool calls, the usage, the end, in-band
 errors, events of unknown types skipped and counted, malformed deltas refused; and the two APIs' request bodies
-(harness/client/api_bodies.py) from one prompt or chat."""
+(harness/client/apis/) from one prompt or chat."""
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from tailrace.harness.client.api_bodies import messages_body, responses_body
+from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.streams.anthropic_stream import AnthropicStream
 from tailrace.harness.client.streams.openai_stream import COMPLETE, CUT, ERROR_EVENT, StreamProtocolError
 from tailrace.harness.client.streams.responses_stream import ResponsesStream
@@ -113,7 +113,7 @@ def test_the_two_apis_bodies_from_one_chat_with_a_system_message_an_image_and_a_
             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
                 "name": "look", "arguments": '{"x": 1}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "a cat"}]
-    m = orjson.loads(messages_body("claude", chat, 64))
+    m = orjson.loads(request_body("anthropic-messages", "claude", chat, 64))
     assert m["system"] == "be brief" and m["max_tokens"] == 64 and m["stream"] is True
     assert m["messages"][0] == {"role": "user", "content": [
         {"type": "text", "text": "what is this"},
@@ -122,11 +122,11 @@ def test_the_two_apis_bodies_from_one_chat_with_a_system_message_an_image_and_a_
                                                                   "input": {"x": 1}}]}
     assert m["messages"][2] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
                                                              "content": "a cat"}]}
-    r = orjson.loads(responses_body("gpt", chat, 64, ignore_eos=True))
+    r = orjson.loads(request_body("openai-responses", "gpt", chat, 64, ignore_eos=True))
     assert r["max_output_tokens"] == 64 and r["store"] is False and r["ignore_eos"] is True
     assert r["input"][1] == {"role": "user", "content": [{"type": "input_text", "text": "what is this"},
                                                          {"type": "input_image",
                                                           "image_url": "data:image/png;base64,AAAA"}]}
     assert r["input"][2] == {"type": "function_call", "call_id": "c1", "name": "look", "arguments": '{"x": 1}'}
     assert r["input"][3] == {"type": "function_call_output", "call_id": "c1", "output": "a cat"}
-    assert orjson.loads(responses_body("gpt", "hello", 8))["input"] == "hello"
+    assert orjson.loads(request_body("openai-responses", "gpt", "hello", 8))["input"] == "hello"

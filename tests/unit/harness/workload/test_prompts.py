@@ -188,7 +188,7 @@ def test_a_prompt_lines_own_request_fields_are_merged_into_its_body_last(tmp_pat
 
 
 def test_a_structured_output_asks_each_api_its_way_and_every_reply_is_checked():
-    from tailrace.harness.client.api_bodies import body_extra
+    from tailrace.harness.client.apis import body_extra
     from tailrace.harness.client.payloads import SchemaCheck
 
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
