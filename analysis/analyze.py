@@ -21,15 +21,15 @@ from tailrace.analysis.read.schedule import Columns, Results, Statistic
 from tailrace.analysis.read.schedule import run as run_statistics
 from tailrace.analysis.read.server_metrics import aborted_deltas, prefix_cache_deltas, prefix_cache_timeline
 from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_per_execution, stats_timeline
+from tailrace.analysis.report.csv_tables import summary_tables
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
 from tailrace.analysis.stats.cancellation import CANCEL_COLUMNS, cancellation_table
-from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, flat_pipeline_rows, pipeline_section
+from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, pipeline_section
 from tailrace.analysis.stats.chains.sessions import (
     SESSION_COLUMNS,
     cache_table,
-    flat_turn_rows,
     hit_ratio_over_time,
     session_table,
     sessions_in_flight,
@@ -49,7 +49,6 @@ from tailrace.analysis.stats.latency import (
     ONE_SHOT,
     STREAM,
     add_goodput,
-    flat_rows,
     latency_table,
     region_cdfs,
     request_count_table,
@@ -65,7 +64,6 @@ from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
     by_model_section,
-    flat_token_rows,
     good_streams,
     token_curves,
     token_table,
@@ -121,11 +119,6 @@ def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
     for row in rows:
         row["client_ok"] = int(((df["status"] == "ok") & df["endpoint"].isin(row["endpoints"])).sum())
     return rows
-
-
-def _scenario_table(scenario: dict) -> pd.DataFrame:
-    rows = scenario.get("p90") or scenario.get("p99") or scenario.get("per_region") or []
-    return pd.DataFrame(rows)
 
 
 def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
@@ -455,32 +448,6 @@ def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -
     return errors
 
 
-def _workload_tables(r: Results) -> dict[str, pd.DataFrame]:
-    """tables/*.csv of the workloads a run may have: embeddings, rerank, sessions, pipelines."""
-    tables = {name: pd.DataFrame([{k: v for k, v in row.items() if k != "by_batch"} for row in r[name]])
-              for name in ("embeddings", "rerank") if r[name]}
-    if r["sessions"]:
-        tables["turns"] = flat_turn_rows(r["sessions"]["turns"])
-        tables["sessions"] = pd.DataFrame([{k: v for k, v in row.items() if k != "ended"}
-                                           | {f"ended_{k}": v for k, v in row["ended"].items()}
-                                           for row in r["sessions"]["sessions"]])
-        tables["prefix_cache"] = pd.DataFrame(r["sessions"]["prefix_cache"])
-    if r["pipelines"]:
-        tables["pipelines"] = flat_pipeline_rows(r["pipelines"]["pipelines"])
-        tables["pipeline_failures"] = pd.DataFrame(r["pipelines"]["failures"])
-    if r["by_model"]:
-        tables["tokens_by_model"] = flat_token_rows(r["by_model"]["rows"])
-    if r["hardware"]:
-        tables["hardware"] = pd.DataFrame(r["hardware"]["rows"])
-        if r["hardware"]["endpoints"]:
-            tables["hardware_endpoints"] = pd.DataFrame(r["hardware"]["endpoints"])
-    if r["cancellations"]:
-        tables["cancellations"] = pd.DataFrame([{k: v for k, v in row.items() if k != "by_trigger"}
-                                                | {f"by_{k}": v for k, v in row["by_trigger"].items()}
-                                                for row in r["cancellations"]])
-    return tables
-
-
 def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
                   streamed: frozenset[str] = frozenset(), spans: dict | None = None) -> list[dict]:
     """The slowest requests, where their time went: the client's legs and, where a server span came back, the
@@ -574,19 +541,5 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
                                                   "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
     })
-    tables = {"latency": flat_rows(latency_rows), "scenario": _scenario_table(scenario), "slos": pd.DataFrame(verdicts),
-              "decomposition": pd.DataFrame(decomposition), "queueing": pd.DataFrame(
-                  [{k: v for k, v in q.items() if k != "mm1"} | {f"mm1_{k}": v for k, v in (q.get("mm1") or {}).items()}
-                   for q in queueing]),
-              "arrivals": pd.DataFrame(arrivals), "validity": pd.DataFrame(validity),
-              "phases": pd.DataFrame(per_phase), "errors": errors, "outages": pd.DataFrame(r["outages"]),
-              "cold_start": pd.DataFrame(r["cold_start"]),
-              "decision": pd.DataFrame((r["decision"] or {}).get("variants", [])),
-              "server_statistics": pd.DataFrame(stat_rows),
-              "slowest": pd.DataFrame(slowest_rows), "clock": pd.DataFrame([m.as_dict() for m in models.values()])}
-    if r["tokens"]:  # a run with streams: one more table (a one-shot run's report is unchanged)
-        tables["tokens"] = flat_token_rows(r["tokens"])
-        tables["ttft_decomposition"] = pd.DataFrame(r["ttft_decomposition"])
-    tables |= _workload_tables(r)
-    return Analysis(data, log.frame(log.names if keep else kept), models, summary, tables, r["cdfs"],
+    return Analysis(data, log.frame(log.names if keep else kept), models, summary, summary_tables(summary), r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

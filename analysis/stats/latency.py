@@ -401,19 +401,6 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
     return table[1:] + table[:1], ok_sorted
 
 
-def flat_rows(rows: list[dict]) -> pd.DataFrame:
-    """The latency table as flat columns for CSV."""
-    flat = []
-    for r in rows:
-        f = {k: v for k, v in r.items() if k != "percentiles"}
-        for name, est in r["percentiles"].items():
-            f[f"{name}_ms"] = est["value"]
-            f[f"{name}_ci_low_ms"] = est["ci_low"]
-            f[f"{name}_ci_high_ms"] = est["ci_high"]
-        flat.append(f)
-    return pd.DataFrame(flat)
-
-
 def _met_threshold_ns(slos: list[dict], endpoint: str, region: str) -> float:
     """The tightest latency threshold among the latency SLOs that apply to a one-shot endpoint × region (inf:
     none)."""

@@ -250,26 +250,6 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: 
     return out
 
 
-def flat_token_rows(rows: list[dict]) -> pd.DataFrame:
-    """The token table as CSV columns: one per metric × percentile (value and interval)."""
-    flat = []
-    for r in rows:
-        row = {k: r.get(k) for k in ("endpoint", "model", "region", "requests", "ok", "output_tokens",
-                                     "output_tokens_per_s", "mean_output_tokens", "goodput_rps", "schema_checked",
-                                     "schema_valid_rate", "schema_valid_ci_low", "schema_valid_ci_high") if k in r}
-        row["token_sources"] = ",".join(r["token_sources"])
-        row["outcomes"] = ";".join(f"{k}={v}" for k, v in r["outcomes"].items())
-        for metric in METRICS:
-            for p, e in r[f"{metric}_ms"].items():
-                if p == "mean":
-                    row[f"{metric}_mean_ms"] = e
-                    continue
-                row[f"{metric}_{p}_ms"] = e["value"]
-                row[f"{metric}_{p}_ci_low"], row[f"{metric}_{p}_ci_high"] = e["ci_low"], e["ci_high"]
-        flat.append(row)
-    return pd.DataFrame(flat)
-
-
 def _ok_streams(df: pd.DataFrame, endpoints: set[str]) -> np.ndarray:
     """Positions of the measured phases' successful requests to the generative `endpoints`."""
     return np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)

@@ -221,28 +221,3 @@ def pipeline_section(df: pd.DataFrame, stages: dict[str, list[str]], slos: list[
     return {"pipelines": table, "failures": pipeline_failures(chains, rows), "slowest": slowest,
             "verdicts": pipeline_verdicts(chains, slos, list(stages), regions)}
 
-
-def flat_pipeline_rows(rows: list[dict]) -> pd.DataFrame:
-    """tables/pipelines.csv: a row per pipeline × region and stage ('' the pipeline end to end), percentiles as
-    columns."""
-    flat = []
-    for row in rows:
-        base = {"pipeline": row["pipeline"], "region": row["region"]}
-        whole = {k: row[k] for k in ("started", "done", "failed", "run_end", "incomplete", "pipelines_per_s",
-                                     "goodput_per_s")}
-        flat.append(base | {"stage": "", "endpoint": ""} | whole | _flat("e2e_ms", row["e2e_ms"])
-                    | _flat("ttft_ms", row["ttft_ms"]))
-        for s in row["stages"]:
-            flat.append(base | {"stage": s["stage"], "endpoint": s["endpoint"], "requests": s["requests"],
-                                "errors": s["errors"], "send_lag_p99_ms": s["send_lag_p99_ms"],
-                                "share_of_e2e": s["share_of_e2e"]} | _flat("latency_ms", s["latency_ms"]))
-    return pd.DataFrame(flat)
-
-
-def _flat(name: str, metric: dict) -> dict:
-    out = {f"{name}_mean": metric.get("mean")}
-    for p in PERCENTILES:
-        e = metric.get(f"p{p:g}") or {}
-        out |= {f"{name}_p{p:g}": e.get("value"), f"{name}_p{p:g}_ci_low": e.get("ci_low"),
-                f"{name}_p{p:g}_ci_high": e.get("ci_high")}
-    return out

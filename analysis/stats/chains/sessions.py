@@ -62,18 +62,6 @@ def turn_table(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
     return out
 
 
-def flat_turn_rows(rows: list[dict]) -> pd.DataFrame:
-    """The by-turn table as CSV columns: each percentile's value and interval."""
-    flat = []
-    for r in rows:
-        row = {k: v for k, v in r.items() if not isinstance(v, dict)}
-        for key in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"):
-            row[f"{key}_ms"], row[f"{key}_ci_low"], row[f"{key}_ci_high"] = (r[key]["value"], r[key]["ci_low"],
-                                                                            r[key]["ci_high"])
-        flat.append(row)
-    return pd.DataFrame(flat)
-
-
 def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndarray, good: np.ndarray,
                   duration_s: float) -> list[dict]:
     """Per session endpoint: sessions started in the measured phases, turns sent, turns per session (mean, max),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.report.csv_tables import flat_table
 from tailrace.analysis.stats.chains.pipelines import (
     chains_of,
-    flat_pipeline_rows,
     pipeline_section,
     pipeline_table,
     pipeline_verdicts,
@@ -95,5 +95,5 @@ def test_goodput_counts_the_pipelines_within_every_pipeline_slo():
     slos = [{"metric": "pipeline_e2e", "pipeline": "rag", "region": "*", "percentile": 90, "threshold_ms": 180}]
     table, _, _ = pipeline_table(frame(rows), STAGES, slos, 10.0)
     assert table[0]["goodput_per_s"] == 1.0  # the 10 of 20 at 165 ms; the others take 215
-    flat = flat_pipeline_rows(table)
-    assert list(flat["stage"][:4]) == ["", 1, 2, 3] and "e2e_ms_p50_ci_low" in flat
+    flat = flat_table(table)  # tables/pipelines.csv: the summary's paths as columns, the stages a table of their own
+    assert "e2e_ms/p50/ci_low" in flat and "stages" not in flat and flat["goodput_per_s"][0] == 1.0
