@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from tailrace.analysis.stats.estimators import cohens_d
+from tailrace.contract.summary.sections import Decision, PairwiseTest, VariantRow
 
 # metric → True when higher is better
 DIRECTIONS = {"p95_ms": False, "accuracy": True, "memory_mb": False, "capacity_rps": True,
@@ -35,11 +36,17 @@ GENERATIVE_WEIGHTS = {"ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "output_tokens_per
 ALPHA = 0.05
 
 
-def dominates(a: dict, b: dict, objectives: list[tuple[str, bool]]) -> bool:
+def metric(row: VariantRow, key: str) -> float | None:
+    """A variant's value of a metric DIRECTIONS names."""
+    value = getattr(row, key)
+    return None if value is None else float(value)
+
+
+def dominates(a: VariantRow, b: VariantRow, objectives: list[tuple[str, bool]]) -> bool:
     """a is at least as good as b on every objective and strictly better on one (None never dominates)."""
     better = False
     for key, higher in objectives:
-        va, vb = a.get(key), b.get(key)
+        va, vb = metric(a, key), metric(b, key)
         if va is None or vb is None:
             return False
         if (va < vb) if higher else (va > vb):
@@ -49,71 +56,71 @@ def dominates(a: dict, b: dict, objectives: list[tuple[str, bool]]) -> bool:
     return better
 
 
-def pareto(rows: list[dict], objectives: list[tuple[str, bool]]) -> dict[str, list[str]]:
+def pareto(rows: list[VariantRow], objectives: list[tuple[str, bool]]) -> dict[str, list[str]]:
     """Variant name → the variants that dominate it ([] = on the frontier)."""
-    return {r["name"]: [o["name"] for o in rows if o is not r and dominates(o, r, objectives)] for r in rows}
+    return {r.name: [o.name for o in rows if o is not r and dominates(o, r, objectives)] for r in rows}
 
 
-def normalised(rows: list[dict], key: str) -> dict[str, float | None]:
+def normalised(rows: list[VariantRow], key: str) -> dict[str, float | None]:
     """Min-max scale of `key` across variants, 1 = best; all equal → 1."""
-    values = [r[key] for r in rows if r.get(key) is not None]
+    values = [v for r in rows if (v := metric(r, key)) is not None]
     if not values:
-        return {r["name"]: None for r in rows}
+        return {r.name: None for r in rows}
     lo, hi = min(values), max(values)
     out: dict[str, float | None] = {}
     for r in rows:
-        v = r.get(key)
+        v = metric(r, key)
         if v is None:
-            out[r["name"]] = None
+            out[r.name] = None
         elif hi == lo:
-            out[r["name"]] = 1.0
+            out[r.name] = 1.0
         else:
             frac = (v - lo) / (hi - lo)
-            out[r["name"]] = frac if DIRECTIONS[key] else 1 - frac
+            out[r.name] = frac if DIRECTIONS[key] else 1 - frac
     return out
 
 
-def composite_scores(rows: list[dict], weights: dict[str, float]) -> dict[str, float]:
+def composite_scores(rows: list[VariantRow], weights: dict[str, float]) -> dict[str, float]:
     """Weighted mean of the normalised metrics (metrics a variant lacks are left out of its mean)."""
     scaled = {k: normalised(rows, k) for k in weights if k in DIRECTIONS}
     scores = {}
     for r in rows:
         num = den = 0.0
         for key, w in weights.items():
-            v = scaled.get(key, {}).get(r["name"])
+            v = scaled.get(key, {}).get(r.name)
             if v is not None and w > 0:
                 num += w * v
                 den += w
-        scores[r["name"]] = num / den if den else 0.0
+        scores[r.name] = num / den if den else 0.0
     return scores
 
 
 BASES = ("measured", "estimate: process CPU", "estimate: model CPU")  # the first present is the one ranked
 
 
-def comparable_energy(rows: list[dict]) -> list[str]:
+def comparable_energy(rows: list[VariantRow]) -> list[str]:
     """Variants' energy is ranked on one basis only — measured joules where any variant has them, else the same
     kind of estimate: the others' energy_mj moves to estimated_energy_mj (not ranked) and a line says so. An
     estimate is never set against joules measured. Mutates `rows`."""
-    bases = {r.get("energy_basis") for r in rows if r.get("energy_mj") is not None}
+    bases = {r.energy_basis for r in rows if r.energy_mj is not None}
     if len(bases) < 2:
         return []
     ranked = next(b for b in BASES if b in bases)
     for r in rows:
-        if r.get("energy_mj") is not None and r.get("energy_basis") != ranked:
-            r["estimated_energy_mj"] = r.pop("energy_mj")
+        if r.energy_mj is not None and r.energy_basis != ranked:
+            r.estimated_energy_mj, r.energy_mj = r.energy_mj, None
     return [f"energy per request is {ranked} for some variants and not for others: it is ranked on those "
-            f"({', '.join(r['name'] for r in rows if r.get('energy_mj') is not None)}) only"]
+            f"({', '.join(r.name for r in rows if r.energy_mj is not None)}) only"]
 
 
-def constraint_failures(row: dict, constraints: dict[str, float | None]) -> list[str]:
+def constraint_failures(row: VariantRow, constraints: dict[str, float | None]) -> list[str]:
     """Why a variant violates the hard constraints ([] = it survives); a missing metric is a failure."""
     out = []
     for name, bound in constraints.items():
         if bound is None:
             continue
         key, op = CONSTRAINTS[name]
-        v = row.get(key)
+        v = metric(row, key)
         if v is None:
             out.append(f"{key} unknown (constraint {op} {bound:g})")
         elif (op == "≤" and v > bound) or (op == "≥" and v < bound):
@@ -141,61 +148,66 @@ def _latency_test(la: np.ndarray, lb: np.ndarray) -> tuple[float | None, float |
             float(cohens_d(lb, la)))  # (mean a − mean b) / pooled sd, like Δp95 = a − b
 
 
-def pairwise(a: dict, b: dict, latencies: dict[str, np.ndarray],
+def pairwise(a: VariantRow, b: VariantRow, latencies: dict[str, np.ndarray],
              correctness: dict[str, dict[int, bool]] | None = None,
-             token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
+             token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> PairwiseTest:
     """Significance of the differences between variants a and b (latency and accuracy; for generative variants
     also TTFT and TPOT, from `token_latencies`: name → {"ttft": ms, "tpot": ms})."""
-    la, lb = latencies.get(a["name"], np.array([])), latencies.get(b["name"], np.array([]))
-    out = {"a": a["name"], "b": b["name"], "p95_diff_ms": None, "mann_whitney_p": None, "cohens_d": None,
-           "accuracy_diff": None, "accuracy_p": None, "accuracy_test": None}
-    out["p95_diff_ms"], out["mann_whitney_p"], out["cohens_d"] = _latency_test(la, lb)
-    for metric in ("ttft", "tpot"):
-        ta, tb = ((token_latencies or {}).get(n, {}).get(metric, np.array([])) for n in (a["name"], b["name"]))
+    la, lb = latencies.get(a.name, np.array([])), latencies.get(b.name, np.array([]))
+    diff, p, d = _latency_test(la, lb)
+    out = PairwiseTest(a=a.name, b=b.name, p95_diff_ms=diff, mann_whitney_p=p, cohens_d=d, accuracy_diff=None,
+                       accuracy_p=None, accuracy_test=None)
+    for kind in ("ttft", "tpot"):
+        ta, tb = ((token_latencies or {}).get(n, {}).get(kind, np.array([])) for n in (a.name, b.name))
         if len(ta) and len(tb):
             diff, p, _ = _latency_test(ta, tb)
-            out[f"{metric}_p95_diff_ms"], out[f"{metric}_mann_whitney_p"] = diff, p
-            out[f"{metric}_significant"] = p is not None and p < ALPHA
-    paired = mcnemar(correctness[a["name"]], correctness[b["name"]]) \
-        if correctness and a["name"] in correctness and b["name"] in correctness else None
+            setattr(out, f"{kind}_p95_diff_ms", diff)
+            setattr(out, f"{kind}_mann_whitney_p", p)
+            setattr(out, f"{kind}_significant", p is not None and p < ALPHA)
+    paired = mcnemar(correctness[a.name], correctness[b.name]) \
+        if correctness and a.name in correctness and b.name in correctness else None
     if paired is not None:
-        out["accuracy_diff"], out["accuracy_p"], n = paired
-        out["accuracy_test"] = f"McNemar, {n} distinct samples"
-    elif a.get("samples") and b.get("samples") and a.get("correct") is not None and b.get("correct") is not None:
-        table = [[a["correct"], a["samples"] - a["correct"]], [b["correct"], b["samples"] - b["correct"]]]
-        out["accuracy_diff"] = a["correct"] / a["samples"] - b["correct"] / b["samples"]
-        out["accuracy_p"] = float(sps.fisher_exact(table).pvalue)
-        out["accuracy_test"] = "Fisher (counts)"
-    out["latency_significant"] = out["mann_whitney_p"] is not None and out["mann_whitney_p"] < ALPHA
-    out["accuracy_significant"] = out["accuracy_p"] is not None and out["accuracy_p"] < ALPHA
+        out.accuracy_diff, out.accuracy_p, n = paired
+        out.accuracy_test = f"McNemar, {n} distinct samples"
+    elif a.samples and b.samples and a.correct is not None and b.correct is not None:
+        table = [[a.correct, a.samples - a.correct], [b.correct, b.samples - b.correct]]
+        out.accuracy_diff = a.correct / a.samples - b.correct / b.samples
+        out.accuracy_p = float(sps.fisher_exact(table).pvalue)
+        out.accuracy_test = "Fisher (counts)"
+    out.latency_significant = out.mann_whitney_p is not None and out.mann_whitney_p < ALPHA
+    out.accuracy_significant = out.accuracy_p is not None and out.accuracy_p < ALPHA
     return out
 
 
-def ranking_caveat(top: str, second: str, test: dict) -> str | None:
+def _token_edge(test: PairwiseTest, kind: str) -> tuple[float | None, float | None, bool]:
+    """(p95 difference, Mann–Whitney p, significant) of TTFT or TPOT between the two variants of `test`."""
+    return (getattr(test, f"{kind}_p95_diff_ms"), getattr(test, f"{kind}_mann_whitney_p"),
+            getattr(test, f"{kind}_significant"))
+
+
+def ranking_caveat(top: str, second: str, test: PairwiseTest) -> str | None:
     """A warning when `top` is better than `second` on neither latency nor accuracy by a significant margin."""
-    faster = test["p95_diff_ms"] is not None and test["p95_diff_ms"] < 0
-    more_accurate = test["accuracy_diff"] is not None and test["accuracy_diff"] > 0
-    token_edges = [m for m in ("ttft", "tpot") if (test.get(f"{m}_p95_diff_ms") or 0) < 0]
-    if (faster and test["latency_significant"]) or (more_accurate and test["accuracy_significant"]) or any(
-            test.get(f"{m}_significant") for m in token_edges):
+    faster = test.p95_diff_ms is not None and test.p95_diff_ms < 0
+    more_accurate = test.accuracy_diff is not None and test.accuracy_diff > 0
+    token_edges = {kind: edge for kind in ("ttft", "tpot") if ((edge := _token_edge(test, kind))[0] or 0) < 0}
+    if (faster and test.latency_significant) or (more_accurate and test.accuracy_significant) or any(
+            significant for _, _, significant in token_edges.values()):
         return None
-    edges = []
-    for m in token_edges:
-        edges.append(f"lower {m.upper()} p95 by {-test[f'{m}_p95_diff_ms']:.3g} ms (Mann–Whitney p = "
-                     f"{_p(test[f'{m}_mann_whitney_p'])})")
+    edges = [f"lower {kind.upper()} p95 by {-(diff or 0):.3g} ms (Mann–Whitney p = {_p(p)})"
+             for kind, (diff, p, _) in token_edges.items()]
     if faster:
-        edges.append(f"lower p95 by {-test['p95_diff_ms']:.3g} ms (Mann–Whitney p = {_p(test['mann_whitney_p'])})")
+        edges.append(f"lower p95 by {-(test.p95_diff_ms or 0):.3g} ms (Mann–Whitney p = {_p(test.mann_whitney_p)})")
     if more_accurate:
-        edges.append(f"higher accuracy by {test['accuracy_diff']:.3%} ({test['accuracy_test']} p = "
-                     f"{_p(test['accuracy_p'])})")
+        edges.append(f"higher accuracy by {test.accuracy_diff:.3%} ({test.accuracy_test} p = "
+                     f"{_p(test.accuracy_p)})")
     rest = "; ".join(edges) if edges else "neither lower latency nor higher accuracy"
     return (f"{top} ranks above {second} on {rest} — not significant at α = {ALPHA}: the ranking rests on "
             "memory / capacity, on the weights, or on noise")
 
 
-def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str, float],
+def decide(rows: list[VariantRow], latencies: dict[str, np.ndarray], weights: dict[str, float],
            constraints: dict[str, float | None], correctness: dict[str, dict[int, bool]] | None = None,
-           token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
+           token_latencies: dict[str, dict[str, np.ndarray]] | None = None) -> Decision:
     """The decision table: constraints, score, rank, Pareto status, and the pairwise tests behind the ranking."""
     caveats = comparable_energy(rows)
     scores = composite_scores(rows, weights)
@@ -206,27 +218,22 @@ def decide(rows: list[dict], latencies: dict[str, np.ndarray], weights: dict[str
     table = []
     for r in rows:
         fails = constraint_failures(r, constraints)
-        table.append({**{k: v for k, v in r.items() if k != "samples_latency"}, "score": scores[r["name"]],
-                      "constraint_failures": fails, "survives": not fails,
-                      "dominated_latency_accuracy_by": front_latency[r["name"]],
-                      "dominated_memory_capacity_by": front_memory[r["name"]],
-                      "dominated_ttft_throughput_by": front_tokens[r["name"]],
-                      "dominated_latency_energy_by": front_energy[r["name"]]})
-    survivors = sorted((t for t in table if t["survives"]), key=lambda t: -t["score"])
+        table.append(r.model_copy(update={
+            "score": scores[r.name], "constraint_failures": fails, "survives": not fails,
+            "dominated_latency_accuracy_by": front_latency[r.name], "dominated_memory_capacity_by": front_memory[r.name],
+            "dominated_ttft_throughput_by": front_tokens[r.name], "dominated_latency_energy_by": front_energy[r.name],
+            "rank": None}))
+    survivors = sorted((t for t in table if t.survives), key=lambda t: -(t.score or 0.0))
     for i, t in enumerate(survivors, start=1):
-        t["rank"] = i
-    for t in table:
-        t.setdefault("rank", None)
+        t.rank = i
     tests = [pairwise(survivors[0], other, latencies, correctness, token_latencies) for other in survivors[1:]] \
         if survivors else []
-    recommended = survivors[0]["name"] if survivors else None
     if len(survivors) > 1:
-        caveat = ranking_caveat(survivors[0]["name"], survivors[1]["name"], tests[0])
+        caveat = ranking_caveat(survivors[0].name, survivors[1].name, tests[0])
         if caveat:
             caveats.append(caveat)
-    return {"weights": weights, "constraints": constraints, "variants": table,
-            "ranking": [t["name"] for t in survivors], "recommended": recommended, "pairwise": tests,
-            "caveats": caveats}
+    return Decision(weights=weights, constraints=constraints, variants=table, ranking=[t.name for t in survivors],
+                    recommended=survivors[0].name if survivors else None, pairwise=tests, caveats=caveats)
 
 
 def _p(value: float | None) -> str:

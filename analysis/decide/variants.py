@@ -12,6 +12,7 @@ from tailrace.analysis.stats.correlation import correlated_percentiles_ci, time_
 from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Endpoint
+from tailrace.contract.summary.sections import Decision, VariantRow
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -98,19 +99,42 @@ def token_samples(ok: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"ttft": ttft[ttft >= 0] / 1e6, "tpot": (last[many] - first[many]) / (tokens[many] - 1) / 1e6}
 
 
-def _token_metrics(ok: pd.DataFrame, duration_s: float) -> dict:
-    """TTFT / TPOT p50 and p95 with intervals, and output tokens/s, of a generative variant."""
-    out = {}
-    for metric, values in token_samples(ok).items():
+def _token_metrics(ok: pd.DataFrame, duration_s: float) -> dict[str, float | list[float | None] | None]:
+    """TTFT / TPOT p50 and p95 with intervals, and output tokens/s, of a generative variant (VariantRow's fields)."""
+    out: dict[str, float | list[float | None] | None] = {}
+    for kind, values in token_samples(ok).items():
         for p, est in correlated_percentiles_ci(values, (50, 95)).items():
-            out[f"{metric}_p{p}_ms"], out[f"{metric}_p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
+            out[f"{kind}_p{p}_ms"], out[f"{kind}_p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
     tokens = ok["output_tokens"].to_numpy(dtype=float) if "output_tokens" in ok else np.empty(0)
     out["output_tokens_per_s"] = float(tokens[tokens > 0].sum() / duration_s) if duration_s else None
     return out
 
 
+def _capacity(name: str, endpoint: Endpoint, data, mean_compute_ms: float | None, from_responses: bool,
+              per_execution: dict[str, float] | None) -> tuple[float | None, str | None]:
+    """(capacity in requests/s, where it came from): the profile's measured value, else slots over the mean compute
+    — with dynamic batching a request's compute is its batch's, scaled by the requests per execution seen — for a
+    one-shot model (a continuous batch's compute is not one request's: an LLM's, a pooling model's)."""
+    profile = data.plan.profile
+    override = profile.decision.capacity_rps.get(name) if profile.decision else None
+    if override:
+        return float(override), "measured (profile)"
+    if mean_compute_ms and not endpoint.generative and not endpoint.pooling:
+        batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
+        return (_slots(data.plan, endpoint) * batch * 1000 / mean_compute_ms,
+                "estimate: slots / mean compute" + (f" × {batch:.1f} requests per execution" if batch > 1.0 else ""))
+    return None, None
+
+
+def _memory_shared_with(name: str, endpoint_stats: dict) -> list[str]:
+    """The other endpoints served by the same server process as `name` (their memory is one)."""
+    server = endpoint_stats.get(name, {}).get("after", {}).get("server")
+    return sorted(n for n, snaps in endpoint_stats.items()
+                  if n != name and server and snaps.get("after", {}).get("server") == server)
+
+
 def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, float] | None = None,
-                per_execution: dict[str, float] | None = None) -> tuple[dict, np.ndarray]:
+                per_execution: dict[str, float] | None = None) -> tuple[VariantRow, np.ndarray]:
     """One variant's row and its measured latencies (ms, successful requests of the measured phases)."""
     profile = data.plan.profile
     endpoint = next(e for e in profile.endpoints if e.name == name)
@@ -121,40 +145,29 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
         lat = lat[time_order(ok["t_intended_ref"].to_numpy())]
     checked = ok[ok["correct_count"] >= 0]  # -1: the endpoint has no check
     samples, correct = int(checked["batch_size"].sum()), int(checked["correct_count"].sum())
-    row = {"name": name, "model": endpoint.model, "protocol": endpoint.protocol, "requests": int(len(measured)),
-           "errors": int(len(measured) - len(ok)), "samples": samples, "correct": correct if samples else None,
-           "accuracy": correct / samples if samples else None}
-    for p, est in correlated_percentiles_ci(lat, (50, 95, 99)).items():
-        row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
-    if endpoint.generative:
-        row.update(_token_metrics(ok, profile.load.duration_s))
+    at = correlated_percentiles_ci(lat, (50, 95, 99))
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]
     from_responses = len(compute) > 0
-    row["mean_compute_ms"] = float(compute.mean() / 1e6) if from_responses else (stats_compute_ms or {}).get(name)
-    override = profile.decision.capacity_rps.get(name) if profile.decision else None
-    if override:
-        row["capacity_rps"], row["capacity_source"] = float(override), "measured (profile)"
-    elif row["mean_compute_ms"] and not endpoint.generative and not endpoint.pooling:  # a continuous batch's compute
-        # is not one request's (an LLM's, a pooling model's)
-        # with dynamic batching a request's compute is its batch's: scale by the requests per execution seen
-        batch = (per_execution or {}).get(name, 1.0) if from_responses else 1.0
-        row["capacity_rps"] = _slots(data.plan, endpoint) * batch * 1000 / row["mean_compute_ms"]
-        row["capacity_source"] = "estimate: slots / mean compute" + (
-            f" × {batch:.1f} requests per execution" if batch > 1.0 else "")
-    else:
-        row["capacity_rps"], row["capacity_source"] = None, None
-    row["memory_mb"] = _peak_rss_mb(data.metrics_timelines.get(name, []))
-    shared = sorted(n for n, snaps in data.endpoint_stats.items() if n != name and snaps.get("after", {}).get(
-        "server") and snaps["after"]["server"] == data.endpoint_stats.get(name, {}).get("after", {}).get("server"))
-    row["memory_shared_with"] = shared
+    mean_compute_ms = float(compute.mean() / 1e6) if from_responses else (stats_compute_ms or {}).get(name)
+    capacity_rps, capacity_source = _capacity(name, endpoint, data, mean_compute_ms, from_responses, per_execution)
     meta = data.models.get(name) or {}
-    row["model_size_bytes"], row["parameters"] = meta.get("size_bytes"), meta.get("parameters")
-    row["build_accuracy"] = meta.get("heldout_accuracy")
+    row = VariantRow(
+        name=name, model=endpoint.model, protocol=endpoint.protocol, requests=int(len(measured)),
+        errors=int(len(measured) - len(ok)), samples=samples, correct=correct if samples else None,
+        accuracy=correct / samples if samples else None,
+        p50_ms=at[50].value, p50_ci=[at[50].ci_low, at[50].ci_high], p95_ms=at[95].value,
+        p95_ci=[at[95].ci_low, at[95].ci_high], p99_ms=at[99].value, p99_ci=[at[99].ci_low, at[99].ci_high],
+        **(_token_metrics(ok, profile.load.duration_s) if endpoint.generative else {}),
+        mean_compute_ms=mean_compute_ms, capacity_rps=capacity_rps, capacity_source=capacity_source,
+        memory_mb=_peak_rss_mb(data.metrics_timelines.get(name, [])),
+        memory_shared_with=_memory_shared_with(name, data.endpoint_stats),
+        model_size_bytes=meta.get("size_bytes"), parameters=meta.get("parameters"),
+        build_accuracy=meta.get("heldout_accuracy"))
     return row, lat
 
 
-def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict], hardware: dict | None = None) -> dict | None:
+def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict], hardware: dict | None = None) -> Decision | None:
     """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
     run's server statistics deltas (analysis/read/triton_stats.py's endpoint_stat_deltas); `hardware`: the run's
     hardware section (energy per request, exporters' memory)."""
@@ -170,25 +183,24 @@ def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict], hardware: di
     for name in names:
         g = df[df["endpoint"] == name]
         row, lat = variant_row(name, g, data, stats_compute, per_execution)
-        row.update(hardware_of(name, hardware))
-        if row["memory_mb"] is None and row.get("exporter_memory_mb") is not None:  # a monitor of it alone says
-            row["memory_mb"], row["memory_source"] = row["exporter_memory_mb"], "exporter"
-        rows.append(row)
+        row = row.model_copy(update=hardware_of(name, hardware))
+        if row.memory_mb is None and row.exporter_memory_mb is not None:  # a monitor of it alone says
+            row.memory_mb, row.memory_source = row.exporter_memory_mb, "exporter"
         latencies[name] = lat
         if name in generative:
             token_latencies[name] = token_samples(g[(g["phase"] > 0) & (g["status"] == "ok")])
         answered = per_sample_correct(g[(g["phase"] > 0) & (g["status"] == "ok")])
         if answered:
             correctness[name] = answered
-            row["distinct_samples"] = len(answered)
-            row["accuracy_distinct"] = sum(answered.values()) / len(answered)
+            row.distinct_samples, row.accuracy_distinct = len(answered), sum(answered.values()) / len(answered)
+        rows.append(row)
     weights = dict(spec.weights or (GENERATIVE_WEIGHTS if names and set(names) <= generative else DEFAULT_WEIGHTS))
     result = decide(rows, latencies, weights, spec.constraints.model_dump(), correctness, token_latencies)
     if baseline:
-        base, base_lat = variant_row(baseline, df[df["endpoint"] == baseline], data)
-        result["baseline"] = base
-        for v in result["variants"]:
-            if v["model"] == base["model"] and v["p50_ms"] is not None and base["p50_ms"] is not None:
-                v["serving_overhead_p50_ms"] = v["p50_ms"] - base["p50_ms"]
-                v["model_share_of_p50"] = base["p50_ms"] / v["p50_ms"] if v["p50_ms"] else None
+        base, _ = variant_row(baseline, df[df["endpoint"] == baseline], data)
+        result.baseline = base
+        for v in result.variants:
+            if v.model == base.model and v.p50_ms is not None and base.p50_ms is not None:
+                v.serving_overhead_p50_ms = v.p50_ms - base.p50_ms
+                v.model_share_of_p50 = base.p50_ms / v.p50_ms if v.p50_ms else None
     return result

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -15,6 +16,7 @@ from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E4
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline
+    from tailrace.contract.summary.sections import VariantRow
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -349,26 +351,27 @@ def trace_rates(per_second: dict) -> str | None:
     return _svg(fig)
 
 
-def pareto_scatter(rows: list[dict], x: str, y: str, dominated_key: str, x_label: str, y_label: str,
+def pareto_scatter(rows: Sequence[VariantRow], x: str, y: str, dominated_key: str, x_label: str, y_label: str,
                    x_better_low: bool, y_better_high: bool) -> str | None:
-    """Variants as points (hollow = dominated), the frontier joined; arrows say which way is better."""
-    pts = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
+    """Variants as points (hollow = dominated), the frontier joined; arrows say which way is better (`x`, `y`,
+    `dominated_key`: VariantRow fields)."""
+    pts = [(r.name, getattr(r, x), getattr(r, y), bool(getattr(r, dominated_key))) for r in rows
+           if getattr(r, x) is not None and getattr(r, y) is not None]
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    front = sorted((r for r in pts if not r[dominated_key]), key=lambda r: r[x])
+    front = sorted((p for p in pts if not p[3]), key=lambda p: p[1])
     if len(front) > 1:
-        ax.plot([r[x] for r in front], [r[y] for r in front], color="green", lw=1, ls="--", label="Pareto frontier")
-    for r in pts:
-        dominated = bool(r[dominated_key])
-        ax.scatter(r[x], r[y], s=50, facecolors="none" if dominated else "green", edgecolors="grey" if dominated
+        ax.plot([p[1] for p in front], [p[2] for p in front], color="green", lw=1, ls="--", label="Pareto frontier")
+    for name, px, py, dominated in pts:
+        ax.scatter(px, py, s=50, facecolors="none" if dominated else "green", edgecolors="grey" if dominated
                    else "green", zorder=3)
-        ax.annotate(r["name"] + (" (dominated)" if dominated else ""), (r[x], r[y]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+        ax.annotate(name + (" (dominated)" if dominated else ""), (px, py), fontsize=7, xytext=(4, 4),
+                    textcoords="offset points")
     ax.set_xlabel(x_label + (" (lower is better)" if x_better_low else " (higher is better)"))
     ax.set_ylabel(y_label + (" (higher is better)" if y_better_high else " (lower is better)"))
     ax.set_title(f"Pareto frontier: {len(front)} of {len(pts)} variants" if len(front) > 1 else
-                 f"Pareto frontier: {front[0]['name']} dominates the rest" if front and len(pts) > 1 else
+                 f"Pareto frontier: {front[0][0]} dominates the rest" if front and len(pts) > 1 else
                  "Pareto frontier", fontsize=8)
     if len(front) > 1:
         ax.legend(fontsize=7)

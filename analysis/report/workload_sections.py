@@ -402,7 +402,7 @@ def _decision_section(d: Decision, figures: Figures) -> str:
                                ("capacity_source", "capacity from"), ("energy_basis", "energy")],
                         left={"name", "pareto_lat", "pareto_mem", "pareto_tokens", "pareto_energy", "capacity_source",
                               "energy_basis"}))
-    variants = [v.raw for v in d.variants]
+    variants = d.variants
     latency_accuracy = figures.svg("pareto_scatter", lambda: (
         variants, "p95_ms", "accuracy", "dominated_latency_accuracy_by", "p95 latency (ms)", "accuracy", True,
         True))

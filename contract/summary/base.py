@@ -13,20 +13,21 @@ class SummaryError(ValueError):
     """A summary.json that cannot be read: the message names the file and the field."""
 
 
-WRITING = {"writing": True}  # validation context: the analysis writes the summary (RunSummary.assemble)
+READING = {"reading": True}  # validation context: a summary.json read back (RunSummary.of)
 
 
 class Row(BaseModel):
-    """A row of the summary: its declared fields typed. Written by the analysis (RunSummary.assemble), a key it does
-    not declare is an error — a name spelled two ways between a statistic and its row is caught, not kept; read from
-    a file (RunSummary.of), any other key is kept as it was read (a newer tailrace's addition)."""
+    """A row of the summary: its declared fields typed. Made by the analysis (a statistic building its row, or
+    RunSummary.assemble), a key it does not declare is an error — a name spelled two ways between a statistic and its
+    row is caught, not kept; read from a file (RunSummary.of), any other key is kept as it was read (a newer
+    tailrace's addition)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     @model_validator(mode="before")
     @classmethod
-    def _declared_when_written(cls, data: Any, info: ValidationInfo) -> Any:
-        if isinstance(data, dict) and info.context and info.context.get("writing"):
+    def _declared_unless_read(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and not (info.context and info.context.get("reading")):
             known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
             unknown = sorted(str(k) for k in data if k not in known)
             if unknown:

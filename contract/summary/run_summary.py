@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tailrace.contract.summary.base import ALL, WRITING, Row, SummaryError
+from tailrace.contract.summary.base import ALL, READING, Row, SummaryError
 from tailrace.contract.summary.sections import Decision, InputRead, ManifestExcerpt, Pipelines, Scenario, Sessions
 from tailrace.contract.summary.tables import (
     ArrivalProcessRow,
@@ -99,7 +99,7 @@ class RunSummary(Row):
     def assemble(cls, fields: dict[str, Any]) -> RunSummary:
         """The summary the analysis writes, from its statistics' results: every key of every row declared (a key
         the models do not declare raises pydantic's ValidationError, naming it)."""
-        return cls.model_validate(fields, context=WRITING)
+        return cls.model_validate(fields)
 
     @classmethod
     def of(cls, raw: Any, source: str = "the summary") -> RunSummary:
@@ -113,7 +113,7 @@ class RunSummary(Row):
         from pydantic import ValidationError
 
         try:
-            return cls.model_validate(raw)
+            return cls.model_validate(raw, context=READING)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from tailrace.analysis.decide.decision import composite_scores, constraint_failures, decide, dominates, normalised, pareto
+from tailrace.contract.summary.sections import VariantRow
 
 
-def variant(name, p95, acc, mem, cap, samples=2000):
-    return {"name": name, "model": name, "p95_ms": p95, "accuracy": acc, "memory_mb": mem, "capacity_rps": cap,
-            "samples": samples, "correct": int(round(acc * samples))}
+def variant(name, p95, acc, mem, cap, samples=2000) -> VariantRow:
+    return VariantRow(name=name, model=name, p95_ms=p95, accuracy=acc, memory_mb=mem, capacity_rps=cap,
+                      samples=samples, correct=int(round(acc * samples)))
 
 
 ROWS = [variant("fast", 10.0, 0.95, 300.0, 900.0), variant("accurate", 30.0, 0.99, 400.0, 300.0),
@@ -27,7 +28,7 @@ def test_dominance_and_pareto_frontier():
     assert front == {"fast": [], "accurate": [], "middling": ["fast", "accurate", "lean"], "lean": []}
     mem = pareto(ROWS, [("memory_mb", False), ("capacity_rps", True)])
     assert mem["lean"] == [] and mem["fast"] == [] and set(mem["middling"]) == {"fast", "accurate", "lean"}
-    assert not dominates(ROWS[0], ROWS[0] | {"p95_ms": None}, objectives)  # unknown never dominated
+    assert not dominates(ROWS[0], ROWS[0].model_copy(update={"p95_ms": None}), objectives)  # unknown never dominated
 
 
 def test_normalisation_respects_direction_and_the_score_weights():
@@ -44,7 +45,7 @@ def test_normalisation_respects_direction_and_the_score_weights():
 def test_constraints_remove_variants_and_name_the_reason():
     fails = constraint_failures(ROWS[1], {"p95_ms_max": 20, "accuracy_min": 0.9, "memory_mb_max": None})
     assert fails == ["p95_ms 30 violates ≤ 20"]
-    assert constraint_failures(ROWS[3] | {"memory_mb": None}, {"memory_mb_max": 200}) == \
+    assert constraint_failures(ROWS[3].model_copy(update={"memory_mb": None}), {"memory_mb_max": 200}) == \
         ["memory_mb unknown (constraint ≤ 200)"]
 
 
@@ -54,17 +55,17 @@ def test_decision_table_ranks_survivors_with_pairwise_significance():
                  "accurate": rng.gamma(4, 6.0, 3000), "middling": rng.gamma(4, 6.0, 3000)}
     d = decide(ROWS, latencies, {"p95_ms": 1.0, "accuracy": 1.0, "memory_mb": 0.5, "capacity_rps": 0.5},
                {"p95_ms_max": 20, "accuracy_min": 0.95})
-    table = {v["name"]: v for v in d["variants"]}
-    assert not table["accurate"]["survives"] and not table["middling"]["survives"]
-    assert d["ranking"] == ["lean", "fast"] and d["recommended"] == "lean"
-    assert table["lean"]["rank"] == 1 and table["accurate"]["rank"] is None
-    [test] = d["pairwise"]
-    assert (test["a"], test["b"]) == ("lean", "fast")
-    assert test["latency_significant"] and test["mann_whitney_p"] < 1e-6 and test["cohens_d"] > 0
-    assert test["accuracy_p"] > 0.05 and not test["accuracy_significant"]  # 0.96 vs 0.95 on 2000 samples
-    assert test["accuracy_test"] == "Fisher (counts)"
+    table = {v.name: v for v in d.variants}
+    assert not table["accurate"].survives and not table["middling"].survives
+    assert d.ranking == ["lean", "fast"] and d.recommended == "lean"
+    assert table["lean"].rank == 1 and table["accurate"].rank is None
+    [test] = d.pairwise
+    assert (test.a, test.b) == ("lean", "fast")
+    assert test.latency_significant and test.mann_whitney_p < 1e-6 and test.cohens_d > 0
+    assert test.accuracy_p > 0.05 and not test.accuracy_significant  # 0.96 vs 0.95 on 2000 samples
+    assert test.accuracy_test == "Fisher (counts)"
     # lean's only latency / accuracy edge over fast (accuracy) is not significant: the report says so
-    [caveat] = d["caveats"]
+    [caveat] = d.caveats
     assert caveat.startswith("lean ranks above fast on higher accuracy") and "not significant" in caveat
 
 
@@ -73,7 +74,7 @@ def test_decision_flags_a_ranking_resting_on_noise():
     rows = [variant("a", 10.0, 0.95, 100.0, 500.0), variant("b", 10.1, 0.95, 120.0, 480.0)]
     same = {"a": rng.gamma(4, 2.0, 500), "b": rng.gamma(4, 2.0, 500)}
     d = decide(rows, same, {"p95_ms": 1.0, "memory_mb": 1.0}, {})
-    assert d["recommended"] == "a" and len(d["caveats"]) == 1 and "not significant" in d["caveats"][0]
+    assert d.recommended == "a" and len(d.caveats) == 1 and "not significant" in d.caveats[0]
 
 
 def test_accuracy_compared_per_sample_with_mcnemar():
@@ -83,38 +84,38 @@ def test_accuracy_compared_per_sample_with_mcnemar():
     rows = [variant("a", 10.0, 0.98, 100.0, 500.0), variant("b", 9.0, 0.95, 100.0, 500.0)]
     lat = {"a": np.full(50, 10.0), "b": np.full(50, 9.0)}
     d = decide(rows, lat, {"accuracy": 1.0}, {}, {"a": a, "b": b})
-    [test] = d["pairwise"]
-    assert test["accuracy_test"] == "McNemar, 500 distinct samples"
-    assert test["accuracy_diff"] == pytest.approx(15 / 500)
+    [test] = d.pairwise
+    assert test.accuracy_test == "McNemar, 500 distinct samples"
+    assert test.accuracy_diff == pytest.approx(15 / 500)
     from scipy.stats import binomtest
-    assert test["accuracy_p"] == pytest.approx(binomtest(20, 25, 0.5).pvalue) and test["accuracy_significant"]
-    assert d["recommended"] == "a" and d["caveats"] == []  # a's edge (accuracy) is significant
+    assert test.accuracy_p == pytest.approx(binomtest(20, 25, 0.5).pvalue) and test.accuracy_significant
+    assert d.recommended == "a" and d.caveats == []  # a's edge (accuracy) is significant
 
 
 def test_no_survivor_means_no_recommendation():
     d = decide(ROWS, {}, {"p95_ms": 1.0}, {"accuracy_min": 0.999})
-    assert d["recommended"] is None and d["ranking"] == [] and d["pairwise"] == []
+    assert d.recommended is None and d.ranking == [] and d.pairwise == []
 
 
 def test_energy_ranks_constrains_and_draws_a_frontier():
     """Seed 003's decision: an energy budget per request, energy in the composite score, p95 vs energy Pareto."""
-    rows = [ROWS[0] | {"energy_mj": 40.0, "energy_basis": "measured"},
-            ROWS[3] | {"energy_mj": 12.0, "energy_basis": "measured"},
-            ROWS[1] | {"energy_mj": 90.0, "energy_basis": "measured"}]
+    rows = [ROWS[0].model_copy(update={"energy_mj": 40.0, "energy_basis": "measured"}),
+            ROWS[3].model_copy(update={"energy_mj": 12.0, "energy_basis": "measured"}),
+            ROWS[1].model_copy(update={"energy_mj": 90.0, "energy_basis": "measured"})]
     d = decide(rows, {}, {"energy_mj": 1.0}, {"energy_budget_mj": 50})
-    table = {v["name"]: v for v in d["variants"]}
-    assert table["accurate"]["constraint_failures"] == ["energy_mj 90 violates ≤ 50"]
-    assert d["ranking"] == ["lean", "fast"]
-    assert table["fast"]["dominated_latency_energy_by"] == [] and table["accurate"]["dominated_latency_energy_by"] \
+    table = {v.name: v for v in d.variants}
+    assert table["accurate"].constraint_failures == ["energy_mj 90 violates ≤ 50"]
+    assert d.ranking == ["lean", "fast"]
+    assert table["fast"].dominated_latency_energy_by == [] and table["accurate"].dominated_latency_energy_by \
         == ["fast", "lean"]
 
 
 def test_estimated_energy_is_never_ranked_against_measured_joules():
-    rows = [ROWS[0] | {"energy_mj": 40.0, "energy_basis": "measured"},
-            ROWS[3] | {"energy_mj": 1.0, "energy_basis": "estimate: model CPU"}]
+    rows = [ROWS[0].model_copy(update={"energy_mj": 40.0, "energy_basis": "measured"}),
+            ROWS[3].model_copy(update={"energy_mj": 1.0, "energy_basis": "estimate: model CPU"})]
     d = decide(rows, {}, {"energy_mj": 1.0, "p95_ms": 0.0}, {})
-    table = {v["name"]: v for v in d["variants"]}
-    assert table["lean"].get("energy_mj") is None and table["lean"]["estimated_energy_mj"] == 1.0
+    table = {v.name: v for v in d.variants}
+    assert table["lean"].energy_mj is None and table["lean"].estimated_energy_mj == 1.0
     assert any("measured for some variants and not for others: it is ranked on those (fast) only" in c
-               for c in d["caveats"])
-    assert table["fast"]["score"] == 1.0 and table["lean"]["score"] == 0.0
+               for c in d.caveats)
+    assert table["fast"].score == 1.0 and table["lean"].score == 0.0
