@@ -75,6 +75,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
+from tailrace.contract.summary.tables import TokenRow
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
 # verdicts and the validity checks read (each at the measured rows' positions)
@@ -259,7 +260,8 @@ class _RunStatistics:
     def tokens(self, c: Columns, r: Results):
         if not self.token_columns:
             return []
-        rows = token_table(c.frame(self.token_columns), self.duration, self.generative, self.slos)
+        rows = [TokenRow(**row) for row in token_table(c.frame(self.token_columns), self.duration, self.generative,
+                                                       self.slos)]
         self.figures.submit("token_heatmap", rows)
         self.figures.submit("ttft_bars", r["ttft_decomposition"])
         return rows

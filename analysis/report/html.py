@@ -429,7 +429,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     only = (" <span class='note'>(one-shot endpoints; the streams' TTFT and TPOT per region are in "
             "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
     parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
-    parts.append(figures.svg("heatmap_p99", lambda: ([r.raw for r in s.latency],)) or "<p class='note'>no data</p>")
+    parts.append(figures.svg("heatmap_p99", lambda: (s.latency,)) or "<p class='note'>no data</p>")
     parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
                  "latency table).</p>")
     parts.append(f"<h2>Latency distribution per region{only}</h2>" +

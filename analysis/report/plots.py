@@ -17,6 +17,7 @@ from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E4
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline
     from tailrace.contract.summary.sections import VariantRow
+    from tailrace.contract.summary.tables import LatencyRow, TokenRow
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -30,21 +31,25 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def heatmap_p99(latency_rows: list[dict], label: str = "p99 latency (ms)") -> str | None:
+def heatmap_p99(latency_rows: Sequence[LatencyRow], label: str = "p99 latency (ms)") -> str | None:
     """p99 per region × endpoint on one colour scale: one kind of endpoint (a mixed run's one-shot endpoints; a
     stream's E2E would wash their differences out — its TTFT has token_heatmap)."""
-    rows = [r for r in latency_rows if r["endpoint"] != "*" and r["region"] != "*"]
-    if {r.get("kind") for r in rows} >= {"one-shot", "stream"}:
-        rows = [r for r in rows if r.get("kind") == "one-shot"]
-    if not rows:
+    rows = [r for r in latency_rows if r.endpoint != "*" and r.region != "*"]
+    if {r.kind for r in rows} >= {"one-shot", "stream"}:
+        rows = [r for r in rows if r.kind == "one-shot"]
+    return heatmap([(r.region, r.endpoint, r.p99.value) for r in rows], label)
+
+
+def heatmap(cells: Sequence[tuple[str, str, float | None]], label: str) -> str | None:
+    """(region, endpoint, value) cells on one colour scale, each with its number (n/a: no value)."""
+    if not cells:
         return None
-    endpoints = sorted({r["endpoint"] for r in rows})
-    regions = sorted({r["region"] for r in rows})
+    endpoints = sorted({e for _, e, _ in cells})
+    regions = sorted({r for r, _, _ in cells})
     grid = np.full((len(regions), len(endpoints)), np.nan)
-    for r in rows:
-        v = r["percentiles"]["p99"]["value"]
+    for region, endpoint, v in cells:
         if v is not None:
-            grid[regions.index(r["region"]), endpoints.index(r["endpoint"])] = v
+            grid[regions.index(region), endpoints.index(endpoint)] = v
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(endpoints), 0.8 + 0.55 * len(regions)))
     im = ax.imshow(grid, cmap="YlOrRd", aspect="auto")
     cmap, norm = im.get_cmap(), im.norm
@@ -191,13 +196,12 @@ def hardware_over_time(timeline: dict[str, dict[str, list]], phase_starts_s: lis
     return _svg(fig)
 
 
-def token_heatmap(token_rows: list[dict]) -> str | None:
-    """TTFT p99 per region × endpoint (analysis/stats/tokens.py token_table's rows); p90 where some group has too
-    few streams for a p99 (the colour bar says which)."""
-    cells = [r for r in token_rows if r["endpoint"] != "*" and r["region"] != "*"]
-    p = "p99" if all(r["ttft_ms"]["p99"]["value"] is not None for r in cells) else "p90"
-    return heatmap_p99([{"endpoint": r["endpoint"], "region": r["region"], "percentiles": {"p99": r["ttft_ms"][p]}}
-                        for r in cells], f"TTFT {p} (ms)")
+def token_heatmap(token_rows: Sequence[TokenRow]) -> str | None:
+    """TTFT p99 per region × endpoint (the summary's token rows); p90 where some group has too few streams for a
+    p99 (the colour bar says which)."""
+    cells = [r for r in token_rows if r.endpoint != "*" and r.region != "*"]
+    p = "p99" if all(r.ttft_ms.at("p99").value is not None for r in cells) else "p90"
+    return heatmap([(r.region, r.endpoint, r.ttft_ms.at(p).value) for r in cells], f"TTFT {p} (ms)")
 
 
 def token_cdfs(curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]) -> str | None:

@@ -61,9 +61,9 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
                   "judged on its requests only.</p>"]
     parts += [_prompt_lengths_note(analysis.data.plan.profile),
              "<h3>TTFT p99 per region × endpoint (p90 where a group has too few streams for a p99)</h3>",
-             figures.svg("token_heatmap", lambda: ([r.raw for r in rows],)) or "",
+             figures.svg("token_heatmap", lambda: (rows,)) or "",
              *(["<h3>TTFT p99 per region × endpoint · model</h3>", figures.svg("token_heatmap", lambda: (
-                 [{**r.raw, "endpoint": f"{r.endpoint} · {r.model}"} for r in s.tokens_by_model],)) or ""]
+                 [r.model_copy(update={"endpoint": f"{r.endpoint} · {r.model}"}) for r in s.tokens_by_model],)) or ""]
                if s.tokens_by_model else []),
              "<h3>TTFT and TPOT per region</h3>",
              figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",

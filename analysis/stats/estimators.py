@@ -14,6 +14,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import special, stats
 
+from tailrace.contract.summary.base import Estimate
+
 ALPHA = 0.05
 
 
@@ -40,9 +42,13 @@ class PercentileEstimate:
         return self.ci_low is not None
 
     def as_dict(self) -> dict:
-        return {"percentile": self.percentile, "n": self.n, "value": self.value, "ci_low": self.ci_low,
-                "ci_high": self.ci_high, "min_samples": self.min_samples, "effective_n": self.effective_n,
-                "note": None if self.has_interval else self._note()}
+        return self.estimate().model_dump()
+
+    def estimate(self) -> Estimate:
+        """The summary's Estimate of it (a note where it has no value or no interval)."""
+        return Estimate(percentile=self.percentile, n=self.n, value=self.value, ci_low=self.ci_low,
+                        ci_high=self.ci_high, min_samples=self.min_samples, effective_n=self.effective_n,
+                        note=None if self.has_interval else self._note())
 
     def _note(self) -> str:
         if not self.reportable:

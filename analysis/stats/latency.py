@@ -15,6 +15,7 @@ from tailrace.analysis.stats.estimators import SortedUnion, tail_needed, tail_qu
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import load_segments
 from tailrace.contract.records import CANCELLED
+from tailrace.contract.summary.tables import LatencyRow, TokenRow
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 ACCURACY_COLUMNS = ("correct", "correct_count", "batch_size")
@@ -184,8 +185,9 @@ def _counts(n: int, n_ok: int, n_cancelled: int, accuracy: float | None, send_la
 
 
 def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], np.ndarray | SortedUnion | None],
-                      counts: dict) -> dict:
-    """`counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
+                      counts: dict, labels: dict[str, str], intended: float | None = None) -> LatencyRow:
+    """The latency row of the group `labels` names (its endpoint, region and kind; `intended`: its intended rate):
+    `counts` (request_counts of the same rows) with the mean, max and percentiles with CIs (ms) of the
     successful latencies of the rows at positions `idx` (ascending); `sorted_ok_ms()`: those latencies, sorted
     (an array or a SortedUnion, asked for once the rows are in time order; None: sorted here). The CIs count the
     independent samples the time-ordered latencies are worth (analysis/stats/correlation.py). Each temporary is freed
@@ -201,11 +203,10 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], n
     ok_sorted = sorted_ok_ms()
     if ok_sorted is None:
         ok_sorted = np.sort(in_time)
-    head = {k: counts[k] for k in ("count", "ok", "errors", "cancelled", "error_rate", "achieved_rate", "accuracy")}
-    return {**head, "mean_ms": mean_ms, "max_ms": float(ok_sorted[-1]) if len(ok_sorted) else None,
-            "send_lag_p99_ms": counts["send_lag_p99_ms"],
-            "percentiles": {f"p{p:g}": est.as_dict() for p, est in
-                            correlated_percentiles_ci(in_time, PERCENTILES, ok_sorted).items()}}
+    return LatencyRow(**labels, **counts, mean_ms=mean_ms, max_ms=float(ok_sorted[-1]) if len(ok_sorted) else None,
+                      intended_rate=intended, percentiles={f"p{p:g}": est.estimate() for p, est in
+                                                           correlated_percentiles_ci(in_time, PERCENTILES,
+                                                                                     ok_sorted).items()})
 
 
 def _merged(parts: list[np.ndarray]) -> np.ndarray:
@@ -356,7 +357,7 @@ def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[t
 
 def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positions: dict | None = None,
                   among: np.ndarray | None = None, counts: list[dict] | None = None, order: TimeOrder | None = None,
-                  streamed: frozenset[str] = frozenset()) -> tuple[list[dict], dict[tuple[str, str], np.ndarray]]:
+                  streamed: frozenset[str] = frozenset()) -> tuple[list[LatencyRow], dict[tuple[str, str], np.ndarray]]:
     """(rows per endpoint × region, per endpoint (all regions), and overall, of the rows at ascending positions
     `among` of `df` (None: all); each group's sorted successful latencies (ms), in (endpoint, region) order).
     Each group is sorted once (`positions`: endpoint_region_positions(df, among), when the caller has it); an
@@ -389,14 +390,14 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
                 return _merged(parts)
             return SortedUnion(parts)
 
-        def row(task: tuple[tuple[dict, Callable[[], np.ndarray], list | None], dict]) -> dict:
+        def row(task: tuple[tuple[dict, Callable[[], np.ndarray], list | None], dict]) -> LatencyRow:
             (labels, idx, members), count = task
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
             if e == "*" and rate is not None and len(overall_endpoints) < len(profile.endpoints):
                 rates = [intended_rate(profile, None, name) for name in overall_endpoints]
                 rate = None if None in rates else sum(rates)
-            return {**labels, **summarize_latency(rows, idx(), lambda: merged(members), count), "intended_rate": rate}
+            return summarize_latency(rows, idx(), lambda: merged(members), count, labels, rate)
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted
 
@@ -409,7 +410,7 @@ def _met_threshold_ns(slos: list[dict], endpoint: str, region: str) -> float:
     return min(thresholds, default=np.inf)
 
 
-def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s: float,
+def add_goodput(rows: list[LatencyRow], df: pd.DataFrame, slos: list[dict], duration_s: float,
                 positions: dict | None = None, streamed: frozenset[str] = frozenset()) -> None:
     """Add `goodput_rps` to each one-shot latency row: the rate of requests that succeeded within every latency
     SLO that applies to their endpoint × region (meeting "p99 < T" means a latency ≤ T), over the measured phases.
@@ -425,16 +426,16 @@ def add_goodput(rows: list[dict], df: pd.DataFrame, slos: list[dict], duration_s
         limit = _met_threshold_ns(slos, str(endpoint), str(region))
         good[(str(endpoint), str(region))] = int((ok[idx] & (latency[idx] <= limit)).sum())
     for row in rows:
-        if row.get("kind") == STREAM:
-            row["goodput_rps"] = None
+        if row.kind == STREAM:
+            row.goodput_rps = None
             continue
-        count = sum(v for (e, r), v in good.items() if row["endpoint"] in ("*", e) and row["region"] in ("*", r))
-        row["goodput_rps"] = count / duration_s if duration_s else None
+        count = sum(v for (e, r), v in good.items() if row.endpoint in ("*", e) and row.region in ("*", r))
+        row.goodput_rps = count / duration_s if duration_s else None
 
 
-def with_stream_goodput(rows: list[dict], token_rows: list[dict]) -> list[dict]:
+def with_stream_goodput(rows: list[LatencyRow], token_rows: list[TokenRow]) -> list[LatencyRow]:
     """The latency rows, each stream row's goodput the token table's for the same endpoint × region (one number
     per group, judged by the SLOs that apply to a stream: TTFT, TPOT, ITL, E2E)."""
-    by_group = {(t["endpoint"], t["region"]): t.get("goodput_rps") for t in token_rows}
-    return [r | {"goodput_rps": by_group.get((r["endpoint"], r["region"]))} if r.get("kind") == STREAM else r
+    by_group = {(t.endpoint, t.region): t.goodput_rps for t in token_rows}
+    return [r.model_copy(update={"goodput_rps": by_group.get((r.endpoint, r.region))}) if r.kind == STREAM else r
             for r in rows]

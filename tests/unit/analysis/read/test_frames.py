@@ -164,10 +164,10 @@ def test_rows_with_no_region_count_in_their_endpoints_and_the_overall_percentile
                    "correct": np.ones(n, dtype=bool)}, pd.RangeIndex(n))
     rows, _ = latency_table(df, SimpleNamespace(load=SimpleNamespace(scenario="offline")), 10.0)
     for row in rows:
-        if row["region"] == "*":
-            mine = latency if row["endpoint"] == "*" else latency[endpoints == row["endpoint"]]
+        if row.region == "*":
+            mine = latency if row.endpoint == "*" else latency[endpoints == row.endpoint]
             for p in (50, 99):
-                assert row["percentiles"][f"p{p}"]["value"] == float(np.percentile(mine / 1e6, p)), (row["endpoint"], p)
+                assert row.percentiles[f"p{p}"].value == float(np.percentile(mine / 1e6, p)), (row.endpoint, p)
 
 
 @pytest.mark.parametrize("q", [0.5, 0.99])

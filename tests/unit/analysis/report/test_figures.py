@@ -12,8 +12,11 @@ import pytest
 
 from tailrace.analysis.report import figures as figures_module
 from tailrace.analysis.report.figures import InlineFigures, ProcessFigures, start_figures
+from tailrace.contract.summary.base import Estimate
+from tailrace.contract.summary.tables import LatencyRow
 
-HEATMAP = ([{"endpoint": "e", "region": r, "percentiles": {"p99": {"value": v}}} for r, v in (("a", 9.0), ("b", 3.0))],)
+HEATMAP = ([LatencyRow(endpoint="e", region=r, count=1, errors=0, error_rate=0.0, achieved_rate=1.0,
+                       percentiles={"p99": Estimate(value=v)}) for r, v in (("a", 9.0), ("b", 3.0))],)
 CDFS = ({"a": (np.array([1.0, 2.0, 4.0]), np.array([0.8, 0.5, 0.1]))},)
 
 

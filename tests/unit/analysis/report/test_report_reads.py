@@ -30,8 +30,7 @@ def _analysis(tmp_path):
 def test_heatmap_numbers_are_white_on_dark_cells_and_black_on_light_ones():
     cmap = colormaps["YlOrRd"]
     assert plots._readable_on(cmap(1.0)) == "white" and plots._readable_on(cmap(0.0)) == "black"
-    svg = plots.heatmap_p99([{"endpoint": "e", "region": r, "percentiles": {"p99": {"value": v}}}
-                             for r, v in (("slow", 200.0), ("fast", 5.0))])
+    svg = plots.heatmap([(r, "e", v) for r, v in (("slow", 200.0), ("fast", 5.0))], "p99 (ms)")
     assert "fill: #ffffff" in svg  # the slowest cell's number
 
 

@@ -13,6 +13,7 @@ from tailrace.analysis.stats.latency import add_goodput, latency_table, region_c
 from tailrace.analysis.stats.scenarios import per_phase_table
 from tailrace.analysis.stats.timeline import timeline
 from tailrace.analysis.stats.tokens import token_table
+from tailrace.contract.summary.tables import TokenRow
 from tests.unit.analysis.stats.test_tokens import stream_rows
 
 DURATION_S = 10.0
@@ -47,14 +48,14 @@ def test_the_overall_row_pools_the_one_shot_endpoints_only_and_each_row_says_its
     base = frame_of({c: df[c].to_numpy() if c not in ("endpoint", "region", "status") else df[c] for c in df},
                     pd.RangeIndex(len(df)))
     rows, ok_sorted = latency_table(base, profile({"mlp": 3, "llm": 1}), DURATION_S, streamed=LLM)
-    by = {(r["endpoint"], r["region"]): r for r in rows}
+    by = {(r.endpoint, r.region): r for r in rows}
     overall = by[("*", "*")]
     one_shot_ms = df.loc[df["endpoint"] == "mlp", "latency_ns"].to_numpy() / 1e6
-    assert overall["kind"] == "one-shot" and overall["count"] == len(one_shot_ms)
-    assert overall["percentiles"]["p99"]["value"] == float(np.percentile(one_shot_ms, 99))
-    assert overall["max_ms"] < 15  # no stream's 250 ms E2E in it
-    assert {by[("llm", r)]["kind"] for r in ("near", "far", "*")} == {"stream"}
-    assert {by[("mlp", r)]["kind"] for r in ("near", "far", "*")} == {"one-shot"}
+    assert overall.kind == "one-shot" and overall.count == len(one_shot_ms)
+    assert overall.p99.value == float(np.percentile(one_shot_ms, 99))
+    assert overall.max_ms < 15  # no stream's 250 ms E2E in it
+    assert {by[("llm", r)].kind for r in ("near", "far", "*")} == {"stream"}
+    assert {by[("mlp", r)].kind for r in ("near", "far", "*")} == {"one-shot"}
     # the region curves hold the one-shot requests only: every one of a small run's is a point
     curves = region_cdfs(ok_sorted, LLM)
     for region, (x, _) in curves.items():
@@ -63,7 +64,7 @@ def test_the_overall_row_pools_the_one_shot_endpoints_only_and_each_row_says_its
     streams_only = base.loc[(df["endpoint"] == "llm").to_numpy()].reset_index(drop=True)
     streams_only["endpoint"] = streams_only["endpoint"].cat.remove_unused_categories()
     rows, ok_sorted = latency_table(streams_only, profile({"llm": 1}), DURATION_S, streamed=LLM)
-    assert rows[-1]["kind"] == "stream" and rows[-1]["count"] == 200
+    assert rows[-1].kind == "stream" and rows[-1].count == 200
     assert min(x.min() for x, _ in region_cdfs(ok_sorted, LLM).values()) >= 250
 
 
@@ -75,17 +76,17 @@ def test_a_streams_goodput_is_its_token_slos_and_the_two_tables_agree():
             {"metric": "ttft", "percentile": 90, "threshold_ms": 100, "endpoint": "llm", "region": "*"}]
     rows, _ = latency_table(df, profile({"mlp": 3, "llm": 1}), DURATION_S, streamed=LLM)
     add_goodput(rows, df, slos, DURATION_S, streamed=LLM)
-    tokens = token_table(df, DURATION_S, set(LLM), slos)
+    tokens = [TokenRow(**r) for r in token_table(df, DURATION_S, set(LLM), slos)]
     rows = with_stream_goodput(rows, tokens)
-    by = {(r["endpoint"], r["region"]): r for r in rows}
-    token_by = {(r["endpoint"], r["region"]): r for r in tokens}
+    by = {(r.endpoint, r.region): r for r in rows}
+    token_by = {(r.endpoint, r.region): r for r in tokens}
     for key, row in by.items():
-        ok_rate = row["ok"] / DURATION_S
-        assert row["goodput_rps"] <= ok_rate + 1e-9, key
-        assert row["goodput_rps"] == ok_rate, key  # every request ok and far inside every SLO that applies
-        if row["kind"] == "stream":
-            assert row["goodput_rps"] == token_by[key]["goodput_rps"] == (20.0 if key[1] == "*" else 10.0), key
-    assert by[("*", "*")]["goodput_rps"] == 600 / DURATION_S  # the one-shot endpoints' rate, as its count
+        ok_rate = row.ok / DURATION_S
+        assert row.goodput_rps <= ok_rate + 1e-9, key
+        assert row.goodput_rps == ok_rate, key  # every request ok and far inside every SLO that applies
+        if row.kind == "stream":
+            assert row.goodput_rps == token_by[key].goodput_rps == (20.0 if key[1] == "*" else 10.0), key
+    assert by[("*", "*")].goodput_rps == 600 / DURATION_S  # the one-shot endpoints' rate, as its count
     # a latency SLO that names the stream applies to it as its E2E: 250 ms > 200 ms, no stream is good
     named = [{**slos[0], "endpoint": "llm"}]
     assert {r["goodput_rps"] for r in token_table(df, DURATION_S, set(LLM), named)} == {0.0}
