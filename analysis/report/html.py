@@ -149,7 +149,7 @@ def _queueing_section(queueing: list[QueueingRow], figures: Figures | None = Non
         parts.append(f"<p class='note'>No queueing-model prediction for {html.escape(', '.join(others))}: their "
                      "service time is the model's own, not a known distribution; Little's law and utilization "
                      "above still hold.</p>")
-    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: ([q.raw for q in queueing],))
+    plot = (figures or InlineFigures()).svg("queue_vs_utilization", lambda: (queueing,))
     if plot:
         parts.append(plot)
     elif queueing:
@@ -243,7 +243,7 @@ def _phases_section(s: RunSummary, analysis: Analysis, figures: Figures, streame
     line_note = ("<p class='note'>The p99 lines are the one-shot endpoints' (the streams' TTFT over time is in "
                  "<a href='#tokens'>Streamed responses</a>); requests / s counts every request.</p>") if mixed else ""
     parts.append("<h2 id='phases'>Latency and throughput over time, per phase</h2>" +
-                 (figures.svg("over_time_of", lambda: (timeline(df, streamed), starts, [o.raw for o in s.outages]))
+                 (figures.svg("over_time_of", lambda: (timeline(df, streamed), starts, s.outages))
                   or "") + line_note)
     parts.append(_table([Shown(r, p50_ci=_ci(r.p50_ci), p95_ci=_ci(r.p95_ci), p99_ci=_ci(r.p99_ci))
                          for r in s.phases],
@@ -452,7 +452,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")
-    parts.append(figures.svg("decomposition_bars", lambda: ([d.raw for d in s.decomposition],))
+    parts.append(figures.svg("decomposition_bars", lambda: (s.decomposition,))
                  or "<p class='note'>no server timings</p>")
     parts.append(_table(s.decomposition, [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
                                              ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),

@@ -17,7 +17,7 @@ from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E4
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline
     from tailrace.contract.summary.sections import VariantRow
-    from tailrace.contract.summary.tables import LatencyRow, TokenRow
+    from tailrace.contract.summary.tables import LatencyLegs, LatencyRow, Outage, QueueingRow, TokenRow, TtftLegs
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -104,7 +104,7 @@ def latency_cdfs(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
     return _svg(fig)
 
 
-def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: Sequence[Outage] = ()) -> str:
     """p99 per second and requests per second per region of request rows `df`; phase starts dashed, outage
     windows shaded."""
     from tailrace.analysis.stats.timeline import timeline
@@ -112,7 +112,7 @@ def over_time(df: pd.DataFrame, phase_starts_s: list[float], outages: list[dict]
     return over_time_of(timeline(df), phase_starts_s, outages)
 
 
-def over_time_of(line: Timeline, phase_starts_s: list[float], outages: list[dict] = ()) -> str:
+def over_time_of(line: Timeline, phase_starts_s: list[float], outages: Sequence[Outage] = ()) -> str:
     """over_time of the numbers analysis/stats/timeline.py computed (what a figure process is handed)."""
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.6), sharex=True)
     centres = np.arange(line.whole_s) + 0.5
@@ -121,9 +121,9 @@ def over_time_of(line: Timeline, phase_starts_s: list[float], outages: list[dict
         ax2.plot(centres, line.requests[region], lw=1, label=region)
     _mark_phases((ax1, ax2), phase_starts_s)
     for o in outages:
-        end = (o["end_ref_ns"] - line.t0_ns) / 1e9 if o["end_ref_ns"] is not None else line.end_s
+        end = (o.end_ref_ns - line.t0_ns) / 1e9 if o.end_ref_ns is not None else line.end_s
         for ax in (ax1, ax2):
-            ax.axvspan((o["start_ref_ns"] - line.t0_ns) / 1e9, end, color="red", alpha=0.15, lw=0)
+            ax.axvspan((o.start_ref_ns - line.t0_ns) / 1e9, end, color="red", alpha=0.15, lw=0)
     if line.errors is not None:
         ax2.plot(centres, line.errors, lw=1, color="red", ls=":", label="errors")
     ax2.legend(fontsize=7, ncol=4)
@@ -278,22 +278,24 @@ def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float])
     return _svg(fig)
 
 
-def ttft_bars(rows: list[dict]) -> str | None:
+def ttft_bars(rows: Sequence[TtftLegs]) -> str | None:
     """Where TTFT goes, per region × endpoint (analysis/stats/decomposition.py ttft_decomposition)."""
     return decomposition_bars(rows, ("send_lag", "network_up", "server_queue", "server_prefill", "server_other",
                                      "network_down"), "mean time to first token (ms)")
 
 
-def decomposition_bars(rows: list[dict], legs: tuple[str, ...] = ("send_lag", "network_up", "server_queue",
-                                                                   "server_compute", "server_other", "network_down"),
+def decomposition_bars(rows: Sequence[LatencyLegs | TtftLegs],
+                       legs: tuple[str, ...] = ("send_lag", "network_up", "server_queue", "server_compute",
+                                                "server_other", "network_down"),
                        label: str = "mean time (ms)") -> str | None:
+    """Each region × endpoint's mean time, leg by leg (`legs`: the rows' `<leg>_ms` fields), as stacked bars."""
     if not rows:
         return None
-    labels = [f"{r['region']}\n{r['endpoint']}" for r in rows]
+    labels = [f"{r.region}\n{r.endpoint}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(rows)))
     left = np.zeros(len(rows))
     for leg in legs:
-        v = np.array([max(0.0, r[leg + "_ms"]) for r in rows])
+        v = np.array([max(0.0, getattr(r, leg + "_ms") or 0.0) for r in rows])
         ax.barh(labels, v, left=left, label=leg.replace("_", " "))
         left += v
     ax.invert_yaxis()
@@ -302,17 +304,17 @@ def decomposition_bars(rows: list[dict], legs: tuple[str, ...] = ("send_lag", "n
     return _svg(fig)
 
 
-def queue_vs_utilization(points: list[dict]) -> str | None:
+def queue_vs_utilization(rows: Sequence[QueueingRow]) -> str | None:
     """Mean queue delay against utilization, one point per endpoint; None when every endpoint ran under
     MIN_UTILIZATION_TO_PLOT (points huddled at ρ ≈ 0 say nothing: the report says so in words instead)."""
-    points = [p for p in points if p.get("utilization") is not None and p.get("mean_queue_ms") is not None]
-    if not points or max(p["utilization"] for p in points) < MIN_UTILIZATION_TO_PLOT:
+    points = [(r.endpoint, r.utilization, r.mean_queue_ms) for r in rows
+              if r.utilization is not None and r.mean_queue_ms is not None]
+    if not points or max(rho for _, rho, _ in points) < MIN_UTILIZATION_TO_PLOT:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    for p in points:
-        ax.scatter(p["utilization"], p["mean_queue_ms"], s=30)
-        ax.annotate(p["endpoint"], (p["utilization"], p["mean_queue_ms"]), fontsize=7, xytext=(4, 2),
-                    textcoords="offset points")
+    for endpoint, rho, queue_ms in points:
+        ax.scatter(rho, queue_ms, s=30)
+        ax.annotate(endpoint, (rho, queue_ms), fontsize=7, xytext=(4, 2), textcoords="offset points")
     ax.axvline(0.7, color="red", lw=0.8, ls="--")
     ax.set_xlabel("utilization ρ = λ·S / slots")
     ax.set_ylabel("mean queue delay (ms)")

@@ -114,7 +114,7 @@ def _ttft_split(s: RunSummary, figures: Figures) -> str:
     split = s.ttft_decomposition
     parts.append("<h3>Where time to first token goes</h3>")
     if split:
-        parts.append(figures.svg("ttft_bars", lambda: ([r.raw for r in split],)) or "")
+        parts.append(figures.svg("ttft_bars", lambda: (split,)) or "")
         parts.append(_table(split, [("region", "region"), ("endpoint", "endpoint"), ("count", "n"),
                                     ("send_lag_ms", "send lag"), ("network_up_ms", "network up"),
                                     ("server_queue_ms", "queue"), ("server_prefill_ms", "prefill"),

@@ -14,6 +14,7 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
 from tailrace.analysis.read.threads import map_in_threads
+from tailrace.contract.summary.tables import LatencyLegs, TtftLegs
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
 
@@ -51,7 +52,7 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
 
 
 def decomposition_table(log, also: np.ndarray | None = None, streamed: set[str] = frozenset()
-                        ) -> tuple[list[dict], pd.DataFrame]:
+                        ) -> tuple[list[LatencyLegs], pd.DataFrame]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
     report server timing; and the legs of the requests at rows `also` that do (decompose's, in `also`'s order).
     The requests to the `streamed` endpoints are left out: their server timing covers the first token
@@ -94,12 +95,7 @@ def decomposition_table(log, also: np.ndarray | None = None, streamed: set[str] 
         del columns
         later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}
         log.spare(*(c for c in LEG_COLUMNS[leg][0] if c not in later))
-    rows_out = []
-    for key in order:
-        row = out[key]
-        row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in LEGS))
-        rows_out.append({k: row[k] for k in ("region", "endpoint", "count", *(leg + "_ms" for leg in LEGS),
-                                              "sum_ms", "latency_mean_ms", "p99_server_queue_ms")})
+    rows_out = [LatencyLegs(**out[key], sum_ms=float(sum(out[key][leg + "_ms"] for leg in LEGS))) for key in order]
     return rows_out, frame_of({"region": slow["region"], "endpoint": slow["endpoint"],
                                **{leg: slow[leg] for leg in (*LEGS, "latency")}}, pd.Index(also))
 
@@ -113,7 +109,7 @@ TTFT_DECOMPOSITION_COLUMNS = ("endpoint", "region", "phase", "status", "send_lag
                               "t_first_token", "ttft_ns")
 
 
-def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
+def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[TtftLegs]:
     """Mean of each leg of TTFT (ms) per region × endpoint, of the measured phases' successful streams to the
     generative `endpoints` whose server reported its timing; the legs add up to the mean TTFT."""
     status = df["status"].astype(str).to_numpy()
@@ -133,9 +129,8 @@ def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
                          "endpoint": df["endpoint"].astype(str).to_numpy()[rows]})
     out = []
     for (region, endpoint), positions in sorted(group_positions(keys, ["region", "endpoint"]).items()):
-        row = {"region": region, "endpoint": endpoint, "count": int(len(positions))}
-        for leg, values in legs.items():
-            row[("ttft_mean" if leg == "ttft" else leg) + "_ms"] = float(values[positions].mean() / 1e6)
-        row["sum_ms"] = float(sum(row[leg + "_ms"] for leg in TTFT_LEGS))
-        out.append(row)
+        means = {("ttft_mean" if leg == "ttft" else leg) + "_ms": float(values[positions].mean() / 1e6)
+                 for leg, values in legs.items()}  # the leg's field of TtftLegs
+        out.append(TtftLegs(region=region, endpoint=endpoint, count=int(len(positions)), **means,
+                            sum_ms=float(sum(means[leg + "_ms"] for leg in TTFT_LEGS))))
     return out

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions, take, take_rows
+from tailrace.contract.summary.tables import QueueingRow, QueueModels
 
 MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
 
@@ -65,7 +66,7 @@ SERVER_COLUMNS = ("server_receive_ns", "server_send_ns", "server_compute_ns", "s
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
                    requests_per_execution: dict[str, float] | None = None, among: np.ndarray | None = None,
                    column: Callable[[str], np.ndarray] | None = None, done: Callable[[str], None] | None = None
-                   ) -> list[dict]:
+                   ) -> list[QueueingRow]:
     """Per endpoint: λ, throughput, L measured vs λ·W (server side), utilization, queue delay, M/M/1.
 
     The server side is the system: a request is in it from server receive to server send (the server's
@@ -141,7 +142,7 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
 
 
 def _queueing_row(endpoint, model, g: dict, slots: dict[str, int],
-                  requests_per_execution: dict[str, float] | None) -> dict:
+                  requests_per_execution: dict[str, float] | None) -> QueueingRow:
     """One endpoint's queueing row from its measured numbers (queueing_table's `found`)."""
     lam, W, L, S, wq = g["lam"], g["W"], g["L"], g["S"], g["wq"]
     n_slots = slots.get(model, 1)
@@ -165,7 +166,7 @@ def _queueing_row(endpoint, model, g: dict, slots: dict[str, int],
         service_cv2 = second_moment / S ** 2 - 1 if S else None
         gg1_wait = (gg1_mean_wait(lam_model, S, arrival_cv2, service_cv2)
                     if arrival_cv2 is not None and service_cv2 is not None else None)
-        row["mm1"] = {"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
+        row["mm1"] = QueueModels(**{"rho": pred["rho"], "mean_wait_ms": pred["mean_wait_s"] * 1e3,
                       "p99_sojourn_ms": pred["p99_sojourn_s"] * 1e3,
                       "measured_mean_wait_ms": wq * 1e3,
                       "measured_p99_sojourn_ms": g["p99_residence_s"] * 1e3,
@@ -182,5 +183,5 @@ def _queueing_row(endpoint, model, g: dict, slots: dict[str, int],
                       # the part of the G/G/1 wait the arrivals' burstiness explains: what c_a² above Poisson's 1
                       # adds, (c_a² − 1) / (c_a² + c_s²) of it (negative: smoother than Poisson, less waiting)
                       "wait_from_burstiness_ms": gg1_wait * (arrival_cv2 - 1) / (arrival_cv2 + service_cv2) * 1e3
-                      if gg1_wait not in (None, math.inf) and arrival_cv2 + service_cv2 > 0 else None}
-    return row
+                      if gg1_wait not in (None, math.inf) and arrival_cv2 + service_cv2 > 0 else None})
+    return QueueingRow(**row)

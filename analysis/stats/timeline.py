@@ -13,6 +13,7 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions
 from tailrace.contract.records import CANCELLED
+from tailrace.contract.summary.tables import Outage
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ MAX_WINDOWS = 20
 
 def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int = MIN_FAILURES,
                    merge_gap_s: float = MERGE_GAP_S, trace_ids: Callable[[pd.Index], list[str]] | None = None
-                   ) -> list[dict]:
+                   ) -> list[Outage]:
     """Per endpoint, every run of >= `min_failures` consecutive failures (ordered by intended reference time,
     all regions merged). A window starts at its first failed request's intended time and ends at the intended
     time of the next successful one (None: not recovered before the run ended); windows less than
@@ -112,7 +113,6 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
                 "errors": {f"{s}/{c}": int(n) for (s, c), n in classes.items()},
                 "example_trace_ids": (trace_ids(failed_part.index[:3]) if trace_ids is not None
                                       else failed_part["trace_id"].head(3).tolist())})
-    for w in windows:
-        del w["_first"]
-    windows.sort(key=lambda w: -(w["duration_s"] if w["duration_s"] is not None else float("inf")))
-    return sorted(windows[:MAX_WINDOWS], key=lambda w: (w["start_ref_ns"], w["endpoint"]))
+    outages = [Outage(**{k: v for k, v in w.items() if k != "_first"}) for w in windows]
+    outages.sort(key=lambda o: -(o.duration_s if o.duration_s is not None else float("inf")))
+    return sorted(outages[:MAX_WINDOWS], key=lambda o: (o.start_ref_ns, o.endpoint))

@@ -90,9 +90,9 @@ def test_ttft_splits_into_network_queue_prefill_and_back_adding_up_to_the_mean()
         "server_send_ns": sent + 5_000_000 + 12_000_000 + 12_500_000,
         "t_first_token": sent + 12_000_000 + 12_500_000 + 12_000_000, "ttft_ns": np.full(n, 36_700_000)})
     (row,) = ttft_decomposition(df, {"llm"})
-    assert row["network_up_ms"] == 12 and row["network_down_ms"] == 12 and row["server_queue_ms"] == 3
-    assert row["server_prefill_ms"] == 9 and row["server_other_ms"] == 0.5
-    assert row["sum_ms"] == row["ttft_mean_ms"] == 36.7 and row["count"] == n
+    assert row.network_up_ms == 12 and row.network_down_ms == 12 and row.server_queue_ms == 3
+    assert row.server_prefill_ms == 9 and row.server_other_ms == 0.5
+    assert row.sum_ms == row.ttft_mean_ms == 36.7 and row.count == n
     assert ttft_decomposition(df.assign(server_receive_ns=-1), {"llm"}) == []  # no server timing: no split
 
 
