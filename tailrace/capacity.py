@@ -228,7 +228,7 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
                             c.peak_rate) if lo and best else None
     return CapacityResult(profile=profile.name, status=status, note=note, capacity_rps=lo, bracket=[lo, hi],
                           tolerance=c.tolerance, trials=len(rows), elapsed_s=elapsed_s,
-                          slos=[s.model_dump(mode="json") for s in profile.slos if s.metric in LATENCY_METRICS],
+                          slos=[s for s in profile.slos if s.metric in LATENCY_METRICS],
                           capacity_output_tokens_per_s=tokens_per_s, capacity_inputs_per_s=inputs_per_s,
                           capacity_energy_per_request_mj=best.energy_per_request_mj if best else None,
                           capacity_estimated_energy_per_request_mj=best.estimated_energy_per_request_mj if best
@@ -243,9 +243,9 @@ def write_capacity_report(cap_dir: Path, result: CapacityResult, rows: list[Capa
 
     layout = CapacityLayout(cap_dir)
     write_atomic(layout.result, result.model_dump_json(indent=2, exclude_none=False))
-    trials = [r.raw for r in rows]
+    trials = [r.model_dump(mode="json", exclude_unset=True) for r in rows]
     write_atomic(layout.trials_table, pd.DataFrame(trials).to_csv(index=False))
-    svg = plots.latency_vs_load_svg(trials, result.raw) if rows else ""
+    svg = plots.latency_vs_load_svg(rows, result) if rows else ""
     write_atomic(layout.figure, svg)
     streamed = any(r.output_tokens_per_s is not None for r in rows)
     cols = ["trial", "rate", "duration_s", "achieved_rate", "count", "errors", "p50_ms", "p95_ms", "p99_ms",
@@ -257,7 +257,7 @@ def write_capacity_report(cap_dir: Path, result: CapacityResult, rows: list[Capa
         cols[6:6] = ["output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"]
     table = pd.DataFrame(trials, columns=cols).to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="–",
                                                      classes="trials", border=0)
-    rec = result.recommendation.raw if result.recommendation else {}
+    rec = result.recommendation.model_dump(mode="json", exclude_unset=True) if result.recommendation else {}
     rec_rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(round(v, 3) if isinstance(v, float) else v))}"
                        f"</td></tr>" for k, v in rec.items())
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>capacity {html.escape(profile.name)}"

@@ -184,7 +184,7 @@ def _manifest_section(s: RunSummary) -> str:
             else _fmt(v)
     table = "<table>" + "".join(f"<tr><th class='l nowrap'>{html.escape(k)}</th><td class='l'>{cell(v)}</td></tr>"
                                 for k, v in items) + "</table>"
-    raw = html.escape(json.dumps(m.raw, indent=1, default=str)[:20000])
+    raw = html.escape(json.dumps(m.model_dump(mode="json", exclude_unset=True), indent=1, default=str)[:20000])
     return (f"<h2 id='manifest'>Manifest</h2>{table}<details><summary>raw manifest (JSON)</summary>"
             f"<pre class='mono'>{raw}</pre></details>")
 
@@ -307,7 +307,7 @@ def _server_sections(s: RunSummary, analysis: Analysis, figures: Figures) -> str
         parts.append("<p class='note'>Per request means over the run (warm-up included, like the server's "
                      "counters); 'client ok' counts the same endpoints' successful requests in the log.</p>")
         parts.append(figures.svg("server_timeline", lambda: (
-            {name: [p.raw for p in points] for name, points in s.server_timeline.items()},
+            s.server_timeline,
             analysis.requests["t_intended_ref"].min(),
             phase_boundaries_s(analysis.data.plan.profile))) or "")
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -16,8 +16,17 @@ from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E4
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline
+    from tailrace.contract.summary.capacity import CapacityResult, CapacityTrial
     from tailrace.contract.summary.sections import VariantRow
-    from tailrace.contract.summary.tables import LatencyLegs, LatencyRow, Outage, QueueingRow, TokenRow, TtftLegs
+    from tailrace.contract.summary.tables import (
+        LatencyLegs,
+        LatencyRow,
+        Outage,
+        QueueingRow,
+        ServerTimelinePoint,
+        TokenRow,
+        TtftLegs,
+    )
 
 plt.rcParams.update({"figure.dpi": 96, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
                      "svg.fonttype": "none"})
@@ -151,17 +160,19 @@ def _mark_phases(axes, phase_starts_s: list[float]) -> None:
             ax.axvline(s, color="black", lw=0.8, ls="--")
 
 
-def server_timeline(timelines: dict[str, list[dict]], t0_ns: int, phase_starts_s: list[float] = ()) -> str | None:
+def server_timeline(timelines: Mapping[str, Sequence[ServerTimelinePoint]], t0_ns: int,
+                    phase_starts_s: Sequence[float] = ()) -> str | None:
     """Server-reported mean queue and compute time per snapshot interval, per endpoint; phases dashed."""
     series = {name: rows for name, rows in timelines.items() if rows}
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(8, 2.8))
     for name, rows in series.items():
-        t = [(r["t_ns"] - t0_ns) / 1e9 for r in rows]
-        for key, style in (("mean_queue_ms", "--"), ("mean_compute_infer_ms", "-")):
-            ax.plot(t, [r.get(key) if r.get(key) is not None else np.nan for r in rows], ls=style, marker=".",
-                    lw=1, label=f"{name} {key.removeprefix('mean_').removesuffix('_ms')}")
+        t = [(r.t_ns - t0_ns) / 1e9 for r in rows]
+        for part, values, style in (("queue", [r.mean_queue_ms for r in rows], "--"),
+                                    ("compute_infer", [r.mean_compute_infer_ms for r in rows], "-")):
+            ax.plot(t, [np.nan if v is None else v for v in values], ls=style, marker=".", lw=1,
+                    label=f"{name} {part}")
     _mark_phases([ax], phase_starts_s)
     ax.set_ylabel("ms per request (server)")
     ax.set_xlabel("seconds since the first intended send (server statistics, periodic snapshots)")
@@ -384,12 +395,12 @@ def pareto_scatter(rows: Sequence[VariantRow], x: str, y: str, dominated_key: st
     return _svg(fig)
 
 
-def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
+def latency_vs_load_svg(rows: Sequence[CapacityTrial], result: CapacityResult) -> str:
     """p50 / p95 / p99 (with CIs) against offered load; SLO thresholds dotted; the found capacity marked."""
     from tailrace.analysis.decide.capacity_search import PASS
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    df = pd.DataFrame(rows).sort_values("rate")
+    df = pd.DataFrame([r.model_dump() for r in rows]).sort_values("rate")
     for p, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^-")):
         d = df[df[f"{p}_ms"].notna()]
         if d.empty:
@@ -401,12 +412,14 @@ def latency_vs_load_svg(rows: list[dict], result: dict) -> str:
         d = df[pd.to_numeric(df[column], errors="coerce").notna()] if column in df else df.iloc[:0]
         if not d.empty:
             ax.plot(d["rate"], d[column], "--", marker="D", ms=3, lw=1, label=label)
-    for slo in result["slos"]:
-        ax.axhline(slo["threshold_ms"], color="red", ls=":", lw=1)
-        name = "" if slo["metric"] == "latency" else slo["metric"].upper() + " "
-        ax.annotate(f"{name}p{slo['percentile']:g} SLO {slo['threshold_ms']:g} ms",
-                    (df["rate"].min(), slo["threshold_ms"]), fontsize=7, color="red", va="bottom")
-    lo, hi = result["bracket"]
+    for slo in result.slos:
+        if slo.threshold_ms is None:
+            continue
+        ax.axhline(slo.threshold_ms, color="red", ls=":", lw=1)
+        name = "" if slo.metric == "latency" else slo.metric.upper() + " "
+        ax.annotate(f"{name}p{slo.percentile or 0:g} SLO {slo.threshold_ms:g} ms",
+                    (df["rate"].min(), slo.threshold_ms), fontsize=7, color="red", va="bottom")
+    lo, hi = result.bracket
     if lo:
         ax.axvline(lo, color="green", lw=1.2, label=f"capacity {lo:g}/s")
     if lo and hi:

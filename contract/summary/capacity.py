@@ -2,10 +2,11 @@
 the bracket the search closed on, how it ended, and what to provision."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from tailrace.contract.profile.goals import Slo
 from tailrace.contract.summary.base import Row
 
 
@@ -79,7 +80,7 @@ class CapacityResult(Row):
     tolerance: float
     trials: int
     elapsed_s: float
-    slos: list[dict[str, Any]] = Field(default_factory=list)  # the profile's latency SLOs, as it declares them
+    slos: list[Slo] = Field(default_factory=list)  # the profile's latency SLOs, as it declares them
     capacity_output_tokens_per_s: float | None = None
     capacity_inputs_per_s: float | None = None  # embeddings / rerank endpoints: texts (documents) a second at capacity
     capacity_energy_per_request_mj: float | None = None  # at the capacity rate, measured ([[monitors]])
