@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -75,7 +76,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
-from tailrace.contract.summary.tables import TokenRow
+from tailrace.contract.summary.tables import Outage, TokenRow
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
 # verdicts and the validity checks read (each at the measured rows' positions)
@@ -123,7 +124,7 @@ def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
 
 
 def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
-                   line: Callable[[], Timeline | None], profile: Profile) -> list[dict]:
+                   line: Callable[[], Timeline | None], profile: Profile) -> list[Outage]:
     """The outage windows; with the report's timeline (`line()`), both handed to `figures` (the timeline's
     figure shades the outages; the only figure submitted meanwhile)."""
     outages = outage_windows(errors, trace_ids=trace_ids)
@@ -251,6 +252,12 @@ class _RunStatistics:
         add_goodput(r["latency_table"][0], c.frame(MEASURED_COLUMNS), self.slos, self.duration, r["groups"],
                     self.streamed)
 
+    def pooling(self, names: frozenset[str], c: Columns, r: Results) -> list:
+        """The embeddings or rerank table of the endpoints `names` ([]: none)."""
+        if not names:
+            return []
+        return pooling_table(c.frame(POOLING_COLUMNS).loc[self.run.in_measured], self.duration, names, self.slos)
+
     def drawn(self, figure: str, result, *more):
         """`result`, its figure handed to the figure process."""
         if result:
@@ -348,8 +355,7 @@ class _RunStatistics:
                 c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
                       uses=("timeline",), beside="cdfs"),
             Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
-            *(Statistic(name, POOLING_COLUMNS if names else (), lambda c, r, names=names: pooling_table(
-                c.frame(POOLING_COLUMNS).loc[run.in_measured], duration, names, self.slos) if names else [])
+            *(Statistic(name, POOLING_COLUMNS if names else (), partial(self.pooling, names))
               for name, names in (("embeddings", self.embedding_endpoints), ("rerank", self.rerank_endpoints))),
         ]
 
@@ -480,6 +486,11 @@ def _with_retained(columns: tuple[str, ...] | None, retain: tuple[str, ...]
     return columns, tuple(dict.fromkeys((*REPORT_COLUMNS, *retain)))
 
 
+def _on_reference(local: str, runs: list[tuple[str, slice]], models: dict, log) -> np.ndarray:
+    """The column `local` (a worker's clock) on the reference clock."""
+    return to_reference(log.values(local), log.values("clock_offset_ns"), runs, models)
+
+
 def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures,
                  spans: tuple[list, list[str]] = ([], []), retain: tuple[str, ...] = ()) -> Analysis:
     keep = columns is None
@@ -494,8 +505,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     unsampled = clock_warnings(log.frame(["worker"]), data.clock)
     runs = worker_runs(log.values("worker"))
     for column in ("t_intended", "t_sent", "t_done"):  # on the reference clock: computed when first read
-        log.derive(column + "_ref", lambda log, local=column: to_reference(
-            log.values(local), log.values("clock_offset_ns"), runs, models), inputs=(column, "clock_offset_ns"))
+        log.derive(column + "_ref", partial(_on_reference, column, runs, models), inputs=(column, "clock_offset_ns"))
     log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
     run = _Run(data, profile, figures, in_measured,

@@ -424,12 +424,19 @@ def _add_demo_command(sub) -> None:
     demo.set_defaults(func=lambda a, p: cmd_demo(a))
 
 
+def _subcommand_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of `command` (its usage is the one an error names), else `parser`."""
+    for action in parser._actions:  # noqa: SLF001 — argparse keeps its subcommands' parsers in their action
+        if isinstance(action.choices, dict) and isinstance(action.choices.get(command), argparse.ArgumentParser):
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tailrace` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    sub = next((a for a in parser._subparsers._group_actions[0].choices.values()  # noqa: SLF001
-                if a.prog.split()[-1] == args.command), parser)
+    sub = _subcommand_parser(parser, args.command)
     try:
         return int(args.func(args, sub) or 0)
     except KeyboardInterrupt:

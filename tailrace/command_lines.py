@@ -5,6 +5,7 @@ here: both roles read $TAILRACE_RUN_TOKEN or a --token-file."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from tailrace.harness.services.processes import is_loopback
 
@@ -19,7 +20,7 @@ def tailrace_argv(*args: str) -> list[str]:
 
 def master_args(profile: str, *, bind: str, port: int = MASTER_PORT, sntp_port: int = SNTP_PORT, out: str,
                 wait_s: float = 600.0, token_file: str | None = None, quiet: bool = False,
-                overrides: list[str] = (), ui_bind: str | None = None) -> list[str]:
+                overrides: Sequence[str] = (), ui_bind: str | None = None) -> list[str]:
     """`tailrace master …` arguments (after the program name): binds `bind` (exposed when not loopback); the
     profile's `overrides` as --set (the workers get the resolved plan from the master); the live page on `ui_bind`
     (HOST:PORT; None: the default, loopback)."""

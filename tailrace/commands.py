@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
@@ -77,7 +78,7 @@ def overrides_of(args: argparse.Namespace) -> list[str]:
 
 
 def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None,
-                     overrides: list[str] = ()):
+                     overrides: Sequence[str] = ()):
     """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
     starts). A local run is checked against this machine (CPUs, output directory, model repositories); a master
     only for CPUs."""
@@ -236,7 +237,8 @@ def cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         check_url(args.url, ("http", "https", "grpc", "grpcs"))
     except ValueError as exc:
         parser.error(f"URL: {exc}")
-    binary = {"auto": "auto", "true": True, "false": False}[args.binary]
+    binaries: dict[str, bool | str] = {"auto": "auto", "true": True, "false": False}
+    binary = binaries[args.binary]
     check = {"kind": args.check_kind, "output": args.check} if args.check else None
     tls = {k: v for k, v in (("ca", args.tls_ca), ("cert", args.tls_cert), ("key", args.tls_key),
                              ("server_name", args.tls_server_name)) if v is not None}

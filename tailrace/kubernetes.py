@@ -15,6 +15,7 @@ tailrace measures against. The commands are tailrace/command_lines.py's, the one
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def _security() -> tuple[dict, dict]:
 
 def _env(profile: Profile) -> list[dict]:
     """The run token and every endpoint credential, as Secret references."""
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "MPLCONFIGDIR", "value": "/tmp"},  # the root fs is read-only
+    env: list[dict] = [{"name": "HOME", "value": "/tmp"}, {"name": "MPLCONFIGDIR", "value": "/tmp"},  # the root fs is read-only
            {"name": "TAILRACE_RUN_TOKEN", "valueFrom": {"secretKeyRef": {"name": TOKEN_SECRET, "key": TOKEN_KEY}}}]
     for name in sorted({e.auth_env for e in profile.endpoints if e.auth_env}):
         env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": CREDENTIALS_SECRET, "key": name}}})
@@ -134,14 +135,14 @@ def secret_commands(profile: Profile, namespace: str = NAMESPACE) -> list[str]:
     return out
 
 
-def _volumes(data: dict[str, Path], with_data: bool, files: list[str] = ()) -> tuple[list[dict], list[dict]]:
+def _volumes(data: dict[str, Path], with_data: bool, files: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts): the profile at PROFILE_PATH, its data files under WORKDIR at the paths it names, the
     endpoints' credential and TLS files from their Secret, and writable scratch (the root filesystem is
     read-only)."""
     items = [{"key": "profile.toml", "path": "profile.toml"}]
-    volumes = [{"name": "profile", "configMap": {"name": "tailrace-profile", "items": items}},
+    volumes: list[dict] = [{"name": "profile", "configMap": {"name": "tailrace-profile", "items": items}},
                {"name": "tmp", "emptyDir": {}}]
-    mounts = [{"name": "profile", "mountPath": str(Path(PROFILE_PATH).parent), "readOnly": True},
+    mounts: list[dict] = [{"name": "profile", "mountPath": str(Path(PROFILE_PATH).parent), "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]
     if with_data and data:
         volumes.append({"name": "data", "configMap": {"name": "tailrace-data", "items": [
@@ -194,13 +195,13 @@ def master_docs(profile: Profile, image: str, namespace: str, res: Resources, da
                            {"name": "sntp", "containerPort": SNTP_PORT, "protocol": "UDP"}],
                  "resources": _resources(res.master_cpus, res.master_memory), "volumeMounts": mounts}
     meta = {"namespace": namespace, "labels": _labels("master")}
-    service_spec = {"selector": _labels("master"), "ports": [
+    service_spec: dict[str, object] = {"selector": _labels("master"), "ports": [
         {"name": "locust", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"},
         {"name": "sntp", "port": SNTP_PORT, "targetPort": SNTP_PORT, "protocol": "UDP"}]}
     if exposed_to:
         service_spec |= {"type": "LoadBalancer", "loadBalancerSourceRanges": list(exposed_to),
                          "externalTrafficPolicy": "Local"}
-        peers = [{"ipBlock": {"cidr": cidr}} for cidr in exposed_to]
+        peers: list[dict] = [{"ipBlock": {"cidr": cidr}} for cidr in exposed_to]
     else:
         service_spec["type"] = "ClusterIP"
         peers = [{"podSelector": {"matchLabels": {f"{LABEL}/name": "tailrace", f"{LABEL}/component": "worker"}}}]
@@ -269,7 +270,7 @@ def _namespace(namespace: str) -> dict:
 
 def render(profile: Profile, profile_path: Path, image: str, *, namespace: str = NAMESPACE,
            per_cluster: bool = False, master_cluster: str | None = None, master_address: str | None = None,
-           worker_source_ranges: list[str] = (), resources: Resources = Resources(), wait_s: float = 600.0
+           worker_source_ranges: Sequence[str] = (), resources: Resources = Resources(), wait_s: float = 600.0
            ) -> dict[str, dict[str, list[dict]]]:
     """cluster → file name → documents. One cluster ("") unless `per_cluster`."""
     for i, e in enumerate(profile.endpoints):
@@ -299,7 +300,8 @@ def render(profile: Profile, profile_path: Path, image: str, *, namespace: str =
     if remote and not worker_source_ranges:
         raise DeployError("--worker-source-range: the master's LoadBalancer must admit only the workers' egress "
                           "addresses (CIDR, repeatable), never the whole internet")
-    address = master_address if not master_address or ":" in master_address else f"{master_address}:{MASTER_PORT}"
+    address = (master_address or "") if not master_address or ":" in master_address else \
+        f"{master_address}:{MASTER_PORT}"
     out: dict[str, dict[str, list[dict]]] = {}
     for cluster in [master_cluster, *remote]:
         configmaps, included = _configmaps(profile_text, data, namespace)

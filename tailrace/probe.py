@@ -14,10 +14,11 @@ import numpy as np
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.exit_codes import FAIL, USAGE
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits, unresolved_plan
-from tailrace.contract.profile import GENERATIVE, POOLING, Endpoint, ProfileError, parse_profile
+from tailrace.contract.profile import GENERATIVE, POOLING, Endpoint, ProfileError, Prompts, parse_profile
 from tailrace.contract.requests import RequestSpec, RequestSpecError
 from tailrace.harness.client.outcome import Send
 from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
+from tailrace.harness.client.pooling import EmbeddingsSender
 from tailrace.harness.client.request_data import DataError, SampleSet, samples_for
 from tailrace.harness.client.senders import build_sender
 from tailrace.harness.client.tls import sender_tls
@@ -133,7 +134,8 @@ def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: Samp
                 print(f"  output {name} {_datatype(arr)} {list(arr.shape)}: {_preview(arr)}")
             if checked:
                 first = sender.payloads.first_row(sample)
-                right, prediction = check.score({n: out.outputs[n] for n in checked}, first, request.batch_size)
+                outputs = out.outputs or {}
+                right, prediction = check.score({n: outputs[n] for n in checked}, first, request.batch_size)
                 label = check.label(first)
                 print(f"  check: {right} of {request.batch_size} right" +
                       (f" (answered {prediction}, label {label})" if label >= 0 else ""))
@@ -173,7 +175,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     except (EndpointCheckError, CredentialError) as exc:
         print(f"tailrace probe: {exc}", file=sys.stderr)
         return USAGE
-    spec = endpoint.prompts
+    spec = endpoint.prompts or Prompts()
     api = endpoint.api
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
           f"{spec.output_tokens.mean}: {api.summary}, to {api.routes[0]}")
@@ -185,7 +187,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
             sent = [0]
             out = sender.send(Send(k, on_sent=lambda: sent.__setitem__(0, time.perf_counter_ns())))
             s = out.stream
-            if out.status != "ok":
+            if out.status != "ok" or s is None:
                 print(f"request {k + 1}: {out.status} ({out.code}) {out.error}")
                 failed += 1
                 continue
@@ -256,7 +258,8 @@ def run_pooling_probe(url: str, endpoint: Endpoint, requests: int) -> int:
                 print(f"request {k + 1}: {out.status} ({out.code}) in {ms:.2f} ms, {carried}: {out.error}")
                 failed += 1
                 continue
-            shape = f", {sender.dimensions} dimensions" if getattr(sender, "dimensions", None) else ""
+            dimensions = sender.dimensions if isinstance(sender, EmbeddingsSender) else None
+            shape = f", {dimensions} dimensions" if dimensions else ""
             tokens = f"{out.input_tokens} tokens" if out.input_tokens >= 0 else "no usage"
             print(f"request {k + 1}: ok in {ms:.2f} ms, {carried} ({tokens}{shape}; {out.bytes_out:,} B out, "
                   f"{out.bytes_in:,} B in)")

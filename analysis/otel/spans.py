@@ -96,7 +96,8 @@ def session_spans(df: pd.DataFrame, resource: Resource) -> list[ReadableSpan]:
     for trace_id, g in turns.groupby("trace_id", sort=False):
         pipeline = str(g["pipeline"].iloc[0])
         name = f"pipeline {pipeline}" if pipeline else "session"
-        attributes = {"tailrace.session_id": int(g["session_id"].iloc[0]), "tailrace.region": str(g["region"].iloc[0]),
+        attributes: dict[str, str | int] = {"tailrace.session_id": int(g["session_id"].iloc[0]),
+                                            "tailrace.region": str(g["region"].iloc[0]),
                       "tailrace.turns": int(len(g)), "tailrace.endpoint": str(g["endpoint"].iloc[0])}
         out.append(ReadableSpan(name, _context(str(trace_id), session_span_id(str(trace_id))), None, resource,
                                 attributes, kind=SpanKind.INTERNAL, start_time=int(g["t_intended_ref"].min()),

@@ -187,6 +187,15 @@ def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str
     return None
 
 
+def _nbytes(values: object) -> int:
+    """The memory a loaded column takes (a categorical: its codes)."""
+    if isinstance(values, pd.Categorical):
+        return int(values.codes.nbytes)
+    if isinstance(values, pd.Series):
+        return int(values.memory_usage(deep=False))
+    return int(getattr(values, "nbytes", 0))
+
+
 class ChunkColumns:
     """The rows of a run's chunks of one kind, read column by column.
 
@@ -393,8 +402,7 @@ class ChunkColumns:
         """The memory the loaded columns take."""
         with self._lock:
             loaded = list(self._values.values())
-        return sum(int(v.codes.nbytes if isinstance(v, pd.Categorical) else
-                       v.memory_usage(deep=False) if isinstance(v, pd.Series) else v.nbytes) for v in loaded)
+        return sum(_nbytes(v) for v in loaded)
 
     def spare(self, *names: str) -> None:
         """Columns the statistics that come next do not read, though later ones may: released when the loaded

@@ -74,7 +74,7 @@ def fit_offset(worker: str, samples: pd.DataFrame, delay_slack_ns: float = 200_0
 
 def fit_all(clock: pd.DataFrame) -> dict[str, OffsetModel]:
     """One model per worker (the first server's samples: that is the reference)."""
-    models = {}
+    models: dict[str, OffsetModel] = {}
     if clock.empty:
         return models
     first_server = clock["server"].iloc[0]

@@ -44,9 +44,9 @@ def as_slice(rows: np.ndarray) -> slice | np.ndarray:
     return rows
 
 
-def _take(values: np.ndarray, rows: np.ndarray, runs: list[tuple[int, int]] | None) -> np.ndarray:
+def _take(values: np.ndarray, rows: np.ndarray | None, runs: list[tuple[int, int]] | None) -> np.ndarray:
     if runs is None:
-        return values[rows]
+        return values if rows is None else values[rows]
     return np.concatenate([values[a:b] for a, b in runs]) if runs else values[:0].copy()
 
 
@@ -166,7 +166,7 @@ def group_positions(df: pd.DataFrame, keys: list[str], rows: np.ndarray | None =
     total = int(np.prod([len(values) for _, values, _ in parts], dtype=np.int64))
     if total > MAX_GROUP_CODES:
         return df.groupby(keys if len(keys) > 1 else keys[0], observed=True, sort=True).indices
-    combined = np.zeros(len(df), dtype=np.int16 if total < 1 << 15 else np.int32)  # radix-sorted below 2^15
+    combined: np.ndarray = np.zeros(len(df), dtype=np.int16 if total < 1 << 15 else np.int32)  # radix-sorted < 2^15
     for codes, values, _ in parts:
         combined *= len(values)
         combined += codes

@@ -126,7 +126,7 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
         else:
             errors.append(str(doc.get("error", "a line without samples")))
     order = np.argsort(np.array(times, dtype=np.int64), kind="stable")
-    times = np.array(times, dtype=np.int64)[order]
+    instants = np.array(times, dtype=np.int64)[order]
     samples = [samples[i] for i in order]
     values = {q: np.array([_gauge(s, q) for s in samples]) for q in GAUGES}
     memory = [s.get("node_memory_MemTotal_bytes", np.nan) - s.get("node_memory_MemAvailable_bytes", np.nan)
@@ -145,13 +145,13 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
     found = [e for e in energy if e is not None]
     energy_j, metric = None, ""
     if found and len(found) == len(energy):
-        energy_j, metric = counter_increase(np.array([e[0] for e in energy])), found[0][1]
+        energy_j, metric = counter_increase(np.array([e[0] for e in found])), found[0][1]
     process = [s.get("process_cpu_seconds_total") for s in samples]
     process_cpu_s = counter_increase(np.array(process, dtype=float)) if process and None not in process else None
     models = {k.split('model="', 1)[1].split('"', 1)[0] for s in samples for k in s if _base(k) == MODEL_CPU}
     model_cpu_s = {m: counter_increase(np.array([s.get(f'{MODEL_CPU}{{model="{m}"}}', np.nan) for s in samples]))
                    for m in sorted(models)}
-    return MonitorSeries(name, times, values, energy_j, metric, cpu_busy, errors, process_cpu_s,
+    return MonitorSeries(name, instants, values, energy_j, metric, cpu_busy, errors, process_cpu_s,
                          {m: v for m, v in model_cpu_s.items() if np.isfinite(v).all()})
 
 

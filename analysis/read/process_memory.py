@@ -40,7 +40,7 @@ def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
         mallopt, prctl = libc.mallopt, libc.prctl
     except (OSError, AttributeError):  # musl and other libcs have no mallopt: their defaults stay
         return {}
-    effective = {"malloc_mmap_max": 0 if mallopt(M_MMAP_MAX, 0) == 1 else "unchanged",
+    effective: dict[str, object] = {"malloc_mmap_max": 0 if mallopt(M_MMAP_MAX, 0) == 1 else "unchanged",
                  "malloc_trim_threshold": TRIM_THRESHOLD if mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
                  else "unchanged",
                  **({"malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged"} if one_heap else {}),
@@ -60,7 +60,8 @@ def return_freed_memory() -> dict[str, object]:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).mallopt
     except (OSError, AttributeError):
         return {}
-    effective = {"malloc_mmap_max": DEFAULT_MMAP_MAX if mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) == 1 else "unchanged",
+    effective: dict[str, object] = {
+                 "malloc_mmap_max": DEFAULT_MMAP_MAX if mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) == 1 else "unchanged",
                  "malloc_trim_threshold": DEFAULT_TRIM_THRESHOLD
                  if mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD) == 1 else "unchanged"}
     log.debug("analysis memory settings for a large run: %s", effective)

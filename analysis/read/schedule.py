@@ -150,11 +150,11 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
             if at_index[first] > at_index.get(last_read.get(c, ""), -1):
                 last_read[c] = first
     retained = set(retain)
-    release = {s.name: [] for s in order}
+    release: dict[str, list[str]] = {s.name: [] for s in order}
     for c, at in last_read.items():
         if c not in retained:
             release[at].append(c)
-    spare = {s.name: [] for s in order}
+    spare: dict[str, list[str]] = {s.name: [] for s in order}
     for i, (at, s) in enumerate(steps):
         later = {c for _, t in steps[i + 1:] for c in t.reads}
         spare[at] += [c for c in s.reads if c in later and c not in spare[at]]
@@ -163,7 +163,7 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
     for at, s in steps:
         for u in s.uses:
             users.setdefault(u, []).append((at, s))
-    drop = {s.name: [] for s in order}
+    drop: dict[str, list[str]] = {s.name: [] for s in order}
     for name, used_by in users.items():
         # a result a side statistic uses stays until the end: the side thread may ask for it any time
         if name in keep or any(s.name in side_names for _, s in used_by):
@@ -190,7 +190,9 @@ def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep
     try:
         for s in schedule.order:
             results.put(s.name, s.compute(Columns(log, s.reads), results))
-            for b in schedule.side[s.name]:
+            for b in schedule.side[s.name]:  # (there are side statistics only where they run beside)
+                if side is None:
+                    raise RuntimeError(f"{b.name}: planned beside {s.name} without a side thread")
                 taken = {c: log.values(c) for c in b.reads}  # on this thread: the log is read here only
                 results.put(b.name, side.submit(b.compute, Columns(log, b.reads, taken), results))
             if not keep_columns:

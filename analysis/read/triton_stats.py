@@ -6,8 +6,10 @@ server-side counter, so deltas are reported once per (server, model) with the en
 """
 from __future__ import annotations
 
+from typing import Any
+
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
-_EMPTY = {"inference_stats": {}, "inference_count": 0, "execution_count": 0, "batch_stats": []}
+_EMPTY: dict[str, Any] = {"inference_stats": {}, "inference_count": 0, "execution_count": 0, "batch_stats": []}
 
 
 def _index(snapshot: dict) -> dict[str, dict]:
@@ -89,9 +91,9 @@ def requests_per_execution(stat_rows: list[dict]) -> dict[str, float]:
 def stats_timeline(timeline: list[dict], model: str) -> list[dict]:
     """Interval rows from consecutive periodic snapshots: requests/s, failures and mean queue / compute."""
     points = [(s["t_ns"], _index(s).get(model)) for s in timeline]
-    points = [(t, m) for t, m in points if m is not None]
+    known = [(t, m) for t, m in points if m is not None]
     rows = []
-    for (t0, m0), (t1, m1) in zip(points, points[1:]):
+    for (t0, m0), (t1, m1) in zip(known, known[1:]):
         d = model_delta(m0, m1)
         seconds = (t1 - t0) / 1e9
         ok = d["stages"].get("success", {}).get("count", 0)

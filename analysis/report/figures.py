@@ -156,7 +156,7 @@ def serve(conn: Connection) -> None:
     try:
         from tailrace.analysis.report import plots  # noqa: F401 — imported before the first figure is needed
     except Exception as exc:  # noqa: BLE001 — every GET says why; the analysing process draws them itself
-        failed = f"{type(exc).__name__}: {exc}"
+        failed: str | None = f"{type(exc).__name__}: {exc}"
     else:
         failed = None
     drawn: dict[str, tuple[str | None, str | None]] = {}

@@ -154,7 +154,7 @@ def _no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="red")
 
 
-def _mark_phases(axes, phase_starts_s: list[float]) -> None:
+def _mark_phases(axes, phase_starts_s: Sequence[float]) -> None:
     for s in phase_starts_s:
         for ax in axes:
             ax.axvline(s, color="black", lw=0.8, ls="--")
@@ -180,7 +180,7 @@ def server_timeline(timelines: Mapping[str, Sequence[ServerTimelinePoint]], t0_n
     return _svg(fig)
 
 
-def hardware_over_time(timeline: dict[str, dict[str, list]], phase_starts_s: list[float] = ()) -> str | None:
+def hardware_over_time(timeline: dict[str, dict[str, list]], phase_starts_s: Sequence[float] = ()) -> str | None:
     """What the hardware did through the run, per monitor: utilization (%), power (W), memory (MiB), one pane each
     that some monitor said; phases dashed."""
     panes = [(title, keys) for title, keys in (

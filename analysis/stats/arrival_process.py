@@ -101,13 +101,21 @@ def _trace_row(sent: np.ndarray, intended: np.ndarray, lag_ns: np.ndarray) -> di
         if len(lag_ms) else (None, None, None)
     start = min(intended.min(), sent.min()) if len(sent) else 0
     seconds = int((max(intended.max(), sent.max()) - start) // 1e9) + 1 if len(sent) else 0
-    per_intended = np.bincount(((intended - start) // 1e9).astype(np.int64), minlength=seconds) if seconds else []
-    per_sent = np.bincount(((sent - start) // 1e9).astype(np.int64), minlength=seconds) if seconds else []
+    empty = np.zeros(0, dtype=np.int64)
+    per_intended = np.bincount(((intended - start) // 1e9).astype(np.int64), minlength=seconds) if seconds else empty
+    per_sent = np.bincount(((sent - start) // 1e9).astype(np.int64), minlength=seconds) if seconds else empty
     return {"statistic": "send lag behind the trace (ms)", "measured": p99, "lag_p50_ms": p50, "lag_p99_ms": p99,
             "lag_max_ms": worst, "expected": None, "ok": True,
             "per_second": {"trace": [int(v) for v in per_intended], "sent": [int(v) for v in per_sent]},
             "interpretation": (f"every send within {worst:.1f} ms of its trace instant (p50 {p50:.2f}, p99 {p99:.2f} ms)"
                                if worst is not None else "nothing sent")}
+
+
+def _declared(value: float | None, name: str) -> float:
+    """An arrival process's setting that profile validation requires for it."""
+    if value is None:
+        raise ValueError(f"load.arrivals.{name} is required by the process")
+    return value
 
 
 def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
@@ -133,7 +141,7 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
             intended = np.sort(measured[intended_col].to_numpy()[rows])
             row = {"phase": int(phase), "source": name, "count": int(len(rows)), "process": a.process}
             if a.process in ("gamma", "constant"):
-                asked = expected_cv(a.cv if a.process == "gamma" else 0.0, share)
+                asked = expected_cv(_declared(a.cv, "cv") if a.process == "gamma" else 0.0, share)
                 lag_s = measured["send_lag_ns"].to_numpy()[rows] / 1e9 if "send_lag_ns" in measured else np.zeros(2)
                 in_order = np.argsort(measured[intended_col].to_numpy()[rows], kind="stable") if len(rows) > 1 \
                     else slice(None)
@@ -141,9 +149,11 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
                 row |= _renewal_row(np.diff(sent).astype(float) / 1e9, asked, float(steps.var()), rng)
                 row["schedule_cv"] = float(np.diff(intended).std() / np.diff(intended).mean()) if len(rows) > 2 else None
             elif a.process == "onoff":
-                window = a.on_s + a.off_s
+                on_s, off_s = _declared(a.on_s, "on_s"), _declared(a.off_s, "off_s")
+                window = on_s + off_s
                 idc, windows = counts_idc(sent / 1e9, window)
-                model = onoff_idc(a.on_rate, a.off_rate, a.on_s, a.off_s, window, share)
+                model = onoff_idc(_declared(a.on_rate, "on_rate"), _declared(a.off_rate, "off_rate"), on_s, off_s, window,
+                                  share)
                 ok = None if idc is None else model / IDC_FACTOR <= idc <= model * IDC_FACTOR
                 row |= {"statistic": f"index of dispersion ({window:g} s windows)", "measured": idc, "expected": model,
                         "windows": windows, "ok": ok,

@@ -10,6 +10,8 @@ cancelled requests over what that count covers: the whole run, every endpoint of
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -21,7 +23,7 @@ CANCEL_COLUMNS = ("endpoint", "region", "phase", "status", "code", "output_token
 ALL = "*"
 
 
-def cancellation_table(df: pd.DataFrame, declared: dict[str, str], aborted: dict[str, tuple[float, str]],
+def cancellation_table(df: pd.DataFrame, declared: Mapping[str, str], aborted: dict[str, tuple[float, str]],
                        servers: dict[str, tuple[str, str]]) -> list[dict]:
     """Rows for the endpoints that declare a cancel (`declared`: endpoint → what closes a stream), per region and
     '*'; `aborted`: endpoint → (the server's aborted requests of its model over the run, the metric's name);

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tailrace.analysis.stats.estimators import sorted_percentile, sorted_percentile_ci
+from tailrace.analysis.stats.estimators import SortedUnion, sorted_percentile, sorted_percentile_ci
 
 MAX_BATCHES = 64
 MIN_BATCHES = 16
@@ -248,7 +248,8 @@ class TimeOrder:
         return self.order[np.sort(self.rank[rows])]
 
 
-def correlated_percentiles_ci(time_ordered: np.ndarray, percentiles, sorted_values: np.ndarray | None = None,
+def correlated_percentiles_ci(time_ordered: np.ndarray, percentiles,
+                              sorted_values: np.ndarray | SortedUnion | None = None,
                               alpha: float = ALPHA) -> dict:
     """numpy's percentiles of a time-ordered series, each with the order-statistic interval of the independent
     samples the series is worth for that percentile (its indicator's τ). `sorted_values`: the same values

@@ -7,6 +7,8 @@ that is the reference). The legs add up to the latency measured from the intende
 from __future__ import annotations
 
 import os
+from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -51,7 +53,7 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
     return formula(*(take(column(c), rows, runs) for c in names))
 
 
-def decomposition_table(log, also: np.ndarray | None = None, streamed: set[str] = frozenset()
+def decomposition_table(log, also: np.ndarray | None = None, streamed: AbstractSet[str] = frozenset()
                         ) -> tuple[list[LatencyLegs], pd.DataFrame]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
     report server timing; and the legs of the requests at rows `also` that do (decompose's, in `also`'s order).
@@ -89,8 +91,7 @@ def decomposition_table(log, also: np.ndarray | None = None, streamed: set[str] 
     for i, leg in enumerate(LEG_ORDER):
         columns = {c: log.values(c) for c in LEG_COLUMNS[leg][0]}  # read (or waited for) once, here
         slow[leg] = _leg(leg, columns.__getitem__, also)
-        for key, numbers in zip(order, map_in_threads(lambda key, leg=leg, columns=columns: group_leg(leg, columns, key),
-                                                      order, threads)):
+        for key, numbers in zip(order, map_in_threads(partial(group_leg, leg, columns), order, threads)):
             out[key].update(numbers)
         del columns
         later = {c for other in LEG_ORDER[i + 1:] for c in LEG_COLUMNS[other][0]}

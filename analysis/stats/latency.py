@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -59,6 +60,13 @@ def accuracy_of(ok: pd.DataFrame) -> float | None:
     return float(ok["correct"].mean())
 
 
+def _column(values: np.ndarray | None, name: str) -> np.ndarray:
+    """A column the latency rows read, which the request frame must have had."""
+    if values is None:
+        raise ValueError(f"the requests read for the latency table have no {name} column")
+    return values
+
+
 class _Rows:
     """The columns the latency rows read, as arrays in row order (those `df` has)."""
 
@@ -80,14 +88,14 @@ class _Rows:
         """Ascending positions `rows` in time order (stable: equal times in row order)."""
         if self.order is not None:
             return self.order.of(rows)
-        return rows[time_order(self.time[rows])]
+        return rows[time_order(_column(self.time, TIME_COLUMN)[rows])]
 
     def latency_ms(self, rows: np.ndarray) -> np.ndarray:
         """Latencies (ms, float) at positions `rows`: the whole column's values in ms, taken at them, with no
         copy of the whole column."""
         if self._latency_ms is not None:
             return self._latency_ms[rows]
-        out = self.latency_ns[rows].astype(float)
+        out = _column(self.latency_ns, "latency_ns")[rows].astype(float)
         out /= 1e6
         return out
 
@@ -137,7 +145,7 @@ class GroupCounts:
         correct, count, batch = (rows.accuracy.get(c) for c in ACCURACY_COLUMNS)
         by_count = count is not None and batch is not None
         right = of = checked = None
-        if by_count and count.dtype.kind in "iu" and batch.dtype.kind in "iu":
+        if count is not None and batch is not None and count.dtype.kind in "iu" and batch.dtype.kind in "iu":
             counted = ok_idx[count[ok_idx] >= 0]
             right, of, checked = int(count[counted].sum()), int(batch[counted].sum()), len(counted)
         elif not by_count and correct is not None and correct.dtype == bool:
@@ -287,25 +295,29 @@ def _table_rows(df: pd.DataFrame, positions: dict | None, among: np.ndarray | No
     mixed = any((e in streamed) != (kind == STREAM) for e in endpoints)
     if not mixed:
         whole = list(positions) if sum(len(idx) for idx in positions.values()) == size else None
-        overall: Callable[[], np.ndarray] = lambda: np.arange(len(df)) if among is None else among  # noqa: E731
+        overall: Callable[[], np.ndarray] = partial(_given, np.arange(len(df)) if among is None else among)
     else:
         whole = pooled if sum(len(idx) for idx in positions.values()) == size else None
-        overall = lambda: _kind_positions(df, among, streamed, kind)  # noqa: E731
+        overall = partial(_kind_positions, df, among, streamed, kind)
     rows: list[tuple[dict, Callable[[], np.ndarray], list | None]] = [
         ({"endpoint": "*", "region": "*", "kind": kind}, overall, whole)]
-    rows += [({"endpoint": e, "region": r, "kind": STREAM if str(e) in streamed else ONE_SHOT}, lambda idx=idx: idx,
+    rows += [({"endpoint": e, "region": r, "kind": STREAM if str(e) in streamed else ONE_SHOT}, partial(_given, idx),
               [(e, r)]) for (e, r), idx in positions.items()]
     codes = df["region"].cat.codes.to_numpy() if isinstance(df["region"].dtype, pd.CategoricalDtype) else None
     missing_region = codes is None or bool((codes < 0).any() if among is None else (codes[among] < 0).any())
     if missing_region:  # rows with no region belong to their endpoint's row but to no endpoint × region group
         by_endpoint = group_positions(df, ["endpoint"], among)
         rows += [({"endpoint": e, "region": "*", "kind": STREAM if str(e) in streamed else ONE_SHOT},
-                  lambda idx=idx: idx, None) for e, idx in sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
+                  partial(_given, idx), None) for e, idx in sorted(by_endpoint.items(), key=lambda kv: str(kv[0]))]
     else:
         rows += [({"endpoint": e, "region": "*", "kind": STREAM if str(e) in streamed else ONE_SHOT},
-                  lambda e=e: _endpoint_positions(df, e, positions, among),
+                  partial(_endpoint_positions, df, e, positions, among),
                   [key for key in positions if key[0] == e]) for e in sorted({e for e, _ in positions}, key=str)]
     return rows
+
+
+def _given(positions: np.ndarray) -> np.ndarray:
+    return positions
 
 
 def _endpoint_positions(df: pd.DataFrame, endpoint, positions: dict, among: np.ndarray | None) -> np.ndarray:
@@ -330,18 +342,25 @@ def request_count_table(df: pd.DataFrame, duration_s: float, positions: dict | N
     reading their rows again — the same numbers."""
     rows = _Rows(df)
     table = _table_rows(df, positions, among, streamed)
-    sizes = {members[0]: len(idx()) for labels, idx, members in table if labels["region"] != "*"}
+    sizes = {members[0]: len(idx()) for labels, idx, members in table if labels["region"] != "*" and members}
     top = max((tail_needed(sum(sizes[k] for k in members), SEND_LAG_Q) for labels, _, members in table
                if labels["region"] == "*" and members), default=0)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         groups = dict(pool.map(lambda t: (t[2][0], GroupCounts.of_rows(rows, t[1](), top)),
-                               [t for t in table if t[0]["region"] != "*"]))
+                               [t for t in table if t[0]["region"] != "*" and t[2]]))
         combined = {i: GroupCounts.combined([groups[k] for k in members], duration_s)
                     for i, (labels, _, members) in enumerate(table) if labels["region"] == "*" and members}
         direct = [i for i, (labels, _, _) in enumerate(table) if labels["region"] == "*" and combined.get(i) is None]
         counted = dict(zip(direct, pool.map(lambda i: request_counts(rows, table[i][1](), duration_s), direct)))
-    return [counted[i] if i in counted else combined[i] if labels["region"] == "*" else
-            groups[members[0]].counts(duration_s) for i, (labels, _, members) in enumerate(table)]
+    out: list[dict] = []
+    for i, (labels, _, members) in enumerate(table):
+        if i in counted:  # counted from its own rows
+            out.append(counted[i])
+        elif (whole := combined.get(i)) is not None:  # an endpoint's or the overall row: its groups' counts
+            out.append(whole)
+        elif members:  # an endpoint × region group
+            out.append(groups[members[0]].counts(duration_s))
+    return out
 
 
 def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[tuple[str, str], np.ndarray]:
@@ -395,8 +414,8 @@ def latency_table(df: pd.DataFrame, profile: Profile, duration_s: float, positio
             e, r = labels["endpoint"], labels["region"]
             rate = intended_rate(profile, None if r == "*" else r, None if e == "*" else e)
             if e == "*" and rate is not None and len(overall_endpoints) < len(profile.endpoints):
-                rates = [intended_rate(profile, None, name) for name in overall_endpoints]
-                rate = None if None in rates else sum(rates)
+                rates = [r for name in overall_endpoints if (r := intended_rate(profile, None, name)) is not None]
+                rate = sum(rates) if len(rates) == len(overall_endpoints) else None
             return summarize_latency(rows, idx(), lambda: merged(members), count, labels, rate)
         table = list(pool.map(row, zip(table_rows, counts)))
     return table[1:] + table[:1], ok_sorted

@@ -3,7 +3,7 @@ the server saw it, and M/M/1, M/G/1 (Pollaczek–Khinchine) and G/G/1 (Allen–C
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -105,7 +105,7 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         T = (w1 - w0) / 1e9
         lam = int(inside.sum()) / T
         residence = np.subtract(send[inside], receive[inside]) / 1e9
-        g = {"inside": inside, "T": T, "lam": lam, "W": float(residence.mean()),
+        g: dict[str, Any] = {"inside": inside, "T": T, "lam": lam, "W": float(residence.mean()),
              "L": time_average_in_system(receive, send, w0, w1),
              "throughput": float(((send >= w0) & (send < w1)).sum() / T),
              "p99_residence_s": float(np.percentile(residence, 99)), "arrival_cv2": interarrival_cv2(receive[inside])}

@@ -123,7 +123,7 @@ def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[
         out["queries_per_s"] = len(measured) / load.duration_s
     elif scenario == "multi-stream":
         out["p99"] = _percentile_rows(measured, 99)
-        regions = {}
+        regions: dict[str, dict] = {}
         for s in worker_summaries.values():
             st = (s or {}).get("scenario") or {}
             r = regions.setdefault(s["region"], {"intervals": 0, "missed": 0})

@@ -1,6 +1,7 @@
 """SLO verdicts from the profile's [[slos]]: PASS / FAIL / INCONCLUSIVE (with the samples still needed)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -58,7 +59,7 @@ def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) ->
     return np.concatenate([ok_sorted, np.full(len(in_time_ms) - successes, np.inf)])
 
 
-def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: list[str] = (), regions: list[str] = (),
+def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: Sequence[str] = (), regions: Sequence[str] = (),
                   groups: dict[tuple[str, str], Group] | None = None,
                   ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, threads: int = 1,
                   streamed: frozenset[str] = frozenset()) -> list[dict]:

@@ -83,7 +83,7 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
     all_times = df["t_intended_ref"].to_numpy()
     all_failed = ((df["status"] != "ok") & (df["status"] != CANCELLED)).to_numpy()  # (an abandoned stream: no outage)
     t0 = int(all_times.min()) if t0_ns is None else t0_ns
-    windows = []
+    windows: list[dict] = []
     by_endpoint = group_positions(df, ["endpoint"])
     for endpoint in sorted(by_endpoint):
         rows = by_endpoint[endpoint]

@@ -17,6 +17,7 @@ support.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -52,7 +53,7 @@ def inter_token_gaps_ms(offsets_us: np.ndarray, counts: np.ndarray) -> np.ndarra
 
 def _estimate(values: np.ndarray, effective_n: int | None = None) -> dict:
     x = np.sort(values.astype(np.float64))
-    out = {}
+    out: dict[str, object] = {}
     for p in PERCENTILES:
         e: PercentileEstimate = sorted_percentile_ci(x, p, effective_n=effective_n)
         out[f"p{p:g}"] = {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "min_samples": e.min_samples,
@@ -225,7 +226,7 @@ def _reasoning(df: pd.DataFrame, ok: np.ndarray) -> dict:
             "mean_reasoning_tokens": float(reasoning[reasoning >= 0].mean())}
 
 
-def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: list[dict] = ()) -> list[dict]:
+def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: Sequence[dict] = ()) -> list[dict]:
     """Per endpoint × region, per endpoint and overall: TTFT, TPOT, ITL and E2E percentiles with intervals,
     output tokens/s, goodput (token_goodput), how streams ended ("not streamed": refused before a stream began) and
     where token counts came from — for the measured phases' requests to the generative `endpoints` (none: [])."""

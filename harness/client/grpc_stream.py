@@ -118,11 +118,11 @@ class GrpcStreamSender:
             yield request
             ended.wait(self.timeouts.total_s)
 
-        call = self.stub.ModelStreamInfer(outgoing(), metadata=metadata, timeout=self.timeouts.total_s)
+        stream_call = self.stub.ModelStreamInfer(outgoing(), metadata=metadata, timeout=self.timeouts.total_s)
         if first is not None:
             first.start()
         try:
-            for message in call:
+            for message in stream_call:
                 read_ns = time.perf_counter_ns()
                 if stall_s:
                     if stall is not None:
@@ -159,7 +159,7 @@ class GrpcStreamSender:
             if stall is not None:
                 stall.close()
             ended.set()
-            call.cancel()
+            stream_call.cancel()
         stream_into(result, stream, self.counter, index)
         if status == "ok":
             if stream.error:

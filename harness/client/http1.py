@@ -12,6 +12,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 import httptools
@@ -26,6 +27,8 @@ _SERVER_TIMING = b"server-timing"
 class HttpResponse:
     __slots__ = ("status", "body", "complete", "keep_alive", "_chunks", "parser", "header_length", "consumer",
                  "read_ns", "body_bytes", "server_timing")
+    parser: Any  # its httptools.HttpResponseParser while it is read (None once read), set by the client
+
 
     def __init__(self, consumer: Callable[[bytes, int], None] | None = None) -> None:
         self.status = 0

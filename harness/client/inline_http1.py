@@ -61,7 +61,7 @@ class InlineExchange:
         # piece by piece as read, with the read's instant; its first_token_ns for the first-token timeout
         self.reader = reader
         self.response = HttpResponse(reader.consume if reader is not None else None)
-        self.parser = None
+        self.parser: httptools.HttpResponseParser | None = None
         self.sent_ns = 0  # perf_counter_ns() just before its first byte was handed to the kernel
         self.done_ns = 0  # the read that completed it (or the failure's instant)
         self.error: BaseException | None = None  # a failed exchange: what a blocking client would have raised
@@ -325,14 +325,17 @@ class InlineHttp1Pool:
         ex.got_bytes = True
         response = ex.response
         response.read_ns = stamp or now  # a stream's: the kernel's receive instant, on the monotonic clock
+        parser = ex.parser
         try:
-            ex.parser.feed_data(data)
+            if parser is None:
+                raise ConnectionError("a response read on an exchange with no parser")
+            parser.feed_data(data)
         except Exception as exc:  # noqa: BLE001 - a malformed response fails its request, named
             self._close(conn)
             self._fail(ex, exc, now)
             return
         if response.complete:
-            response.status = ex.parser.get_status_code()
+            response.status = parser.get_status_code()
             response.parser = ex.parser = None
             conn.exchange = None
             if response.keep_alive and not conn.writing:

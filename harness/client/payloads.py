@@ -43,7 +43,7 @@ def http_body(arrays: dict[str, np.ndarray], request: RequestSpec, binary: bool 
     inputs, blobs = [], []
     for spec in request.inputs:
         arr = arrays[spec.name]
-        entry = {"name": spec.name, "datatype": spec.datatype, "shape": list(arr.shape)}
+        entry: dict[str, object] = {"name": spec.name, "datatype": spec.datatype, "shape": list(arr.shape)}
         raw = to_raw(arr, spec.datatype)
         if _binary(spec.datatype, len(raw), binary):
             entry["parameters"] = {"binary_data_size": len(raw)}
@@ -102,7 +102,7 @@ def wanted_outputs(check: Check | None, samples: SampleSet) -> tuple[str, ...]:
     """The outputs the sender decodes: the checked one, or those with validation data."""
     if check is None:
         return tuple(samples.expected)
-    if check.kind == "validation":
+    if check.kind == "validation" or check.output is None:
         return tuple(samples.expected)
     return (check.output,)
 
@@ -165,14 +165,16 @@ class AnswerCheck:
             return 0, -1
         n = len(self.samples)
         idx = [(first + k) % n for k in range(rows)]
-        if self.check is not None and self.check.kind in ("label", "argmax"):
+        labels = self.samples.labels
+        if self.check is not None and self.check.kind in ("label", "argmax") and self.check.output is not None \
+                and labels is not None:
             out = outputs[self.check.output]
             per_row = out.reshape(rows, -1) if self.batched else out.reshape(1, -1)
             if self.check.kind == "argmax":
                 predicted = per_row.astype(np.float64).argmax(axis=1)
             else:
                 predicted = np.array([_as_int(v) for v in per_row[:, 0]], dtype=np.int64)
-            truth = self.samples.labels[idx[:len(predicted)]]
+            truth = labels[idx[:len(predicted)]]
             return int(np.count_nonzero(predicted == truth)), int(predicted[0])
         right = 0
         for k, row in enumerate(idx):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -91,7 +92,7 @@ def describe_tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-def grpc_channel(url: str, tls: Tls | None, options: list[tuple[str, object]] = ()):
+def grpc_channel(url: str, tls: Tls | None, options: Sequence[tuple[str, object]] = ()):
     """A channel to grpc://host:port (plain) or grpcs://host:port (TLS with the endpoint's `tls`)."""
     import grpc
 

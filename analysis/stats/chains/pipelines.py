@@ -71,7 +71,7 @@ def chains_of(df: pd.DataFrame) -> tuple[Chains, pd.DataFrame]:
 
 def _estimates(values: np.ndarray) -> dict:
     x = np.sort(values[np.isfinite(values)].astype(np.float64))
-    out = {}
+    out: dict[str, object] = {}
     for p in PERCENTILES:
         e = sorted_percentile_ci(x, p)
         out[f"p{p:g}"] = {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "percentile": float(p),

@@ -83,7 +83,7 @@ def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
             row |= {"cpu_ms_per_request": mine / requests * 1e3 if requests else None,
                     "measured_utilization": measured, "measured_from": "the model's CPU time",
                     "cpu_shared_by": sorted(sharing) if len(sharing) > 1 else None}
-            if scope.watts_per_core is not None and s.energy_j is None:
+            if scope.watts_per_core is not None and s.energy_j is None and model_cpu is not None:
                 row |= {"estimated_energy_per_request_mj": mine * scope.watts_per_core / requests * 1e3
                         if requests else None,
                         "estimated_energy_per_request_mj_windows": per_request_windows(
@@ -98,6 +98,7 @@ def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
             row |= {"energy_per_request_mj": energy / requests * 1e3 if energy is not None and requests else None,
                     "energy_per_request_mj_windows": per_request_windows(s.t_ns, s.energy_j, w.intended[endpoint],
                                                                          w.t0, w.t1)}
-        row["utilization_law"] = _law(rho, row.get("measured_utilization"))
+        measured_u = row.get("measured_utilization")
+        row["utilization_law"] = _law(rho, measured_u if isinstance(measured_u, float) else None)
         out.append(row)
     return out

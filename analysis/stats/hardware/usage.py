@@ -79,7 +79,8 @@ def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None,
     cpu_s = between(s.t_ns, s.process_cpu_s, t0, t1)
     if cpu_s is not None and duration > 0:
         row["process_cores"] = cpu_s / duration
-        if energy is None and watts_per_core is not None:  # an estimate, labelled, never mixed with joules measured
+        if energy is None and watts_per_core is not None and s.process_cpu_s is not None:  # an estimate, labelled,
+            # never mixed with joules measured
             estimate = cpu_s * watts_per_core
             row |= {"estimated_energy_j": estimate,
                     "estimated_energy_per_request_mj": estimate / requests * 1e3 if requests else None,
