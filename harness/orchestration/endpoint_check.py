@@ -31,7 +31,7 @@ from tailrace.harness.workload.conversations import SessionFileError, session_so
 from tailrace.harness.workload.media import MediaPrompts, carries_media, media_bodies
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
-from tailrace.harness.workload.prompts import PromptFileError
+from tailrace.harness.workload.prompts import PromptFileError, prompt_items
 from tailrace.harness.workload.traces import TraceError, load_trace
 
 
@@ -318,6 +318,8 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                         session_source(ep, profile.load.seed, Path(plan.data_root or "."))
                         if carries_media(ep):  # its images and clips decode
                             MediaPrompts(ep, profile.load.seed, Path(plan.data_root or "."))
+                    elif ep.api.grpc:  # ModelStreamInfer: its prompts read (its requests are tensors, built by the sender)
+                        prompt_items(ep, profile.load.seed, Path(plan.data_root or "."))
                     else:
                         media_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
                 if ep.prompts is None or ep.prompts.tokenizer is None:
