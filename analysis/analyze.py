@@ -76,6 +76,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
+from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, SkippedChunk
 from tailrace.contract.summary.tables import Outage, TokenRow
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
@@ -97,6 +98,9 @@ ERROR_COLUMNS = ("status", "code", "error", "t_intended_ref", "endpoint", "regio
 # the report's timeline (analysis/report/plots.py; the endpoint: its p99 line holds one kind of endpoint)
 REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns", "endpoint")
 SLOWEST = 20
+# what summary.json keeps of the run's manifest
+MANIFEST_EXCERPT = ("versions", "host", "seed", "git_sha", "start_ns", "end_ns", "valid", "invalid_reasons", "warnings",
+                    "host_cpu", "workers")
 
 
 def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:
@@ -530,28 +534,24 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     latency_rows = with_stream_goodput(r["latency"], r["tokens"])
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
-    summary = RunSummary.assemble({
-        "summary_version": SUMMARY_VERSION,
-        "run_id": manifest.get("run_id") or data.plan.run_id, "profile": profile.name, "verdict": verdict,
-        "exit_code": exit_code, "valid": valid, "invalid_reasons": invalid_reasons,
-        "warnings": manifest.get("warnings", []) + unsampled + failed_checks(arrival_process),
-        "input": {"rows_read": int(log.rows), "chunks_read": data.chunks_read,
-                  "chunks_skipped": [{"path": s.path, "reason": s.reason} for s in data.skipped]},
-        "duration_s": duration, "scenario": scenario, "slos": verdicts, "latency": latency_rows, "phases": per_phase,
-        "decomposition": decomposition,
-        "queueing": queueing, "arrivals": arrivals, "arrival_process": arrival_process, "validity": validity,
-        "clock": [m.as_dict() for m in models.values()],
-        "errors": errors.to_dict(orient="records"), "slowest": slowest_rows,
-        "endpoint_statistics": stat_rows,
-        "server_timeline": {name: stats_timeline(points, endpoint_models.get(name, ""))
-                            for name, points in data.stats_timelines.items()},
-        "outages": r["outages"],
-        "decision": r["decision"], "cold_start": r["cold_start"], "tokens": r["tokens"], "sessions": r["sessions"],
-        "ttft_decomposition": r["ttft_decomposition"], "tokens_by_model": r["by_model"].get("rows", []),
-        **{n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]},
-        **({"server_spans": r["server_spans"]["section"]} if r["server_spans"] else {}),
-        "manifest": {k: manifest.get(k) for k in ("versions", "host", "seed", "git_sha", "start_ns", "end_ns",
-                                                  "valid", "invalid_reasons", "warnings", "host_cpu", "workers")},
-    })
+    present = {n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]}
+    if r["server_spans"]:  # the workloads' sections: only where the run has them
+        present["server_spans"] = r["server_spans"]["section"]
+    summary = RunSummary.assemble(
+        summary_version=SUMMARY_VERSION, run_id=manifest.get("run_id") or data.plan.run_id, profile=profile.name,
+        verdict=verdict, exit_code=exit_code, valid=valid, invalid_reasons=invalid_reasons,
+        warnings=manifest.get("warnings", []) + unsampled + failed_checks(arrival_process),
+        input=InputRead(rows_read=int(log.rows), chunks_read=data.chunks_read,
+                        chunks_skipped=[SkippedChunk(path=s.path, reason=s.reason) for s in data.skipped]),
+        duration_s=duration, scenario=scenario, slos=verdicts, latency=latency_rows, phases=per_phase,
+        decomposition=decomposition, queueing=queueing, arrivals=arrivals, arrival_process=arrival_process,
+        validity=validity, clock=[m.as_dict() for m in models.values()], errors=errors.to_dict(orient="records"),
+        slowest=slowest_rows, endpoint_statistics=stat_rows,
+        server_timeline={name: stats_timeline(points, endpoint_models.get(name, ""))
+                         for name, points in data.stats_timelines.items()},
+        outages=r["outages"], decision=r["decision"], cold_start=r["cold_start"], tokens=r["tokens"],
+        sessions=r["sessions"], ttft_decomposition=r["ttft_decomposition"],
+        tokens_by_model=r["by_model"].get("rows", []),
+        manifest=ManifestExcerpt(**{k: manifest.get(k) for k in MANIFEST_EXCERPT}), **present)
     return Analysis(data, log.frame(log.names if keep else kept), models, summary, summary_tables(summary), r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

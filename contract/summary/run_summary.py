@@ -96,10 +96,11 @@ class RunSummary(Row):
         return cls.of(raw, source)
 
     @classmethod
-    def assemble(cls, fields: dict[str, Any]) -> RunSummary:
-        """The summary the analysis writes, from its statistics' results: every key of every row declared (a key
-        the models do not declare raises pydantic's ValidationError, naming it)."""
-        return cls.model_validate(fields)
+    def assemble(cls, **sections: Any) -> RunSummary:
+        """The summary the analysis writes, section by section from its statistics' results (their rows, or the
+        dicts of those not typed yet): every key of every row declared (a key the models do not declare raises
+        pydantic's ValidationError, naming it)."""
+        return cls(**sections)
 
     @classmethod
     def of(cls, raw: Any, source: str = "the summary") -> RunSummary:
