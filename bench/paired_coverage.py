@@ -69,7 +69,7 @@ def unpaired_coverage(rho: float, n: int, reps: int, seed: int) -> dict:
         a, _, _ = crn_mm1_pair(rng, n, rho)
         _, b, truth = crn_mm1_pair(rng, n, rho)  # another draw: B does not share A's schedule
         row = compare_groups(a, b)
-        hits += row["p99_ci_low"] <= truth <= row["p99_ci_high"]
+        hits += row.p99_ci_low <= truth <= row.p99_ci_high
         _, low, high = bootstrap_diff_ci(a, b, 99)
         naive_hits += low <= truth <= high
     return {"rho": rho, "n": n, "coverage": hits / reps, "naive": naive_hits / reps}

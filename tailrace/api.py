@@ -19,7 +19,7 @@ __all__ = ["AnalysisResult", "CompareRow", "Comparison", "Estimate", "LatencyRow
 @dataclass(frozen=True)
 class RunResult:
     """A finished run: where it is, its verdict and exit code (README "Exit codes"), and its summary (typed; the
-    summary.json dict is `summary.raw`)."""
+    summary.json dict is `summary.to_dict()`)."""
 
     run_dir: Path
     verdict: str
@@ -56,7 +56,7 @@ def run(profile: str | Path, out: str | Path | None = None, overrides: Sequence[
 
 def analyze(run_dir: str | Path, write_report: bool = False) -> AnalysisResult:
     """The analysis of a run directory: its summary (typed: `.latency`, `.tokens`, `.slos`, `.verdict`; the dict is
-    `.raw`), the report's tables as DataFrames, and every request; `write_report` also writes RUN_DIR/report."""
+    `.to_dict()`), the report's tables as DataFrames, and every request; `write_report` also writes RUN_DIR/report."""
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.analyze_command import write_outputs
 
@@ -89,4 +89,4 @@ def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> Comp
     paired = {"auto": None, "paired": True, "unpaired": False}[pairing]
     invalid: list[str] = []
     rows = compare_runs(Path(run_a), Path(run_b), paired, invalid=invalid)
-    return Comparison([CompareRow.of(r) for r in rows], invalid)
+    return Comparison(rows, invalid)

@@ -13,7 +13,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +33,8 @@ from tailrace.analysis.read.rundir import (
 from tailrace.analysis.stats.correlation import effective_size, paired_quantile_difference, quantile_tau
 from tailrace.analysis.stats.estimators import bootstrap_diff_ci, cohens_d, min_samples_for, sorted_percentile
 from tailrace.contract import exit_codes
+from tailrace.contract.summary.base import ALL, Estimate
+from tailrace.contract.summary.compare import CompareRow
 
 PERCENTILES = (50, 95, 99)
 COMPARE_COLUMNS = ("endpoint", "region", "worker", "phase", "status", "latency_ns", "t_intended", "sample_index",
@@ -69,52 +70,63 @@ def _latencies(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([rows[["endpoint", "region"]], _with_metrics(rows)], axis=1)
 
 
-def _verdict(significant: bool, p50_diff: float) -> str:
-    if not significant:
+def _verdict(significant: bool, p50_diff: float | None) -> str:
+    if not significant or p50_diff is None:
         return "no significant difference"
     return "B slower" if p50_diff > 0 else "B faster"
 
 
-def _too_few(out: dict, p: float, n: int) -> bool:
+def _too_few(out: CompareRow, p: float, n: int) -> bool:
     """Leave percentile p out (None, with a note) when either run has fewer samples than `tailrace analyze`
     needs to report it (the order-statistic interval's minimum)."""
     need = min_samples_for(p / 100)
     if n >= need:
         return False
     for key in ("a_ms", "b_ms", "diff_ms", "ci_low", "ci_high"):
-        out[f"p{p}_{key}"] = None
-    out.setdefault("notes", []).append(f"p{p:g} needs ≥ {need} samples per run")
+        setattr(out, f"p{p}_{key}", None)
+    out.notes = [*out.notes, f"p{p:g} needs ≥ {need} samples per run"]
     return True
 
 
-def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict:
+def _percentile(out: CompareRow, p: float, a_ms: float, b_ms: float, diff: tuple[float, float | None, float | None]
+                ) -> None:
+    """B − A at percentile p into the row: each run's value, the difference and its interval."""
+    setattr(out, f"p{p}_a_ms", a_ms)
+    setattr(out, f"p{p}_b_ms", b_ms)
+    for key, value in zip(("diff_ms", "ci_low", "ci_high"), diff):
+        setattr(out, f"p{p}_{key}", value)
+
+
+def _judged(out: CompareRow, test: str, p_value: float, a: np.ndarray, b: np.ndarray) -> CompareRow:
+    """The row with its test, Cohen's d and verdict (significant where the test and p50's interval both say so)."""
+    out.test, out.test_p, out.cohens_d = test, p_value, cohens_d(a, b)
+    out.verdict = _verdict(p_value < 0.05 and out.p50_ci_low is not None and out.p50_ci_high is not None
+                           and (out.p50_ci_low > 0 or out.p50_ci_high < 0), out.p50_diff_ms)
+    return out
+
+
+def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0, endpoint: str = ALL, region: str = ALL,
+                   metric: str = "latency") -> CompareRow:
     """Independent samples in time order: differences B − A (ms) with bootstrap CIs, Mann–Whitney U p-value,
     Cohen's d. Each run is resampled at the size its time-ordered latencies are worth for the percentile
     (analysis/stats/correlation.py): queueing correlates neighbours, and an n-sized resample of n correlated
     latencies gives an interval too narrow (bench/paired_coverage.py's unpaired rows)."""
-    out: dict[str, Any] = {"paired": False, "n_a": int(len(a)), "n_b": int(len(b))}
+    out = CompareRow(endpoint=endpoint, region=region, metric=metric, paired=False, n_a=int(len(a)), n_b=int(len(b)))
     sorted_a, sorted_b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))  # once for all
     for p in PERCENTILES:
         if _too_few(out, p, min(len(a), len(b))):
             continue
         size_a, size_b = (effective_size(len(x), quantile_tau(x, sorted_percentile(xs, p / 100)))
                           for x, xs in ((a, sorted_a), (b, sorted_b)))
-        sizes = (size_a, size_b)
-        d, lo, hi = bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=sizes, is_sorted=True)
-        out[f"p{p}_a_ms"] = float(np.percentile(sorted_a, p))
-        out[f"p{p}_b_ms"] = float(np.percentile(sorted_b, p))
-        out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = d, lo, hi
-    out["test"], out["test_p"] = "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    out["cohens_d"] = cohens_d(a, b)
-    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
-                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
-    return out
+        _percentile(out, p, float(np.percentile(sorted_a, p)), float(np.percentile(sorted_b, p)),
+                    bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=(size_a, size_b), is_sorted=True))
+    return _judged(out, "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), a, b)
 
 
-def slower_than_allowed(row: dict, percentile: float, margin: float) -> bool:
+def slower_than_allowed(row: CompareRow, percentile: float, margin: float) -> bool:
     """B is significantly slower than A at `percentile` by more than `margin` (a fraction of A's value): the
     whole interval of the difference lies above margin × A."""
-    low, base = row.get(f"p{percentile:g}_ci_low"), row.get(f"p{percentile:g}_a_ms")
+    low, base = row.difference(percentile).ci_low, row.a_ms(percentile)
     return low is not None and base is not None and low > margin * base
 
 
@@ -132,23 +144,18 @@ def parse_gate(text: str) -> tuple[float, float]:
     return percentile, value
 
 
-def compare_paired(a: np.ndarray, b: np.ndarray) -> dict:
+def compare_paired(a: np.ndarray, b: np.ndarray, endpoint: str = ALL, region: str = ALL,
+                   metric: str = "latency") -> CompareRow:
     """Paired samples in schedule order (a[t], b[t]: one scheduled request): differences B − A (ms) with paired
     intervals, the Wilcoxon signed-rank p-value, Cohen's d."""
-    out: dict[str, Any] = {"paired": True, "n_a": int(len(a)), "n_b": int(len(b))}
+    out = CompareRow(endpoint=endpoint, region=region, metric=metric, paired=True, n_a=int(len(a)), n_b=int(len(b)))
     for p in PERCENTILES:
         if _too_few(out, p, len(a)):
             continue
-        out[f"p{p}_a_ms"] = float(np.percentile(a, p))
-        out[f"p{p}_b_ms"] = float(np.percentile(b, p))
-        out[f"p{p}_diff_ms"], out[f"p{p}_ci_low"], out[f"p{p}_ci_high"] = paired_quantile_difference(a, b, p)
+        _percentile(out, p, float(np.percentile(a, p)), float(np.percentile(b, p)), paired_quantile_difference(a, b, p))
     differences = b - a
-    out["test"] = "Wilcoxon signed-rank"
-    out["test_p"] = float(stats.wilcoxon(differences).pvalue) if np.any(differences) else 1.0
-    out["cohens_d"] = cohens_d(a, b)
-    out["verdict"] = _verdict(out["test_p"] < 0.05 and out["p50_ci_low"] is not None
-                              and (out["p50_ci_low"] > 0 or out["p50_ci_high"] < 0), out["p50_diff_ms"])
-    return out
+    return _judged(out, "Wilcoxon signed-rank", float(stats.wilcoxon(differences).pvalue) if np.any(differences)
+                   else 1.0, a, b)
 
 
 def same_schedule(a: RunData, b: RunData) -> bool:
@@ -200,7 +207,7 @@ def _rows_read(data: RunData) -> dict[str, int]:
 
 
 def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: list | None = None,
-                 invalid: list[str] | None = None) -> list[dict]:
+                 invalid: list[str] | None = None) -> list[CompareRow]:
     """One comparison row per endpoint × region present in both runs. `paired`: None pairs the requests when the
     runs share a schedule (same_schedule), True insists (RunDirError when they do not), False never pairs.
     `skipped`: extended with both runs' chunks that could not be read (analysis/read/chunks.py's SkippedChunk);
@@ -227,7 +234,7 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
                 a, b = g[f"{metric}_a_ms"].to_numpy(), g[f"{metric}_b_ms"].to_numpy()
                 both = ~(np.isnan(a) | np.isnan(b))
                 if both.sum() >= MIN_SAMPLES:
-                    rows.append({"endpoint": e, "region": r, "metric": metric, **compare_paired(a[both], b[both])})
+                    rows.append(compare_paired(a[both], b[both], str(e), str(r), metric))
         return rows
     a, b = _latencies(data_a.requests), _latencies(data_b.requests)
     groups_b = b.groupby(GROUP, observed=True).indices
@@ -239,7 +246,7 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
             va, vb = ga[metric].to_numpy(), gb[metric].to_numpy()
             va, vb = va[~np.isnan(va)], vb[~np.isnan(vb)]
             if len(va) >= MIN_SAMPLES and len(vb) >= MIN_SAMPLES:
-                rows.append({"endpoint": endpoint, "region": region, "metric": metric, **compare_groups(va, vb)})
+                rows.append(compare_groups(va, vb, endpoint=str(endpoint), region=str(region), metric=metric))
     return rows
 
 
@@ -247,8 +254,22 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
 METRIC_LABELS = {"latency": "latency (E2E)", "ttft": "TTFT", "tpot": "TPOT"}
 
 
-def _metric_suffix(row: dict) -> str:
-    return "" if row["metric"] == "latency" else f" {METRIC_LABELS[row['metric']]}"
+def _metric_suffix(row: CompareRow) -> str:
+    return "" if row.metric == "latency" else f" {METRIC_LABELS[row.metric]}"
+
+
+def _difference_cell(d: Estimate, p: float) -> str:
+    """"+1.23 ms [+0.50, +2.10]" (ms, B − A with its interval), or what the percentile needs."""
+    if d.value is None:
+        return f"needs ≥ {min_samples_for(p / 100)}"
+    if d.ci_low is None or d.ci_high is None:
+        return f"{d.value:+.2f}"
+    return f"{d.value:+.2f} [{d.ci_low:+.2f}, {d.ci_high:+.2f}]"
+
+
+def _slower(d: Estimate) -> str:
+    """A tripped gate's difference: "+1.23 ms [+0.50, +2.10]"."""
+    return f"{d.value or 0:+.2f} ms [{d.ci_low or 0:+.2f}, {d.ci_high or 0:+.2f}]"
 
 
 def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | None = None,
@@ -281,16 +302,15 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
               "successful measured requests each: nothing to compare", file=sys.stderr)
         return exit_codes.USAGE
     how = ("paired by schedule position (same seed): paired CIs, Wilcoxon signed-rank"
-           if rows and rows[0]["paired"] else "independent samples: bootstrap CIs, Mann–Whitney U")
+           if rows and rows[0].paired else "independent samples: bootstrap CIs, Mann–Whitney U")
     table = Table(title=f"B = {run_b.name} vs A = {run_a.name} (ms, B − A, 95% CI; {how})")
     for col in ("endpoint", "region", "metric", "n", "Δp50", "Δp95", "Δp99", "test p", "Cohen's d", "verdict"):
         table.add_column(col, justify="right")
     for r in rows:
-        cells = [f"{r[f'p{p}_diff_ms']:+.2f} [{r[f'p{p}_ci_low']:+.2f}, {r[f'p{p}_ci_high']:+.2f}]"
-                 if r[f"p{p}_diff_ms"] is not None else f"needs ≥ {min_samples_for(p / 100)}" for p in PERCENTILES]
-        table.add_row(r["endpoint"], r["region"], METRIC_LABELS[r["metric"]], f"{min(r['n_a'], r['n_b']):,}", *cells,
-                      f"{r['test_p']:.3g}",
-                      f"{r['cohens_d']:+.2f}", r["verdict"])
+        cells = [_difference_cell(r.difference(p), p) for p in PERCENTILES]
+        table.add_row(r.endpoint, r.region, METRIC_LABELS[r.metric], f"{min(r.n_a, r.n_b):,}", *cells,
+                      f"{r.test_p:.3g}" if r.test_p is not None else "–",
+                      f"{r.cohens_d:+.2f}" if r.cohens_d is not None else "–", r.verdict)
     console().print(table)
     try:
         energy = compare_energy(run_a, run_b)
@@ -302,22 +322,23 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "compare.json").write_text(json.dumps(rows, indent=2))
-            pd.DataFrame(rows).to_csv(out / "compare.csv", index=False)
+            written = [r.model_dump(mode="json", exclude_unset=True) for r in rows]
+            (out / "compare.json").write_text(json.dumps(written, indent=2))
+            pd.DataFrame(written).to_csv(out / "compare.csv", index=False)
             if energy:
                 (out / "compare_energy.json").write_text(json.dumps(energy, indent=2))
                 pd.DataFrame(energy).to_csv(out / "compare_energy.csv", index=False)
         except OSError as exc:  # the table above is printed: nothing measured is lost
             print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
             return exit_codes.INTERNAL
-    tripped = [f"{r['endpoint']}/{r['region']}{_metric_suffix(r)}: p{p:g} slower by {r[f'p{p:g}_diff_ms']:+.2f} ms "
-               f"[{r[f'p{p:g}_ci_low']:+.2f}, {r[f'p{p:g}_ci_high']:+.2f}] > {margin:.0%} of {r[f'p{p:g}_a_ms']:.2f} ms"
-               for p, margin in gates for r in rows if slower_than_allowed(r, p, margin)]
+    tripped = [f"{r.endpoint}/{r.region}{_metric_suffix(r)}: p{p:g} slower by {_slower(r.difference(p))} > "
+               f"{margin:.0%} of {r.a_ms(p) or 0:.2f} ms" for p, margin in gates for r in rows
+               if slower_than_allowed(r, p, margin)]
     for line in tripped:
         print(f"tailrace compare: --fail-if-slower: {line}", file=sys.stderr)
-    unjudged = [f"{r['endpoint']}/{r['region']}{_metric_suffix(r)}: p{p:g} has no interval ("
-                + "; ".join(n for n in r.get("notes") or [] if n.startswith(f"p{p:g}")) + ")"
-                for p, _ in gates for r in rows if r.get(f"p{p:g}_ci_low") is None]
+    unjudged = [f"{r.endpoint}/{r.region}{_metric_suffix(r)}: p{p:g} has no interval ("
+                + "; ".join(n for n in r.notes if n.startswith(f"p{p:g}")) + ")"
+                for p, _ in gates for r in rows if r.difference(p).ci_low is None]
     for line in unjudged:
         print(f"tailrace compare: --fail-if-slower not judged: {line}", file=sys.stderr)
     for line in invalid:  # numbers that cannot be trusted, or missing requests: never a gate's pass

@@ -34,11 +34,6 @@ class Row(BaseModel):
                 raise ValueError(f"{cls.__name__}: {', '.join(unknown)} not declared (contract/summary)")
         return data
 
-    @property
-    def raw(self) -> dict[str, Any]:
-        """The row as plain JSON values, with the keys it was made with."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
 
 class Estimate(Row):
     """A statistic in ms with its 95% interval; `value` None where the run holds fewer than `min_samples`, the

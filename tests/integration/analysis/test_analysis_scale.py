@@ -64,7 +64,7 @@ def test_compare_reports_numpys_percentiles(large_run, tmp_path):
     rows = compare_runs(run_dir, other)
     assert len(rows) == len(ENDPOINTS) * len(REGIONS)
     for r in rows:
-        a, b = latencies_ms(run_dir, r["endpoint"], r["region"]), latencies_ms(other, r["endpoint"], r["region"])
-        assert (r["n_a"], r["n_b"]) == (len(a), len(b))
-        assert r["p99_a_ms"] == np.percentile(a, 99) and r["p99_b_ms"] == np.percentile(b, 99)
-        assert r["p99_ci_low"] <= r["p99_diff_ms"] <= r["p99_ci_high"]
+        a, b = latencies_ms(run_dir, r.endpoint, r.region), latencies_ms(other, r.endpoint, r.region)
+        assert (r.n_a, r.n_b) == (len(a), len(b))
+        assert r.p99_a_ms == np.percentile(a, 99) and r.p99_b_ms == np.percentile(b, 99)
+        assert r.p99_ci_low <= r.p99_diff_ms <= r.p99_ci_high

@@ -131,11 +131,11 @@ def test_compare_finds_the_slower_endpoint_and_no_difference_elsewhere(tmp_path)
 
     run(tmp_path / "a", 1.0, seed=1)
     run(tmp_path / "b", 1.3, seed=2)
-    rows = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
+    rows = {r.endpoint: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
     slower, same = rows["e1"], rows["e2"]
-    assert slower["verdict"] == "B slower" and slower["p50_ci_low"] > 0 and slower["cohens_d"] > 0.5
-    assert 2.0 < slower["p50_diff_ms"] < 4.0  # true difference 3 ms
-    assert same["verdict"] == "no significant difference" and same["p50_ci_low"] < 0 < same["p50_ci_high"]
+    assert slower.verdict == "B slower" and slower.p50_ci_low > 0 and slower.cohens_d > 0.5
+    assert 2.0 < slower.p50_diff_ms < 4.0  # true difference 3 ms
+    assert same.verdict == "no significant difference" and same.p50_ci_low < 0 < same.p50_ci_high
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
                         "--out", str(tmp_path / "cmp")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and (tmp_path / "cmp" / "compare.csv").exists()
@@ -156,14 +156,14 @@ def test_runs_with_one_schedule_are_compared_pair_by_pair_and_pairing_narrows_th
 
     run(tmp_path / "a", 1.0)
     run(tmp_path / "b", 1.05)
-    paired = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
-    unpaired = {r["endpoint"]: r for r in compare_runs(tmp_path / "a", tmp_path / "b", paired=False)}
-    assert paired["e1"]["paired"] and not unpaired["e1"]["paired"]
-    width = {k: rows["e1"]["p99_ci_high"] - rows["e1"]["p99_ci_low"] for k, rows in (("paired", paired),
+    paired = {r.endpoint: r for r in compare_runs(tmp_path / "a", tmp_path / "b")}
+    unpaired = {r.endpoint: r for r in compare_runs(tmp_path / "a", tmp_path / "b", paired=False)}
+    assert paired["e1"].paired and not unpaired["e1"].paired
+    width = {k: rows["e1"].p99_ci_high - rows["e1"].p99_ci_low for k, rows in (("paired", paired),
                                                                                     ("unpaired", unpaired))}
     print(f"5% slower p99: paired CI width {width['paired']:.3f} ms, unpaired {width['unpaired']:.3f} ms")
-    assert paired["e1"]["p99_ci_low"] > 0 and unpaired["e1"]["p99_ci_low"] < 0 < unpaired["e1"]["p99_ci_high"]
-    assert paired["e1"]["verdict"] == "B slower" and paired["e2"]["verdict"] == "no significant difference"
+    assert paired["e1"].p99_ci_low > 0 and unpaired["e1"].p99_ci_low < 0 < unpaired["e1"].p99_ci_high
+    assert paired["e1"].verdict == "B slower" and paired["e2"].verdict == "no significant difference"
     run(tmp_path / "c", 1.0, seed=4)  # another seed: another schedule
     r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(tmp_path / "a"), str(tmp_path / "c"),
                         "--pairing", "paired"], capture_output=True, text=True, cwd=ROOT, timeout=120)

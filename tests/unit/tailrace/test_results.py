@@ -40,7 +40,7 @@ SUMMARY = {"verdict": "FAIL", "exit_code": 1, "valid": True, "invalid_reasons": 
 def test_a_summary_is_typed_where_it_is_read_and_round_trips_as_it_was_written():
     s = Summary.from_json(json.dumps(SUMMARY | BASE))
     assert s.verdict == "FAIL" and s.exit_code == 1 and s.valid and s.invalid_reasons == []
-    assert s.raw == SUMMARY | BASE and json.loads(s.to_json()) == SUMMARY | BASE
+    assert s.to_dict() == SUMMARY | BASE and json.loads(s.to_json()) == SUMMARY | BASE
     row = s.latency_row("a", "eu")
     assert (row.kind, row.count, row.p50.value, row.p50.ci_low) == ("one-shot", 500, 3.0, 2.9)
     assert row.p99.value == 8.0 and row.p99.ci_low is None and "368" in row.p99.note and str(row.p99) == "8.00 ms"
@@ -65,7 +65,7 @@ def test_compare_rows_are_typed_and_a_table():
            "p50_diff_ms": 0.1, "p50_ci_low": -0.1, "p50_ci_high": 0.3, "p95_diff_ms": 0.5, "p95_ci_low": 0.2,
            "p95_ci_high": 0.9, "p99_diff_ms": None, "p99_ci_low": None, "p99_ci_high": None,
            "test": "Wilcoxon signed-rank", "test_p": 0.2, "cohens_d": 0.01, "verdict": "no significant difference"}
-    c = Comparison([CompareRow.of(raw)], ["run B: INVALID (send lag)"])
+    c = Comparison([CompareRow(**raw)], ["run B: INVALID (send lag)"])
     row = c.row("a", "eu")
     assert row.paired and row.differences["p95"].ci_low == 0.2 and row.differences["p99"].value is None
     assert not c.valid and c.table().loc[0, "p95_diff_ms"] == 0.5

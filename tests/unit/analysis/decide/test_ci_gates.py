@@ -61,8 +61,8 @@ def test_compare_reports_no_percentile_below_the_sample_count_analyze_needs():
 
     rng = np.random.default_rng(1)
     row = compare_groups(rng.exponential(10, 200), rng.exponential(10, 200))  # p99 needs 368
-    assert row["p50_diff_ms"] is not None and row["p99_diff_ms"] is None
-    assert "p99 needs ≥ 368 samples per run" in row["notes"]
+    assert row.p50_diff_ms is not None and row.p99_diff_ms is None
+    assert "p99 needs ≥ 368 samples per run" in row.notes
 
 
 def test_tailrace_itself_failing_has_its_own_exit_code(tmp_path, monkeypatch, capsys):

@@ -211,7 +211,7 @@ def test_the_unpaired_p99_difference_interval_counts_the_correlation():
         a, _, _ = crn_mm1_pair(rng, 20_000, 0.8)
         _, b, truth = crn_mm1_pair(rng, 20_000, 0.8)  # another draw: the runs are independent
         row = compare_groups(a, b)
-        covered += row["p99_ci_low"] <= truth <= row["p99_ci_high"]
+        covered += row.p99_ci_low <= truth <= row.p99_ci_high
     assert covered >= 35
 
 
@@ -323,9 +323,9 @@ def test_compare_groups_sorts_once_and_bootstraps_the_sorted_latencies():
     row = compare_groups(a, b, seed=3)
     for p in (50, 95, 99):
         sizes = tuple(effective_size(len(x), quantile_tau(x, sorted_percentile(np.sort(x), p / 100))) for x in (a, b))
-        assert (row[f"p{p}_diff_ms"], row[f"p{p}_ci_low"], row[f"p{p}_ci_high"]) == bootstrap_diff_ci(
-            a, b, p, seed=3, sizes=sizes)
-        assert row[f"p{p}_a_ms"] == np.percentile(a, p) and row[f"p{p}_b_ms"] == np.percentile(b, p)
+        d = row.difference(p)
+        assert (d.value, d.ci_low, d.ci_high) == bootstrap_diff_ci(a, b, p, seed=3, sizes=sizes)
+        assert row.a_ms(p) == np.percentile(a, p) and getattr(row, f"p{p}_b_ms") == np.percentile(b, p)
 
 
 def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():

@@ -117,7 +117,7 @@ def test_compare_pairs_streams_by_schedule_and_compares_ttft_and_tpot():
     assert {"ttft_a_ms", "ttft_b_ms", "tpot_a_ms", "tpot_b_ms", "latency_a_ms"} <= set(pairs.columns)
     ttft = compare_paired(pairs["ttft_a_ms"].to_numpy(), pairs["ttft_b_ms"].to_numpy())
     tpot = compare_paired(pairs["tpot_a_ms"].to_numpy(), pairs["tpot_b_ms"].to_numpy())
-    assert ttft["p50_diff_ms"] == 15 and ttft["verdict"] == "B slower" and tpot["p50_diff_ms"] == 0
+    assert ttft.p50_diff_ms == 15 and ttft.verdict == "B slower" and tpot.p50_diff_ms == 0
 
 
 def test_whole_responses_have_e2e_and_tokens_but_no_tpot_or_ttft():
