@@ -77,7 +77,15 @@ from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, SkippedChunk
-from tailrace.contract.summary.tables import Outage, TokenRow
+from tailrace.contract.summary.tables import (
+    ArrivalProcessRow,
+    ArrivalsRow,
+    ErrorRow,
+    Outage,
+    SlowRequest,
+    TokenRow,
+    ValidityRow,
+)
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
 # verdicts and the validity checks read (each at the measured rows' positions)
@@ -447,7 +455,7 @@ def _arrivals(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[(df["turn"].to_numpy() <= 1)]
 
 
-def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> pd.DataFrame:
+def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> list[ErrorRow]:
     """Failed requests by status class and code: how many, an example error, the first three trace IDs."""
     failed = df.loc[((df["status"] != "ok") & (df["status"] != CANCELLED)).to_numpy(), ["status", "code", "error"]]
     by_class = failed.groupby(["status", "code"], observed=True)
@@ -457,11 +465,11 @@ def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -
                                                                                     errors["code"])])
     for column in ("status", "code", "example_error"):  # plain strings in the tables, as before categoricals
         errors[column] = errors[column].astype(object)
-    return errors
+    return [ErrorRow(**e) for e in errors.to_dict(orient="records")]
 
 
 def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
-                  streamed: frozenset[str] = frozenset(), spans: dict | None = None) -> list[dict]:
+                  streamed: frozenset[str] = frozenset(), spans: dict | None = None) -> list[SlowRequest]:
     """The slowest requests, where their time went: the client's legs and, where a server span came back, the
     server's own split (queue, prefill, decode, compute)."""
     timing = (spans or {}).get("timing", {})
@@ -476,7 +484,7 @@ def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Cal
             row.update({k + "_ms": float(leg[k]) for k in ("network_up", "server_queue", "server_compute",
                                                           "server_other", "network_down")})
         row.update({f"span_{k}": v for k, v in timing.get(int(r.Index), {}).items()})  # the server's span says
-        rows.append(row)
+        rows.append(SlowRequest(**row))
     return rows
 
 
@@ -517,12 +525,13 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                (os.cpu_count() or 1) if log.fits() else 1, spans)
     r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept)
     names = phase_names(profile)
-    arrivals = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrivals"]]
-    arrival_process = [a | {"phase_name": names.get(a["phase"], str(a["phase"]))} for a in r["arrival_process"]]
-    validity = r["validity"]
-    for row in validity:
-        row["phase_name"] = names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None
-        row["phases"] = ", ".join(names.get(p, str(p)) for p in row.pop("phases_tested")) or None
+    arrivals = [ArrivalsRow(**a, phase_name=names.get(a["phase"], str(a["phase"]))) for a in r["arrivals"]]
+    arrival_process = [ArrivalProcessRow(**a, phase_name=names.get(a["phase"], str(a["phase"])))
+                       for a in r["arrival_process"]]
+    validity = [ValidityRow(**{k: v for k, v in row.items() if k != "phases_tested"},
+                            phase_name=names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None,
+                            phases=", ".join(names.get(p, str(p)) for p in row["phases_tested"]) or None)
+                for row in r["validity"]]
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
     verdicts = r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", []) + \
         r["by_model"].get("verdicts", [])
@@ -540,12 +549,12 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     summary = RunSummary.assemble(
         summary_version=SUMMARY_VERSION, run_id=manifest.get("run_id") or data.plan.run_id, profile=profile.name,
         verdict=verdict, exit_code=exit_code, valid=valid, invalid_reasons=invalid_reasons,
-        warnings=manifest.get("warnings", []) + unsampled + failed_checks(arrival_process),
+        warnings=manifest.get("warnings", []) + unsampled + failed_checks(r["arrival_process"]),
         input=InputRead(rows_read=int(log.rows), chunks_read=data.chunks_read,
                         chunks_skipped=[SkippedChunk(path=s.path, reason=s.reason) for s in data.skipped]),
         duration_s=duration, scenario=scenario, slos=verdicts, latency=latency_rows, phases=per_phase,
         decomposition=decomposition, queueing=queueing, arrivals=arrivals, arrival_process=arrival_process,
-        validity=validity, clock=[m.as_dict() for m in models.values()], errors=errors.to_dict(orient="records"),
+        validity=validity, clock=[m.row() for m in models.values()], errors=errors,
         slowest=slowest_rows, endpoint_statistics=stat_rows,
         server_timeline={name: stats_timeline(points, endpoint_models.get(name, ""))
                          for name, points in data.stats_timelines.items()},

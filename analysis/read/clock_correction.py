@@ -14,6 +14,7 @@ import pandas as pd
 from scipy import stats
 
 from tailrace.analysis.read.frames import frame_of
+from tailrace.contract.summary.tables import ClockRow
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,11 @@ class OffsetModel:
         out += t
         return out
 
-    def as_dict(self) -> dict:
-        return {"worker": self.worker, "offset_ms": self.intercept_ns / 1e6, "drift_ppm": self.slope * 1e6,
-                "uncertainty_ms": self.uncertainty_ns / 1e6, "samples_used": self.samples_used,
-                "samples_total": self.samples_total}
+    def row(self) -> ClockRow:
+        """The summary's row of this worker's clock."""
+        return ClockRow(worker=self.worker, offset_ms=self.intercept_ns / 1e6, drift_ppm=self.slope * 1e6,
+                        uncertainty_ms=self.uncertainty_ns / 1e6, samples_used=self.samples_used,
+                        samples_total=self.samples_total)
 
 
 def fit_offset(worker: str, samples: pd.DataFrame, delay_slack_ns: float = 200_000) -> OffsetModel:

@@ -18,13 +18,14 @@ import pandas as pd
 from tailrace.analysis.read.frames import group_positions
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.contract.records import CANCELLED
+from tailrace.contract.summary.tables import CancellationRow
 
 CANCEL_COLUMNS = ("endpoint", "region", "phase", "status", "code", "output_tokens", "latency_ns", "ttft_ns", "pipeline")
 ALL = "*"
 
 
 def cancellation_table(df: pd.DataFrame, declared: Mapping[str, str], aborted: dict[str, tuple[float, str]],
-                       servers: dict[str, tuple[str, str]]) -> list[dict]:
+                       servers: dict[str, tuple[str, str]]) -> list[CancellationRow]:
     """Rows for the endpoints that declare a cancel (`declared`: endpoint → what closes a stream), per region and
     '*'; `aborted`: endpoint → (the server's aborted requests of its model over the run, the metric's name);
     `servers`: endpoint → (url, model), which endpoints one server's count covers."""
@@ -48,7 +49,7 @@ def cancellation_table(df: pd.DataFrame, declared: Mapping[str, str], aborted: d
                 row["cancelled_server_scope"] = sum(int(cancelled_all.get(e, 0)) for e in declared
                                                     if servers.get(e) == servers.get(name))
                 row["server_aborted"], row["server_metric"] = int(round(aborted[name][0])), aborted[name][1]
-            out.append(row)
+            out.append(CancellationRow(**row))
     return out
 
 

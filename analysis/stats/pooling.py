@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.stats.estimators import percentiles_ci
+from tailrace.contract.summary.tables import EmbeddingRow
 
 POOLING_COLUMNS = ("endpoint", "region", "status", "latency_ns", "batch_size", "input_tokens")
 BATCH_PERCENTILES = (50.0, 99.0)
@@ -54,7 +55,8 @@ def _row(endpoint: str, region: str, df: pd.DataFrame, duration_s: float, limit_
             "latency_slo_ms": None if np.isinf(limit_ns) else limit_ns / 1e6, "by_batch": by_batch}
 
 
-def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str], slos: list[dict]) -> list[dict]:
+def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str], slos: list[dict]
+                  ) -> list[EmbeddingRow]:
     """Per pooling endpoint (`endpoints`) × region of the measured rows `df` (POOLING_COLUMNS), then per endpoint over
     its regions ("*"): requests, inputs and input tokens (the server's usage) per second, the inputs per second whose
     request met every latency SLO that applies (goodput in inputs), and p50/p99 latency by bucket of inputs per
@@ -79,4 +81,4 @@ def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str]
                 if duration_s else None
             row["latency_slo_ms"] = None
             rows.append(row)
-    return rows
+    return [EmbeddingRow(**row) for row in rows]

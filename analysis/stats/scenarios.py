@@ -9,6 +9,7 @@ from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentile
 from tailrace.analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import Segment, describe_arrivals, load_segments
+from tailrace.contract.summary.tables import PhaseRow
 
 _TIME = "t_intended_ref"
 
@@ -45,7 +46,7 @@ def phase_boundaries_s(profile: Profile) -> list[float]:
 
 
 def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None = None,
-                    streamed: frozenset[str] = frozenset()) -> list[dict]:
+                    streamed: frozenset[str] = frozenset()) -> list[PhaseRow]:
     """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms). `order`: the time
     order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it. A run that mixes one-shot
     endpoints with `streamed` (generative) ones has a row per phase and kind: a stream's latency is its E2E, never
@@ -82,7 +83,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
                             "achieved_rate": len(idx) / seg.width_s})
             for p, est in correlated_percentiles_ci(ok, (50, 95, 99)).items():
                 row[f"p{p}_ms"], row[f"p{p}_ci"] = est.value, [est.ci_low, est.ci_high]
-            rows.append(row)
+            rows.append(PhaseRow(**row))
     return rows
 
 

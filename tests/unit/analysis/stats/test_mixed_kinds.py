@@ -100,7 +100,7 @@ def test_the_timeline_line_and_the_phases_table_never_pool_the_two_kinds():
     only_streams = timeline(df[df["endpoint"] == "llm"], LLM)
     assert min(np.nanmin(v) for v in only_streams.p99_ms.values()) >= 250
     rows = per_phase_table(df, profile({"mlp": 3, "llm": 1}), streamed=LLM)
-    assert {(r["phase"], r["kind"]) for r in rows} == {(1, "one-shot"), (1, "stream")}
-    kinds = {r["kind"]: r for r in rows}
-    assert kinds["one-shot"]["count"] == 600 and kinds["one-shot"]["p99_ms"] < 15
-    assert kinds["stream"]["count"] == 200 and kinds["stream"]["p50_ms"] == 250
+    assert {(r.phase, r.kind) for r in rows} == {(1, "one-shot"), (1, "stream")}
+    kinds = {r.kind: r for r in rows}
+    assert kinds["one-shot"].count == 600 and (kinds["one-shot"].p99_ms or 0) < 15
+    assert kinds["stream"].count == 200 and kinds["stream"].p50_ms == 250
