@@ -82,6 +82,7 @@ from tailrace.contract.summary.tables import (
     ArrivalsRow,
     ErrorRow,
     Outage,
+    SloVerdict,
     SlowRequest,
     TokenRow,
     ValidityRow,
@@ -533,8 +534,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                             phases=", ".join(names.get(p, str(p)) for p in row["phases_tested"]) or None)
                 for row in r["validity"]]
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdicts = r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", []) + \
-        r["by_model"].get("verdicts", [])
+    verdicts = [SloVerdict(**v) for v in r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", [])
+                + r["by_model"].get("verdicts", [])]
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]

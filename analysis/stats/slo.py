@@ -12,6 +12,7 @@ from tailrace.analysis.stats.correlation import correlated_percentiles_ci, integ
 from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile
 from tailrace.analysis.stats.validity import Group, groups_of, judge_trends
 from tailrace.contract import exit_codes
+from tailrace.contract.summary.tables import SloVerdict
 
 # the error-rate bound of each endpoint × region no declared error_rate SLO covers (docs/METHODS.md, "The implicit error-rate SLO")
 IMPLICIT_ERROR_RATE = 0.01
@@ -127,11 +128,11 @@ def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group,
             "trend_changed_verdict": trend_changed, "reason": reason}
 
 
-def overall_verdict(verdicts: list[dict], valid: bool) -> tuple[str, int]:
+def overall_verdict(verdicts: Sequence[SloVerdict], valid: bool) -> tuple[str, int]:
     """(verdict, exit code): INVALID 4, FAIL 1, INCONCLUSIVE 3, PASS 0."""
     if not valid:
         return "INVALID", exit_codes.INVALID
-    kinds = {v["verdict"] for v in verdicts}
+    kinds = {v.verdict for v in verdicts}
     if "FAIL" in kinds:
         return "FAIL", exit_codes.FAIL
     if "INCONCLUSIVE" in kinds:
