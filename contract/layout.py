@@ -219,6 +219,40 @@ class ReportLayout:
 
 
 @dataclass(frozen=True)
+class SweepLayout:
+    """One sweep: sweep.json (written after every point: what a resumed sweep reads), points.csv, frontier.csv,
+    edges.csv, index.html, its figures, logs/ (each configuration's server) and points/<run>/."""
+
+    dir: Path
+
+    @property
+    def result(self) -> Path:
+        return self.dir / "sweep.json"
+
+    @property
+    def profile(self) -> Path:  # the profile it ran, as it read it: a resumed sweep runs the same
+        return self.dir / "profile.toml"
+
+    def table(self, name: str) -> Path:
+        return self.dir / f"{name}.csv"
+
+    def figure(self, name: str) -> Path:
+        return self.dir / f"{name}.svg"
+
+    @property
+    def page(self) -> Path:
+        return self.dir / "index.html"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def points(self) -> Path:
+        return self.dir / "points"
+
+
+@dataclass(frozen=True)
 class CapacityLayout:
     """One capacity search: capacity.json, trials.csv, latency_vs_load.svg, index.html, logs/ and trials/<run>/."""
 

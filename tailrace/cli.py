@@ -30,6 +30,7 @@ from tailrace.commands import (
     cmd_run,
     cmd_serve,
     cmd_sntp,
+    cmd_sweep,
     cmd_worker,
 )
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_command(sub)
     _add_run_command(sub)
     _add_capacity_command(sub)
+    _add_sweep_command(sub)
     _add_master_command(sub)
     _add_worker_command(sub)
     _add_collect_command(sub)
@@ -200,6 +202,24 @@ def _add_capacity_command(sub) -> None:
     capacity.add_argument("--quiet", action="store_true", help="no per-trial lines")
     _add_overrides(capacity, shorthands=False)  # each trial sets its own rate and length
     capacity.set_defaults(func=lambda a, p: cmd_capacity(a))
+
+
+def _add_sweep_command(sub) -> None:
+    """`tailrace sweep`."""
+    sweep = sub.add_parser(
+        "sweep", help="run a profile at every point of its [sweep]: loads × configurations, SLO tiers, the frontier",
+        description="A sweep: the profile run at each point of its [sweep] section (the axes' grid or its declared "
+                    "points, with repeats), each a full run; load points added at each SLO tier's edge; the "
+                    "throughput–interactivity frontier, the highest load per tier and configuration, the knees. "
+                    "Exit code: 0 complete, 1 a point failed (a server never ready), 2 bad profile/usage, 3 budget "
+                    "spent before the end (resume it).")
+    sweep.add_argument("profile", type=Path, nargs="?", help="profiles/*.toml with a [sweep] section")
+    sweep.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                       help="go on with the sweep in DIR (its finished points kept, the one cut short run again)")
+    sweep.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
+    sweep.add_argument("--budget-s", type=_positive_float, default=None, help="override sweep.budget_s")
+    sweep.add_argument("--quiet", action="store_true", help="no per-point lines")
+    sweep.set_defaults(func=lambda a, p: cmd_sweep(a, p))
 
 
 def _add_master_command(sub) -> None:

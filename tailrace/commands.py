@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
+from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, OK, USAGE
 
 
 def cmd_models_build(args: argparse.Namespace) -> int:
@@ -120,6 +120,33 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if profile is None:
         return USAGE
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
+
+
+def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+    from tailrace.sweep import SweepError, run_sweep
+
+    if (args.profile is None) == (args.resume is None):
+        parser.error("give a PROFILE, or --resume DIR (not both)")
+    out = args.out or Path("runs")
+    if args.profile is not None and args.out is None:
+        import tomllib
+
+        try:
+            out = Path(tomllib.loads(args.profile.read_text()).get("output_dir", "runs"))
+        except (OSError, tomllib.TOMLDecodeError):
+            pass  # run_sweep names the file and what is wrong with it
+    try:
+        sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s)
+    except (SweepError, EndpointCheckError) as exc:
+        print(f"tailrace sweep: {exc}", file=sys.stderr)
+        return USAGE
+    for line in result.recommendation:
+        print(line)
+    print(f"sweep report: {sweep_dir / 'index.html'}")
+    if not result.complete:
+        return INCONCLUSIVE
+    return FAIL if any(p.status == "failed" for p in result.points) else OK
 
 
 def cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

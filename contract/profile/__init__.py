@@ -67,6 +67,7 @@ from tailrace.contract.profile.settings import (
     ServerStats,
     TritonLocal,
 )
+from tailrace.contract.profile.sweep import Axis, AxisRange, Serve, Sweep
 
 
 class Profile(_Strict):
@@ -94,6 +95,8 @@ class Profile(_Strict):
     pipelines: list[Pipeline] = Field(default_factory=list, description="chains of stages over the endpoints "
                                       "(RAG: embed → rerank → generate), started by the arrival process")
     generator: Generator = Field(default_factory=Generator)
+    sweep: Sweep | None = Field(None, description="tailrace sweep's axes, points, servers and SLO tiers (tailrace "
+                                                  "run ignores it)")
     overrides: list[str] = Field(default_factory=list, description="set by tailrace from --set / --rate / --duration "
                                                                    "and TAILRACE_SET_* (contract/overrides.py), never "
                                                                    "in a profile file: the manifest records them")
@@ -289,6 +292,7 @@ def load_profile(path: Path, overrides: Sequence[str] = ()) -> Profile:
 
 
 __all__ = [
+    "Axis", "AxisRange", "Serve", "Sweep",
     "EMBEDDED", "TRITON", "INPROCESS", "STARTED_BY_RUN", "MASTER_CLOCK", "_Strict", "NAME", "GENERATIVE",
     "CHAT_APIS", "POOLING", "TLS_SCHEMES", "check_url", "DATATYPES", "_fixed", "TokenCount", "DeclaredTensor",
     "Check", "Tls", "Images", "Audio", "Structured", "Prompts", "Embeddings", "Rerank", "ThinkTime", "Sessions",

@@ -1,0 +1,181 @@
+"""A sweep's answers from its points (pure): what each point measured, each SLO tier's outcome there, the highest
+load each tier holds per configuration (with the next load to try at its edge), the knee of each configuration's
+latency curve, and the throughput–interactivity frontier with its Pareto-optimal points.
+
+- A tier passes at a point by capacity search's rules (analysis/decide/capacity_search.py `classify_trial`): every
+  latency SLO of the tier PASSes; INCONCLUSIVE is not a pass; a backlog (latency still rising at the run's end)
+  fails; a saturated generator is the generator's limit, not the server's.
+- Tokens/s per user is 1000 / TPOT p50 (ms), its interval the TPOT interval's reciprocal; the server's output
+  tokens/s has the interval of its completed requests' count (Garwood's Poisson interval: the arrivals are
+  random).
+- The knee: a monotone (isotonic) fit of the p99 against load, and the load where the fit rises fastest per unit of
+  load — where queueing takes over."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+from scipy.optimize import isotonic_regression
+
+from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
+from tailrace.contract.summary import Estimate, RunSummary
+from tailrace.contract.summary.sweep import FrontierPoint, Knee, SweepPoint, TierEdge
+
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def _estimates(metric) -> dict[str, Estimate]:
+    return {p: metric.at(p) for p in PERCENTILES}
+
+
+def count_interval(value: float, n: int, alpha: float = 0.05) -> Estimate:
+    """`value` (a rate ∝ n events) with the Garwood interval of the Poisson count n it rests on."""
+    if n <= 0:
+        return Estimate(value=value, ci_low=None, ci_high=None, n=n)
+    low = stats.chi2.ppf(alpha / 2, 2 * n) / 2 / n
+    high = stats.chi2.ppf(1 - alpha / 2, 2 * n + 2) / 2 / n
+    return Estimate(value=value, ci_low=value * low, ci_high=value * high, n=n)
+
+
+def per_user(tpot: Estimate) -> Estimate | None:
+    """Tokens/s per user from TPOT p50 (ms): 1000 / TPOT, the interval's ends swapped and inverted."""
+    if not tpot.value:
+        return None
+    return Estimate(value=1000 / tpot.value, ci_low=1000 / tpot.ci_high if tpot.ci_high else None,
+                    ci_high=1000 / tpot.ci_low if tpot.ci_low else None, n=tpot.n)
+
+
+def tier_outcomes(summary: RunSummary, tier_slos: Mapping[str, Sequence[int]]) -> dict[str, tuple[str, str]]:
+    """Each tier's (outcome, why) at one point: its SLOs' verdicts (by their index in the point's profile) judged by
+    capacity search's rules."""
+    out = {}
+    for tier, indices in tier_slos.items():
+        mine = [v for v in summary.slos if v.slo in set(indices)]
+        out[tier] = classify_trial(mine, summary.valid, summary.invalid_reasons)
+    return out
+
+
+def measured(summary: RunSummary) -> dict:
+    """A point's measurements from its run's summary (SweepPoint's fields)."""
+    row = summary.latency_row()
+    tokens = summary.overall_tokens()
+    fields: dict = {"verdict": summary.verdict, "backlog": any(v.backlog for v in summary.slos),
+                    "achieved_rate": row.achieved_rate, "requests": row.count,
+                    "errors": row.errors, "latency_ms": {p: row.percentiles[p] for p in PERCENTILES
+                                                         if p in row.percentiles}}
+    if tokens is not None:
+        fields |= {"ttft_ms": _estimates(tokens.ttft_ms), "tpot_ms": _estimates(tokens.tpot_ms),
+                   "itl_ms": _estimates(tokens.itl_ms),
+                   "output_tokens_per_s": count_interval(tokens.output_tokens_per_s, tokens.ok),
+                   "tokens_per_s_per_user": per_user(tokens.tpot_ms.at("p50"))}
+    if summary.hardware is not None:
+        energy = [r.energy_per_1k_output_tokens_j for r in summary.hardware.rows
+                  if r.energy_per_1k_output_tokens_j is not None]
+        fields["energy_per_1k_tokens_j"] = sum(energy) if energy else None
+    return fields
+
+
+def tier_edges(points: Sequence[SweepPoint], tiers: Sequence[str], tolerance: float) -> list[TierEdge]:
+    """Per configuration × tier: the highest load that passed (every repeat) and the lowest above it that did not."""
+    out = []
+    by_config: dict[str, list[SweepPoint]] = defaultdict(list)
+    for p in points:
+        if p.status == "done" and p.load is not None:
+            by_config[p.config].append(p)
+    for config, mine in sorted(by_config.items()):
+        for tier in tiers:
+            outcome: dict[float, bool] = {}
+            for load, passed in ((p.load, p.tiers.get(tier) == PASS) for p in mine if p.load is not None):
+                outcome[load] = outcome.get(load, True) and passed  # every repeat at a load must pass
+            passes = sorted(load for load, ok in outcome.items() if ok)
+            fails = sorted(load for load, ok in outcome.items() if not ok)
+            lo = max((x for x in passes if not any(f <= x for f in fails)), default=None)
+            hi = min((f for f in fails if lo is None or f > lo), default=None)
+            within = lo is not None and hi is not None and (hi - lo) <= tolerance * hi
+            note = ("no load passed" if lo is None else f"holds up to {lo:g}" + (
+                f", fails at {hi:g}" if hi is not None else ", the highest load tried"))
+            out.append(TierEdge(config=config, tier=tier, highest_pass=lo, lowest_fail=hi, within_tolerance=within,
+                                note=note))
+    return out
+
+
+def next_loads(edges: Sequence[TierEdge], tried: dict[str, set[float]]) -> list[tuple[str, float]]:
+    """(configuration, load) to try next: the middle of each open bracket not yet tried (one per configuration)."""
+    out: dict[str, float] = {}
+    for e in edges:
+        if e.within_tolerance or e.highest_pass is None or e.lowest_fail is None or e.config in out:
+            continue
+        middle = round((e.highest_pass + e.lowest_fail) / 2, 3)
+        if middle not in tried.get(e.config, set()):
+            out[e.config] = middle
+    return sorted(out.items())
+
+
+def knees(points: Sequence[SweepPoint]) -> list[Knee]:
+    """Per configuration with three loads or more: the load where its monotone-fitted p99 rises fastest."""
+    out = []
+    by_config: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    streams = any(p.ttft_ms for p in points)
+    for p in points:
+        est = (p.ttft_ms if streams else p.latency_ms).get("p99")
+        if p.status == "done" and p.load is not None and est is not None and est.value is not None:
+            by_config[p.config][p.load].append(est.value)
+    for config, by_load in sorted(by_config.items()):
+        loads = np.array(sorted(by_load))
+        if len(loads) < 3:
+            continue
+        values = np.array([np.mean(by_load[x]) for x in loads])
+        fit = isotonic_regression(values, increasing=True).x
+        slopes = np.diff(fit) / np.diff(loads)
+        i = int(np.argmax(slopes))
+        out.append(Knee(config=config, metric="ttft p99" if streams else "latency p99", load=float(loads[i]),
+                        slope_ms_per_unit=float(slopes[i])))
+    return out
+
+
+def frontier(points: Sequence[SweepPoint]) -> list[FrontierPoint]:
+    """Every streamed point on the throughput–interactivity plane, the Pareto-optimal ones (no other point has more
+    tokens/s for the server and for each user) marked. A point whose server fell behind (a backlog: latency still
+    rising at its end) is no operating point — its tokens/s counts the drain after the load — and is left out."""
+    rows = [(p, p.output_tokens_per_s, p.tokens_per_s_per_user) for p in points if p.status == "done"
+            and not p.backlog]
+    placed = [(p, server, user, user.value, server.value) for p, server, user in rows
+              if server is not None and user is not None and server.value is not None and user.value is not None]
+    out = []
+    for p, server, user, x, y in placed:
+        dominated = any(qx >= x and qy >= y and (qx > x or qy > y) for q, _, _, qx, qy in placed if q is not p)
+        out.append(FrontierPoint(index=p.index, config=p.config, load=p.load, tokens_per_s=server,
+                                 tokens_per_s_per_user=user, energy_per_1k_tokens_j=p.energy_per_1k_tokens_j,
+                                 pareto=not dominated))
+    return out
+
+
+def recommendation(edges: Sequence[TierEdge], tiers: Sequence[str], load_unit: str) -> list[str]:
+    """Per tier: the configuration that holds the most load, by what margin over the next, and whether the two
+    brackets overlap (then the edge between them is not significant at the sweep's resolution)."""
+    out = []
+    for tier in tiers:
+        ranked = sorted((e for e in edges if e.tier == tier and e.highest_pass is not None),
+                        key=lambda e: -(e.highest_pass or 0.0))
+        if not ranked:
+            out.append(f"{tier}: no configuration held any load tried")
+            continue
+        best = ranked[0]
+        line = f"{tier}: {best.config or 'the configuration'} holds {best.highest_pass:g} {load_unit}"
+        if best.lowest_fail is not None:
+            line += f" (fails at {best.lowest_fail:g})"
+        if len(ranked) > 1:
+            second = ranked[1]
+            margin = (best.highest_pass or 0) / (second.highest_pass or 1) - 1
+            overlap = second.lowest_fail is None or (best.highest_pass or 0) < (second.lowest_fail or 0)
+            line += (f"; {second.config} holds {second.highest_pass:g}" + (
+                " — their brackets overlap: the edge between them is not significant at this resolution"
+                if overlap else f" — {margin:.0%} less, beyond its bracket"))
+        out.append(line)
+    return out
+
+
+__all__ = ["FAIL", "PASS", "UNDECIDED", "count_interval", "frontier", "knees", "measured", "next_loads",
+           "per_user", "recommendation", "tier_edges", "tier_outcomes"]

@@ -1,0 +1,187 @@
+"""`tailrace sweep` for real: synthetic_lm (the embedded server's LLM whose step takes 8 ms + 0.1 ms per sequence
+in the batch) at two loads × two max_num_seqs, an SLO tier's edge searched, the report written — and the measured
+throughput–interactivity points on the curve its step time implies; a configuration whose server never becomes
+ready fails its points and the sweep goes on; a sweep SIGKILLed mid-point resumes with nothing lost."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests import ROOT
+
+STEP_MS, PER_SEQ_MS = 8.0, 0.1  # synthetic_lm (generative_build.SYNTHETIC_TIMES)
+OUTPUT = 48
+
+
+def profile_text(models: Path, sweep: str, duration_s: float = 5) -> str:
+    return f'''name = "frontier"
+[[endpoints]]
+name = "chat"
+url = "embedded"
+protocol = "openai-chat"
+model = "synthetic_lm"
+prompts = {{ input_tokens = {{ mean = 8 }}, output_tokens = {{ mean = {OUTPUT} }} }}
+ttft_timeout_ms = 20000
+[[regions]]
+name = "near"
+share = 1.0
+delay_ms = 1
+[load]
+rate = 3
+duration_s = {duration_s}
+warmup_s = 1
+seed = 5
+[embedded]
+models_dir = "{models}"
+[[slos]]
+metric = "e2e"
+percentile = 90
+threshold_ms = 60000
+{sweep}'''
+
+
+SWEEP = '''[sweep]
+refine = 1
+[[sweep.axes]]
+field = "load.rate"
+values = [3, 10]
+[[sweep.axes]]
+field = "embedded.max_num_seqs.synthetic_lm"
+name = "max_num_seqs"
+values = [2, 16]
+[sweep.tiers]
+interactive = [{ metric = "ttft", percentile = 90, threshold_ms = 150 }]
+'''
+
+
+def sweep_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailrace.cli", "sweep", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)
+
+
+def the_sweep(out: Path) -> tuple[Path, dict]:
+    (sweep_dir,) = out.iterdir()
+    return sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())
+
+
+def test_a_sweep_over_load_and_max_num_seqs_finds_the_known_frontier_and_each_tiers_edge(model_repo, tmp_path):
+    profile = tmp_path / "frontier.toml"
+    profile.write_text(profile_text(model_repo, SWEEP))
+    r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep_dir, result = the_sweep(tmp_path / "runs")
+    points = result["points"]
+    declared = [p for p in points if not p["added"]]
+    assert len(declared) == 4 and all(p["status"] == "done" for p in points) and result["complete"]
+    by = {(p["levels"]["max_num_seqs"], p["load"]): p for p in declared}
+    # two sequences at most cannot keep up with 10 streams a second of 48 tokens (480 tokens/s > 2 × 1000 / 8.2)
+    assert by[(2, 10.0)]["backlog"] and by[(2, 10.0)]["tiers"]["interactive"] == "fail"
+    assert by[(16, 10.0)]["tiers"]["interactive"] == "pass" and by[(16, 3.0)]["tiers"]["interactive"] == "pass"
+    edges = {e["config"]: e for e in result["edges"]}
+    assert edges["max_num_seqs=16"]["highest_pass"] == 10 and edges["max_num_seqs=16"]["lowest_fail"] is None
+    two = edges["max_num_seqs=2"]
+    assert two["highest_pass"] in (3, 6.5) and two["lowest_fail"] in (6.5, 10)  # the edge searched between 3 and 10
+    assert [p["load"] for p in points if p["added"]] == [6.5]
+    # every point off a backlog on the known curve: a batch of b makes a step of 8 + 0.1·b ms, so tokens/s per user
+    # u = 1000 / (8 + 0.1·b) and the server's X = b·u, i.e. X = 10000 − 80·u; a request sees its own sequence
+    # beside the time-averaged batch (X = 10000 − 81·u where the batch is not full): the curve lies in that band
+    frontier = result["frontier"]
+    assert len(frontier) >= 3 and all(f["config"] for f in frontier)
+    for f in frontier:
+        u, x = f["tokens_per_s_per_user"], f["tokens_per_s"]
+        low_curve = (1000 - (STEP_MS + PER_SEQ_MS) * u["ci_high"]) / PER_SEQ_MS
+        high_curve = (1000 - STEP_MS * u["ci_low"]) / PER_SEQ_MS
+        assert x["ci_low"] <= high_curve and low_curve <= x["ci_high"], (f, low_curve, high_curve)
+    assert any(f["pareto"] for f in frontier)
+    for name in ("index.html", "points.csv", "edges.csv", "frontier.csv", "frontier.svg", "latency_vs_load.svg"):
+        assert (sweep_dir / name).stat().st_size > 0, name
+    assert "interactive: max_num_seqs=16 holds 10" in r.stdout
+    for p in points:  # each point is a run with its own report
+        assert (sweep_dir / p["run_dir"] / "report" / "summary.json").exists()
+
+
+def test_a_server_that_never_becomes_ready_fails_its_points_and_the_sweep_goes_on(model_repo, tmp_path):
+    """A serve command per configuration (the embedded server, started as a server tailrace does not own): one
+    configuration's command line is refused at once — its points fail with the log's tail, the other runs."""
+    from tailrace.harness.services.processes import free_port
+
+    port, grpc = free_port(), free_port()
+    serve = (f'[sweep.serve]\ncommand = "{sys.executable} -m tailrace.cli serve --models {model_repo} --model '
+             f'synthetic_lm --http-port {port} --grpc-port {grpc} --max-num-seqs synthetic_lm={{seqs}} {{extra}}"\n'
+             f'health_url = "http://127.0.0.1:{port}/v2/health/ready"\nready_timeout_s = 60\n')
+    sweep = ('[sweep]\n[[sweep.axes]]\nname = "seqs"\nvalues = [4]\n[[sweep.axes]]\nname = "extra"\n'
+             'values = ["", "--no-such-flag"]\n' + serve)
+    profile = tmp_path / "serve.toml"
+    profile.write_text(profile_text(model_repo, sweep, duration_s=3).replace('url = "embedded"',
+                                                                             f'url = "http://127.0.0.1:{port}"'))
+    r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"), timeout=300)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep_dir, result = the_sweep(tmp_path / "runs")
+    status = {p["levels"]["extra"]: p for p in result["points"]}
+    assert status[""]["status"] == "done" and status["--no-such-flag"]["status"] == "failed"
+    assert "never became ready" in status["--no-such-flag"]["why"] and "no-such-flag" in status["--no-such-flag"]["why"]
+    assert len([f for f in (sweep_dir / "logs").iterdir() if f.name.startswith("serve-")]) == 2
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_a_sweep_killed_mid_point_resumes_keeping_what_it_measured(model_repo, tmp_path):
+    profile = tmp_path / "frontier.toml"
+    profile.write_text(profile_text(model_repo, SWEEP.replace("refine = 1", "refine = 0"), duration_s=4))
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "sweep", str(profile), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:  # until the second point's run has begun
+            for child in _descendants(proc.pid):
+                seen[child.pid] = child
+            runs = list(out.glob("*/points/*")) if out.exists() else []
+            if len(runs) >= 2 and any("--worker" in " ".join(c.cmdline()) for c in _descendants(proc.pid)):
+                break
+            time.sleep(0.2)
+        for child in _descendants(proc.pid):
+            seen[child.pid] = child
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+        for child in seen.values():  # what the killed sweep had started, by PID
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    sweep_dir, before = the_sweep(out)
+    assert [p["status"] for p in before["points"]] == ["done", "interrupted"] or len(before["points"]) == 2
+    r = sweep_cli("--resume", str(sweep_dir))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    _, after = the_sweep(out)
+    assert after["complete"] and len(after["points"]) == 4 and all(p["status"] == "done" for p in after["points"])
+    assert after["points"][0] == before["points"][0]  # the finished point kept, not run again
+    assert len(after["interrupted_runs"]) == 1 and (sweep_dir / after["interrupted_runs"][0]).is_dir()
+    assert len(list((sweep_dir / "points").iterdir())) == 5  # four points' runs and the one cut short, kept
+
+
+def test_bad_input_is_one_line_and_starts_nothing(model_repo, tmp_path):
+    profile = tmp_path / "bad.toml"
+    profile.write_text(profile_text(model_repo, '[sweep]\n[[sweep.axes]]\nfield = "embedded.max_num_seqz.x"\n'
+                                                'values = [1]\n'))
+    r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"), timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "max_num_seqz" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+pytestmark = pytest.mark.timeout(600)

@@ -1,0 +1,145 @@
+"""`tailrace sweep`'s plan and answers, without a run: the grid or the declared points with repeats, each point's
+profile validated as the file is (bad input: one line naming the axis or field), tier SLOs judged apart, and the
+pure answers — each tier's edge and the next load to try there, the knee, the Pareto frontier, the intervals."""
+from __future__ import annotations
+
+import pytest
+
+from tailrace.analysis.decide import frontier as answers
+from tailrace.contract.summary import Estimate
+from tailrace.contract.summary.sweep import SweepPoint
+from tailrace.sweep import PointSpec, SweepError, SweepPlan
+
+BASE = '''name = "s"
+[[endpoints]]
+name = "chat"
+url = "embedded"
+protocol = "openai-chat"
+model = "synthetic_lm"
+[[regions]]
+name = "r"
+share = 1.0
+[load]
+rate = 5
+duration_s = 5
+seed = 3
+[[slos]]
+metric = "ttft"
+percentile = 90
+threshold_ms = 500
+'''
+
+
+def plan(sweep: str) -> SweepPlan:
+    return SweepPlan.read(BASE + sweep, "s.toml")
+
+
+GRID = '''[sweep]
+repeats = 2
+[[sweep.axes]]
+field = "load.rate"
+values = [4, 8]
+[[sweep.axes]]
+field = "embedded.max_num_seqs.synthetic_lm"
+name = "max_num_seqs"
+range = { start = 1, stop = 4, factor = 2 }
+[sweep.tiers]
+interactive = [{ metric = "ttft", percentile = 90, threshold_ms = 100 }]
+batch = [{ metric = "tpot", percentile = 90, threshold_ms = 50 }, { metric = "e2e", percentile = 99, threshold_ms = 9000 }]
+'''
+
+
+def test_the_grid_with_repeats_configuration_by_configuration_each_point_its_own_profile():
+    p = plan(GRID)
+    specs = p.specs()
+    assert len(specs) == 2 * 3 * 2 and p.load_key == "rate"
+    assert [p.config(s.levels) for s in specs[:4]] == ["max_num_seqs=1"] * 4  # by configuration, then load
+    assert [s.levels["rate"] for s in specs[:4]] == [4, 4, 8, 8] and [s.repeat for s in specs[:2]] == [0, 1]
+    profile = p.profile(specs[1])
+    assert profile.load.rate == 4 and profile.embedded.max_num_seqs == {"synthetic_lm": 1}
+    assert profile.load.seed == 4  # a repeat draws the next arrival seed; the points of one repeat share theirs
+    assert len(profile.slos) == 4 and p.tier_slos == {"interactive": [1], "batch": [2, 3]}  # the profile's SLO first
+
+
+def test_declared_points_replace_the_grid():
+    p = plan('''[sweep]
+points = [{ rate = 4, max_num_seqs = 2 }, { rate = 16, max_num_seqs = 8 }]
+[[sweep.axes]]
+field = "load.rate"
+values = [1]
+[[sweep.axes]]
+field = "embedded.max_num_seqs.synthetic_lm"
+name = "max_num_seqs"
+values = [1]
+''')
+    assert [s.levels for s in p.specs()] == [{"rate": 4, "max_num_seqs": 2}, {"rate": 16, "max_num_seqs": 8}]
+
+
+@pytest.mark.parametrize("sweep, words", [
+    ('[[sweep.axes]]\nfield = "load.speed"\nvalues = [1, 2]\n', "load.speed: unknown key"),
+    ('[[sweep.axes]]\nfield = "load.rate"\nvalues = ["fast"]\n', "load.rate"),
+    ('[[sweep.axes]]\nfield = "load.rate"\nvalues = [1]\n[sweep.serve]\ncommand = "vllm serve m --max-num-seqs {seqs}"\n'
+     'health_url = "http://127.0.0.1:8000/health"\n', "serve.command: {seqs} names no axis"),
+    ('[[sweep.axes]]\nfield = "load.rate"\nrange = { start = 10, stop = 1, step = 1 }\n', "stop must be ≥ start"),
+    ('points = [{ rate = 1, other = 2 }]\n[[sweep.axes]]\nfield = "load.rate"\nvalues = [1]\n', "'other' is no axis"),
+])
+def test_bad_input_is_one_line_naming_the_axis_or_field(sweep, words):
+    with pytest.raises(SweepError) as caught:
+        p = plan("[sweep]\n" + sweep)
+        for spec in p.specs():
+            p.profile(spec)
+    message = str(caught.value)
+    assert words in message and "\n" not in message, message
+
+
+def test_a_profile_without_a_sweep_says_so():
+    with pytest.raises(SweepError, match=r"s.toml: sweep: the profile has no \[sweep\] section"):
+        SweepPlan.read(BASE, "s.toml")
+
+
+def point(index, config, load, tiers, ttft_p99=None, tpot=None, tps=None, done=True) -> SweepPoint:
+    return SweepPoint(index=index, config=config, levels={}, load=load, tiers=tiers, status="done" if done else "failed",
+                      ttft_ms={"p99": Estimate(value=ttft_p99)} if ttft_p99 else {},
+                      tokens_per_s_per_user=Estimate(value=tpot) if tpot else None,
+                      output_tokens_per_s=Estimate(value=tps) if tps else None)
+
+
+def test_each_tiers_edge_its_bracket_and_the_next_load_to_try():
+    pts = [point(1, "a", 4, {"i": "pass", "b": "pass"}), point(2, "a", 8, {"i": "pass", "b": "pass"}),
+           point(3, "a", 16, {"i": "fail", "b": "pass"}), point(4, "a", 32, {"i": "fail", "b": "undecided"}),
+           point(5, "a", 8, {"i": "undecided", "b": "pass"})]  # a repeat at 8 that did not pass: 8 does not hold
+    edges = {e.tier: e for e in answers.tier_edges(pts, ["i", "b"], 0.1)}
+    assert (edges["i"].highest_pass, edges["i"].lowest_fail) == (4, 8)  # a repeat that did not pass: not held
+    assert (edges["b"].highest_pass, edges["b"].lowest_fail) == (16, 32) and not edges["b"].within_tolerance
+    assert answers.next_loads(list(edges.values()), {"a": {4, 8, 16, 32}}) == [("a", 6.0)]
+    closed = answers.tier_edges([point(1, "a", 95, {"i": "pass"}), point(2, "a", 100, {"i": "fail"})], ["i"], 0.1)
+    assert closed[0].within_tolerance and answers.next_loads(closed, {"a": {95, 100}}) == []
+
+
+def test_the_knee_is_where_the_monotone_fit_rises_fastest():
+    pts = [point(i, "a", load, {}, ttft_p99=v) for i, (load, v) in enumerate(
+        [(1, 10.0), (2, 11.0), (3, 10.5), (4, 14.0), (5, 60.0), (6, 200.0)])]
+    [knee] = answers.knees(pts)
+    assert knee.load == 5 and knee.metric == "ttft p99" and knee.slope_ms_per_unit == pytest.approx(140.0)
+
+
+def test_the_pareto_frontier_marks_the_points_no_other_beats_on_both_axes():
+    pts = [point(1, "a", 1, {}, tpot=120, tps=100), point(2, "a", 2, {}, tpot=110, tps=400),
+           point(3, "b", 1, {}, tpot=100, tps=300), point(4, "b", 2, {}, tpot=90, tps=700)]
+    marks = {f.index: f.pareto for f in answers.frontier(pts)}
+    assert marks == {1: True, 2: True, 3: False, 4: True}
+
+
+def test_intervals_of_a_count_and_of_a_reciprocal():
+    est = answers.count_interval(500.0, 100)
+    assert est.ci_low < 500 < est.ci_high and 0.8 < est.ci_low / 500 < 0.85  # Garwood at n = 100: [0.81, 1.22]
+    user = answers.per_user(Estimate(value=8.0, ci_low=7.9, ci_high=8.2))
+    assert user.value == 125.0 and user.ci_low == pytest.approx(1000 / 8.2) and user.ci_high == pytest.approx(1000 / 7.9)
+
+
+def test_a_recommendation_says_when_two_configurations_edges_overlap():
+    edges = answers.tier_edges([point(1, "a", 10, {"i": "pass"}), point(2, "a", 20, {"i": "fail"}),
+                                point(3, "b", 12, {"i": "pass"}), point(4, "b", 16, {"i": "fail"})], ["i"], 0.05)
+    [line] = answers.recommendation(edges, ["i"], "req/s")
+    assert line.startswith("i: b holds 12 req/s (fails at 16); a holds 10") and "not significant" in line
+    assert PointSpec({"rate": 1}, 1).key() != PointSpec({"rate": 1}, 0).key()
