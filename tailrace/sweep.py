@@ -95,7 +95,7 @@ class SweepPlan:
         keys = [a.key for a in self.sweep.axes]
         grid = self.sweep.points or [dict(zip(keys, combo)) for combo in
                                      itertools.product(*(a.levels() for a in self.sweep.axes))]
-        ordered = sorted(grid, key=lambda lv: (self.config(lv), float(lv.get(self.load_key or "", 0) or 0)))
+        ordered = sorted(grid, key=lambda lv: (self.config(lv), _number(lv.get(self.load_key or ""))))
         return [PointSpec(dict(lv), r) for lv in ordered for r in range(self.sweep.repeats)]
 
     def profile(self, spec: PointSpec) -> Profile:
@@ -123,6 +123,11 @@ class SweepPlan:
             return None
         return (shlex.split(serve.command.format(**levels)), serve.health_url.format(**levels),
                 {k: v.format(**levels) for k, v in serve.env.items()})
+
+
+def _number(value: Level | None) -> float:
+    """A load level as a number to order points by (a level that is not one sorts first; validation refuses it)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("-inf")
 
 
 def _toml(value: Level) -> str:
@@ -190,7 +195,8 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
                       repeat=spec.repeat, added=spec.added, status="done", run_id=a.summary.run_id,
                       run_dir=str(run_dir.relative_to(root)), tiers={t: o for t, (o, _) in outcomes.items()},
                       tier_why={t: w for t, (_, w) in outcomes.items()}, elapsed_s=elapsed,
-                      **answers.measured(a.summary))
+                      **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.get("timeline") or {},
+                                                                              a.summary.duration_s)))
 
 
 def _load(plan: SweepPlan, spec: PointSpec) -> float | None:

@@ -6,8 +6,9 @@ latency curve, and the throughput–interactivity frontier with its Pareto-optim
   latency SLO of the tier PASSes; INCONCLUSIVE is not a pass; a backlog (latency still rising at the run's end)
   fails; a saturated generator is the generator's limit, not the server's.
 - Tokens/s per user is 1000 / TPOT p50 (ms), its interval the TPOT interval's reciprocal; the server's output
-  tokens/s has the interval of its completed requests' count (Garwood's Poisson interval: the arrivals are
-  random).
+  tokens/s is what it emitted while the load lasted (each token at its own instant), with the interval of its
+  completed requests' count (Garwood's Poisson interval: the arrivals are random). A server that emitted much less
+  than its streams asked for fell behind: that point did not hold its load.
 - The knee: a monotone (isotonic) fit of the p99 against load, and the load where the fit rises fastest per unit of
   load — where queueing takes over."""
 from __future__ import annotations
@@ -57,18 +58,37 @@ def tier_outcomes(summary: RunSummary, tier_slos: Mapping[str, Sequence[int]]) -
     return out
 
 
-def measured(summary: RunSummary) -> dict:
-    """A point's measurements from its run's summary (SweepPoint's fields)."""
+KEPT_UP = 0.85  # tokens emitted during the load ≥ this share of the measured streams' tokens a second: held
+
+
+def held_tokens_per_s(timeline: dict, duration_s: float) -> float | None:
+    """The output tokens/s the server emitted while the load lasted (the token timeline's seconds 1 … duration:
+    the first second also carries the warm-up's streams, which the timeline leaves out); None without streams or
+    without two seconds of load."""
+    seconds = int(duration_s)
+    if not timeline or seconds < 2:
+        return None
+    emitted = sum(float(np.sum(per_second[1:seconds])) for per_second in timeline["tokens_per_s"].values())
+    return emitted / (seconds - 1)
+
+
+def measured(summary: RunSummary, held: float | None = None) -> dict:
+    """A point's measurements from its run's summary (SweepPoint's fields). `held`: the tokens/s emitted while the
+    load lasted (held_tokens_per_s): the server's throughput where it is known; a server that emitted less than
+    KEPT_UP of what its streams asked for fell behind (a backlog, as a latency still rising at the end says)."""
     row = summary.latency_row()
     tokens = summary.overall_tokens()
-    fields: dict = {"verdict": summary.verdict, "backlog": any(v.backlog for v in summary.slos),
+    asked = tokens.output_tokens_per_s if tokens is not None else None
+    fell_behind = held is not None and asked is not None and held < KEPT_UP * asked
+    fields: dict = {"verdict": summary.verdict, "backlog": any(v.backlog for v in summary.slos) or fell_behind,
                     "achieved_rate": row.achieved_rate, "requests": row.count,
                     "errors": row.errors, "latency_ms": {p: row.percentiles[p] for p in PERCENTILES
                                                          if p in row.percentiles}}
     if tokens is not None:
         fields |= {"ttft_ms": _estimates(tokens.ttft_ms), "tpot_ms": _estimates(tokens.tpot_ms),
                    "itl_ms": _estimates(tokens.itl_ms),
-                   "output_tokens_per_s": count_interval(tokens.output_tokens_per_s, tokens.ok),
+                   "output_tokens_per_s": count_interval(held if held is not None else tokens.output_tokens_per_s,
+                                                         tokens.ok),
                    "tokens_per_s_per_user": per_user(tokens.tpot_ms.at("p50"))}
     if summary.hardware is not None:
         energy = [r.energy_per_1k_output_tokens_j for r in summary.hardware.rows
