@@ -192,7 +192,7 @@ def recommendation(edges: Sequence[TierEdge], tiers: Sequence[str], load_unit: s
             overlap = second.lowest_fail is None or (best.highest_pass or 0) < (second.lowest_fail or 0)
             line += (f"; {second.config} holds {second.highest_pass:g}" + (
                 " — their brackets overlap: the edge between them is not significant at this resolution"
-                if overlap else f" — {margin:.0%} less, beyond its bracket"))
+                if overlap else f" — the first holds {margin:.0%} more, beyond the second's bracket"))
         out.append(line)
     return out
 

@@ -116,6 +116,7 @@ def test_a_sweep_over_load_and_max_num_seqs_finds_the_known_frontier_and_each_ti
         assert (sweep_dir / p["run_dir"] / "report" / "summary.json").exists()
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_server_that_never_becomes_ready_fails_its_points_and_the_sweep_goes_on(model_repo, tmp_path):
     """A serve command per configuration (the embedded server, started as a server tailrace does not own): one
     configuration's command line is refused at once — its points fail with the log's tail, the other runs."""
@@ -146,6 +147,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_sweep_killed_mid_point_resumes_keeping_what_it_measured(model_repo, tmp_path):
     profile = tmp_path / "frontier.toml"
     profile.write_text(profile_text(model_repo, SWEEP.replace("refine = 1", "refine = 0"), duration_s=4))
@@ -183,6 +185,7 @@ def test_a_sweep_killed_mid_point_resumes_keeping_what_it_measured(model_repo, t
     assert len(list((sweep_dir / "points").iterdir())) == 5  # four points' runs and the one cut short, kept
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_bad_input_is_one_line_and_starts_nothing(model_repo, tmp_path):
     profile = tmp_path / "bad.toml"
     profile.write_text(profile_text(model_repo, '[sweep]\n[[sweep.axes]]\nfield = "embedded.max_num_seqz.x"\n'
