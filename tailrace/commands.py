@@ -123,6 +123,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tailrace.contract.layout import SweepLayout
     from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
     from tailrace.sweep import SweepError, run_sweep
 
@@ -143,7 +144,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return USAGE
     for line in result.recommendation:
         print(line)
-    print(f"sweep report: {sweep_dir / 'index.html'}")
+    print(f"sweep report: {SweepLayout(sweep_dir).page}")
     if not result.complete:
         return INCONCLUSIVE
     return FAIL if any(p.status == "failed" for p in result.points) else OK

@@ -18,6 +18,7 @@ def vlm(tmp_path_factory):
         yield server
 
 
+@pytest.mark.shares_machine  # functional: the server's token counts, request by request
 def test_images_reach_a_real_vlm_and_its_prompt_tokens_count_them(vlm, model_repo, tmp_path):
     images = {"share": 0.8, "per_request": {"distribution": "uniform", "mean": 2, "min": 1, "max": 3},
               "width": {"distribution": "uniform", "mean": 200, "min": 64, "max": 320}, "height": 96, "distinct": 6}
