@@ -65,7 +65,9 @@ def _trial_profile(profile: Profile, rate: float, duration_s: float, index: int)
     return profile.model_copy(update={"load": load})
 
 
-def _run_trial(profile: Profile, out: Path, servers: Servers | None) -> Path:
+def run_once(profile: Profile, out: Path, servers: Servers | None = None) -> Path:
+    """One full run of `profile` under `out` (a capacity trial, a sweep's point), its manifest written; its run
+    directory."""
     run = LocalRun(profile, out, quiet=True, servers=servers)
     try:
         run.start()
@@ -163,7 +165,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             while True:
                 index = len(rows) + 1
                 _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
-                run_dir = _run_trial(_trial_profile(profile, rate, duration, index), layout.trials, servers)
+                run_dir = run_once(_trial_profile(profile, rate, duration, index), layout.trials, servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
                 retry = retry_duration_s(row.outcome, duration, c.max_trial_s, generator_retried, row.to_decide_s,

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
+from tailrace.capacity import run_once
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
 from tailrace.contract.overrides import OverrideError, apply
 from tailrace.contract.profile import Profile, ProfileError, parse_profile
@@ -31,8 +32,6 @@ from tailrace.contract.profile.sweep import Level, Sweep
 from tailrace.contract.summary.sweep import SweepPoint, SweepResult
 from tailrace.harness.orchestration.disk_space import LowDiskError
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
-from tailrace.harness.orchestration.local_run import LocalRun
-from tailrace.harness.orchestration.run_record import write_manifest
 from tailrace.harness.services.processes import ManagedProcess, start_process, wait_http_ok
 
 
@@ -167,20 +166,6 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-def run_point(profile: Profile, out: Path) -> Path:
-    """One point's run (a full `tailrace run`, its manifest written); its run directory."""
-    run = LocalRun(profile, out, quiet=True)
-    try:
-        run.start()
-        run.wait(lambda _r: None)
-    finally:
-        run.stop()
-    if run.layout is None:
-        raise RuntimeError("the point's run directory was never made")
-    write_manifest(run.layout, run.manifest(interrupted=False))
-    return run.run_dir
-
-
 def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, root: Path, elapsed: float
                   ) -> SweepPoint:
     """Analyse a point's run (its report written) into its row of sweep.json."""
@@ -282,7 +267,7 @@ class Sweeper:
             self.save()  # a point cut short from here on is found interrupted by --resume
             self.result.points.pop()
             try:
-                run_dir = run_point(self.plan.profile(spec), self.layout.points)
+                run_dir = run_once(self.plan.profile(spec), self.layout.points)
             except (EndpointCheckError, LowDiskError, RuntimeError, OSError) as exc:  # this point's, not the sweep's
                 row = SweepPoint(index=index, config=self.plan.config(spec.levels), levels=spec.levels,
                                  load=_load(self.plan, spec), repeat=spec.repeat, added=spec.added, status="failed",

@@ -95,12 +95,12 @@ def test_capacity_refuses_profiles_without_a_latency_slo(model_repo, tmp_path):
 def test_a_trial_above_capacity_fails_on_its_growing_backlog(model_repo, tmp_path):
     """ρ ≈ 1.2 for 6 s with an SLO so lenient that the trial's percentiles pass it: the queue grows throughout
     (latency rises from ~0 to ~1 s), so the trial must fail on its backlog, never pass."""
-    from tailrace.capacity import _run_trial, _trial_profile, _trial_row
+    from tailrace.capacity import _trial_profile, _trial_row, run_once
 
     profile = mm1_profile(model_repo)
     profile = profile.model_copy(update={"slos": [s.model_copy(update={"threshold_ms": 10_000.0}) for s in profile.slos]})
     rate = 1.2 * 1000 / MM1_S_MS
-    run_dir = _run_trial(_trial_profile(profile, rate, 6.0, 0), tmp_path, None)
+    run_dir = run_once(_trial_profile(profile, rate, 6.0, 0), tmp_path, None)
     row = _trial_row(0, rate, 6.0, run_dir)
     print(f"trial at {rate:g}/s: {row.outcome} — {row.why}; p99 {row.p99_ms} ms")
     assert row.outcome == "fail" and row.why.startswith("backlog growing"), row
