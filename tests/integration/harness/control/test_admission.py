@@ -110,6 +110,7 @@ def assert_the_right_workers_ran(master: Master, root: Path, code: int, refusals
     return events
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_worker_with_a_wrong_token_first_or_last_takes_no_place(endpoint, model_repo, tmp_path):
     """A wrong r1 connects first (and is refused before anyone else connects), then the right r2 and r1, then a
     second wrong r1 last: the master waits for the right r1 and gives it its place."""
@@ -132,6 +133,7 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_wrong_worker_at_the_same_moment_and_a_flood_of_wrong_ones_take_nothing(endpoint, model_repo, tmp_path):
     """The wrong r1, the right r1 and r2 started together (the issue's case: the run went INVALID, r1's worker
     idle); then, once the run has started, 50 wrong connections: each refused, logged once for its address with a

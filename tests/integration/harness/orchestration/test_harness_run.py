@@ -182,6 +182,7 @@ def test_coordinated_omission_stall_visible_from_intended_time(stall_run):
     assert np.percentile(closed_loop, 99) * 1000 < 100 and max(closed_loop) > 0.5
 
 
+@pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_worker_killed_mid_run(model_repo, tmp_path):
     # the master marks a silent worker lost after generator.master_timeout_s: 10 s here (30 s by default)
     profile = make_profile(model_repo, load={"rate": 100, "duration_s": 8, "warmup_s": 0, "seed": 3},
