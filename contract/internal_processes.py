@@ -18,6 +18,18 @@ class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class AnswerModel(_Options):
+    """A generative model's scripted answers to graded items (endpoints/serving/answers.py)."""
+
+    key_file: Path  # JSON: a graded prompt's text → {"kind": number | letter | text, "reference": …}
+    answers_file: Path | None = None  # one JSON line per answer decided: {trace_id, batch, p, correct}
+    correct: float = Field(0.9, ge=0, le=1)
+    fall_per_seq: float = Field(0.0, ge=0, le=1)
+    floor: float = Field(0.0, ge=0, le=1)
+    answer_after_tokens: int = Field(8, ge=0)
+    seed: int = 0
+
+
 class ServerOptions(_Options):
     """Settings of one embedded server (its models and their scheduling)."""
 
@@ -33,6 +45,7 @@ class ServerOptions(_Options):
     idle_timeout_s: float = 30.0  # an idle keep-alive connection is closed after this
     # generative model → BatchingLimits overrides (max_num_seqs, …, enable_prefix_caching 0/1)
     batching: dict[str, dict[str, int]] = Field(default_factory=dict)
+    answers: dict[str, AnswerModel] = Field(default_factory=dict)  # generative model → its scripted answers
 
 
 class EmbeddedServerLaunch(_Options):

@@ -60,6 +60,16 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
     return path
 
 
+def accuracy_key(logs: Path, model: str) -> Path:
+    """The answer key a scripted generative model is handed (logs/accuracy-key-<model>.json)."""
+    return logs / f"accuracy-key-{model}.json"
+
+
+def server_answers(logs: Path) -> Path:
+    """The embedded server's own record of the graded items it answered right (logs/server-answers.jsonl)."""
+    return logs / "server-answers.jsonl"
+
+
 def append_line(path: Path, line: str) -> None:
     """Append one line to a log (JSON lines); an OSError names the file."""
     try:

@@ -78,6 +78,11 @@ REQUEST_FIELDS: tuple[tuple[str, str, str], ...] = (
     # added with structured outputs
     ("schema_valid", "int32", "structured outputs: 1 the reply follows the endpoint's JSON Schema, 0 it does not (not "
                              "JSON, or not valid), -1 not checked (no schema, or no whole reply)"),
+    # added with graded items (accuracy under load)
+    ("item", "int32", "the graded file's item this request asked (its place among the file's items; -1: none)"),
+    ("grade", "string", "a graded request's grade: correct | wrong | unparsable (the model's answers) | truncated "
+                        "(not correct, stopped at max_tokens) | cut (timed out, cancelled, stream cut) | error | "
+                        "grader_error ('': not graded)"),
 )
 
 CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -94,7 +99,8 @@ CLOCK_FIELDS: tuple[tuple[str, str, str], ...] = (
 # strings with few distinct values: dictionary-encoded in the Parquet chunks (a chunk stores each once) and read
 # as categoricals (one code per row, never a Python object per row); the rest of a string column is plain
 FEW_VALUED = frozenset({"run_id", "region", "worker", "endpoint", "model", "protocol", "status", "code", "error",
-                        "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end", "pipeline"})
+                        "server", "stage", "token_source", "finish_reason", "stream_outcome", "session_end", "pipeline",
+                        "grade"})
 
 CANCELLED = "cancelled"  # abandoned by the client as declared (an endpoint's `cancel`): neither ok nor an error
 STATUSES = ("ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error", CANCELLED)
@@ -105,7 +111,7 @@ STREAM_DEFAULTS: dict[str, object] = {
     "token_source": "", "finish_reason": "", "stream_outcome": "", "token_event_us": b"", "token_event_counts": b"",
     "cached_tokens": -1, "ideal_cached_tokens": -1, "prompt_tokens_sent": -1, "reasoning_tokens": -1, "ttfa_ns": -1,
     "session_id": -1, "turn": 0, "session_end": "", "pipeline": "",
-    "media_count": 0, "media_bytes": 0, "schema_valid": -1}
+    "media_count": 0, "media_bytes": 0, "schema_valid": -1, "item": -1, "grade": ""}
 OPTIONAL_DEFAULTS: dict[str, object] = {"batch_size": 1, "correct_count": None, **STREAM_DEFAULTS}
 # what a run without generative endpoints writes: its chunks leave the stream columns out (read with their
 # defaults), so one-shot requests never pay for converting them on the worker's event loop

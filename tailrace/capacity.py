@@ -33,6 +33,7 @@ from tailrace.contract.exit_codes import USAGE
 from tailrace.contract.layout import CapacityLayout, ReportLayout, write_atomic
 from tailrace.contract.profile import Profile
 from tailrace.contract.summary import CapacityResult, CapacityTrial, Recommendation
+from tailrace.harness.orchestration.answer_keys import answer_models
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
 from tailrace.harness.orchestration.local_run import LEAD_S, LocalRun
@@ -153,7 +154,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     budget_spent = False
     servers = None
     if profile.uses_embedded or profile.uses_triton:
-        servers = start_servers(profile, layout.logs, lambda m: _log(quiet, m))
+        servers = start_servers(profile, layout.logs, lambda m: _log(quiet, m),
+                                answer_models(profile, layout.logs, Path.cwd()))
     try:
         while (rate := state.next_rate()) is not None:
             rate = round(rate, 3)

@@ -161,7 +161,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     prompts one after another, each
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
     from tailrace.harness.orchestration.endpoint_check import check_generate
-    from tailrace.harness.workload.prompts import prompt_items
+    from tailrace.harness.workload.graded_items import endpoint_prompts
     from tailrace.harness.workload.stream_senders import generative_sender
 
     inputs: list[str] = []
@@ -179,7 +179,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     api = endpoint.api
     print(f"tailrace sends {endpoint.protocol}: ~{spec.input_tokens.mean} words a prompt, max_tokens "
           f"{spec.output_tokens.mean}: {api.summary}, to {api.routes[0]}")
-    sender = generative_sender(endpoint, url, prompt_items(endpoint, 0, Path.cwd()), 0, Path.cwd(), tuple(inputs),
+    sender = generative_sender(endpoint, url, endpoint_prompts(endpoint, 0, Path.cwd())[0], 0, Path.cwd(), tuple(inputs),
                                pool=PoolLimits.sized(1))
     failed = 0
     try:

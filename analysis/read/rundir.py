@@ -116,7 +116,7 @@ ANALYSIS_COLUMNS = ("region", "worker", "endpoint", "model", "phase", "sample_in
 STREAM_COLUMNS = ("stream_outcome", "ttft_ns", "t_first_token", "t_last_token", "output_tokens", "input_tokens",
                   "token_source", "token_event_us", "token_event_counts", "session_id", "turn", "session_end", "pipeline",
                   "cached_tokens", "ideal_cached_tokens", "prompt_tokens_sent", "reasoning_tokens", "ttfa_ns", "media_count",
-                  "media_bytes", "schema_valid")
+                  "media_bytes", "schema_valid", "item", "grade")
 
 
 def _fill_missing(log: ChunkColumns, name: str, values):

@@ -21,6 +21,7 @@ from tailrace.contract.profile.base import (
     _Strict,
     check_url,
 )
+from tailrace.contract.profile.grading import Graded
 
 
 class DeclaredTensor(_Strict):
@@ -151,11 +152,13 @@ class Prompts(_Strict):
     @classmethod
     def _structured_ends(cls, data):
         """A structured output ends where its JSON does: ignore_eos off unless the profile says otherwise (refused)."""
-        if isinstance(data, dict) and data.get("structured") is not None:
-            if data.get("ignore_eos") is True:
-                raise ValueError("ignore_eos: a structured output ends where its JSON does; leave ignore_eos out "
-                                 "(it is false with structured) or set it false")
-            data = {**data, "ignore_eos": False}
+        for key, what in (("structured", "a structured output ends where its JSON does"),
+                          ("graded", "a graded answer ends where the model ends it")):
+            if isinstance(data, dict) and data.get(key) is not None:
+                if data.get("ignore_eos") is True:
+                    raise ValueError(f"ignore_eos: {what}; leave ignore_eos out (it is false with {key}) or set it "
+                                     "false")
+                data = {**data, "ignore_eos": False}
         return data
 
     input_tokens: TokenCount = Field(default_factory=lambda: TokenCount(mean=128),
@@ -194,6 +197,8 @@ class Prompts(_Strict):
                                               "keys win): sampling parameters, priority, a server's own fields")
     structured: Structured | None = Field(None, description="structured outputs: a JSON Schema asked of the server "
                                                             "and checked on every reply (schema_valid)")
+    graded: Graded | None = Field(None, description="graded items: prompts from a file whose lines carry their "
+                                                    "reference answers, each reply graded (accuracy under load)")
     images: Images | None = Field(None, description="openai-chat: images each request carries (vision models)")
     audio: Audio | None = Field(None, description="openai-chat: audio clips each request carries")
 

@@ -15,6 +15,17 @@ from tailrace.contract.profile.base import (
 from tailrace.contract.trace_context import Sample
 
 
+class EmbeddedAccuracy(_Strict):
+    """A synthetic generative model answering graded items: right with probability
+    max(floor, correct − fall_per_seq × (batch − 1)), the batch counted at the answer's first token."""
+
+    correct: float = Field(0.9, ge=0, le=1, description="the probability of a right answer alone in its batch")
+    fall_per_seq: float = Field(0.0, ge=0, le=1, description="how much it falls for each other sequence in the batch")
+    floor: float = Field(0.0, ge=0, le=1, description="the lowest it falls to")
+    answer_after_tokens: int = Field(8, ge=0, le=100_000, description="tokens of the model's usual walk before the "
+                                                                      "answer's words (its reasoning)")
+
+
 class Embedded(_Strict):
     models_dir: str = "build/models"
     slots: dict[str, int] = Field(default_factory=dict)
@@ -36,6 +47,9 @@ class Embedded(_Strict):
     kv_cache_tokens: dict[str, Annotated[int, Field(ge=16, le=1_000_000_000)]] = Field(
         default_factory=dict, description="generative model → its prefix cache's budget in tokens (default 262144; "
                                           "least recently used blocks evicted beyond it)")
+    accuracy: dict[str, EmbeddedAccuracy] = Field(
+        default_factory=dict, description="synthetic generative model → how it answers graded items (the endpoints' "
+                                          "prompts.graded): accuracy that falls as its batch fills, known per request")
     prefix_caching: dict[str, bool] = Field(
         default_factory=dict, description="generative model → automatic prefix caching (default on, as vLLM's; "
                                           "tiny_lm does not cache)")

@@ -86,6 +86,9 @@ class OpenAIRoutes:
             g = Generation(prompt=prompt, max_tokens=request.max_tokens,
                            ignore_eos=request.ignore_eos, min_tokens=request.min_tokens,
                            arrival_ns=clock.receive_mono_ns)
+            answers = self.server.answers.get(request.model)
+            if answers is not None:  # a graded item's scripted reply (endpoints/serving/answers.py)
+                g.script = answers.script_for(request.text, _trace_id(echo))
             writer = WRITERS[path](request.model, g.request_id) if path in WRITERS else \
                 ChunkWriter(path == CHAT, request.model, g.request_id, request.include_usage)
             async with self.hub.generating(engine, g, receive):
@@ -101,8 +104,8 @@ class OpenAIRoutes:
                      echo: list) -> None:
         if not await self.hub.finished(g):
             return
-        vocabulary = engine.decoder.vocabulary
-        payload = writer.whole("".join(vocabulary.piece(t) for t in g.tokens), g.finish_reason, len(g.prompt),
+        piece = _piece_of(engine, g)
+        payload = writer.whole("".join(piece(t) for t in g.tokens), g.finish_reason, len(g.prompt),
                                len(g.tokens), g.cached_tokens, g.timings_ms())
         await send_whole(send, 200, payload, [(b"server-timing", timing_header(clock, g)), *echo])
 
@@ -111,7 +114,7 @@ class OpenAIRoutes:
         if not await self.hub.first_token(g):
             return
         await start_stream(send, clock, g, echo)
-        piece = engine.decoder.vocabulary.piece
+        piece = _piece_of(engine, g)
         for event in writer.opening(len(g.prompt), g.cached_tokens):
             await send_event(send, event)
         sent = 0
@@ -131,3 +134,14 @@ class OpenAIRoutes:
         for event in writer.closing(g.finish_reason, len(g.prompt), len(g.tokens), g.cached_tokens, g.timings_ms()):
             await send_event(send, event)
         await end_stream(send)
+
+
+def _piece_of(engine: ContinuousBatcher, g: Generation):
+    """The text a token of `g` adds: its script's words where it has one, else the vocabulary's."""
+    vocabulary_piece = engine.decoder.vocabulary.piece
+    return vocabulary_piece if g.script is None else lambda t: g.script.piece(t, vocabulary_piece)
+
+
+def _trace_id(echo: list) -> str:
+    """The trace ID of the request's traceparent ('' without one)."""
+    return echo[0][1].decode("latin-1").split("-")[1] if echo else ""

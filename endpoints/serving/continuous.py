@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 import numpy as np
@@ -88,6 +88,7 @@ class Generation:
     cached_tokens: int = 0  # leading prompt tokens found in the prefix cache (not prefilled)
     block_names: list[int] = field(default_factory=list)  # the prompt's full blocks' names (prefix caching)
     state: np.ndarray | None = None
+    script: Any = None  # a graded item's scripted reply (endpoints/serving/answers.py Script), or None
 
     @property
     def done(self) -> bool:
@@ -244,7 +245,9 @@ class ContinuousBatcher:
                     if g.fed < len(g.prompt):
                         continue  # more prompt chunks to go: no token yet
                 token = int(next_tokens[i])
-                if token == EOS and (g.ignore_eos or len(g.tokens) < g.min_tokens):
+                if g.script is not None:  # a graded item's reply: the script's words, then the end
+                    token = g.script.token(len(g.tokens), len(self._running), token)
+                elif token == EOS and (g.ignore_eos or len(g.tokens) < g.min_tokens):
                     token = 1 + int(np.abs(g.state).argmax()) % vocabulary_span  # generation goes on
                 self._emit(g, token, now)
                 generated += 1

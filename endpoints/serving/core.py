@@ -5,10 +5,11 @@ import time
 from pathlib import Path
 
 from tailrace.contract.internal_processes import ServerOptions
-from tailrace.endpoints.models.decoders import load_decoder
+from tailrace.endpoints.models.decoders import SyntheticDecoder, load_decoder
 from tailrace.endpoints.models.generative_build import GENERATIVE_BACKEND
 from tailrace.endpoints.models.model_config import ModelSpec, model_spec
 from tailrace.endpoints.models.runners import load_runner
+from tailrace.endpoints.serving.answers import ScriptedAnswers
 from tailrace.endpoints.serving.continuous import BatchingLimits, ContinuousBatcher
 from tailrace.endpoints.serving.errors import InferenceError, not_found
 from tailrace.endpoints.serving.generation_metrics import GenerationMetrics
@@ -114,6 +115,13 @@ class InferenceServer:
             except ValueError as exc:
                 raise ValueError(f"{spec.directory}: {exc}") from None
             self.generators[name] = ContinuousBatcher(name, load_decoder(spec), limits, generation_metrics)
+        unknown = set(options.answers) - set(generative)
+        if unknown:
+            raise ValueError(f"scripted answers name unknown generative model(s): {', '.join(sorted(unknown))}")
+        not_synthetic = [m for m in options.answers if not isinstance(self.generators[m].decoder, SyntheticDecoder)]
+        if not_synthetic:
+            raise ValueError(f"scripted answers need a synthetic decoder; {', '.join(not_synthetic)} has its own")
+        self.answers = {m: ScriptedAnswers(a) for m, a in options.answers.items()}
         self.schedulers: dict[str, ModelScheduler] = {}
         for name, spec in self.specs.items():
             runner = load_runner(spec, options.service_time_mean_ms)
@@ -173,6 +181,8 @@ class InferenceServer:
             scheduler.stop()
         for engine in self.generators.values():
             engine.stop()
+        for answers in self.answers.values():
+            answers.close()
 
 
 def _platform(spec: ModelSpec) -> str:

@@ -28,10 +28,11 @@ from tailrace.harness.client.tls import (
     ssl_context,
 )
 from tailrace.harness.workload.conversations import SessionFileError, session_source
+from tailrace.harness.workload.graded_items import endpoint_prompts
 from tailrace.harness.workload.media import MediaPrompts, carries_media, media_bodies
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
-from tailrace.harness.workload.prompts import PromptFileError, prompt_items
+from tailrace.harness.workload.prompts import PromptFileError
 from tailrace.harness.workload.traces import TraceError, load_trace
 
 
@@ -313,13 +314,14 @@ def resolve_requests(plan: RunPlan, urls: dict[str, str] | None = None, data_her
                     model_inputs[ep.name] = check_generate(url, ep)
                 else:
                     check_generative(url, ep)
-                if data_here or ep.prompts is None or ep.prompts.file is None:  # a prompt file is the workers'
+                if data_here or ep.prompts is None or (ep.prompts.file is None and ep.prompts.graded is None):
+                    # a prompt or graded file is the workers'
                     if ep.sessions is not None:
                         session_source(ep, profile.load.seed, Path(plan.data_root or "."))
                         if carries_media(ep):  # its images and clips decode
                             MediaPrompts(ep, profile.load.seed, Path(plan.data_root or "."))
                     elif ep.api.grpc:  # ModelStreamInfer: its prompts read (its requests are tensors, built by the sender)
-                        prompt_items(ep, profile.load.seed, Path(plan.data_root or "."))
+                        endpoint_prompts(ep, profile.load.seed, Path(plan.data_root or "."))
                     else:
                         media_bodies(ep, profile.load.seed, Path(plan.data_root or "."))
                 if ep.prompts is None or ep.prompts.tokenizer is None:

@@ -17,6 +17,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.plan import RunPlan, endpoint_kind
 from tailrace.contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from tailrace.contract.rates import describe_arrivals
+from tailrace.harness.orchestration.answer_keys import answer_models
 from tailrace.harness.orchestration.disk_space import MIN_FREE_BYTES, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import resolve_requests
 from tailrace.harness.orchestration.lifecycle import (
@@ -128,7 +129,7 @@ class LocalRun:
         self._build_models_if_missing()
         ntp_servers = self._start_sntp_if_asked()
         if self.servers is None and (p.uses_embedded or p.uses_triton):
-            self.servers = start_servers(p, self.layout.logs, self.log)
+            self.servers = start_servers(p, self.layout.logs, self.log, answer_models(p, self.layout.logs, Path.cwd()))
             self.processes.extend(s.process for s in self.servers.instances)
         resolved = self.servers.resolve(p) if self.servers is not None else p
         plan = RunPlan(run_id=self.run_id, run_dir=str(self.layout.root.resolve()), profile=resolved,

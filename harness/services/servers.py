@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tailrace.contract.internal_processes import EmbeddedServerLaunch, ServerOptions
+from tailrace.contract.internal_processes import AnswerModel, EmbeddedServerLaunch, ServerOptions
 from tailrace.contract.plan import endpoint_kind
 from tailrace.contract.profile import EMBEDDED, TRITON, Profile
 from tailrace.contract.tensors import NUMPY_DTYPES, to_raw
@@ -163,8 +163,10 @@ def _timed(kind: str, models: tuple[str, ...], spawn_ns: int, http_url: str, gen
 BATCHING_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "max_waiting", "max_model_len", "kv_cache_tokens")
 
 
-def embedded_server_options(profile: Profile, models: tuple[str, ...] = ()) -> ServerOptions:
-    """The profile's [embedded] table as the server's own options (`models`: only these)."""
+def embedded_server_options(profile: Profile, models: tuple[str, ...] = (),
+                            answers: dict[str, AnswerModel] | None = None) -> ServerOptions:
+    """The profile's [embedded] table as the server's own options (`models`: only these; `answers`: the scripted
+    models' answer keys, harness/orchestration/answer_keys.py)."""
     e = profile.embedded
     batching: dict[str, dict[str, int]] = {}
     for name in BATCHING_FIELDS:
@@ -174,7 +176,8 @@ def embedded_server_options(profile: Profile, models: tuple[str, ...] = ()) -> S
         batching.setdefault(model, {})["enable_prefix_caching"] = int(on)
     return ServerOptions(repository=Path(e.models_dir), slots=dict(e.slots), queue_depth=dict(e.queue_depth),
                          max_batch=dict(e.max_batch), batching=batching, service_time_mean_ms=e.mm1_mean_ms or None,
-                         fault_injection=e.fault_injection, models=models)
+                         fault_injection=e.fault_injection, models=models,
+                         answers={m: a for m, a in (answers or {}).items() if not models or m in models})
 
 
 BIND_ATTEMPTS = 3
@@ -200,15 +203,16 @@ def _start_embedded(options: ServerOptions, models: tuple[str, ...], logs: Path,
             attempt += 1
 
 
-def start_servers(profile: Profile, logs: Path, log=print) -> Servers:
-    """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started."""
+def start_servers(profile: Profile, logs: Path, log=print, answers: dict[str, AnswerModel] | None = None) -> Servers:
+    """Start what the profile's 'embedded' / 'triton' endpoints need; on failure, stop what started. `answers`: the
+    scripted models' answer keys ([embedded.accuracy])."""
     servers = Servers()
     try:
         embedded_models = tuple(sorted({e.model for e in profile.endpoints if e.url == EMBEDDED}))
         groups = [(m,) for m in embedded_models] if profile.embedded.process_per_model else \
             ([embedded_models] if embedded_models else [])
         for models in groups:
-            options = embedded_server_options(profile, models if profile.embedded.process_per_model else ())
+            options = embedded_server_options(profile, models if profile.embedded.process_per_model else (), answers)
             spawn = time.time_ns()
             proc, http_port, grpc_port = _start_embedded(options, models, logs, profile.embedded.cpus, log)
             base = f"http://127.0.0.1:{http_port}"

@@ -19,10 +19,11 @@ from tailrace.harness.worker.chains.pipelines import PipelineRunner
 from tailrace.harness.worker.chains.sessions import SessionEndpoint, SessionRunner
 from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.workload.conversations import session_source
+from tailrace.harness.workload.graded_items import endpoint_prompts
 from tailrace.harness.workload.media import MediaPrompts, carries_media
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_sender
-from tailrace.harness.workload.prompts import prompt_items, prompt_tokenizer, token_counter, trace_items
+from tailrace.harness.workload.prompts import prompt_tokenizer, token_counter, trace_items
 from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
 from tailrace.harness.workload.trace_prompts import TracePrompts
 from tailrace.harness.workload.traces import TraceRows, replay
@@ -87,9 +88,14 @@ class EndpointSenders:
                                         or trace.hash_ids is not None)
         if by_row and ep.protocol != "kserve-grpc-stream":
             return self._trace(ep, url, pool, inputs)
-        items = trace_items(ep, trace.input_tokens, trace.output_tokens, seed, self.root) if by_row else \
-            prompt_items(ep, seed, self.root)
-        return generative_sender(ep, url, items, seed, self.root, inputs, pool, token_counter(ep, items, self.root))
+        graded = None
+        if by_row:
+            items = trace_items(ep, trace.input_tokens, trace.output_tokens, seed, self.root)
+        else:
+            items, graded = endpoint_prompts(ep, seed, self.root)
+        sender = generative_sender(ep, url, items, seed, self.root, inputs, pool, token_counter(ep, items, self.root))
+        sender.graded = graded  # what grades each body's reply (None: none graded): the request path grades
+        return sender
 
     def _trace(self, ep: Endpoint, url: str, pool: PoolLimits, model_inputs: tuple[str, ...]) -> Sender:
         """A trace-driven endpoint's sender: each row's body built ahead of its send (TracePrompts)."""

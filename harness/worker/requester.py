@@ -22,6 +22,7 @@ from tailrace.harness.worker.identity import WorkerIdentity
 from tailrace.harness.worker.metrics import WorkerMetrics
 from tailrace.harness.worker.saturation import SaturationMonitor
 from tailrace.harness.worker.scenarios import Arrival
+from tailrace.harness.workload.graders import CORRECT, grade_request
 from tailrace.harness.workload.request_draws import CancelPlan, ModelMix
 from tailrace.harness.workload.turns import Turn
 
@@ -70,6 +71,7 @@ class RequestPath:
         self.mixes = [ModelMix(e.models, seed, i, e.model_draw == "session") if e.models else None
                       for i, e in enumerate(self.endpoints)]
         self.drawn = any(self.cancels) or any(self.mixes)
+        self.graded = [getattr(s, "graded", None) for s in self.senders]  # GradedPrompts, or None
         self.schemas = [SchemaCheck(e.prompts.structured.schema_) if e.prompts is not None
                         and e.prompts.structured is not None else None for e in self.endpoints]
 
@@ -173,6 +175,7 @@ class RequestPath:
         ep, clock, batch, check = self.endpoints[a.endpoint], self.clock, self.batches[a.endpoint], self.checks[a.endpoint]
         first = self.senders[a.endpoint].payloads.first_row(a.sample)
         right, prediction = check.score(outcome.outputs if outcome.status == "ok" else None, first, batch)
+        graded = self._grade(a.endpoint, first, outcome) if self.graded[a.endpoint] is not None else {}
         return RequestRow(
             run_id=self.plan.run_id, trace_id=trace_id, span_id=span_id, region=self.identity.region,
             worker=self.identity.name, endpoint=ep.name, model=ep.model, protocol=ep.protocol, phase=a.phase,
@@ -182,19 +185,32 @@ class RequestPath:
             server_queue_ns=outcome.server_queue_ns, server_compute_ns=outcome.server_compute_ns,
             server_receive_ns=outcome.server_receive_ns, server_send_ns=outcome.server_send_ns,
             echoed_trace_id=outcome.echoed_trace_id, label=check.label(first), prediction=prediction,
-            correct=right == batch, batch_size=outcome.batch or batch, correct_count=right, bytes_out=outcome.bytes_out,
-            bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
+            correct=graded.pop("correct", right == batch), batch_size=outcome.batch or batch, correct_count=right,
+            bytes_out=outcome.bytes_out, bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
             clock_uncertainty_ns=self.clocks.uncertainty_ns,
             **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else
                {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}),
             **(self._media(a.endpoint, first) if self.media[a.endpoint] else {}),
-            **(self._schema(a.endpoint, outcome) if self.schemas[a.endpoint] is not None else {}))
+            **(self._schema(a.endpoint, outcome) if self.schemas[a.endpoint] is not None else {}),
+            **graded)
 
     def _schema(self, endpoint: int, outcome: Outcome) -> dict:
         """A structured output's check: a whole reply (ok) against the endpoint's JSON Schema (else not checked)."""
         if outcome.status != "ok" or outcome.stream is None:
             return {}
         return {"schema_valid": self.schemas[endpoint].valid(outcome.stream.text)}
+
+    def _grade(self, endpoint: int, first: int, outcome: Outcome) -> dict:
+        """A graded item's reply graded (harness/workload/graders.py); an ordinary prompt's: nothing."""
+        graded = self.graded[endpoint]
+        ref = graded.refs[first % len(graded.refs)]
+        if ref < 0:
+            return {}
+        item, s = graded.graded[ref], outcome.stream
+        grade = grade_request(outcome.status, s.outcome if s is not None else "", s.finish_reason if s is not None
+                              else "", s.text if s is not None and outcome.status == "ok" else "", item.reference,
+                              graded.graders[item.grader])
+        return {"item": ref, "grade": grade, "correct": grade == CORRECT}
 
     def _media(self, endpoint: int, first: int) -> dict:
         count, size = self.media[endpoint][first % len(self.media[endpoint])]

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from tailrace.contract.profile import Audio, Endpoint, Images, Prompts, TokenCount
-from tailrace.harness.workload.prompts import FILE_PART, PromptFileError, data_path, draw_counts, prompt_bodies, prompt_items
+from tailrace.harness.workload.graded_items import endpoint_prompts
+from tailrace.harness.workload.prompts import FILE_PART, PromptFileError, data_path, draw_counts, prompt_bodies
 
 MEDIA_STREAM = 7  # the seed's stream for media
 IMAGE_SUFFIXES = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png", ".webp": "webp", ".gif": "gif", ".bmp": "bmp"}
@@ -233,6 +234,6 @@ def media_bodies(endpoint: Endpoint, seed: int, data_root: Path, model_inputs: t
     """A generative endpoint's request bodies with their media (prompt_bodies after with_media), and each one's
     (media count, bytes) — empty for an endpoint without media. The endpoint check reads them too: a file that does
     not decode stops the run before it starts."""
-    items = prompt_items(endpoint, seed, data_root) if items is None else items
+    items = endpoint_prompts(endpoint, seed, data_root)[0] if items is None else items
     items, facts = with_media(endpoint, items, seed, data_root)
     return prompt_bodies(endpoint, seed, data_root, model_inputs, items), facts
