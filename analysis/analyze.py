@@ -25,6 +25,7 @@ from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_p
 from tailrace.analysis.report.csv_tables import summary_tables
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
+from tailrace.analysis.stats.accuracy import GRADE_COLUMNS, accuracy_rows, accuracy_trends, accuracy_verdicts
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
 from tailrace.analysis.stats.cancellation import CANCEL_COLUMNS, cancellation_table
 from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, pipeline_section
@@ -230,6 +231,10 @@ class _RunStatistics:
         self.variant_columns = (*VARIANT_COLUMNS, "ttft_ns", "t_first_token", "t_last_token", "output_tokens") \
             if generative else VARIANT_COLUMNS
         self.phase_starts = phase_boundaries_s(p)
+        graded = any(e.prompts is not None and e.prompts.graded is not None for e in p.endpoints)
+        self.accuracy_columns = (*self.verdict_columns, *GRADE_COLUMNS) if graded else ()
+        self.accuracy_slos = [(i, s) for i, s in enumerate(slo.model_dump() for slo in p.slos)
+                              if s["metric"] == "accuracy"]
 
     def all(self) -> list[Statistic]:
         """Every statistic, in the order each computes when the log does not fit in memory (a long run)."""
@@ -285,6 +290,16 @@ class _RunStatistics:
         self.figures.submit("token_heatmap", rows)
         self.figures.submit("ttft_bars", r["ttft_decomposition"])
         return rows
+
+    def accuracy(self, c: Columns, r: Results) -> dict:
+        """Graded requests: accuracy by endpoint × region × phase, against offered load, and the accuracy SLOs."""
+        if not self.accuracy_columns:
+            return {}
+        df = c.frame(self.accuracy_columns)
+        rates = {row.phase: row.intended_rate for row in r["phases"]}
+        rows = accuracy_rows(df, rates, self.duration, self.slos, self.generative)
+        return {"rows": rows, "trends": accuracy_trends(rows),
+                "verdicts": accuracy_verdicts(df, self.accuracy_slos, sorted(self.generative), self.region_names)}
 
     def verdicts(self, c: Columns, r: Results):
         ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
@@ -397,6 +412,7 @@ class _RunStatistics:
             Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
                       if self.mixed else {}),
+            Statistic("accuracy", self.accuracy_columns, self.accuracy, uses=("phases",)),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),
@@ -414,7 +430,8 @@ def _statistics(run: _Run) -> list[Statistic]:
 SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomposition", "server_statistics",
                    "queueing", "decision", "cold_start", "phases", "cdfs", "verdicts", "validity", "latency", "outages",
                    "errors", "embeddings", "rerank", "tokens", "ttft_decomposition", "token_curves", "token_timeline",
-                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware", "server_spans"}
+                   "token_verdicts", "sessions", "pipelines", "cancellations", "by_model", "hardware", "server_spans",
+                   "accuracy"}
 
 
 def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
@@ -535,7 +552,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                 for row in r["validity"]]
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
     verdicts = [SloVerdict(**v) for v in r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", [])
-                + r["by_model"].get("verdicts", [])]
+                + r["by_model"].get("verdicts", []) + r["accuracy"].get("verdicts", [])]
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
@@ -545,6 +562,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     present = {n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]}
+    if r["accuracy"]:
+        present |= {"accuracy": r["accuracy"]["rows"], "accuracy_trends": r["accuracy"]["trends"]}
     if r["server_spans"]:  # the workloads' sections: only where the run has them
         present["server_spans"] = r["server_spans"]["section"]
     summary = RunSummary.assemble(

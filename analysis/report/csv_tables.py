@@ -74,5 +74,6 @@ def summary_tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
         "pipelines": pipelines.pipelines if pipelines else [], "pipeline_stages": _stage_rows(summary),
         "pipeline_failures": pipelines.failures if pipelines else [], "tokens_by_model": summary.tokens_by_model,
         "hardware": hardware.rows if hardware else [], "hardware_endpoints": hardware.endpoints if hardware else [],
-        "cancellations": summary.cancellations}
+        "cancellations": summary.cancellations, "accuracy": summary.accuracy,
+        "accuracy_trends": summary.accuracy_trends}
     return {name: flat_table(rows) for name, rows in sections.items() if rows or name in CORE_TABLES}

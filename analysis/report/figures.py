@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 # the figures a child may be asked for: functions of analysis/report/plots.py, each returning an SVG string or None
 FIGURES = frozenset({"heatmap_p99", "latency_cdfs", "over_time_of", "decomposition_bars", "queue_vs_utilization",
                      "server_timeline", "clock_offsets", "pareto_scatter", "token_heatmap", "token_cdfs",
-                     "token_over_time", "ttft_bars", "trace_rates", "sessions_over_time", "hardware_over_time"})
+                     "token_over_time", "ttft_bars", "trace_rates", "sessions_over_time", "hardware_over_time",
+                     "accuracy_vs_load"})
 # the messages to the child, each a tuple (kind, figure name, arguments); the child answers only GET
 DRAW = "draw"  # draw `name` of the arguments now (a later DRAW of the same name replaces it)
 GET = "get"  # answer with (svg or None, None) or (None, why it was not drawn), and forget the figure

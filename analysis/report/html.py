@@ -8,6 +8,7 @@ from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.report.html_parts import Shown, _ci, _fmt, _iso, _p, _pct, _table
 from tailrace.analysis.report.verdict_grid import not_passing, verdict_grid, why_words
 from tailrace.analysis.report.workload_sections import (
+    _accuracy_section,
     _cancellations_section,
     _decision_section,
     _hardware_section,
@@ -445,6 +446,8 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
         parts.append(_pooling_section(s.rerank, rerank=True))
     if s.pipelines is not None and s.pipelines.pipelines:
         parts.append(_pipelines_section(s.pipelines))
+    if s.accuracy:
+        parts.append(_accuracy_section(s, figures))
     if s.cancellations:
         parts.append(_cancellations_section(s.cancellations))
     if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)

@@ -434,3 +434,24 @@ def latency_vs_load_svg(rows: Sequence[CapacityTrial], result: CapacityResult) -
     ax.set_ylabel("latency from intended send (ms)")
     ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def accuracy_vs_load(series: Mapping[str, Sequence[tuple[float, float, float, float]]],
+                     x_label: str = "offered load (requests/s)") -> str | None:
+    """Accuracy against offered load, a line per endpoint or configuration, each point (load, accuracy, its 95%
+    interval's low and high) with its interval."""
+    if not any(series.values()):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, points in sorted(series.items()):
+        if not points:
+            continue
+        points = sorted(points)
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        err = [[max(0.0, y - p[2]) for y, p in zip(ys, points)], [max(0.0, p[3] - y) for y, p in zip(ys, points)]]
+        ax.errorbar(xs, ys, yerr=err, fmt="o-", ms=4, capsize=3, lw=1, label=name)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("accuracy (graded answers right)")
+    ax.set_ylim(top=1.02)
+    ax.legend(fontsize=7)
+    return _svg(fig)

@@ -210,6 +210,52 @@ def _hardware_section(section: Hardware, figures: Figures, profile) -> str:
     return "".join(parts)
 
 
+def _share(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1%}" + (f" [{low:.1%}, {high:.1%}]" if low is not None and high is not None else "")
+
+
+def _accuracy_section(s: RunSummary, figures: Figures) -> str:
+    """Graded answers: accuracy per endpoint × region × phase with its interval, why answers were not right, accuracy
+    against offered load and its trend, correct goodput beside goodput."""
+    names = {p.phase: p.name for p in s.phases}
+    shown = [Shown(r, where=("every phase" if r.phase == 0 else names.get(r.phase, str(r.phase))),
+                   accuracy_ci=_share(r.accuracy, r.ci_low, r.ci_high), offered=_fmt(r.offered_rps),
+                   goodput="" if r.correct_goodput_rps is None else f"{r.correct_goodput_rps:.2f}")
+             for r in s.accuracy]
+    series = {e: [(r.offered_rps, r.accuracy, r.ci_low, r.ci_high) for r in s.accuracy
+                  if r.endpoint == e and r.region == "*" and r.phase > 0 and r.offered_rps is not None
+                  and r.accuracy is not None and r.ci_low is not None and r.ci_high is not None]
+              for e in sorted({r.endpoint for r in s.accuracy})}
+    parts = ["<h2 id='accuracy'>Accuracy under load</h2>", _table(shown, [
+        ("endpoint", "endpoint"), ("region", "region"), ("where", "phase"), ("offered", "offered req/s"),
+        ("judged", "judged"), ("correct", "right"), ("accuracy_ci", "accuracy [95% CI]"), ("wrong", "wrong"),
+        ("unparsable", "unparsable"), ("truncated", "truncated"), ("cut", "cut"), ("error", "error"),
+        ("grader_error", "grader error"), ("goodput", "correct goodput req/s")],
+        left={"endpoint", "region", "where"})]
+    if len([p for v in series.values() for p in v]) > 1:
+        parts.append("<div class='plots'>" + (figures.svg("accuracy_vs_load", lambda: (series,)) or "") + "</div>")
+    for tr in s.accuracy_trends:
+        if tr.verdict == "not tested":
+            continue
+        parts.append(f"<p><b>{html.escape(tr.endpoint)}</b>: accuracy <b>{tr.verdict}</b> as load rises — "
+                     f"{_share(tr.accuracy[0])} at {tr.loads[0]:g} req/s, {_share(tr.accuracy[-1])} at "
+                     f"{tr.loads[-1]:g} req/s ({(tr.change or 0) * 100:+.1f} points); "
+                     f"{(tr.slope_per_rps or 0) * 100:+.3f} points per req/s "
+                     f"[{(tr.slope_ci_low or 0) * 100:+.3f}, {(tr.slope_ci_high or 0) * 100:+.3f}], "
+                     f"Cochran–Armitage p = {tr.p_value:.3g}.</p>")
+    parts.append("<p class='note'>Graded requests only (prompts.graded). Accuracy = right / judged, judged = right + "
+                 "wrong + unparsable: the model's answers. Truncated (not right, stopped at max_tokens), cut (timed "
+                 "out, cancelled, its stream cut), errors and grader errors are counted apart, never as the "
+                 "model's mistakes. Intervals: exact (Clopper–Pearson). Correct goodput: graded requests per second "
+                 "that were right and on time for every SLO that applies, beside goodput (every request on time). "
+                 "The trend: a line through each phase's accuracy against its offered load, weighted by what it "
+                 "judged, with the Cochran–Armitage test for a trend in proportions (docs/METHODS.md, \"Accuracy "
+                 "under load\").</p>")
+    return "".join(parts)
+
+
 def _cancellations_section(rows: list[CancellationRow]) -> str:
     """Cancelled streams: the cancel rate with its interval, what closed them, the tokens served to them, and the
     server's own count of aborted requests."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from tailrace.contract.apis import APIS
 from tailrace.contract.profile.base import (
@@ -58,13 +58,17 @@ PIPELINE_METRICS = ("pipeline_e2e", "pipeline_ttft")
 
 
 class Slo(_Strict):
-    metric: Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft"] = Field(
-        description="latency (from the intended send), error_rate, a streamed request's ttft, tpot, itl, e2e, or a "
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)  # (`min`: an alias)
+    metric: Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft",
+                    "accuracy"] = Field(
+        description="latency (from the intended send), error_rate, a streamed request's ttft, tpot, itl, e2e, a "
                     "pipeline's end-to-end time or time to its answer's first token (from its arrival's intended "
-                    "send)")
+                    "send), or accuracy (graded items: the share answered right, at least `min`)")
     percentile: float | None = Field(None, gt=0, lt=100)
     threshold_ms: float | None = Field(None, gt=0)
     threshold: float | None = Field(None, ge=0, le=1, description="error-rate bound (fraction)")
+    minimum: float | None = Field(None, alias="min", gt=0, le=1, description="accuracy: the lowest share of graded "
+                                                                             "answers right that passes")
     endpoint: str = "*"
     region: str = "*"
     pipeline: str = Field("*", description="pipeline_e2e / pipeline_ttft: the pipeline it is for")
@@ -76,6 +80,14 @@ class Slo(_Strict):
             raise ValueError(f"a {self.metric} SLO names its pipeline (pipeline = …), not an endpoint")
         if self.metric not in PIPELINE_METRICS and self.pipeline != "*":
             raise ValueError(f"pipeline: only for pipeline_e2e and pipeline_ttft SLOs, not {self.metric}")
+        if self.metric == "accuracy":
+            if self.minimum is None:
+                raise ValueError("an accuracy SLO needs min (the lowest share of graded answers right)")
+            if self.percentile is not None or self.threshold_ms is not None or self.threshold is not None:
+                raise ValueError("an accuracy SLO takes min only (no percentile, threshold_ms or threshold)")
+            return self
+        if self.minimum is not None:
+            raise ValueError(f"min: only for accuracy SLOs, not {self.metric}")
         if self.metric != "error_rate" and (self.percentile is None or self.threshold_ms is None):
             raise ValueError(f"a {self.metric} SLO needs percentile and threshold_ms")
         if self.metric == "error_rate" and self.threshold is None:

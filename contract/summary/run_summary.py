@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from tailrace.contract.summary.accuracy import AccuracyRow, AccuracyTrend
 from tailrace.contract.summary.base import ALL, READING, Row, SummaryError
 from tailrace.contract.summary.sections import Decision, InputRead, ManifestExcerpt, Pipelines, Scenario, Sessions
 from tailrace.contract.summary.tables import (
@@ -82,6 +83,8 @@ class RunSummary(Row):
     sessions: Sessions | None = None
     pipelines: Pipelines | None = None
     cancellations: list[CancellationRow] = Field(default_factory=list)
+    accuracy: list[AccuracyRow] = Field(default_factory=list)  # graded requests (prompts.graded)
+    accuracy_trends: list[AccuracyTrend] = Field(default_factory=list)  # accuracy against offered load
     hardware: Hardware | None = None
     server_spans: ServerSpans | None = None
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)

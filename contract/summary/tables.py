@@ -10,7 +10,7 @@ from pydantic import Field
 from tailrace.contract.summary.base import Estimate, Row, TokenMetric
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-SloMetric = Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft"]
+SloMetric = Literal["latency", "error_rate", "ttft", "tpot", "itl", "e2e", "pipeline_e2e", "pipeline_ttft", "accuracy"]
 RequestKind = Literal["one-shot", "stream"]
 StatusClass = Literal["ok", "http_error", "grpc_error", "timeout", "connection", "bad_response", "client_error",
                       "cancelled"]  # contract/records.py STATUSES

@@ -200,8 +200,8 @@ class LiveBoard:
         """Each SLO's provisional verdict on the measured seconds so far, per region × endpoint it covers."""
         out = []
         for slo in self.plan.profile.slos:
-            if slo.metric in PIPELINE_METRICS:
-                continue  # judged on whole pipelines, in the report
+            if slo.metric in PIPELINE_METRICS or slo.metric == "accuracy":
+                continue  # judged on whole pipelines, or on graded answers, in the report
             for (region, endpoint), tally in sorted(self.measured.items()):
                 if slo.region not in ("*", region) or slo.endpoint not in ("*", endpoint):
                     continue

@@ -45,6 +45,7 @@ class MasterControl:
         self.offset_ns = 0  # this host's clock → the reference clock
         self.ready: set[str] = set()  # workers that sent READY
         self.ending = False  # every worker finished: the master quits
+        self.live_failed = False  # the live view raised once (said once; the run goes on)
         self.start_sent = False
         self.finished: set[str] = set()  # workers that sent DONE (their files acknowledged) or ERROR
         self.silent: dict[str, float] = {}  # client id → its last heartbeat (epoch s) while it is silent
@@ -198,6 +199,11 @@ class MasterControl:
             self.board.tick()
         except OSError:
             pass
+        except Exception as exc:  # noqa: BLE001 - the live view is a view: a bug in it never holds up the run's end
+            if not self.live_failed:
+                self.live_failed = True
+                print(f"tailrace master: the live view failed ({type(exc).__name__}: {exc}); the run goes on",
+                      flush=True)
 
     def heartbeat_ages(self) -> dict[str, float]:
         """Admitted worker → seconds since its last heartbeat (Locust counts whole seconds)."""
