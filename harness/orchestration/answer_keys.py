@@ -1,5 +1,5 @@
 """The answer keys a run hands its embedded server's scripted models ([embedded.accuracy]): every graded prompt of
-the endpoints the model serves, with the kind of answer its grader reads and the reference
+the endpoints the model serves, with the kind of answer its form asks for and the reference
 (endpoints/serving/answers.py answers them)."""
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
 from tailrace.harness.workload.graded_items import GradedItem, endpoint_prompts
 from tailrace.harness.workload.prompts import PromptFileError
 
-KINDS = {"last_number": "number", "choice": "letter", "exact": "text", "contains": "text"}
+KINDS = {"gsm8k": "number", "choice": "letter", "generic": "text"}  # what each form's answer is
 
 
 def _entry(item: GradedItem) -> tuple[str, dict] | None:
-    """A graded item's key entry (None where the scripted model cannot answer it: a regex, JSON Schema or Python
-    grader, or chat messages)."""
-    kind = KINDS.get(item.grader)
-    if kind is None or not isinstance(item.prompt, str):
+    """A graded item's key entry: its prompt (chat messages: the last user message) → the kind of answer its form
+    asks for and the reference (None: a reference that is not a text or number, such as a JSON Schema)."""
+    if isinstance(item.reference, (dict, list)):
         return None
-    return item.prompt, {"kind": kind, "reference": str(item.reference)}
+    prompt = item.prompt if isinstance(item.prompt, str) else next(
+        (m["content"] for m in reversed(item.prompt) if m.get("role") == "user"), None)
+    if not prompt:
+        return None
+    return prompt, {"kind": KINDS[item.form], "reference": str(item.reference)}
 
 
 def answer_models(profile: Profile, logs: Path, data_root: Path) -> dict[str, AnswerModel]:

@@ -38,6 +38,7 @@ class GradedItem:
     reference: Any
     grader: str
     max_tokens: int | None = None
+    form: str = "generic"  # gsm8k | choice | generic
 
 
 def _form_of(doc: dict) -> str:
@@ -138,7 +139,7 @@ def read_graded(spec: Graded, path: Path, default_grader: str | None = None) -> 
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
                                        or max_tokens < 1):
             raise GradedFileError(f"{where}: max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
-        items.append(GradedItem(n, prompt, reference, own, max_tokens))
+        items.append(GradedItem(n, prompt, reference, own, max_tokens, form))
     return items
 
 
@@ -161,7 +162,8 @@ class GradedPrompts:
 def graded_prompts(endpoint: Endpoint, seed: int, data_root: Path,
                    ordinary: list[tuple[str | list, int]] | None) -> GradedPrompts:
     """The endpoint's graded prompts: every graded item (share 1), or its ordinary prompts with graded items at
-    `share` of the places (seeded, the same on every worker), in the file's order, cycling."""
+    `share` of the places (seeded, the same on every worker; enough places that every item has one), in the file's
+    order, cycling."""
     spec = endpoint.prompts or Prompts()
     graded_spec = spec.graded
     assert graded_spec is not None
@@ -178,7 +180,8 @@ def graded_prompts(endpoint: Endpoint, seed: int, data_root: Path,
     if graded_spec.share >= 1 or not ordinary:
         return GradedPrompts(asked, list(range(len(graded))), graded, graders, graded_spec)
     places = max(len(ordinary), math.ceil(len(graded) / graded_spec.share))
-    is_graded = rng.random(places) < graded_spec.share
+    is_graded = np.zeros(places, dtype=bool)  # exactly the share of the places, so every item is asked
+    is_graded[rng.permutation(places)[:max(len(graded), round(places * graded_spec.share))]] = True
     items: list[tuple[str | list, int]] = []
     refs: list[int] = []
     g = o = 0

@@ -1,0 +1,144 @@
+"""Accuracy under load, for real: graded items in the open-loop stream to the embedded synthetic_lm, whose scripted
+answers are right with a probability that falls as its batch fills and which keeps its own record of each one it got
+right (logs/server-answers.jsonl). tailrace's grade must equal the server's, request by request; accuracy falls from
+the light phase to the heavy one; an answer cut by max_tokens is truncated, never wrong; a grader that raises costs
+one request its grade, not the run; bad graded files and graders are one line, exit 2, before any load."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from tests import ROOT
+
+pytestmark = pytest.mark.shares_machine  # functional: the server's own record is the truth, whatever the machine
+
+ITEMS = [{"question": f"Ana has {i} apples and buys {i % 7 + 2} more. How many apples does she have?",
+          "answer": f"{i} + {i % 7 + 2} = {2 * i % 50}\n#### {i + i % 7 + 2}"} for i in range(60)]
+
+
+def profile_text(models: Path, items: Path, extra_endpoint: str = "", grader: str = "") -> str:
+    return f'''name = "graded"
+[[endpoints]]
+name = "math"
+url = "embedded"
+protocol = "openai-chat"
+model = "synthetic_lm"
+prompts = {{ output_tokens = {{ mean = 32 }}, graded = {{ file = "{items}"{grader} }} }}
+ttft_timeout_ms = 20000
+{extra_endpoint}
+[[regions]]
+name = "near"
+share = 1.0
+delay_ms = 1
+[load]
+rate = 5
+duration_s = 13
+warmup_s = 1
+seed = 9
+phases = [{{ at_s = 8, rate = 40 }}]
+[embedded]
+models_dir = "{models}"
+accuracy = {{ synthetic_lm = {{ correct = 0.97, fall_per_seq = 0.04, answer_after_tokens = 6 }} }}
+[[slos]]
+metric = "accuracy"
+min = 0.5
+'''
+
+
+SHORT = '''[[endpoints]]
+name = "short"
+url = "embedded"
+protocol = "openai-completions"
+model = "synthetic_lm"
+weight = 0.3
+prompts = { graded = { file = "ITEMS", max_tokens = 7 } }
+'''
+
+
+def run(profile: Path, out: Path, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailrace.cli", "run", str(profile), "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+
+
+def requests_of(run_dir: Path) -> pd.DataFrame:
+    return pd.concat(pq.read_table(f).to_pandas() for f in sorted(run_dir.glob("regions/*/*/requests-*.parquet")))
+
+
+def test_each_grade_is_the_servers_and_accuracy_falls_as_the_batch_fills(model_repo, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n")
+    profile = tmp_path / "graded.toml"
+    profile.write_text(profile_text(model_repo, items, SHORT.replace("ITEMS", str(items))))
+    r = run(profile, tmp_path / "runs")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    df = requests_of(run_dir)
+    server = {d["trace_id"]: d for d in map(json.loads, (run_dir / "logs" / "server-answers.jsonl").open())}
+    math = df[df["endpoint"] == "math"]
+    assert len(math) > 150 and set(math["grade"]) <= {"correct", "wrong"}
+    # request by request: tailrace's grade is the server's own decision
+    assert [server[t]["correct"] for t in math["trace_id"]] == (math["grade"] == "correct").tolist()
+    assert (math["correct"] == (math["grade"] == "correct")).all()
+    assert math["item"].between(0, len(ITEMS) - 1).all() and math["item"].nunique() > len(ITEMS) / 2  # drawn
+    short = df[df["endpoint"] == "short"]  # 6 tokens of reasoning, then the answer: cut by max_tokens 7
+    assert len(short) > 20 and set(short["grade"]) == {"truncated"} and set(short["finish_reason"]) == {"length"}
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    rows = {(a["endpoint"], a["region"], a["phase"]): a for a in summary["accuracy"]}
+    light, heavy = rows[("math", "*", 1)], rows[("math", "*", 2)]
+    assert (light["offered_rps"], heavy["offered_rps"]) == (5.0, 40.0)
+    assert light["accuracy"] > heavy["accuracy"] and light["judged"] + heavy["judged"] == len(math[math["phase"] > 0])
+    assert rows[("short", "*", 0)]["judged"] == 0 and rows[("short", "*", 0)]["truncated"] == len(short[short["phase"] > 0])
+    (trend,) = [t for t in summary["accuracy_trends"] if t["endpoint"] == "math"]
+    assert trend["verdict"] == "falls" and trend["slope_ci_high"] < 0, trend
+    (slo,) = [v for v in summary["slos"] if v["metric"] == "accuracy" and v["endpoint"] == "math"]
+    assert slo["verdict"] == "PASS" and slo["n"] == light["judged"] + heavy["judged"]
+    page = (run_dir / "report" / "index.html").read_text()
+    assert "id='accuracy'" in page and "falls</b> as load rises" in page
+    assert (run_dir / "report" / "tables" / "accuracy.csv").exists()
+
+
+def test_a_grader_that_raises_costs_one_request_its_grade_not_the_run(model_repo, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in ITEMS[:10]) + "\n")
+    (tmp_path / "fussy_grader.py").write_text(
+        "def grade(reply, reference):\n"
+        "    if reference == '9':\n"
+        "        raise ValueError('cannot judge nine')\n"
+        "    return reference in reply\n")
+    profile = tmp_path / "graded.toml"
+    profile.write_text(profile_text(model_repo, items, grader=', grader = "fussy_grader:grade"').replace(
+        "phases = [{ at_s = 8, rate = 40 }]", "").replace("duration_s = 13", "duration_s = 6").replace(
+        'metric = "accuracy"\nmin = 0.5', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = run(profile, tmp_path / "runs", env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    df = requests_of(next((tmp_path / "runs").iterdir()))
+    raised = df[df["grade"] == "grader_error"]
+    refs = {i: int(d["answer"].split("#### ")[1]) for i, d in enumerate(ITEMS[:10])}  # item 7's is 9
+    assert set(raised["item"]) == {i for i, ref in refs.items() if ref == 9} and len(raised) > 0
+    assert set(df.loc[~df["item"].isin(raised["item"]), "grade"]) <= {"correct", "wrong"}
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no_answer", ":2: a gsm8k line needs answer ending '#### N'"),
+    ("grader", "grader no_such_module:grade: cannot import no_such_module"),
+    ("unknown", "grader 'nope'"),
+])
+def test_bad_graded_input_is_one_line_before_any_load(model_repo, tmp_path, case, words):
+    items = tmp_path / "items.jsonl"
+    lines = [ITEMS[0], {"question": "q", "answer": "no marker"}] if case == "no_answer" else ITEMS[:2]
+    items.write_text("\n".join(json.dumps(d) for d in lines) + "\n")
+    grader = {"grader": ', grader = "no_such_module:grade"', "unknown": ', grader = "nope"'}.get(case, "")
+    profile = tmp_path / "bad.toml"
+    profile.write_text(profile_text(model_repo, items, grader=grader))
+    r = run(profile, tmp_path / "runs", timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not list((tmp_path / "runs").glob("*/regions/*/*/requests-*.parquet"))
