@@ -338,9 +338,13 @@ def finish(sweeper: Sweeper) -> SweepResult:
     r.edges = answers.tier_edges(r.points, tiers, plan.sweep.tolerance)
     r.knees = answers.knees(r.points)
     r.frontier = answers.frontier(r.points)
+    r.accuracy_trends = answers.accuracy_trends(r.points)
     unit = {"load.rate": "req/s", "load.concurrency": "streams"}.get(
         plan.sweep.load_axis.field if plan.sweep.load_axis and plan.sweep.load_axis.field else "", "")
-    r.recommendation = answers.recommendation(r.edges, tiers, unit)
+    r.recommendation = answers.recommendation(r.edges, tiers, unit) + [
+        f"accuracy {tr.verdict} as load rises for {tr.endpoint or 'the points'}: {tr.accuracy[0]:.1%} at "
+        f"{tr.loads[0]:g} {unit}, {tr.accuracy[-1]:.1%} at {tr.loads[-1]:g} {unit} (p = {tr.p_value:.2g})"
+        for tr in r.accuracy_trends if tr.verdict in ("falls", "rises") and tr.p_value is not None]
     r.complete = not sweeper.over_budget()
     sweeper.save()
     return r

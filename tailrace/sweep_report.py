@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from tailrace.analysis.report.csv_tables import flat_table
+from tailrace.analysis.report.plots import accuracy_vs_load
 from tailrace.analysis.report.sweep_plots import frontier_svg, latency_vs_load_svg
 from tailrace.contract.layout import SweepLayout, write_atomic
 from tailrace.contract.summary.sweep import SweepResult
@@ -39,9 +40,11 @@ def _points_table(r: SweepResult) -> str:
                      ttft.value if ttft else None, tpot.value if tpot else None,
                      p.output_tokens_per_s.value if p.output_tokens_per_s else None,
                      p.tokens_per_s_per_user.value if p.tokens_per_s_per_user else None,
+                     None if p.accuracy is None else f"{p.accuracy:.1%} [{p.accuracy_ci_low:.1%}, "
+                                                     f"{p.accuracy_ci_high:.1%}]",
                      Html(f"<a href='{html.escape(p.run_dir)}/report/index.html'>report</a>") if p.run_dir else None])
     return _table(["#", "configuration", r.load_axis or "load", "repeat", "status", "tiers", "achieved /s",
-                   "p99 ms", "TTFT p99 ms", "TPOT p50 ms", "tokens/s", "tokens/s per user", "run"], rows)
+                   "p99 ms", "TTFT p99 ms", "TPOT p50 ms", "tokens/s", "tokens/s per user", "accuracy [95% CI]", "run"], rows)
 
 
 def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
@@ -52,6 +55,20 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
     write_atomic(layout.table("frontier"), flat_table(r.frontier).to_csv(index=False))
     frontier = frontier_svg(r.frontier) or ""
     curves = latency_vs_load_svg(r.points, r.load_axis or "load") or ""
+    graded = [p for p in r.points if p.status == "done" and p.load is not None and p.accuracy is not None
+              and p.accuracy_ci_low is not None and p.accuracy_ci_high is not None]
+    accuracy = accuracy_vs_load({c or "points": [(p.load or 0.0, p.accuracy or 0.0, p.accuracy_ci_low or 0.0,
+                                                  p.accuracy_ci_high or 0.0) for p in graded if p.config == c]
+                                 for c in sorted({p.config for p in graded})}, r.load_axis or "load") or ""
+    if graded:
+        write_atomic(layout.table("accuracy"), flat_table(r.accuracy_trends).to_csv(index=False))
+        write_atomic(layout.figure("accuracy_vs_load"), accuracy)
+    trends = "".join(
+        f"<li>{html.escape(tr.endpoint or 'the points')}: accuracy <b>{tr.verdict}</b> — "
+        + ", ".join(f"{a:.1%} at {x:g}" for a, x in zip(tr.accuracy, tr.loads) if a is not None)
+        + (f"; {(tr.slope_per_rps or 0) * 100:+.3f} points per unit of load [{(tr.slope_ci_low or 0) * 100:+.3f}, "
+           f"{(tr.slope_ci_high or 0) * 100:+.3f}], p = {tr.p_value:.3g}" if tr.p_value is not None else "") + "</li>"
+        for tr in r.accuracy_trends)
     write_atomic(layout.figure("frontier"), frontier)
     write_atomic(layout.figure("latency_vs_load"), curves)
     edges = _table(["configuration", "tier", "holds", "fails at", "within tolerance", ""],
@@ -68,5 +85,6 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
             f"<h2>The highest load each tier holds</h2>{edges}"
             f"<h2>Throughput against interactivity</h2>{frontier or '<p>no streamed points</p>'}"
             f"<h2>Latency against load</h2>{curves}<h3>Knees</h3>{knees}"
+            + (f"<h2>Accuracy against load</h2>{accuracy}<ul>{trends}</ul>" if graded else "") +
             f"<h2>Points</h2>{_points_table(r)}</body></html>")
     write_atomic(layout.page, page)

@@ -21,7 +21,10 @@ from scipy import stats
 from scipy.optimize import isotonic_regression
 
 from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
+from tailrace.analysis.stats.accuracy import trend
+from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.contract.summary import Estimate, RunSummary
+from tailrace.contract.summary.accuracy import AccuracyTrend
 from tailrace.contract.summary.sweep import FrontierPoint, Knee, SweepPoint, TierEdge
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -90,6 +93,13 @@ def measured(summary: RunSummary, held: float | None = None) -> dict:
                    "output_tokens_per_s": count_interval(held if held is not None else tokens.output_tokens_per_s,
                                                          tokens.ok),
                    "tokens_per_s_per_user": per_user(tokens.tpot_ms.at("p50"))}
+    whole = [r for r in summary.accuracy if r.region == "*" and r.phase == 0]
+    if whole:
+        judged, right = sum(r.judged for r in whole), sum(r.correct for r in whole)
+        low, high = clopper_pearson(right, judged) if judged else (None, None)
+        fields |= {"graded_judged": judged, "graded_correct": right, "accuracy": right / judged if judged else None,
+                   "accuracy_ci_low": low, "accuracy_ci_high": high,
+                   "correct_goodput_rps": sum(r.correct_goodput_rps or 0.0 for r in whole)}
     if summary.hardware is not None:
         energy = [r.energy_per_1k_output_tokens_j for r in summary.hardware.rows
                   if r.energy_per_1k_output_tokens_j is not None]
@@ -199,3 +209,21 @@ def recommendation(edges: Sequence[TierEdge], tiers: Sequence[str], load_unit: s
 
 __all__ = ["FAIL", "PASS", "UNDECIDED", "count_interval", "frontier", "knees", "measured", "next_loads",
            "per_user", "recommendation", "tier_edges", "tier_outcomes"]
+
+
+def accuracy_trends(points: Sequence[SweepPoint]) -> list[AccuracyTrend]:
+    """Per configuration whose points graded answers at two or more loads: accuracy against load (the points'
+    answers pooled at each load, repeats together) with its trend (analysis/stats/accuracy.py)."""
+    out = []
+    by_config: dict[str, dict[float, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for p in points:
+        if p.status == "done" and p.load is not None and p.graded_judged:
+            pooled = by_config[p.config][p.load]
+            pooled[0] += p.graded_correct
+            pooled[1] += p.graded_judged
+    for config, at in sorted(by_config.items()):
+        loads = sorted(at)
+        right, judged = [at[x][0] for x in loads], [at[x][1] for x in loads]
+        out.append(AccuracyTrend(endpoint=config, loads=loads, judged=judged,
+                                 accuracy=[k / n for k, n in zip(right, judged)], **trend(loads, right, judged)))
+    return out

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from tailrace.contract.summary.accuracy import AccuracyTrend
 from tailrace.contract.summary.base import Estimate, Row
 
 PointStatus = Literal["done", "failed", "interrupted"]
@@ -42,6 +43,12 @@ class SweepPoint(Row):
     output_tokens_per_s: Estimate | None = None  # the server's, over every stream (interval: the completed count's)
     tokens_per_s_per_user: Estimate | None = None  # 1000 / TPOT p50 (its interval from TPOT's)
     energy_per_1k_tokens_j: float | None = None  # measured by the profile's [[monitors]]
+    graded_judged: int = 0  # graded answers judged (prompts.graded: right + wrong + unparsable), every endpoint
+    graded_correct: int = 0
+    accuracy: float | None = None  # graded_correct / graded_judged, with its exact 95% interval
+    accuracy_ci_low: float | None = None
+    accuracy_ci_high: float | None = None
+    correct_goodput_rps: float | None = None  # graded requests right and on time, per second
     elapsed_s: float | None = None
 
 
@@ -92,6 +99,7 @@ class SweepResult(Row):
     edges: list[TierEdge] = Field(default_factory=list)
     knees: list[Knee] = Field(default_factory=list)
     frontier: list[FrontierPoint] = Field(default_factory=list)
+    accuracy_trends: list[AccuracyTrend] = Field(default_factory=list)  # per configuration (its `endpoint`: the label)
     recommendation: list[str] = Field(default_factory=list)
     interrupted_runs: list[str] = Field(default_factory=list)  # run directories of points cut short, kept
     complete: bool = False
