@@ -25,9 +25,7 @@ from tailrace.analysis.read.triton_stats import endpoint_stat_deltas, requests_p
 from tailrace.analysis.report.csv_tables import summary_tables
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
-from tailrace.analysis.stats.accuracy import GRADE_COLUMNS, accuracy_rows, accuracy_trends, accuracy_verdicts
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
-from tailrace.analysis.stats.cancellation import CANCEL_COLUMNS, cancellation_table
 from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, pipeline_section
 from tailrace.analysis.stats.chains.sessions import (
     SESSION_COLUMNS,
@@ -56,6 +54,8 @@ from tailrace.analysis.stats.latency import (
     request_count_table,
     with_stream_goodput,
 )
+from tailrace.analysis.stats.outcomes.accuracy import GRADE_COLUMNS, accuracy_rows, accuracy_trends, accuracy_verdicts
+from tailrace.analysis.stats.outcomes.cancellation import CANCEL_COLUMNS, cancellation_table
 from tailrace.analysis.stats.poisson_checks import arrival_checks
 from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table

@@ -21,8 +21,8 @@ from scipy import stats
 from scipy.optimize import isotonic_regression
 
 from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
-from tailrace.analysis.stats.accuracy import trend
 from tailrace.analysis.stats.estimators import clopper_pearson
+from tailrace.analysis.stats.outcomes.accuracy import trend
 from tailrace.contract.summary import Estimate, RunSummary
 from tailrace.contract.summary.accuracy import AccuracyTrend
 from tailrace.contract.summary.sweep import FrontierPoint, Knee, SweepPoint, TierEdge
@@ -213,7 +213,7 @@ __all__ = ["FAIL", "PASS", "UNDECIDED", "count_interval", "frontier", "knees", "
 
 def accuracy_trends(points: Sequence[SweepPoint]) -> list[AccuracyTrend]:
     """Per configuration whose points graded answers at two or more loads: accuracy against load (the points'
-    answers pooled at each load, repeats together) with its trend (analysis/stats/accuracy.py)."""
+    answers pooled at each load, repeats together) with its trend (analysis/stats/outcomes/accuracy.py)."""
     out = []
     by_config: dict[str, dict[float, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for p in points:

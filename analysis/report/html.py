@@ -401,6 +401,27 @@ def _server_spans_section(section: ServerSpans) -> str:
         "did not — the network there and back and the client's reading.</p>")
 
 
+def _workload_sections(analysis: Analysis, figures: Figures) -> list[str]:
+    """The sections of the workloads the run has: streams, embeddings, rerank, pipelines, accuracy, cancelled streams,
+    sessions."""
+    s, parts = analysis.summary, []
+    if s.tokens:
+        parts.append(_tokens_section(s.tokens, analysis, figures))
+    if s.embeddings:
+        parts.append(_pooling_section(s.embeddings, rerank=False))
+    if s.rerank:
+        parts.append(_pooling_section(s.rerank, rerank=True))
+    if s.pipelines is not None and s.pipelines.pipelines:
+        parts.append(_pipelines_section(s.pipelines))
+    if s.accuracy:
+        parts.append(_accuracy_section(s, figures))
+    if s.cancellations:
+        parts.append(_cancellations_section(s.cancellations))
+    if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
+        parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
+    return parts
+
+
 def render(analysis: Analysis, figures: Figures | None = None) -> str:
     """The whole page; `figures` draws its figures (analysis/report/figures.py; default: here, as they are asked for)."""
     figures = figures or InlineFigures()
@@ -438,20 +459,7 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
     parts.append(_phases_section(s, analysis, figures, streamed, mixed))
 
     parts.append(_latency_section(s, analysis.data.plan.profile.load.scenario == "server", mixed))
-    if s.tokens:
-        parts.append(_tokens_section(s.tokens, analysis, figures))
-    if s.embeddings:
-        parts.append(_pooling_section(s.embeddings, rerank=False))
-    if s.rerank:
-        parts.append(_pooling_section(s.rerank, rerank=True))
-    if s.pipelines is not None and s.pipelines.pipelines:
-        parts.append(_pipelines_section(s.pipelines))
-    if s.accuracy:
-        parts.append(_accuracy_section(s, figures))
-    if s.cancellations:
-        parts.append(_cancellations_section(s.cancellations))
-    if s.sessions is not None and s.sessions.model_fields_set:  # (a run without sessions has an empty section)
-        parts.append(_sessions_section(s.sessions, analysis.data.plan.profile, figures))
+    parts += _workload_sections(analysis, figures)
     parts.append(_validity_section(s))
 
     parts.append("<h2>Where the time goes</h2>")

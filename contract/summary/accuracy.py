@@ -1,5 +1,5 @@
 """Graded answers in the summary: accuracy per endpoint × region × phase with its exact interval, and accuracy
-against offered load with its trend (analysis/stats/accuracy.py computes them; docs/METHODS.md, "Accuracy under
+against offered load with its trend (analysis/stats/outcomes/accuracy.py computes them; docs/METHODS.md, "Accuracy under
 load")."""
 from __future__ import annotations
 

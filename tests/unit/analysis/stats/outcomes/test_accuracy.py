@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tailrace.analysis.stats.accuracy import accuracy_rows, accuracy_trends, accuracy_verdicts, trend
+from tailrace.analysis.stats.outcomes.accuracy import accuracy_rows, accuracy_trends, accuracy_verdicts, trend
 
 
 def frame(grades_by_phase: dict[int, list[str]], region: str = "near") -> pd.DataFrame:
