@@ -233,6 +233,8 @@ class _RunStatistics:
         self.phase_starts = phase_boundaries_s(p)
         graded = any(e.prompts is not None and e.prompts.graded is not None for e in p.endpoints)
         self.accuracy_columns = (*self.verdict_columns, *GRADE_COLUMNS) if graded else ()
+        if graded:  # the variants' accuracy: their graded answers
+            self.variant_columns = (*self.variant_columns, *GRADE_COLUMNS)
         self.accuracy_slos = [(i, s) for i, s in enumerate(slo.model_dump() for slo in p.slos)
                               if s["metric"] == "accuracy"]
 

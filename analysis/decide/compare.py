@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tailrace.analysis.decide.accuracy_compare import accuracy_table, compare_accuracy
 from tailrace.analysis.decide.energy_compare import compare_energy, energy_table
 from tailrace.analysis.read import process_memory
 from tailrace.analysis.read.frames import take_rows
@@ -319,12 +320,23 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         print(f"tailrace compare: energy not compared: {exc}", file=sys.stderr)
     if energy:
         console().print(energy_table(energy, run_a, run_b))
+    try:
+        accuracy = compare_accuracy(run_a, run_b, paired=rows[0].paired)
+    except (RunDirError, ValueError, OSError) as exc:
+        accuracy = []
+        print(f"tailrace compare: accuracy not compared: {exc}", file=sys.stderr)
+    if accuracy:
+        console().print(accuracy_table(accuracy, run_a, run_b))
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
             written = [r.model_dump(mode="json", exclude_unset=True) for r in rows]
             (out / "compare.json").write_text(json.dumps(written, indent=2))
             pd.DataFrame(written).to_csv(out / "compare.csv", index=False)
+            if accuracy:
+                kept = [r.model_dump(mode="json") for r in accuracy]
+                (out / "compare_accuracy.json").write_text(json.dumps(kept, indent=2))
+                pd.DataFrame(kept).to_csv(out / "compare_accuracy.csv", index=False)
             if energy:
                 (out / "compare_energy.json").write_text(json.dumps(energy, indent=2))
                 pd.DataFrame(energy).to_csv(out / "compare_energy.csv", index=False)

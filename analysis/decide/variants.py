@@ -10,6 +10,7 @@ from tailrace.analysis.decide.decision import DEFAULT_WEIGHTS, GENERATIVE_WEIGHT
 from tailrace.analysis.read.triton_stats import requests_per_execution
 from tailrace.analysis.stats.correlation import correlated_percentiles_ci, time_order
 from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope
+from tailrace.analysis.stats.outcomes.accuracy import JUDGED
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Endpoint
 from tailrace.contract.summary.sections import Decision, VariantRow
@@ -65,8 +66,22 @@ def hardware_of(name: str, hardware: dict | None) -> dict:
     return out
 
 
+def _judged(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """The graded requests whose answers were judged (prompts.graded: right, wrong, unparsable); None: none."""
+    if "grade" not in rows:
+        return None
+    grades = rows["grade"].astype(str)
+    judged = rows[grades.isin(JUDGED).to_numpy()]
+    return judged.assign(grade=grades[judged.index]) if len(judged) else None
+
+
 def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
-    """Held-out sample → whether the variant answered it correctly (batch-1 requests; deterministic per model)."""
+    """Held-out sample → whether the variant answered it correctly (batch-1 requests; deterministic per model); a
+    graded LLM endpoint's: item → its first judged answer right or not."""
+    graded = _judged(ok)
+    if graded is not None:
+        first = graded.sort_values("t_intended_ref", kind="stable") if "t_intended_ref" in graded else graded
+        return {int(k): v == "correct" for k, v in first.groupby("item")["grade"].first().items()}
     single = ok[(ok["batch_size"] == 1) & (ok["correct_count"] >= 0)]
     return {int(k): bool(v) for k, v in single.groupby("sample_index")["correct"].first().items()}
 
@@ -145,6 +160,9 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
         lat = lat[time_order(ok["t_intended_ref"].to_numpy())]
     checked = ok[ok["correct_count"] >= 0]  # -1: the endpoint has no check
     samples, correct = int(checked["batch_size"].sum()), int(checked["correct_count"].sum())
+    graded = _judged(measured)
+    if graded is not None:  # an LLM's graded answers: accuracy over the judged ones
+        samples, correct = len(graded), int((graded["grade"] == "correct").sum())
     at = correlated_percentiles_ci(lat, (50, 95, 99))
     compute = ok["server_compute_ns"]
     compute = compute[compute >= 0]

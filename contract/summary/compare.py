@@ -56,3 +56,22 @@ class CompareRow(Row):
     def differences(self) -> dict[str, Estimate]:
         """"p50", "p95", "p99": B − A in ms with its interval."""
         return {f"p{p}": self.difference(p) for p in COMPARED_PERCENTILES}
+
+
+class AccuracyDelta(Row):
+    """B − A of one graded endpoint's accuracy (judged answers), with its 95% interval: paired on the items both runs
+    judged where they drew one schedule, else of independent samples."""
+
+    endpoint: str
+    paired: bool = False
+    n_a: int = 0
+    n_b: int = 0
+    items: int | None = None  # paired: the items both judged
+    accuracy_a: float | None = None
+    accuracy_b: float | None = None
+    diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    test: str | None = None
+    p_value: float | None = None
+    verdict: str = ""

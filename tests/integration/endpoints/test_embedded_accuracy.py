@@ -166,3 +166,28 @@ def test_a_sweep_over_load_shows_accuracy_falling_with_its_trend(model_repo, tmp
     assert any(line.startswith("accuracy falls as load rises") for line in result["recommendation"])
     assert (sweep_dir / "accuracy_vs_load.svg").stat().st_size > 0 and "Accuracy against load" in (
         sweep_dir / "index.html").read_text()
+
+
+def test_compare_gives_the_change_in_accuracy_paired_on_the_items(model_repo, tmp_path):
+    """Two runs of one seed, the server right 97% then 60% of the time at batch 1: `tailrace compare` pairs the
+    items both runs judged and says B is less accurate, its interval below 0."""
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n")
+    runs = []
+    for correct in (0.97, 0.6):
+        profile = tmp_path / f"p{correct}.toml"
+        profile.write_text(profile_text(model_repo, items).replace("phases = [{ at_s = 8, rate = 40 }]\n", "").replace(
+            "rate = 5\n", "rate = 12\n").replace("duration_s = 13", "duration_s = 8").replace(
+            "correct = 0.97, fall_per_seq = 0.04", f"correct = {correct}, fall_per_seq = 0.0").replace(
+            'metric = "accuracy"\nmin = 0.5', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
+        out = tmp_path / f"runs{correct}"
+        r = run(profile, out)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        runs.append(next(out.iterdir()))
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "compare", str(runs[0]), str(runs[1]), "--out",
+                        str(tmp_path / "cmp")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode in (0, 1, 3), r.stdout[-2000:] + r.stderr[-2000:]
+    assert "accuracy: B =" in r.stdout
+    (row,) = json.loads((tmp_path / "cmp" / "compare_accuracy.json").read_text())
+    assert row["endpoint"] == "math" and row["paired"] and row["items"] > 30
+    assert row["ci_high"] < 0 and row["verdict"] == "B less accurate", row
