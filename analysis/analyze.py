@@ -59,7 +59,13 @@ from tailrace.analysis.stats.outcomes.cancellation import CANCEL_COLUMNS, cancel
 from tailrace.analysis.stats.poisson_checks import arrival_checks
 from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
-from tailrace.analysis.stats.scenarios import per_phase_table, phase_boundaries_s, phase_names, scenario_summary
+from tailrace.analysis.stats.scenarios import (
+    per_phase_table,
+    phase_boundaries_s,
+    phase_names,
+    phase_rates,
+    scenario_summary,
+)
 from tailrace.analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
 from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
@@ -298,7 +304,7 @@ class _RunStatistics:
         if not self.accuracy_columns:
             return {}
         df = c.frame(self.accuracy_columns)
-        rates = {row.phase: row.intended_rate for row in r["phases"]}
+        rates = phase_rates(self.p)
         rows = accuracy_rows(df, rates, self.duration, self.slos, self.generative)
         return {"rows": rows, "trends": accuracy_trends(rows),
                 "verdicts": accuracy_verdicts(df, self.accuracy_slos, sorted(self.generative), self.region_names)}
@@ -414,7 +420,7 @@ class _RunStatistics:
             Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
                       if self.mixed else {}),
-            Statistic("accuracy", self.accuracy_columns, self.accuracy, uses=("phases",)),
+            Statistic("accuracy", self.accuracy_columns, self.accuracy),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
                     data.metrics_scrapes, {e.name: e.model for e in self.p.endpoints}),

@@ -77,6 +77,8 @@ def compare_accuracy(run_a: Path, run_b: Path, paired: bool) -> list[AccuracyDel
     rows = []
     for endpoint in sorted(set(a["endpoint"].astype(str)) & set(b["endpoint"].astype(str))):
         ga, gb = a[a["endpoint"].astype(str) == endpoint], b[b["endpoint"].astype(str) == endpoint]
+        if not len(ga) or not len(gb):
+            continue
         k_a, k_b = int((ga["grade"] == "correct").sum()), int((gb["grade"] == "correct").sum())
         row = AccuracyDelta(endpoint=endpoint, paired=False, n_a=len(ga), n_b=len(gb), accuracy_a=k_a / len(ga),
                             accuracy_b=k_b / len(gb))

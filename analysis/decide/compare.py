@@ -255,6 +255,21 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
 METRIC_LABELS = {"latency": "latency (E2E)", "ttft": "TTFT", "tpot": "TPOT"}
 
 
+def _accuracy(run_a: Path, run_b: Path, paired: bool) -> list:
+    """The graded endpoints' Δ accuracy, printed (none where neither graded; a failure is one line, the latency table
+    stands)."""
+    from tailrace.contract.terminal import console
+
+    try:
+        accuracy = compare_accuracy(run_a, run_b, paired)
+    except (RunDirError, ValueError, OSError) as exc:
+        print(f"tailrace compare: accuracy not compared: {exc}", file=sys.stderr)
+        return []
+    if accuracy:
+        console().print(accuracy_table(accuracy, run_a, run_b))
+    return accuracy
+
+
 def _metric_suffix(row: CompareRow) -> str:
     return "" if row.metric == "latency" else f" {METRIC_LABELS[row.metric]}"
 
@@ -320,13 +335,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         print(f"tailrace compare: energy not compared: {exc}", file=sys.stderr)
     if energy:
         console().print(energy_table(energy, run_a, run_b))
-    try:
-        accuracy = compare_accuracy(run_a, run_b, paired=rows[0].paired)
-    except (RunDirError, ValueError, OSError) as exc:
-        accuracy = []
-        print(f"tailrace compare: accuracy not compared: {exc}", file=sys.stderr)
-    if accuracy:
-        console().print(accuracy_table(accuracy, run_a, run_b))
+    accuracy = _accuracy(run_a, run_b, rows[0].paired)
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)

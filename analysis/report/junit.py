@@ -11,7 +11,7 @@ from tailrace.contract.summary import RunSummary, SloVerdict
 def _measured(v: SloVerdict) -> str:
     if v.measured is None:
         return "no measurement"
-    if v.metric != "error_rate":  # latency, ttft, tpot, itl, e2e: milliseconds
+    if v.metric not in ("error_rate", "accuracy"):  # latency, ttft, tpot, itl, e2e: milliseconds
         ci = f" [{v.ci_low:.3g}, {v.ci_high:.3g}]" if v.ci_low is not None and v.ci_high is not None else ""
         return f"measured {v.measured:.3g} ms{ci}"
     ci = f" [{v.ci_low:.3%}, {v.ci_high:.3%}]" if v.ci_low is not None and v.ci_high is not None else ""

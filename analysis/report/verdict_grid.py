@@ -13,11 +13,15 @@ ALL = "*"
 _SEVERITY = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 
 
+SHARES = ("error_rate", "accuracy")  # SLO metrics that are shares of the requests, not times
+
+
 def measured_words(v: SloVerdict) -> str:
-    """The measured value in its unit: ms for a latency, a percentage for an error rate ('–' when none)."""
+    """The measured value in its unit: ms for a latency, a percentage for an error rate or accuracy ('–' when
+    none)."""
     if v.measured is None:
         return "–"
-    if v.metric == "error_rate":
+    if v.metric in SHARES:
         return f"{v.measured:.2%}"
     if v.measured == float("inf"):
         return "∞ ms"
@@ -71,10 +75,11 @@ def not_passing(slos: list[SloVerdict]) -> list[SloVerdict]:
 def why_words(v: SloVerdict) -> str:
     """One verdict that is not PASS in a line: the SLO, where, the measured value and why."""
     where = " · ".join(p for p in (v.description, v.endpoint, v.region) if p)
-    interval = f" [{v.ci_low:.3g}, {v.ci_high:.3g}]" if v.ci_low is not None and v.ci_high is not None \
-        and v.metric != "error_rate" else ""
+    interval = "" if v.ci_low is None or v.ci_high is None or v.metric == "error_rate" else (
+        f" [{v.ci_low:.1%}, {v.ci_high:.1%}]" if v.metric in SHARES else f" [{v.ci_low:.3g}, {v.ci_high:.3g}]")
     if v.verdict == "FAIL":
-        why = "its interval lies over the threshold" + (f"; {v.reason}" if v.reason else "")
+        side = "under its minimum" if v.metric == "accuracy" else "over the threshold"
+        why = f"its interval lies {side}" + (f"; {v.reason}" if v.reason else "")
     else:
         why = v.reason or (f"{v.more_samples_needed:,} more samples would decide it" if v.more_samples_needed
                            else "its interval straddles the threshold")

@@ -37,6 +37,14 @@ def phase_names(profile: Profile) -> dict[int, str]:
     return {i + (0 if warm else 1): s.name for i, s in enumerate(segments)}
 
 
+def phase_rates(profile: Profile) -> dict[int, float | None]:
+    """Phase number → the offered rate of the whole load in it (requests/s over every endpoint and pipeline; the
+    mean of a ramp or spike; None where a trace sets its own)."""
+    warm = profile.load.warmup_s > 0
+    return {i + (0 if warm else 1): (s.expected / s.width_s if s.expected and s.width_s > 0 else None)
+            for i, s in enumerate(phase_segments(profile))}
+
+
 def phase_boundaries_s(profile: Profile) -> list[float]:
     """Start of every phase after the first, in seconds of the run (for the time plots)."""
     segments = phase_segments(profile)

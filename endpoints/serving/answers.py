@@ -22,6 +22,7 @@ from tailrace.contract.internal_processes import AnswerModel
 from tailrace.endpoints.models.vocabulary import EOS
 
 SCRIPT_BASE = 1 << 30  # a scripted word's token id: SCRIPT_BASE + its place in the reply
+FOUND_LIMIT = 65_536  # texts remembered with the key entry found in them
 
 
 def _words(kind: str, reference: str, right: bool) -> list[str]:
@@ -80,6 +81,8 @@ class ScriptedAnswers:
         found = self.key.get(text)
         if found is None:
             if text not in self._found:  # a chat's text holds the prompt among its messages: looked up once
+                if len(self._found) >= FOUND_LIMIT:  # (sessions' growing texts: the memo stays bounded)
+                    self._found.clear()
                 self._found[text] = next((v for k, v in self.key.items() if k in text), None)
             found = self._found[text]
         return None if found is None else Script(found[0], found[1], trace_id, self)

@@ -154,7 +154,8 @@ class RequestPath:
         lag = t_sent - arrival.intended_mono
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
             self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, call.in_flight)
-        row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns)
+        row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns,
+                          graded=turn is None)
         if "model" in call.options:  # the model of the endpoint's mix this request asked for
             row = row._replace(model=call.options["model"])
         if turn is not None:
@@ -171,11 +172,14 @@ class RequestPath:
                             self.in_flight)
 
     def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
-               in_flight: int, offset_ns: int) -> RequestRow:
+               in_flight: int, offset_ns: int, graded: bool = True) -> RequestRow:
+        """An answered request's row. `graded`: it was sent with one of its endpoint's own bodies (not a session's
+        turn or a pipeline's stage, whose prompts are their own), so a graded item's reply is graded."""
         ep, clock, batch, check = self.endpoints[a.endpoint], self.clock, self.batches[a.endpoint], self.checks[a.endpoint]
         first = self.senders[a.endpoint].payloads.first_row(a.sample)
         right, prediction = check.score(outcome.outputs if outcome.status == "ok" else None, first, batch)
-        graded = self._grade(a.endpoint, first, outcome) if self.graded[a.endpoint] is not None else {}
+        graded_fields = self._grade(a.endpoint, first, outcome) if graded and self.graded[a.endpoint] is not None \
+            else {}
         return RequestRow(
             run_id=self.plan.run_id, trace_id=trace_id, span_id=span_id, region=self.identity.region,
             worker=self.identity.name, endpoint=ep.name, model=ep.model, protocol=ep.protocol, phase=a.phase,
@@ -185,14 +189,14 @@ class RequestPath:
             server_queue_ns=outcome.server_queue_ns, server_compute_ns=outcome.server_compute_ns,
             server_receive_ns=outcome.server_receive_ns, server_send_ns=outcome.server_send_ns,
             echoed_trace_id=outcome.echoed_trace_id, label=check.label(first), prediction=prediction,
-            correct=graded.pop("correct", right == batch), batch_size=outcome.batch or batch, correct_count=right,
+            correct=graded_fields.pop("correct", right == batch), batch_size=outcome.batch or batch, correct_count=right,
             bytes_out=outcome.bytes_out, bytes_in=outcome.bytes_in, in_flight=in_flight, clock_offset_ns=offset_ns,
             clock_uncertainty_ns=self.clocks.uncertainty_ns,
             **(stream_fields(outcome.stream, a.intended_mono, clock) if outcome.stream is not None else
                {"input_tokens": outcome.input_tokens} if outcome.input_tokens >= 0 else {}),
             **(self._media(a.endpoint, first) if self.media[a.endpoint] else {}),
             **(self._schema(a.endpoint, outcome) if self.schemas[a.endpoint] is not None else {}),
-            **graded)
+            **graded_fields)
 
     def _schema(self, endpoint: int, outcome: Outcome) -> dict:
         """A structured output's check: a whole reply (ok) against the endpoint's JSON Schema (else not checked)."""
