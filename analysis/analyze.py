@@ -54,7 +54,13 @@ from tailrace.analysis.stats.latency import (
     request_count_table,
     with_stream_goodput,
 )
-from tailrace.analysis.stats.outcomes.accuracy import GRADE_COLUMNS, accuracy_rows, accuracy_trends, accuracy_verdicts
+from tailrace.analysis.stats.outcomes.accuracy import (
+    GRADE_COLUMNS,
+    accuracy_rows,
+    accuracy_trends,
+    accuracy_verdicts,
+    by_answerer,
+)
 from tailrace.analysis.stats.outcomes.cancellation import CANCEL_COLUMNS, cancellation_table
 from tailrace.analysis.stats.poisson_checks import arrival_checks
 from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
@@ -238,7 +244,9 @@ class _RunStatistics:
             if generative else VARIANT_COLUMNS
         self.phase_starts = phase_boundaries_s(p)
         graded = any(e.prompts is not None and e.prompts.graded is not None for e in p.endpoints)
-        self.accuracy_columns = (*self.verdict_columns, *GRADE_COLUMNS) if graded else ()
+        graded = graded or any(pl.file is not None for pl in p.pipelines)  # a RAG line's reference: its answer graded
+        self.accuracy_columns = (*self.verdict_columns, *GRADE_COLUMNS, *(("pipeline",) if p.pipelines else ())) \
+            if graded else ()
         if graded:  # the variants' accuracy: their graded answers
             self.variant_columns = (*self.variant_columns, *GRADE_COLUMNS)
         self.accuracy_slos = [(i, s) for i, s in enumerate(slo.model_dump() for slo in p.slos)
@@ -303,9 +311,10 @@ class _RunStatistics:
         """Graded requests: accuracy by endpoint × region × phase, against offered load, and the accuracy SLOs."""
         if not self.accuracy_columns:
             return {}
-        df = c.frame(self.accuracy_columns)
+        df = by_answerer(c.frame(self.accuracy_columns))
         rates = phase_rates(self.p)
-        rows = accuracy_rows(df, rates, self.duration, self.slos, self.generative)
+        answerers = self.generative | {f"pipeline {pl.name}" for pl in self.p.pipelines}
+        rows = accuracy_rows(df, rates, self.duration, self.slos, answerers)
         return {"rows": rows, "trends": accuracy_trends(rows),
                 "verdicts": accuracy_verdicts(df, self.accuracy_slos, sorted(self.generative), self.region_names)}
 

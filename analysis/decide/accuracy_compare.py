@@ -15,10 +15,10 @@ from scipy import stats
 
 from tailrace.analysis.decide.decision import mcnemar
 from tailrace.analysis.read.rundir import RunData, load_run
-from tailrace.analysis.stats.outcomes.accuracy import JUDGED
+from tailrace.analysis.stats.outcomes.accuracy import JUDGED, by_answerer
 from tailrace.contract.summary.compare import AccuracyDelta
 
-READ = ("endpoint", "phase", "grade", "item", "t_intended")
+READ = ("endpoint", "phase", "grade", "item", "t_intended", "pipeline")
 Z = float(stats.norm.ppf(0.975))
 
 
@@ -59,7 +59,7 @@ def paired_difference(a: dict[int, bool], b: dict[int, bool]) -> tuple[float, fl
 
 
 def _judged(data: RunData) -> pd.DataFrame:
-    df = data.requests
+    df = by_answerer(data.requests)
     if "grade" not in df or not len(df):
         return pd.DataFrame(columns=list(READ))
     grades = df["grade"].astype(str)

@@ -21,7 +21,7 @@ from tailrace.contract.profile.base import (
     _Strict,
     check_url,
 )
-from tailrace.contract.profile.grading import Graded
+from tailrace.contract.profile.grading import Graded, grader_kind
 
 
 class DeclaredTensor(_Strict):
@@ -278,6 +278,8 @@ class Sessions(_Strict):
         "end", description="a next prompt over context_tokens ends the session, or drops the oldest turns")
     tool_result_tokens: int = Field(0, ge=0, le=1_000_000, description="agents: each later turn carries the "
                                     "previous turn's tool call (if any) and a tool result of this many words")
+    grader: str = Field("contains", description="where a sessionized JSONL turn carries a \"reference\" (or "
+                        "\"answer\"): the grader of that turn's reply (prompts.graded's graders)")
     server_state: bool = Field(False, description="openai-responses: the server keeps the conversation (store: true); "
                                                   "each later turn sends only its new input and names the previous "
                                                   "reply (previous_response_id)")
@@ -288,6 +290,12 @@ class Sessions(_Strict):
             raise ValueError("server_state: the server keeps the actual conversation: history must be \"actual\" "
                              "and on_context_limit \"end\" (it cannot drop the oldest turns)")
         return self
+
+    @field_validator("grader")
+    @classmethod
+    def _known_grader(cls, v: str) -> str:
+        grader_kind(v)
+        return v
 
 
 class ModelShare(_Strict):

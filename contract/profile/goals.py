@@ -11,6 +11,7 @@ from tailrace.contract.profile.base import (
     TokenCount,
     _Strict,
 )
+from tailrace.contract.profile.grading import grader_kind
 
 PIPELINE_KINDS = {a.name: a.pipeline_kind for a in APIS if a.pipeline_kind}  # a stage's kind, by protocol
 RAG_PROMPT = ("Answer the question from the passages below.\n\n{passages}\n\nQuestion: {query}\nAnswer:")
@@ -45,11 +46,14 @@ class Pipeline(_Strict):
                         "reranked top_n, numbered) and {query}")
     max_tokens: TokenCount | None = Field(None, description="the generate stage's max_tokens (default: its "
                                           "endpoint's prompts.output_tokens)")
+    grader: str = Field("contains", description="where the RAG file's lines carry a \"reference\" (or \"answer\"): "
+                        "the grader of the generate stage's answer (prompts.graded's graders; default contains)")
 
     @model_validator(mode="after")
     def _prompt(self) -> "Pipeline":
         if "{query}" not in self.prompt:
             raise ValueError("prompt: must hold {query} (and may hold {passages})")
+        grader_kind(self.grader)
         return self
 
 

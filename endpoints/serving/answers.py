@@ -83,7 +83,9 @@ class ScriptedAnswers:
             if text not in self._found:  # a chat's text holds the prompt among its messages: looked up once
                 if len(self._found) >= FOUND_LIMIT:  # (sessions' growing texts: the memo stays bounded)
                     self._found.clear()
-                self._found[text] = next((v for k, v in self.key.items() if k in text), None)
+                at = max(((text.rfind(k), v) for k, v in self.key.items() if k in text), default=None,
+                         key=lambda found: found[0])  # the last one: a conversation's newest turn
+                self._found[text] = at[1] if at is not None else None
             found = self._found[text]
         return None if found is None else Script(found[0], found[1], trace_id, self)
 

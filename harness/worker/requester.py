@@ -155,7 +155,7 @@ class RequestPath:
         if arrival.phase > 0:  # the warm-up is not measured, and absorbs start-up hiccups (first chunk, first GC)
             self.saturation.observe_send(arrival.intended_mono - self.start_mono, lag, call.in_flight)
         row = self.record(arrival, call.trace_id, call.span_id, t_sent, done, outcome, call.in_flight, call.offset_ns,
-                          graded=turn is None)
+                          graded=turn is None, graded_by=turn.graded_by if turn is not None else None)
         if "model" in call.options:  # the model of the endpoint's mix this request asked for
             row = row._replace(model=call.options["model"])
         if turn is not None:
@@ -172,14 +172,15 @@ class RequestPath:
                             self.in_flight)
 
     def record(self, a: Arrival, trace_id: str, span_id: str, t_sent: int, done: int, outcome: Outcome,
-               in_flight: int, offset_ns: int, graded: bool = True) -> RequestRow:
+               in_flight: int, offset_ns: int, graded: bool = True, graded_by: tuple | None = None) -> RequestRow:
         """An answered request's row. `graded`: it was sent with one of its endpoint's own bodies (not a session's
-        turn or a pipeline's stage, whose prompts are their own), so a graded item's reply is graded."""
+        turn or a pipeline's stage, whose prompts are their own), so a graded item's reply is graded; `graded_by`:
+        (item, reference, grader) of a pipeline's answer, graded against its RAG line's reference."""
         ep, clock, batch, check = self.endpoints[a.endpoint], self.clock, self.batches[a.endpoint], self.checks[a.endpoint]
         first = self.senders[a.endpoint].payloads.first_row(a.sample)
         right, prediction = check.score(outcome.outputs if outcome.status == "ok" else None, first, batch)
-        graded_fields = self._grade(a.endpoint, first, outcome) if graded and self.graded[a.endpoint] is not None \
-            else {}
+        graded_fields = self._grade_against(graded_by, outcome) if graded_by is not None else \
+            self._grade(a.endpoint, first, outcome) if graded and self.graded[a.endpoint] is not None else {}
         return RequestRow(
             run_id=self.plan.run_id, trace_id=trace_id, span_id=span_id, region=self.identity.region,
             worker=self.identity.name, endpoint=ep.name, model=ep.model, protocol=ep.protocol, phase=a.phase,
@@ -210,11 +211,17 @@ class RequestPath:
         ref = graded.refs[first % len(graded.refs)]
         if ref < 0:
             return {}
-        item, s = graded.graded[ref], outcome.stream
+        item = graded.graded[ref]
+        return self._grade_against((ref, item.reference, graded.graders[item.grader]), outcome)
+
+    @staticmethod
+    def _grade_against(graded_by: tuple, outcome: Outcome) -> dict:
+        """A reply graded against (item, reference, grader): the record's item, grade and correct."""
+        item, reference, grader = graded_by
+        s = outcome.stream
         grade = grade_request(outcome.status, s.outcome if s is not None else "", s.finish_reason if s is not None
-                              else "", s.text if s is not None and outcome.status == "ok" else "", item.reference,
-                              graded.graders[item.grader])
-        return {"item": ref, "grade": grade, "correct": grade == CORRECT}
+                              else "", s.text if s is not None and outcome.status == "ok" else "", reference, grader)
+        return {"item": item, "grade": grade, "correct": grade == CORRECT}
 
     def _media(self, endpoint: int, first: int) -> dict:
         count, size = self.media[endpoint][first % len(self.media[endpoint])]

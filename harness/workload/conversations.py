@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import orjson
 
 from tailrace.contract.profile import Prompts, Sessions
+from tailrace.contract.profile.grading import Graded
 from tailrace.harness.client.apis import BodyAsk, body_extra
 from tailrace.harness.client.apis.openai_responses import responses_body
 from tailrace.harness.client.generative import request_body
 from tailrace.harness.client.tokenizer import PromptTokenizer
+from tailrace.harness.workload.graders import load_grader
 from tailrace.harness.workload.prompts import WORDS, draw_counts, json_lines, prompt_tokenizer, sharegpt_conversations
 
 BLOCK_TOKENS = 16  # the prefix cache's block (vLLM's default): the ideal hit counts whole blocks
@@ -43,6 +45,8 @@ class TurnScript:
     recorded_reply: str | None = None  # the data's reply (history = "recorded")
     think_s: float | None = None  # the data's pause before this turn
     where: str = ""  # the file's line or item it came from (bad data names it)
+    reference: Any = None  # a sessionized JSONL turn's "reference" (or "answer"): its reply is graded against it
+    line: int = -1  # the file's line it came from (a graded turn's item)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class SyntheticSessions:
 
 class FileSessions:
     """Sessions read from a file before the run; session `sample` of the run is script sample % their count."""
+
+    grader = None  # what grades a turn that carries a reference (session_source sets it where one does)
 
     def __init__(self, scripts: list[SessionScript]) -> None:
         self.scripts = scripts
@@ -175,8 +181,9 @@ def jsonl_sessions(path: Path, seed: int, default_max_tokens: int) -> list[Sessi
             last_time[sid] = stamp
         user = text if text is not None else words_of(inputs, rng)
         reply = doc.get("reply") if isinstance(doc.get("reply"), str) else None
+        reference = next((doc[k] for k in ("reference", "answer") if doc.get(k) is not None), None)
         sessions.setdefault(sid, []).append(TurnScript(user, outputs, reply, delay if sid in sessions else None,
-                                                       f"line {n}"))
+                                                       f"line {n}", reference, n))
     if not sessions:
         raise SessionFileError(f"{path}: no turns")
     return [SessionScript(tuple(turns)) for turns in sessions.values()]
@@ -304,4 +311,10 @@ def session_source(endpoint, seed: int, data_root: Path):
                                            f"context_tokens {limit}")
     if sessions.think_s.distribution == "data" and not any(t.think_s is not None for s in scripts for t in s.turns):
         raise SessionFileError(f"{path}: sessions.think_s is \"data\" but no turn gives a delay or timestamp")
-    return FileSessions(scripts), count
+    source = FileSessions(scripts)
+    if any(turn.reference is not None for script in scripts for turn in script.turns):
+        try:
+            source.grader = load_grader(sessions.grader, Graded(file=spec.file, grader=sessions.grader), data_root)
+        except ValueError as exc:
+            raise SessionFileError(f"sessions.grader: {exc}") from None
+    return source, count

@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from tailrace.contract.profile import PIPELINE_KINDS, Endpoint, Pipeline, Profile, Prompts
+from tailrace.contract.profile.grading import Graded
 from tailrace.harness.client.apis import body_extra
 from tailrace.harness.client.generative import request_body
+from tailrace.harness.workload.graders import load_grader
 from tailrace.harness.workload.pooling_requests import (
     embedding_body,
     prompt_text,
@@ -21,7 +23,7 @@ from tailrace.harness.workload.pooling_requests import (
     rerank_body,
     rerank_items,
 )
-from tailrace.harness.workload.prompts import data_path, draw_counts, prompt_items
+from tailrace.harness.workload.prompts import PromptFileError, data_path, draw_counts, json_lines, prompt_items
 
 MAX_TOKENS_STREAM = 6  # the seed's stream for a generate stage's max_tokens
 
@@ -59,6 +61,16 @@ def pipeline_items(pipeline: Pipeline, endpoints: dict[str, Endpoint], seed: int
     return [(prompt_text(p), []) for p, *_ in prompt_items(stage_eps[0], seed, data_root)]
 
 
+REFERENCE_KEYS = ("reference", "answer", "answers")
+
+
+def rag_references(path: Path) -> list:
+    """Each RAG line's reference answer, in rag_file's order (None: the line has none)."""
+    lines = path.read_text().splitlines()
+    return [next((doc[k] for k in REFERENCE_KEYS if doc.get(k) is not None), None)
+            for _, doc in json_lines(path, lines, PromptFileError)]
+
+
 class PipelineRequests:
     """One pipeline's stages and items: each stage's request, made from the item and the passages carried."""
 
@@ -75,12 +87,30 @@ class PipelineRequests:
         asked = pipeline.max_tokens or spec.output_tokens
         self.max_tokens = draw_counts(asked, len(self.items), np.random.default_rng([seed, MAX_TOKENS_STREAM]))
         self.model_inputs = (model_inputs or {}).get(last.name, ())
+        self.references: list = []
+        self.grader = None
+        if pipeline.file is not None and self.stages[-1].kind == "generate":
+            self.references = rag_references(data_path(pipeline.file, data_root))
+            if any(r is not None for r in self.references):
+                try:
+                    self.grader = load_grader(pipeline.grader, Graded(file=pipeline.file, grader=pipeline.grader),
+                                              data_root)
+                except ValueError as exc:
+                    raise PromptFileError(f"pipeline {pipeline.name}: {exc}") from None
 
     def __len__(self) -> int:
         return len(self.items)
 
     def item(self, sample: int) -> tuple[str, list[str]]:
         return self.items[sample % len(self.items)]
+
+    def graded_by(self, sample: int) -> tuple | None:
+        """(item, reference, grader) of item `sample`'s answer, where its line carries a reference (else None)."""
+        if self.grader is None:
+            return None
+        at = sample % len(self.items)
+        reference = self.references[at] if at < len(self.references) else None
+        return None if reference is None else (at, reference, self.grader)
 
     def request(self, k: int, sample: int, passages: list[str]) -> StageRequest:
         """Stage k's (0..) request for item `sample`, carrying `passages`."""

@@ -34,6 +34,7 @@ class Turn:
     inputs: int = 0  # a pooling request's texts or documents (a pipeline's embed or rerank stage; 0: not one)
     pipeline: str = ""  # the pipeline this request is a stage of ('': none)
     media: tuple[int, int] = (0, 0)  # the images / clips the request carries and their bytes
+    graded_by: tuple | None = None  # (item, reference, grader): a pipeline's answer graded against its line's reference
 
 
     @classmethod

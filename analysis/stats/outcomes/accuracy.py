@@ -21,6 +21,19 @@ APART = ("truncated", "cut", "error", "grader_error")
 ALPHA = 0.05
 
 
+def by_answerer(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with each pipeline's graded answers under the pipeline's name ("pipeline NAME") in place of its generate
+    stage's endpoint: a pipeline's accuracy is its own, never mixed into the endpoint's own graded items."""
+    if "pipeline" not in df or not len(df):
+        return df
+    piped = df["pipeline"].astype(str).to_numpy()
+    staged = piped != ""
+    if not staged.any():
+        return df
+    return df.assign(endpoint=np.where(staged, np.char.add("pipeline ", piped.astype(str)),
+                                       df["endpoint"].astype(str).to_numpy()))
+
+
 def graded_positions(df: pd.DataFrame) -> np.ndarray:
     """Positions of the measured phases' graded requests."""
     if "grade" not in df or not len(df):

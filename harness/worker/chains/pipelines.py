@@ -100,7 +100,7 @@ class PipelineRunner:
             return ""
 
         turn = Turn(start.session, k + 1, request.body, request.prompt_tokens, -1, decide, inputs=request.inputs,
-                    pipeline=requests.name)
+                    pipeline=requests.name, graded_by=requests.graded_by(start.sample) if last else None)
         this = weakref.ref(turn)
         return Arrival(intended, requests.stages[k].endpoint_index, start.phase, start.sample, start.session), turn
 

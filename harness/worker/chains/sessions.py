@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class PreparedSession:
     first: Built | None  # None: its first turn alone is over the context limit
     next_built: Built | None = None  # the next turn's request, once the last reply is in (SessionRunner.after)
     next_at: int = 0  # and its intended instant
+    grader: Any = None  # what grades a turn that carries a reference (a sessionized file's): None, none does
 
     @property
     def body_bytes(self) -> int:
@@ -102,7 +103,8 @@ class SessionRunner:
         first = script.turns[0]
         yield Piece("session first turn", max(1, len(first.user)))
         media = ep.media.draw() if ep.media is not None else ()  # then in the history of every later turn
-        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(first, media=media))
+        return PreparedSession(arrival, script, conversation, rng, conversation.next_request(first, media=media),
+                               grader=getattr(ep.source, "grader", None))
 
     def run(self, session: PreparedSession) -> None:
         """One session on a greenlet of its own, from its arrival to its last turn."""
@@ -168,7 +170,10 @@ class SessionRunner:
             session.next_built = conversation.next_request(following, tool)
             return CONTEXT_LIMIT if session.next_built is None else ""
 
-        turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide, media=built.media)
+        graded_by = (turn_script.line, turn_script.reference, session.grader) if session.grader is not None \
+            and turn_script.reference is not None else None
+        turn = Turn(arrival.session, k, built.body, built.prompt_tokens, built.ideal_cached, decide, media=built.media,
+                    graded_by=graded_by)
         this = weakref.ref(turn)
         return Arrival(intended, arrival.endpoint, self.phase_at(intended) if k > 1 else arrival.phase,
                        arrival.sample, arrival.session), turn

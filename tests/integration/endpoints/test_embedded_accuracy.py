@@ -191,3 +191,74 @@ def test_compare_gives_the_change_in_accuracy_paired_on_the_items(model_repo, tm
     (row,) = json.loads((tmp_path / "cmp" / "compare_accuracy.json").read_text())
     assert row["endpoint"] == "math" and row["paired"] and row["items"] > 30
     assert row["ci_high"] < 0 and row["verdict"] == "B less accurate", row
+
+
+CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Chile", "Santiago"),
+            ("Egypt", "Cairo"), ("Norway", "Oslo"), ("Cuba", "Havana"), ("Ghana", "Accra"), ("Nepal", "Kathmandu")]
+
+
+def test_a_pipelines_and_a_sessions_answers_are_graded_against_their_lines_references(model_repo, tmp_path):
+    """A RAG file's line and a sessionized file's turn may carry a reference: the pipeline's answer and the turn's
+    reply are graded against it (contains), each as the server decided; the pipeline's accuracy is its own row."""
+    rag = tmp_path / "rag.jsonl"
+    rag.write_text("\n".join(json.dumps({"query": f"what is the capital of {c}", "passages": [f"{c} is a country"],
+                                         "reference": city}) for c, city in CAPITALS) + "\n")
+    turns = tmp_path / "sessions.jsonl"
+    turns.write_text("\n".join(json.dumps({"session_id": f"s{i}", "text": f"Name the capital of {c}, please.",
+                                           "reference": city, "output_tokens": 24})
+                               for i, (c, city) in enumerate(CAPITALS)) + "\n")
+    profile = tmp_path / "chains.toml"
+    profile.write_text(f'''name = "chains"
+[[endpoints]]
+name = "chat"
+url = "embedded"
+protocol = "openai-chat"
+model = "synthetic_lm"
+weight = 1
+prompts = {{ file = "{turns}", output_tokens = {{ mean = 24 }}, ignore_eos = false }}
+sessions = {{ turns = {{ mean = 1 }} }}
+[[endpoints]]
+name = "answer"
+url = "embedded"
+protocol = "openai-chat"
+model = "synthetic_lm"
+weight = 0
+prompts = {{ ignore_eos = false }}
+[[pipelines]]
+name = "rag"
+weight = 1
+file = "{rag}"
+max_tokens = 24
+stages = [{{ endpoint = "answer" }}]
+[[regions]]
+name = "near"
+share = 1.0
+delay_ms = 1
+[load]
+rate = 8
+duration_s = 8
+warmup_s = 1
+seed = 4
+[embedded]
+models_dir = "{model_repo}"
+accuracy = {{ synthetic_lm = {{ correct = 0.7, answer_after_tokens = 4 }} }}
+[[slos]]
+metric = "e2e"
+percentile = 50
+threshold_ms = 60000
+''')
+    r = run(profile, tmp_path / "runs")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    df = requests_of(run_dir).sort_values("t_intended")
+    server: dict[str, list[bool]] = {}
+    for d in map(json.loads, (run_dir / "logs" / "server-answers.jsonl").open()):
+        server.setdefault(d["trace_id"], []).append(d["correct"])
+    piped, sessions = df[df["pipeline"] == "rag"], df[(df["session_id"] >= 0) & (df["pipeline"] == "")]
+    assert len(piped) > 15 and len(sessions) > 15
+    for part in (piped, sessions):
+        assert set(part["grade"]) <= {"correct", "wrong"} and part["grade"].nunique() == 2
+        assert [server[t].pop(0) for t in part["trace_id"]] == (part["grade"] == "correct").tolist()
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    endpoints = {a["endpoint"] for a in summary["accuracy"]}
+    assert {"pipeline rag", "chat"} <= endpoints and "answer" not in endpoints  # the pipeline's answers: its own row
