@@ -173,13 +173,16 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
     from tailrace.analysis.analyze_command import write_outputs
     from tailrace.analysis.read.rundir import ANALYSIS_COLUMNS
 
-    a = analyze_run(run_dir, ANALYSIS_COLUMNS)
+    a = analyze_run(run_dir, ANALYSIS_COLUMNS, retain=answers.GOODPUT_COLUMNS)
     write_outputs(a, ReportLayout.of_run(run_dir).dir)
     outcomes = answers.tier_outcomes(a.summary, plan.tier_slos)
+    profile_slos = [s.model_dump() for s in a.data.plan.profile.slos]
+    goodput = answers.tier_goodput(a.requests, {t: [profile_slos[i] for i in at] for t, at in plan.tier_slos.items()},
+                                   a.summary.duration_s, {e.name for e in a.data.plan.profile.endpoints if e.generative})
     return SweepPoint(index=index, config=plan.config(spec.levels), levels=spec.levels, load=_load(plan, spec),
                       repeat=spec.repeat, added=spec.added, status="done", run_id=a.summary.run_id,
                       run_dir=str(run_dir.relative_to(root)), tiers={t: o for t, (o, _) in outcomes.items()},
-                      tier_why={t: w for t, (_, w) in outcomes.items()}, elapsed_s=elapsed,
+                      tier_why={t: w for t, (_, w) in outcomes.items()}, goodput_rps=goodput, elapsed_s=elapsed,
                       **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.get("timeline") or {},
                                                                               a.summary.duration_s)))
 

@@ -35,8 +35,10 @@ def _points_table(r: SweepResult) -> str:
     rows = []
     for p in r.points:
         ttft, tpot = p.ttft_ms.get("p99"), p.tpot_ms.get("p50")
-        rows.append([p.index, p.config, p.load, p.repeat, p.status, ", ".join(f"{t} {o}" for t, o in p.tiers.items())
-                     or p.why[:120], p.achieved_rate, p.latency_ms["p99"].value if "p99" in p.latency_ms else None,
+        tiers = ", ".join(f"{t} {o}" + (f" ({p.goodput_rps[t]:.1f}/s good)" if t in p.goodput_rps else "")
+                          for t, o in p.tiers.items())
+        rows.append([p.index, p.config, p.load, p.repeat, p.status, tiers or p.why[:120], p.achieved_rate,
+                     p.latency_ms["p99"].value if "p99" in p.latency_ms else None,
                      ttft.value if ttft else None, tpot.value if tpot else None,
                      p.output_tokens_per_s.value if p.output_tokens_per_s else None,
                      p.tokens_per_s_per_user.value if p.tokens_per_s_per_user else None,

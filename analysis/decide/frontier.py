@@ -17,12 +17,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 from scipy.optimize import isotonic_regression
 
 from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.analysis.stats.outcomes.accuracy import trend
+from tailrace.analysis.stats.tokens import good_streams
 from tailrace.contract.summary import Estimate, RunSummary
 from tailrace.contract.summary.accuracy import AccuracyTrend
 from tailrace.contract.summary.sweep import FrontierPoint, Knee, SweepPoint, TierEdge
@@ -58,6 +60,33 @@ def tier_outcomes(summary: RunSummary, tier_slos: Mapping[str, Sequence[int]]) -
     for tier, indices in tier_slos.items():
         mine = [v for v in summary.slos if v.slo in set(indices)]
         out[tier] = classify_trial(mine, summary.valid, summary.invalid_reasons)
+    return out
+
+
+GOODPUT_COLUMNS = ("endpoint", "region", "phase", "status", "latency_ns", "ttft_ns", "t_first_token", "t_last_token",
+                   "output_tokens", "token_event_us", "token_event_counts")
+
+
+def tier_goodput(df: pd.DataFrame, tier_slos: Mapping[str, Sequence[dict]], duration_s: float,
+                 streamed: set[str]) -> dict[str, float]:
+    """Each tier's goodput at one point: the measured requests per second that succeeded within every one of the
+    tier's SLOs that applies to them — a stream's by its own TTFT, TPOT, ITL and E2E (analysis/stats/tokens.py's
+    good_streams), a one-shot request's by its latency (from the intended send)."""
+    out = {}
+    measured = df["phase"].to_numpy() > 0
+    ok = df["status"].astype(str).to_numpy() == "ok"
+    endpoint, region = df["endpoint"].astype(str).to_numpy(), df["region"].astype(str).to_numpy()
+    one_shot = measured & ~np.isin(endpoint, list(streamed))
+    for tier, slos in tier_slos.items():
+        rows, good = good_streams(df, list(slos), streamed)
+        plain = one_shot & ok
+        for slo in slos:
+            if slo["metric"] != "latency":
+                continue
+            applies = ((endpoint == slo["endpoint"]) | (slo["endpoint"] == "*")) & (
+                (region == slo["region"]) | (slo["region"] == "*"))
+            plain &= ~applies | (df["latency_ns"].to_numpy() <= slo["threshold_ms"] * 1e6)
+        out[tier] = float((good.sum() + plain.sum()) / duration_s) if duration_s > 0 else 0.0
     return out
 
 

@@ -32,6 +32,7 @@ class SweepPoint(Row):
     verdict: str | None = None
     tiers: dict[str, TierOutcome] = Field(default_factory=dict)
     tier_why: dict[str, str] = Field(default_factory=dict)
+    goodput_rps: dict[str, float] = Field(default_factory=dict)  # tier → requests/s within every one of its SLOs
     backlog: bool = False  # latency still rising at the run's end: the server did not keep up (off the frontier)
     achieved_rate: float | None = None
     requests: int = 0

@@ -87,6 +87,9 @@ def test_a_sweep_over_load_and_max_num_seqs_finds_the_known_frontier_and_each_ti
     assert by[(4, 14.0)]["backlog"] and by[(4, 14.0)]["tiers"]["interactive"] == "fail"
     assert not by[(16, 14.0)]["backlog"] and by[(16, 14.0)]["tiers"]["interactive"] == "pass"
     assert by[(4, 5.0)]["tiers"]["interactive"] == "pass" and by[(16, 5.0)]["tiers"]["interactive"] == "pass"
+    # goodput under the tier: nearly every request of a point that holds; few of one that fell behind
+    assert by[(16, 14.0)]["goodput_rps"]["interactive"] > 0.9 * by[(16, 14.0)]["achieved_rate"]
+    assert by[(4, 14.0)]["goodput_rps"]["interactive"] < 0.5 * by[(16, 14.0)]["goodput_rps"]["interactive"]
     edges = {e["config"]: e for e in result["edges"]}
     assert edges["max_num_seqs=16"]["highest_pass"] == 14 and edges["max_num_seqs=16"]["lowest_fail"] is None
     four = edges["max_num_seqs=4"]
