@@ -89,7 +89,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
-from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, SkippedChunk
+from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, Sessions, SkippedChunk
 from tailrace.contract.summary.tables import (
     ArrivalProcessRow,
     ArrivalsRow,
@@ -420,7 +420,7 @@ class _RunStatistics:
                 "token_over_time", token_timeline(c.frame(TIMELINE_COLUMNS), generative), phase_starts)
                       if generative else {}),
             Statistic("sessions", session_columns, lambda c, r: _sessions(c.frame(session_columns), data, slos, duration,
-                                                                         generative) if session_columns else {}),
+                                                                         generative) if session_columns else Sessions()),
             Statistic("token_verdicts", verdict_columns, lambda c, r: token_verdicts(
                 c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
             Statistic("pipelines", PIPELINE_COLUMNS if self.p.pipelines else (), lambda c, r: pipeline_section(
@@ -451,8 +451,8 @@ SUMMARY_RESULTS = {"arrivals", "arrival_process", "scenario", "slowest", "decomp
                    "accuracy"}
 
 
-def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> dict:
-    """Sessions by turn, what they did, sessions in flight, and the prefix cache's hit ratios ({}: a run with neither
+def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float, generative: set[str]) -> Sessions:
+    """Sessions by turn, what they did, sessions in flight, and the prefix cache's hit ratios (empty: a run with neither
     sessions nor anything said of caching)."""
     counters = prefix_cache_deltas(data.metrics_scrapes, {e.name: e.model for e in data.plan.profile.endpoints})
     cache = cache_table(df, generative, counters)
@@ -461,12 +461,12 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
         df = df.loc[df["pipeline"].astype(str).to_numpy() == ""].reset_index(drop=True)
     sessions = {str(e) for e in df.loc[df["turn"].to_numpy() > 0, "endpoint"].unique()} & generative
     if not sessions and not cache:
-        return {}
+        return Sessions()
     positions, good = good_streams(df, slos, generative)
     for name, lines in over_time.get("by_endpoint", {}).items():  # the server's own counters, interval by interval
         lines["server"] = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time["t0_ns"])
-    return {"turns": turn_table(df, sessions), "sessions": session_table(df, sessions, positions, good, duration),
-            "in_flight": sessions_in_flight(df, sessions), "prefix_cache": cache, "hit_ratio_over_time": over_time}
+    return Sessions(turns=turn_table(df, sessions), sessions=session_table(df, sessions, positions, good, duration),
+                    in_flight=sessions_in_flight(df, sessions), prefix_cache=cache, hit_ratio_over_time=over_time)
 
 
 def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.stats.estimators import sorted_percentile_ci
+from tailrace.contract.summary.base import Estimate
+from tailrace.contract.summary.sections import PrefixCacheRow, SessionRow, TurnRow
 
 SESSION_COLUMNS = ("endpoint", "region", "phase", "status", "session_id", "turn", "session_end", "pipeline", "t_intended_ref",
                    "latency_ns", "ttft_ns", "input_tokens", "prompt_tokens_sent", "cached_tokens",
@@ -20,16 +22,16 @@ LAST_TURN_ROW = 8  # turns from this one on share a row of the by-turn table ("8
 HIT_BIN_S = 5.0  # the hit ratio over time: per this many seconds
 
 
-def _pct(values: np.ndarray, p: float) -> dict:
+def _pct(values: np.ndarray, p: float) -> Estimate:
     e = sorted_percentile_ci(np.sort(values.astype(np.float64)), p)
-    return {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "min_samples": e.min_samples}
+    return Estimate(value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, min_samples=e.min_samples)
 
 
 def _mean(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-def turn_table(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
+def turn_table(df: pd.DataFrame, endpoints: set[str]) -> list[TurnRow]:
     """Per session endpoint and turn (1, 2, …, LAST_TURN_ROW+): requests, ok, TTFT and E2E p50 / p99 (ms, with
     intervals, of the successful turns), mean prompt tokens (the server's count, else as built), mean cached
     tokens, and the turns' hit ratio (cached / prompt tokens, where the server reported both)."""
@@ -49,21 +51,21 @@ def turn_table(df: pd.DataFrame, endpoints: set[str]) -> list[dict]:
             at = mine & ((turn == k) if k < LAST_TURN_ROW else (turn >= k))
             good = at & ok
             reported = at & (cached >= 0) & (prompt > 0)
-            out.append({
-                "endpoint": name, "turn": str(k) if k < LAST_TURN_ROW else f"{k}+", "requests": int(at.sum()),
-                "ok": int(good.sum()),
-                "ttft_p50": _pct(df["ttft_ns"].to_numpy()[good] / 1e6, 50),
-                "ttft_p99": _pct(df["ttft_ns"].to_numpy()[good] / 1e6, 99),
-                "e2e_p50": _pct(df["latency_ns"].to_numpy()[good] / 1e6, 50),
-                "e2e_p99": _pct(df["latency_ns"].to_numpy()[good] / 1e6, 99),
-                "prompt_tokens_mean": _mean(prompt[at & (prompt >= 0)]),
-                "cached_tokens_mean": _mean(cached[at & (cached >= 0)]),
-                "hit_ratio": float(cached[reported].sum() / prompt[reported].sum()) if reported.any() else None})
+            out.append(TurnRow(
+                endpoint=name, turn=str(k) if k < LAST_TURN_ROW else f"{k}+", requests=int(at.sum()),
+                ok=int(good.sum()),
+                ttft_p50=_pct(df["ttft_ns"].to_numpy()[good] / 1e6, 50),
+                ttft_p99=_pct(df["ttft_ns"].to_numpy()[good] / 1e6, 99),
+                e2e_p50=_pct(df["latency_ns"].to_numpy()[good] / 1e6, 50),
+                e2e_p99=_pct(df["latency_ns"].to_numpy()[good] / 1e6, 99),
+                prompt_tokens_mean=_mean(prompt[at & (prompt >= 0)]),
+                cached_tokens_mean=_mean(cached[at & (cached >= 0)]),
+                hit_ratio=float(cached[reported].sum() / prompt[reported].sum()) if reported.any() else None))
     return out
 
 
 def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndarray, good: np.ndarray,
-                  duration_s: float) -> list[dict]:
+                  duration_s: float) -> list[SessionRow]:
     """Per session endpoint: sessions started in the measured phases, turns sent, turns per session (mean, max),
     session duration (first turn's intended send → last turn's end; p50, p95 s), how sessions ended, and session
     goodput (/s). `good_positions`, `good`: good_streams' requests and whether each met every token SLO."""
@@ -91,13 +93,14 @@ def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndar
         span_s = ((by["done"].max() - by["start"].min()).to_numpy()) / 1e9
         every_turn_met = by["met"].all().to_numpy()
         ended = frame.loc[frame["end"] != "", "end"].value_counts().to_dict()
-        out.append({"endpoint": name, "sessions": int(len(ids)), "turns_sent": int(in_run.sum()),
-                    "turns_mean": float(turns.mean()), "turns_max": int(turns.max()),
-                    "duration_p50_s": float(np.percentile(span_s, 50)), "duration_p95_s": float(np.percentile(span_s, 95)),
-                    "ended": {k: int(v) for k, v in sorted(ended.items())},
-                    "still_running": int(len(ids) - sum(ended.values())),
-                    "good_sessions": int(every_turn_met.sum()),
-                    "session_goodput_rps": float(every_turn_met.sum() / duration_s) if duration_s else None})
+        out.append(SessionRow(endpoint=name, sessions=int(len(ids)), turns_sent=int(in_run.sum()),
+                              turns_mean=float(turns.mean()), turns_max=int(turns.max()),
+                              duration_p50_s=float(np.percentile(span_s, 50)),
+                              duration_p95_s=float(np.percentile(span_s, 95)),
+                              ended={k: int(v) for k, v in sorted(ended.items())},
+                              still_running=int(len(ids) - sum(ended.values())),
+                              good_sessions=int(every_turn_met.sum()),
+                              session_goodput_rps=float(every_turn_met.sum() / duration_s) if duration_s else None))
     return out
 
 
@@ -125,7 +128,7 @@ def sessions_in_flight(df: pd.DataFrame, endpoints: set[str]) -> dict:
     return {"t0_ns": t0, "in_flight": out}
 
 
-def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]) -> list[dict]:
+def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]) -> list[PrefixCacheRow]:
     """Per generative endpoint whose requests say anything of caching: the hit ratio from the server's counters
     (`counters`: endpoint → {"queries", "hits", "metric"}, the deltas over the run of its model's
     prefix_cache_queries / _hits), from the requests' usage (cached / prompt tokens, where reported), and the ideal
@@ -142,14 +145,14 @@ def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]
         server = counters.get(name)
         if not reported.any() and not known.any() and not server:
             continue
-        out.append({
-            "endpoint": name,
-            "server_hit_ratio": server["hits"] / server["queries"] if server and server["queries"] else None,
-            "server_queries": server["queries"] if server else None, "server_metric": server["metric"] if server else None,
-            "usage_hit_ratio": float(cached[reported].sum() / prompt[reported].sum()) if reported.any() else None,
-            "requests_reporting": int(reported.sum()),
-            "ideal_hit_ratio": float(ideal[known].sum() / built[known].sum()) if known.any() else None,
-            "prompt_tokens": int(prompt[reported].sum()) if reported.any() else int(built[known].sum())})
+        out.append(PrefixCacheRow(
+            endpoint=name,
+            server_hit_ratio=server["hits"] / server["queries"] if server and server["queries"] else None,
+            server_queries=server["queries"] if server else None, server_metric=server["metric"] if server else None,
+            usage_hit_ratio=float(cached[reported].sum() / prompt[reported].sum()) if reported.any() else None,
+            requests_reporting=int(reported.sum()),
+            ideal_hit_ratio=float(ideal[known].sum() / built[known].sum()) if known.any() else None,
+            prompt_tokens=int(prompt[reported].sum()) if reported.any() else int(built[known].sum())))
     return out
 
 
