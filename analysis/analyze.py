@@ -579,7 +579,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
     present = {n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]}
-    if r["accuracy"]:
+    if r["accuracy"].get("rows"):  # graded requests only (a RAG file read: its lines may carry no reference)
         present |= {"accuracy": r["accuracy"]["rows"], "accuracy_trends": r["accuracy"]["trends"]}
     if r["server_spans"]:  # the workloads' sections: only where the run has them
         present["server_spans"] = r["server_spans"]["section"]
