@@ -262,3 +262,53 @@ threshold_ms = 60000
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     endpoints = {a["endpoint"] for a in summary["accuracy"]}
     assert {"pipeline rag", "chat"} <= endpoints and "answer" not in endpoints  # the pipeline's answers: its own row
+
+
+def test_a_decision_between_graded_llm_variants_ranks_their_accuracy_with_mcnemar(model_repo, tmp_path):
+    """Two synthetic LLMs serving the same graded items, one right 95% of the time and one 55%: the [decision] ranks
+    the accurate one first and tests the difference with McNemar's exact test on the items both answered."""
+    import shutil
+
+    repo = tmp_path / "models"
+    for name in ("synthetic_lm", "synthetic_lm_b"):
+        shutil.copytree(model_repo / "synthetic_lm", repo / name)
+        config = repo / name / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "synthetic_lm"', f'name: "{name}"'))
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n")
+    endpoints = "".join(f'''[[endpoints]]
+name = "{name}"
+url = "embedded"
+protocol = "openai-chat"
+model = "{model}"
+prompts = {{ output_tokens = {{ mean = 32 }}, graded = {{ file = "{items}" }} }}
+''' for name, model in (("accurate", "synthetic_lm"), ("sloppy", "synthetic_lm_b")))
+    profile = tmp_path / "variants.toml"
+    profile.write_text(f'''name = "graded-variants"
+{endpoints}[[regions]]
+name = "near"
+share = 1.0
+[load]
+rate = 16
+duration_s = 8
+warmup_s = 1
+seed = 6
+[embedded]
+models_dir = "{repo}"
+accuracy = {{ synthetic_lm = {{ correct = 0.95 }}, synthetic_lm_b = {{ correct = 0.55 }} }}
+[decision]
+weights = {{ accuracy = 3.0, p95_ms = 1.0 }}
+[[slos]]
+metric = "e2e"
+percentile = 50
+threshold_ms = 60000
+''')
+    r = run(profile, tmp_path / "runs")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = json.loads((next((tmp_path / "runs").iterdir()) / "report" / "summary.json").read_text())
+    decision = summary["decision"]
+    variants = {v["name"]: v for v in decision["variants"]}
+    assert variants["accurate"]["accuracy"] > variants["sloppy"]["accuracy"] + 0.2
+    assert variants["accurate"]["samples"] > 40 and variants["accurate"]["distinct_samples"] > 20
+    (pair,) = decision["pairwise"]
+    assert pair["a"] == "accurate" and pair["accuracy_test"].startswith("McNemar") and pair["accuracy_p"] < 0.01, pair
