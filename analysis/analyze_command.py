@@ -73,6 +73,31 @@ def _print_cancellations(console, summary: RunSummary) -> None:
     console.print(table)
 
 
+def _print_accuracy(console, summary: RunSummary) -> None:
+    """Graded answers: accuracy per endpoint over the measured phases and by phase (every region), the answers not
+    the model's counted apart, correct goodput; each trend against load in a line."""
+    from rich.table import Table
+
+    rows = [r for r in summary.accuracy if r.region == "*"]
+    if not rows:
+        return
+    table = Table(title="accuracy under load (graded answers; [95% CI]; truncated and cut counted apart)")
+    for col in ("endpoint", "phase", "offered /s", "judged", "accuracy [95% CI]", "truncated", "cut", "errors",
+                "correct goodput /s"):
+        table.add_column(col, justify="right")
+    for r in sorted(rows, key=lambda r: (r.endpoint, r.phase == 0, r.phase)):
+        share = "–" if r.accuracy is None else f"{r.accuracy:.1%}" + (
+            f" [{r.ci_low:.1%}, {r.ci_high:.1%}]" if r.ci_low is not None and r.ci_high is not None else "")
+        table.add_row(r.endpoint, "all" if r.phase == 0 else str(r.phase), _number(r.offered_rps, 1),
+                      f"{r.judged:,}", share, f"{r.truncated:,}", f"{r.cut:,}", f"{r.error + r.grader_error:,}",
+                      _number(r.correct_goodput_rps, 2))
+    console.print(table)
+    for tr in summary.accuracy_trends:
+        if tr.verdict != "not tested" and tr.p_value is not None:
+            console.print(f"{tr.endpoint}: accuracy {tr.verdict} as load rises ({(tr.change or 0) * 100:+.1f} points "
+                          f"from {tr.loads[0]:g} to {tr.loads[-1]:g} req/s, p = {tr.p_value:.2g})")
+
+
 def _print_hardware(console, summary: RunSummary) -> None:
     """What the hardware did per monitor × phase; energy measured, or an estimate labelled as one."""
     from rich.table import Table
@@ -163,6 +188,7 @@ def print_summary(summary: RunSummary) -> None:
                           _number(e.good_inputs_per_s, 1))
         console.print(table)
     _print_pipelines(console, summary)
+    _print_accuracy(console, summary)
     _print_cancellations(console, summary)
     _print_hardware(console, summary)
     for v in not_passing(summary.slos):
