@@ -18,6 +18,8 @@ import pandas as pd
 from tailrace.analysis.stats.correlation import integrated_time
 from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile_ci
 from tailrace.contract.profile import PIPELINE_METRICS
+from tailrace.contract.summary.base import Estimate, TokenMetric
+from tailrace.contract.summary.sections import PipelineFailure, PipelineRow, SlowPipeline, StageRow
 
 PIPELINE_COLUMNS = ("pipeline", "session_id", "turn", "endpoint", "region", "phase", "status", "code", "error",
                     "session_end", "t_intended", "t_done", "t_first_token", "latency_ns", "send_lag_ns")
@@ -69,15 +71,15 @@ def chains_of(df: pd.DataFrame) -> tuple[Chains, pd.DataFrame]:
     return chains, rows
 
 
-def _estimates(values: np.ndarray) -> dict:
+def _estimates(values: np.ndarray) -> TokenMetric:
     x = np.sort(values[np.isfinite(values)].astype(np.float64))
     out: dict[str, object] = {}
     for p in PERCENTILES:
         e = sorted_percentile_ci(x, p)
-        out[f"p{p:g}"] = {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "percentile": float(p),
-                          "n": e.n, "min_samples": e.min_samples}
+        out[f"p{p:g}"] = Estimate(value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, percentile=float(p), n=e.n,
+                                  min_samples=e.min_samples)
     out["mean"] = float(x.mean()) if len(x) else None
-    return out
+    return TokenMetric(**out)
 
 
 def _good(chains: Chains, slos: list[dict], name: str) -> np.ndarray:
@@ -90,7 +92,7 @@ def _good(chains: Chains, slos: list[dict], name: str) -> np.ndarray:
     return good
 
 
-def _stage_rows(rows: pd.DataFrame, chosen: np.ndarray, stages: list[str]) -> list[dict]:
+def _stage_rows(rows: pd.DataFrame, chosen: np.ndarray, stages: list[str]) -> list[StageRow]:
     """Per stage of one pipeline (the records `chosen` selects): requests, errors, latency from the stage's
     intended send (ok requests) and send lag."""
     turn, ok = rows["turn"].to_numpy(), rows["status"].astype(str).to_numpy() == "ok"
@@ -98,14 +100,14 @@ def _stage_rows(rows: pd.DataFrame, chosen: np.ndarray, stages: list[str]) -> li
     out = []
     for k, endpoint in enumerate(stages, 1):
         at = chosen & (turn == k)
-        out.append({"stage": k, "endpoint": endpoint, "requests": int(at.sum()), "errors": int((at & ~ok).sum()),
-                    "latency_ms": _estimates(latency[at & ok]),
-                    "send_lag_p99_ms": float(np.percentile(lag[at], 99)) if at.any() else None})
+        out.append(StageRow(stage=k, endpoint=endpoint, requests=int(at.sum()), errors=int((at & ~ok).sum()),
+                            latency_ms=_estimates(latency[at & ok]),
+                            send_lag_p99_ms=float(np.percentile(lag[at], 99)) if at.any() else None))
     return out
 
 
 def pipeline_table(df: pd.DataFrame, stages: dict[str, list[str]], slos: list[dict], duration_s: float
-                   ) -> tuple[list[dict], Chains, pd.DataFrame]:
+                   ) -> tuple[list[PipelineRow], Chains, pd.DataFrame]:
     """Rows per pipeline × region and over every region ('*'): pipelines started in the measured phases, how they
     ended, end-to-end and time-to-first-token percentiles with intervals, goodput under the pipeline SLOs, and each
     stage's latency and its share of the end-to-end mean. `stages`: each pipeline's stage endpoints, in order."""
@@ -121,20 +123,20 @@ def pipeline_table(df: pd.DataFrame, stages: dict[str, list[str]], slos: list[di
             done_e2e = chains.e2e_ms[at][np.isfinite(chains.e2e_ms[at])]
             e2e_mean = float(done_e2e.mean()) if len(done_e2e) else None
             for s in stage_rows:
-                mean = s["latency_ms"]["mean"]
-                s["share_of_e2e"] = mean / e2e_mean if mean is not None and e2e_mean else None
+                mean = s.latency_ms.mean
+                s.share_of_e2e = mean / e2e_mean if mean is not None and e2e_mean else None
             ends = chains.end[at]
-            out.append({"pipeline": name, "region": region, "started": int(at.sum()),
-                        "done": int((ends == "done").sum()), "failed": int((ends == "error").sum()),
-                        "run_end": int((ends == "run_end").sum()), "incomplete": int((ends == "").sum()),
-                        "pipelines_per_s": float((ends == "done").sum() / duration_s) if duration_s else None,
-                        "goodput_per_s": float((good & at).sum() / duration_s) if duration_s else None,
-                        "e2e_ms": _estimates(chains.e2e_ms[at]), "ttft_ms": _estimates(chains.ttft_ms[at]),
-                        "stages": stage_rows})
+            out.append(PipelineRow(
+                pipeline=name, region=region, started=int(at.sum()), done=int((ends == "done").sum()),
+                failed=int((ends == "error").sum()), run_end=int((ends == "run_end").sum()),
+                incomplete=int((ends == "").sum()),
+                pipelines_per_s=float((ends == "done").sum() / duration_s) if duration_s else None,
+                goodput_per_s=float((good & at).sum() / duration_s) if duration_s else None,
+                e2e_ms=_estimates(chains.e2e_ms[at]), ttft_ms=_estimates(chains.ttft_ms[at]), stages=stage_rows))
     return out, chains, rows
 
 
-def pipeline_failures(chains: Chains, rows: pd.DataFrame) -> list[dict]:
+def pipeline_failures(chains: Chains, rows: pd.DataFrame) -> list[PipelineFailure]:
     """Measured pipelines a failed stage ended, by pipeline, stage, endpoint and error class: how many, an example."""
     failed = np.flatnonzero(chains.measured & (chains.end == "error"))
     if not len(failed):
@@ -146,7 +148,8 @@ def pipeline_failures(chains: Chains, rows: pd.DataFrame) -> list[dict]:
                           "error": last["error"].astype(str).to_numpy()})
     by = frame.groupby(["pipeline", "stage", "endpoint", "status", "code"], observed=True)
     table = by.agg(count=("error", "size"), example_error=("error", "first")).reset_index()
-    return table.sort_values("count", ascending=False, kind="stable").to_dict(orient="records")
+    return [PipelineFailure(**{str(k): v for k, v in r.items()})
+            for r in table.sort_values("count", ascending=False, kind="stable").to_dict(orient="records")]
 
 
 def slowest_pipelines(chains: Chains, rows: pd.DataFrame, n: int = SLOWEST_PIPELINES) -> list[dict]:
@@ -218,6 +221,7 @@ def pipeline_section(df: pd.DataFrame, stages: dict[str, list[str]], slos: list[
     for slow in slowest:
         for stage, trace_id in zip(slow["stages"], trace_ids(df.index[slow.pop("positions")])):
             stage["trace_id"] = trace_id
-    return {"pipelines": table, "failures": pipeline_failures(chains, rows), "slowest": slowest,
+    return {"pipelines": table, "failures": pipeline_failures(chains, rows),
+            "slowest": [SlowPipeline(**slow) for slow in slowest],
             "verdicts": pipeline_verdicts(chains, slos, list(stages), regions)}
 

@@ -47,16 +47,16 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 def test_end_to_end_counts_from_the_arrival_and_each_stage_from_its_own_send():
     rows = [r for i in range(40) for r in pipeline_rows(i, 1000.0 * i, stage_ms=(20, 30, 400 + i))]
     table, chains, _ = pipeline_table(frame(rows), STAGES, [], 10.0)
-    whole = next(r for r in table if r["region"] == "*")
-    assert (whole["started"], whole["done"], whole["failed"]) == (40, 40, 0)
+    whole = next(r for r in table if r.region == "*")
+    assert (whole.started, whole.done, whole.failed) == (40, 40, 0)
     e2e = np.sort(chains.e2e_ms[np.isfinite(chains.e2e_ms)])
     assert np.allclose(e2e, [20 + 15 + 30 + 400 + i for i in range(40)])  # stages + the pause
     assert np.allclose(np.sort(chains.ttft_ms), [20 + 15 + 30 + 100] * 40)
-    stages = whole["stages"]
-    assert [s["endpoint"] for s in stages] == ["embed", "rerank", "chat"]
-    assert stages[0]["latency_ms"]["p50"]["value"] == 20 and stages[1]["latency_ms"]["p50"]["value"] == 30
-    assert abs(sum(s["share_of_e2e"] for s in stages) - (20 + 30 + 419.5) / (484.5)) < 1e-9  # the rest: the pause
-    assert whole["pipelines_per_s"] == 4.0
+    stages = whole.stages
+    assert [s.endpoint for s in stages] == ["embed", "rerank", "chat"]
+    assert stages[0].latency_ms.at("p50").value == 20 and stages[1].latency_ms.at("p50").value == 30
+    assert abs(sum(s.share_of_e2e or 0.0 for s in stages) - (20 + 30 + 419.5) / (484.5)) < 1e-9  # the rest: the pause
+    assert whole.pipelines_per_s == 4.0
 
 
 def test_a_failed_stage_ends_its_pipeline_and_the_run_end_is_neither():
@@ -65,14 +65,15 @@ def test_a_failed_stage_ends_its_pipeline_and_the_run_end_is_neither():
     rows += pipeline_rows(12, 22_000, cut_after=1) + pipeline_rows(13, 23_000, phase=0)  # warm-up: not measured
     section = pipeline_section(frame(rows), STAGES, [], ["eu"], 10.0, lambda index: [f"t{i}" for i in index])
     whole = section["pipelines"][0]
-    assert (whole["started"], whole["done"], whole["failed"], whole["run_end"]) == (13, 10, 2, 1)
-    assert whole["e2e_ms"]["p50"]["n"] == 10  # only the pipelines done
-    assert section["failures"] == [{"pipeline": "rag", "stage": 2, "endpoint": "rerank", "status": "timeout",
-                                    "code": "timeout", "count": 2, "example_error": "timed out"}]
+    assert (whole.started, whole.done, whole.failed, whole.run_end) == (13, 10, 2, 1)
+    assert whole.e2e_ms.at("p50").n == 10  # only the pipelines done
+    assert [f.model_dump() for f in section["failures"]] == [
+        {"pipeline": "rag", "stage": 2, "endpoint": "rerank", "status": "timeout", "code": "timeout", "count": 2,
+         "example_error": "timed out"}]
     slowest = section["slowest"][0]
-    assert slowest["slowest_stage"] == 3 and slowest["slowest_endpoint"] == "chat"
-    assert [s["wait_ms"] for s in slowest["stages"]] == [0.0, 15.0, 0.0]
-    assert all(s["trace_id"].startswith("t") for s in slowest["stages"])
+    assert slowest.slowest_stage == 3 and slowest.slowest_endpoint == "chat"
+    assert [s.wait_ms for s in slowest.stages] == [0.0, 15.0, 0.0]
+    assert all(s.trace_id.startswith("t") for s in slowest.stages)
 
 
 def test_the_pipeline_slos_are_judged_on_whole_pipelines_with_failures_counted_as_misses():
@@ -94,6 +95,6 @@ def test_goodput_counts_the_pipelines_within_every_pipeline_slo():
     rows = [r for i in range(20) for r in pipeline_rows(i, 1000.0 * i, stage_ms=(20, 30, 100 + 50 * (i % 2)))]
     slos = [{"metric": "pipeline_e2e", "pipeline": "rag", "region": "*", "percentile": 90, "threshold_ms": 180}]
     table, _, _ = pipeline_table(frame(rows), STAGES, slos, 10.0)
-    assert table[0]["goodput_per_s"] == 1.0  # the 10 of 20 at 165 ms; the others take 215
+    assert table[0].goodput_per_s == 1.0  # the 10 of 20 at 165 ms; the others take 215
     flat = flat_table(table)  # tables/pipelines.csv: the summary's paths as columns, the stages a table of their own
     assert "e2e_ms/p50/ci_low" in flat and "stages" not in flat and flat["goodput_per_s"][0] == 1.0
