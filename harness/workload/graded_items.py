@@ -19,7 +19,14 @@ import numpy as np
 from tailrace.contract.profile import Endpoint, Prompts
 from tailrace.contract.profile.grading import FORM_GRADER, FORM_TEMPLATE, Graded, grader_kind
 from tailrace.harness.workload.graders import Grader, load_grader
-from tailrace.harness.workload.prompts import PromptFileError, data_path, draw_counts, json_lines, prompt_items
+from tailrace.harness.workload.prompts import (
+    PromptFileError,
+    data_path,
+    draw_counts,
+    json_lines,
+    line_prompt,
+    prompt_items,
+)
 
 LETTERS = string.ascii_uppercase
 GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.S)
@@ -94,10 +101,8 @@ def _choice(doc: dict, where: str, template: str) -> tuple[str, str]:
 
 
 def _generic(doc: dict, where: str, template: str | None) -> tuple[str | list, Any]:
-    prompt = doc.get("prompt", doc.get("messages"))
-    messages = isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
-    if not (isinstance(prompt, str) and prompt) and not messages:
+    prompt = line_prompt(doc)
+    if prompt is None:
         raise GradedFileError(f"{where}: a generic line needs prompt (a non-empty string) or messages (a list of "
                               "{\"role\", \"content\"} objects)")
     if "reference" not in doc or doc["reference"] is None:

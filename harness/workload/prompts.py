@@ -132,6 +132,18 @@ def json_lines(path: Path, lines: list, error: type[ValueError], wanted: str = "
     return out
 
 
+def line_prompt(doc: dict) -> str | list | None:
+    """A JSONL line's "prompt" (a non-empty string) or "messages" (a list of {"role", "content"} texts); None when it
+    has neither."""
+    prompt = doc.get("prompt", doc.get("messages"))
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+        return prompt
+    return None
+
+
 def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str | list, int | None]]:
     """(prompt or messages, max_tokens — `default_max_tokens` where a line gives none[, the line's own request
     fields]) of every line of a JSONL prompt file."""
@@ -141,10 +153,8 @@ def file_prompts(path: Path, default_max_tokens: int | None) -> list[tuple[str |
         raise PromptFileError(f"{path}: {exc.strerror or exc}") from None
     out = []
     for n, doc in json_lines(path, lines, PromptFileError, 'with "prompt" or "messages"'):
-        prompt = doc.get("prompt", doc.get("messages"))
-        valid_messages = isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
-        if not (isinstance(prompt, str) and prompt) and not valid_messages:
+        prompt = line_prompt(doc)
+        if prompt is None:
             raise PromptFileError(f"{path}:{n}: needs \"prompt\" (a non-empty string) or \"messages\" (a list of "
                                   "{\"role\", \"content\"} objects)")
         max_tokens = doc.get("max_tokens", default_max_tokens)
