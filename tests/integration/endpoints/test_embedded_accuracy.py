@@ -265,7 +265,7 @@ threshold_ms = 60000
 
 
 def test_a_decision_between_graded_llm_variants_ranks_their_accuracy_with_mcnemar(model_repo, tmp_path):
-    """Two synthetic LLMs serving the same graded items, one right 95% of the time and one 55%: the [decision] ranks
+    """Two synthetic LLMs serving the same graded items, one right 95% of the time and one 35%: the [decision] ranks
     the accurate one first and tests the difference with McNemar's exact test on the items both answered."""
     import shutil
 
@@ -289,13 +289,13 @@ prompts = {{ output_tokens = {{ mean = 32 }}, graded = {{ file = "{items}" }} }}
 name = "near"
 share = 1.0
 [load]
-rate = 16
-duration_s = 8
+rate = 24
+duration_s = 10
 warmup_s = 1
 seed = 6
 [embedded]
 models_dir = "{repo}"
-accuracy = {{ synthetic_lm = {{ correct = 0.95 }}, synthetic_lm_b = {{ correct = 0.55 }} }}
+accuracy = {{ synthetic_lm = {{ correct = 0.95 }}, synthetic_lm_b = {{ correct = 0.35 }} }}
 [decision]
 weights = {{ accuracy = 3.0, p95_ms = 1.0 }}
 [[slos]]
@@ -309,6 +309,6 @@ threshold_ms = 60000
     decision = summary["decision"]
     variants = {v["name"]: v for v in decision["variants"]}
     assert variants["accurate"]["accuracy"] > variants["sloppy"]["accuracy"] + 0.2
-    assert variants["accurate"]["samples"] > 40 and variants["accurate"]["distinct_samples"] > 20
+    assert variants["accurate"]["samples"] > 80 and variants["accurate"]["distinct_samples"] > 35
     (pair,) = decision["pairwise"]
     assert pair["a"] == "accurate" and pair["accuracy_test"].startswith("McNemar") and pair["accuracy_p"] < 0.01, pair
