@@ -26,7 +26,7 @@ from tailrace.analysis.report.csv_tables import summary_tables
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.result import Analysis
 from tailrace.analysis.stats.arrival_process import failed_checks, process_checks
-from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, pipeline_section
+from tailrace.analysis.stats.chains.pipelines import PIPELINE_COLUMNS, PipelineResults, pipeline_section
 from tailrace.analysis.stats.chains.sessions import (
     SESSION_COLUMNS,
     cache_table,
@@ -56,6 +56,7 @@ from tailrace.analysis.stats.latency import (
 )
 from tailrace.analysis.stats.outcomes.accuracy import (
     GRADE_COLUMNS,
+    AccuracyResults,
     accuracy_rows,
     accuracy_trends,
     accuracy_verdicts,
@@ -77,6 +78,7 @@ from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
+    ByModel,
     by_model_section,
     good_streams,
     token_curves,
@@ -91,14 +93,9 @@ from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, Sessions, SkippedChunk
 from tailrace.contract.summary.tables import (
-    ArrivalProcessRow,
-    ArrivalsRow,
     ErrorRow,
     Outage,
-    SloVerdict,
     SlowRequest,
-    TokenRow,
-    ValidityRow,
 )
 
 # the columns the latency table reads first (its counts, send lag and accuracy), then those it, the SLO
@@ -301,22 +298,21 @@ class _RunStatistics:
     def tokens(self, c: Columns, r: Results):
         if not self.token_columns:
             return []
-        rows = [TokenRow(**row) for row in token_table(c.frame(self.token_columns), self.duration, self.generative,
-                                                       self.slos)]
+        rows = token_table(c.frame(self.token_columns), self.duration, self.generative, self.slos)
         self.figures.submit("token_heatmap", rows)
         self.figures.submit("ttft_bars", r["ttft_decomposition"])
         return rows
 
-    def accuracy(self, c: Columns, r: Results) -> dict:
+    def accuracy(self, c: Columns, r: Results) -> AccuracyResults:
         """Graded requests: accuracy by endpoint × region × phase, against offered load, and the accuracy SLOs."""
         if not self.accuracy_columns:
-            return {}
+            return AccuracyResults()
         df = by_answerer(c.frame(self.accuracy_columns))
         rates = phase_rates(self.p)
         answerers = self.generative | {f"pipeline {pl.name}" for pl in self.p.pipelines}
         rows = accuracy_rows(df, rates, self.duration, self.slos, answerers)
-        return {"rows": rows, "trends": accuracy_trends(rows),
-                "verdicts": accuracy_verdicts(df, self.accuracy_slos, sorted(self.generative), self.region_names)}
+        return AccuracyResults(rows, accuracy_trends(rows),
+                               accuracy_verdicts(df, self.accuracy_slos, sorted(self.generative), self.region_names))
 
     def verdicts(self, c: Columns, r: Results):
         ok_sorted = {(str(e), str(g)): v for (e, g), v in r["latency_table"][1].items()}
@@ -389,7 +385,8 @@ class _RunStatistics:
             Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
                 c.frame(MEASURED_COLUMNS), r["groups"], r.get("order")), uses=("groups", "order")),
             Statistic("verdicts", MEASURED_COLUMNS, verdicts, uses=("latency_table", "time_groups")),
-            Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads),
+            Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads,
+                                                                phase_names(p)),
                       uses=("latency_table", "time_groups")),
             Statistic("latency", (), lambda c, r: r["latency_table"][0], uses=("latency_table",)),
             # the report's timeline (a long run's once the statistics above freed their rows) and the outages it
@@ -425,10 +422,10 @@ class _RunStatistics:
                 c.frame(verdict_columns), slos, generative, region_names) if token_columns else []),
             Statistic("pipelines", PIPELINE_COLUMNS if self.p.pipelines else (), lambda c, r: pipeline_section(
                 c.frame(PIPELINE_COLUMNS), {p.name: [s.endpoint for s in p.stages] for p in self.p.pipelines}, slos,
-                region_names, duration, data.trace_ids) if self.p.pipelines else {}),
+                region_names, duration, data.trace_ids) if self.p.pipelines else PipelineResults()),
             Statistic("by_model", (*verdict_columns, "model") if self.mixed else (), lambda c, r: by_model_section(
                 c.frame([*verdict_columns, "model"]), duration, self.mixed, slos, self.model_slos, region_names)
-                      if self.mixed else {}),
+                      if self.mixed else ByModel()),
             Statistic("accuracy", self.accuracy_columns, self.accuracy),
             Statistic("cancellations", CANCEL_COLUMNS if self.cancels else (), lambda c, r: cancellation_table(
                 c.frame(CANCEL_COLUMNS), self.cancels, aborted_deltas(
@@ -559,17 +556,9 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
                np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
                (os.cpu_count() or 1) if log.fits() else 1, spans)
     r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept)
-    names = phase_names(profile)
-    arrivals = [ArrivalsRow(**a, phase_name=names.get(a["phase"], str(a["phase"]))) for a in r["arrivals"]]
-    arrival_process = [ArrivalProcessRow(**a, phase_name=names.get(a["phase"], str(a["phase"])))
-                       for a in r["arrival_process"]]
-    validity = [ValidityRow(**{k: v for k, v in row.items() if k != "phases_tested"},
-                            phase_name=names.get(row["phase"], str(row["phase"])) if row["phase"] is not None else None,
-                            phases=", ".join(names.get(p, str(p)) for p in row["phases_tested"]) or None)
-                for row in r["validity"]]
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
-    verdicts = [SloVerdict(**v) for v in r["verdicts"] + r["token_verdicts"] + r["pipelines"].pop("verdicts", [])
-                + r["by_model"].get("verdicts", []) + r["accuracy"].get("verdicts", [])]
+    pipelines, by_model, accuracy = r["pipelines"], r["by_model"], r["accuracy"]
+    verdicts = [*r["verdicts"], *r["token_verdicts"], *pipelines.verdicts, *by_model.verdicts, *accuracy.verdicts]
     verdict, exit_code = overall_verdict(verdicts, valid)
     errors, scenario, queueing, per_phase = r["errors"], r["scenario"], r["queueing"], r["phases"]
     decomposition, slow_legs = r["decomposition"]
@@ -578,9 +567,11 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     latency_rows = with_stream_goodput(r["latency"], r["tokens"])
     stat_rows, duration = r["server_statistics"], profile.load.duration_s
     endpoint_models = {e.name: e.model for e in profile.endpoints}
-    present = {n: r[n] for n in ("embeddings", "rerank", "pipelines", "cancellations", "hardware") if r[n]}
-    if r["accuracy"].get("rows"):  # graded requests only (a RAG file read: its lines may carry no reference)
-        present |= {"accuracy": r["accuracy"]["rows"], "accuracy_trends": r["accuracy"]["trends"]}
+    present = {n: r[n] for n in ("embeddings", "rerank", "cancellations", "hardware") if r[n]}
+    if pipelines.section is not None:
+        present["pipelines"] = pipelines.section
+    if accuracy.rows:  # graded requests only (a RAG file read: its lines may carry no reference)
+        present |= {"accuracy": accuracy.rows, "accuracy_trends": accuracy.trends}
     if r["server_spans"]:  # the workloads' sections: only where the run has them
         present["server_spans"] = r["server_spans"]["section"]
     summary = RunSummary.assemble(
@@ -590,14 +581,14 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         input=InputRead(rows_read=int(log.rows), chunks_read=data.chunks_read,
                         chunks_skipped=[SkippedChunk(path=s.path, reason=s.reason) for s in data.skipped]),
         duration_s=duration, scenario=scenario, slos=verdicts, latency=latency_rows, phases=per_phase,
-        decomposition=decomposition, queueing=queueing, arrivals=arrivals, arrival_process=arrival_process,
-        validity=validity, clock=[m.row() for m in models.values()], errors=errors,
+        decomposition=decomposition, queueing=queueing, arrivals=r["arrivals"], arrival_process=r["arrival_process"],
+        validity=r["validity"], clock=[m.row() for m in models.values()], errors=errors,
         slowest=slowest_rows, endpoint_statistics=stat_rows,
         server_timeline={name: stats_timeline(points, endpoint_models.get(name, ""))
                          for name, points in data.stats_timelines.items()},
         outages=r["outages"], decision=r["decision"], cold_start=r["cold_start"], tokens=r["tokens"],
         sessions=r["sessions"], ttft_decomposition=r["ttft_decomposition"],
-        tokens_by_model=r["by_model"].get("rows", []),
+        tokens_by_model=by_model.rows,
         manifest=ManifestExcerpt(**{k: manifest.get(k) for k in MANIFEST_EXCERPT}), **present)
     return Analysis(data, log.frame(log.names if keep else kept), models, summary, summary_tables(summary), r["cdfs"],
                     {"curves": r["token_curves"], "timeline": r["token_timeline"]})

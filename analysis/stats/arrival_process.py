@@ -20,7 +20,9 @@ import pandas as pd
 from scipy import stats
 
 from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.stats.scenarios import phase_names
 from tailrace.contract.profile import Profile
+from tailrace.contract.summary.tables import ArrivalProcessRow
 
 CV_TOLERANCE = 0.05  # a delivered cv within 5% of the asked one (beyond its interval) is the asked process: the
 # 1 ms-scale send jitter of a real generator moves the cv of short gaps a little
@@ -118,7 +120,7 @@ def _declared(value: float | None, name: str) -> float:
     return value
 
 
-def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
+def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[ArrivalProcessRow]:
     """Per measured phase, merged and per worker: the delivered sends against the asked process (gamma, constant,
     onoff, trace); [] for Poisson (analysis/stats/poisson_checks.py checks it) and the closed-loop scenarios."""
     if profile is None or profile.load.scenario != "server" or profile.load.arrivals.process == "poisson":
@@ -127,7 +129,7 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
     rng = np.random.default_rng(0)
     shares = {r.name: r.share / sum(x.share for x in profile.regions) / r.workers for r in profile.regions}
     measured = df[df["phase"].to_numpy() > 0]
-    out = []
+    out: list[dict] = []
     sources = [("merged", np.arange(len(measured)), "t_sent_ref", "t_intended_ref", 1.0)]
     for key, rows in sorted(group_positions(measured, ["worker"]).items(), key=lambda kv: str(kv[0])):
         worker = key[0] if isinstance(key, tuple) else key
@@ -164,10 +166,11 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[dict]:
                 lag = measured["send_lag_ns"].to_numpy()[rows] if "send_lag_ns" in measured else np.empty(0)
                 row |= _trace_row(sent, intended, lag)
             out.append(row)
-    return out
+    names = phase_names(profile)
+    return [ArrivalProcessRow(**row, phase_name=names.get(int(row["phase"]), str(row["phase"]))) for row in out]
 
 
-def failed_checks(rows: list[dict]) -> list[str]:
+def failed_checks(rows: list[ArrivalProcessRow]) -> list[str]:
     """One warning per merged row whose delivered process is not the asked one."""
-    return [f"arrivals, phase {r['phase']}: the sends were not the {r['process']} process asked for "
-            f"({r['interpretation']})" for r in rows if r["source"] == "merged" and r.get("ok") is False]
+    return [f"arrivals, phase {r.phase}: the sends were not the {r.process} process asked for "
+            f"({r.interpretation})" for r in rows if r.source == "merged" and r.ok is False]

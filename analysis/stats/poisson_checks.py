@@ -12,7 +12,9 @@ from scipy import stats
 
 from tailrace.analysis.read.frames import group_positions, key_runs, take, take_runs
 from tailrace.analysis.stats.estimators import dispersion_pvalue, index_of_dispersion, ks_exponential
+from tailrace.analysis.stats.scenarios import phase_names
 from tailrace.contract.profile import Profile
+from tailrace.contract.summary.tables import ArrivalsRow
 
 P_MIN = 0.001  # KS and dispersion: a row runs several tests and a report many rows; a chance failure is rare
 AD_P_MIN = 0.01  # scipy's interpolated Anderson–Darling p-values stop at 0.01
@@ -138,7 +140,7 @@ def _rows_by_phase_and_worker(df: pd.DataFrame) -> tuple[dict, dict]:
     return by_worker, {phase: sorted(runs) for phase, runs in by_phase.items()}
 
 
-def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dict]:
+def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[ArrivalsRow]:
     """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential.
     The workers' rows are checked in parallel; each merged phase (most of the run's rows) alone, so that
     only one of them is in memory at a time."""
@@ -168,4 +170,6 @@ def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[dic
         done = dict(zip((i for i, t in enumerate(tasks) if t[1] != "merged"),
                         pool.map(run, [t for t in tasks if t[1] != "merged"])))
     done.update({i: run(t) for i, t in enumerate(tasks) if t[1] == "merged"})
-    return [done[i] for i in range(len(tasks))]
+    names = phase_names(profile) if profile is not None else {}
+    return [ArrivalsRow(**done[i], phase_name=names.get(done[i]["phase"], str(done[i]["phase"])))
+            for i in range(len(tasks))]

@@ -63,7 +63,7 @@ def _sorted_with_errors(in_time_ms: np.ndarray, ok_sorted: np.ndarray | None) ->
 def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: Sequence[str] = (), regions: Sequence[str] = (),
                   groups: dict[tuple[str, str], Group] | None = None,
                   ok_sorted: dict[tuple[str, str], np.ndarray] | None = None, threads: int = 1,
-                  streamed: frozenset[str] = frozenset()) -> list[dict]:
+                  streamed: frozenset[str] = frozenset()) -> list[SloVerdict]:
     """One verdict per SLO × endpoint × region (`endpoints` and `regions`: every one the plan has), on the
     measured phases. A group with no measured requests is INCONCLUSIVE. `groups`: groups_of(df)
     (analysis/stats/validity.py), when the caller has it; `ok_sorted`: each group's successful latencies (ms) sorted,
@@ -88,7 +88,7 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: Sequence[str] =
 
 
 def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group,
-             ok_sorted: dict[tuple[str, str], np.ndarray] | None) -> dict | None:
+             ok_sorted: dict[tuple[str, str], np.ndarray] | None) -> SloVerdict | None:
     """evaluate_slos' row for the `i`-th SLO on one endpoint × region's measured rows `g` (None: no verdict)."""
     n = g.n
     reason, trend, trend_kind, trend_changed = None, None, None, None
@@ -120,12 +120,10 @@ def _verdict(i: int, slo: dict, endpoint: str, region: str, g: Group,
             desc = f"error rate ≤ {slo['threshold']:.0%} (implicit: no error_rate SLO declared)"
             v = replace(v, verdict="FAIL" if k / n > slo["threshold"] else "PASS", more_samples_needed=None)
         measured, ci = v.observed, (v.ci_low, v.ci_high)
-    return {"slo": i, "description": desc, "metric": slo["metric"], "implicit": bool(slo.get("implicit")),
-            "endpoint": endpoint,
-            "region": region, "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
-            "measured": measured, "ci_low": ci[0], "ci_high": ci[1],
-            "more_samples_needed": v.more_samples_needed, "trend": trend, "trend_kind": trend_kind,
-            "trend_changed_verdict": trend_changed, "reason": reason}
+    return SloVerdict(slo=i, description=desc, metric=slo["metric"], implicit=bool(slo.get("implicit")),
+                      endpoint=endpoint, region=region, n=n, effective_n=v.effective_n, exceeding=k, verdict=v.verdict,
+                      measured=measured, ci_low=ci[0], ci_high=ci[1], more_samples_needed=v.more_samples_needed,
+                      trend=trend, trend_kind=trend_kind, trend_changed_verdict=trend_changed, reason=reason)
 
 
 def overall_verdict(verdicts: Sequence[SloVerdict], valid: bool) -> tuple[str, int]:

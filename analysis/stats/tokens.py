@@ -18,7 +18,8 @@ support.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from tailrace.analysis.stats.estimators import (
 )
 from tailrace.analysis.stats.validity import PhaseSeries, judge_trends
 from tailrace.contract.records import CANCELLED
+from tailrace.contract.summary.tables import SloVerdict, TokenRow
 
 TOKEN_COLUMNS = ("endpoint", "region", "phase", "status", "stream_outcome", "ttft_ns", "t_first_token",
                  "t_last_token", "output_tokens", "input_tokens", "token_source", "latency_ns", "token_event_us",
@@ -88,7 +90,7 @@ def _metric_values(df: pd.DataFrame, rows: np.ndarray, metric: str) -> tuple[np.
     return np.where(good, values, np.inf), np.ones(len(values), dtype=bool), len(values)
 
 
-def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regions: list[str]) -> list[dict]:
+def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regions: list[str]) -> list[SloVerdict]:
     """One verdict per token SLO (ttft, tpot, itl, e2e) × generative endpoint × region, on the measured phases,
     as analysis/stats/slo.py judges a latency SLO: k values above the threshold (a failed request never met it)
     of n, PASS when the exact binomial interval of k/n (counting the independent samples they are worth) lies
@@ -123,17 +125,15 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
                     v = replace(v, verdict="INCONCLUSIVE")
                 estimate = sorted_percentile_ci(np.sort(values), q, effective_n=streams if slo["metric"] == "itl"
                                                 else None) if n else None
-                out.append({"slo": i, "description": f"{slo['metric'].upper()} p{q:g} < {threshold:g} ms",
-                            "metric": slo["metric"], "implicit": False, "endpoint": endpoint, "region": region,
-                            "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
-                            "measured": estimate.value if estimate else None,
-                            "ci_low": estimate.ci_low if estimate else None,
-                            "ci_high": estimate.ci_high if estimate else None,
-                            "more_samples_needed": v.more_samples_needed,
-                            "trend": judged.direction if judged else None,
-                            "trend_kind": judged.kind if judged else None,
-                            "trend_changed_verdict": judged.changes_verdict if judged else None,
-                            "reason": judged.reason if judged else None})
+                out.append(SloVerdict(
+                    slo=i, description=f"{slo['metric'].upper()} p{q:g} < {threshold:g} ms", metric=slo["metric"],
+                    implicit=False, endpoint=endpoint, region=region, n=n, effective_n=v.effective_n, exceeding=k,
+                    verdict=v.verdict, measured=estimate.value if estimate else None,
+                    ci_low=estimate.ci_low if estimate else None, ci_high=estimate.ci_high if estimate else None,
+                    more_samples_needed=v.more_samples_needed, trend=judged.direction if judged else None,
+                    trend_kind=judged.kind if judged else None,
+                    trend_changed_verdict=judged.changes_verdict if judged else None,
+                    reason=judged.reason if judged else None))
     return out
 
 
@@ -226,7 +226,8 @@ def _reasoning(df: pd.DataFrame, ok: np.ndarray) -> dict:
             "mean_reasoning_tokens": float(reasoning[reasoning >= 0].mean())}
 
 
-def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: Sequence[dict] = ()) -> list[dict]:
+def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str],
+                slos: Sequence[dict] = ()) -> list[TokenRow]:
     """Per endpoint × region, per endpoint and overall: TTFT, TPOT, ITL and E2E percentiles with intervals,
     output tokens/s, goodput (token_goodput), how streams ended ("not streamed": refused before a stream began) and
     where token counts came from — for the measured phases' requests to the generative `endpoints` (none: [])."""
@@ -246,9 +247,7 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str], slos: 
         out.append({"endpoint": endpoint, "region": "*", **_group_row(plain, positions, duration_s)})
     out.append({"endpoint": "*", "region": "*", **_group_row(plain, np.arange(len(plain)), duration_s)})
     goodput = token_goodput(df, list(slos), duration_s, endpoints)
-    for row in out:
-        row["goodput_rps"] = goodput.get((row["endpoint"], row["region"]), 0.0)
-    return out
+    return [TokenRow(**row, goodput_rps=goodput.get((row["endpoint"], row["region"]), 0.0)) for row in out]
 
 
 def _ok_streams(df: pd.DataFrame, endpoints: set[str]) -> np.ndarray:
@@ -376,28 +375,40 @@ def _by_model(df: pd.DataFrame, mixed: set[str]) -> tuple[pd.DataFrame, set[str]
     return frame, set(names)
 
 
-def _split(row: dict) -> dict:
-    endpoint, _, model = str(row["endpoint"]).partition(MIX_SEPARATOR)
-    return row | {"endpoint": endpoint, "model": model or "*"}
+R = TypeVar("R", TokenRow, SloVerdict)
+
+
+def _split(row: R, **more: object) -> R:
+    """`row` of the endpoint × model named as one ("endpoint·model") with the endpoint and the model apart."""
+    endpoint, _, model = row.endpoint.partition(MIX_SEPARATOR)
+    return row.model_copy(update={"endpoint": endpoint, "model": model or "*", **more})
+
+
+@dataclass(frozen=True)
+class ByModel:
+    """The endpoints with a model mix, per model: their token rows and the verdicts of the SLOs that name a model."""
+
+    rows: list[TokenRow] = field(default_factory=list)
+    verdicts: list[SloVerdict] = field(default_factory=list)
 
 
 def by_model_section(df: pd.DataFrame, duration_s: float, mixed: set[str], slos: list[dict],
-                     model_slos: list[tuple[int, dict]], regions: list[str]) -> dict:
+                     model_slos: list[tuple[int, dict]], regions: list[str]) -> ByModel:
     """For the endpoints whose requests draw their model from a mix: the token table per endpoint × model × region
     and per endpoint × model ('*' region) — its goodput judged by the endpoint's SLOs (`slos`) and its model's — and
     the verdicts of the SLOs that name a model (`model_slos`: (index in the profile's SLOs, the SLO)), judged as
-    token SLOs on that model's requests. {} without a mix."""
+    token SLOs on that model's requests. Empty without a mix."""
     if not mixed:
-        return {}
+        return ByModel()
     frame, names = _by_model(df, mixed)
     own = [s | {"endpoint": s["endpoint"] + MIX_SEPARATOR + s["model"],
                 "metric": "e2e" if s["metric"] == "latency" else s["metric"]} for _, s in model_slos]
     inherited = [s | {"endpoint": name} for s in slos if s["endpoint"] in mixed
                  for name in names if name.partition(MIX_SEPARATOR)[0] == s["endpoint"]]
     general = [s for s in slos if s["endpoint"] == "*"]
-    rows = [_split(r) for r in token_table(frame, duration_s, names, own + inherited + general) if r["endpoint"] != "*"]
+    rows = [_split(r) for r in token_table(frame, duration_s, names, own + inherited + general) if r.endpoint != "*"]
     verdicts = []
     for v in token_verdicts(frame, own, names, regions):
-        index, slo = model_slos[v["slo"]]
-        verdicts.append(_split(v) | {"slo": index, "description": f"{v['description']} ({slo['model']})"})
-    return {"rows": rows, "verdicts": verdicts}
+        index, slo = model_slos[v.slo]
+        verdicts.append(_split(v, slo=index, description=f"{v.description} ({slo['model']})"))
+    return ByModel(rows, verdicts)

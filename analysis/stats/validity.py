@@ -33,6 +33,7 @@ from tailrace.analysis.stats.correlation import (
 )
 from tailrace.analysis.stats.estimators import sorted_percentile
 from tailrace.contract.records import CANCELLED
+from tailrace.contract.summary.tables import ValidityRow
 
 CHECKS = {
     "stationarity": "Did latency keep one level through each measured phase? A trend in the windowed medians "
@@ -201,15 +202,17 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
 
 
 def validity_rows(groups: dict[tuple[str, str], Group], ok_sorted: dict[tuple[str, str], np.ndarray] | None = None,
-                  threads: int = 1) -> list[dict]:
-    """One row per endpoint × region: stationarity (per phase, the worst), independence, effective n of p99.
+                  threads: int = 1, names: dict[int, str] | None = None) -> list[ValidityRow]:
+    """One row per endpoint × region: stationarity (per phase, the worst), independence, effective n of p99;
+    `names`: phase number → name (analysis/stats/scenarios.py's phase_names).
     `ok_sorted`: each group's successful latencies (ms) sorted, as analysis/stats/latency.py's latency_table returns them
     (keyed by the groups' values), when the caller has them; `threads`: how many groups are computed at once."""
     sorted_of = {(str(e), str(r)): v for (e, r), v in (ok_sorted or {}).items()}
-    return map_in_threads(lambda item: _validity_row(*item, sorted_of.get(item[0])), sorted(groups.items()), threads)
+    return map_in_threads(lambda item: _validity_row(*item, sorted_of.get(item[0]), names or {}),
+                          sorted(groups.items()), threads)
 
 
-def _validity_row(key: tuple[str, str], g: Group, ok_sorted: np.ndarray | None) -> dict:
+def _validity_row(key: tuple[str, str], g: Group, ok_sorted: np.ndarray | None, names: dict[int, str]) -> ValidityRow:
     endpoint, region = key
     latency_ms = g.latency_ns[g.ok] / 1e6
     per_phase = g.per_phase()
@@ -219,11 +222,12 @@ def _validity_row(key: tuple[str, str], g: Group, ok_sorted: np.ndarray | None) 
         in_order = ok_sorted if ok_sorted is not None and len(ok_sorted) == len(latency_ms) else np.sort(latency_ms)
         tau = quantile_tau(latency_ms, sorted_percentile(in_order, 0.99))
     r1 = lag1_autocorrelation(latency_ms)
-    return {"endpoint": endpoint, "region": region, "n": int(len(latency_ms)),
-            "lag1_autocorrelation": r1, "tau_p99": tau, "effective_n_p99": effective_size(len(latency_ms), tau),
-            "independence": _independence_words(len(latency_ms), tau, r1),
-            "phase": phase, "phases_tested": [p for p, r in per_phase.items() if r.stationary is not None],
-            **st.as_dict()}
+    tested = [p for p, r in per_phase.items() if r.stationary is not None]
+    return ValidityRow(endpoint=endpoint, region=region, n=int(len(latency_ms)), lag1_autocorrelation=r1, tau_p99=tau,
+                       effective_n_p99=effective_size(len(latency_ms), tau),
+                       independence=_independence_words(len(latency_ms), tau, r1), phase=phase,
+                       phase_name=names.get(phase, str(phase)) if phase is not None else None,
+                       phases=", ".join(names.get(p, str(p)) for p in tested) or None, **st.as_dict())
 
 
 def _independence_words(n: int, tau: float, r1: float | None) -> str:

@@ -10,7 +10,7 @@ pipeline, counted by stage and error class, and fails every pipeline SLO (as an 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -19,7 +19,8 @@ from tailrace.analysis.stats.correlation import integrated_time
 from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile_ci
 from tailrace.contract.profile import PIPELINE_METRICS
 from tailrace.contract.summary.base import Estimate, TokenMetric
-from tailrace.contract.summary.sections import PipelineFailure, PipelineRow, SlowPipeline, StageRow
+from tailrace.contract.summary.sections import PipelineFailure, PipelineRow, Pipelines, SlowPipeline, StageRow
+from tailrace.contract.summary.tables import SloVerdict
 
 PIPELINE_COLUMNS = ("pipeline", "session_id", "turn", "endpoint", "region", "phase", "status", "code", "error",
                     "session_end", "t_intended", "t_done", "t_first_token", "latency_ns", "send_lag_ns")
@@ -178,7 +179,8 @@ def slowest_pipelines(chains: Chains, rows: pd.DataFrame, n: int = SLOWEST_PIPEL
     return out
 
 
-def pipeline_verdicts(chains: Chains, slos: list[dict], pipelines: list[str], regions: list[str]) -> list[dict]:
+def pipeline_verdicts(chains: Chains, slos: list[dict], pipelines: list[str],
+                      regions: list[str]) -> list[SloVerdict]:
     """One verdict per pipeline SLO × pipeline × region, on the measured pipelines that ended (done or failed: a
     failed one never met the goal; one without a first token never met a pipeline_ttft goal), judged as a latency
     SLO is (analysis/stats/slo.py): k of n above the threshold, PASS when the exact binomial interval of k/n,
@@ -203,25 +205,33 @@ def pipeline_verdicts(chains: Chains, slos: list[dict], pipelines: list[str], re
                 v = proportion_verdict(k, n, 1 - q / 100, tau=integrated_time(exceeding) if n else 1.0)
                 est = sorted_percentile_ci(np.sort(values), q) if n else None
                 label = "E2E" if slo["metric"] == "pipeline_e2e" else "TTFT"
-                out.append({"slo": i, "description": f"pipeline {label} p{q:g} < {threshold:g} ms",
-                            "metric": slo["metric"], "implicit": False, "endpoint": name, "region": region,
-                            "n": n, "effective_n": v.effective_n, "exceeding": k, "verdict": v.verdict,
-                            "measured": est.value if est else None, "ci_low": est.ci_low if est else None,
-                            "ci_high": est.ci_high if est else None,
-                            "more_samples_needed": v.more_samples_needed, "trend": None, "reason": None})
+                out.append(SloVerdict(
+                    slo=i, description=f"pipeline {label} p{q:g} < {threshold:g} ms", metric=slo["metric"],
+                    implicit=False, endpoint=name, region=region, n=n, effective_n=v.effective_n, exceeding=k,
+                    verdict=v.verdict, measured=est.value if est else None, ci_low=est.ci_low if est else None,
+                    ci_high=est.ci_high if est else None, more_samples_needed=v.more_samples_needed, trend=None,
+                    reason=None))
     return out
 
 
 def pipeline_section(df: pd.DataFrame, stages: dict[str, list[str]], slos: list[dict], regions: list[str],
-                     duration_s: float, trace_ids) -> dict:
-    """The summary's pipelines section and their SLO verdicts: {"pipelines", "failures", "slowest", "verdicts"}.
-    `trace_ids(index)`: the trace IDs of the frame's rows (the slowest pipelines' stages name theirs)."""
+                     duration_s: float, trace_ids) -> PipelineResults:
+    """The summary's pipelines section and their SLO verdicts. `trace_ids(index)`: the trace IDs of the frame's rows
+    (the slowest pipelines' stages name theirs)."""
     table, chains, rows = pipeline_table(df, stages, slos, duration_s)
     slowest = slowest_pipelines(chains, rows)
     for slow in slowest:
         for stage, trace_id in zip(slow["stages"], trace_ids(df.index[slow.pop("positions")])):
             stage["trace_id"] = trace_id
-    return {"pipelines": table, "failures": pipeline_failures(chains, rows),
-            "slowest": [SlowPipeline(**slow) for slow in slowest],
-            "verdicts": pipeline_verdicts(chains, slos, list(stages), regions)}
+    section = Pipelines(pipelines=table, failures=pipeline_failures(chains, rows),
+                        slowest=[SlowPipeline(**slow) for slow in slowest])
+    return PipelineResults(section, pipeline_verdicts(chains, slos, list(stages), regions))
+
+
+@dataclass(frozen=True)
+class PipelineResults:
+    """The pipelines' statistics: the summary's section (None: a run without pipelines) and their SLO verdicts."""
+
+    section: Pipelines | None = None
+    verdicts: list[SloVerdict] = field(default_factory=list)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ from tailrace.analysis.stats.correlation import integrated_time
 from tailrace.analysis.stats.estimators import clopper_pearson, proportion_verdict
 from tailrace.analysis.stats.tokens import good_streams
 from tailrace.contract.summary.accuracy import AccuracyRow, AccuracyTrend
+from tailrace.contract.summary.tables import SloVerdict
 
 GRADE_COLUMNS = ("grade", "item")
 JUDGED = ("correct", "wrong", "unparsable")  # the model's answers; the rest are counted apart
@@ -132,7 +134,7 @@ def accuracy_trends(rows: Sequence[AccuracyRow]) -> list[AccuracyTrend]:
 
 
 def accuracy_verdicts(df: pd.DataFrame, slos: Sequence[tuple[int, dict]], endpoints: Sequence[str],
-                      regions: Sequence[str]) -> list[dict]:
+                      regions: Sequence[str]) -> list[SloVerdict]:
     """The accuracy SLOs' verdicts (each `(index, slo)`), one per endpoint × region it names ('*': each graded
     endpoint, each region): PASS where the whole 95% interval of accuracy (over the independent samples the
     time-ordered answers are worth) lies at or above `min` (`minimum`), FAIL where it lies below, else INCONCLUSIVE with the
@@ -156,10 +158,20 @@ def accuracy_verdicts(df: pd.DataFrame, slos: Sequence[tuple[int, dict]], endpoi
                 wrong = grades[here][np.argsort(times[here], kind="stable")] != "correct"
                 n, k = len(wrong), int(wrong.sum())
                 v = proportion_verdict(k, n, 1 - slo["minimum"], tau=integrated_time(wrong) if n > 2 else 1.0)
-                out.append({"slo": i, "description": f"accuracy ≥ {slo['minimum']:.1%}", "metric": "accuracy",
-                            "implicit": False, "endpoint": e, "region": r, "n": n, "effective_n": v.effective_n,
-                            "exceeding": k, "verdict": v.verdict, "measured": 1 - v.observed if n else None,
-                            "ci_low": 1 - v.ci_high if n else None, "ci_high": 1 - v.ci_low if n else None,
-                            "more_samples_needed": v.more_samples_needed, "trend": None, "trend_kind": None,
-                            "trend_changed_verdict": None, "reason": None})
+                out.append(SloVerdict(
+                    slo=i, description=f"accuracy ≥ {slo['minimum']:.1%}", metric="accuracy", implicit=False,
+                    endpoint=e, region=r, n=n, effective_n=v.effective_n, exceeding=k, verdict=v.verdict,
+                    measured=1 - v.observed if n else None, ci_low=1 - v.ci_high if n else None,
+                    ci_high=1 - v.ci_low if n else None, more_samples_needed=v.more_samples_needed, trend=None,
+                    trend_kind=None, trend_changed_verdict=None, reason=None))
     return out
+
+
+@dataclass(frozen=True)
+class AccuracyResults:
+    """A run's graded requests: accuracy by endpoint × region × phase, against offered load, and the accuracy SLOs'
+    verdicts (all empty: nothing graded)."""
+
+    rows: list[AccuracyRow] = field(default_factory=list)
+    trends: list[AccuracyTrend] = field(default_factory=list)
+    verdicts: list[SloVerdict] = field(default_factory=list)

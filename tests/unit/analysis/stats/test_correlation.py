@@ -120,14 +120,14 @@ def _latency_slo(percentile: float, threshold_ms: float) -> list[dict]:
 def test_a_drift_that_could_cross_its_threshold_is_inconclusive_and_fails_a_capacity_trial():
     rng = np.random.default_rng(11)
     steady = evaluate_slos(_measured(rng.exponential(5, 8000)), _latency_slo(99, 150), ["e"], ["r"])
-    assert steady[0]["verdict"] == "PASS" and steady[0]["trend"] is None
+    assert steady[0].verdict == "PASS" and steady[0].trend is None
     drift = np.random.default_rng(11).exponential(5, 8000) * np.linspace(1, 6, 8000)  # p99 ≈ 97 ms, rising
     verdicts = evaluate_slos(_measured(drift), _latency_slo(99, 150), ["e"], ["r"])
     v = verdicts[0]
-    assert v["measured"] < 150 and v["verdict"] == "INCONCLUSIVE", v
-    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "growing", True)
-    assert "latency rose through the run" in v["reason"] and "backlog growing" in v["reason"]
-    assert "could reach 150 ms" in v["reason"]
+    assert v.measured < 150 and v.verdict == "INCONCLUSIVE", v
+    assert (v.trend, v.trend_kind, v.trend_changed_verdict) == ("rising", "growing", True)
+    assert "latency rose through the run" in v.reason and "backlog growing" in v.reason
+    assert "could reach 150 ms" in v.reason
     outcome, why = classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])
     assert outcome == FAIL and why.startswith("backlog growing")
 
@@ -139,10 +139,10 @@ def test_a_drift_too_small_to_matter_keeps_its_pass_is_reported_and_still_fails_
     drift = np.random.default_rng(11).exponential(5, 8000) * np.linspace(1, 6, 8000)
     verdicts = evaluate_slos(_measured(drift), _latency_slo(99, 500), ["e"], ["r"])
     v = verdicts[0]
-    assert v["verdict"] == "PASS", v
-    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "growing", False)
-    assert "a drift too small to matter" in v["reason"] and "trend p = " in v["reason"]
-    assert "the verdict stands" in v["reason"]
+    assert v.verdict == "PASS", v
+    assert (v.trend, v.trend_kind, v.trend_changed_verdict) == ("rising", "growing", False)
+    assert "a drift too small to matter" in v.reason and "trend p = " in v.reason
+    assert "the verdict stands" in v.reason
     outcome, why = classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])
     assert outcome == FAIL and why.startswith("backlog growing")
 
@@ -158,9 +158,9 @@ def test_a_level_that_settles_after_a_step_keeps_its_pass_and_is_no_backlog():
     and reported (the previous rule made this PASS INCONCLUSIVE, and failed a capacity trial on it)."""
     verdicts = evaluate_slos(_measured(_settling(45)), _latency_slo(90, 250), ["e"], ["r"])
     v = verdicts[0]
-    assert v["verdict"] == "PASS", v
-    assert (v["trend"], v["trend_kind"], v["trend_changed_verdict"]) == ("rising", "settled", False)
-    assert "then held through the phase's last half" in v["reason"] and "not a backlog" in v["reason"]
+    assert v.verdict == "PASS", v
+    assert (v.trend, v.trend_kind, v.trend_changed_verdict) == ("rising", "settled", False)
+    assert "then held through the phase's last half" in v.reason and "not a backlog" in v.reason
     assert classify_trial([SloVerdict.model_validate(v) for v in verdicts], True, [])[0] == "pass"
 
 
@@ -169,9 +169,9 @@ def test_a_settled_level_whose_interval_reaches_the_threshold_is_inconclusive():
     p90 (≈ 56 ms, pooled with the lower start) passes."""
     verdicts = evaluate_slos(_measured(_settling(45)), _latency_slo(90, 58.5), ["e"], ["r"])
     v = verdicts[0]
-    assert v["measured"] < 58.5 and v["verdict"] == "INCONCLUSIVE", v
-    assert (v["trend_kind"], v["trend_changed_verdict"]) == ("settled", True)
-    assert "could reach 58.5 ms" in v["reason"]
+    assert v.measured < 58.5 and v.verdict == "INCONCLUSIVE", v
+    assert (v.trend_kind, v.trend_changed_verdict) == ("settled", True)
+    assert "could reach 58.5 ms" in v.reason
 
 
 def test_the_dispersion_test_accepts_poisson_counts_and_rejects_clumps():

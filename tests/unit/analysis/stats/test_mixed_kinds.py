@@ -13,7 +13,6 @@ from tailrace.analysis.stats.latency import add_goodput, latency_table, region_c
 from tailrace.analysis.stats.scenarios import per_phase_table
 from tailrace.analysis.stats.timeline import timeline
 from tailrace.analysis.stats.tokens import token_table
-from tailrace.contract.summary.tables import TokenRow
 from tests.unit.analysis.stats.test_tokens import stream_rows
 
 DURATION_S = 10.0
@@ -76,7 +75,7 @@ def test_a_streams_goodput_is_its_token_slos_and_the_two_tables_agree():
             {"metric": "ttft", "percentile": 90, "threshold_ms": 100, "endpoint": "llm", "region": "*"}]
     rows, _ = latency_table(df, profile({"mlp": 3, "llm": 1}), DURATION_S, streamed=LLM)
     add_goodput(rows, df, slos, DURATION_S, streamed=LLM)
-    tokens = [TokenRow(**r) for r in token_table(df, DURATION_S, set(LLM), slos)]
+    tokens = token_table(df, DURATION_S, set(LLM), slos)
     rows = with_stream_goodput(rows, tokens)
     by = {(r.endpoint, r.region): r for r in rows}
     token_by = {(r.endpoint, r.region): r for r in tokens}
@@ -89,7 +88,7 @@ def test_a_streams_goodput_is_its_token_slos_and_the_two_tables_agree():
     assert by[("*", "*")].goodput_rps == 600 / DURATION_S  # the one-shot endpoints' rate, as its count
     # a latency SLO that names the stream applies to it as its E2E: 250 ms > 200 ms, no stream is good
     named = [{**slos[0], "endpoint": "llm"}]
-    assert {r["goodput_rps"] for r in token_table(df, DURATION_S, set(LLM), named)} == {0.0}
+    assert {r.goodput_rps for r in token_table(df, DURATION_S, set(LLM), named)} == {0.0}
 
 
 def test_the_timeline_line_and_the_phases_table_never_pool_the_two_kinds():

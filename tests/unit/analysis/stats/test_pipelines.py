@@ -63,14 +63,14 @@ def test_a_failed_stage_ends_its_pipeline_and_the_run_end_is_neither():
     rows = [r for i in range(10) for r in pipeline_rows(i, 1000.0 * i)]
     rows += pipeline_rows(10, 20_000, fail_at=2) + pipeline_rows(11, 21_000, fail_at=2)
     rows += pipeline_rows(12, 22_000, cut_after=1) + pipeline_rows(13, 23_000, phase=0)  # warm-up: not measured
-    section = pipeline_section(frame(rows), STAGES, [], ["eu"], 10.0, lambda index: [f"t{i}" for i in index])
-    whole = section["pipelines"][0]
+    results = pipeline_section(frame(rows), STAGES, [], ["eu"], 10.0, lambda index: [f"t{i}" for i in index])
+    whole = results.section.pipelines[0]
     assert (whole.started, whole.done, whole.failed, whole.run_end) == (13, 10, 2, 1)
     assert whole.e2e_ms.at("p50").n == 10  # only the pipelines done
-    assert [f.model_dump() for f in section["failures"]] == [
+    assert [f.model_dump() for f in results.section.failures] == [
         {"pipeline": "rag", "stage": 2, "endpoint": "rerank", "status": "timeout", "code": "timeout", "count": 2,
          "example_error": "timed out"}]
-    slowest = section["slowest"][0]
+    slowest = results.section.slowest[0]
     assert slowest.slowest_stage == 3 and slowest.slowest_endpoint == "chat"
     assert [s.wait_ms for s in slowest.stages] == [0.0, 15.0, 0.0]
     assert all(s.trace_id.startswith("t") for s in slowest.stages)
@@ -82,13 +82,13 @@ def test_the_pipeline_slos_are_judged_on_whole_pipelines_with_failures_counted_a
     slos = [{"metric": "pipeline_e2e", "pipeline": "*", "region": "*", "percentile": 95, "threshold_ms": 500},
             {"metric": "pipeline_ttft", "pipeline": "rag", "region": "eu", "percentile": 95, "threshold_ms": 100}]
     e2e, ttft = pipeline_verdicts(chains, slos, ["rag"], ["eu"])
-    assert e2e["verdict"] == "PASS" and e2e["n"] == 300 and e2e["exceeding"] == 0 and e2e["endpoint"] == "rag"
-    assert ttft["verdict"] == "FAIL" and ttft["exceeding"] == 300  # 165 ms to the first token
+    assert e2e.verdict == "PASS" and e2e.n == 300 and e2e.exceeding == 0 and e2e.endpoint == "rag"
+    assert ttft.verdict == "FAIL" and ttft.exceeding == 300  # 165 ms to the first token
     failing = [r for i in range(300) for r in pipeline_rows(i, 1000.0 * i, stage_ms=(20, 30, 300),
                                                              fail_at=3 if i % 7 == 0 else 0)]
     chains, _ = chains_of(frame(failing))
     e2e, _ = pipeline_verdicts(chains, slos, ["rag"], ["eu"])
-    assert e2e["verdict"] == "FAIL" and e2e["exceeding"] == 43  # 14% failed: above the 5% the p95 allows
+    assert e2e.verdict == "FAIL" and e2e.exceeding == 43  # 14% failed: above the 5% the p95 allows
 
 
 def test_goodput_counts_the_pipelines_within_every_pipeline_slo():

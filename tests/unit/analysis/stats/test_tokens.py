@@ -33,16 +33,16 @@ def test_token_table_per_region_endpoint_and_overall():
     refused["stream_outcome"] = ""  # 429 before any stream
     df = pd.concat([stream_rows(400, "near", 50, 20, 11), stream_rows(400, "far", 80, 20, 11), refused],
                    ignore_index=True)
-    rows = {(r["endpoint"], r["region"]): r for r in token_table(df, 400, {"llm"})}
+    rows = {(r.endpoint, r.region): r for r in token_table(df, 400, {"llm"})}
     near, far, overall = rows[("llm", "near")], rows[("llm", "far")], rows[("*", "*")]
-    assert near["ttft_ms"]["p50"]["value"] == 50 and far["ttft_ms"]["p50"]["value"] == 80
-    assert near["tpot_ms"]["p50"]["value"] == 20 and near["itl_ms"]["p99"]["value"] == 20
-    assert near["e2e_ms"]["p50"]["value"] == 250
-    assert (far["requests"], far["ok"], overall["ok"]) == (405, 400, 800)
-    assert far["outcomes"] == {"complete": 400, "not streamed": 5}
-    assert overall["output_tokens_per_s"] == 800 * 11 / 400
+    assert near.ttft_ms.p50.value == 50 and far.ttft_ms.p50.value == 80
+    assert near.tpot_ms.p50.value == 20 and near.itl_ms.p99.value == 20
+    assert near.e2e_ms.p50.value == 250
+    assert (far.requests, far.ok, overall.ok) == (405, 400, 800)
+    assert far.outcomes == {"complete": 400, "not streamed": 5}
+    assert overall.output_tokens_per_s == 800 * 11 / 400
     # ITL pools 10 gaps a stream; its interval counts each stream once (400 streams: a p99 interval exists)
-    assert near["itl_ms"]["p99"]["effective_n"] == 400 and near["itl_ms"]["p99"]["ci_low"] is not None
+    assert near.itl_ms.p99.effective_n == 400 and near.itl_ms.p99.ci_low is not None
 
 
 def test_a_run_without_generative_endpoints_has_no_token_rows():
@@ -56,11 +56,11 @@ def test_token_slos_pass_fail_and_undecided():
     slos = [{"metric": "ttft", "percentile": 99, "threshold_ms": 60, "endpoint": "*", "region": "*"},
             {"metric": "itl", "percentile": 50, "threshold_ms": 15, "endpoint": "llm", "region": "near"},
             {"metric": "latency", "percentile": 99, "threshold_ms": 1, "endpoint": "*", "region": "*"}]
-    got = {(v["metric"], v["region"]): v for v in token_verdicts(df, slos, {"llm"}, ["near", "far"])}
-    assert got[("ttft", "near")]["verdict"] == "PASS"  # 400 of 50 ms against 60
-    assert got[("ttft", "far")]["verdict"] == "FAIL"  # every one 80 ms
+    got = {(v.metric, v.region): v for v in token_verdicts(df, slos, {"llm"}, ["near", "far"])}
+    assert got[("ttft", "near")].verdict == "PASS"  # 400 of 50 ms against 60
+    assert got[("ttft", "far")].verdict == "FAIL"  # every one 80 ms
     itl = got[("itl", "near")]
-    assert itl["verdict"] == "FAIL" and itl["n"] == 4000 and itl["effective_n"] <= 400  # a stream counts once
+    assert itl.verdict == "FAIL" and itl.n == 4000 and itl.effective_n <= 400  # a stream counts once
     assert ("latency", "near") not in got  # analysis/stats/slo.py judges those
 
 
@@ -69,13 +69,13 @@ def test_goodput_counts_the_streams_within_every_token_slo_that_applies():
                     stream_rows(10, "far", 80, 20, 11, status="timeout")], ignore_index=True)
     slos = [{"metric": "ttft", "threshold_ms": 60, "endpoint": "*", "region": "*", "percentile": 90},
             {"metric": "itl", "threshold_ms": 25, "endpoint": "llm", "region": "near", "percentile": 90}]
-    rows = {(r["endpoint"], r["region"]): r for r in token_table(df, 10, {"llm"}, slos)}
-    assert rows[("llm", "near")]["goodput_rps"] == 10  # 100 streams in 10 s, all within 60 ms TTFT and 25 ms gaps
-    assert rows[("llm", "far")]["goodput_rps"] == 0  # TTFT 80 ms > 60 ms
+    rows = {(r.endpoint, r.region): r for r in token_table(df, 10, {"llm"}, slos)}
+    assert rows[("llm", "near")].goodput_rps == 10  # 100 streams in 10 s, all within 60 ms TTFT and 25 ms gaps
+    assert rows[("llm", "far")].goodput_rps == 0  # TTFT 80 ms > 60 ms
     tight = [{**slos[1], "threshold_ms": 15}]
-    assert {(r["endpoint"], r["region"]): r for r in token_table(df, 10, {"llm"}, tight)}[("llm", "near")][
-        "goodput_rps"] == 0  # every gap is 20 ms
-    assert rows[("*", "*")]["goodput_rps"] == 10 and token_table(df, 10, {"llm"})[-1]["goodput_rps"] == 20
+    assert {(r.endpoint, r.region): r for r in token_table(df, 10, {"llm"}, tight)}[("llm", "near")].goodput_rps \
+        == 0  # every gap is 20 ms
+    assert rows[("*", "*")].goodput_rps == 10 and token_table(df, 10, {"llm"})[-1].goodput_rps == 20
 
 
 def test_ttft_splits_into_network_queue_prefill_and_back_adding_up_to_the_mean():
@@ -124,8 +124,8 @@ def test_whole_responses_have_e2e_and_tokens_but_no_tpot_or_ttft():
     whole = stream_rows(40, "near", 50, 20, 11).assign(t_first_token=-1, t_last_token=-1, ttft_ns=-1,
                                                        token_event_us=b"", token_event_counts=b"")
     (row, *_) = token_table(whole, 10, {"llm"})
-    assert row["tpot_ms"]["p50"]["value"] is None and row["ttft_ms"]["p50"]["value"] is None
-    assert row["e2e_ms"]["p50"]["value"] == 250 and row["output_tokens"] == 440
+    assert row.tpot_ms.p50.value is None and row.ttft_ms.p50.value is None
+    assert row.e2e_ms.p50.value == 250 and row.output_tokens == 440
 
 
 def test_a_ttft_slo_on_whole_responses_is_refused_where_the_profile_is_read():
@@ -154,14 +154,14 @@ def test_a_ttft_that_rises_through_the_run_is_a_growing_queue_never_a_pass():
     df["t_intended_ref"] = np.arange(600, dtype=np.int64) * 50_000_000
     slos = [{"metric": "ttft", "percentile": 50, "threshold_ms": 150, "endpoint": "*", "region": "*"}]
     flat = token_verdicts(df, slos, {"llm"}, ["near"])[0]
-    assert (flat["verdict"], flat["trend"]) == ("PASS", None)
+    assert (flat.verdict, flat.trend) == ("PASS", None)
     df["ttft_ns"] = np.linspace(20e6, 180e6, 600).astype(np.int64)
     rising = token_verdicts(df, slos, {"llm"}, ["near"])[0]
-    assert (rising["verdict"], rising["trend"]) == ("INCONCLUSIVE", "rising") and "backlog growing" in rising["reason"]
+    assert (rising.verdict, rising.trend) == ("INCONCLUSIVE", "rising") and "backlog growing" in rising.reason
     assert classify_trial([SloVerdict.model_validate(flat)], True, [])[0] == PASS
     outcome, why = classify_trial([SloVerdict.model_validate(rising)], True, [])
     assert outcome == FAIL and why.startswith("backlog growing"), why
     loose = token_verdicts(df, [{**slos[0], "threshold_ms": 500}], {"llm"}, ["near"])[0]
-    assert (loose["verdict"], loose["trend"], loose["trend_changed_verdict"]) == ("PASS", "rising", False)
-    assert "a drift too small to matter" in loose["reason"]
+    assert (loose.verdict, loose.trend, loose.trend_changed_verdict) == ("PASS", "rising", False)
+    assert "a drift too small to matter" in loose.reason
     assert classify_trial([SloVerdict.model_validate(loose)], True, [])[0] == FAIL

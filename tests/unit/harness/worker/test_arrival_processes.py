@@ -74,21 +74,21 @@ def test_the_checks_pass_the_asked_process_and_fail_poisson_sends_judged_as_gamm
     poisson = (np.cumsum(rng.exponential(0.01, 20_000)) * 1e9).astype(np.int64)
     gamma = (np.cumsum(rng.gamma(0.25, 0.04, 20_000)) * 1e9).astype(np.int64)  # cv 2, mean 10 ms
     as_gamma = _profile({"process": "gamma", "cv": 2.0})
-    passed = next(r for r in process_checks(_frame(gamma), as_gamma) if r["source"] == "merged")
-    assert passed["ok"] and passed["ci_low"] < 2.0 < passed["ci_high"] and passed["ks_pvalue"] > 0.001
-    failed = next(r for r in process_checks(_frame(poisson), as_gamma) if r["source"] == "merged")
-    assert failed["ok"] is False and failed["ci_high"] < 1.2 and "not the asked 2" in failed["interpretation"]
-    assert failed["ks_pvalue"] < 1e-6
+    passed = next(r for r in process_checks(_frame(gamma), as_gamma) if r.source == "merged")
+    assert passed.ok and passed.ci_low < 2.0 < passed.ci_high and passed.ks_pvalue > 0.001
+    failed = next(r for r in process_checks(_frame(poisson), as_gamma) if r.source == "merged")
+    assert failed.ok is False and failed.ci_high < 1.2 and "not the asked 2" in failed.interpretation
+    assert failed.ks_pvalue < 1e-6
     as_onoff = _profile({"process": "onoff", "on_rate": 300, "off_rate": 20, "on_s": 2, "off_s": 6})
-    onoff = next(r for r in process_checks(_frame(poisson), as_onoff) if r["source"] == "merged")
-    assert onoff["ok"] is False and onoff["measured"] < 3 < onoff["expected"]
+    onoff = next(r for r in process_checks(_frame(poisson), as_onoff) if r.source == "merged")
+    assert onoff.ok is False and onoff.measured < 3 < onoff.expected
 
 
 def test_a_trace_check_reports_the_send_lag_and_the_rate_per_second():
     times = np.repeat(np.arange(5) * 10**9, [10, 20, 5, 0, 40]) + np.arange(75) * 1000
     row = next(r for r in process_checks(_frame(times, np.full(75, 300_000)), _profile(
-        {"process": "trace", "trace": {"file": "t.csv"}})) if r["source"] == "merged")
-    assert row["lag_p99_ms"] == pytest.approx(0.3) and row["per_second"]["trace"] == [10, 20, 5, 0, 40]
+        {"process": "trace", "trace": {"file": "t.csv"}})) if r.source == "merged")
+    assert row.lag_p99_ms == pytest.approx(0.3) and row.per_second["trace"] == [10, 20, 5, 0, 40]
 
 
 def _write(tmp_path, name: str, text: str):

@@ -82,8 +82,8 @@ def test_the_accuracy_slo_is_judged_on_its_interval():
         grades = np.where(rng.random(n) < p, "correct", "wrong").tolist()
         (v,) = accuracy_verdicts(frame({1: grades}), [(0, slo)], ["math"], ["near"])
         return v
-    assert verdict(0.97, 400)["verdict"] == "PASS"
-    assert verdict(0.6, 400)["verdict"] == "FAIL"
+    assert verdict(0.97, 400).verdict == "PASS"
+    assert verdict(0.6, 400).verdict == "FAIL"
     unsure = verdict(0.82, 60)
-    assert unsure["verdict"] == "INCONCLUSIVE" and unsure["more_samples_needed"] > 60
-    assert unsure["ci_low"] < unsure["measured"] < unsure["ci_high"] and unsure["description"] == "accuracy ≥ 80.0%"
+    assert unsure.verdict == "INCONCLUSIVE" and unsure.more_samples_needed > 60
+    assert unsure.ci_low < unsure.measured < unsure.ci_high and unsure.description == "accuracy ≥ 80.0%"
