@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, variant_decision
-from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, joined_server_spans, read_span_file
+from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, JoinedSpans, joined_server_spans, read_span_file
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
@@ -93,6 +93,7 @@ from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, Sessions, SkippedChunk
 from tailrace.contract.summary.tables import (
+    EndpointStatistics,
     ErrorRow,
     Outage,
     SlowRequest,
@@ -139,10 +140,10 @@ def _rows_read(runs: list[tuple[str, slice]]) -> dict[str, int]:
     return read
 
 
-def _with_client_counts(rows: list[dict], df: pd.DataFrame) -> list[dict]:
+def _with_client_counts(rows: list[EndpointStatistics], df: pd.DataFrame) -> list[EndpointStatistics]:
     """Add the client's own count of successful requests (all phases) to each server-side statistics row."""
     for row in rows:
-        row["client_ok"] = int(((df["status"] == "ok") & df["endpoint"].isin(row["endpoints"])).sum())
+        row.client_ok = int(((df["status"] == "ok") & df["endpoint"].isin(row.endpoints)).sum())
     return rows
 
 
@@ -346,7 +347,7 @@ class _RunStatistics:
             Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
             Statistic("hardware", self.hardware_columns, lambda c, r: hardware_section(
                 monitor_series(data), phase_windows(c.frame(self.hardware_columns)), monitor_scopes(p),
-                endpoint_serving(data.plan, r["server_statistics"])) if p.monitors else {},
+                endpoint_serving(data.plan, r["server_statistics"])) if p.monitors else None,
                       uses=("server_statistics",)),
             Statistic("decision", variant_columns if p.decision else (), lambda c, r: variant_decision(
                 c.frame(variant_columns), data, r["server_statistics"], r["hardware"]) if p.decision else None,
@@ -354,7 +355,7 @@ class _RunStatistics:
             Statistic("cold_start", COLD_START_COLUMNS, lambda c, r: cold_start_table(
                 c.frame(COLD_START_COLUMNS), data.cold_starts, p.cold_start.first_k)),
             Statistic("server_spans", self.span_columns, lambda c, r: joined_server_spans(
-                c.frame(self.span_columns), *run.spans) if run.spans[0] else {}),
+                c.frame(self.span_columns), *run.spans) if run.spans[0] else None),
         ]
 
     def by_request(self) -> list[Statistic]:
@@ -501,10 +502,10 @@ def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -
 
 
 def _slowest_rows(slowest: pd.DataFrame, slow_legs: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]],
-                  streamed: frozenset[str] = frozenset(), spans: dict | None = None) -> list[SlowRequest]:
+                  streamed: frozenset[str] = frozenset(), spans: JoinedSpans | None = None) -> list[SlowRequest]:
     """The slowest requests, where their time went: the client's legs and, where a server span came back, the
     server's own split (queue, prefill, decode, compute)."""
-    timing = (spans or {}).get("timing", {})
+    timing = spans.timing if spans is not None else {}
     rows = []
     for r, trace_id in zip(slowest.itertuples(), trace_ids(slowest.index)):
         row = {"trace_id": trace_id, "region": r.region, "endpoint": r.endpoint,
@@ -572,8 +573,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         present["pipelines"] = pipelines.section
     if accuracy.rows:  # graded requests only (a RAG file read: its lines may carry no reference)
         present |= {"accuracy": accuracy.rows, "accuracy_trends": accuracy.trends}
-    if r["server_spans"]:  # the workloads' sections: only where the run has them
-        present["server_spans"] = r["server_spans"]["section"]
+    if r["server_spans"] is not None:  # the workloads' sections: only where the run has them
+        present["server_spans"] = r["server_spans"].section
     summary = RunSummary.assemble(
         summary_version=SUMMARY_VERSION, run_id=manifest.get("run_id") or data.plan.run_id, profile=profile.name,
         verdict=verdict, exit_code=exit_code, valid=valid, invalid_reasons=invalid_reasons,

@@ -347,8 +347,9 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
                 (out / "compare_accuracy.json").write_text(json.dumps(kept, indent=2))
                 pd.DataFrame(kept).to_csv(out / "compare_accuracy.csv", index=False)
             if energy:
-                (out / "compare_energy.json").write_text(json.dumps(energy, indent=2))
-                pd.DataFrame(energy).to_csv(out / "compare_energy.csv", index=False)
+                deltas = [r.model_dump(mode="json") for r in energy]
+                (out / "compare_energy.json").write_text(json.dumps(deltas, indent=2))
+                pd.DataFrame(deltas).to_csv(out / "compare_energy.csv", index=False)
         except OSError as exc:  # the table above is printed: nothing measured is lost
             print(f"tailrace compare: --out {out} could not be written ({exc})", file=sys.stderr)
             return exit_codes.INTERNAL

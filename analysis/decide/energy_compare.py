@@ -19,6 +19,8 @@ from tailrace.analysis.read.hardware import monitor_series
 from tailrace.analysis.read.rundir import RunData, load_run
 from tailrace.analysis.stats.hardware.usage import hardware_section
 from tailrace.analysis.stats.hardware.windows import phase_windows
+from tailrace.contract.summary.compare import EnergyDelta
+from tailrace.contract.summary.tables import Hardware, HardwareEndpointRow, HardwareRow
 
 MIN_WINDOWS = 3
 READ = ("phase", "status", "endpoint", "worker", "t_intended", "t_sent", "t_done", "clock_offset_ns",
@@ -41,19 +43,20 @@ def welch_difference(a: list[float], b: list[float]) -> dict:
                   "relative": diff / out["mean_a_mj"] if out["mean_a_mj"] else None}
 
 
-def run_hardware(data: RunData) -> dict:
+def run_hardware(data: RunData) -> Hardware | None:
     """A run's hardware section, as `tailrace analyze` makes it (the endpoints' slots without batching seen)."""
     frame = add_reference_times(data.requests, fit_all(data.clock))
     return hardware_section(monitor_series(data), phase_windows(frame), monitor_scopes(data.plan.profile),
                             endpoint_serving(data.plan, []))
 
 
-def _keyed(section: dict) -> dict[tuple, dict]:
-    rows = {(r["monitor"], "*", r["phase"]): r for r in section.get("rows", [])}
-    return rows | {(r["monitor"], r["endpoint"], r["phase"]): r for r in section.get("endpoints", [])}
+def _keyed(section: Hardware | None) -> dict[tuple[str, str, int], HardwareRow | HardwareEndpointRow]:
+    rows: dict[tuple[str, str, int], HardwareRow | HardwareEndpointRow] = \
+        {(r.monitor, "*", r.phase): r for r in (section.rows if section else [])}
+    return rows | {(r.monitor, r.endpoint, r.phase): r for r in (section.endpoints if section else [])}
 
 
-def compare_energy(run_a: Path, run_b: Path) -> list[dict]:
+def compare_energy(run_a: Path, run_b: Path) -> list[EnergyDelta]:
     """One row per monitor (× endpoint) × phase both runs measured with the same basis ([]: neither has monitors)."""
     loaded = []
     for run in (run_a, run_b):
@@ -65,15 +68,16 @@ def compare_energy(run_a: Path, run_b: Path) -> list[dict]:
     out = []
     for key in sorted(set(a) & set(b), key=lambda k: (k[0], k[1] != "*", k[1], k[2])):
         for field, basis in BASES:
-            if a[key].get(field) and b[key].get(field):
+            parts_a, parts_b = getattr(a[key], field), getattr(b[key], field)
+            if parts_a and parts_b:
                 monitor, endpoint, phase = key
-                out.append({"monitor": monitor, "endpoint": endpoint, "phase": phase, "basis": basis,
-                            **welch_difference(a[key][field], b[key][field])})
+                out.append(EnergyDelta(monitor=monitor, endpoint=endpoint, phase=phase, basis=basis,
+                                       **welch_difference(parts_a, parts_b)))
                 break
     return out
 
 
-def energy_table(rows: list[dict], run_a: Path, run_b: Path):
+def energy_table(rows: list[EnergyDelta], run_a: Path, run_b: Path):
     """The terminal's table of `compare_energy`'s rows."""
     from rich.table import Table
 
@@ -82,9 +86,8 @@ def energy_table(rows: list[dict], run_a: Path, run_b: Path):
     for col in ("monitor", "endpoint", "phase", "A mJ", "B mJ", "Δ mJ [95% CI]", "parts A/B"):
         table.add_column(col, justify="right")
     for r in rows:
-        mark = "≈ " if r["basis"] == "estimate" else ""
-        diff = "too few parts" if r["diff_mj"] is None else \
-            f"{mark}{r['diff_mj']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
-        table.add_row(r["monitor"], r["endpoint"], str(r["phase"]), f"{mark}{r['mean_a_mj']:.3g}",
-                      f"{mark}{r['mean_b_mj']:.3g}", diff, f"{r['windows_a']}/{r['windows_b']}")
+        mark = "≈ " if r.basis == "estimate" else ""
+        diff = "too few parts" if r.diff_mj is None else f"{mark}{r.diff_mj:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
+        table.add_row(r.monitor, r.endpoint, str(r.phase), f"{mark}{r.mean_a_mj:.3g}", f"{mark}{r.mean_b_mj:.3g}",
+                      diff, f"{r.windows_a}/{r.windows_b}")
     return table

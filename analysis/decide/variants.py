@@ -14,6 +14,7 @@ from tailrace.analysis.stats.outcomes.accuracy import JUDGED
 from tailrace.contract.plan import RunPlan
 from tailrace.contract.profile import Endpoint
 from tailrace.contract.summary.sections import Decision, VariantRow
+from tailrace.contract.summary.tables import EndpointStatistics, Hardware, HardwareEndpointRow, HardwareRow
 
 
 def _peak_rss_mb(timeline: list[dict]) -> float | None:
@@ -30,7 +31,7 @@ def _slots(plan: RunPlan, endpoint: Endpoint) -> int:
     return plan.profile.embedded.slots.get(endpoint.model, 1) if isinstance(endpoint.model, str) else 1
 
 
-def endpoint_serving(plan: RunPlan, stat_rows: list[dict]) -> dict[str, EndpointServing]:
+def endpoint_serving(plan: RunPlan, stat_rows: list[EndpointStatistics]) -> dict[str, EndpointServing]:
     """Each endpoint of one model (not a mix): its model and execution slots × requests per execution seen."""
     batch = requests_per_execution(stat_rows)
     return {e.name: EndpointServing(e.model, _slots(plan, e) * batch.get(e.name, 1.0), e.generative or e.pooling)
@@ -43,24 +44,24 @@ def monitor_scopes(profile) -> list[MonitorScope]:
             for m in profile.monitors]
 
 
-def hardware_of(name: str, hardware: dict | None) -> dict:
+def hardware_of(name: str, hardware: Hardware | None) -> dict:
     """A variant's energy per request and exporter-measured memory over its measured phases: measured where a
     monitor watches it alone with an energy counter; else an estimate — the process's CPU-seconds where a monitor
     watches it alone, else its model's — × the declared watts per core (`energy_basis` says which); {} where no
     monitor says."""
-    section = hardware or {}
-    alone = [r for r in section.get("rows", []) if r.get("endpoints") == [name]]
-    mine = [r for r in section.get("endpoints", []) if r["endpoint"] == name]
+    section = hardware or Hardware()
+    alone: list[HardwareRow] = [r for r in section.rows if r.endpoints == [name]]
+    mine: list[HardwareEndpointRow] = [r for r in section.endpoints if r.endpoint == name]
     out: dict = {}
     for rows, key, basis in ((mine, "energy_per_request_mj", "measured"),
                              (alone, "estimated_energy_per_request_mj", "estimate: process CPU"),
                              (mine, "estimated_energy_per_request_mj", "estimate: model CPU")):
-        found = [r for r in rows if r.get(key) is not None and r["requests"]]
+        found = [(getattr(r, key), r.requests) for r in rows if getattr(r, key) is not None and r.requests]
         if found:
-            requests = sum(r["requests"] for r in found)
-            out |= {"energy_mj": sum(r[key] * r["requests"] for r in found) / requests, "energy_basis": basis}
+            requests = sum(n for _, n in found)
+            out |= {"energy_mj": sum(v * n for v, n in found) / requests, "energy_basis": basis}
             break
-    peaks = [r[k] for r in alone for k in ("gpu_memory_max_bytes", "memory_max_bytes") if r.get(k) is not None]
+    peaks = [v for r in alone for v in (r.gpu_memory_max_bytes, r.memory_max_bytes) if v is not None]
     if peaks:
         out["exporter_memory_mb"] = max(peaks) / 2**20
     return out
@@ -86,16 +87,16 @@ def per_sample_correct(ok: pd.DataFrame) -> dict[int, bool]:
     return {int(k): bool(v) for k, v in single.groupby("sample_index")["correct"].first().items()}
 
 
-def server_compute_ms(stat_rows: list[dict]) -> dict[str, float]:
+def server_compute_ms(stat_rows: list[EndpointStatistics]) -> dict[str, float]:
     """Endpoint → mean compute (input + infer + output) per inference, from the server's statistics deltas
     (for servers that do not report timings in their responses, like Triton)."""
     out = {}
     for r in stat_rows:
-        if not r.get("inference_count") or r.get("mean_compute_infer_ms") is None:
+        if not r.inference_count or r.mean_compute_infer_ms is None:
             continue
-        per_execution = sum(r.get(f"mean_{s}_ms") or 0.0 for s in ("compute_input", "compute_infer", "compute_output"))
-        per_inference = per_execution * r["execution_count"] / r["inference_count"]
-        for endpoint in r["endpoints"]:
+        per_execution = (r.mean_compute_input_ms or 0.0) + r.mean_compute_infer_ms + (r.mean_compute_output_ms or 0.0)
+        per_inference = per_execution * (r.execution_count or 0) / r.inference_count
+        for endpoint in r.endpoints:
             out[endpoint] = per_inference
     return out
 
@@ -185,7 +186,8 @@ def variant_row(name: str, g: pd.DataFrame, data, stats_compute_ms: dict[str, fl
     return row, lat
 
 
-def variant_decision(df: pd.DataFrame, data, stat_rows: list[dict], hardware: dict | None = None) -> Decision | None:
+def variant_decision(df: pd.DataFrame, data, stat_rows: list[EndpointStatistics],
+                     hardware: Hardware | None = None) -> Decision | None:
     """The decision section of summary.json, or None when the profile asks for none. `stat_rows`: the
     run's server statistics deltas (analysis/read/triton_stats.py's endpoint_stat_deltas); `hardware`: the run's
     hardware section (energy per request, exporters' memory)."""

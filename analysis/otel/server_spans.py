@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from tailrace.contract.summary.tables import ServerSpanRow, ServerSpans
 
 VLLM = {"server_queue_ms": "gen_ai.latency.time_in_queue", "server_ttft_ms": "gen_ai.latency.time_to_first_token",
         "server_prefill_ms": "gen_ai.latency.time_in_model_prefill",
@@ -156,7 +159,7 @@ def _ms(values: pd.Series) -> dict:
         if len(v) else {}
 
 
-def server_span_section(df: pd.DataFrame, joined: Joined, sources: list[str]) -> dict:
+def server_span_section(df: pd.DataFrame, joined: Joined, sources: list[str]) -> ServerSpans:
     """Per endpoint: the share of its requests that found their server span, the server's split beside the client's
     TTFT and send lag, and the client-side rest (TTFT − send lag − server TTFT: the network there and back and the
     client's reading). `df`: the requests joined (status, endpoint, ttft_ns, send_lag_ns, latency_ns) by position."""
@@ -165,7 +168,7 @@ def server_span_section(df: pd.DataFrame, joined: Joined, sources: list[str]) ->
     for endpoint in sorted(df["endpoint"].astype(str).unique()):
         mine = np.flatnonzero((df["endpoint"].astype(str) == endpoint).to_numpy())
         found = t.loc[t.index.intersection(mine)]
-        row = {"endpoint": endpoint, "requests": int(len(mine)), "with_server_span": int(len(found)),
+        row: dict = {"endpoint": endpoint, "requests": int(len(mine)), "with_server_span": int(len(found)),
                "share": len(found) / len(mine) if len(mine) else None,
                "span_names": sorted(found["server_span"].unique().tolist())}
         for column in TIMING_COLUMNS:
@@ -177,16 +180,23 @@ def server_span_section(df: pd.DataFrame, joined: Joined, sources: list[str]) ->
             rest = pd.Series(np.where(ttft >= 0, ttft / 1e6 - lag - found["server_ttft_ms"].to_numpy(), np.nan))
             row |= {"client_ttft_ms": _ms(pd.Series(np.where(ttft >= 0, ttft / 1e6, np.nan))),
                     "client_rest_ms": _ms(rest)}
-        rows.append(row)
-    return {"rows": rows, "spans": joined.spans, "unknown_trace_spans": joined.unknown_trace_spans,
-            "sources": sources}
+        rows.append(ServerSpanRow(**row))
+    return ServerSpans(rows=rows, spans=joined.spans, unknown_trace_spans=joined.unknown_trace_spans, sources=sources)
 
 
-def joined_server_spans(df: pd.DataFrame, spans: list[ServerSpan], sources: list[str]) -> dict:
-    """{"section": server_span_section's, "timing": log row → what its server span says (for the slowest
-    requests)} of the run's requests (`df`: SERVER_SPAN_COLUMNS, indexed by log row)."""
+@dataclass(frozen=True)
+class JoinedSpans:
+    """The run's requests joined with the servers' spans: the summary's section, and per log row what its server
+    span says (`timing`: for the slowest requests)."""
+
+    section: ServerSpans
+    timing: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def joined_server_spans(df: pd.DataFrame, spans: list[ServerSpan], sources: list[str]) -> JoinedSpans:
+    """The run's requests (`df`: SERVER_SPAN_COLUMNS, indexed by log row) joined with the servers' spans."""
     joined = join(spans, df["trace_id"].astype(str).to_numpy(), df["span_id"].astype(str).to_numpy())
     rows = df.index.to_numpy()
     timing = {int(rows[i]): {k: v for k, v in row.items() if v == v and v is not None}
               for i, row in zip(joined.timing.index, joined.timing.to_dict(orient="records"))}
-    return {"section": server_span_section(df.reset_index(drop=True), joined, sources), "timing": timing}
+    return JoinedSpans(server_span_section(df.reset_index(drop=True), joined, sources), timing)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tailrace.contract.summary.tables import EndpointStatistics, ServerTimelinePoint
+
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 _EMPTY: dict[str, Any] = {"inference_stats": {}, "inference_count": 0, "execution_count": 0, "batch_stats": []}
 
@@ -41,7 +43,8 @@ def _mean_ms(stages: dict, stage: str) -> float | None:
     return s["ns"] / s["count"] / 1e6 if s.get("count") else None
 
 
-def endpoint_stat_deltas(stats: dict[str, dict[str, dict]], models: dict[str, str] | None = None) -> list[dict]:
+def endpoint_stat_deltas(stats: dict[str, dict[str, dict]],
+                         models: dict[str, str] | None = None) -> list[EndpointStatistics]:
     """One row per (server, model): requests, failures, mean queue / compute times, batching, and the
     endpoints it covers. `stats` is endpoint → {"before": snapshot, "after": snapshot}; `models`
     (endpoint → model) picks each endpoint's own model out of snapshots that cover a whole server."""
@@ -70,25 +73,21 @@ def endpoint_stat_deltas(stats: dict[str, dict[str, dict]], models: dict[str, st
                 "mean_batch": d["inference_count"] / executions if executions else None,
                 "batch_sizes": {str(k): v for k, v in sorted(d["batches"].items())},
                 **{f"mean_{s}_ms": _mean_ms(d["stages"], s) for s in STAGES}}
-    rows = []
-    for row in groups.values():
-        row["endpoint"] = " + ".join(row["endpoints"])
-        rows.append(row)
-    return rows
+    return [EndpointStatistics(**row, endpoint=" + ".join(row["endpoints"])) for row in groups.values()]
 
 
-def requests_per_execution(stat_rows: list[dict]) -> dict[str, float]:
+def requests_per_execution(stat_rows: list[EndpointStatistics]) -> dict[str, float]:
     """Endpoint → requests per execution of its model on its server (1 without dynamic batching, whatever
     each request's own batch size)."""
     out = {}
     for row in stat_rows:
-        if row.get("execution_count") and row.get("success"):
-            for endpoint in row["endpoints"]:
-                out[endpoint] = max(1.0, row["success"] / row["execution_count"])
+        if row.execution_count and row.success:
+            for endpoint in row.endpoints:
+                out[endpoint] = max(1.0, row.success / row.execution_count)
     return out
 
 
-def stats_timeline(timeline: list[dict], model: str) -> list[dict]:
+def stats_timeline(timeline: list[dict], model: str) -> list[ServerTimelinePoint]:
     """Interval rows from consecutive periodic snapshots: requests/s, failures and mean queue / compute."""
     points = [(s["t_ns"], _index(s).get(model)) for s in timeline]
     known = [(t, m) for t, m in points if m is not None]
@@ -99,8 +98,8 @@ def stats_timeline(timeline: list[dict], model: str) -> list[dict]:
         ok = d["stages"].get("success", {}).get("count", 0)
         if seconds <= 0 or ok < 0:  # a restarted server resets its counters: skip that interval
             continue
-        rows.append({"t_ns": t1, "interval_s": seconds, "success_per_s": ok / seconds,
-                     "fail": d["stages"].get("fail", {}).get("count", 0),
-                     "mean_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] > 0 else None,
-                     **{f"mean_{s}_ms": _mean_ms(d["stages"], s) for s in STAGES}})
+        rows.append(ServerTimelinePoint(
+            t_ns=t1, interval_s=seconds, success_per_s=ok / seconds, fail=d["stages"].get("fail", {}).get("count", 0),
+            mean_batch=d["inference_count"] / d["execution_count"] if d["execution_count"] > 0 else None,
+            **{f"mean_{s}_ms": _mean_ms(d["stages"], s) for s in STAGES}))
     return rows

@@ -9,6 +9,7 @@ from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentile
 from tailrace.analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import Segment, describe_arrivals, load_segments
+from tailrace.contract.summary.sections import Scenario
 from tailrace.contract.summary.tables import PhaseRow
 
 _TIME = "t_intended_ref"
@@ -115,14 +116,14 @@ def _percentile_rows(measured: pd.DataFrame, percentile: float) -> list[dict]:
     return rows
 
 
-def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[str, dict]) -> dict:
+def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[str, dict]) -> Scenario:
     """The scenario's own numbers: single-stream p90, multi-stream p99 per query and missed intervals,
     offline samples/s. `df` holds every row (phase 0 = warm-up); `worker_summaries` come from worker.json."""
     load = profile.load
     scenario = load.scenario
     out: dict = {"scenario": scenario}
     if scenario == "server":  # open loop: its numbers are the latency table's
-        return out | {"arrivals": describe_arrivals(load)}
+        return Scenario(scenario=scenario, arrivals=describe_arrivals(load))
     measured = df[df["phase"] > 0]
     if scenario == "single-stream":
         out["p90"] = _percentile_rows(measured, 90)
@@ -153,4 +154,4 @@ def scenario_summary(df: pd.DataFrame, profile: Profile, worker_summaries: dict[
                              for region, g in ok.groupby("region", sort=True)]
         out["accuracy"] = accuracy_of(ok)
         out["batch"], out["concurrency_per_worker"] = load.offline_batch, load.offline_concurrency
-    return out
+    return Scenario.model_validate(out)

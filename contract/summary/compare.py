@@ -75,3 +75,21 @@ class AccuracyDelta(Row):
     test: str | None = None
     p_value: float | None = None
     verdict: str = ""
+
+
+class EnergyDelta(Row):
+    """B − A of energy per request on one monitor (× endpoint: "*" for the monitor's whole) × measured phase, with
+    Welch's 95% interval over each run's equal parts of the phase; `basis` "measured" or "estimate" (labelled)."""
+
+    monitor: str
+    endpoint: str = "*"
+    phase: int
+    basis: Literal["measured", "estimate"]
+    mean_a_mj: float | None = None
+    mean_b_mj: float | None = None
+    diff_mj: float | None = None  # None: fewer than three parts in a run
+    ci_low: float | None = None
+    ci_high: float | None = None
+    windows_a: int = 0
+    windows_b: int = 0
+    relative: float | None = None  # diff / A's mean

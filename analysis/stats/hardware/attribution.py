@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from tailrace.analysis.read.hardware import MonitorSeries
 from tailrace.analysis.stats.hardware.windows import PhaseWindow, between, per_request_windows
+from tailrace.contract.summary.tables import HardwareEndpointRow
 
 AGREEMENT = 0.2  # measured U and ρ within 20% of ρ: the law holds for this resource
 
@@ -53,7 +54,7 @@ def _law(rho: float | None, measured: float | None) -> str | None:
 
 
 def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
-                  serving: dict[str, EndpointServing]) -> list[dict]:
+                  serving: dict[str, EndpointServing]) -> list[HardwareEndpointRow]:
     """One row per endpoint of the phase the monitor says something of ([] where it says nothing per endpoint)."""
     duration = (w.t1 - w.t0) / 1e9
     alone = scope.endpoints is not None and len(scope.endpoints) == 1
@@ -75,7 +76,7 @@ def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
         compute_ms = w.compute_ms.get(endpoint)
         rho = throughput * compute_ms / 1e3 / slots if throughput and compute_ms is not None and not \
             serving[endpoint].continuous else None
-        row = {"monitor": s.name, "endpoint": endpoint, "model": model, "phase": w.phase, "requests": requests,
+        row: dict = {"monitor": s.name, "endpoint": endpoint, "model": model, "phase": w.phase, "requests": requests,
                "throughput_rps": throughput, "mean_service_ms": compute_ms, "slots": slots, "rho": rho}
         if cpu_s is not None:
             mine = cpu_s * share
@@ -100,5 +101,5 @@ def endpoint_rows(s: MonitorSeries, w: PhaseWindow, scope: MonitorScope,
                                                                          w.t0, w.t1)}
         measured_u = row.get("measured_utilization")
         row["utilization_law"] = _law(rho, measured_u if isinstance(measured_u, float) else None)
-        out.append(row)
+        out.append(HardwareEndpointRow(**row))
     return out

@@ -18,6 +18,7 @@ import numpy as np
 from tailrace.analysis.read.hardware import MonitorSeries
 from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope, endpoint_rows
 from tailrace.analysis.stats.hardware.windows import PhaseWindow, between, per_request_windows
+from tailrace.contract.summary.tables import Hardware, HardwareEndpointRow, HardwareRow
 
 HARDWARE_COLUMNS = ("phase", "status", "endpoint", "t_intended_ref", "t_done_ref", "server_compute_ns")  # + "output_tokens"
 # where the run has streams
@@ -49,7 +50,7 @@ def _idle_power(s: MonitorSeries, load_start: int) -> tuple[float | None, int]:
 
 
 def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None, idle_w: float | None,
-              watts_per_core: float | None = None) -> dict:
+              watts_per_core: float | None = None) -> HardwareRow:
     """One monitor over one phase's window, its requests and tokens those of `endpoints` (None: every endpoint);
     `watts_per_core`: the profile's, for an estimate where no counter is."""
     t0, t1 = w.t0, w.t1
@@ -59,7 +60,7 @@ def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None,
     energy = between(s.t_ns, s.energy_j, t0, t1)
     power = energy / duration if energy is not None and duration > 0 else _mean(s.values["power_w"][inside])
     busy = _mean(s.cpu_busy[intervals]) if s.cpu_busy is not None else None
-    row = {"monitor": s.name, "phase": w.phase, "duration_s": duration, "scrapes": int(inside.sum()),
+    row: dict = {"monitor": s.name, "phase": w.phase, "duration_s": duration, "scrapes": int(inside.sum()),
            "cpu_busy_pct": busy * 100 if busy is not None else None,
            "gpu_util_pct": _mean(s.values["gpu_util_pct"][inside]),
            "sm_active_pct": _mean(s.values["sm_active_pct"][inside]),
@@ -96,7 +97,7 @@ def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None,
                 "output_tokens_per_j": tokens / energy if tokens and energy > 0 else None,
                 "energy_per_request_mj_windows": per_request_windows(s.t_ns, s.energy_j, w.intended_of(endpoints),
                                                                      t0, t1)}
-    return row
+    return HardwareRow(**row)
 
 
 def _finite(values: np.ndarray) -> list[float | None]:
@@ -130,15 +131,17 @@ def timeline_of(s: MonitorSeries, t0: int) -> dict[str, list]:
 
 
 def hardware_section(series: list[MonitorSeries], windows: list[PhaseWindow], monitors: list[MonitorScope],
-                     serving: dict[str, EndpointServing] | None = None) -> dict:
-    """{"rows": one per monitor × measured phase, "endpoints": one per monitor × endpoint × phase where the monitor
-    says what that endpoint's model used (analysis/stats/hardware/attribution.py), "missing": what a monitor could
-    not say, each a line, "timeline": each monitor's chart} ({}: no monitors). `monitors`: each monitor's
-    endpoints and declared watts per core; `serving`: each endpoint's model and slots."""
+                     serving: dict[str, EndpointServing] | None = None) -> Hardware | None:
+    """The hardware section: its rows one per monitor × measured phase, its endpoints one per monitor × endpoint ×
+    phase where the monitor says what that endpoint's model used (analysis/stats/hardware/attribution.py), what a
+    monitor could not say (`missing`, each a line) and each monitor's chart (`timeline`); None: no monitors.
+    `monitors`: each monitor's endpoints and declared watts per core; `serving`: each endpoint's model and slots."""
     if not series:
-        return {}
+        return None
     scopes = {m.name: m for m in monitors}
-    rows, by_endpoint, missing = [], [], []
+    rows: list[HardwareRow] = []
+    by_endpoint: list[HardwareEndpointRow] = []
+    missing: list[str] = []
     load_start = min((w.t0 for w in windows), default=None)
     for s in series:
         scope = scopes.get(s.name, MonitorScope(s.name))
@@ -161,4 +164,4 @@ def hardware_section(series: list[MonitorSeries], windows: list[PhaseWindow], mo
             rows.append(usage_row(s, w, scope.endpoints, idle_w, scope.watts_per_core))
             by_endpoint.extend(endpoint_rows(s, w, scope, serving or {}))
     timeline = {s.name: timeline_of(s, load_start) for s in series if len(s.t_ns) and load_start is not None}
-    return {"rows": rows, "endpoints": by_endpoint, "missing": missing, "timeline": timeline}
+    return Hardware(rows=rows, endpoints=by_endpoint, missing=missing, timeline=timeline)

@@ -38,15 +38,15 @@ def test_b_draws_a_quarter_more_energy_per_request_and_the_interval_says_so(tmp_
     a = run_with_gpu(tmp_path / "a", 2.0, seed=1)
     b = run_with_gpu(tmp_path / "b", 2.5, seed=2)
     [row] = compare_energy(a, b)
-    assert (row["monitor"], row["endpoint"], row["phase"], row["basis"]) == ("gpu", "*", 1, "measured")
+    assert (row.monitor, row.endpoint, row.phase, row.basis) == ("gpu", "*", 1, "measured")
     # per request: its share of the idle 60 W too (40 requests a second: 1.5 J), plus what the load drew
-    assert row["mean_a_mj"] == pytest.approx(3500, rel=0.05) and row["mean_b_mj"] == pytest.approx(4000, rel=0.05)
-    assert row["ci_low"] < 500 < row["ci_high"] and row["ci_low"] > 0 and row["windows_a"] == 10
+    assert row.mean_a_mj == pytest.approx(3500, rel=0.05) and row.mean_b_mj == pytest.approx(4000, rel=0.05)
+    assert row.ci_low < 500 < row.ci_high and row.ci_low > 0 and row.windows_a == 10
     assert compare_command(a, b, tmp_path / "out") == 0
     out = capsys.readouterr().out
     assert "energy per request" in out and "+5" in out
     saved = json.loads((tmp_path / "out" / "compare_energy.json").read_text())
-    assert saved[0]["diff_mj"] == pytest.approx(row["diff_mj"])
+    assert saved[0]["diff_mj"] == pytest.approx(row.diff_mj)
 
 
 def test_welch_needs_three_parts_each():

@@ -74,8 +74,8 @@ def test_vllm_and_triton_spans_joined_to_their_requests(tmp_path):
     df = pd.DataFrame({"endpoint": ["chat", "resnet", "chat"], "status": "ok", "send_lag_ns": [1_000_000, 0, 0],
                        "ttft_ns": [30_000_000, -1, 25_000_000]})
     section = server_span_section(df, joined, [str(path)])
-    chat = next(r for r in section["rows"] if r["endpoint"] == "chat")
-    assert chat["share"] == 0.5 and chat["client_rest_ms"]["p50"] == pytest.approx(30 - 1 - 21)
+    chat = next(r for r in section.rows if r.endpoint == "chat")
+    assert chat.share == 0.5 and chat.client_rest_ms["p50"] == pytest.approx(30 - 1 - 21)
 
 
 def test_a_span_file_that_is_not_otlp_json_is_named_with_its_line(tmp_path):

@@ -78,13 +78,19 @@ def test_utilization_counts_a_batch_execution_once():
     df = _server_side(400, 20, 2.0)
     unbatched = queueing_table(df, {}, set())[0]
     assert unbatched.utilization == pytest.approx(0.8, rel=0.05) and unbatched.requests_per_execution == 1
-    per_exec = requests_per_execution([{"endpoints": ["e"], "success": 8000, "execution_count": 2000}])
+    per_exec = requests_per_execution([stats_row(success=8000, execution_count=2000)])
     batched = queueing_table(df, {}, set(), per_exec)[0]
     assert per_exec == {"e": 4.0}
     assert batched.utilization == pytest.approx(unbatched.utilization / 4)
     # requests of 128 samples each, one execution per request: no correction
-    assert requests_per_execution([{"endpoints": ["e"], "success": 50, "execution_count": 50,
-                                    "inference_count": 6400}]) == {"e": 1.0}
+    assert requests_per_execution([stats_row(success=50, execution_count=50, inference_count=6400)]) == {"e": 1.0}
+
+
+def stats_row(**counts: int):
+    """A server-side statistics row of endpoint "e"'s model."""
+    from tailrace.contract.summary.tables import EndpointStatistics
+
+    return EndpointStatistics(endpoints=["e"], endpoint="e", server="s", kind="embedded", model="m", **counts)
 
 
 def test_pollaczek_khinchine_is_mm1_for_exponential_service_and_half_for_deterministic():

@@ -54,21 +54,21 @@ def test_energy_per_phase_per_request_and_per_token_from_a_dcgm_counter(tmp_path
     assert (w.phase, w.t0, w.t1, w.requests_of(), w.tokens_of(), w.compute_ms) == (
         1, 5 * S, 15 * S, 2, 40_000, {"e": 4.0, "f": None})
     section = hardware_section([series], [window(1, 5 * S, 15 * S, 500, 40_000)], [])
-    [row] = section["rows"]
-    assert row["energy_j"] == pytest.approx(3000) and row["power_w"] == pytest.approx(300)
-    assert row["idle_power_w"] == pytest.approx(100) and row["energy_above_idle_j"] == pytest.approx(2000)
-    assert row["energy_per_request_mj"] == pytest.approx(6000) and row["output_tokens_per_j"] == pytest.approx(40_000 / 3000)
-    assert row["energy_per_1k_output_tokens_j"] == pytest.approx(75) and row["gpu_util_pct"] == 90.0
+    [row] = section.rows
+    assert row.energy_j == pytest.approx(3000) and row.power_w == pytest.approx(300)
+    assert row.idle_power_w == pytest.approx(100) and row.energy_above_idle_j == pytest.approx(2000)
+    assert row.energy_per_request_mj == pytest.approx(6000) and row.output_tokens_per_j == pytest.approx(40_000 / 3000)
+    assert row.energy_per_1k_output_tokens_j == pytest.approx(75) and row.gpu_util_pct == 90.0
     # ten equal parts of the phase, 50 requests and 300 J each: 6,000 mJ a request in every one
-    assert row["energy_per_request_mj_windows"] == pytest.approx([6000.0] * 10)
-    assert row["gpu_memory_max_bytes"] == 1024 * 2**20 and row["power_from"] == "energy counter"
-    assert section["missing"] == ["gpu-node: 1 of 18 scrapes failed (first: ReadTimeout: timed out)"]
-    line = section["timeline"]["gpu-node"]  # the chart's series: seconds since the load's start, power from energy
+    assert row.energy_per_request_mj_windows == pytest.approx([6000.0] * 10)
+    assert row.gpu_memory_max_bytes == 1024 * 2**20 and row.power_from == "energy counter"
+    assert section.missing == ["gpu-node: 1 of 18 scrapes failed (first: ReadTimeout: timed out)"]
+    line = section.timeline["gpu-node"]  # the chart's series: seconds since the load's start, power from energy
     assert line["t_s"][0] == -5.0 and line["power_w"][0] == pytest.approx(100) and line["power_w"][-1] == pytest.approx(300)
     assert line["gpu_util_pct"][-1] == 90.0 and "power_gauge_w" not in line and "cpu_busy_pct" not in line
     from tailrace.analysis.report.plots import hardware_over_time
 
-    assert hardware_over_time(section["timeline"], [10.0]).startswith("<svg") and hardware_over_time({}) is None
+    assert hardware_over_time(section.timeline, [10.0]).startswith("<svg") and hardware_over_time({}) is None
 
 
 def test_cpu_busy_from_the_node_exporter_and_no_joules_without_a_counter(tmp_path):
@@ -79,10 +79,10 @@ def test_cpu_busy_from_the_node_exporter_and_no_joules_without_a_counter(tmp_pat
              for t in range(0, 8)]
     series = read_monitor(timeline(tmp_path / "n.jsonl", lines), "host")
     section = hardware_section([series], [window(1, 3 * S, 7 * S, 10, 0)], [])
-    [row] = section["rows"]
-    assert row["cpu_busy_pct"] == pytest.approx(75.0) and row["memory_max_bytes"] == pytest.approx(2.7e9)
-    assert row["energy_j"] is None and "energy_per_request_mj" not in row
-    assert section["missing"] == ["host: no energy counter (DCGM, Triton, RAPL, NVML or Kepler): no joules measured, per "
+    [row] = section.rows
+    assert row.cpu_busy_pct == pytest.approx(75.0) and row.memory_max_bytes == pytest.approx(2.7e9)
+    assert row.energy_j is None and "energy_per_request_mj" not in row.model_fields_set
+    assert section.missing == ["host: no energy counter (DCGM, Triton, RAPL, NVML or Kepler): no joules measured, per "
                                   "request or per token"]
 
 
@@ -94,20 +94,20 @@ def test_an_estimate_from_a_servers_cpu_seconds_is_labelled_and_apart(tmp_path):
     series = read_monitor(timeline(tmp_path / "e.jsonl", lines), "embedded-server")
     section = hardware_section([series], [window(1, 2 * S, 6 * S, 30, 600)],
                                [MonitorScope("embedded-server", None, 10.0)])
-    [row] = section["rows"]
-    assert row["process_cores"] == pytest.approx(1.5) and row["estimated_energy_j"] == pytest.approx(60)
-    assert section["timeline"]["embedded-server"]["process_cpu_pct"] == pytest.approx([150.0] * 7)  # the chart
-    assert row["estimated_energy_per_request_mj"] == pytest.approx(2000) and row["energy_j"] is None
-    assert row["estimated_energy_per_1k_output_tokens_j"] == pytest.approx(100)
-    assert "an estimate" in row["estimate_basis"] and row["memory_max_bytes"] == 3e8
-    assert "an estimate from its process's CPU-seconds is shown, labelled" in section["missing"][0]
+    [row] = section.rows
+    assert row.process_cores == pytest.approx(1.5) and row.estimated_energy_j == pytest.approx(60)
+    assert section.timeline["embedded-server"]["process_cpu_pct"] == pytest.approx([150.0] * 7)  # the chart
+    assert row.estimated_energy_per_request_mj == pytest.approx(2000) and row.energy_j is None
+    assert row.estimated_energy_per_1k_output_tokens_j == pytest.approx(100)
+    assert "an estimate" in row.estimate_basis and row.memory_max_bytes == 3e8
+    assert "an estimate from its process's CPU-seconds is shown, labelled" in section.missing[0]
 
 
 def test_a_monitor_that_never_answered_says_nothing_but_that(tmp_path):
     lines = [{"t_ns": t * S, "error": "ConnectError: refused"} for t in range(3)]
     series = read_monitor(timeline(tmp_path / "d.jsonl", lines), "dcgm")
     section = hardware_section([series], [window(1, 0, 2 * S, 3, 0)], [])
-    assert section["rows"] == [] and section["missing"] == [
+    assert section.rows == [] and section.missing == [
         "dcgm: 3 of 3 scrapes failed (first: ConnectError: refused)", "dcgm: no scrape answered: nothing is known of it"]
 
 
@@ -118,8 +118,8 @@ def test_a_monitor_of_some_endpoints_counts_their_requests_only(tmp_path):
     w = PhaseWindow(1, 1 * S, 11 * S, {"a": np.arange(1, 11, dtype=np.int64) * S,
                                        "b": np.arange(1, 11, dtype=np.int64) * S}, {"a": 100, "b": 0}, {})
     section = hardware_section([series], [w], [MonitorScope("gpu", ("a",))])
-    [row] = section["rows"]
-    assert row["requests"] == 10 and row["endpoints"] == ["a"] and row["energy_per_request_mj"] == pytest.approx(200_000)
+    [row] = section.rows
+    assert row.requests == 10 and row.endpoints == ["a"] and row.energy_per_request_mj == pytest.approx(200_000)
 
 
 def test_per_request_windows_leave_out_a_part_without_requests():
@@ -144,14 +144,14 @@ def test_the_utilization_law_from_a_models_cpu_time(tmp_path):
                     {"busy-http": 50.0, "sleepy-http": 50.0})
     serving = {"busy-http": EndpointServing("busy", 1), "sleepy-http": EndpointServing("sleepy", 1)}
     section = hardware_section([series], [w], [MonitorScope("embedded", None, 10.0)], serving)
-    busy, sleepy = section["endpoints"]
-    assert busy["rho"] == pytest.approx(1.0) and busy["measured_utilization"] == pytest.approx(0.98)
-    assert busy["utilization_law"] == "holds (U/ρ 0.98)" and busy["cpu_ms_per_request"] == pytest.approx(49)
-    assert sleepy["measured_utilization"] == pytest.approx(1 / 3)
-    assert sleepy["utilization_law"].startswith("U/ρ 0.33: the slot also waited")
+    busy, sleepy = section.endpoints
+    assert busy.rho == pytest.approx(1.0) and busy.measured_utilization == pytest.approx(0.98)
+    assert busy.utilization_law == "holds (U/ρ 0.98)" and busy.cpu_ms_per_request == pytest.approx(49)
+    assert sleepy.measured_utilization == pytest.approx(1 / 3)
+    assert sleepy.utilization_law.startswith("U/ρ 0.33: the slot also waited")
     # the estimate per endpoint: its model's CPU-seconds × 10 W a core, per request (labelled)
-    assert busy["estimated_energy_per_request_mj"] == pytest.approx(490) and "estimate" in busy["estimate_basis"]
-    assert sleepy["estimated_energy_per_request_mj_windows"] == pytest.approx([1000 / 6] * 10)
+    assert busy.estimated_energy_per_request_mj == pytest.approx(490) and "estimate" in busy.estimate_basis
+    assert sleepy.estimated_energy_per_request_mj_windows == pytest.approx([1000 / 6] * 10)
 
 
 def test_an_endpoint_watched_alone_has_its_energy_measured(tmp_path):
@@ -161,6 +161,6 @@ def test_an_endpoint_watched_alone_has_its_energy_measured(tmp_path):
     w = window(1, 1 * S, 11 * S, 100, 0, endpoint="resnet", compute_ms=50.0)
     section = hardware_section([series], [w], [MonitorScope("triton-gpu", ("resnet",))],
                                {"resnet": EndpointServing("resnet", 1)})
-    [row] = section["endpoints"]
-    assert row["energy_per_request_mj"] == pytest.approx(25_000) and row["measured_from"].startswith("GPU")
-    assert row["rho"] == pytest.approx(0.5) and row["measured_utilization"] == 0.5 and row["utilization_law"] == "holds (U/ρ 1.00)"
+    [row] = section.endpoints
+    assert row.energy_per_request_mj == pytest.approx(25_000) and row.measured_from.startswith("GPU")
+    assert row.rho == pytest.approx(0.5) and row.measured_utilization == 0.5 and row.utilization_law == "holds (U/ρ 1.00)"
