@@ -29,8 +29,8 @@ from tailrace.contract.profile import parse_profile  # noqa: E402
 from tailrace.contract.requests import declared_request  # noqa: E402
 from tailrace.harness.client.outcome import Send  # noqa: E402
 from tailrace.harness.client.request_data import samples_for  # noqa: E402
-from tailrace.harness.client.senders import build_sender  # noqa: E402
 from tailrace.harness.services.processes import free_port  # noqa: E402
+from tailrace.harness.workload.senders import kserve_sender  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/https_send_path.py"
 
@@ -44,7 +44,7 @@ def sender_for(url: str, ca: Path | None, concurrency: int):
     ep = profile.endpoints[0]
     request = declared_request(ep, 1)
     samples = samples_for(unresolved_plan(profile, "bench", ""), ep, request)
-    sender = build_sender(ep, url, samples, request, stride=1, pool=PoolLimits.sized(concurrency), models_dir=Path("."))
+    sender = kserve_sender(ep, url, samples, request, stride=1, pool=PoolLimits.sized(concurrency), models_dir=Path("."))
     sender.warm_up()
     return sender
 

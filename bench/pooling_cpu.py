@@ -41,7 +41,7 @@ from tailrace.harness.client.pooling import EmbeddingsSender, RerankSender  # no
 from tailrace.harness.services.processes import free_port  # noqa: E402
 from tailrace.harness.workload.pooling_requests import embedding_bodies, rerank_bodies  # noqa: E402
 from tailrace.harness.workload.prompts import prompt_items  # noqa: E402
-from tailrace.harness.workload.stream_senders import generative_sender  # noqa: E402
+from tailrace.harness.workload.senders import generative_sender  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/pooling_cpu.py"
 DIM, BATCH, DOCUMENTS, STREAM_TOKENS = 384, 32, 32, 16

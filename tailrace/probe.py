@@ -20,9 +20,9 @@ from tailrace.harness.client.outcome import Send
 from tailrace.harness.client.payloads import AnswerCheck, wanted_outputs
 from tailrace.harness.client.pooling import EmbeddingsSender
 from tailrace.harness.client.request_data import DataError, SampleSet, samples_for
-from tailrace.harness.client.senders import build_sender
 from tailrace.harness.client.tls import sender_tls
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError, endpoint_request, model_info, readiness
+from tailrace.harness.workload.senders import kserve_sender
 
 
 def protocol_of(url: str, protocol: str | None) -> str:
@@ -111,7 +111,7 @@ def run_probe(url: str, endpoint: Endpoint, requests: int) -> int:
 
 def _send_some(url: str, endpoint: Endpoint, request: RequestSpec, samples: SampleSet, requests: int) -> int:
     """Send `requests` requests one after another and print each outcome; 1 if any failed."""
-    sender = build_sender(endpoint, url, samples, request, stride=1, pool=PoolLimits.sized(4), models_dir=Path("."),
+    sender = kserve_sender(endpoint, url, samples, request, stride=1, pool=PoolLimits.sized(4), models_dir=Path("."),
                           wanted=tuple(request.outputs))
     check = AnswerCheck(endpoint.check, samples, request.batched)
     checked = set(wanted_outputs(endpoint.check, samples))
@@ -162,7 +162,7 @@ def run_generative_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     with its TTFT (from the send), TPOT, tokens (and where their count came from), finish reason and first words."""
     from tailrace.harness.orchestration.endpoint_check import check_generate
     from tailrace.harness.workload.graded_items import endpoint_prompts
-    from tailrace.harness.workload.stream_senders import generative_sender
+    from tailrace.harness.workload.senders import generative_sender
 
     inputs: list[str] = []
     try:
@@ -232,7 +232,7 @@ def run_pooling_probe(url: str, endpoint: Endpoint, requests: int) -> int:
     """An embeddings or rerank endpoint: the models it lists (TEI's rerank: none), then `requests` requests one after
     another, each with its latency, what it carried, the server's token count and what the reply's checks found
     (an embeddings reply: its vectors' dimension)."""
-    from tailrace.harness.workload.pooling_requests import pooling_sender
+    from tailrace.harness.workload.senders import pooling_sender
 
     tei = endpoint.rerank is not None and endpoint.rerank.api == "tei"
     try:

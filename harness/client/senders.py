@@ -9,7 +9,6 @@ ID, bytes.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -17,13 +16,13 @@ import orjson
 
 from tailrace.contract.credentials import Credential, CredentialError
 from tailrace.contract.plan import EndpointTimeouts, PoolLimits
-from tailrace.contract.profile import Endpoint, Tls
+from tailrace.contract.profile import Tls
 from tailrace.contract.requests import RequestSpec
 from tailrace.harness.client.http_transport import HttpTransport
 from tailrace.harness.client.outcome import Outcome, Send, classify_exception, classify_http_status
 from tailrace.harness.client.payloads import Payloads, decode_grpc_outputs, decode_http_outputs, grpc_request, http_body
 from tailrace.harness.client.request_data import SampleSet
-from tailrace.harness.client.tls import grpc_channel, sender_tls
+from tailrace.harness.client.tls import grpc_channel
 
 
 class Sender(Protocol):
@@ -259,24 +258,3 @@ class InProcessSender:
 
     def close(self) -> None:
         self.session = None
-
-
-def build_sender(endpoint: Endpoint, url: str, samples: SampleSet, request: RequestSpec, stride: int, pool: PoolLimits,
-                 models_dir: Path, wanted: tuple[str, ...] = ()) -> Sender:
-    """The sender for one endpoint of the plan, reaching it at `url`, with its requests encoded."""
-    credential, tls, timeouts = Credential.of(endpoint), sender_tls(endpoint), EndpointTimeouts.of(endpoint)
-    if endpoint.protocol == "kserve-http":
-        return HttpSender(url, endpoint.model, samples, request, timeouts, pool, credential, stride, endpoint.binary,
-                          endpoint.model_version, wanted, tls)
-    if endpoint.protocol == "kserve-grpc":
-        return GrpcSender(url, endpoint.model, samples, request, timeouts, credential, stride,
-                          endpoint.model_version, wanted, tls)
-    path = inprocess_model(models_dir, endpoint)
-    if not path.exists():
-        raise RuntimeError(f"endpoint {endpoint.name}: inprocess needs {path} (an ONNX model)")
-    return InProcessSender(str(path), samples, request, stride, wanted)
-
-
-def inprocess_model(models_dir: Path, endpoint: Endpoint) -> Path:
-    """The ONNX file an inprocess endpoint runs."""
-    return models_dir / endpoint.model / "1" / "model.onnx"

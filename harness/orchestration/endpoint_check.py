@@ -18,7 +18,6 @@ from tailrace.contract.profile import Endpoint, Tls
 from tailrace.contract.requests import RequestSpec, RequestSpecError, declared_request, resolve_request, scenario_request
 from tailrace.contract.tensors import TensorSpec, onnx_tensors
 from tailrace.harness.client.request_data import DataError, samples_for
-from tailrace.harness.client.senders import inprocess_model
 from tailrace.harness.client.tls import (
     TlsError,
     default_verify_context,
@@ -33,6 +32,7 @@ from tailrace.harness.workload.media import MediaPrompts, carries_media, media_b
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
 from tailrace.harness.workload.pooling_requests import pooling_bodies
 from tailrace.harness.workload.prompts import PromptFileError
+from tailrace.harness.workload.senders import inprocess_model
 from tailrace.harness.workload.traces import TraceError, load_trace
 
 

@@ -12,7 +12,7 @@ from tailrace.contract.profile import Endpoint
 from tailrace.contract.requests import scenario_request
 from tailrace.harness.client.payloads import wanted_outputs
 from tailrace.harness.client.request_data import samples_for
-from tailrace.harness.client.senders import Sender, build_sender
+from tailrace.harness.client.senders import Sender
 from tailrace.harness.client.tokenizer import TokenCounter
 from tailrace.harness.worker.arrivals import Arrival
 from tailrace.harness.worker.chains.pipelines import PipelineRunner
@@ -22,9 +22,8 @@ from tailrace.harness.workload.conversations import session_source
 from tailrace.harness.workload.graded_items import endpoint_prompts
 from tailrace.harness.workload.media import MediaPrompts, carries_media
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
-from tailrace.harness.workload.pooling_requests import pooling_sender
 from tailrace.harness.workload.prompts import prompt_tokenizer, token_counter, trace_items
-from tailrace.harness.workload.stream_senders import generative_sender, stream_sender
+from tailrace.harness.workload.senders import generative_sender, kserve_sender, pooling_sender, stream_sender
 from tailrace.harness.workload.trace_prompts import TracePrompts
 from tailrace.harness.workload.traces import TraceRows, replay
 from tailrace.harness.workload.turns import Build, PreparedRequest, Turn
@@ -62,8 +61,8 @@ class EndpointSenders:
                                    f"checks every endpoint before the start)")
             request = scenario_request(request, self.plan.batch_size(ep))
             samples = samples_for(self.plan, ep, request)
-            senders.append(build_sender(ep, url, samples, request, stride, pool, self.models_dir,
-                                        wanted_outputs(ep.check, samples)))
+            senders.append(kserve_sender(ep, url, samples, request, stride, pool, self.models_dir,
+                                         wanted_outputs(ep.check, samples)))
         return senders
 
     def pipelines(self) -> dict[int, PipelineRequests]:

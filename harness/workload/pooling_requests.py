@@ -9,11 +9,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from tailrace.contract.credentials import Credential
-from tailrace.contract.plan import EndpointTimeouts, PoolLimits
 from tailrace.contract.profile import Embeddings, Endpoint, Prompts, Rerank
-from tailrace.harness.client.pooling import EmbeddingsSender, PoolingBody, PoolingSender, RerankSender
-from tailrace.harness.client.tls import sender_tls
+from tailrace.harness.client.pooling import PoolingBody
 from tailrace.harness.workload.prompts import (
     PromptFileError,
     data_path,
@@ -130,14 +127,3 @@ def pooling_bodies(endpoint: Endpoint, seed: int, data_root: Path) -> list[Pooli
     """A pooling endpoint's bodies (the endpoint check reads them too: a bad file stops the run before it starts)."""
     return rerank_bodies(endpoint, seed, data_root) if endpoint.protocol == "rerank" else \
         embedding_bodies(endpoint, seed, data_root)
-
-
-def pooling_sender(endpoint: Endpoint, url: str, pool: PoolLimits, seed: int, data_root: Path) -> PoolingSender:
-    """The endpoint's sender with its bodies encoded now, its timeouts, credential and TLS."""
-    timeouts, credential, tls = EndpointTimeouts.of(endpoint), Credential.of(endpoint), sender_tls(endpoint)
-    if endpoint.protocol == "rerank":
-        spec = endpoint.rerank or Rerank()
-        return RerankSender(url, spec.api, spec.path, rerank_bodies(endpoint, seed, data_root), timeouts, credential,
-                            tls, pool, spec.top_n)
-    return EmbeddingsSender(url, embedding_bodies(endpoint, seed, data_root), timeouts, credential, tls, pool,
-                            (endpoint.embeddings or Embeddings()).dimensions)

@@ -120,7 +120,7 @@ def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends
     from tailrace.contract.records import STATUSES
     from tailrace.contract.requests import declared_request
     from tailrace.harness.client.request_data import samples_for
-    from tailrace.harness.client.senders import build_sender
+    from tailrace.harness.workload.senders import kserve_sender
 
     monkeypatch.delenv("TAILRACE_ABSENT_TOKEN", raising=False)
     profile = parse_profile({"name": "t", "endpoints": [{
@@ -129,7 +129,7 @@ def test_a_worker_that_cannot_read_its_credential_records_client_error_and_sends
         "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 1, "duration_s": 1}}, "t.toml")
     ep = profile.endpoints[0]
     request = declared_request(ep, 1)
-    sender = build_sender(ep, url, samples_for(unresolved_plan(profile, "t", ""), ep, request), request, stride=1,
+    sender = kserve_sender(ep, url, samples_for(unresolved_plan(profile, "t", ""), ep, request), request, stride=1,
                           pool=PoolLimits.sized(1), models_dir=Path("."))
     sent = []
     out = sender.send(Send(0, on_sent=lambda: sent.append(1)))
