@@ -461,8 +461,8 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
     if not sessions and not cache:
         return Sessions()
     positions, good = good_streams(df, slos, generative)
-    for name, lines in over_time.get("by_endpoint", {}).items():  # the server's own counters, interval by interval
-        lines["server"] = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time["t0_ns"])
+    for name, lines in over_time.by_endpoint.items():  # the server's own counters, interval by interval
+        lines.server = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time.t0_ns)
     return Sessions(turns=turn_table(df, sessions), sessions=session_table(df, sessions, positions, good, duration),
                     in_flight=sessions_in_flight(df, sessions), prefix_cache=cache, hit_ratio_over_time=over_time)
 

@@ -32,7 +32,7 @@ from tailrace.analysis.report import plots
 from tailrace.contract.exit_codes import USAGE
 from tailrace.contract.layout import CapacityLayout, ReportLayout, write_atomic
 from tailrace.contract.profile import Profile
-from tailrace.contract.summary import CapacityResult, CapacityTrial, Recommendation
+from tailrace.contract.summary import CapacityResult, CapacityTrial
 from tailrace.harness.orchestration.answer_keys import answer_models
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
@@ -146,8 +146,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     low = low_disk_reason(cap_dir, min_free_bytes())
     if low is not None:  # before any server starts: every trial would be stopped at once
         raise LowDiskError(f"{low}; no load was sent — free some space or choose another --out")
-    slos = [s.model_dump(mode="json") for s in profile.slos]
-    profile_dict = profile.model_dump(mode="json")
+    shares = {r.name: r.share for r in profile.regions}
+    weights = {e.name: e.weight for e in profile.endpoints}
     state = SearchState(c.start_rate, c.growth, c.tolerance)
     rows: list[CapacityTrial] = []
     started = time.monotonic()
@@ -159,7 +159,8 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     try:
         while (rate := state.next_rate()) is not None:
             rate = round(rate, 3)
-            duration = trial_duration_s(rate, slos, profile_dict, c.min_trial_s, c.max_trial_s, c.samples_margin)
+            duration = trial_duration_s(rate, profile.slos, shares, weights, c.min_trial_s, c.max_trial_s,
+                                        c.samples_margin)
             if time.monotonic() - started + duration + c.trial_warmup_s + TRIAL_OVERHEAD_S > budget:
                 budget_spent = True
                 break
@@ -237,7 +238,7 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
                           capacity_energy_per_request_mj=best.energy_per_request_mj if best else None,
                           capacity_estimated_energy_per_request_mj=best.estimated_energy_per_request_mj if best
                           else None,
-                          recommendation=Recommendation(**advice) if advice else None,
+                          recommendation=advice,
                           exit_code={"found": 0, "at-least": 4, "budget": 3, "none": 1}[status], trial_rows=rows)
 
 

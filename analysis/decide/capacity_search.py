@@ -13,10 +13,12 @@ saturated — and whose latency SLOs did not clearly fail anyway — ends the se
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tailrace.analysis.stats.estimators import min_samples_for
-from tailrace.contract.summary import SloVerdict
+from tailrace.contract.profile import Slo
+from tailrace.contract.summary import Recommendation, SloVerdict
 
 PASS, FAIL, GENERATOR_LIMIT, UNDECIDED = "pass", "fail", "generator-limit", "undecided"
 # the SLOs a capacity is judged on: a one-shot request's latency, a streamed one's TTFT, TPOT, ITL and E2E
@@ -67,21 +69,18 @@ class SearchState:
         self.trials.append((rate, outcome))
 
 
-def trial_duration_s(rate: float, slos: list[dict], profile: dict, min_s: float, max_s: float,
-                     margin: float) -> float:
+def trial_duration_s(rate: float, slos: Sequence[Slo], regions: dict[str, float], weights: dict[str, float],
+                     min_s: float, max_s: float, margin: float) -> float:
     """Long enough that each latency (or token) SLO's smallest group holds `margin` × the samples its percentile
-    needs."""
-    regions = {r["name"]: r["share"] for r in profile["regions"]}
-    weights = {e["name"]: e["weight"] for e in profile["endpoints"]}
+    needs; `regions`: each region's share, `weights`: each endpoint's."""
     total_w = sum(weights.values())
     needed = min_s
     for slo in slos:
-        if slo["metric"] not in LATENCY_METRICS:
+        if slo.metric not in LATENCY_METRICS or slo.percentile is None:
             continue
-        n = min_samples_for(slo["percentile"] / 100.0)
-        region_share = regions[slo["region"]] if slo["region"] != "*" else min(regions.values())
-        endpoint_share = (weights[slo["endpoint"]] if slo["endpoint"] != "*" else min(weights.values())) \
-            / total_w
+        n = min_samples_for(slo.percentile / 100.0)
+        region_share = regions[slo.region] if slo.region != "*" else min(regions.values())
+        endpoint_share = (weights[slo.endpoint] if slo.endpoint != "*" else min(weights.values())) / total_w
         needed = max(needed, margin * n / (rate * region_share * endpoint_share))
     return float(min(max_s, math.ceil(needed)))
 
@@ -163,21 +162,20 @@ def beyond_reach(to_decide_s: float | None, max_s: float) -> str:
 
 
 def recommendation(capacity_rps: float, mean_service_ms: float | None, slots: int, mean_latency_ms: float | None,
-                   headroom: float, max_utilization: float, peak_rate: float | None) -> dict:
+                   headroom: float, max_utilization: float, peak_rate: float | None) -> Recommendation:
     """What to provision: the rate one instance should be planned at (the SLO capacity divided by the headroom,
     and no more than max_utilization × slots / S), the instances a peak needs, and by Little's law the
     requests in flight (L = λ·W) at that rate."""
     by_slo = capacity_rps / headroom
     by_utilization = max_utilization * slots / (mean_service_ms / 1000) if mean_service_ms else None
     planned = min(by_slo, by_utilization) if by_utilization else by_slo
-    out = {"headroom": headroom, "max_utilization": max_utilization, "slots": slots,
-           "mean_service_ms": mean_service_ms, "rate_by_slo_headroom": by_slo,
-           "rate_by_utilization": by_utilization, "planned_rate_per_instance": planned,
-           "limited_by": "utilization" if by_utilization and by_utilization < by_slo else "latency SLO",
-           "utilization_at_planned": planned * (mean_service_ms / 1000) / slots if mean_service_ms else None,
-           "in_flight_at_planned": planned * mean_latency_ms / 1000 if mean_latency_ms else None,
-           "peak_rate": peak_rate}
+    out = Recommendation(
+        headroom=headroom, max_utilization=max_utilization, slots=slots, mean_service_ms=mean_service_ms,
+        rate_by_slo_headroom=by_slo, rate_by_utilization=by_utilization, planned_rate_per_instance=planned,
+        limited_by="utilization" if by_utilization and by_utilization < by_slo else "latency SLO",
+        utilization_at_planned=planned * (mean_service_ms / 1000) / slots if mean_service_ms else None,
+        in_flight_at_planned=planned * mean_latency_ms / 1000 if mean_latency_ms else None, peak_rate=peak_rate)
     if peak_rate:
         instances = max(1, math.ceil(peak_rate / planned))
-        out["instances_for_peak"], out["provisioned_rate"] = instances, instances * planned
+        out.instances_for_peak, out.provisioned_rate = instances, instances * planned
     return out

@@ -17,7 +17,7 @@ from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E4
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline
     from tailrace.contract.summary.capacity import CapacityResult, CapacityTrial
-    from tailrace.contract.summary.sections import VariantRow
+    from tailrace.contract.summary.sections import HitRatioOverTime, SessionsInFlight, VariantRow
     from tailrace.contract.summary.tables import (
         LatencyLegs,
         LatencyRow,
@@ -256,34 +256,33 @@ def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
     return _svg(fig)
 
 
-def sessions_over_time(in_flight: dict, hits: dict, phase_starts_s: list[float]) -> str | None:
+def sessions_over_time(in_flight: SessionsInFlight, hits: HitRatioOverTime, phase_starts_s: list[float]) -> str | None:
     """Sessions in flight per second per endpoint, and the prefix-cache hit ratio over time (the requests' usage,
     solid; the ideal of an unbounded cache, dashed; the server's counters between its periodic scrapes, dots), per
     endpoint (analysis/stats/chains/sessions.py)."""
-    if not in_flight and not hits:
+    if not in_flight.in_flight and not hits.by_endpoint:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)
-    for name, line in (in_flight or {}).get("in_flight", {}).items():
+    for name, line in in_flight.in_flight.items():
         ax1.plot(np.arange(len(line)) + 0.5, line, lw=1, label=name)
     ax1.set_ylabel("sessions in flight")
-    if (in_flight or {}).get("in_flight"):
+    if in_flight.in_flight:
         ax1.legend(fontsize=7)
     else:
         _no_data(ax1, "no sessions")
-    shift = ((hits or {}).get("t0_ns", 0) - (in_flight or {}).get("t0_ns", (hits or {}).get("t0_ns", 0))) / 1e9
-    for name, lines in (hits or {}).get("by_endpoint", {}).items():
-        for kind, style in (("usage", "-"), ("ideal", "--")):
-            values = lines.get(kind)
+    shift = (hits.t0_ns - in_flight.t0_ns) / 1e9 if in_flight.in_flight else 0.0
+    for name, lines in hits.by_endpoint.items():
+        for label, values, style in (("usage", lines.usage, "-"), ("ideal", lines.ideal, "--")):
             if values is not None:
-                centres = shift + (np.arange(len(values)) + 0.5) * hits["bin_s"]
-                ax2.plot(centres, values, ls=style, lw=1.2, label=f"{name} {'usage' if kind == 'usage' else 'ideal'}")
-        if lines.get("server"):
-            t, ratio = zip(*lines["server"])
+                centres = shift + (np.arange(len(values)) + 0.5) * hits.bin_s
+                ax2.plot(centres, values, ls=style, lw=1.2, label=f"{name} {label}")
+        if lines.server:
+            t, ratio = zip(*lines.server)
             ax2.plot(np.asarray(t) + shift, ratio, "o", ms=3, label=f"{name} server's counters")
     ax2.set_ylim(0, 1)
     ax2.set_ylabel("prefix-cache hit ratio")
     ax2.set_xlabel("seconds since the first intended send (reference time); dashed: phase starts / the ideal")
-    if (hits or {}).get("by_endpoint"):
+    if hits.by_endpoint:
         ax2.legend(fontsize=7, ncol=2)
     _mark_phases((ax1, ax2), phase_starts_s)
     return _svg(fig)

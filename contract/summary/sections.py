@@ -192,14 +192,38 @@ class PrefixCacheRow(Row):
     prompt_tokens: int = 0
 
 
+class SessionsInFlight(Row):
+    """Per second since `t0_ns` (the first intended send, reference time): sessions in flight, per endpoint."""
+
+    t0_ns: int = 0
+    in_flight: dict[str, list[float]] = Field(default_factory=dict)
+
+
+class HitRatioLines(Row):
+    """One endpoint's prefix-cache hit ratio per bin: the requests' usage, the ideal of an unbounded cache (None where
+    nothing said), and the server's own counters between its scrapes ((seconds since t0, ratio) points)."""
+
+    usage: list[float | None] | None = None
+    ideal: list[float | None] | None = None
+    server: list[tuple[float, float]] | None = None
+
+
+class HitRatioOverTime(Row):
+    """The prefix-cache hit ratio per `bin_s` bin of intended send since `t0_ns`, per endpoint."""
+
+    bin_s: float = 5.0
+    t0_ns: int = 0
+    by_endpoint: dict[str, HitRatioLines] = Field(default_factory=dict)
+
+
 class Sessions(Row):
     """Sessions and prefix caching: by turn, per endpoint, sessions in flight and the cache's hits over time."""
 
     turns: list[TurnRow] = Field(default_factory=list)
     sessions: list[SessionRow] = Field(default_factory=list)
-    in_flight: dict[str, Any] = Field(default_factory=dict)
+    in_flight: SessionsInFlight = Field(default_factory=SessionsInFlight)  # (empty: no sessions)
     prefix_cache: list[PrefixCacheRow] = Field(default_factory=list)
-    hit_ratio_over_time: dict[str, Any] = Field(default_factory=dict)
+    hit_ratio_over_time: HitRatioOverTime = Field(default_factory=HitRatioOverTime)  # (empty: nothing said)
 
 
 class StageRow(Row):

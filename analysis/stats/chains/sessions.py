@@ -13,7 +13,14 @@ import pandas as pd
 
 from tailrace.analysis.stats.estimators import sorted_percentile_ci
 from tailrace.contract.summary.base import Estimate
-from tailrace.contract.summary.sections import PrefixCacheRow, SessionRow, TurnRow
+from tailrace.contract.summary.sections import (
+    HitRatioLines,
+    HitRatioOverTime,
+    PrefixCacheRow,
+    SessionRow,
+    SessionsInFlight,
+    TurnRow,
+)
 
 SESSION_COLUMNS = ("endpoint", "region", "phase", "status", "session_id", "turn", "session_end", "pipeline", "t_intended_ref",
                    "latency_ns", "ttft_ns", "input_tokens", "prompt_tokens_sent", "cached_tokens",
@@ -104,13 +111,13 @@ def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndar
     return out
 
 
-def sessions_in_flight(df: pd.DataFrame, endpoints: set[str]) -> dict:
+def sessions_in_flight(df: pd.DataFrame, endpoints: set[str]) -> SessionsInFlight:
     """Per second since the first intended send (reference time): sessions in flight (from their first turn's
-    intended send to their last turn's end), per session endpoint. {} without sessions."""
+    intended send to their last turn's end), per session endpoint. Empty without sessions."""
     turn = df["turn"].to_numpy()
     rows = np.flatnonzero((turn > 0) & df["endpoint"].astype(str).isin(endpoints).to_numpy())
     if not len(rows):
-        return {}
+        return SessionsInFlight()
     t0 = int(df["t_intended_ref"].to_numpy().min())
     frame = pd.DataFrame({"endpoint": df["endpoint"].astype(str).to_numpy()[rows],
                           "session": df["session_id"].to_numpy()[rows],
@@ -125,7 +132,7 @@ def sessions_in_flight(df: pd.DataFrame, endpoints: set[str]) -> dict:
         np.add.at(steps, np.floor(g["start"].to_numpy()).astype(int), 1)
         np.add.at(steps, np.minimum(np.floor(g["done"].to_numpy()).astype(int) + 1, whole_s), -1)
         out[str(name)] = np.cumsum(steps)[:whole_s].tolist()
-    return {"t0_ns": t0, "in_flight": out}
+    return SessionsInFlight(t0_ns=t0, in_flight=out)
 
 
 def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]) -> list[PrefixCacheRow]:
@@ -156,14 +163,14 @@ def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]
     return out
 
 
-def hit_ratio_over_time(df: pd.DataFrame, endpoints: set[str]) -> dict:
+def hit_ratio_over_time(df: pd.DataFrame, endpoints: set[str]) -> HitRatioOverTime:
     """Per HIT_BIN_S bin of intended send (reference time from the first): the usage hit ratio and the ideal's, per
-    endpoint ({} without either)."""
+    endpoint (empty without either)."""
     endpoint = df["endpoint"].astype(str).to_numpy()
     cached, prompt = df["cached_tokens"].to_numpy(), df["input_tokens"].to_numpy()
     ideal, built = df["ideal_cached_tokens"].to_numpy(), df["prompt_tokens_sent"].to_numpy()
     if not ((cached >= 0).any() or (ideal >= 0).any()):
-        return {}
+        return HitRatioOverTime()
     t0 = int(df["t_intended_ref"].to_numpy().min())
     bins = ((df["t_intended_ref"].to_numpy() - t0) / 1e9 // HIT_BIN_S).astype(int)
     n = int(bins.max()) + 1
@@ -178,6 +185,6 @@ def hit_ratio_over_time(df: pd.DataFrame, endpoints: set[str]) -> dict:
         usage = mine & (cached >= 0) & (prompt > 0)
         known = mine & (ideal >= 0) & (built > 0)
         if usage.any() or known.any():
-            out[name] = {"usage": ratio(cached, prompt, usage) if usage.any() else None,
-                         "ideal": ratio(ideal, built, known) if known.any() else None}
-    return {"bin_s": HIT_BIN_S, "t0_ns": t0, "by_endpoint": out} if out else {}
+            out[name] = HitRatioLines(usage=ratio(cached, prompt, usage) if usage.any() else None,
+                                      ideal=ratio(ideal, built, known) if known.any() else None)
+    return HitRatioOverTime(bin_s=HIT_BIN_S, t0_ns=t0, by_endpoint=out) if out else HitRatioOverTime()

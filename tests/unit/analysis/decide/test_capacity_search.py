@@ -119,25 +119,26 @@ def test_how_long_an_undecided_trial_would_take_to_decide():
 
 
 def test_trial_long_enough_for_the_percentile_of_the_smallest_group():
-    profile = {"regions": [{"name": "a", "share": 0.75}, {"name": "b", "share": 0.25}],
-               "endpoints": [{"name": "x", "weight": 1.0}, {"name": "y", "weight": 1.0}]}
-    slos = [{"metric": "latency", "percentile": 99, "threshold_ms": 50, "endpoint": "*", "region": "*"}]
+    from tailrace.contract.profile import Slo
+
+    shares, weights = {"a": 0.75, "b": 0.25}, {"x": 1.0, "y": 1.0}
+    slos = [Slo(metric="latency", percentile=99.0, threshold_ms=50.0)]
     # p99 needs 368 samples; smallest group gets 0.25 × 0.5 of 200/s = 25/s; margin 3 → 44.16 s
-    assert trial_duration_s(200, slos, profile, 5, 600, 3) == 45
-    assert trial_duration_s(200, slos, profile, 5, 30, 3) == 30
-    assert trial_duration_s(1e6, slos, profile, 5, 600, 3) == 5
+    assert trial_duration_s(200, slos, shares, weights, 5, 600, 3) == 45
+    assert trial_duration_s(200, slos, shares, weights, 5, 30, 3) == 30
+    assert trial_duration_s(1e6, slos, shares, weights, 5, 600, 3) == 5
 
 
 def test_recommendation_follows_littles_law_and_the_utilization_bound():
     rec = recommendation(capacity_rps=400, mean_service_ms=2.0, slots=1, mean_latency_ms=10.0, headroom=1.5,
                          max_utilization=0.7, peak_rate=1000)
-    assert rec["rate_by_slo_headroom"] == pytest.approx(266.67, rel=1e-3)
-    assert rec["rate_by_utilization"] == pytest.approx(350)
-    assert rec["planned_rate_per_instance"] == pytest.approx(266.67, rel=1e-3) and rec["limited_by"] == "latency SLO"
-    assert rec["in_flight_at_planned"] == pytest.approx(2.667, rel=1e-3)  # L = λ W
-    assert rec["instances_for_peak"] == 4
+    assert rec.rate_by_slo_headroom == pytest.approx(266.67, rel=1e-3)
+    assert rec.rate_by_utilization == pytest.approx(350)
+    assert rec.planned_rate_per_instance == pytest.approx(266.67, rel=1e-3) and rec.limited_by == "latency SLO"
+    assert rec.in_flight_at_planned == pytest.approx(2.667, rel=1e-3)  # L = λ W
+    assert rec.instances_for_peak == 4
     slow = recommendation(400, 4.0, 1, 10.0, 1.5, 0.7, None)
-    assert slow["planned_rate_per_instance"] == pytest.approx(175) and slow["limited_by"] == "utilization"
+    assert slow.planned_rate_per_instance == pytest.approx(175) and slow.limited_by == "utilization"
 
 
 MM1_S_MS, SLO_MS = 2.0, 50.0
