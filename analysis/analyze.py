@@ -74,7 +74,7 @@ from tailrace.analysis.stats.scenarios import (
     scenario_summary,
 )
 from tailrace.analysis.stats.slo import evaluate_slos, overall_verdict, with_implicit_slos
-from tailrace.analysis.stats.timeline import Timeline, outage_windows, timeline
+from tailrace.analysis.stats.timeline import Timeline, TokenFigures, outage_windows, timeline
 from tailrace.analysis.stats.tokens import (
     TIMELINE_COLUMNS,
     TOKEN_COLUMNS,
@@ -592,4 +592,4 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         tokens_by_model=by_model.rows,
         manifest=ManifestExcerpt(**{k: manifest.get(k) for k in MANIFEST_EXCERPT}), **present)
     return Analysis(data, log.frame(log.names if keep else kept), models, summary, summary_tables(summary), r["cdfs"],
-                    {"curves": r["token_curves"], "timeline": r["token_timeline"]})
+                    TokenFigures(r["token_curves"], r["token_timeline"]))

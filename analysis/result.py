@@ -8,6 +8,7 @@ import pandas as pd
 
 from tailrace.analysis.read.clock_correction import OffsetModel
 from tailrace.analysis.read.rundir import RunData
+from tailrace.analysis.stats.timeline import TokenFigures
 from tailrace.contract.summary import RunSummary
 
 
@@ -20,6 +21,6 @@ class Analysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # region → (latency ms, fraction slower): the points of the report's CDF plot (analysis/stats/latency.py)
     cdfs: dict[str, tuple] = field(default_factory=dict)
-    # streamed requests' figures: "curves" (metric → region → (ms, 1 − CDF)), "timeline" (analysis/stats/tokens.py)
-    token_figures: dict = field(default_factory=dict)
+    # streamed requests' figures: their CDFs and their timeline (analysis/stats/tokens.py)
+    token_figures: TokenFigures = field(default_factory=lambda: TokenFigures({}))
 

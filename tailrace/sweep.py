@@ -183,7 +183,7 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
                       repeat=spec.repeat, added=spec.added, status="done", run_id=a.summary.run_id,
                       run_dir=str(run_dir.relative_to(root)), tiers={t: o for t, (o, _) in outcomes.items()},
                       tier_why={t: w for t, (_, w) in outcomes.items()}, goodput_rps=goodput, elapsed_s=elapsed,
-                      **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.get("timeline") or {},
+                      **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.timeline,
                                                                               a.summary.duration_s)))
 
 

@@ -24,6 +24,7 @@ from scipy.optimize import isotonic_regression
 from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.analysis.stats.outcomes.accuracy import trend
+from tailrace.analysis.stats.timeline import TokenTimeline
 from tailrace.analysis.stats.tokens import good_streams
 from tailrace.contract.summary import Estimate, RunSummary
 from tailrace.contract.summary.accuracy import AccuracyTrend
@@ -93,14 +94,14 @@ def tier_goodput(df: pd.DataFrame, tier_slos: Mapping[str, Sequence[dict]], dura
 KEPT_UP = 0.85  # tokens emitted during the load ≥ this share of the measured streams' tokens a second: held
 
 
-def held_tokens_per_s(timeline: dict, duration_s: float) -> float | None:
+def held_tokens_per_s(timeline: TokenTimeline | None, duration_s: float) -> float | None:
     """The output tokens/s the server emitted while the load lasted (the token timeline's seconds 1 … duration:
     the first second also carries the warm-up's streams, which the timeline leaves out); None without streams or
     without two seconds of load."""
     seconds = int(duration_s)
-    if not timeline or seconds < 2:
+    if timeline is None or seconds < 2:
         return None
-    emitted = sum(float(np.sum(per_second[1:seconds])) for per_second in timeline["tokens_per_s"].values())
+    emitted = sum(float(np.sum(per_second[1:seconds])) for per_second in timeline.tokens_per_s.values())
     return emitted / (seconds - 1)
 
 

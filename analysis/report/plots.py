@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E402
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
-    from tailrace.analysis.stats.timeline import Timeline
+    from tailrace.analysis.stats.timeline import Timeline, TokenTimeline
     from tailrace.contract.summary.capacity import CapacityResult, CapacityTrial
     from tailrace.contract.summary.sections import HitRatioOverTime, SessionsInFlight, VariantRow
     from tailrace.contract.summary.tables import (
@@ -236,15 +236,15 @@ def token_cdfs(curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]) -> s
     return _svg(fig)
 
 
-def token_over_time(line: dict, phase_starts_s: list[float]) -> str | None:
+def token_over_time(line: TokenTimeline | None, phase_starts_s: list[float]) -> str | None:
     """Output tokens received per second and the TTFT p99 of the streams intended in each second, per region."""
     if not line:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4), sharex=True)
-    centres = np.arange(line["whole_s"]) + 0.5
-    for region, p99 in line["ttft_p99_ms"].items():
+    centres = np.arange(line.whole_s) + 0.5
+    for region, p99 in line.ttft_p99_ms.items():
         ax1.plot(centres, p99, lw=1, label=f"{region} TTFT p99")
-        ax2.plot(centres, line["tokens_per_s"][region], lw=1, label=region)
+        ax2.plot(centres, line.tokens_per_s[region], lw=1, label=region)
     _mark_phases((ax1, ax2), phase_starts_s)
     ax1.set_yscale("log")
     _plain_ms_ticks(ax1.yaxis)

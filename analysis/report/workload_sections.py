@@ -66,9 +66,9 @@ def _tokens_section(rows: list[TokenRow], analysis: Analysis, figures: Figures) 
                  [r.model_copy(update={"endpoint": f"{r.endpoint} · {r.model}"}) for r in s.tokens_by_model],)) or ""]
                if s.tokens_by_model else []),
              "<h3>TTFT and TPOT per region</h3>",
-             figures.svg("token_cdfs", lambda: (curves.get("curves") or {},)) or "",
+             figures.svg("token_cdfs", lambda: (curves.curves,)) or "",
              "<h3>Tokens and TTFT over time</h3>",
-             figures.svg("token_over_time", lambda: (curves.get("timeline") or {},
+             figures.svg("token_over_time", lambda: (curves.timeline,
                                                      phase_boundaries_s(analysis.data.plan.profile))) or ""]
     return "".join(parts) + _ttft_split(s, figures)
 

@@ -27,6 +27,26 @@ class Timeline:
     any_ok: bool  # some request succeeded
 
 
+@dataclass(frozen=True)
+class TokenTimeline:
+    """Streams through the run, per second since `t0_ns` (the first intended send, reference time), per region: the
+    output tokens received and the TTFT p99 of the streams intended in that second (NaN: none)."""
+
+    t0_ns: int
+    whole_s: int
+    tokens_per_s: dict[str, np.ndarray]
+    ttft_p99_ms: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TokenFigures:
+    """The streamed requests' figures: `curves` (metric → region → (ms, 1 − CDF)) and the token timeline (None:
+    no streams)."""
+
+    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]
+    timeline: TokenTimeline | None = None
+
+
 def timeline(df: pd.DataFrame, streamed: frozenset[str] | set[str] = frozenset()) -> Timeline:
     """The Timeline of request rows `df` (region, t_intended_ref, status, latency_ns; endpoint where some endpoint is
     `streamed`; at least one row), regions in groupby's order. The p99 line holds one kind of endpoint: the one-shot

@@ -32,6 +32,7 @@ from tailrace.analysis.stats.estimators import (
     proportion_verdict,
     sorted_percentile_ci,
 )
+from tailrace.analysis.stats.timeline import TokenTimeline
 from tailrace.analysis.stats.validity import PhaseSeries, judge_trends
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary.tables import SloVerdict, TokenRow
@@ -287,13 +288,13 @@ TIMELINE_COLUMNS = ("endpoint", "region", "phase", "status", "t_intended_ref", "
                     "token_event_counts")
 
 
-def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> dict:
+def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> TokenTimeline | None:
     """Per second of the run (reference time from the first intended send), per region: output tokens received
     (each token event placed at its own instant: intended send + TTFT + its offset) and the TTFT p99 of the streams
-    intended in that second. {} without streams."""
+    intended in that second. None without streams."""
     rows = _ok_streams(df, endpoints)
     if not len(rows):
-        return {}
+        return None
     t0 = int(df["t_intended_ref"].to_numpy()[rows].min())
     intended_s = (df["t_intended_ref"].to_numpy()[rows] - t0) / 1e9
     first_s = intended_s + df["ttft_ns"].to_numpy()[rows] / 1e9
@@ -314,7 +315,7 @@ def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> dict:
         for s in np.unique(second):
             line[s] = np.percentile(ttft_ms[mine][second == s], 99)
         p99[name] = line
-    return {"t0_ns": t0, "whole_s": whole_s, "tokens_per_s": tokens, "ttft_p99_ms": p99}
+    return TokenTimeline(t0_ns=t0, whole_s=whole_s, tokens_per_s=tokens, ttft_p99_ms=p99)
 
 
 def good_streams(df: pd.DataFrame, slos: list[dict], endpoints: set[str]) -> tuple[np.ndarray, np.ndarray]:

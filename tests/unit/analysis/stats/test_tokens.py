@@ -102,8 +102,8 @@ def test_token_timeline_places_each_token_event_at_its_own_second():
     df = stream_rows(4, "near", 500, 400, 5)  # one stream a second: tokens at 0.5, 0.9, 1.3, 1.7, 2.1 s after
     df["t_intended_ref"] = np.arange(4, dtype=np.int64) * 10**9
     line = token_timeline(df, {"llm"})
-    assert line["whole_s"] == 6 and line["tokens_per_s"]["near"].tolist() == [2, 4, 5, 5, 3, 1]
-    assert line["ttft_p99_ms"]["near"][:4].tolist() == [500, 500, 500, 500]
+    assert line is not None and line.whole_s == 6 and line.tokens_per_s["near"].tolist() == [2, 4, 5, 5, 3, 1]
+    assert line.ttft_p99_ms["near"][:4].tolist() == [500, 500, 500, 500]
 
 
 def test_compare_pairs_streams_by_schedule_and_compares_ttft_and_tpot():
