@@ -78,11 +78,15 @@ LIVE = MasterEvent("live", ("elapsed_s", "points", "totals", "workers", "slos", 
 STOP_REQUESTED = MasterEvent("stop_requested", ("by",), "the live page's stop control was used (by: its address)")
 RUN_ENDED = MasterEvent("run_ended", ("verdict", "exit_code", "report"),
                         "the run is over and analysed: its verdict, exit code and report (a path)")
+# a sweep's live page (`tailrace sweep`): sent by the page's server from memory, never written to a run's file
+SWEEP_POINT = MasterEvent("sweep_point", ("sweep_id", "index", "label", "declared", "done", "left", "eta_s"),
+                          "the point a sweep runs now: its index, what it sets, the declared points done and left, "
+                          "an estimate of the time left (s; None before a point has finished)")
 
 CATALOGUE: dict[str, MasterEvent] = {e.name: e for e in (
     WORKER_JOINED, WORKER_ADMITTED, WORKER_REFUSED, WORKER_REFUSALS, WORKER_HELLO, WORKER_DONE, WORKER_ERROR,
     WORKER_LEFT, WORKER_SILENT, WORKER_RETURNED, MASTER_STALLED, CHUNK_REFUSED, CHUNK_NOT_WRITTEN, PLAN_SENT, START_SENT,
-    LIVE_STARTED, LIVE, STOP_REQUESTED, RUN_ENDED)}
+    LIVE_STARTED, LIVE, STOP_REQUESTED, RUN_ENDED, SWEEP_POINT)}
 
 
 class MasterEventLog:

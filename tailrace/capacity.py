@@ -36,6 +36,7 @@ from tailrace.contract.summary import CapacityResult, CapacityTrial
 from tailrace.harness.orchestration.answer_keys import answer_models
 from tailrace.harness.orchestration.disk_space import LowDiskError, low_disk_reason, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import LEAD_S, LocalRun
 from tailrace.harness.orchestration.run_record import write_manifest
 from tailrace.harness.services.servers import Servers, start_servers
@@ -66,10 +67,10 @@ def _trial_profile(profile: Profile, rate: float, duration_s: float, index: int)
     return profile.model_copy(update={"load": load})
 
 
-def run_once(profile: Profile, out: Path, servers: Servers | None = None) -> Path:
-    """One full run of `profile` under `out` (a capacity trial, a sweep's point), its manifest written; its run
-    directory."""
-    run = LocalRun(profile, out, quiet=True, servers=servers)
+def run_once(profile: Profile, out: Path, servers: Servers | None = None, live: LivePage | None = None) -> Path:
+    """One full run of `profile` under `out` (a capacity trial, a sweep's point, shown on `live` if given), its
+    manifest written; its run directory."""
+    run = LocalRun(profile, out, quiet=True, servers=servers, live=live)
     try:
         run.start()
         run.wait(lambda _r: None)

@@ -32,6 +32,7 @@ from tailrace.contract.profile.sweep import Level, Sweep
 from tailrace.contract.summary.sweep import SweepPoint, SweepResult
 from tailrace.harness.orchestration.disk_space import LowDiskError
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.services.processes import ManagedProcess, start_process, wait_http_ok
 
 
@@ -202,6 +203,8 @@ class Sweeper:
     quiet: bool = False
     budget_s: float | None = None
     started: float = field(default_factory=time.monotonic)
+    page: LivePage | None = None  # the live page, through every point
+    stopped: bool = False  # from the live page: the point cut short, the sweep ended (resumable)
 
     def log(self, msg: str) -> None:
         if not self.quiet:
@@ -234,12 +237,16 @@ class Sweeper:
                         self.log("budget spent: the sweep stops here (resume it to go on)")
                         return
                     self.point(spec, total, not_ready)
+                    if self.stopped:
+                        return
                 while self._added(config) < self.plan.sweep.refine:
                     loads = [load for c, load in self._edge_loads(config) if c == config]
                     if not loads or self.over_budget() or not_ready:
                         break
                     levels = dict(mine[0].levels) | {self.plan.load_key or "": _level(loads[0])}
                     self.point(PointSpec(levels, 0, added=True), total, not_ready)
+                    if self.stopped:
+                        return
 
     def _edge_loads(self, config: str) -> list[tuple[str, float]]:
         mine = [p for p in self.result.points if p.config == config]
@@ -269,23 +276,42 @@ class Sweeper:
                                                  added=spec.added, status="interrupted"))
             self.save()  # a point cut short from here on is found interrupted by --resume
             self.result.points.pop()
+            self._show(index, label, total)
             try:
-                run_dir = run_once(self.plan.profile(spec), self.layout.points)
+                run_dir = run_once(self.plan.profile(spec), self.layout.points, live=self.page)
             except (EndpointCheckError, LowDiskError, RuntimeError, OSError) as exc:  # this point's, not the sweep's
                 row = SweepPoint(index=index, config=self.plan.config(spec.levels), levels=spec.levels,
                                  load=_load(self.plan, spec), repeat=spec.repeat, added=spec.added, status="failed",
                                  why=str(exc).splitlines()[0][:600] if str(exc) else type(exc).__name__)
             else:
+                if self.page is not None and self.page.stop_requested.is_set():  # cut short: run again on --resume
+                    self.stopped = True
+                    self.result.interrupted_runs.append(str(run_dir.relative_to(self.layout.dir)))
+                    self.log(f"point {index}: stopped from the live page; the sweep ends here (go on with "
+                             f"tailrace sweep --resume {self.layout.dir})")
+                    return
                 row = measure_point(self.plan, spec, index, run_dir, self.layout.dir,
                                     round(time.monotonic() - began, 3))
         self.result.points.append(row)
         self.save()
-        finished = [p for p in self.result.points if p.elapsed_s]
-        left = max(0, total - sum(1 for p in self.result.points if not p.added))
-        eta = (sum(p.elapsed_s or 0 for p in finished) / len(finished) * left) if finished else None
+        left, eta = self._left(total)
         tiers = ", ".join(f"{t} {o}" for t, o in row.tiers.items())
         self.log(f"point {index}: {label} → {row.status}{': ' + tiers if tiers else ''}{': ' + row.why if row.why else ''}"
                  f"; {left} declared point(s) left" + (f", ~{eta / 60:.1f} min" if eta else ""))
+
+
+    def _left(self, total: int) -> tuple[int, float | None]:
+        """(declared points left, an estimate of the seconds they take: the points so far, on average)."""
+        finished = [p for p in self.result.points if p.elapsed_s]
+        left = max(0, total - sum(1 for p in self.result.points if not p.added))
+        return left, (sum(p.elapsed_s or 0 for p in finished) / len(finished) * left) if finished else None
+
+    def _show(self, index: int, label: str, total: int) -> None:
+        """The live page says which point runs now (and reloads for it)."""
+        if self.page is not None:
+            left, eta = self._left(total)
+            self.page.show_point(sweep_id=self.result.sweep_id, index=index, label=label, declared=total,
+                                 done=total - left, left=left, eta_s=round(eta, 1) if eta is not None else None)
 
 
 def _level(value: float) -> Level:
@@ -348,14 +374,16 @@ def finish(sweeper: Sweeper) -> SweepResult:
         f"accuracy {tr.verdict} as load rises for {tr.endpoint or 'the points'}: {tr.accuracy[0]:.1%} at "
         f"{tr.loads[0]:g} {unit}, {tr.accuracy[-1]:.1%} at {tr.loads[-1]:g} {unit} (p = {tr.p_value:.2g})"
         for tr in r.accuracy_trends if tr.verdict in ("falls", "rises") and tr.p_value is not None]
-    r.complete = not sweeper.over_budget()
+    r.complete = not sweeper.over_budget() and not sweeper.stopped
     sweeper.save()
     return r
 
 
 def run_sweep(profile_path: Path | None, out: Path, resume: Path | None = None, quiet: bool = False,
-              budget_s: float | None = None) -> tuple[Path, SweepResult]:
-    """Run (or resume) a sweep and write its report; returns (its directory, its result)."""
+              budget_s: float | None = None, ui: tuple[str, int] | None = None) -> tuple[Path, SweepResult]:
+    """Run (or resume) a sweep and write its report; returns (its directory, its result). `ui`: where its live page
+    is served (host, port; None: none) — one page through every point. OSError: the page cannot bind."""
+    from tailrace.run_command import open_live_page
     from tailrace.sweep_report import write_sweep_report
 
     if resume is not None:
@@ -364,15 +392,25 @@ def run_sweep(profile_path: Path | None, out: Path, resume: Path | None = None, 
         layout, plan, result = start_sweep(profile_path, out)
     else:
         raise SweepError("tailrace sweep: give a PROFILE, or --resume DIR")
-    sweeper = Sweeper(plan, layout, result, quiet, budget_s or plan.sweep.budget_s)
+    page = open_live_page(ui, secrets.token_urlsafe(16), "tailrace sweep", quiet)
+    sweeper = Sweeper(plan, layout, result, quiet, budget_s or plan.sweep.budget_s, page=page)
     sweeper.log(f"sweep {layout.dir.name}: {len(plan.specs())} declared point(s) → {layout.dir}")
+    done: SweepResult | None = None
     try:
-        sweeper.run(plan.specs())
+        try:
+            sweeper.run(plan.specs())
+        finally:
+            sweeper.save()
+        done = finish(sweeper)
+        write_sweep_report(layout, done)
+        return layout.dir, done
     finally:
-        sweeper.save()
-    done = finish(sweeper)
-    write_sweep_report(layout, done)
-    return layout.dir, done
+        if page is not None:
+            state = "complete" if done is not None and done.complete else "stopped" if sweeper.stopped else \
+                "incomplete"
+            page.finish(state.upper(), 0 if state == "complete" else 3,
+                        layout.page if done is not None and layout.page.exists() else None, record=False)
+            page.close()
 
 
 __all__ = ["PointSpec", "SweepError", "SweepPlan", "run_sweep"]

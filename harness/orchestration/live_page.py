@@ -4,7 +4,10 @@ The page is one static file (live_static/live.html, with the vendored uPlot) and
 `/events`: every line of master-events.jsonl and of live.jsonl (the master's aggregated state once a second,
 harness/control/live_board.py) as an event named as in contract/master_events.py's catalogue, from the run's
 beginning. One control: `POST /stop` ends the run as Ctrl-C does (interrupted: INVALID, every row already measured
-kept, the report written); once the report is written the page fetches it (`/report`) and keeps a copy. Bound to
+kept, the report written); once the report is written the page fetches it (`/report`) and keeps a copy. A sweep
+(`tailrace sweep`) keeps one page through its points: each point's run is attached in turn, a `sweep_point` event
+says which point runs (the page reloads for the next one), the stop control ends the point and the sweep, and the
+sweep's end and report close it. Bound to
 loopback by default; bound anywhere else, every request must carry the run's token (`?token=`, `Authorization:
 Bearer`, or the cookie the page sets when opened with it: HttpOnly, SameSite=Strict) or is refused with 401.
 """
@@ -58,6 +61,9 @@ class LivePage:
         self._reports_served = 0
         self._report: Path | None = None
         self._lock = threading.Lock()
+        self.point: str | None = None  # a sweep's current point: its sweep_point event line
+        self._generation = 0  # bumped at each point: a feed of the point before ends
+        self._final: str | None = None  # a sweep's end: its run_ended line, sent from memory
         self.server = ThreadingHTTPServer((host, port), self._handler())
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
@@ -74,11 +80,22 @@ class LivePage:
         """The run directory is known: its feed can start."""
         self.layout = layout
 
-    def finish(self, verdict: str, exit_code: int, report: Path | None) -> None:
+    def show_point(self, **point) -> None:
+        """A sweep's next point starts (SWEEP_POINT's fields): open pages are told, then reload for its run."""
+        line = json.dumps(master_events.SWEEP_POINT.record(time.time_ns(), **point))
+        with self._lock:
+            self.point, self.layout = line, None
+            self._generation += 1
+
+    def finish(self, verdict: str, exit_code: int, report: Path | None, record: bool = True) -> None:
         """The run is over and analysed: tell open pages (RUN_ENDED) and give them up to FINAL_FLUSH_S to receive it
-        and to fetch the report (they keep a copy: the link works after this process has exited)."""
+        and to fetch the report (they keep a copy: the link works after this process has exited). `record`: the
+        event is also appended to the run's master-events.jsonl (not for a sweep's end: no run's own)."""
         self._report = report
-        if self.layout is not None:
+        if not record:
+            self._final = json.dumps(master_events.RUN_ENDED.record(
+                time.time_ns(), verdict=verdict, exit_code=exit_code, report=str(report) if report is not None else None))
+        elif self.layout is not None:
             try:
                 master_events.MasterEventLog(self.layout).write(
                     master_events.RUN_ENDED, verdict=verdict, exit_code=exit_code,
@@ -115,11 +132,18 @@ class LivePage:
         """Every line of the run's logs as server-sent events, then new ones as they come, until RUN_ENDED."""
         with self._lock:
             self._feeds_open += 1
+            generation, point = self._generation, self.point
         offsets: dict[Path, int] = {}
         last_write = time.monotonic()
         try:
+            if point is not None:
+                write(f"event: {master_events.SWEEP_POINT.name}\ndata: {point}\n\n".encode())
             while True:
-                layout = self.layout
+                with self._lock:
+                    layout, moved_on, point = self.layout, self._generation != generation, self.point
+                if moved_on:  # a sweep's next point: the page reloads for it
+                    write(f"event: {master_events.SWEEP_POINT.name}\ndata: {point}\n\n".encode())
+                    return
                 sent_end = False
                 if layout is not None:
                     for path in (layout.master_events, layout.live):
@@ -131,6 +155,9 @@ class LivePage:
                             last_write = time.monotonic()
                             sent_end = sent_end or name == master_events.RUN_ENDED.name
                 if sent_end:
+                    return
+                if self._final is not None:
+                    write(f"event: {master_events.RUN_ENDED.name}\ndata: {self._final}\n\n".encode())
                     return
                 if time.monotonic() - last_write > KEEPALIVE_S:
                     write(b": keep-alive\n\n")

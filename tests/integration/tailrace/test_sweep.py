@@ -199,3 +199,73 @@ def test_bad_input_is_one_line_and_starts_nothing(model_repo, tmp_path):
 
 
 pytestmark = pytest.mark.timeout(600)
+
+
+def _point(page) -> dict | None:
+    """The point the sweep's live page shows (None while it loads or reloads for the next one)."""
+    try:
+        return page.evaluate("window.tailraceLive && window.tailraceLive.point")
+    except Exception:  # noqa: BLE001 - the page is reloading for the next point: its context is gone for a moment
+        return None
+
+
+@pytest.mark.shares_machine  # functional: the stop lands within a point of 60 s, which it ends
+def test_one_live_page_follows_the_sweep_point_by_point_and_its_stop_ends_the_sweep_resumably(model_repo, tmp_path):
+    """`tailrace sweep --ui-bind`: one page through the points — it says which point runs, with the points done and
+    left and the time left, reloads for the next point's run; its stop control ends that point (kept as interrupted,
+    run again by --resume) and the sweep, whose report the page links."""
+    from tailrace.harness.services.processes import free_port
+    from tests.support import browser_page, chromium
+
+    executable, port = chromium(), free_port()
+    sweep = '[sweep]\n[[sweep.axes]]\nfield = "load.duration_s"\nname = "seconds"\nvalues = [3, 60]\n'
+    profile = tmp_path / "paged.toml"
+    profile.write_text(profile_text(model_repo, sweep))
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "sweep", str(profile), "--out", str(out),
+                             "--ui-bind", f"127.0.0.1:{port}"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        with browser_page(executable) as page:
+            deadline = time.monotonic() + 60
+            while True:  # the page is served from the sweep's start
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/")
+                    break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+                    time.sleep(0.3)
+            points = []
+            deadline = time.monotonic() + 180
+            while not (points and points[-1]["index"] == 2):  # point 1, then the page reloads for point 2
+                assert time.monotonic() < deadline and proc.poll() is None, (points, proc.stdout.read())
+                if (shown := _point(page)) is not None and (not points or shown["index"] != points[-1]["index"]):
+                    points.append(shown)
+                time.sleep(0.2)
+            first, second = points[0], points[-1]
+            assert first["label"] == "seconds=3" and first["declared"] == 2 and first["done"] == 0, points
+            assert second["label"] == "seconds=60" and (second["done"], second["left"]) == (1, 1), points
+            assert second["eta_s"] is not None and second["eta_s"] > 0
+            assert "point 2 — seconds=60" in page.inner_text("#sweep") and "1 done, 1 left" in page.inner_text("#sweep")
+            page.wait_for_function("window.tailraceLive.latest && window.tailraceLive.latest.elapsed_s > 1",
+                                   timeout=90_000)  # point 2's own run on the page
+            assert page.inner_text("#stop") == "Stop the sweep"
+            page.click("#stop")
+            page.click("#stop")
+            page.wait_for_function("window.tailraceLive.ended !== null", timeout=120_000)
+            ended = page.evaluate("window.tailraceLive.ended")
+            assert (ended["verdict"], ended["exit_code"]) == ("STOPPED", 3), ended
+            assert "The sweep is over: STOPPED" in page.inner_text("#ended")
+            page.wait_for_selector("#ended a[data-ready]", timeout=10_000)  # the sweep's report, fetched
+            code = proc.wait(timeout=120)
+            assert page.errors == [], page.errors
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = proc.stdout.read()
+    assert code == 3 and "stopped from the live page" in output and "--resume" in output, output[-3000:]
+    sweep_dir, result = the_sweep(out)
+    assert not result["complete"] and [(p["levels"]["seconds"], p["status"]) for p in result["points"]] == [(3, "done")]
+    (cut,) = result["interrupted_runs"]
+    assert json.loads((sweep_dir / cut / "manifest.json").read_text())["interrupted"]  # kept, run again by --resume
+    assert (sweep_dir / "index.html").exists()
