@@ -41,12 +41,13 @@ def _points_table(r: SweepResult) -> str:
                      p.latency_ms["p99"].value if "p99" in p.latency_ms else None,
                      ttft.value if ttft else None, tpot.value if tpot else None,
                      p.output_tokens_per_s.value if p.output_tokens_per_s else None,
-                     p.tokens_per_s_per_user.value if p.tokens_per_s_per_user else None,
+                     p.tokens_per_s_per_user.value if p.tokens_per_s_per_user else None, p.gpus,
                      None if p.accuracy is None else f"{p.accuracy:.1%} [{p.accuracy_ci_low:.1%}, "
                                                      f"{p.accuracy_ci_high:.1%}]",
                      Html(f"<a href='{html.escape(p.run_dir)}/report/index.html'>report</a>") if p.run_dir else None])
     return _table(["#", "configuration", r.load_axis or "load", "repeat", "status", "tiers", "achieved /s",
-                   "p99 ms", "TTFT p99 ms", "TPOT p50 ms", "tokens/s", "tokens/s per user", "accuracy [95% CI]", "run"], rows)
+                   "p99 ms", "TTFT p99 ms", "TPOT p50 ms", "tokens/s", "tokens/s per user", "GPUs", "accuracy [95% CI]",
+                   "run"], rows)
 
 
 def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:

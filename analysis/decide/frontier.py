@@ -134,6 +134,11 @@ def measured(summary: RunSummary, held: float | None = None) -> dict:
         energy = [r.energy_per_1k_output_tokens_j for r in summary.hardware.rows
                   if r.energy_per_1k_output_tokens_j is not None]
         fields["energy_per_1k_tokens_j"] = sum(energy) if energy else None
+        gpus: dict[str, int] = {}  # per monitor, the most it spoke of in a phase
+        for r in summary.hardware.rows:
+            if r.gpus:
+                gpus[r.monitor] = max(gpus.get(r.monitor, 0), r.gpus)
+        fields["gpus"] = sum(gpus.values()) or None
     return fields
 
 
@@ -197,19 +202,30 @@ def knees(points: Sequence[SweepPoint]) -> list[Knee]:
 
 def frontier(points: Sequence[SweepPoint]) -> list[FrontierPoint]:
     """Every streamed point on the throughput–interactivity plane, the Pareto-optimal ones (no other point has more
-    tokens/s for the server and for each user) marked. A point whose server fell behind (a backlog: latency still
-    rising at its end) is no operating point — its tokens/s counts the drain after the load — and is left out."""
+    tokens/s for the server — per GPU where every point's monitors counted its GPUs — and for each user) marked. A
+    point whose server fell behind (a backlog: latency still rising at its end) is no operating point — its tokens/s
+    counts the drain after the load — and is left out."""
     rows = [(p, p.output_tokens_per_s, p.tokens_per_s_per_user) for p in points if p.status == "done"
             and not p.backlog]
     placed = [(p, server, user, user.value, server.value) for p, server, user in rows
               if server is not None and user is not None and server.value is not None and user.value is not None]
+    if placed and all(p.gpus for p, *_ in placed):  # every point's GPUs counted: the frontier per GPU
+        placed = [(p, server, user, x, y / (p.gpus or 1)) for p, server, user, x, y in placed]
     out = []
     for p, server, user, x, y in placed:
         dominated = any(qx >= x and qy >= y and (qx > x or qy > y) for q, _, _, qx, qy in placed if q is not p)
+        per_gpu = _scaled(server, 1 / p.gpus) if p.gpus else None
         out.append(FrontierPoint(index=p.index, config=p.config, load=p.load, tokens_per_s=server,
-                                 tokens_per_s_per_user=user, energy_per_1k_tokens_j=p.energy_per_1k_tokens_j,
-                                 pareto=not dominated))
+                                 tokens_per_s_per_user=user, tokens_per_s_per_gpu=per_gpu, gpus=p.gpus,
+                                 energy_per_1k_tokens_j=p.energy_per_1k_tokens_j, pareto=not dominated))
     return out
+
+
+def _scaled(e: Estimate, factor: float) -> Estimate:
+    """An estimate and its interval times a constant (a count of GPUs is exact)."""
+    def times(v: float | None) -> float | None:
+        return v * factor if v is not None else None
+    return Estimate(value=times(e.value), ci_low=times(e.ci_low), ci_high=times(e.ci_high))
 
 
 def recommendation(edges: Sequence[TierEdge], tiers: Sequence[str], load_unit: str) -> list[str]:

@@ -40,6 +40,9 @@ GAUGES = {  # quantity → (metric, scale, how GPUs combine)
     "requests_waiting": (("vllm:num_requests_waiting", 1.0),),
 }
 MEANS = {"gpu_util_pct", "sm_active_pct", "kv_cache_pct"}  # over the GPUs (the others add up)
+# the per-GPU families (one series a GPU, or a MIG instance): a scrape's GPUs are the series of the first one present
+GPU_FAMILIES = tuple(metric for quantity in ("gpu_util_pct", "gpu_memory_bytes", "power_w")
+                     for metric, _ in GAUGES[quantity])
 # (name prefix, scale to joules): the first family present is the monitor's energy; the embedded server's own
 # (NVML's GPU counters and RAPL's package and DRAM zones: disjoint parts of the host) are summed
 ENERGY_COUNTERS = (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3), ("nv_energy_consumption", 1.0),
@@ -79,6 +82,15 @@ def _gauge(samples: dict[str, float], quantity: str) -> float:
         values = [v for k, v in samples.items() if _base(k) == metric]
         if values:
             return (float(np.mean(values)) if quantity in MEANS else float(np.sum(values))) * scale
+    return float("nan")
+
+
+def gpu_count(samples: dict[str, float]) -> float:
+    """How many GPUs one scrape speaks of: the series of its first per-GPU family (NaN: none) — pure."""
+    for metric in GPU_FAMILIES:
+        series = sum(1 for k in samples if _base(k) == metric)
+        if series:
+            return float(series)
     return float("nan")
 
 
@@ -133,6 +145,7 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
               if "node_memory_MemTotal_bytes" in s else
               s.get("nv_cpu_memory_used_bytes", s.get("process_resident_memory_bytes", np.nan)) for s in samples]
     values["memory_bytes"] = np.array(memory, dtype=float)
+    values["gpus"] = np.array([gpu_count(s) for s in samples], dtype=float)
     cpu = np.array([_cpu(s) for s in samples]) if samples else np.empty((0, 2))
     cpu_busy = None
     if len(cpu) > 1 and cpu[:, 1].any():
@@ -157,7 +170,7 @@ def read_monitor(path: Path, name: str) -> MonitorSeries:
 
 def read_monitor_missing(name: str) -> MonitorSeries:
     """A monitor whose timeline was never written (no scrape of it reached the run directory)."""
-    return MonitorSeries(name, np.empty(0, dtype=np.int64), {q: np.empty(0) for q in (*GAUGES, "memory_bytes")},
+    return MonitorSeries(name, np.empty(0, dtype=np.int64), {q: np.empty(0) for q in (*GAUGES, "memory_bytes", "gpus")},
                          None, errors=["its timeline was never written"])
 
 

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from tailrace.analysis.report.plots import _plain_ms_ticks, _svg, plt
+from tailrace.contract.summary import Estimate
 from tailrace.contract.summary.sweep import FrontierPoint, SweepPoint
 
 
@@ -16,27 +17,32 @@ def _err(value: float | None, low: float | None, high: float | None) -> tuple[fl
 
 
 def frontier_svg(points: Sequence[FrontierPoint]) -> str | None:
-    """Output tokens/s of the server against tokens/s per user, a colour per configuration, 95% intervals on both
-    axes, the Pareto frontier dashed."""
+    """Output tokens/s of the server (per GPU where every point's monitors counted its GPUs) against tokens/s per
+    user, a colour per configuration, 95% intervals on both axes, the Pareto frontier dashed."""
     if not points:
         return None
+    per_gpu = all(p.tokens_per_s_per_gpu is not None for p in points)
+
+    def server(p: FrontierPoint) -> Estimate:
+        return (p.tokens_per_s_per_gpu if per_gpu else None) or p.tokens_per_s
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
     by_config: dict[str, list[FrontierPoint]] = defaultdict(list)
     for p in points:
         by_config[p.config].append(p)
     for config, mine in sorted(by_config.items()):
         xs = [p.tokens_per_s_per_user.value or 0.0 for p in mine]
-        ys = [p.tokens_per_s.value or 0.0 for p in mine]
+        ys = [server(p).value or 0.0 for p in mine]
         xerr = list(zip(*(_err(p.tokens_per_s_per_user.value, p.tokens_per_s_per_user.ci_low,
                                 p.tokens_per_s_per_user.ci_high) for p in mine)))
-        yerr = list(zip(*(_err(p.tokens_per_s.value, p.tokens_per_s.ci_low, p.tokens_per_s.ci_high) for p in mine)))
+        yerr = list(zip(*(_err(server(p).value, server(p).ci_low, server(p).ci_high) for p in mine)))
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="o", ms=4, capsize=2, lw=1, label=config or "points")
     best = sorted((p for p in points if p.pareto), key=lambda p: p.tokens_per_s_per_user.value or 0.0)
     if len(best) > 1:
-        ax.plot([p.tokens_per_s_per_user.value or 0.0 for p in best], [p.tokens_per_s.value or 0.0 for p in best],
+        ax.plot([p.tokens_per_s_per_user.value or 0.0 for p in best], [server(p).value or 0.0 for p in best],
                 "k--", lw=1, label="Pareto frontier")
     ax.set_xlabel("tokens/s per user (1000 / TPOT p50; more is more interactive)")
-    ax.set_ylabel("output tokens/s of the server")
+    ax.set_ylabel("output tokens/s per GPU" if per_gpu else "output tokens/s of the server")
     ax.legend(fontsize=7)
     return _svg(fig)
 

@@ -44,6 +44,7 @@ class SweepPoint(Row):
     output_tokens_per_s: Estimate | None = None  # the server's, over every stream (interval: the completed count's)
     tokens_per_s_per_user: Estimate | None = None  # 1000 / TPOT p50 (its interval from TPOT's)
     energy_per_1k_tokens_j: float | None = None  # measured by the profile's [[monitors]]
+    gpus: int | None = None  # the GPUs the profile's [[monitors]] spoke of (summed over monitors)
     graded_judged: int = 0  # graded answers judged (prompts.graded: right + wrong + unparsable), every endpoint
     graded_correct: int = 0
     accuracy: float | None = None  # graded_correct / graded_judged, with its exact 95% interval
@@ -83,6 +84,8 @@ class FrontierPoint(Row):
     load: float | None = None
     tokens_per_s: Estimate
     tokens_per_s_per_user: Estimate
+    tokens_per_s_per_gpu: Estimate | None = None  # the server's tokens/s over the GPUs its monitors spoke of
+    gpus: int | None = None
     energy_per_1k_tokens_j: float | None = None
     pareto: bool = False
 

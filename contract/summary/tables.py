@@ -384,6 +384,7 @@ class HardwareRow(Row):
     requests_waiting: float | None = None
     memory_max_bytes: float | None = None
     gpu_memory_max_bytes: float | None = None
+    gpus: int | None = None  # the GPUs the monitor spoke of (one series each in its per-GPU families)
     power_w: float | None = None
     power_from: str | None = None  # "energy counter" (the window's joules / its duration) or "power gauge" (a mean)
     energy_j: float | None = None  # the counter's increase over the window (measured, never estimated)

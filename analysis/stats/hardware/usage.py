@@ -77,6 +77,9 @@ def usage_row(s: MonitorSeries, w: PhaseWindow, endpoints: Iterable[str] | None,
            "energy_j": energy, "energy_metric": s.energy_metric or None, "idle_power_w": idle_w,
            "requests": requests, "output_tokens": tokens,
            "endpoints": sorted(endpoints) if endpoints is not None else None}
+    gpus = _max(s.values["gpus"][inside]) if "gpus" in s.values else None
+    if gpus:  # a monitor of GPUs: how many it spoke of (a sweep's throughput per GPU)
+        row["gpus"] = int(gpus)
     cpu_s = between(s.t_ns, s.process_cpu_s, t0, t1)
     if cpu_s is not None and duration > 0:
         row["process_cores"] = cpu_s / duration

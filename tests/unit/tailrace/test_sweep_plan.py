@@ -97,11 +97,12 @@ def test_a_profile_without_a_sweep_says_so():
         SweepPlan.read(BASE, "s.toml")
 
 
-def point(index, config, load, tiers, ttft_p99=None, tpot=None, tps=None, done=True) -> SweepPoint:
+def point(index, config, load, tiers, ttft_p99=None, tpot=None, tps=None, done=True, gpus=None) -> SweepPoint:
     return SweepPoint(index=index, config=config, levels={}, load=load, tiers=tiers, status="done" if done else "failed",
                       ttft_ms={"p99": Estimate(value=ttft_p99)} if ttft_p99 else {},
                       tokens_per_s_per_user=Estimate(value=tpot) if tpot else None,
-                      output_tokens_per_s=Estimate(value=tps) if tps else None)
+                      output_tokens_per_s=Estimate(value=tps, ci_low=tps and tps * 0.9, ci_high=tps and tps * 1.1)
+                      if tps else None, gpus=gpus)
 
 
 def test_each_tiers_edge_its_bracket_and_the_next_load_to_try():
@@ -128,6 +129,20 @@ def test_the_pareto_frontier_marks_the_points_no_other_beats_on_both_axes():
            point(3, "b", 1, {}, tpot=100, tps=300), point(4, "b", 2, {}, tpot=90, tps=700)]
     marks = {f.index: f.pareto for f in answers.frontier(pts)}
     assert marks == {1: True, 2: True, 3: False, 4: True}
+
+
+def test_where_monitors_count_the_gpus_the_frontier_is_per_gpu():
+    """Tensor parallel 2 (two GPUs) emits more in all than one GPU, but less per GPU: per GPU it is dominated."""
+    pts = [point(1, "tp=1", 1, {}, tpot=100, tps=400, gpus=1), point(2, "tp=2", 1, {}, tpot=100, tps=600, gpus=2)]
+    one, two = answers.frontier(pts)
+    assert (one.pareto, two.pareto) == (True, False)
+    assert two.tokens_per_s_per_gpu.value == 300 and two.tokens_per_s_per_gpu.ci_low == pytest.approx(270)
+    assert two.tokens_per_s.value == 600 and two.gpus == 2
+    # a point whose GPUs no monitor counted: the frontier stays per server
+    assert [f.pareto for f in answers.frontier([pts[0], point(2, "tp=2", 1, {}, tpot=100, tps=600)])] == [False, True]
+    from tailrace.analysis.report.sweep_plots import frontier_svg
+
+    assert "per GPU" in frontier_svg([one, two])
 
 
 def test_intervals_of_a_count_and_of_a_reciprocal():

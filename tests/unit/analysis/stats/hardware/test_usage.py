@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tailrace.analysis.read.hardware import counter_increase, read_monitor
+from tailrace.analysis.read.hardware import counter_increase, gpu_count, read_monitor
 from tailrace.analysis.stats.hardware.attribution import EndpointServing, MonitorScope
 from tailrace.analysis.stats.hardware.usage import hardware_section
 from tailrace.analysis.stats.hardware.windows import PhaseWindow, per_request_windows, phase_windows
@@ -26,6 +26,14 @@ def window(phase, t0, t1, requests, tokens, endpoint="e", compute_ms=None):
 def timeline(path, lines):
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
+
+
+def test_a_scrape_speaks_of_as_many_gpus_as_its_first_per_gpu_family_has_series():
+    dcgm = {f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}"}}': 50.0 for i in range(8)} | {
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0"}': 300.0}
+    triton = {'nv_gpu_memory_used_bytes{gpu_uuid="GPU-a"}': 1e9, 'nv_gpu_memory_used_bytes{gpu_uuid="GPU-b"}': 2e9}
+    assert gpu_count(dcgm) == 8 and gpu_count(triton) == 2
+    assert np.isnan(gpu_count({"node_cpu_seconds_total{cpu=\"0\",mode=\"idle\"}": 1.0}))
 
 
 def test_a_counter_that_resets_or_wraps_counts_what_it_reads_after():
@@ -61,7 +69,7 @@ def test_energy_per_phase_per_request_and_per_token_from_a_dcgm_counter(tmp_path
     assert row.energy_per_1k_output_tokens_j == pytest.approx(75) and row.gpu_util_pct == 90.0
     # ten equal parts of the phase, 50 requests and 300 J each: 6,000 mJ a request in every one
     assert row.energy_per_request_mj_windows == pytest.approx([6000.0] * 10)
-    assert row.gpu_memory_max_bytes == 1024 * 2**20 and row.power_from == "energy counter"
+    assert row.gpu_memory_max_bytes == 1024 * 2**20 and row.power_from == "energy counter" and row.gpus == 1
     assert section.missing == ["gpu-node: 1 of 18 scrapes failed (first: ReadTimeout: timed out)"]
     line = section.timeline["gpu-node"]  # the chart's series: seconds since the load's start, power from energy
     assert line["t_s"][0] == -5.0 and line["power_w"][0] == pytest.approx(100) and line["power_w"][-1] == pytest.approx(300)
