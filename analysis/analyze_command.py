@@ -26,6 +26,14 @@ def write_outputs(analysis, out: Path, figures: Figures | None = None) -> None:
         write_atomic(report.table(name), table.to_csv(index=False))
     write_atomic(report.junit, junit_xml(analysis.summary))
     write_atomic(report.page, render(analysis, figures))
+    run_dir = Path(analysis.data.run_dir)
+    if report.dir.resolve() == ReportLayout.of_run(run_dir).dir.resolve():  # the run's own report: catalogued
+        from tailrace.analysis.history.catalogue import record_run
+
+        try:
+            record_run(run_dir, analysis.summary)
+        except OSError:
+            pass  # a directory of runs this user cannot write to: `tailrace runs` reads the summary instead
 
 
 def _number(v: float | None, digits: int = 0) -> str:

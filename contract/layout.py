@@ -292,3 +292,30 @@ class CapacityLayout:
     def trials(self) -> Path:
         """Where each trial's run directory goes."""
         return self.dir / "trials"
+
+
+@dataclass(frozen=True)
+class RunsLayout:
+    """A directory of runs (a profile's `output_dir`, a sweep's points/, a capacity search's trials/): its run
+    directories, and catalogue.jsonl — one line per run analysed there, appended as each report is written."""
+
+    root: Path
+
+    @property
+    def catalogue(self) -> Path:
+        return self.root / "catalogue.jsonl"
+
+    def list_page(self) -> Path:
+        """`tailrace runs`' page of the runs listed."""
+        return self.root / "runs.html"
+
+    def trend_page(self, profile: str, metric: str) -> Path:
+        """`tailrace runs trend`'s page of one profile's metric."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{profile}-{metric}")
+        return self.root / f"trend-{safe}.html"
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory (it holds a run's plan or manifest)."""
+    layout = RunLayout(Path(path))
+    return layout.manifest.is_file() or layout.plan.is_file()

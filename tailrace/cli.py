@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tailrace.contract.apis import APIS
 from tailrace.contract.exit_codes import INTERNAL
+from tailrace.runs_command import add_runs_command
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
 # in one line of its own (harness/client/tls.py). Set before any process of a run imports grpc; a user's value wins.
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sntp_command(sub)
     _add_analyze_command(sub)
     _add_compare_command(sub)
+    add_runs_command(sub)
     _add_export_command(sub)
     _add_deploy_command(sub)
     _add_probe_command(sub)

@@ -1,0 +1,177 @@
+"""The runs as a history: the run directories under the directories given, each one's catalogue line — read from
+catalogue.jsonl (appended as each report is written) where its summary.json has not changed since, else from the
+summary.json, the line appended — and the filters `tailrace runs` takes. A directory that is no run and holds
+none, a run never analysed and a damaged summary are each one line, skipped and counted; the rest are listed."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from tailrace.contract.layout import ReportLayout, RunsLayout, append_line, is_run_dir
+from tailrace.contract.summary import RunSummary, SummaryError
+from tailrace.contract.summary.history import CatalogueEntry
+
+MAX_DEPTH = 3  # runs/<run>, runs/<sweep>/points/<run>, runs/<search>/trials/<run>
+
+
+@dataclass
+class Catalogue:
+    """The runs found, oldest first, and one line for each directory or run left out."""
+
+    entries: list[tuple[Path, CatalogueEntry]] = field(default_factory=list)  # (the run directory, its line)
+    skipped: list[str] = field(default_factory=list)
+
+
+def entry_of(run: str, summary: RunSummary, mtime_ns: int) -> CatalogueEntry:
+    """A run's catalogue line from its summary (`run`: its directory relative to the directory of runs)."""
+    try:
+        row = summary.latency_row()
+    except KeyError:
+        row = None
+    tokens = summary.overall_tokens()
+
+    def at(q: str) -> float | None:
+        return row.percentiles[q].value if row is not None and q in row.percentiles else None
+
+    return CatalogueEntry(run=run, run_id=summary.run_id, profile=summary.profile, start_ns=summary.manifest.start_ns,
+                          verdict=summary.verdict, valid=summary.valid,
+                          requests=sum(r.count for r in summary.latency if r.endpoint == "*" and r.region == "*"),
+                          errors=sum(r.errors for r in summary.latency if r.endpoint == "*" and r.region == "*"),
+                          achieved_rate=row.achieved_rate if row is not None else None, p50_ms=at("p50"),
+                          p95_ms=at("p95"), p99_ms=at("p99"),
+                          ttft_p99_ms=tokens.ttft_ms.at("p99").value if tokens is not None else None,
+                          git_sha=summary.manifest.git_sha, summary_mtime_ns=mtime_ns)
+
+
+def read_summary(run_dir: Path) -> RunSummary:
+    """A run's summary.json (SummaryError: missing — the run was never analysed — or damaged, naming the file)."""
+    path = ReportLayout.of_run(run_dir).summary
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SummaryError(f"{run_dir}: not analysed (no {path.relative_to(run_dir)}; tailrace analyze "
+                           f"{run_dir})") from None
+    except OSError as exc:
+        raise SummaryError(f"{path}: {exc.strerror or exc}") from None
+    return RunSummary.from_json(text, str(path))
+
+
+def record_run(run_dir: Path, summary: RunSummary) -> None:
+    """Append the run's line to its directory of runs' catalogue (as its report is written; a line a reader finds
+    stale — its summary.json rewritten since — is replaced on the next listing)."""
+    run_dir = Path(run_dir).resolve()
+    path = ReportLayout.of_run(run_dir).summary
+    mtime = path.stat().st_mtime_ns if path.exists() else 0
+    append_line(RunsLayout(run_dir.parent).catalogue, entry_of(run_dir.name, summary, mtime).model_dump_json())
+
+
+def _read_catalogue(path: Path) -> dict[str, CatalogueEntry]:
+    """catalogue.jsonl's last line per run (a torn or damaged line is left out: the run's summary says it again)."""
+    out: dict[str, CatalogueEntry] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            entry = CatalogueEntry.model_validate_json(line)
+        except ValidationError:
+            continue
+        out[entry.run] = entry
+    return out
+
+
+def find_runs(root: Path, depth: int = MAX_DEPTH) -> list[Path]:
+    """The run directories at or below `root` (a run's own subdirectories are not searched), by path."""
+    if is_run_dir(root):
+        return [root]
+    if depth == 0:
+        return []
+    found: list[Path] = []
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return found
+    for child in children:
+        found += find_runs(child, depth - 1)
+    return found
+
+
+def catalogue(dirs: Sequence[Path]) -> Catalogue:
+    """Every run under `dirs`, its line from the catalogue beside it where still current, else from its summary
+    (then appended there), oldest first."""
+    out = Catalogue()
+    seen: set[Path] = set()
+    known: dict[Path, dict[str, CatalogueEntry]] = {}  # each directory of runs' catalogue, read once
+    for root in dirs:
+        runs = find_runs(Path(root))
+        if not runs:
+            out.skipped.append(f"{root}: not a run directory, and holds none")
+            continue
+        for run_dir in runs:
+            if run_dir.resolve() in seen:
+                continue
+            seen.add(run_dir.resolve())
+            entry = _current_entry(run_dir, out.skipped, known)
+            if entry is not None:
+                out.entries.append((run_dir, entry))
+    out.entries.sort(key=lambda e: (e[1].start_ns or 0, e[1].run_id))
+    return out
+
+
+def _current_entry(run_dir: Path, skipped: list[str],
+                   catalogues: dict[Path, dict[str, CatalogueEntry]]) -> CatalogueEntry | None:
+    """The run's line: its catalogue's where it is as new as the summary, else read again (and appended)."""
+    parent = run_dir.resolve().parent
+    if parent not in catalogues:
+        catalogues[parent] = _read_catalogue(RunsLayout(parent).catalogue)
+    known = catalogues[parent]
+    path = ReportLayout.of_run(run_dir).summary
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        mtime = None
+    entry = known.get(run_dir.name)
+    if entry is not None and mtime is not None and entry.summary_mtime_ns == mtime:
+        return entry
+    try:
+        summary = read_summary(run_dir)
+    except SummaryError as exc:
+        skipped.append(str(exc))
+        return None
+    entry = entry_of(run_dir.name, summary, mtime or 0)
+    known[run_dir.name] = entry
+    try:
+        append_line(RunsLayout(parent).catalogue, entry.model_dump_json())
+    except OSError:
+        pass  # a directory of runs read-only to this user: listed all the same, read again next time
+    return entry
+
+
+def parse_when(text: str) -> int:
+    """An ISO date or date-time (UTC unless it says) as epoch ns; ValueError names what it expected."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: expected an ISO date or date-time, e.g. 2026-12-04 or 2026-12-04T16:30") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1e9)
+
+
+def selected(entries: Iterable[tuple[Path, CatalogueEntry]], profile: str | None = None, verdict: str | None = None,
+             since_ns: int | None = None, until_ns: int | None = None) -> list[tuple[Path, CatalogueEntry]]:
+    """The entries of a profile, a verdict, started within [since, until) — pure."""
+    return [(d, e) for d, e in entries
+            if (profile is None or e.profile == profile) and (verdict is None or e.verdict == verdict.upper())
+            and (since_ns is None or (e.start_ns or 0) >= since_ns) and (until_ns is None or (e.start_ns or 0) < until_ns)]
+
+
+def as_json_lines(entries: Iterable[tuple[Path, CatalogueEntry]]) -> str:
+    """The listed entries as JSON lines (each with its run directory's path)."""
+    return "".join(json.dumps({"run_dir": str(d), **e.model_dump(mode="json")}) + "\n" for d, e in entries)
