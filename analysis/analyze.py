@@ -17,6 +17,7 @@ from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
 from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
 from tailrace.analysis.read.hardware import monitor_series
+from tailrace.analysis.read.progress import Progress
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
 from tailrace.analysis.read.schedule import Columns, Results, Statistic
 from tailrace.analysis.read.schedule import run as run_statistics
@@ -159,7 +160,7 @@ def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[st
 
 def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: dict[str, str] | None = None,
                 figures: Figures | None = None, span_files: tuple[Path, ...] = (),
-                retain: tuple[str, ...] = ()) -> Analysis:
+                retain: tuple[str, ...] = (), progress: Progress | None = None) -> Analysis:
     """Load and analyse a run directory. `columns`: the request columns to read — `tailrace analyze` reads
     ANALYSIS_COLUMNS only (analysis/read/rundir.py), a few at a time, each freed after the last statistic that reads
     it; the Python API reads every column and keeps them, so that `Analysis.requests` holds the whole log.
@@ -168,14 +169,16 @@ def analyze_run(run_dir: Path, columns: tuple[str, ...] | None = None, exclude: 
     report's figures' numbers once they exist, to draw them while the analysis goes on. `span_files`: OTLP JSON
     files of the servers' spans, joined to the requests beside what the run's own receiver got (SpanFileError: one
     is not OTLP JSON). `retain`: columns `Analysis.requests` keeps beside the report's (a `*_ref` one on the reference
-    clock), for what reads the run after its analysis (the spans `tailrace run` exports)."""
+    clock), for what reads the run after its analysis (the spans `tailrace run` exports). `progress`: the terminal's
+    progress line (analysis/read/progress.py)."""
     spans = server_spans_of(run_dir, span_files)
     try:
-        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures(), spans, retain)
+        return _analyze_run(run_dir, columns, exclude or {}, figures or InlineFigures(), spans, retain, progress)
     except LateChunkError as exc:
         if exc.path in (exclude or {}):
             raise
-        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures, span_files, retain)
+        return analyze_run(run_dir, columns, {**(exclude or {}), exc.path: exc.reason}, figures, span_files, retain,
+                           progress)
 
 
 def server_spans_of(run_dir: Path, span_files: tuple[Path, ...]) -> tuple[list, list[str]]:
@@ -537,7 +540,8 @@ def _on_reference(local: str, runs: list[tuple[str, slice]], models: dict, log) 
 
 
 def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[str, str], figures: Figures,
-                 spans: tuple[list, list[str]] = ([], []), retain: tuple[str, ...] = ()) -> Analysis:
+                 spans: tuple[list, list[str]] = ([], []), retain: tuple[str, ...] = (),
+                 progress: Progress | None = None) -> Analysis:
     keep = columns is None
     if spans[0] and columns is not None:  # the servers' spans are joined by the requests' own IDs
         columns = (*columns, "trace_id", "span_id")
@@ -556,7 +560,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     run = _Run(data, profile, figures, in_measured,
                np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
                (os.cpu_count() or 1) if log.fits() else 1, spans)
-    r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept)
+    r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept, progress=progress)
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
     pipelines, by_model, accuracy = r["pipelines"], r["by_model"], r["accuracy"]
     verdicts = [*r["verdicts"], *r["token_verdicts"], *pipelines.verdicts, *by_model.verdicts, *accuracy.verdicts]

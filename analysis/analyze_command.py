@@ -254,6 +254,7 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.otel.server_spans import SpanFileError
     from tailrace.analysis.read import process_memory
+    from tailrace.analysis.read.progress import Progress
     from tailrace.analysis.read.rundir import (
         ANALYSIS_COLUMNS,
         ANALYZE_BYTES_PER_ROW,
@@ -276,8 +277,13 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
             from tailrace.analysis.otel.spans import SPAN_COLUMNS
 
             retain = SPAN_COLUMNS
-        analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures, span_files=span_files,
-                               retain=retain)  # only what the report reads (and the spans, when exported)
+        progress = Progress() if not quiet else None  # on a terminal only, after a few seconds
+        try:
+            analysis = analyze_run(Path(run_dir), ANALYSIS_COLUMNS, figures=figures, span_files=span_files,
+                                   retain=retain, progress=progress)  # only what the report reads (and the spans)
+        finally:
+            if progress is not None:
+                progress.done()
     except (RunDirError, SpanFileError) as exc:
         print(f"tailrace analyze: {exc}", file=sys.stderr)
         return USAGE

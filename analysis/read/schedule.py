@@ -24,6 +24,7 @@ import pandas as pd
 
 from tailrace.analysis.read.chunks import ChunkColumns
 from tailrace.analysis.read.frames import frame_of
+from tailrace.analysis.read.progress import Progress
 
 
 class UndeclaredColumn(KeyError):
@@ -179,16 +180,20 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
 
 
 def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep: set[str],
-        retain: Iterable[str] = ()) -> Results:
+        retain: Iterable[str] = (), progress: Progress | None = None) -> Results:
     """Compute `statistics` over `log`; returns the results (those in `keep`, and any nobody used).
-    `keep_columns`: every column stays loaded (the Python API's `Analysis.requests`)."""
+    `keep_columns`: every column stays loaded (the Python API's `Analysis.requests`); `progress`: told of each
+    statistic as it starts (analysis/read/progress.py)."""
     beside = log.fits()
     schedule = plan(statistics, log, beside, keep, retain)
     log.prefetch(schedule.prefetch)
     results = Results()
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if beside else None
     try:
-        for s in schedule.order:
+        for i, s in enumerate(schedule.order, 1):
+            if progress is not None:
+                progress.rows = int(log.rows)
+                progress.stage(s.name, i, len(schedule.order))
             results.put(s.name, s.compute(Columns(log, s.reads), results))
             for b in schedule.side[s.name]:  # (there are side statistics only where they run beside)
                 if side is None:
