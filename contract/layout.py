@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,11 +296,20 @@ class CapacityLayout:
 
 
 @dataclass(frozen=True)
-class RunsLayout:
-    """A directory of runs (a profile's `output_dir`, a sweep's points/, a capacity search's trials/): its run
-    directories, and catalogue.jsonl — one line per run analysed there, appended as each report is written."""
+class HistoryLayout:
+    """The runs as a history, kept apart from every run directory (so that a directory of runs holds runs only):
+    catalogue.jsonl — one line per run analysed, keyed by its directory's absolute path, appended as each report is
+    written — and `tailrace runs`' pages. `$TAILRACE_HISTORY_DIR`, else `$XDG_CACHE_HOME/tailrace` (~/.cache/tailrace)."""
 
     root: Path
+
+    @classmethod
+    def default(cls, environ: Mapping[str, str] | None = None) -> "HistoryLayout":
+        env = os.environ if environ is None else environ
+        if env.get("TAILRACE_HISTORY_DIR"):
+            return cls(Path(env["TAILRACE_HISTORY_DIR"]))
+        cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+        return cls(cache / "tailrace")
 
     @property
     def catalogue(self) -> Path:

@@ -1,7 +1,7 @@
 """`tailrace runs [DIR…]` — the runs found, with profile, start, verdict, requests and key percentiles, filtered —
 and `tailrace runs trend PROFILE [DIR…] --metric p99` — one metric across a profile's runs with each run's interval
-and its significant changes. Both read the runs' catalogue lines (catalogue.jsonl, kept as reports are written) and
-write an HTML page beside the terminal table. No server is started."""
+and its significant changes. Both read the runs' catalogue lines (contract/layout.py's HistoryLayout: kept as
+reports are written, apart from the runs) and write an HTML page beside the terminal table. No server is started."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tailrace.contract.exit_codes import OK, USAGE
-from tailrace.contract.layout import RunsLayout, write_atomic
+from tailrace.contract.layout import HistoryLayout, write_atomic
 from tailrace.contract.terminal import console
 
 DEFAULT_DIR = Path("runs")
@@ -33,7 +33,8 @@ def add_runs_command(sub) -> None:
                                                       "itl_p99, e2e_p99 (streams; also _p50 _p90), error_rate")
     runs.add_argument("--endpoint", default="*", help="trend: one endpoint (default every one)")
     runs.add_argument("--region", default="*", help="trend: one region (default every one)")
-    runs.add_argument("--html", type=Path, default=None, help="the page's path (default in the first DIR)")
+    runs.add_argument("--html", type=Path, default=None, help="the page's path (default beside the catalogue: "
+                                                               "$TAILRACE_HISTORY_DIR or ~/.cache/tailrace)")
     runs.add_argument("--json", action="store_true", help="the list as JSON lines instead of a table")
     runs.set_defaults(func=lambda a, p: cmd_runs(a, p))
 
@@ -65,8 +66,8 @@ def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     entries = selected(found.entries, trend_of or args.profile, args.verdict, since, until)
     page = args.html
     if trend_of is not None:
-        return _trend(entries, trend_of, args, page or RunsLayout(roots[0]).trend_page(trend_of, args.metric))
-    return _list(entries, found.skipped, args, page or RunsLayout(roots[0]).list_page())
+        return _trend(entries, trend_of, args, page or HistoryLayout.default().trend_page(trend_of, args.metric))
+    return _list(entries, found.skipped, args, page or HistoryLayout.default().list_page())
 
 
 def _list(entries, skipped: list[str], args: argparse.Namespace, page: Path) -> int:
@@ -90,7 +91,7 @@ def _list(entries, skipped: list[str], args: argparse.Namespace, page: Path) -> 
 
 
 def _trend(entries, profile: str, args: argparse.Namespace, page: Path) -> int:
-    from tailrace.analysis.history.catalogue import read_summary
+    from tailrace.analysis.history.catalogue import read_headline
     from tailrace.analysis.history.trend import TrendError, trend
     from tailrace.analysis.report.history_page import trend_page, when
     from tailrace.contract.summary import SummaryError
@@ -98,7 +99,7 @@ def _trend(entries, profile: str, args: argparse.Namespace, page: Path) -> int:
     runs = []
     for run_dir, entry in entries:
         try:
-            runs.append((entry, read_summary(run_dir)))
+            runs.append((entry, read_headline(run_dir)))
         except SummaryError as exc:  # changed since it was catalogued
             print(f"tailrace runs: skipped {exc}", file=sys.stderr)
     if not runs:

@@ -46,6 +46,15 @@ def pytest_terminal_summary(terminalreporter) -> None:
                                     f"{budget:g} min")
 
 
+def pytest_configure(config) -> None:
+    """The runs' catalogue (contract/layout.py's HistoryLayout) of this session's runs apart from the user's: every
+    process a test starts inherits it."""
+    if not os.environ.get("TAILRACE_HISTORY_DIR"):
+        import tempfile
+
+        os.environ["TAILRACE_HISTORY_DIR"] = tempfile.mkdtemp(prefix="tailrace-test-history-")
+
+
 def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if "/tests/unit/" in str(item.path):

@@ -1,7 +1,8 @@
 """The runs as a history: the run directories under the directories given, each one's catalogue line — read from
-catalogue.jsonl (appended as each report is written) where its summary.json has not changed since, else from the
-summary.json, the line appended — and the filters `tailrace runs` takes. A directory that is no run and holds
-none, a run never analysed and a damaged summary are each one line, skipped and counted; the rest are listed."""
+the catalogue (contract/layout.py's HistoryLayout: one file for every directory of runs, keyed by each run's absolute
+path, appended as each report is written) where its summary.json has not changed since, else from the summary.json,
+the line appended — and the filters `tailrace runs` takes. A directory that is no run and holds none, a run never
+analysed and a damaged summary are each one line, skipped and counted; the rest are listed."""
 from __future__ import annotations
 
 import json
@@ -12,11 +13,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tailrace.contract.layout import ReportLayout, RunsLayout, append_line, is_run_dir
+from tailrace.contract.layout import HistoryLayout, ReportLayout, append_line, is_run_dir, write_atomic
 from tailrace.contract.summary import RunSummary, SummaryError
-from tailrace.contract.summary.history import CatalogueEntry
+from tailrace.contract.summary.history import CatalogueEntry, SummaryHeadline
+from tailrace.contract.summary.tables import first_latency_row
 
 MAX_DEPTH = 3  # runs/<run>, runs/<sweep>/points/<run>, runs/<search>/trials/<run>
+COMPACT_AT = 10_000  # the catalogue is rewritten once it holds this many lines more than runs
 
 
 @dataclass
@@ -27,12 +30,9 @@ class Catalogue:
     skipped: list[str] = field(default_factory=list)
 
 
-def entry_of(run: str, summary: RunSummary, mtime_ns: int) -> CatalogueEntry:
-    """A run's catalogue line from its summary (`run`: its directory relative to the directory of runs)."""
-    try:
-        row = summary.latency_row()
-    except KeyError:
-        row = None
+def entry_of(run: str, summary: RunSummary | SummaryHeadline, mtime_ns: int) -> CatalogueEntry:
+    """A run's catalogue line from its summary (`run`: its directory's absolute path)."""
+    row = first_latency_row(summary.latency)
     tokens = summary.overall_tokens()
 
     def at(q: str) -> float | None:
@@ -48,30 +48,31 @@ def entry_of(run: str, summary: RunSummary, mtime_ns: int) -> CatalogueEntry:
                           git_sha=summary.manifest.git_sha, summary_mtime_ns=mtime_ns)
 
 
-def read_summary(run_dir: Path) -> RunSummary:
-    """A run's summary.json (SummaryError: missing — the run was never analysed — or damaged, naming the file)."""
+def read_headline(run_dir: Path) -> SummaryHeadline:
+    """A run's summary.json headline (SummaryError: missing — the run was never analysed — or damaged, naming the
+    file)."""
     path = ReportLayout.of_run(run_dir).summary
     try:
-        text = path.read_text()
+        return SummaryHeadline.read(path)
     except FileNotFoundError:
         raise SummaryError(f"{run_dir}: not analysed (no {path.relative_to(run_dir)}; tailrace analyze "
                            f"{run_dir})") from None
     except OSError as exc:
         raise SummaryError(f"{path}: {exc.strerror or exc}") from None
-    return RunSummary.from_json(text, str(path))
 
 
-def record_run(run_dir: Path, summary: RunSummary) -> None:
-    """Append the run's line to its directory of runs' catalogue (as its report is written; a line a reader finds
-    stale — its summary.json rewritten since — is replaced on the next listing)."""
+def record_run(run_dir: Path, summary: RunSummary, history: HistoryLayout | None = None) -> None:
+    """Append the run's line to the catalogue (as its report is written; a line a reader finds stale — its
+    summary.json rewritten since — is read again on the next listing)."""
     run_dir = Path(run_dir).resolve()
     path = ReportLayout.of_run(run_dir).summary
     mtime = path.stat().st_mtime_ns if path.exists() else 0
-    append_line(RunsLayout(run_dir.parent).catalogue, entry_of(run_dir.name, summary, mtime).model_dump_json())
+    append_line((history or HistoryLayout.default()).catalogue,
+                entry_of(str(run_dir), summary, mtime).model_dump_json())
 
 
 def _read_catalogue(path: Path) -> dict[str, CatalogueEntry]:
-    """catalogue.jsonl's last line per run (a torn or damaged line is left out: the run's summary says it again)."""
+    """The catalogue's last line per run (a torn or damaged line is left out: the run's summary says it again)."""
     out: dict[str, CatalogueEntry] = {}
     try:
         lines = path.read_text().splitlines()
@@ -102,12 +103,13 @@ def find_runs(root: Path, depth: int = MAX_DEPTH) -> list[Path]:
     return found
 
 
-def catalogue(dirs: Sequence[Path]) -> Catalogue:
-    """Every run under `dirs`, its line from the catalogue beside it where still current, else from its summary
-    (then appended there), oldest first."""
+def catalogue(dirs: Sequence[Path], history: HistoryLayout | None = None) -> Catalogue:
+    """Every run under `dirs`, its line from the catalogue where still current, else from its summary (then
+    appended), oldest first. A catalogue grown to COMPACT_AT lines more than it has runs is rewritten with one each."""
+    history = history or HistoryLayout.default()
     out = Catalogue()
     seen: set[Path] = set()
-    known: dict[Path, dict[str, CatalogueEntry]] = {}  # each directory of runs' catalogue, read once
+    lines, known = _read_catalogue_counted(history.catalogue)
     for root in dirs:
         runs = find_runs(Path(root))
         if not runs:
@@ -117,39 +119,56 @@ def catalogue(dirs: Sequence[Path]) -> Catalogue:
             if run_dir.resolve() in seen:
                 continue
             seen.add(run_dir.resolve())
-            entry = _current_entry(run_dir, out.skipped, known)
+            entry = _current_entry(run_dir, out.skipped, known, history)
             if entry is not None:
                 out.entries.append((run_dir, entry))
     out.entries.sort(key=lambda e: (e[1].start_ns or 0, e[1].run_id))
+    if lines - len(known) > COMPACT_AT:
+        _compact(history.catalogue, known)
     return out
 
 
-def _current_entry(run_dir: Path, skipped: list[str],
-                   catalogues: dict[Path, dict[str, CatalogueEntry]]) -> CatalogueEntry | None:
-    """The run's line: its catalogue's where it is as new as the summary, else read again (and appended)."""
-    parent = run_dir.resolve().parent
-    if parent not in catalogues:
-        catalogues[parent] = _read_catalogue(RunsLayout(parent).catalogue)
-    known = catalogues[parent]
+def _read_catalogue_counted(path: Path) -> tuple[int, dict[str, CatalogueEntry]]:
+    """(the catalogue's lines, its last line per run)."""
+    try:
+        lines = sum(1 for _ in path.open())
+    except OSError:
+        return 0, {}
+    return lines, _read_catalogue(path)
+
+
+def _compact(path: Path, known: dict[str, CatalogueEntry]) -> None:
+    """One line per run still there (a line appended meanwhile may be lost: that run's summary is read again)."""
+    kept = [e for run, e in known.items() if Path(run).is_dir()]
+    try:
+        write_atomic(path, "".join(e.model_dump_json() + "\n" for e in kept))
+    except OSError:
+        pass
+
+
+def _current_entry(run_dir: Path, skipped: list[str], known: dict[str, CatalogueEntry],
+                   history: HistoryLayout) -> CatalogueEntry | None:
+    """The run's line: the catalogue's where it is as new as the summary, else read again (and appended)."""
+    key = str(run_dir.resolve())
     path = ReportLayout.of_run(run_dir).summary
     try:
         mtime = path.stat().st_mtime_ns
     except OSError:
         mtime = None
-    entry = known.get(run_dir.name)
+    entry = known.get(key)
     if entry is not None and mtime is not None and entry.summary_mtime_ns == mtime:
         return entry
     try:
-        summary = read_summary(run_dir)
+        summary = read_headline(run_dir)
     except SummaryError as exc:
         skipped.append(str(exc))
         return None
-    entry = entry_of(run_dir.name, summary, mtime or 0)
-    known[run_dir.name] = entry
+    entry = entry_of(key, summary, mtime or 0)
+    known[key] = entry
     try:
-        append_line(RunsLayout(parent).catalogue, entry.model_dump_json())
+        append_line(history.catalogue, entry.model_dump_json())
     except OSError:
-        pass  # a directory of runs read-only to this user: listed all the same, read again next time
+        pass  # a catalogue this user cannot write: listed all the same, read again next time
     return entry
 
 

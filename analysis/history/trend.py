@@ -14,7 +14,8 @@ from scipy import stats
 
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.contract.summary import Estimate, RunSummary
-from tailrace.contract.summary.history import CatalogueEntry, Trend, TrendPoint
+from tailrace.contract.summary.history import CatalogueEntry, SummaryHeadline, Trend, TrendPoint
+from tailrace.contract.summary.tables import first_latency_row
 
 ALPHA = 0.05
 Z95 = 1.959963984540054
@@ -27,10 +28,10 @@ class TrendError(ValueError):
     """A metric tailrace does not trend, or an endpoint × region no run has."""
 
 
-def _latency(summary: RunSummary, metric: str, endpoint: str, region: str) -> tuple[Estimate | None, int, int]:
-    try:
-        row = summary.latency_row(endpoint, region)
-    except KeyError:
+def _latency(summary: RunSummary | SummaryHeadline, metric: str, endpoint: str,
+             region: str) -> tuple[Estimate | None, int, int]:
+    row = first_latency_row(summary.latency, endpoint, region)
+    if row is None:
         return None, 0, 0
     if metric == "error_rate":
         low, high = clopper_pearson(row.errors, row.count) if row.count else (None, None)
@@ -38,7 +39,8 @@ def _latency(summary: RunSummary, metric: str, endpoint: str, region: str) -> tu
     return row.percentiles.get(metric), 0, row.count
 
 
-def value_of(summary: RunSummary, metric: str, endpoint: str = "*", region: str = "*") -> tuple[Estimate | None, int, int]:
+def value_of(summary: RunSummary | SummaryHeadline, metric: str, endpoint: str = "*",
+             region: str = "*") -> tuple[Estimate | None, int, int]:
     """(the metric's estimate in a run, errors, requests): None where the run has no such row or value."""
     if metric not in METRICS:
         raise TrendError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
@@ -64,7 +66,8 @@ def _change_p(metric: str, before: tuple[Estimate, int, int], now: tuple[Estimat
     return float(2 * stats.norm.sf(abs((b.value - a.value) / se)))  # type: ignore[operator]
 
 
-def trend(runs: Sequence[tuple[CatalogueEntry, RunSummary]], profile: str, metric: str, endpoint: str = "*",
+def trend(runs: Sequence[tuple[CatalogueEntry, RunSummary | SummaryHeadline]], profile: str, metric: str,
+          endpoint: str = "*",
           region: str = "*") -> Trend:
     """The metric over the profile's runs (given oldest first): a point per run that has it, each change from the
     run before that has it judged."""

@@ -10,6 +10,8 @@ from pathlib import Path
 from tailrace.contract.layout import ReportLayout
 from tailrace.contract.summary.history import CatalogueEntry, Trend
 
+MAX_TICKS = 24
+
 STYLE = ("<style>body{font-family:sans-serif;margin:2em;font-size:14px}td,th{padding:2px 8px;text-align:right;"
          "white-space:nowrap}td.l,th.l{text-align:left}table{border-collapse:collapse}"
          "tr:nth-child(even){background:#f4f4f4}.PASS{color:#1a7f37}.FAIL{color:#cf222e}.INCONCLUSIVE{color:#9a6700}"
@@ -79,7 +81,8 @@ def trend_svg(t: Trend) -> str | None:
     flagged = [(x, p.value) for x, p in zip(xs, points) if p.significant]
     if flagged:
         ax.plot(*zip(*flagged), "o", ms=9, mfc="none", mec="#d62728", mew=2, label="changed (p < 0.05)")
-    ax.set_xticks(xs, [when(p.start_ns)[5:16] for p in points], rotation=30, ha="right", fontsize=7)
+    every = max(1, len(points) // MAX_TICKS)  # a long history: a label every so many runs
+    ax.set_xticks(xs[::every], [when(p.start_ns)[5:16] for p in points[::every]], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(f"{t.metric} ({t.unit}, 95% interval)")
     ax.legend(fontsize=7)
     fig.tight_layout()

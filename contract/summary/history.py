@@ -1,16 +1,62 @@
-"""The runs as a history: one catalogue line per run analysed (catalogue.jsonl beside the run directories), and one
+"""The runs as a history: one catalogue line per run analysed (contract/layout.py's HistoryLayout), and one
 metric of one profile's runs in time order with its intervals and the change from each run to the one before."""
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
 
-from tailrace.contract.summary.base import Row
+import orjson
+from pydantic import Field, ValidationError
+
+from tailrace.contract.summary.base import READING, Row, SummaryError
+from tailrace.contract.summary.sections import ManifestExcerpt
+from tailrace.contract.summary.tables import LatencyRow, TokenRow, first_latency_row
+
+HEADLINE_VERSIONS = (1, 2)  # the summary versions whose headline reads (RunSummary's READABLE_VERSIONS)
+
+
+class SummaryHeadline(Row):
+    """What the runs' history reads of a summary.json — who, when, its verdict, its latency and tokens tables —
+    validated alone (a whole summary's validation costs ~10× more: a history of a thousand runs reads a thousand)."""
+
+    run_id: str
+    profile: str
+    verdict: str
+    valid: bool = True
+    latency: list[LatencyRow] = Field(default_factory=list)
+    tokens: list[TokenRow] = Field(default_factory=list)
+    manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
+
+    @classmethod
+    def read(cls, path: Path) -> "SummaryHeadline":
+        """A summary.json's headline; SummaryError names the file and what is wrong (OSError: it cannot be read)."""
+        try:
+            raw = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise SummaryError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise SummaryError(f"{path}: not a JSON object")
+        if raw.get("summary_version", 1) not in HEADLINE_VERSIONS:
+            raise SummaryError(f"{path}: summary_version {raw.get('summary_version')!r} is not one this tailrace "
+                               "reads; analyse the run again")
+        try:
+            return cls.model_validate({k: raw[k] for k in cls.model_fields if k in raw}, context=READING)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise SummaryError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+    def latency_row(self, endpoint: str = "*", region: str = "*") -> LatencyRow | None:
+        """The latency row of an endpoint × region ("*": over every one; None: none)."""
+        return first_latency_row(self.latency, endpoint, region)
+
+    def overall_tokens(self) -> TokenRow | None:
+        """The tokens row over every endpoint and region (None: no streams)."""
+        return next((r for r in self.tokens if r.endpoint == "*" and r.region == "*"), None)
 
 
 class CatalogueEntry(Row):
     """One analysed run, as `tailrace runs` lists it (its summary.json's headline; the whole is in the run)."""
 
-    run: str  # the run directory, relative to the directory of runs that catalogues it
+    run: str  # the run directory's absolute path (the catalogue's key)
     run_id: str
     profile: str
     start_ns: int | None = None
@@ -31,7 +77,7 @@ class TrendPoint(Row):
     """One run's value of the trended metric, its 95% interval, and the change from the run before: significant
     when the two intervals' normal approximation says p < 0.05 (docs/METHODS.md, "Runs as a history")."""
 
-    run: str
+    run: str  # the run directory
     run_id: str
     start_ns: int | None = None
     git_sha: str | None = None

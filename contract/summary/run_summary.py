@@ -39,6 +39,7 @@ from tailrace.contract.summary.tables import (
     TokenRow,
     TtftLegs,
     ValidityRow,
+    first_latency_row,
 )
 
 SUMMARY_VERSION = 2
@@ -134,13 +135,12 @@ class RunSummary(Row):
     def latency_row(self, endpoint: str = ALL, region: str = ALL, kind: str | None = None) -> LatencyRow:
         """The latency row of an endpoint × region (ALL: over every one); `kind` picks a mixed run's pooled row
         ("one-shot" or "stream"). KeyError names what there is when no row matches."""
-        rows = [r for r in self.latency if (r.endpoint == endpoint or (endpoint == ALL and r.endpoint.startswith(ALL)))
-                and r.region == region and (kind is None or r.kind == kind)]
-        if not rows:
+        row = first_latency_row(self.latency, endpoint, region, kind)
+        if row is None:
             have = sorted({(r.endpoint, r.region) for r in self.latency})
             raise KeyError(f"no latency row for endpoint {endpoint!r}, region {region!r}"
                            + (f", kind {kind!r}" if kind else "") + f"; the rows are {have}")
-        return rows[0]
+        return row
 
     def token_row(self, endpoint: str = ALL, region: str = ALL) -> TokenRow:
         """The tokens row of a streamed endpoint × region (ALL: over every one)."""

@@ -3,6 +3,7 @@ verdicts, phases, where the time went, queueing, arrivals, validity, clocks, err
 servers' own statistics, outages and cold starts."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -78,6 +79,14 @@ class LatencyRow(Row):
     @property
     def p99(self) -> Estimate:
         return self.percentiles["p99"]
+
+
+def first_latency_row(rows: Sequence[LatencyRow], endpoint: str = "*", region: str = "*",
+                      kind: str | None = None) -> LatencyRow | None:
+    """The first latency row of an endpoint × region ("*": over every one; a mixed run's pooled rows start with it),
+    of `kind` if given; None: no such row."""
+    return next((r for r in rows if (r.endpoint == endpoint or (endpoint == "*" and r.endpoint.startswith("*")))
+                 and r.region == region and (kind is None or r.kind == kind)), None)
 
 
 class BatchLatency(Row):

@@ -22,25 +22,28 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_runs_analysed_are_catalogued_listed_trended_and_their_pages_read_in_a_browser(tmp_path):
+def test_runs_analysed_are_catalogued_listed_trended_and_their_pages_read_in_a_browser(tmp_path, monkeypatch):
     executable = chromium()
+    history = tmp_path / "history"
+    monkeypatch.setenv("TAILRACE_HISTORY_DIR", str(history))  # the processes below inherit it
     runs = tmp_path / "runs"
     for name in ("first", "second"):
         shutil.copytree(SAVED, runs / name)
         r = cli("analyze", str(runs / name), "--quiet")
         assert r.returncode in (0, 1, 3), r.stderr[-2000:]
-    lines = [json.loads(line) for line in (runs / "catalogue.jsonl").read_text().splitlines()]
-    assert sorted(line["run"] for line in lines) == ["first", "second"]  # written as each report was
+    lines = [json.loads(line) for line in (history / "catalogue.jsonl").read_text().splitlines()]
+    assert sorted(line["run"] for line in lines) == [str(runs / "first"), str(runs / "second")]  # as each report was
+    assert sorted(p.name for p in runs.iterdir()) == ["first", "second"]  # a directory of runs holds runs only
     (runs / "notes").mkdir()  # not a run: ignored inside a directory of runs
     listed = cli("runs", str(runs), "--profile", "demo")
     assert listed.returncode == 0 and "2 run(s)" in listed.stdout, listed.stdout + listed.stderr
     trended = cli("runs", "trend", "demo", str(runs), "--metric", "p50")
     assert trended.returncode == 0 and "across 2 run(s)" in trended.stdout, trended.stdout + trended.stderr
     with browser_page(executable) as page:
-        page.goto((runs / "runs.html").as_uri())
+        page.goto((history / "runs.html").as_uri())
         assert page.locator("#runs tr").count() == 3  # the head and two runs
         page.click("#runs tr:nth-child(2) a")
         page.wait_for_selector("#verdict", timeout=10_000)  # the run's own report
-        page.goto((runs / "trend-demo-p50.html").as_uri())
+        page.goto((history / "trend-demo-p50.html").as_uri())
         assert page.locator("#trend tr").count() == 3 and page.locator("svg").count() == 1
         assert page.errors == [], page.errors

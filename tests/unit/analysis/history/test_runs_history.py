@@ -49,10 +49,17 @@ def test_runs_are_listed_oldest_first_and_filtered_by_profile_verdict_and_time(t
     assert first.p99_ms == 100.0 and first.requests > 0 and first.p50_ms is not None
 
 
-def test_a_catalogue_line_is_used_while_its_summary_is_unchanged_and_read_again_once_it_changes(tmp_path):
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    """This test's own catalogue (contract/layout.py's HistoryLayout)."""
+    monkeypatch.setenv("TAILRACE_HISTORY_DIR", str(tmp_path / "history"))
+    return tmp_path / "history"
+
+
+def test_a_catalogue_line_is_used_while_its_summary_is_unchanged_and_read_again_once_it_changes(tmp_path, history):
     run = a_run(tmp_path / "runs", "a", 1, 100.0)
     record_run(run, RunSummary.from_json((run / "report" / "summary.json").read_text()))
-    catalogue_file = tmp_path / "runs" / "catalogue.jsonl"
+    catalogue_file = history / "catalogue.jsonl"
     line = json.loads(catalogue_file.read_text())
     catalogue_file.write_text(json.dumps(line | {"p99_ms": 7.0}) + "\n")  # the catalogue's, not the summary's
     assert catalogue([tmp_path / "runs"]).entries[0][1].p99_ms == 7.0  # the summary was not read
@@ -60,6 +67,18 @@ def test_a_catalogue_line_is_used_while_its_summary_is_unchanged_and_read_again_
     os.utime(summary, ns=(summary.stat().st_mtime_ns + 10**9,) * 2)  # analysed again since
     assert catalogue([tmp_path / "runs"]).entries[0][1].p99_ms == 100.0
     assert json.loads(catalogue_file.read_text().splitlines()[-1])["p99_ms"] == 100.0  # and catalogued
+
+
+def test_the_catalogue_is_compacted_to_a_line_per_run_still_there(tmp_path, history, monkeypatch):
+    from tailrace.analysis.history import catalogue as module
+
+    monkeypatch.setattr(module, "COMPACT_AT", 3)
+    runs = [a_run(tmp_path / "runs", name, hour, 100.0) for name, hour in (("a", 1), ("b", 2))]
+    for run in runs * 3:  # each analysed three times
+        record_run(run, RunSummary.from_json((run / "report" / "summary.json").read_text()))
+    assert len((history / "catalogue.jsonl").read_text().splitlines()) == 6
+    assert len(catalogue([tmp_path / "runs"]).entries) == 2
+    assert len((history / "catalogue.jsonl").read_text().splitlines()) == 2
 
 
 def test_what_is_no_run_never_analysed_or_damaged_is_one_line_each_and_the_rest_are_listed(tmp_path):
@@ -101,16 +120,17 @@ def test_an_error_rate_that_rises_is_judged_on_the_counts(tmp_path):
     assert t.points[2].ci_low < t.points[2].value < t.points[2].ci_high
 
 
-def test_the_command_lists_trends_and_writes_a_page_each_bad_input_one_line(tmp_path, capsys):
+def test_the_command_lists_trends_and_writes_a_page_each_bad_input_one_line(tmp_path, capsys, history):
     for name, hour, p99 in (("a", 1, 100.0), ("b", 2, 150.0)):
         a_run(tmp_path / "runs", name, hour, p99)
     assert main(["runs", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
-    assert "2 run(s)" in out and (tmp_path / "runs" / "runs.html").exists()
+    assert "2 run(s)" in out and (history / "runs.html").exists()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a", "b"]  # a directory of runs holds runs only
     assert main(["runs", "trend", "demo", str(tmp_path / "runs"), "--metric", "p99"]) == 0
     out = capsys.readouterr().out
     assert "+50 (+50.0%) *" in out
-    page = (tmp_path / "runs" / "trend-demo-p99.html").read_text()
+    page = (history / "trend-demo-p99.html").read_text()
     assert "<svg" in page and "class=sig" in page
     assert main(["runs", "trend", "demo", str(tmp_path / "runs"), "--metric", "p77"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
