@@ -86,6 +86,8 @@ def _list(entries, skipped: list[str], args: argparse.Namespace, page: Path) -> 
         for _, e in entries:
             table.add_row(e.run_id, e.profile, when(e.start_ns), e.verdict, f"{e.requests:,}", f"{e.errors:,}",
                           *(_cell(v) for v in (e.p50_ms, e.p95_ms, e.p99_ms, e.ttft_p99_ms)))
+        table.caption = ("requests: all the run recorded (warm-up too); errors: the measured phases; p50–p99: the "
+                         "latency table's row over every endpoint (one-shot where the run has any, else streams' E2E)")
         console().print(table)
     return _write_page(page, runs_page(entries, skipped, page), quiet=args.json)
 

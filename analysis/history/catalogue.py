@@ -34,15 +34,16 @@ def entry_of(run: str, summary: RunSummary | SummaryHeadline, mtime_ns: int) -> 
     """A run's catalogue line from its summary (`run`: its directory's absolute path)."""
     row = first_latency_row(summary.latency)
     tokens = summary.overall_tokens()
+    endpoints = [r for r in summary.latency if r.region == "*" and not r.endpoint.startswith("*")]  # each one's own
 
     def at(q: str) -> float | None:
         return row.percentiles[q].value if row is not None and q in row.percentiles else None
 
     return CatalogueEntry(run=run, run_id=summary.run_id, profile=summary.profile, start_ns=summary.manifest.start_ns,
                           verdict=summary.verdict, valid=summary.valid,
-                          requests=sum(r.count for r in summary.latency if r.endpoint == "*" and r.region == "*"),
-                          errors=sum(r.errors for r in summary.latency if r.endpoint == "*" and r.region == "*"),
-                          achieved_rate=row.achieved_rate if row is not None else None, p50_ms=at("p50"),
+                          requests=summary.input.rows_read if summary.input is not None else
+                          sum(r.count for r in endpoints), errors=sum(r.errors for r in endpoints),
+                          achieved_rate=sum(r.achieved_rate for r in endpoints) if endpoints else None, p50_ms=at("p50"),
                           p95_ms=at("p95"), p99_ms=at("p99"),
                           ttft_p99_ms=tokens.ttft_ms.at("p99").value if tokens is not None else None,
                           git_sha=summary.manifest.git_sha, summary_mtime_ns=mtime_ns)

@@ -190,9 +190,10 @@ def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep
     results = Results()
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if beside else None
     try:
+        if progress is not None:
+            progress.rows = int(log.rows)
         for i, s in enumerate(schedule.order, 1):
             if progress is not None:
-                progress.rows = int(log.rows)
                 progress.stage(s.name, i, len(schedule.order))
             results.put(s.name, s.compute(Columns(log, s.reads), results))
             for b in schedule.side[s.name]:  # (there are side statistics only where they run beside)

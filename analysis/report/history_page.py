@@ -56,7 +56,10 @@ def runs_page(entries: Sequence[tuple[Path, CatalogueEntry]], skipped: Sequence[
         "TTFT p99 ms", "commit", ""))
     left_out = ("<h2>Left out</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in skipped) + "</ul>") \
         if skipped else ""
-    return _page("tailrace runs", f"<p>{len(entries)} run(s), oldest first; {len(skipped)} left out.</p>"
+    return _page("tailrace runs", f"<p>{len(entries)} run(s), oldest first; {len(skipped)} left out. Requests: all "
+                                  f"the run recorded (warm-up too), as its own summary line says; errors and rate: the "
+                                  f"measured phases. p50–p99: the latency table's row over every endpoint and region "
+                                  f"(its one-shot requests where the run has any, else the streams' E2E).</p>"
                                   f"<table id='runs'><tr>{head}</tr>{rows}</table>{left_out}")
 
 

@@ -8,7 +8,7 @@ import orjson
 from pydantic import Field, ValidationError
 
 from tailrace.contract.summary.base import READING, Row, SummaryError
-from tailrace.contract.summary.sections import ManifestExcerpt
+from tailrace.contract.summary.sections import InputRead, ManifestExcerpt
 from tailrace.contract.summary.tables import LatencyRow, TokenRow, first_latency_row
 
 HEADLINE_VERSIONS = (1, 2)  # the summary versions whose headline reads (RunSummary's READABLE_VERSIONS)
@@ -25,6 +25,7 @@ class SummaryHeadline(Row):
     latency: list[LatencyRow] = Field(default_factory=list)
     tokens: list[TokenRow] = Field(default_factory=list)
     manifest: ManifestExcerpt = Field(default_factory=ManifestExcerpt)
+    input: InputRead | None = None
 
     @classmethod
     def read(cls, path: Path) -> "SummaryHeadline":
@@ -62,10 +63,11 @@ class CatalogueEntry(Row):
     start_ns: int | None = None
     verdict: str
     valid: bool
-    requests: int = 0
-    errors: int = 0
-    achieved_rate: float | None = None
-    p50_ms: float | None = None  # over every endpoint and region (streams: their E2E where no one-shot request ran)
+    requests: int = 0  # every request the run recorded, warm-up included (the run's own headline)
+    errors: int = 0  # failed requests of the measured phases, every endpoint
+    achieved_rate: float | None = None  # requests/s of the measured phases, every endpoint
+    p50_ms: float | None = None  # the latency table's row over every endpoint and region: its one-shot requests
+    # where the run has any (a stream's E2E is not pooled with them), else the streams' E2E
     p95_ms: float | None = None
     p99_ms: float | None = None
     ttft_p99_ms: float | None = None  # streamed requests, over every endpoint and region
