@@ -77,7 +77,9 @@ def main() -> None:
             f"| `tailrace runs DIR` cold: every summary.json read, then catalogued | {cell(cold)} |\n"
             f"| `tailrace runs DIR` from the catalogue ({size / 1e6:.2f} MB): each summary only stat'ed | {cell(warm)} |\n"
             f"| `tailrace runs trend demo DIR --metric p99` (every summary read) | {cell(trend)} |\n\n"
-            f"Warm against cold: {statistics.median(cold) / statistics.median(warm):.1f}× in the median.")
+            f"Warm against cold: {statistics.median(cold) / statistics.median(warm):.1f}× in the median. A summary read "
+            "for the history is validated in its headline only (who, when, the verdict, the latency and tokens tables: "
+            "contract/summary/history.py's `SummaryHeadline`); the trend's figure labels at most 24 runs.")
     print(body)
     write_section(TITLE, body)
 

@@ -364,6 +364,19 @@ def browser_page(executable: str):
             browser.close()
 
 
+def open_live_page(page, port: int, process, timeout_s: float = 60) -> None:
+    """Open the live page a `tailrace run` or `sweep` (`process`, a Popen with stdout piped) serves on `port`, once
+    it listens; fails with the command's output if it exits first or never listens."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            page.goto(f"http://127.0.0.1:{port}/")
+            return
+        except Exception:  # noqa: BLE001 - not listening yet
+            assert time.monotonic() < deadline and process.poll() is None, process.stdout.read()
+            time.sleep(0.3)
+
+
 # -- the machine, under pytest-xdist (tests/conftest.py) ---------------------------------------------
 class MachineTurn:
     """One test's hold on the machine (`machine_turn`): shared, or alone with a window for others (`shared_while`)."""

@@ -215,7 +215,7 @@ def test_one_live_page_follows_the_sweep_point_by_point_and_its_stop_ends_the_sw
     left and the time left, reloads for the next point's run; its stop control ends that point (kept as interrupted,
     run again by --resume) and the sweep, whose report the page links."""
     from tailrace.harness.services.processes import free_port
-    from tests.support import browser_page, chromium
+    from tests.support import browser_page, chromium, open_live_page
 
     executable, port = chromium(), free_port()
     sweep = '[sweep]\n[[sweep.axes]]\nfield = "load.duration_s"\nname = "seconds"\nvalues = [3, 60]\n'
@@ -227,14 +227,7 @@ def test_one_live_page_follows_the_sweep_point_by_point_and_its_stop_ends_the_sw
                             stderr=subprocess.STDOUT, text=True)
     try:
         with browser_page(executable) as page:
-            deadline = time.monotonic() + 60
-            while True:  # the page is served from the sweep's start
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/")
-                    break
-                except Exception:  # noqa: BLE001 - not listening yet
-                    assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
-                    time.sleep(0.3)
+            open_live_page(page, port, proc)  # served from the sweep's start
             points = []
             deadline = time.monotonic() + 180
             while not (points and points[-1]["index"] == 2):  # point 1, then the page reloads for point 2

@@ -18,7 +18,7 @@ import pytest
 from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.processes import free_port
 from tests import ROOT
-from tests.support import DIGITS_DATA, browser_page, chromium
+from tests.support import DIGITS_DATA, browser_page, chromium, open_live_page
 
 pytestmark = pytest.mark.integration  # alone: its stop must land before the schedule ends (a busy machine delays it)
 # the README's screenshot is made here; written into docs/images only when asked (TAILRACE_SCREENSHOTS=1), so that
@@ -75,14 +75,7 @@ def test_the_live_page_shows_the_run_and_its_stop_control_ends_it_invalid_with_i
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with browser_page(executable) as page:
-            deadline = time.time() + 60
-            while True:  # the page is served from the start; its numbers once the workers send
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/")
-                    break
-                except Exception:  # noqa: BLE001 - not listening yet
-                    assert time.time() < deadline and run.poll() is None, run.stdout.read()
-                    time.sleep(0.3)
+            open_live_page(page, port, run)  # served from the start; its numbers once the workers send
             page.wait_for_function("window.tailraceLive.latest && window.tailraceLive.latest.totals.length === 2",
                                    timeout=60_000)
             first = endpoints_text(page)
