@@ -76,7 +76,7 @@ def _read_catalogue(path: Path) -> dict[str, CatalogueEntry]:
     """The catalogue's last line per run (a torn or damaged line is left out: the run's summary says it again)."""
     out: dict[str, CatalogueEntry] = {}
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().decode("utf-8", "replace").splitlines()  # a damaged line fails below, alone
     except OSError:
         return out
     for line in lines:
@@ -132,7 +132,7 @@ def catalogue(dirs: Sequence[Path], history: HistoryLayout | None = None) -> Cat
 def _read_catalogue_counted(path: Path) -> tuple[int, dict[str, CatalogueEntry]]:
     """(the catalogue's lines, its last line per run)."""
     try:
-        lines = sum(1 for _ in path.open())
+        lines = path.read_bytes().count(b"\n")
     except OSError:
         return 0, {}
     return lines, _read_catalogue(path)

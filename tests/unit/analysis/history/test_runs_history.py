@@ -67,6 +67,8 @@ def test_a_catalogue_line_is_used_while_its_summary_is_unchanged_and_read_again_
     os.utime(summary, ns=(summary.stat().st_mtime_ns + 10**9,) * 2)  # analysed again since
     assert catalogue([tmp_path / "runs"]).entries[0][1].p99_ms == 100.0
     assert json.loads(catalogue_file.read_text().splitlines()[-1])["p99_ms"] == 100.0  # and catalogued
+    catalogue_file.write_bytes(b"\x00\xff not a line\n" + catalogue_file.read_bytes() + b'{"run": 3}\n{"torn')
+    assert [e.p99_ms for _, e in catalogue([tmp_path / "runs"]).entries] == [100.0]  # damaged lines left out
 
 
 def test_the_catalogue_is_compacted_to_a_line_per_run_still_there(tmp_path, history, monkeypatch):
