@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, OK, USAGE
+from tailrace.contract.exit_codes import INCONCLUSIVE, INTERNAL, OK, USAGE
 
 
 def cmd_models_build(args: argparse.Namespace) -> int:
@@ -125,7 +125,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tailrace.contract.layout import SweepLayout
     from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
-    from tailrace.sweep import SweepError, run_sweep
+    from tailrace.sweep import SweepError, run_sweep, sweep_exit_code
 
     if (args.profile is None) == (args.resume is None):
         parser.error("give a PROFILE, or --resume DIR (not both)")
@@ -148,9 +148,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for line in result.recommendation:
         print(line)
     print(f"sweep report: {SweepLayout(sweep_dir).page}")
-    if not result.complete:
-        return INCONCLUSIVE
-    return FAIL if any(p.status == "failed" for p in result.points) else OK
+    return sweep_exit_code(result)
 
 
 def cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
 from tailrace.capacity import run_once
+from tailrace.contract import exit_codes
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
 from tailrace.contract.overrides import OverrideError, apply
 from tailrace.contract.profile import Profile, ProfileError, parse_profile
@@ -406,11 +407,18 @@ def run_sweep(profile_path: Path | None, out: Path, resume: Path | None = None, 
         return layout.dir, done
     finally:
         if page is not None:
-            state = "complete" if done is not None and done.complete else "stopped" if sweeper.stopped else \
-                "incomplete"
-            page.finish(state.upper(), 0 if state == "complete" else 3,
+            state = "COMPLETE" if done is not None and done.complete else "STOPPED" if sweeper.stopped else \
+                "INCOMPLETE"
+            page.finish(state, sweep_exit_code(done) if done is not None else exit_codes.INCONCLUSIVE,
                         layout.page if done is not None and layout.page.exists() else None, record=False)
             page.close()
 
 
-__all__ = ["PointSpec", "SweepError", "SweepPlan", "run_sweep"]
+def sweep_exit_code(result: SweepResult) -> int:
+    """`tailrace sweep`'s exit code: 0 complete, 1 a point failed, 3 stopped or the budget spent before its end."""
+    if not result.complete:
+        return exit_codes.INCONCLUSIVE
+    return exit_codes.FAIL if any(p.status == "failed" for p in result.points) else exit_codes.OK
+
+
+__all__ = ["PointSpec", "SweepError", "SweepPlan", "run_sweep", "sweep_exit_code"]

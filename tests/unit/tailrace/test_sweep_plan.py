@@ -158,3 +158,15 @@ def test_a_recommendation_says_when_two_configurations_edges_overlap():
     [line] = answers.recommendation(edges, ["i"], "req/s")
     assert line.startswith("i: b holds 12 req/s (fails at 16); a holds 10") and "not significant" in line
     assert PointSpec({"rate": 1}, 1).key() != PointSpec({"rate": 1}, 0).key()
+
+
+def test_the_sweeps_exit_code_says_complete_a_failed_point_or_cut_short():
+    from tailrace.contract.summary.sweep import SweepResult
+    from tailrace.sweep import sweep_exit_code
+
+    def result(complete: bool, *done: bool) -> SweepResult:
+        return SweepResult(profile="p", sweep_id="s", axes={}, complete=complete,
+                           points=[point(i, "c", 1, {}, done=d) for i, d in enumerate(done, 1)])
+
+    assert [sweep_exit_code(result(True, True, True)), sweep_exit_code(result(True, True, False)),
+            sweep_exit_code(result(False, True))] == [0, 1, 3]
