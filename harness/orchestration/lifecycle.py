@@ -114,6 +114,7 @@ class RunLifecycle:
     monitors: MonitorRecorder | None = None
     record: RunRecord | None = None
     master: ManagedProcess | None = None
+    master_started: float = 0.0  # time.monotonic() when the master was started
     workers: Workers | None = None
     interrupted: bool = False
     master_lost_s: float | None = None
@@ -152,6 +153,7 @@ class RunLifecycle:
     def start(self, workers: Workers, bind: str, port: int, token: str, cpus: list[int] | None = None) -> None:
         """The Locust master on bind:port, then the workers."""
         self.workers = workers
+        self.master_started = time.monotonic()
         self.master = start_master(self.plan, self.layout, bind, port, token, workers.max_wait_s,
                                    workers.stop_timeout_s, cpus)
         workers.start(port, token)
@@ -221,6 +223,11 @@ class RunLifecycle:
         if PLAN_SENT.first(events) is not None:
             return None
         missing = waiting_for(self.plan.profile, WORKER_ADMITTED.among(events))
+        waited = time.monotonic() - self.master_started
+        if waited < 0.9 * self.workers.max_wait_s:  # it did not wait them out: it ended for its own reason
+            return (f"the Locust master exited (code {code}) {waited:.0f} s after its start, before its plan, while "
+                    f"waiting for {', '.join(missing) or 'workers'} (its log: {self.layout.log('master')}); no load "
+                    "was sent")
         return (f"gave up after {self.workers.max_wait_s:.0f} s waiting for {', '.join(missing) or 'workers'}; "
                 "no load was sent")
 
