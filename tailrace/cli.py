@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tailrace.contract.apis import APIS
-from tailrace.contract.exit_codes import INTERNAL
+from tailrace.contract.exit_codes import internal_error
 from tailrace.runs_command import add_runs_command
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
@@ -466,20 +466,6 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 — tailrace itself failed: say so with its own exit code, keep the trace
         return internal_error(args.command, exc)
-
-
-def internal_error(command: str, exc: BaseException) -> int:
-    """A failure of tailrace itself (not an SLO, not bad input): one line on stderr naming the file that holds the
-    traceback, and exit code INTERNAL (5) — so a CI job never mistakes a crash for a failed SLO (1)."""
-    import tempfile
-    import traceback
-
-    fd, path = tempfile.mkstemp(prefix=f"tailrace-{command}-crash-", suffix=".txt")
-    with open(fd, "w") as handle:
-        traceback.print_exception(exc, file=handle)
-    print(f"tailrace {command}: internal error ({type(exc).__name__}: {exc}); tailrace itself failed — the "
-          f"traceback is in {path}", file=sys.stderr)
-    return INTERNAL
 
 
 if __name__ == "__main__":

@@ -208,23 +208,28 @@ def cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> tuple[Path | None, int]:
+    from tailrace.analysis.warm_report import start_warm_report
     from tailrace.harness.orchestration.remote import run_master
+    from tailrace.run_command import report_run
 
-    run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
-                               token, args.sntp_port, args.wait_s, args.quiet, live=page)
-    if run_dir is None:
-        return None, code
+    warm = start_warm_report()  # the report's imports, done while the run goes on
     try:
-        import tailrace.analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them when it runs)
-        from tailrace.analysis.analyze_command import analyze_and_report
-    except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
-        print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
-              f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
-              file=sys.stderr)
-        return run_dir, INCONCLUSIVE  # no verdict was computed
-    # the run is over: analysed, then exported from the rows the analysis read (the master exports from what it has)
-    return run_dir, analyze_and_report(run_dir, None, quiet=args.quiet, exits=True, export=profile.otel.export,
-                                       command="tailrace master")
+        run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
+                                   token, args.sntp_port, args.wait_s, args.quiet, live=page)
+        if run_dir is None:
+            return None, code
+        try:
+            import tailrace.analysis.analyze  # noqa: F401 — the analysis' dependencies (report_cli imports them)
+        except ImportError as exc:  # a generator-only install: the run directory is complete, the report needs more
+            print(f"tailrace master: run directory {run_dir} is complete; analysing it needs tailrace[analysis] "
+                  f"({exc.name} is not installed): pip install 'tailrace[analysis]', then tailrace analyze {run_dir}",
+                  file=sys.stderr)
+            return run_dir, INCONCLUSIVE  # no verdict was computed
+        # the run is over: analysed, then exported from the rows the analysis read (the master exports what it has)
+        return run_dir, report_run(run_dir, args.quiet, profile.otel.export, "tailrace master", warm)
+    finally:
+        if warm is not None:
+            warm.close()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

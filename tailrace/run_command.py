@@ -5,6 +5,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from tailrace.analysis.warm_report import WarmReport, start_warm_report
 from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, INVALID, PASS, USAGE
 from tailrace.contract.layout import ReportLayout, RunLayout
 from tailrace.contract.profile import Profile
@@ -69,6 +70,28 @@ def run_and_report_dir(profile: Profile, out: Path, quiet: bool = False, ui: tup
 
 def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None,
                     token: str) -> tuple[Path | None, int]:
+    warm = start_warm_report()  # the report's imports, done while the run goes on
+    try:
+        return _run_then_report(profile, out, quiet, page, token, warm)
+    finally:
+        if warm is not None:
+            warm.close()
+
+
+def report_run(run_dir: Path, quiet: bool, export, command: str, warm: WarmReport | None) -> int:
+    """Analyse a run this process drove and write its report: in `warm` (its imports done during the run) where
+    there is one that answers, else here; analyze_and_report's exit code."""
+    if warm is not None:
+        code = warm.report(run_dir, quiet, export, command)
+        if code is not None:
+            return code
+    from tailrace.analysis.analyze_command import analyze_and_report
+
+    return analyze_and_report(run_dir, None, quiet=quiet, exits=True, export=export, command=command)
+
+
+def _run_then_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None, token: str,
+                     warm: WarmReport | None) -> tuple[Path | None, int]:
     try:
         run_dir, manifest = run_local(profile, out, quiet=quiet, live=page, token=token)
     except EndpointCheckError as exc:
@@ -84,8 +107,5 @@ def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | N
         print(f"tailrace run: interrupted before any request was recorded: INVALID; {run_dir} keeps the manifest "
               "and the logs", file=sys.stderr)
         return run_dir, INVALID
-    from tailrace.analysis.analyze_command import analyze_and_report
-
     # the run is over: analysed, then its spans exported from the rows the analysis read and corrected (read once)
-    return run_dir, analyze_and_report(run_dir, None, quiet=quiet, exits=True, export=profile.otel.export,
-                                       command="tailrace run")
+    return run_dir, report_run(run_dir, quiet, profile.otel.export, "tailrace run", warm)

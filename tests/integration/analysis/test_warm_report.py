@@ -1,0 +1,74 @@
+"""The report of a run `tailrace run` / `tailrace master` drive, from a child that imported the analysis during the
+run (analysis/warm_report.py): at idle priority until asked, the same report and exit code as the analysis in
+process, and stopped by PID where it is never asked or died."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+
+import psutil
+import pytest
+
+from tailrace.analysis.warm_report import WarmReport
+from tailrace.cli import main
+from tailrace.run_command import report_run
+from tests.unit.analysis.test_same_numbers import differences
+from tests.unit.analysis.test_saved_runs import SAVED
+
+pytestmark = pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
+
+
+def _policy_becomes(pid: int, policy: int, within_s: float = 20) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if os.sched_getscheduler(pid) == policy:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _copy(name: str, where) -> os.PathLike:
+    shutil.copytree(SAVED / name, where)
+    return where
+
+
+def test_the_warm_child_waits_at_idle_priority_and_writes_the_same_report_as_in_process(tmp_path):
+    here, warm_dir = _copy("demo", tmp_path / "here"), _copy("demo", tmp_path / "warm")
+    in_process = main(["analyze", str(here), "--quiet"])
+    warm = WarmReport()
+    try:
+        assert _policy_becomes(warm.pid, os.SCHED_IDLE), "the child never went to SCHED_IDLE"
+        code = warm.report(warm_dir, quiet=True, export=None, command="tailrace run")
+    finally:
+        warm.close()
+    assert code == in_process
+    ours = json.loads((warm_dir / "report" / "summary.json").read_text())
+    theirs = json.loads((here / "report" / "summary.json").read_text())
+    assert not differences(ours, theirs)
+    assert (warm_dir / "report" / "index.html").stat().st_size > 0
+    assert not psutil.pid_exists(warm.pid) or psutil.Process(warm.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_child_never_asked_is_stopped_and_one_that_died_leaves_the_report_to_the_caller(tmp_path):
+    idle = WarmReport()
+    deadline = time.monotonic() + 20
+    while not (figures := psutil.Process(idle.pid).children()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert figures, "the child never started its figure process"
+    idle.close()
+    assert idle._process.returncode is not None
+    gone, alive = psutil.wait_procs(figures, timeout=5)  # its figure process goes with it
+    assert not alive, alive
+
+    run_dir = _copy("demo", tmp_path / "run")
+    dead = WarmReport()
+    os.kill(dead.pid, signal.SIGKILL)
+    dead._process.wait()
+    assert dead.report(run_dir, quiet=True, export=None, command="tailrace run") is None
+    code = report_run(run_dir, True, None, "tailrace run", dead)  # analysed here instead
+    recorded = json.loads((SAVED / "demo.summary.json").read_text())
+    assert code == recorded["exit_code"]
+    assert not differences(json.loads((run_dir / "report" / "summary.json").read_text()), recorded)
