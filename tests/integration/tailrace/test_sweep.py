@@ -262,3 +262,39 @@ def test_one_live_page_follows_the_sweep_point_by_point_and_its_stop_ends_the_sw
     (cut,) = result["interrupted_runs"]
     assert json.loads((sweep_dir / cut / "manifest.json").read_text())["interrupted"]  # kept, run again by --resume
     assert (sweep_dir / "index.html").exists()
+
+
+@pytest.mark.shares_machine  # functional: eight sequences hold ~2× the tokens one does; no timing is compared closely
+def test_a_real_vllm_started_per_max_num_seqs_gives_two_distinct_points_and_is_stopped(tmp_path):
+    """A server tailrace does not own, as `vllm bench sweep serve` runs it: the sweep's serve command starts the real
+    vLLM (CPU) once per max_num_seqs, waits for its health URL, runs the point, stops it by PID and keeps its log.
+    One sequence at a time cannot hold 8 streams a second of 128 tokens (1,024 tokens/s); eight hold far more."""
+    import socket
+
+    from bench.vllm_sweep import profile_text as vllm_profile
+    from tailrace.harness.services.processes import free_port
+    from tailrace.harness.services.vllm_server import VllmUnavailable, tiny_model, vllm_python
+    from tests.support import IN_CI
+
+    try:
+        python = vllm_python()
+    except VllmUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"vLLM must be installed in CI (make test creates .venv-vllm): {exc}")
+        pytest.skip(str(exc))
+    port = free_port()
+    profile = tmp_path / "vllm.toml"
+    profile.write_text(vllm_profile(python, tiny_model(python), port, rates=(8,), seqs=(1, 8), duration_s=5))
+    r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"), "--quiet")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep_dir, result = the_sweep(tmp_path / "runs")
+    by = {p["levels"]["max_num_seqs"]: p for p in result["points"]}
+    assert set(by) == {1, 8} and all(p["status"] == "done" for p in by.values()) and result["complete"]
+    one, eight = by[1]["output_tokens_per_s"], by[8]["output_tokens_per_s"]
+    assert one["ci_high"] < eight["ci_low"], (one, eight)  # two configurations, apart beyond their intervals
+    assert by[1]["backlog"] and eight["value"] > 1.5 * one["value"], (by[1], by[8])
+    logs = sorted(f.name for f in (sweep_dir / "logs").iterdir() if f.name.startswith("serve-"))
+    assert len(logs) == 2, logs
+    assert all("Application startup complete" in (sweep_dir / "logs" / f).read_text() for f in logs)
+    with socket.socket() as s:  # the last server stopped: nothing listens on its port
+        assert s.connect_ex(("127.0.0.1", port)) != 0
