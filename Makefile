@@ -57,13 +57,20 @@ demo: $(STAMP)
 	$(BIN)/tailrace demo
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
-# The four virtualenvs are independent: they install side by side, and so are the image and the generator-only
-# virtualenv the container and install tests use. Two pytest-xdist workers, a test file each: a test has the machine
-# to itself unless it is marked shares_machine (tests/conftest.py). Lint and the type check run as soon as .venv is
-# installed, beside the other installs.
+# What only the integration tier needs — the Triton, vLLM and Phoenix virtualenvs, the image and the generator-only
+# virtualenv the container and install tests use — installs in the background from the start, beside .venv, lint, the
+# type check and then the unit tier; an integration test waits for its exit status (tests/conftest.py,
+# $$TAILRACE_PREREQUISITES; its log in build/prerequisites.log). Two pytest-xdist workers, a test file each, the unit
+# tier's files first: a test has the machine to itself unless it is marked shares_machine (tests/conftest.py).
+PREREQUISITES := build/prerequisites
 test:
-	$(MAKE) -j6 install triton vllm phoenix test-image test-venv lint typecheck
-	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile tests
+	mkdir -p build && rm -f $(PREREQUISITES).rc
+	($(MAKE) -j5 triton vllm phoenix test-image test-venv > $(PREREQUISITES).log 2>&1; \
+	  echo $$? > $(PREREQUISITES).rc.new && mv $(PREREQUISITES).rc.new $(PREREQUISITES).rc) &
+	$(MAKE) install
+	$(MAKE) -j2 lint typecheck
+	TAILRACE_PREREQUISITES=$(PREREQUISITES).rc $(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile \
+	  tests/unit tests/integration
 
 # What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py). They
 # need no virtualenv (python3's own pip and venv), so they start at once: the image's base (mmdebstrap, ~1 min), then

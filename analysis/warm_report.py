@@ -1,19 +1,20 @@
-"""The report of a run this process drives (`tailrace run`, `tailrace master`), ready when the run ends.
+"""The report of a run this process drives (`tailrace run`, `tailrace master`), ready sooner after the run ends.
 
-Importing the statistics and matplotlib takes ~1.5 s of CPU (scipy.stats alone ~0.9 s). A `WarmReport` is a child
-process started with the run: it imports them, and starts the figure process, at idle priority (SCHED_IDLE: it
-runs only on a core nothing else wants, so the load it overlaps is not disturbed), then waits for one request on its
-stdin. When the run ends, `report` sends it the run directory; it returns to normal priority where the system lets
-it (the root user, or an RLIMIT_NICE that allows it; else it goes on at idle priority, on a machine whose load just
-ended) and analyses and writes the report exactly as `analyze_and_report` does in process, printing to the same
-terminal; its exit code is the run's. A child that cannot start, or a machine without the analysis' libraries,
-leaves the caller to analyse in process as before.
+Importing the statistics and matplotlib takes ~1.5 s of CPU (scipy.stats alone ~0.9 s), which the report used to
+wait for once the load was over. A `WarmReport` is a child process started with the run: it imports them and starts
+the figure process while the run is set up (the endpoint boots, the proxies start), says it is ready, and then
+sleeps on its stdin — so it never takes a core from the load. The run waits for that word (`wait_ready`) before
+its load generators start. When the run ends, `report` sends it the run directory; it analyses and writes the
+report exactly as `analyze_and_report` does in process, printing to the same terminal; its exit code is the
+run's. A child that cannot start or dies leaves the caller to analyse in process, as before. (Not SCHED_IDLE during
+the load: an idle-class task still gets its share and keeps the core to the next tick, 4 ms here — docs/DECISIONS.md.)
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from tailrace.contract.exit_codes import internal_error
 
 # what the analysis needs beyond the generator's install (pyproject's [analysis] extra)
 ANALYSIS_MODULES = ("pandas", "scipy", "matplotlib")
+READY_TIMEOUT_S = 30.0  # the run starts without the child's word after this (it goes on importing meanwhile)
 CLOSE_TIMEOUT_S = 2.0  # a child sent SIGTERM that has not exited by then is killed
+READY = b"r"
 
 
 def analysis_installed() -> bool:
@@ -32,17 +35,36 @@ def analysis_installed() -> bool:
 
 
 class WarmReport:
-    """`python -m tailrace.analysis.warm_report`: started at once, asked once (`report`), or stopped (`close`: SIGTERM,
-    then by PID). Never asked, it exits by itself when this process goes away (its stdin closes)."""
+    """`python -m tailrace.analysis.warm_report FD`: started at once, it writes READY to FD once its imports are
+    done; asked once (`report`), or stopped (`close`: SIGTERM, then by PID). Never asked, it exits by itself when
+    this process goes away (its stdin closes)."""
 
     def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tailrace.analysis.warm_report"], stdin=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        ready, theirs = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "tailrace.analysis.warm_report", str(theirs)], stdin=subprocess.PIPE,
+                pass_fds=(theirs,), env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        except BaseException:
+            os.close(ready)
+            raise
+        finally:
+            os.close(theirs)
+        self._ready_fd: int | None = ready
 
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Block until the child's imports are done (True), it died, or `timeout_s` passed (False)."""
+        if self._ready_fd is None:
+            return False
+        readable, _, _ = select.select([self._ready_fd], [], [], timeout_s)
+        word = os.read(self._ready_fd, 1) if readable else b""
+        os.close(self._ready_fd)
+        self._ready_fd = None
+        return word == READY
 
     def report(self, run_dir: Path, quiet: bool, export, command: str) -> int | None:
         """Analyse `run_dir` and write its report in the child; its exit code (analyze_and_report's), or None where
@@ -69,6 +91,9 @@ class WarmReport:
     def close(self) -> None:
         """Stop it if it still runs (never asked, or the caller was interrupted while it analysed): SIGTERM, on
         which it stops its figure process; then by PID after CLOSE_TIMEOUT_S."""
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
         if self._process.poll() is not None:
             return
         self._process.terminate()
@@ -94,28 +119,22 @@ def start_warm_report() -> WarmReport | None:
         return None
 
 
-def _priority(pid: int, idle: bool) -> bool:
-    """Move `pid` (0: this process) to SCHED_IDLE, or back to SCHED_OTHER; whether the system let it."""
-    try:
-        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
-        os.sched_setscheduler(pid, policy, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or not allowed
-        return False
-    return True
-
-
-def _serve() -> int:
-    """The child: warm up at idle priority, then answer one request (none: exit 0)."""
+def _serve(ready_fd: int) -> int:
+    """The child: import, say READY on `ready_fd`, then answer one request (none: exit 0)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C during the run is the parent's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # stopped: the figures' finally runs
-    idle = _priority(0, idle=True)
     from tailrace.analysis.report.figures import start_figures
 
-    figures = start_figures()  # its child inherits the idle priority: it imports matplotlib meanwhile
+    figures = start_figures()  # it imports matplotlib meanwhile, on the other core
     try:
-        import tailrace.analysis.analyze  # noqa: F401 — the statistics, imported before the run ends
+        import tailrace.analysis.analyze  # noqa: F401 — the statistics, imported before the run's load starts
         from tailrace.analysis.analyze_command import analyze_and_report
 
+        try:
+            os.write(ready_fd, READY)
+            os.close(ready_fd)
+        except OSError:
+            pass  # the parent stopped listening: it asks or closes all the same
         line = sys.stdin.readline()
     except BaseException:
         figures.close()
@@ -123,11 +142,6 @@ def _serve() -> int:
     if not line:
         figures.close()
         return 0
-    if idle:
-        _priority(0, idle=False)
-        pid = getattr(figures, "pid", None)
-        if pid is not None:
-            _priority(pid, idle=False)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     request = json.loads(line)
     export = None
@@ -141,8 +155,9 @@ def _serve() -> int:
     except Exception as exc:  # noqa: BLE001 — as the command itself says it: one line, exit code INTERNAL
         return internal_error(request["command"].removeprefix("tailrace "), exc)
 
+
 if __name__ == "__main__":
     try:
-        sys.exit(_serve())
+        sys.exit(_serve(int(sys.argv[1])))
     except KeyboardInterrupt:
         sys.exit(130)

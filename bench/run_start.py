@@ -62,7 +62,7 @@ def tree_of(rev: str, work: Path) -> Path:
 def working_tree(work: Path) -> Path:
     tree = work / "working"
     tree.mkdir()
-    for name in (*ROOMS, "tailrace", "tests", "deploy"):
+    for name in (*ROOMS, "tailrace", "tests", "deploy", "profiles"):
         shutil.copytree(ROOT / name, tree / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for room in ROOMS:
         if not (tree / "tailrace" / room).exists():

@@ -212,8 +212,10 @@ def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> t
     from tailrace.harness.orchestration.remote import run_master
     from tailrace.run_command import report_run
 
-    warm = start_warm_report()  # the report's imports, done while the run goes on
+    warm = start_warm_report()  # the report's imports, done before the master starts: never beside a load
     try:
+        if warm is not None:
+            warm.wait_ready()
         run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
                                    token, args.sntp_port, args.wait_s, args.quiet, live=page)
         if run_dir is None:

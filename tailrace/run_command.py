@@ -70,7 +70,7 @@ def run_and_report_dir(profile: Profile, out: Path, quiet: bool = False, ui: tup
 
 def _run_and_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None,
                     token: str) -> tuple[Path | None, int]:
-    warm = start_warm_report()  # the report's imports, done while the run goes on
+    warm = start_warm_report()  # the report's imports, done while the endpoints start
     try:
         return _run_then_report(profile, out, quiet, page, token, warm)
     finally:
@@ -93,7 +93,8 @@ def report_run(run_dir: Path, quiet: bool, export, command: str, warm: WarmRepor
 def _run_then_report(profile: Profile, out: Path, quiet: bool, page: LivePage | None, token: str,
                      warm: WarmReport | None) -> tuple[Path | None, int]:
     try:
-        run_dir, manifest = run_local(profile, out, quiet=quiet, live=page, token=token)
+        run_dir, manifest = run_local(profile, out, quiet=quiet, live=page, token=token,
+                                      before_load=warm.wait_ready if warm is not None else None)
     except EndpointCheckError as exc:
         print(f"tailrace run: {exc.headline}; no load was sent:\n{exc}", file=sys.stderr)
         return None, USAGE

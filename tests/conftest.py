@@ -12,6 +12,7 @@ import os
 import re
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,29 @@ def pytest_configure(config) -> None:
         os.environ["TAILRACE_HISTORY_DIR"] = tempfile.mkdtemp(prefix="tailrace-test-history-")
 
 
+# `make test`: the file to which the installs the integration tier needs (Triton, vLLM, Phoenix, the image, the
+# generator-only virtualenv), run in the background beside lint, the type check and the unit tier, write their exit
+# status (their log beside it, .log for .rc). An integration test waits for it before it takes its turn.
+PREREQUISITES_ENV = "TAILRACE_PREREQUISITES"
+_prerequisites: str | None = None  # not waited for yet; "" once they are in place; else why they are not
+
+
+def prerequisites_missing(status_file: Path) -> str:
+    """tests/support.py's prerequisites_status, waited for once per process."""
+    global _prerequisites
+    if _prerequisites is None:
+        from tests.support import prerequisites_status
+
+        _prerequisites = prerequisites_status(status_file)
+    return _prerequisites
+
+
+def pytest_runtest_setup(item) -> None:
+    why = getattr(item, "tailrace_prerequisites_missing", "")
+    if why:
+        pytest.fail(why, pytrace=False)
+
+
 def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if "/tests/unit/" in str(item.path):
@@ -69,6 +93,9 @@ def pytest_runtest_protocol(item, nextitem):
         return
     from tests.support import machine_turn  # the plugin module, imported once pytest rewrites its asserts
 
+    status_file = os.environ.get(PREREQUISITES_ENV)
+    if status_file and "/tests/integration/" in str(item.path):  # before its turn: the unit tier goes on meanwhile
+        item.tailrace_prerequisites_missing = prerequisites_missing(Path(status_file))
     lock_dir = item.config._tmp_path_factory.getbasetemp().parent  # one per session, beside every worker's basetemp
     shared = item.get_closest_marker("shares_machine") is not None
     next_alone = nextitem is not None and nextitem.get_closest_marker("shares_machine") is None

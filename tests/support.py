@@ -443,6 +443,22 @@ def machine_turn(lock_dir: Path, shared: bool, keep: bool = False) -> Iterator[M
             _release(turn)
 
 
+def prerequisites_status(status_file: Path, wait_s: float = 1800.0, poll_s: float = 0.5) -> str:
+    """Wait for `make test`'s background installs to write their exit status to `status_file`: "" when they
+    succeeded, else one line saying why not, with their log's last lines (the log: `status_file` with .log)."""
+    deadline = time.monotonic() + wait_s
+    while not status_file.exists() and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    log = status_file.with_suffix(".log")
+    if not status_file.exists():
+        return f"the installs beside the unit tier did not finish within {wait_s:.0f} s (see {log})"
+    code = status_file.read_text().strip()
+    if code == "0":
+        return ""
+    tail = " | ".join(log.read_text(errors="replace").splitlines()[-5:]) if log.exists() else "(no log)"
+    return f"the installs beside the unit tier failed (exit {code}; {log}): {tail}"
+
+
 @contextmanager
 def shared_while_booting() -> Iterator[None]:
     """Within a test (or its fixture) that runs alone: let shared tests run while a server boots (nothing is

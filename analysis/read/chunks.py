@@ -26,6 +26,10 @@ from tailrace.contract.records import FEW_VALUED, arrow_schema
 CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
 # loaded columns kept between the statistics that read them (ChunkColumns.spare); a larger log is read again
 KEEP_BYTES = 2 * 2**30
+# chunks this small on average cost more to open than to decode (~0.45 ms a chunk a pass here: a low rate's
+# chunk every 0.25 s holds a few rows): such a log that fits is read in one pass, every column at its first load
+SMALL_CHUNK_ROWS = 10_000
+MERGE_ROWS = 1_000_000  # small chunks are put into the columns in runs of up to this many rows
 
 
 @dataclass
@@ -174,8 +178,58 @@ class _Column:
         return values
 
 
-def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str, object]) -> str | None:
-    """What makes a chunk's file schema (from its footer, `meta`) unreadable as `schema` (None: nothing)."""
+def _named(path: Path, schema: pa.Schema, optional: dict[str, object], meta: pq.FileMetaData,
+           exc: BaseException) -> str:
+    """The reason a chunk failed to read as `schema` (`exc`), naming the first column that fails on its own where
+    several were read together (a page's CRC error names no column)."""
+    reason = str(exc).splitlines()[0][:200]
+    if len(schema) > 1 and not reason.startswith("column "):
+        for field in schema:
+            try:
+                _read_chunk(path, pa.schema([field]), optional, meta)
+            except (pa.ArrowInvalid, OSError, ValueError) as alone:
+                return f"column {field.name}: {str(alone).splitlines()[0][:200]}"
+    return reason
+
+
+def _put_small(built: list[_Column], starts: list[int], tables: list[pa.Table | None]) -> None:
+    """Put the small chunks' tables (None: a chunk put already, or unreadable), the i-th at row starts[i], into
+    `built`: each run of consecutive ones as one table of up to MERGE_ROWS rows (few-valued strings on one
+    dictionary), since a column's put costs as much for a few rows as for thousands."""
+    run: list[int] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        merged = pa.concat_tables([tables[i] for i in run]).unify_dictionaries().combine_chunks()
+        for column, values in zip(built, merged.columns):
+            column.put(starts[run[0]], values, run[0])
+        run.clear()
+
+    rows = 0
+    for order, table in enumerate(tables):
+        if table is None:
+            flush()
+            continue
+        if rows + table.num_rows > MERGE_ROWS:
+            flush()
+            rows = 0
+        run.append(order)
+        rows += table.num_rows
+    flush()
+
+
+def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str, object],
+                    seen: list[tuple[pq.ParquetSchema, str | None]] | None = None) -> str | None:
+    """What makes a chunk's file schema (from its footer, `meta`) unreadable as `schema` (None: nothing). `seen`:
+    the schemas judged already, with their answers (a run's chunks share one or two; comparing is cheaper)."""
+    if seen is not None:
+        for known, problem in seen:
+            if meta.schema.equals(known):
+                return problem
+        problem = _schema_problem(meta, schema, optional)
+        seen.append((meta.schema, problem))
+        return problem
     have = meta.schema.to_arrow_schema()
     missing = [f.name for f in schema if f.name not in have.names and f.name not in optional]
     if missing:
@@ -229,12 +283,13 @@ class ChunkColumns:
         self._prefetching: dict[str, threading.Event] = {}  # column → set when its background read has ended
         self._prefetch_errors: dict[str, BaseException] = {}  # column → what its background read raised
         self._prefetcher: threading.Thread | None = None
+        seen: list[tuple[pq.ParquetSchema, str | None]] = []
         for f in files:
             try:
                 problem = (exclude or {}).get(str(f))
                 if problem is None:
                     meta = pq.read_metadata(f)
-                    problem = _schema_problem(meta, self.schema, self.optional)
+                    problem = _schema_problem(meta, self.schema, self.optional, seen)
             except (pa.ArrowInvalid, OSError) as exc:
                 problem = str(exc).splitlines()[0][:200]
             if problem is not None:
@@ -283,6 +338,8 @@ class ChunkColumns:
         copies without the GIL on the other. A statistic asking for such a column waits for its batch rather than
         reading it again, and gets any error its reading raised. A batch is read only if, with the columns loaded
         when its turn comes, it fits in keep_bytes: a long run's log is read when asked for, as without prefetch."""
+        if self.one_pass():  # read whole already, or at the first load
+            return
         plan = []
         for batch in batches:
             names = [n for n in dict.fromkeys(batch) if n in self.schema.names and n not in self._values
@@ -306,6 +363,11 @@ class ChunkColumns:
                 failed = True
             finally:
                 done.set()
+
+    def one_pass(self) -> bool:
+        """Whether this log is read whole at its first load: its chunks are small (opening them, not decoding
+        them, is the cost of a pass) and every column fits in keep_bytes."""
+        return bool(self.sources) and self.rows < SMALL_CHUNK_ROWS * len(self.sources) and self.fits()
 
     def fits(self) -> bool:
         """Whether every column of the log fits in keep_bytes at once (a long run's log does not)."""
@@ -335,23 +397,30 @@ class ChunkColumns:
             raise KeyError(f"not a column read from this run's chunks: {', '.join(unknown)}")
         if not wanted:
             return
+        if not self._settled and self.one_pass():  # the first pass reads every column
+            wanted += [n for n in self.schema.names if n not in self._values and n not in wanted]
         schema = pa.schema([self.schema.field(n) for n in wanted])
         built = [_Column(field, self.rows) for field in schema]
 
-        def read(order: int) -> str | None:
+        def read(order: int) -> tuple[str | None, pa.Table | None]:
+            """(why the chunk could not be read, or None; its table where it is small: _put_small)."""
             start, path = self.sources[order]
             try:
                 table = _read_chunk(path, schema, self.optional, self._footers[order])
                 if table.num_rows != self._stops[order] - start:
                     raise ValueError("its rows do not match its metadata")
             except (pa.ArrowInvalid, OSError, ValueError) as exc:
-                return str(exc).splitlines()[0][:200]
+                return _named(path, schema, self.optional, self._footers[order], exc), None
+            if table.num_rows < SMALL_CHUNK_ROWS:
+                return None, table
             for column, values in zip(built, table.columns):
                 column.put(start, values, order)
-            return None
+            return None, None
 
         with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
-            errors = list(pool.map(read, range(len(self.sources))))
+            read_back = list(pool.map(read, range(len(self.sources))))
+        errors = [error for error, _ in read_back]
+        _put_small(built, [start for start, _ in self.sources], [table for _, table in read_back])
         keep = None
         if any(errors):
             first = next((self.sources[i][1], e) for i, e in enumerate(errors) if e)

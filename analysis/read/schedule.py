@@ -186,6 +186,9 @@ def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep
     statistic as it starts (analysis/read/progress.py)."""
     beside = log.fits()
     schedule = plan(statistics, log, beside, keep, retain)
+    if not keep_columns:  # read whole in one pass (chunks.py's one_pass): what no statistic reads goes at once
+        read = {c for s in statistics for c in _schema_inputs(log, s.reads)} | set(retain)
+        log.release(*(c for c in log.schema.names if c not in read))
     log.prefetch(schedule.prefetch)
     results = Results()
     side = ThreadPoolExecutor(1, thread_name_prefix="tailrace-side") if beside else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,7 @@ class LocalRun:
     reserve: int = MIN_FREE_BYTES  # free space kept on the run directory's disk (harness/orchestration/disk_space.py)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(16))  # only this run's workers are admitted
     live: LivePage | None = None
+    before_load: Callable[[], object] | None = None  # called once the endpoints are up, before the generators start
 
     @property
     def run_dir(self) -> Path:
@@ -144,6 +146,8 @@ class LocalRun:
         self.lifecycle = RunLifecycle(self.plan, self.layout, self.reserve, "tailrace run", self.quiet, live=self.live)
         self.lifecycle.open(stats_targets(self.plan), proxied_regions(resolved))
         write_cold_starts(self.layout, self._cold_starts())
+        if self.before_load is not None:
+            self.before_load()
         self.local_workers = LocalWorkers(self.plan, self.layout, p.generator.cpus)
         self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, p.generator.cpus)
         self.processes.append(self.lifecycle.master)
@@ -214,11 +218,13 @@ class LocalRun:
 
 
 def run_local(profile: Profile, out: Path, quiet: bool = False, live: LivePage | None = None,
-              token: str | None = None) -> tuple[Path, dict]:
-    """Run a profile locally end to end, shown on `live` if given; returns (run_dir, manifest)."""
+              token: str | None = None, before_load: Callable[[], object] | None = None) -> tuple[Path, dict]:
+    """Run a profile locally end to end, shown on `live` if given; returns (run_dir, manifest). `before_load`:
+    called once the endpoints are up, before the load generators start (what must not share the load's cores)."""
     from tailrace.harness.orchestration.progress import Progress
 
-    run = LocalRun(profile, out, quiet=quiet, live=live, **({"token": token} if token else {}))
+    run = LocalRun(profile, out, quiet=quiet, live=live, before_load=before_load,
+                   **({"token": token} if token else {}))
     interrupted = False
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

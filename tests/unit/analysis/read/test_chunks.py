@@ -7,9 +7,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import tailrace.analysis.read.chunks as chunks
 from tailrace.analysis.read.chunks import ChunkColumns, SkippedChunk
 
 FIELDS = (("error", "string", ""), ("latency_ns", "int64", ""), ("phase", "int32", ""))
+
+
+@pytest.fixture(autouse=True)
+def column_by_column(monkeypatch, request):
+    """These tests read a log column by column, as a log of large chunks is read; theirs are small, and a log of
+    small chunks is read whole at its first load (ChunkColumns.one_pass) unless a test asks for that."""
+    if "one_pass" not in request.keywords:
+        monkeypatch.setattr(chunks, "SMALL_CHUNK_ROWS", 0)
 
 
 def _chunks(tmp_path, parts: list[dict]) -> list:
@@ -144,3 +153,66 @@ def test_a_one_shot_runs_chunks_read_every_stream_column_with_its_default(tmp_pa
     assert skipped == [] and len(frame) == 3
     for name, default in STREAM_DEFAULTS.items():
         assert list(frame[name].astype(object)) == [default] * 3, name
+
+
+def _passes(monkeypatch) -> list[list[str]]:
+    """The columns of each pass over the chunks, as they happen."""
+    passes: list[list[str]] = []
+    read_now = ChunkColumns._read_now
+
+    def counted(self, names, workers=None):
+        before = set(self._values)
+        read_now(self, names, workers)
+        if set(self._values) - before:
+            passes.append(sorted(set(self._values) - before))
+
+    monkeypatch.setattr(ChunkColumns, "_read_now", counted)
+    return passes
+
+
+@pytest.mark.one_pass
+def test_a_log_of_small_chunks_is_read_whole_at_its_first_load_with_the_same_values(tmp_path, monkeypatch):
+    """Opening a chunk costs more than decoding a few rows: a log whose chunks hold few rows each (a low rate's
+    chunk every 0.25 s) is read in one pass, every column at the first load, small chunks put in together —
+    the same values, categoricals and nulls as column by column."""
+    rng = np.random.default_rng(3)
+    parts = [{"error": rng.choice(["", "timeout", "503", None], 7).tolist(), "latency_ns": rng.integers(0, 10**9, 7),
+              "phase": rng.integers(0, 3, 7).astype(np.int32)} for _ in range(40)]
+    files = _chunks(tmp_path, parts)
+    passes = _passes(monkeypatch)
+    whole = ChunkColumns(files, FIELDS, [])
+    assert whole.one_pass()
+    assert list(whole.values("phase")) == [p for part in parts for p in part["phase"]]
+    assert passes == [["error", "latency_ns", "phase"]]  # everything, in the first pass
+    whole.values("latency_ns"), whole.values("error")
+    assert len(passes) == 1
+    monkeypatch.setattr(chunks, "SMALL_CHUNK_ROWS", 0)
+    apart = ChunkColumns(files, FIELDS, [])
+    assert not apart.one_pass()
+    for name in ("error", "latency_ns", "phase"):
+        a, b = whole.values(name), apart.values(name)
+        if isinstance(a, pd.Categorical):
+            assert list(a.categories) == list(b.categories) and np.array_equal(a.codes, b.codes), name
+        else:
+            np.testing.assert_array_equal(a, b)
+    assert len(passes) == 4
+
+
+@pytest.mark.one_pass
+def test_a_damaged_chunk_read_in_one_pass_is_skipped_naming_its_column(tmp_path, monkeypatch):
+    parts = [{"error": ["a"] * 500, "latency_ns": np.arange(500) * 7919 % 10007,
+              "phase": np.ones(500, dtype=np.int32)}] * 6
+    files = _chunks(tmp_path, parts)
+    pq.write_table(pa.table(parts[2]), files[2], write_page_checksum=True, compression="none")
+    meta = pq.read_metadata(files[2]).row_group(0)
+    column = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == "latency_ns")
+    data = bytearray(files[2].read_bytes())
+    first = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    data[first + column.total_compressed_size * 3 // 4] ^= 0x04  # in its values, past the pages' headers
+    files[2].write_bytes(bytes(data))
+    skipped: list[SkippedChunk] = []
+    log = ChunkColumns(files, FIELDS, skipped)
+    assert log.one_pass()
+    assert len(log.values("phase")) == 2_500  # the other five chunks' rows
+    (bad,) = skipped
+    assert bad.path == str(files[2]) and bad.reason.startswith("column latency_ns: ") and "CRC" in bad.reason, bad
