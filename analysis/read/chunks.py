@@ -106,17 +106,18 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
     """One chunk's `schema` columns (only those read from disk), conformed; ValueError naming what is wrong.
     `meta`: the chunk's footer, when already read (each further column read then skips parsing it again)."""
     meta = pq.read_metadata(path) if meta is None else meta
-    present = set(meta.schema.names)
-    names = [c for c in schema.names if c in present]
+    present, wanted = set(meta.schema.names), schema.names  # (pyarrow builds these lists anew at each access)
+    names = [c for c in wanted if c in present]
     # few-valued strings decoded as dictionaries: several times faster than materialising each string
     # pages with a CRC (the chunk writer's) are verified: a damaged page is an error naming the chunk, not other numbers
     table = pq.ParquetFile(path, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL],
                            page_checksum_verification=True).read(columns=names, use_threads=False)
     for name, default in optional.items():  # a column newer than the chunk
-        if name in schema.names and name not in present:
+        if name in wanted and name not in present:
             kind = schema.field(name).type  # its own type: int32 counts, int64 instants, strings, binary
             table = table.append_column(name, pa.array([default] * table.num_rows, type=kind))
-    missing = [c for c in schema.names if c not in table.column_names]
+    have = set(table.column_names)
+    missing = [c for c in wanted if c not in have]
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     return _conform(table, schema)
