@@ -58,19 +58,23 @@ demo: $(STAMP)
 
 # Everything: lint, the unit tier, and the integration tier (real Locust, endpoints, Triton, vLLM, chronyd, Chromium).
 # What only the integration tier needs — the Triton, vLLM and Phoenix virtualenvs, the image and the generator-only
-# virtualenv the container and install tests use — installs in the background from the start, beside .venv, lint, the
-# type check and then the unit tier; an integration test waits for its exit status (tests/conftest.py,
-# $$TAILRACE_PREREQUISITES; its log in build/prerequisites.log). Two pytest-xdist workers, a test file each, the unit
-# tier's files first: a test has the machine to itself unless it is marked shares_machine (tests/conftest.py).
+# virtualenv the container and install tests use — installs in the background from the start, beside .venv, lint and
+# then the unit tier; an integration test waits for its exit status (tests/conftest.py, $$TAILRACE_PREREQUISITES; its
+# log in build/prerequisites.log). The type check runs beside the tests' start; either failing fails `make test`.
+# Two pytest-xdist workers, a test file each: a test has the machine to itself unless it is marked shares_machine
+# (tests/conftest.py); the files in the order of tests/durations.py (the unit tier, then the files by the share of
+# their time alone, largest first: `python -m tests.durations TIMELINE` refreshes their seconds).
 PREREQUISITES := build/prerequisites
 test:
 	mkdir -p build && rm -f $(PREREQUISITES).rc
 	($(MAKE) -j5 triton vllm phoenix test-image test-venv > $(PREREQUISITES).log 2>&1; \
 	  echo $$? > $(PREREQUISITES).rc.new && mv $(PREREQUISITES).rc.new $(PREREQUISITES).rc) &
 	$(MAKE) install
-	$(MAKE) -j2 lint typecheck
+	$(MAKE) lint
+	$(MAKE) typecheck > build/typecheck.log 2>&1 & checking=$$!; \
 	TAILRACE_PREREQUISITES=$(PREREQUISITES).rc $(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadfile \
-	  tests/unit tests/integration
+	  --no-loadscope-reorder tests/unit tests/integration; tested=$$?; \
+	wait $$checking; checked=$$?; cat build/typecheck.log; [ $$tested -eq 0 ] && [ $$checked -eq 0 ]
 
 # What the container and install tests use, built from this checkout beside the installs (tests/prebuilt.py). They
 # need no virtualenv (python3's own pip and venv), so they start at once: the image's base (mmdebstrap, ~1 min), then

@@ -43,11 +43,11 @@ def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 2**20, code
 
 
-def run_dir(work: Path, rows: int, seed: int) -> Path:
-    path = work / f"synthetic-{rows}-seed{seed}"
+def run_dir(work: Path, rows: int, seed: int, chunks: int = Shape.chunks) -> Path:
+    path = work / (f"synthetic-{rows}-seed{seed}" + (f"-chunks{chunks}" if chunks != Shape.chunks else ""))
     if not (path / "manifest.json").exists():
-        print(f"writing {rows:,} rows → {path}", flush=True)
-        write_synthetic_run(path, Shape(rows, seed=seed))
+        print(f"writing {rows:,} rows in {chunks:,} chunks → {path}", flush=True)
+        write_synthetic_run(path, Shape(rows, chunks=chunks, seed=seed))
     return path
 
 
@@ -57,13 +57,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/tailrace-scale"))
     ap.add_argument("--baseline", type=Path, default=None, help="a checkout of another commit to time alongside")
+    ap.add_argument("--chunks", type=int, default=Shape.chunks,
+                    help="chunks to write the rows in (a low rate's run: many small ones, a chunk every 0.25 s a worker)")
     ap.add_argument("--analyze-only", action="store_true",
                     help="time `analyze` only (no second run directory, no compare): the day-long 100 M-row run")
     args = ap.parse_args()
     if args.baseline is not None and not (args.baseline / "analysis" / "analyze.py").exists():
         ap.error(f"--baseline {args.baseline}: not a tailrace checkout (no analysis/analyze.py)")
-    a = run_dir(args.work, args.rows, 1)
-    b = None if args.analyze_only else run_dir(args.work, args.rows, 2)
+    a = run_dir(args.work, args.rows, 1, args.chunks)
+    b = None if args.analyze_only else run_dir(args.work, args.rows, 2, args.chunks)
+    chunk_count = len(list(a.glob("regions/*/*/requests-*.parquet")))
     size = sum(p.stat().st_size for p in a.rglob("*.parquet")) / 2**20
     results: dict[str, list[tuple[float, float, int]]] = {"analyze": []} if b is None else {"analyze": [],
                                                                                              "compare": []}
@@ -80,9 +83,11 @@ def main() -> int:
                 results["compare"].append(timed([*TAILRACE, "compare", str(a), str(b)], cwd=here))
             print(" | ".join(f"{k}: {v[-1][0]:.1f} s, {v[-1][1]:.2f} GiB" for k, v in results.items()), flush=True)
     flags = (" --baseline DIR" if args.baseline is not None else "") + (
+        f" --chunks {args.chunks}" if args.chunks != Shape.chunks else "") + (
         " --analyze-only" if args.analyze_only else "")
     lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}{flags}` (run directories of {args.rows:,} "
-             f"rows each: {size:,.0f} MiB of Parquet chunks, 204 chunks, 6 workers in 3 regions, 3 endpoints).", "",
+             f"rows each: {size:,.0f} MiB of Parquet chunks, {chunk_count:,} chunks, 6 workers in 3 regions, 3 endpoints).",
+             "",
              "| command | wall s (median) | spread over repeats | rows/s (median) | peak RSS (max) |", "|---|---|---|---|---|"]
     for name, values in results.items():
         walls = [w for w, _, _ in values]
@@ -113,7 +118,8 @@ def main() -> int:
                       f"({min(w for w, _, _ in baseline):.1f}–{max(w for w, _, _ in baseline):.1f} s, peak "
                       f"{max(m for _, m, _ in baseline):.2f} GiB); this tree's time over that one's, per repeat: "
                       + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f})."]
-    write_section(f"Analysis at scale: {args.rows:,} rows", "\n".join(lines))
+    title = f"Analysis at scale: {args.rows:,} rows" + (f" in {chunk_count:,} chunks" if args.chunks != Shape.chunks else "")
+    write_section(title, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

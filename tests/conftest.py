@@ -80,9 +80,19 @@ def pytest_runtest_setup(item) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
+    """Every unit test shares the machine; the files in the order the two workers take them (tests/durations.py,
+    with `--dist loadfile --no-loadscope-reorder`): the unit tier, then the files by their share of time alone."""
+    from tests.durations import file_order, load
+
     for item in items:
         if "/tests/unit/" in str(item.path):
             item.add_marker(pytest.mark.shares_machine)
+    durations, alone = load(), set()
+    for item in items:
+        if item.get_closest_marker("shares_machine") is None:
+            alone.add(item.path)
+    files = {item.path: file_order(str(item.path.relative_to(ROOT)), item.path in alone, durations) for item in items}
+    items.sort(key=lambda item: files[item.path])  # stable: a file's tests keep their order
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
