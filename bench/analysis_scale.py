@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write_section  # noqa: E402
+from bench.common import link_rooms, write_section  # noqa: E402
 from bench.synthetic_run import Shape, write_synthetic_run  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/analysis_scale.py"
@@ -64,6 +64,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.baseline is not None and not (args.baseline / "analysis" / "analyze.py").exists():
         ap.error(f"--baseline {args.baseline}: not a tailrace checkout (no analysis/analyze.py)")
+    if args.baseline is not None:
+        link_rooms(args.baseline)  # else its `tailrace analyze` would run this tree's analysis
     a = run_dir(args.work, args.rows, 1, args.chunks)
     b = None if args.analyze_only else run_dir(args.work, args.rows, 2, args.chunks)
     chunk_count = len(list(a.glob("regions/*/*/requests-*.parquet")))

@@ -50,3 +50,15 @@ def write_section(title: str, body: str) -> None:
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     BENCHMARKS_MD.write_text(text)
+
+
+ROOMS = ("contract", "harness", "endpoints", "analysis")
+
+
+def link_rooms(tree: Path) -> Path:
+    """A checkout whose rooms import as tailrace.<room> from itself: without the links, `python -m tailrace.cli`
+    run in another checkout imports its rooms from the installed (editable) tree — this one's."""
+    for room in ROOMS:
+        if not (tree / "tailrace" / room).exists():
+            (tree / "tailrace" / room).symlink_to(f"../{room}")
+    return tree

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ("contract", "harness", "endpoints", "analysis")
+sys.path.insert(0, str(ROOT))
+from bench.common import ROOMS, link_rooms  # noqa: E402
+
 LOAD_S = 4.0
 
 
@@ -53,10 +55,7 @@ def tree_of(rev: str, work: Path) -> Path:
     """A checkout of `rev` whose rooms import as tailrace.<room> from PYTHONPATH."""
     tree = work / rev.replace("/", "_")
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "-f", str(tree), rev], check=True)
-    for room in ROOMS:
-        if not (tree / "tailrace" / room).exists():
-            (tree / "tailrace" / room).symlink_to(f"../{room}")
-    return tree
+    return link_rooms(tree)
 
 
 def working_tree(work: Path) -> Path:
@@ -64,10 +63,7 @@ def working_tree(work: Path) -> Path:
     tree.mkdir()
     for name in (*ROOMS, "tailrace", "tests", "deploy", "profiles"):
         shutil.copytree(ROOT / name, tree / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    for room in ROOMS:
-        if not (tree / "tailrace" / room).exists():
-            (tree / "tailrace" / room).symlink_to(f"../{room}")
-    return tree
+    return link_rooms(tree)
 
 
 def batch(tree: Path, runs: int, models: Path, out: Path) -> list[float]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ KEEP_BYTES = 2 * 2**30
 # chunk every 0.25 s holds a few rows): such a log that fits is read in one pass, every column at its first load
 SMALL_CHUNK_ROWS = 10_000
 MERGE_ROWS = 1_000_000  # small chunks are put into the columns in runs of up to this many rows
+MERGE_TABLES = 256  # and of this many chunks: a table of a few rows costs ~150 KB however few (12,000 held 2.4 GB)
 
 
 @dataclass
@@ -179,7 +181,7 @@ class _Column:
         return values
 
 
-def _named(path: Path, schema: pa.Schema, optional: dict[str, object], meta: pq.FileMetaData,
+def _named(path: Path, schema: pa.Schema, optional: dict[str, object], meta: pq.FileMetaData | None,
            exc: BaseException) -> str:
     """The reason a chunk failed to read as `schema` (`exc`), naming the first column that fails on its own where
     several were read together (a page's CRC error names no column)."""
@@ -193,31 +195,45 @@ def _named(path: Path, schema: pa.Schema, optional: dict[str, object], meta: pq.
     return reason
 
 
-def _put_small(built: list[_Column], starts: list[int], tables: list[pa.Table | None]) -> None:
-    """Put the small chunks' tables (None: a chunk put already, or unreadable), the i-th at row starts[i], into
-    `built`: each run of consecutive ones as one table of up to MERGE_ROWS rows (few-valued strings on one
-    dictionary), since a column's put costs as much for a few rows as for thousands."""
-    run: list[int] = []
+def _in_order(pool: ThreadPoolExecutor, read: Callable[[int], tuple], count: int, ahead: int = 32) -> Iterator[tuple]:
+    """read(0), read(1), … read(count - 1) on `pool`, in order, at most `ahead` read before they are taken (the
+    pool's map would read every chunk before the first is taken: their tables all in memory at once)."""
+    pending: deque[Future] = deque()
+    for i in range(count):
+        pending.append(pool.submit(read, i))
+        if len(pending) >= ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
-    def flush() -> None:
-        if not run:
-            return
-        merged = pa.concat_tables([tables[i] for i in run]).unify_dictionaries().combine_chunks()
-        for column, values in zip(built, merged.columns):
-            column.put(starts[run[0]], values, run[0])
-        run.clear()
 
-    rows = 0
-    for order, table in enumerate(tables):
+class _SmallChunks:
+    """Puts small chunks' tables into the columns `built` as they come, in row order: each run of consecutive ones as
+    one table of up to MERGE_ROWS rows and MERGE_TABLES chunks (few-valued strings on one dictionary), since a column's
+    put costs as much for a few rows as for thousands. At most one run's tables wait in memory."""
+
+    def __init__(self, built: list[_Column]) -> None:
+        self.built = built
+        self.run: list[pa.Table] = []
+        self.start, self.order, self.rows = 0, 0, 0
+
+    def add(self, start: int, order: int, table: pa.Table | None) -> None:
+        """The chunk `order` at row `start`: its table, or None (put already, or unreadable: the run ends)."""
+        if table is None or self.rows + table.num_rows > MERGE_ROWS or len(self.run) >= MERGE_TABLES:
+            self.flush()
         if table is None:
-            flush()
-            continue
-        if rows + table.num_rows > MERGE_ROWS:
-            flush()
-            rows = 0
-        run.append(order)
-        rows += table.num_rows
-    flush()
+            return
+        if not self.run:
+            self.start, self.order = start, order
+        self.run.append(table)
+        self.rows += table.num_rows
+
+    def flush(self) -> None:
+        if self.run:
+            merged = pa.concat_tables(self.run).unify_dictionaries().combine_chunks()
+            for column, values in zip(self.built, merged.columns):
+                column.put(self.start, values, self.order)
+        self.run, self.rows = [], 0
 
 
 def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str, object],
@@ -274,7 +290,9 @@ class ChunkColumns:
         self.sources: list[tuple[int, Path]] = []  # (first row, chunk), in row order
         self.rows = 0
         self._stops: list[int] = []
-        self._footers: list[pq.FileMetaData] = []
+        # a large chunk's footer, kept for the passes after the first; a small chunk's is not (~200 KB parsed, for
+        # a few rows: 14,400 of them held 3 GB) and is read again when its chunk is
+        self._footers: list[pq.FileMetaData | None] = []
         self._values: dict[str, object] = {}
         self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
         self._inputs: dict[str, tuple[str, ...]] = {}
@@ -299,7 +317,7 @@ class ChunkColumns:
             self.sources.append((self.rows, f))
             self.rows += meta.num_rows
             self._stops.append(self.rows)
-            self._footers.append(meta)
+            self._footers.append(meta if meta.num_rows >= SMALL_CHUNK_ROWS else None)
 
     @property
     def names(self) -> list[str]:
@@ -404,7 +422,7 @@ class ChunkColumns:
         built = [_Column(field, self.rows) for field in schema]
 
         def read(order: int) -> tuple[str | None, pa.Table | None]:
-            """(why the chunk could not be read, or None; its table where it is small: _put_small)."""
+            """(why the chunk could not be read, or None; its table where it is small: _SmallChunks)."""
             start, path = self.sources[order]
             try:
                 table = _read_chunk(path, schema, self.optional, self._footers[order])
@@ -419,9 +437,11 @@ class ChunkColumns:
             return None, None
 
         with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
-            read_back = list(pool.map(read, range(len(self.sources))))
-        errors = [error for error, _ in read_back]
-        _put_small(built, [start for start, _ in self.sources], [table for _, table in read_back])
+            small, errors = _SmallChunks(built), []
+            for order, (error, table) in enumerate(_in_order(pool, read, len(self.sources))):
+                errors.append(error)
+                small.add(self.sources[order][0], order, table)
+            small.flush()
         keep = None
         if any(errors):
             first = next((self.sources[i][1], e) for i, e in enumerate(errors) if e)
