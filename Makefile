@@ -17,17 +17,10 @@ MODELS := build/models
 
 .PHONY: demo test test-fast lint typecheck install triton vllm phoenix models bench clean lock image test-image test-image-base test-venv
 
-# .venv is installed by uv (its own virtualenv, build/uv): the same 140 packages as pip's in 4 s against 59 s here
-# (uv's cache and pip's both cold); pip installs them where uv cannot (a registry only pip's configuration reaches).
-UV_VENV := build/uv
-UV := $(UV_VENV)/bin/uv
-$(UV):
-	$(PYTHON) -m venv $(UV_VENV)
-	$(UV_VENV)/bin/pip install --quiet uv
-
-$(STAMP): pyproject.toml | $(UV)
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(UV) pip install --quiet --python $(BIN)/python -e '.[all,test]' || $(BIN)/pip install --quiet -e '.[all,test]'
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[all,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
