@@ -143,17 +143,20 @@ def _serve(ready_fd: int) -> int:
         figures.close()
         return 0
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    request = json.loads(line)
-    export = None
-    if request["export"] is not None:
-        from tailrace.contract.profile.settings import OtelExport
+    command = "run"
+    try:  # anything that fails here is tailrace's own failure (exit 5), never a verdict's exit code (1: FAIL)
+        request = json.loads(line)
+        command = request["command"].removeprefix("tailrace ")
+        export = None
+        if request["export"] is not None:
+            from tailrace.contract.profile.settings import OtelExport
 
-        export = OtelExport.model_validate(request["export"])
-    try:  # it closes the figures
+            export = OtelExport.model_validate(request["export"])
         return analyze_and_report(Path(request["run_dir"]), None, quiet=request["quiet"], exits=True,
-                                  figures=figures, export=export, command=request["command"])
+                                  figures=figures, export=export, command=request["command"])  # closes the figures
     except Exception as exc:  # noqa: BLE001 — as the command itself says it: one line, exit code INTERNAL
-        return internal_error(request["command"].removeprefix("tailrace "), exc)
+        figures.close()
+        return internal_error(command, exc)
 
 
 if __name__ == "__main__":

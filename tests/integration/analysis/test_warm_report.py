@@ -75,3 +75,16 @@ def test_a_child_never_asked_is_stopped_and_one_that_died_leaves_the_report_to_t
     recorded = json.loads((SAVED / "demo.summary.json").read_text())
     assert code == recorded["exit_code"]
     assert not differences(json.loads((run_dir / "report" / "summary.json").read_text()), recorded)
+
+
+def test_a_request_the_child_cannot_read_is_tailraces_failure_not_a_verdict(tmp_path, capfd):
+    """Exit 5 (INTERNAL) with one line, never 1 — which a CI gate would read as an SLO that failed."""
+    warm = WarmReport()
+    try:
+        assert warm.wait_ready(60)
+        warm._process.stdin.write(b"not json\n")
+        warm._process.stdin.close()
+        assert warm._process.wait(timeout=60) == 5
+    finally:
+        warm.close()
+    assert "internal error" in capfd.readouterr().err
