@@ -2,12 +2,13 @@
 
 Importing the statistics and matplotlib takes ~1.5 s of CPU (scipy.stats alone ~0.9 s), which the report used to
 wait for once the load was over. A `WarmReport` is a child process started with the run: it imports them and starts
-the figure process while the run is set up (the endpoint boots, the proxies start), says it is ready, and then
-sleeps on its stdin — so it never takes a core from the load. The run waits for that word (`wait_ready`) before
-its load generators start. When the run ends, `report` sends it the run directory; it analyses and writes the
-report exactly as `analyze_and_report` does in process, printing to the same terminal; its exit code is the
-run's. A child that cannot start or dies leaves the caller to analyse in process, as before. (Not SCHED_IDLE during
-the load: an idle-class task still gets its share and keeps the core to the next tick, 4 ms here — docs/DECISIONS.md.)
+the figure process (and waits for its imports) while the run is set up (the endpoint boots, the proxies start), says
+it is ready, and then sleeps on its stdin — so it never takes a core from the load. The run waits for that word
+(`wait_ready`) before its load generators start. When the run ends, `report` sends it the run directory; it analyses
+and writes the report exactly as `analyze_and_report` does in process, printing to the same terminal; its exit code
+is the run's. A child that cannot start or dies leaves the caller to analyse in process, as before. (Not SCHED_IDLE
+during the load: an idle-class task still gets its share and keeps the core to the next tick, 4 ms here —
+docs/DECISIONS.md.)
 """
 from __future__ import annotations
 
@@ -130,6 +131,7 @@ def _serve(ready_fd: int) -> int:
         import tailrace.analysis.analyze  # noqa: F401 — the statistics, imported before the run's load starts
         from tailrace.analysis.analyze_command import analyze_and_report
 
+        figures.wait_ready(READY_TIMEOUT_S)  # its matplotlib import must not overlap the load either
         try:
             os.write(ready_fd, READY)
             os.close(ready_fd)

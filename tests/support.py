@@ -103,6 +103,17 @@ def split_cpus() -> tuple[list[int] | None, list[int] | None]:
     return (cpus[-1:], cpus[:1]) if len(cpus) >= 2 else (None, None)
 
 
+def why_it_exited(completed, out_dir: Path) -> str:
+    """For an assertion's message: a `tailrace run`'s output tails and, for each run under `out_dir`, its verdict,
+    why it is INVALID and the SLOs that did not pass (`--quiet` prints none of them)."""
+    lines = [completed.stdout[-2000:], completed.stderr[-2000:]]
+    for summary in sorted(Path(out_dir).glob("*/report/summary.json")):
+        s = json.loads(summary.read_text())
+        lines.append(f"{summary.parent.parent.name}: {s['verdict']}; invalid: {s['invalid_reasons']}; not PASS: "
+                     f"{[(v.get('slo'), v.get('verdict')) for v in s.get('slos', []) if v.get('verdict') != 'PASS']}")
+    return "\n".join(lines)
+
+
 def make_profile(models_dir: Path, **overrides) -> Profile:
     """A two-region profile on the embedded endpoint; `a__b=v` overrides nested keys. Endpoints of the digits
     models get their held-out data and a label check unless they set `data`."""

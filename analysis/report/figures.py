@@ -28,6 +28,7 @@ FIGURES = frozenset({"heatmap_p99", "latency_cdfs", "over_time_of", "decompositi
 DRAW = "draw"  # draw `name` of the arguments now (a later DRAW of the same name replaces it)
 GET = "get"  # answer with (svg or None, None) or (None, why it was not drawn), and forget the figure
 STOP = "stop"  # exit
+READY_PROBE = "ready?"  # a name never drawn: its GET is answered once the child's imports are done
 ANSWER_TIMEOUT_S = 60.0  # a child that has not answered by then is given up: the figure is drawn here
 STOP_TIMEOUT_S = 2.0  # then the child is killed
 
@@ -54,6 +55,10 @@ class Figures:
 
     def svg(self, name: str, args: Callable[[], tuple]) -> str | None:
         raise NotImplementedError
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Block until whatever draws the figures has done its imports (True), or `timeout_s` passed (False)."""
+        return True
 
     def close(self) -> None:
         """No figure is asked for after this."""
@@ -121,6 +126,23 @@ class ProcessFigures(Figures):
             except (OSError, EOFError, ValueError) as exc:
                 self._give_up(exc)
         return self._inline.svg(name, args)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """One GET of a name never submitted: the child answers it once its imports are done (a run's load must
+        not start while matplotlib is imported on the other core)."""
+        if self._broken:
+            return False
+        try:
+            self._conn.send((GET, READY_PROBE, ()))
+            if not self._conn.poll(timeout_s):
+                self._give_up(TimeoutError(f"the figure process was not ready in {timeout_s:g} s"))
+                return False
+            self._conn.recv()
+            self._answered += 1
+            return True
+        except (OSError, EOFError, ValueError) as exc:
+            self._give_up(exc)
+            return False
 
     def _give_up(self, exc: BaseException) -> None:
         log.debug("figure process given up (%s): figures are drawn here", exc)

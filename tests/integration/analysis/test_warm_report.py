@@ -40,10 +40,12 @@ def test_the_warm_child_is_ready_then_asleep_and_writes_the_same_report_as_in_pr
     try:
         assert warm.wait_ready(60), "the child never said it was ready"
         assert "scipy/stats/" in Path(f"/proc/{warm.pid}/maps").read_text()  # the statistics' libraries are loaded
-        time.sleep(0.5)  # what a load beside it would get from it: nothing
-        before = _cpu_s(warm.pid)
+        (figures,) = psutil.Process(warm.pid).children()
+        assert "matplotlib/" in Path(f"/proc/{figures.pid}/maps").read_text()  # and the figures' (no import after)
+        time.sleep(0.5)  # what a load beside them would get from them: nothing
+        before = _cpu_s(warm.pid), _cpu_s(figures.pid)
         time.sleep(1.0)
-        assert _cpu_s(warm.pid) - before < 0.05
+        assert _cpu_s(warm.pid) - before[0] < 0.05 and _cpu_s(figures.pid) - before[1] < 0.05
         code = warm.report(warm_dir, quiet=True, export=None, command="tailrace run")
     finally:
         warm.close()
