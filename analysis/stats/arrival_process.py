@@ -139,8 +139,8 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[ArrivalPro
     for phase in sorted(set(phases.tolist())):
         for name, rows, sent_col, intended_col, share in sources:
             rows = rows[phases[rows] == phase]
-            sent = np.sort(measured[sent_col].to_numpy()[rows])
-            intended = np.sort(measured[intended_col].to_numpy()[rows])
+            sent = np.sort(measured[sent_col].to_numpy()[rows], kind="stable")  # nearly in order: timsort
+            intended = np.sort(measured[intended_col].to_numpy()[rows], kind="stable")
             row = {"phase": int(phase), "source": name, "count": int(len(rows)), "process": a.process}
             if a.process in ("gamma", "constant"):
                 asked = expected_cv(_declared(a.cv, "cv") if a.process == "gamma" else 0.0, share)

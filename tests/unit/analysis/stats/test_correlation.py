@@ -350,6 +350,30 @@ def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():
                                                                                                    len(merged) // 3)
 
 
+def test_order_statistics_read_by_rank_are_np_sorts_in_any_order_of_reading():
+    """OrderStatistics of unsorted values gives, by rank, what np.sort of them holds — ranks read in any order,
+    again, with ties, infinities (errors) and a single value — so the same percentiles and intervals as the sort,
+    and the caller's values are left as they were."""
+    from tailrace.analysis.stats.correlation import correlated_percentiles_ci
+    from tailrace.analysis.stats.estimators import OrderStatistics, sorted_percentile, sorted_percentile_ci
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        values = np.round(rng.lognormal(size=int(rng.integers(1, 3000))), int(rng.integers(0, 4)))
+        values[rng.random(len(values)) < 0.02] = np.inf
+        kept = values.copy()
+        stats_, ordered = OrderStatistics(values), np.sort(values)
+        ranks = rng.integers(0, len(values), 25)
+        assert [stats_[int(k)] for k in ranks] == ordered[ranks].tolist() and stats_[-1] == ordered[-1]
+        assert np.array_equal(stats_[len(values) // 2:len(values) // 2 + 2], ordered[len(values) // 2:len(values) // 2 + 2])
+        for p in (50, 90, 99, 99.9):
+            assert sorted_percentile(OrderStatistics(values), p / 100) == sorted_percentile(ordered, p / 100)
+            assert sorted_percentile_ci(OrderStatistics(values), p, 0.05, len(values) // 3) == \
+                sorted_percentile_ci(ordered, p, 0.05, len(values) // 3)
+        assert correlated_percentiles_ci(values, (50, 95, 99)) == correlated_percentiles_ci(values, (50, 95, 99), ordered)
+        assert np.array_equal(values, kept)
+
+
 def test_a_percentile_read_from_each_groups_largest_values_is_numpys():
     """tail_quantile of the tail_needed largest values of each of several groups is np.quantile of all their
     values, to the last bit, integers and floats, at every quantile level the analysis reads."""
