@@ -24,9 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def profile_text(python: Path, model: Path, port: int, rates: tuple[float, ...] = (2, 6),
-                 seqs: tuple[int, ...] = (1, 8), duration_s: float = 6) -> str:
+                 seqs: tuple[int, ...] = (1, 8), duration_s: float = 6, cpus: list[int] | None = None) -> str:
     """The sweep's profile: tailrace starts vLLM per max_num_seqs in `seqs` (the serve command) and runs each rate of
-    `rates` (128-token streams a second) on it for `duration_s` + 1 s (the CI test uses it too)."""
+    `rates` (128-token streams a second) on it for `duration_s` + 1 s (the CI test uses it too). `cpus`: vLLM's
+    compute threads bound to these (VLLM_CPU_OMP_THREADS_BIND), as the tests' own vLLM is — unbound, its OpenMP
+    threads spin on every core, and a test beside it stalls."""
+    bind = f', VLLM_CPU_OMP_THREADS_BIND = "{",".join(map(str, cpus))}"' if cpus else ""
     command = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {SERVED_NAME} "
                f"--host 127.0.0.1 --port {port} --dtype float32 --max-model-len 512 --max-num-seqs {{max_num_seqs}} "
                "--enforce-eager --disable-uvicorn-access-log --no-enable-prefix-caching")
@@ -58,7 +61,7 @@ values = {list(seqs)}
 command = "{command}"
 health_url = "http://127.0.0.1:{port}/v1/models"
 ready_timeout_s = 300
-env = {{ VLLM_CPU_KVCACHE_SPACE = "1", VLLM_NO_USAGE_STATS = "1", HF_HUB_OFFLINE = "1" }}
+env = {{ VLLM_CPU_KVCACHE_SPACE = "1", VLLM_NO_USAGE_STATS = "1", HF_HUB_OFFLINE = "1"{bind} }}
 [sweep.tiers]
 interactive = [{{ metric = "ttft", percentile = 90, threshold_ms = 2000 }}]
 '''
