@@ -18,6 +18,7 @@ from tailrace.analysis.read.chunks import (
     SkippedChunk,
     missing_requests,
     read_chunks,
+    read_footer,
     unread_request_chunks,
 )
 from tailrace.contract.layout import STATS_STAGES, RunLayout
@@ -154,7 +155,7 @@ def request_rows(run_dirs: list[Path]) -> int:
     for run_dir in run_dirs:
         for f in RunLayout(Path(run_dir)).request_chunks():
             try:
-                rows += pq.read_metadata(f).num_rows
+                rows += read_footer(f).num_rows
             except (pa.ArrowInvalid, OSError):
                 continue  # reported as skipped when read
     return rows

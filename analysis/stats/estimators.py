@@ -87,7 +87,7 @@ def percentiles_ci(values: np.ndarray, percentiles, alpha: float = ALPHA) -> dic
     return {p: sorted_percentile_ci(x, p, alpha) for p in percentiles}
 
 
-def sorted_percentile_ci(x: np.ndarray | SortedUnion, percentile: float, alpha: float = ALPHA,
+def sorted_percentile_ci(x: np.ndarray | SortedUnion | OrderStatistics, percentile: float, alpha: float = ALPHA,
                          effective_n: int | None = None) -> PercentileEstimate:
     """`percentile_ci` of values already sorted ascending (float). `effective_n` (analysis/stats/correlation.py): the
     number of independent samples correlated ones are worth; the interval then spans the quantile levels
@@ -108,7 +108,7 @@ def sorted_percentile_ci(x: np.ndarray | SortedUnion, percentile: float, alpha: 
     return PercentileEstimate(percentile, n, sorted_percentile(x, q), float(x[lo - 1]), float(x[hi - 1]), need, m)
 
 
-def sorted_percentile(x: np.ndarray | SortedUnion, q: float) -> float:
+def sorted_percentile(x: np.ndarray | SortedUnion | OrderStatistics, q: float) -> float:
     """numpy's default (linear) quantile q of sorted `x`, which may end in +inf (errors count as infinitely
     slow): a quantile that reaches an infinite value is +inf (numpy's interpolation gives nan there). Reads
     only the two order statistics around q (numpy's own arithmetic on them), never the whole array again."""

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
@@ -68,6 +69,16 @@ def _trace(tmp_path: Path, fmt: str, n: int = 120) -> tuple[Path, np.ndarray]:
     return path, t
 
 
+def start_uncertainty_s(run_dir: Path) -> float:
+    """How far apart two workers' start instants may be: each set its start from its first clock sample, off by at
+    most half that sample's round trip, so two are within the sum of the two largest halves."""
+    halves = []
+    for worker in run_dir.glob("regions/*/*/"):
+        samples = [pq.read_table(f, columns=["delay_ns", "stage"]).to_pylist() for f in worker.glob("clock-*.parquet")]
+        halves += [row["delay_ns"] / 2e9 for rows in samples for row in rows if row["stage"] == "before"]
+    return sum(sorted(halves)[-2:])
+
+
 # the Azure format's reading is a unit test's (tests/unit/harness/worker/test_arrival_processes.py): one run each for a one-shot
 # endpoint (CSV, its region column) and a generative one (Mooncake, its token lengths)
 @pytest.mark.parametrize("fmt", ["csv", "mooncake"])
@@ -87,7 +98,10 @@ def test_a_trace_replayed_at_twice_the_speed_sends_every_row_on_time(model_repo,
     assert len(df) == len(t)  # every row, once
     start = df["t_intended_ref"].min()
     scheduled = (df["t_intended_ref"].to_numpy() - start) / 1e9
-    assert np.allclose(scheduled, t / 2, atol=0.002)  # the scaled instants (the workers' clocks agree to ~1 ms)
+    # the scaled instants, each worker's from the start instant as its clock put it: within the bound its first
+    # clock sample gave (half its round trip; 1–7.6 ms on a loaded machine). Sorting moves no value further than
+    # the largest shift, so the sorted instants stay within the bound too.
+    assert np.allclose(scheduled, t / 2, atol=0.0005 + start_uncertainty_s(Path(run.run_dir)))
     # VALID (above): the generator's own windows kept their send-lag p99 under SEND_LAG_MS — that is the bound; the
     # typical row is well inside it (no wall-clock bound on the worst row: a loaded machine's scheduler decides it)
     assert np.median(df["send_lag_ns"]) / 1e6 < SEND_LAG_MS
