@@ -17,44 +17,47 @@ MODELS := build/models
 
 .PHONY: demo test test-fast lint typecheck install triton vllm phoenix models bench clean lock image test-image test-image-base test-venv
 
-# .venv is installed by uv (its own virtualenv, build/uv), bytecode compiled as pip does: the same packages in ~13 s
-# against pip's ~2 min on a fresh machine; pip installs them where uv cannot (a registry only pip's configuration
-# reaches). (A first try without --compile-bytecode left every first import compiling: docs/CI.md.)
+# Every virtualenv is installed by uv (its own virtualenv, build/uv), bytecode compiled as pip does: .venv's packages
+# in ~13 s against pip's ~2 min, the same versions (compared with pip freeze for each); pip installs them where uv
+# cannot. uv reads no pip configuration: find-links given to pip through the environment are passed on. (A first
+# try without --compile-bytecode left every first import compiling: docs/CI.md.)
 UV_VENV := build/uv
 UV := $(UV_VENV)/bin/uv
+ifneq ($(PIP_FIND_LINKS),)
+export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
+endif
 $(UV):
 	$(PYTHON) -m venv $(UV_VENV)
 	$(UV_VENV)/bin/pip install --quiet uv
 
+# $(call venv_install,VENV,WHAT): a virtualenv VENV with WHAT installed (pip's arguments)
+define venv_install
+	$(PYTHON) -m venv $(1)
+	$(UV) pip install --quiet --compile-bytecode --python $(1)/bin/python $(2) || \
+	  ($(1)/bin/pip install --quiet --upgrade pip && $(1)/bin/pip install --quiet $(2))
+endef
+
 $(STAMP): pyproject.toml | $(UV)
-	$(PYTHON) -m venv $(VENV)
-	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[all,test]' || \
-	  ($(BIN)/pip install --quiet --upgrade pip && $(BIN)/pip install --quiet -e '.[all,test]')
+	$(call venv_install,$(VENV),-e '.[all,test]')
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(TRITON_STAMP): deploy/triton/requirements.txt
-	$(PYTHON) -m venv $(TRITON_VENV)
-	$(TRITON_VENV)/bin/pip install --quiet --upgrade pip
-	$(TRITON_VENV)/bin/pip install --quiet -r deploy/triton/requirements.txt
+$(TRITON_STAMP): deploy/triton/requirements.txt | $(UV)
+	$(call venv_install,$(TRITON_VENV),-r deploy/triton/requirements.txt)
 	touch $(TRITON_STAMP)
 
 triton: $(TRITON_STAMP)
 
-$(VLLM_STAMP): deploy/vllm/requirements.txt
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet -r deploy/vllm/requirements.txt
+$(VLLM_STAMP): deploy/vllm/requirements.txt | $(UV)
+	$(call venv_install,$(VLLM_VENV),-r deploy/vllm/requirements.txt)
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
 
-$(PHOENIX_STAMP): deploy/phoenix/requirements.txt
-	$(PYTHON) -m venv $(PHOENIX_VENV)
-	$(PHOENIX_VENV)/bin/pip install --quiet --upgrade pip
-	$(PHOENIX_VENV)/bin/pip install --quiet -r deploy/phoenix/requirements.txt
+$(PHOENIX_STAMP): deploy/phoenix/requirements.txt | $(UV)
+	$(call venv_install,$(PHOENIX_VENV),-r deploy/phoenix/requirements.txt)
 	touch $(PHOENIX_STAMP)
 
 phoenix: $(PHOENIX_STAMP)
@@ -76,6 +79,7 @@ demo: $(STAMP)
 PREREQUISITES := build/prerequisites
 test:
 	mkdir -p build && rm -f $(PREREQUISITES).rc
+	$(MAKE) $(UV)
 	($(MAKE) -j5 triton vllm phoenix test-image test-venv > $(PREREQUISITES).log 2>&1; \
 	  echo $$? > $(PREREQUISITES).rc.new && mv $(PREREQUISITES).rc.new $(PREREQUISITES).rc) &
 	$(MAKE) install
