@@ -30,7 +30,8 @@ $(UV):
 	$(PYTHON) -m venv $(UV_VENV)
 	$(UV_VENV)/bin/pip install --quiet uv
 
-# $(call venv_install,VENV,WHAT): a virtualenv VENV with WHAT installed (pip's arguments)
+# $(call venv_install,VENV,WHAT): a virtualenv VENV with WHAT installed (pip's arguments; a comma in them: $(comma))
+comma := ,
 define venv_install
 	$(PYTHON) -m venv $(1)
 	$(UV) pip install --quiet --compile-bytecode --python $(1)/bin/python $(2) || \
@@ -38,7 +39,7 @@ define venv_install
 endef
 
 $(STAMP): pyproject.toml | $(UV)
-	$(call venv_install,$(VENV),-e '.[all,test]')
+	$(call venv_install,$(VENV),-e '.[all$(comma)test]')
 	touch $(STAMP)
 
 install: $(STAMP)
