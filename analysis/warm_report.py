@@ -120,13 +120,26 @@ def start_warm_report() -> WarmReport | None:
         return None
 
 
+_figures: list = []  # the child's figure process, once started: stopped with it
+
+
+def _terminated(signum: int, frame) -> None:
+    """SIGTERM (the run ended early, or was interrupted): stop the figure process by PID and exit at once. Raising
+    SystemExit instead would interrupt whatever runs — an import half done prints its traceback to the run's
+    terminal (a run refused for a bad pipeline file did, in CI)."""
+    for figures in _figures:
+        figures.stop_now()
+    os._exit(128 + signum)
+
+
 def _serve(ready_fd: int) -> int:
     """The child: import, say READY on `ready_fd`, then answer one request (none: exit 0)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C during the run is the parent's to handle
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # stopped: the figures' finally runs
+    signal.signal(signal.SIGTERM, _terminated)
     from tailrace.analysis.report.figures import start_figures
 
     figures = start_figures()  # it imports matplotlib meanwhile, on the other core
+    _figures.append(figures)
     try:
         import tailrace.analysis.analyze  # noqa: F401 — the statistics, imported before the run's load starts
         from tailrace.analysis.analyze_command import analyze_and_report

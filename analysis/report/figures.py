@@ -63,6 +63,9 @@ class Figures:
     def close(self) -> None:
         """No figure is asked for after this."""
 
+    def stop_now(self) -> None:
+        """Stop at once, nothing more drawn (the process that owns it is about to exit)."""
+
 
 class InlineFigures(Figures):
     """Draws each figure in this process when the report asks for it."""
@@ -147,6 +150,12 @@ class ProcessFigures(Figures):
     def _give_up(self, exc: BaseException) -> None:
         log.debug("figure process given up (%s): figures are drawn here", exc)
         self._broken = True
+
+    def stop_now(self) -> None:
+        """Kill the child by PID and reap it (from a signal handler: no message, no wait for an answer)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
 
     def close(self) -> None:
         if not self._broken:
