@@ -113,19 +113,14 @@ def _read_chunk(path: Path, schema: pa.Schema, optional: dict[str, object],
                 meta: pq.FileMetaData | None = None) -> pa.Table:
     """One chunk's `schema` columns (only those read from disk), conformed; ValueError naming what is wrong.
     `meta`: the chunk's footer, when already read (each further column read then skips parsing it again)."""
-    with pa.OSFile(str(path)) as source:  # a file, not a path: pyarrow resolves no filesystem for it (~0.7 ms)
-        return _read_source(source, schema, optional, meta)
-
-
-def _read_source(source: pa.NativeFile, schema: pa.Schema, optional: dict[str, object],
-                 meta: pq.FileMetaData | None) -> pa.Table:
-    meta = pq.read_metadata(source) if meta is None else meta
+    meta = read_footer(path) if meta is None else meta
     present, wanted = set(meta.schema.names), schema.names  # (pyarrow builds these lists anew at each access)
     names = [c for c in wanted if c in present]
     # few-valued strings decoded as dictionaries: several times faster than materialising each string
     # pages with a CRC (the chunk writer's) are verified: a damaged page is an error naming the chunk, not other numbers
-    table = pq.ParquetFile(source, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL],
-                           page_checksum_verification=True).read(columns=names, use_threads=False)
+    with pa.OSFile(str(path)) as source:  # a file, not a path: pyarrow resolves no filesystem for it
+        table = pq.ParquetFile(source, metadata=meta, read_dictionary=[c for c in names if c in CATEGORICAL],
+                               page_checksum_verification=True).read(columns=names, use_threads=False)
     for name, default in optional.items():  # a column newer than the chunk
         if name in wanted and name not in present:
             kind = schema.field(name).type  # its own type: int32 counts, int64 instants, strings, binary

@@ -44,7 +44,7 @@ def _sorted_seconds(times_ns: np.ndarray) -> np.ndarray:
     """Epoch-ns times sorted, in seconds; `times_ns` (a copy the caller hands over) is sorted in place, unless it is
     in order already (a worker's intended times are: one pass instead of a sort). Integers sort to the same array
     by any algorithm, and timsort is the one for these: a log's times come in completion order, nearly sorted, in
-    one run per worker — 0.12 s for 5 M of them against quicksort's 0.32 s (docs/BENCHMARKS.md)."""
+    one run per worker, which quicksort does not use (docs/DECISIONS.md "Sorts that know what they sort")."""
     if len(times_ns) > 1 and not bool((times_ns[1:] >= times_ns[:-1]).all()):
         times_ns.sort(kind="stable")
     return times_ns / 1e9
