@@ -74,7 +74,7 @@ def the_sweep(out: Path) -> tuple[Path, dict]:
 
 def test_a_sweep_over_load_and_max_num_seqs_finds_the_known_frontier_and_each_tiers_edge(model_repo, tmp_path):
     profile = tmp_path / "frontier.toml"
-    profile.write_text(profile_text(model_repo, SWEEP, duration_s=8))
+    profile.write_text(profile_text(model_repo, SWEEP, duration_s=6))
     r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     sweep_dir, result = the_sweep(tmp_path / "runs")
