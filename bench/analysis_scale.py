@@ -8,7 +8,8 @@ Targets (issue: columnar speed): analyze 10 M rows at ≥ 3,000,000 rows/s (unde
 runs in < 2 min and < 8 GiB (the earlier issue's).
 `--baseline DIR` (a checkout of another commit, e.g. `git worktree add DIR REV`) also runs that tree's
 `tailrace analyze` on the same run directory, alternating with this one's, and reports the ratio of their
-times per repeat: a change measured side by side, not against a number from another day.
+times per repeat: a change measured side by side, not against a number from another day — and checks that both
+trees wrote the same summary.json, every field (the analysis's numbers unchanged at this scale).
 
     .venv/bin/python bench/analysis_scale.py [--rows 10000000] [--repeats 3] [--work /var/tmp/tailrace-scale]
                                              [--baseline DIR] [--analyze-only]
@@ -16,6 +17,7 @@ times per repeat: a change measured side by side, not against a number from anot
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -42,6 +44,16 @@ def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
     if code not in (0, 1, 3, 4):  # a verdict; anything else is the command failing
         raise SystemExit(f"{' '.join(argv)} exited with {code}: {proc.stderr.read().decode()[-2000:]}")
     return wall, usage.ru_maxrss / 2**20, code
+
+
+def summary_differences(a: object, b: object, path: str = "") -> list[str]:
+    """Where two summary.json documents differ (a dotted path each; empty: the same, bit by bit)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in (summary_differences(a[k], b[k], f"{path}.{k}") if k in a and k in b else [f"{path}.{k}"])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in summary_differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [path or "."]
 
 
 def run_dir(work: Path, rows: int, seed: int, chunks: int = Shape.chunks) -> Path:
@@ -74,6 +86,7 @@ def main() -> int:
     results: dict[str, list[tuple[float, float, int]]] = {"analyze": []} if b is None else {"analyze": [],
                                                                                              "compare": []}
     baseline: list[tuple[float, float, int]] = []
+    differ: list[str] = []  # where this tree's summary.json differs from the baseline's, any repeat
     here = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="tailrace-scale-") as tmp:
         for r in range(args.repeats):
@@ -82,6 +95,10 @@ def main() -> int:
                                       cwd=args.baseline))
             results["analyze"].append(timed([*TAILRACE, "analyze", str(a), "--quiet", "--out", f"{tmp}/report-{r}"],
                                             cwd=here))
+            if args.baseline is not None:
+                ours, theirs = (json.loads(Path(f"{tmp}/{name}-{r}/summary.json").read_text())
+                                for name in ("report", "baseline"))
+                differ += summary_differences(ours, theirs)
             if b is not None:
                 results["compare"].append(timed([*TAILRACE, "compare", str(a), str(b)], cwd=here))
             print(" | ".join(f"{k}: {v[-1][0]:.1f} s, {v[-1][1]:.2f} GiB" for k, v in results.items()), flush=True)
@@ -122,10 +139,12 @@ def main() -> int:
                       f"({min(w for w, _, _ in baseline):.1f}–{max(w for w, _, _ in baseline):.1f} s, peak "
                       f"{max(m for _, m, _ in baseline):.2f} GiB); this tree's time over that one's, per repeat: "
                       + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f})."]
+        lines[-1] += (" summary.json: the same as that tree's, every field, in every repeat." if not differ else
+                      f" summary.json DIFFERS from that tree's at {len(differ)} field(s): {', '.join(differ[:8])}.")
     title = f"Analysis at scale: {args.rows:,} rows" + (f" in {chunk_count:,} chunks" if args.chunks != Shape.chunks else "")
     write_section(title, "\n".join(lines))
     print("\n".join(lines))
-    return 0
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
