@@ -150,10 +150,24 @@ def _available_bytes() -> int | None:
 
 
 def request_rows(run_dirs: list[Path]) -> int:
-    """The request rows in the chunks of `run_dirs`, from their footers (unreadable chunks not counted)."""
+    """About the request rows of `run_dirs`, before any is read (what memory their analysis needs): the rows each
+    worker's summary says it wrote, where every worker of the manifest left one — a long run's thousands of small
+    chunks are not opened for it (each footer parsed is ~0.15 ms) — else the rows in the chunks' footers (unreadable
+    chunks not counted)."""
     rows = 0
     for run_dir in run_dirs:
-        for f in RunLayout(Path(run_dir)).request_chunks():
+        layout = RunLayout(Path(run_dir))
+        try:
+            manifest = json.loads(layout.manifest.read_text())
+        except (OSError, ValueError):
+            manifest = {}  # said when the run is read
+        workers, recorded = (manifest.get("workers") or {}) if isinstance(manifest, dict) else {}, {}
+        if isinstance(workers, dict) and workers:
+            recorded = recorded_requests(manifest)
+        if recorded and len(recorded) == len(workers):
+            rows += sum(recorded.values())
+            continue
+        for f in layout.request_chunks():
             try:
                 rows += read_footer(f).num_rows
             except (pa.ArrowInvalid, OSError):

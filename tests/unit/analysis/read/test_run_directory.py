@@ -357,3 +357,30 @@ def test_a_run_directory_missing_chunks_a_worker_wrote_is_invalid_and_names_the_
     # a worker with a damaged chunk is named once, by the damaged chunk
     assert missing_requests({worker: written}, {worker: written - rows},
                             [SkippedChunk(str(chunk), "CRC mismatch")]) == []
+
+
+def test_the_rows_memory_is_sized_for_are_the_workers_recorded_ones_else_the_chunks(tmp_path, monkeypatch):
+    """Sizing memory before a read counts the rows each worker's summary says it wrote, without opening a chunk (a
+    long run's thousands of small chunks: a footer parsed each); where a worker left no summary, or the manifest is
+    not JSON, the chunks' footers are counted."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    import tailrace.analysis.read.rundir as rundir
+
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    in_chunks = sum(pq.read_metadata(p).num_rows for p in tmp_path.glob("regions/*/*/requests-*.parquet"))
+    manifest_path = tmp_path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["workers"] = {"r1-w0": {"summary": {"rows_written": 12_345}}}
+    manifest_path.write_text(json.dumps(manifest))
+    with monkeypatch.context() as m:
+        m.setattr(rundir, "read_footer", lambda path: pytest.fail(f"opened {path}"))
+        assert rundir.request_rows([tmp_path]) == 12_345
+    manifest["workers"]["r2-w0"] = {"left_reason": "disconnected"}  # no summary: its rows are not known
+    manifest_path.write_text(json.dumps(manifest))
+    assert rundir.request_rows([tmp_path]) == in_chunks > 0
+    manifest_path.write_text("{not json")
+    assert rundir.request_rows([tmp_path]) == in_chunks
