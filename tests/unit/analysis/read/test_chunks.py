@@ -216,3 +216,31 @@ def test_a_damaged_chunk_read_in_one_pass_is_skipped_naming_its_column(tmp_path,
     assert len(log.values("phase")) == 2_500  # the other five chunks' rows
     (bad,) = skipped
     assert bad.path == str(files[2]) and bad.reason.startswith("column latency_ns: ") and "CRC" in bad.reason, bad
+
+
+@pytest.mark.one_pass
+@pytest.mark.parametrize("budget_footers", [40, 25])
+def test_a_small_chunks_footer_is_parsed_once_for_the_first_pass_within_its_budget(tmp_path, monkeypatch,
+                                                                                     budget_footers):
+    """A long run's thousands of small chunks: each footer parsed at opening is kept for the first pass (each parse
+    ~0.15 ms, under the GIL), up to SMALL_FOOTERS_BYTES — past it a chunk's footer is parsed again when read —
+    and none is held after that pass: a later pass parses them again."""
+    parts = [{"error": ["", "timeout"], "latency_ns": np.array([i, i + 1]), "phase": np.array([1, 2], np.int32)}
+             for i in range(40)]
+    files = _chunks(tmp_path, parts)
+    footer = chunks.PARSED_FOOTER_FACTOR * pq.read_metadata(files[0]).serialized_size
+    monkeypatch.setattr(chunks, "SMALL_FOOTERS_BYTES", budget_footers * footer)
+    parsed: dict[str, int] = {}
+    read_footer = chunks.read_footer
+
+    def counted(path):
+        parsed[path.name] = parsed.get(path.name, 0) + 1
+        return read_footer(path)
+
+    monkeypatch.setattr(chunks, "read_footer", counted)
+    log = ChunkColumns(files, FIELDS, [])
+    assert list(log.values("latency_ns")) == [v for part in parts for v in part["latency_ns"]]
+    assert [parsed[f.name] for f in files] == [1] * budget_footers + [2] * (40 - budget_footers)
+    log.release("latency_ns")
+    log.values("latency_ns")  # a second pass: no footer kept
+    assert [parsed[f.name] for f in files] == [2] * budget_footers + [3] * (40 - budget_footers)
