@@ -88,9 +88,10 @@ class RunData:
 
 def recorded_requests(manifest: dict) -> dict[str, int]:
     """worker → the request rows its summary says it wrote (workers that left a summary)."""
-    workers = manifest.get("workers") or {}
-    return {name: int(rows) for name, w in workers.items()
-            if isinstance(rows := ((w or {}).get("summary") or {}).get("rows_written"), int)}
+    workers = manifest.get("workers")
+    return {name: rows for name, w in (workers.items() if isinstance(workers, dict) else ())
+            if isinstance(w, dict) and isinstance(summary := w.get("summary"), dict)
+            and isinstance(rows := summary.get("rows_written"), int)}
 
 
 def run_validity(data: RunData, rows_read: dict[str, int]) -> tuple[bool, list[str]]:
@@ -160,11 +161,10 @@ def request_rows(run_dirs: list[Path]) -> int:
         try:
             manifest = json.loads(layout.manifest.read_text())
         except (OSError, ValueError):
-            manifest = {}  # said when the run is read
-        workers, recorded = (manifest.get("workers") or {}) if isinstance(manifest, dict) else {}, {}
-        if isinstance(workers, dict) and workers:
-            recorded = recorded_requests(manifest)
-        if recorded and len(recorded) == len(workers):
+            manifest = None  # said when the run is read
+        workers = manifest.get("workers") if isinstance(manifest, dict) else None
+        recorded = recorded_requests(manifest) if isinstance(workers, dict) else {}
+        if recorded and len(recorded) == len(workers):  # every worker's, else not the whole run's
             rows += sum(recorded.values())
             continue
         for f in layout.request_chunks():

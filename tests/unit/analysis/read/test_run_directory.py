@@ -382,5 +382,8 @@ def test_the_rows_memory_is_sized_for_are_the_workers_recorded_ones_else_the_chu
     manifest["workers"]["r2-w0"] = {"left_reason": "disconnected"}  # no summary: its rows are not known
     manifest_path.write_text(json.dumps(manifest))
     assert rundir.request_rows([tmp_path]) == in_chunks > 0
+    manifest["workers"]["r2-w0"] = "damaged"  # a worker that is not an object: counted from the chunks, no traceback
+    manifest_path.write_text(json.dumps(manifest))
+    assert rundir.request_rows([tmp_path]) == in_chunks
     manifest_path.write_text("{not json")
     assert rundir.request_rows([tmp_path]) == in_chunks
