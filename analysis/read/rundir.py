@@ -163,7 +163,8 @@ def request_rows(run_dirs: list[Path]) -> int:
         except (OSError, ValueError):
             manifest = None  # said when the run is read
         workers = manifest.get("workers") if isinstance(manifest, dict) else None
-        recorded = recorded_requests(manifest) if isinstance(workers, dict) else {}
+        workers = workers if isinstance(workers, dict) else {}
+        recorded = recorded_requests(manifest) if workers else {}
         if recorded and len(recorded) == len(workers):  # every worker's, else not the whole run's
             rows += sum(recorded.values())
             continue
