@@ -153,8 +153,8 @@ def _available_bytes() -> int | None:
 def request_rows(run_dirs: list[Path]) -> int:
     """About the request rows of `run_dirs`, before any is read (what memory their analysis needs): the rows each
     worker's summary says it wrote, where every worker of the manifest left one — a long run's thousands of small
-    chunks are not opened for it (each footer parsed is ~0.15 ms) — else the rows in the chunks' footers (unreadable
-    chunks not counted)."""
+    chunks are not opened for it (each footer parsed is ~0.15 ms) — else the rows in the chunks' footers
+    (rows_in_chunks)."""
     rows = 0
     for run_dir in run_dirs:
         layout = RunLayout(Path(run_dir))
@@ -167,8 +167,16 @@ def request_rows(run_dirs: list[Path]) -> int:
         recorded = recorded_requests(manifest) if workers else {}
         if recorded and len(recorded) == len(workers):  # every worker's, else not the whole run's
             rows += sum(recorded.values())
-            continue
-        for f in layout.request_chunks():
+        else:
+            rows += rows_in_chunks([run_dir])
+    return rows
+
+
+def rows_in_chunks(run_dirs: list[Path]) -> int:
+    """The request rows the chunks of `run_dirs` hold, from their footers (unreadable chunks not counted)."""
+    rows = 0
+    for run_dir in run_dirs:
+        for f in RunLayout(Path(run_dir)).request_chunks():
             try:
                 rows += read_footer(f).num_rows
             except (pa.ArrowInvalid, OSError):
@@ -179,9 +187,13 @@ def request_rows(run_dirs: list[Path]) -> int:
 def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str, rows: int | None = None) -> None:
     """RunDirError, before anything is read, when analysing the request rows of `run_dirs` (`rows`, when
     counted already) would need more memory than this machine has available (the kernel would kill the
-    analysis, or the machine, half-way)."""
+    analysis, or the machine, half-way). Before it refuses, the rows are counted in the chunks themselves: the
+    workers' recorded rows may be more than the run directory holds (a damaged manifest, chunks still on a spool)."""
     rows = request_rows(run_dirs) if rows is None else rows
-    need, available = rows * bytes_per_row, _available_bytes()
+    available = _available_bytes()
+    if available is not None and rows * bytes_per_row > available:
+        rows = rows_in_chunks(run_dirs)
+    need = rows * bytes_per_row
     if available is not None and need > available:
         raise RunDirError(f"{', '.join(str(d) for d in run_dirs)}: {rows:,} request rows need about "
                           f"{need / 2**30:.1f} GiB to {what}; this machine has {available / 2**30:.1f} GiB available "

@@ -109,12 +109,14 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
     monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
+    monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 100_000_000)  # what it counts before refusing
     heaps: list[bool] = []  # one heap for every thread, or (a run that returns memory) glibc's heap per thread
     monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda one_heap=True: heaps.append(one_heap) or {})
     assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
     assert returned == [True] and heaps == [False]
     assert "100,000,000 request rows need about 8.8 GiB" in capsys.readouterr().err
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
+    monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 200)
     returned.clear()
     heaps.clear()
     assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == [] and heaps == [True]
@@ -387,3 +389,8 @@ def test_the_rows_memory_is_sized_for_are_the_workers_recorded_ones_else_the_chu
     assert rundir.request_rows([tmp_path]) == in_chunks
     manifest_path.write_text("{not json")
     assert rundir.request_rows([tmp_path]) == in_chunks
+    # recorded rows the run directory does not hold (a damaged manifest): counted in the chunks before a refusal
+    manifest["workers"] = {"r1-w0": {"summary": {"rows_written": 10**11}}}
+    manifest_path.write_text(json.dumps(manifest))
+    monkeypatch.setattr(rundir, "_available_bytes", lambda: 2**30)
+    rundir.check_fits([tmp_path], 240, "analyse", rundir.request_rows([tmp_path]))
