@@ -124,14 +124,15 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
 
 
 def test_clock_models_map_times_as_their_formula_in_place():
-    """OffsetModel.to_reference (in place, one temporary) gives t + round(offset_at(t)) to the nanosecond, into a
-    slice of a larger array as to a new one; to_reference fills each worker's run by its model."""
+    """OffsetModel.to_reference (in place, a block at a time: here over two blocks and a part) gives
+    t + round(offset_at(t)) to the nanosecond, into a slice of a larger array as to a new one; to_reference fills each
+    worker's run by its model."""
     import pandas as pd
 
-    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
+    from tailrace.analysis.read.clock_correction import CLOCK_BLOCK, OffsetModel, to_reference, worker_runs
 
     rng = np.random.default_rng(5)
-    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 50_000))
+    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 2 * CLOCK_BLOCK + 18_928))
     models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
               "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
     for model in models.values():
@@ -140,12 +141,12 @@ def test_clock_models_map_times_as_their_formula_in_place():
         into = np.zeros(len(t) + 10, dtype=np.int64)
         model.to_reference(t, out=into[5:-5])
         assert np.array_equal(into[5:-5], want) and not into[:5].any() and not into[-5:].any()
-    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [20_000, 20_000, 10_000]))
+    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [70_000, 50_000, len(t) - 120_000]))
     offsets = rng.integers(-1000, 1000, len(t))
     ref = to_reference(t, offsets, worker_runs(workers), models)
-    assert np.array_equal(ref[:20_000], models["w1"].to_reference(t[:20_000]))
-    assert np.array_equal(ref[20_000:40_000], models["w2"].to_reference(t[20_000:40_000]))
-    assert np.array_equal(ref[40_000:], t[40_000:] + offsets[40_000:])  # w3 has no model: its stamped offsets
+    assert np.array_equal(ref[:70_000], t[:70_000] + np.round(models["w1"].offset_at(t[:70_000])).astype(np.int64))
+    assert np.array_equal(ref[70_000:120_000], models["w2"].to_reference(t[70_000:120_000]))
+    assert np.array_equal(ref[120_000:], t[120_000:] + offsets[120_000:])  # w3 has no model: its stamped offsets
 
 
 def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
