@@ -6,6 +6,7 @@ from every chunk when a statistic first asks for it and keeps it until the analy
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections import deque
@@ -269,6 +270,28 @@ def _schema_problem(meta: pq.FileMetaData, schema: pa.Schema, optional: dict[str
     return None
 
 
+def _columns_bytes(schema: pa.Schema, rows: int, names: list[str]) -> int:
+    """About what `rows` rows of the columns `names` take once read (categorical codes 1 byte, strings ~16)."""
+    def a_row(field: pa.Field) -> int:
+        if field.name in CATEGORICAL:
+            return 1
+        return 16 if pa.types.is_string(field.type) or pa.types.is_binary(field.type) else max(1, field.type.bit_width // 8)
+    return rows * sum(a_row(schema.field(n)) for n in names)
+
+
+def furthest_read_first(next_read: dict[str, float], sizes: dict[str, int], budget: float) -> list[str]:
+    """The kept columns (`next_read`: each one's next reader, a step) to release so that the loaded ones (`sizes`:
+    bytes of every loaded column) fit in `budget`: those read again last first (Belady's rule), only as many as it
+    takes."""
+    loaded, out = sum(sizes.values()), []
+    for name in sorted(next_read, key=next_read.__getitem__, reverse=True):
+        if loaded <= budget:
+            break
+        loaded -= sizes.get(name, 0)
+        out.append(name)
+    return out
+
+
 def _nbytes(values: object) -> int:
     """The memory a loaded column takes (a categorical: its codes)."""
     if isinstance(values, pd.Categorical):
@@ -309,6 +332,7 @@ class ChunkColumns:
         self._derived: dict[str, Callable[[ChunkColumns], object]] = {}
         self._inputs: dict[str, tuple[str, ...]] = {}
         self.keep_bytes: float = KEEP_BYTES  # spare() frees columns above this
+        self._kept_for: dict[str, float] = {}  # a spared column still loaded → when it is read next (a step)
         self._settled = False  # True once a load has read every chunk: a later failure is an error
         self._lock = threading.RLock()  # the loaded columns: a prefetch adds to them as the statistics read them
         self._prefetching: dict[str, threading.Event] = {}  # column → set when its background read has ended
@@ -390,7 +414,7 @@ class ChunkColumns:
         failed = False
         for names, done in plan:
             try:  # after a failure the rest is read when asked for (a LateChunkError starts the analysis again)
-                if not failed and self.loaded_bytes() + self._bytes(names) <= self.keep_bytes:
+                if not failed and self.loaded_bytes() + _columns_bytes(self.schema, self.rows, names) <= self.keep_bytes:
                     self._read_now(names, workers=1)  # one decoding thread: the statistics have the other core
             except BaseException as exc:  # noqa: BLE001 — raised where the column is asked for
                 self._prefetch_errors.update(dict.fromkeys(names, exc))
@@ -405,14 +429,7 @@ class ChunkColumns:
 
     def fits(self) -> bool:
         """Whether every column of the log fits in keep_bytes at once (a long run's log does not)."""
-        return self._bytes(list(self.schema.names)) <= self.keep_bytes
-
-    def _bytes(self, names: list[str]) -> int:
-        """About what the columns `names` take once read (categorical codes 1 byte a row, strings ~16)."""
-        field_bytes = {f.name: 1 if f.name in CATEGORICAL else
-                       16 if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-                       else max(1, f.type.bit_width // 8) for f in self.schema}
-        return self.rows * sum(field_bytes[n] for n in names)
+        return _columns_bytes(self.schema, self.rows, list(self.schema.names)) <= self.keep_bytes
 
     def _read(self, names: list[str]) -> None:
         if threading.current_thread() is not self._prefetcher:
@@ -504,18 +521,24 @@ class ChunkColumns:
         with self._lock:
             for name in names:
                 self._values.pop(name, None)
+                self._kept_for.pop(name, None)
 
     def loaded_bytes(self) -> int:
         """The memory the loaded columns take."""
         with self._lock:
-            loaded = list(self._values.values())
-        return sum(_nbytes(v) for v in loaded)
+            return sum(_nbytes(v) for v in self._values.values())
 
-    def spare(self, *names: str) -> None:
-        """Columns the statistics that come next do not read, though later ones may: released when the loaded
-        columns take more than `keep_bytes` (a long run's log: read again when asked for), else kept."""
-        if self.loaded_bytes() > self.keep_bytes:
-            self.release(*(n for n in names if n in self.schema.names or n in self._derived))
+    def spare(self, *names: str, next_read: dict[str, int] | None = None) -> None:
+        """Columns the next statistics do not read, though later ones may: kept while the loaded columns fit in
+        `keep_bytes`. Above it, given `next_read` (each one's next reader), those kept are released furthest read
+        first until the rest fit; without it (within a statistic, which may hold the others), all of `names`."""
+        spared = [n for n in names if n in self.schema.names or n in self._derived]
+        if next_read is None:
+            return self.release(*spared) if self.loaded_bytes() > self.keep_bytes else None
+        with self._lock:
+            self._kept_for.update({n: next_read.get(n, math.inf) for n in spared if n in self._values})
+            sizes = {n: _nbytes(v) for n, v in self._values.items()}
+        self.release(*furthest_read_first(self._kept_for, sizes, self.keep_bytes))
 
     def frame(self, names: Iterable[str]) -> pd.DataFrame:
         """A DataFrame of the columns `names` (loaded as needed), sharing their arrays: rows labelled 0…rows-1."""

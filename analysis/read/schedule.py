@@ -5,7 +5,8 @@ the scheduler derives
 - what to read ahead: the columns not yet loaded, in the order the statistics first read them, one batch per
   statistic, read in the background while earlier statistics compute (`ChunkColumns.prefetch`);
 - when to free a column: released after the last statistic that reads it, spared (kept while memory allows,
-  else read again) after one that a later statistic follows; `retain` columns are kept to the end;
+  else read again) after one that a later statistic follows — above the budget, the spared column read again last
+  goes first (`next_read`: the step each is read at next); `retain` columns are kept to the end;
 - when to drop a result: after its last user, unless it is one of the results asked for;
 - which thread computes what: a statistic with `beside="X"` computes in one side thread, started when X is done,
   where the whole log fits in memory (its columns are taken on the calling thread when it starts); otherwise it
@@ -120,6 +121,7 @@ class Schedule:
     side: dict[str, list[Statistic]]  # statistic → the side statistics started after it
     release: dict[str, list[str]]  # statistic → columns no later statistic reads
     spare: dict[str, list[str]]  # statistic → columns it read that a later one reads again
+    next_read: dict[str, dict[str, int]]  # statistic → each of its spare columns' next reader (its step)
     drop: dict[str, list[str]]  # statistic → results no later statistic uses
     prefetch: list[list[str]]  # chunk columns, one batch per statistic, in the order first read
 
@@ -156,9 +158,13 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
         if c not in retained:
             release[at].append(c)
     spare: dict[str, list[str]] = {s.name: [] for s in order}
+    next_read: dict[str, dict[str, int]] = {s.name: {} for s in order}
     for i, (at, s) in enumerate(steps):
         later = {c for _, t in steps[i + 1:] for c in t.reads}
         spare[at] += [c for c in s.reads if c in later and c not in spare[at]]
+        for c in s.reads:
+            if c in later:
+                next_read[at][c] = next(j for j in range(i + 1, len(steps)) if c in steps[j][1].reads)
     side_names = {b.name for bs in side.values() for b in bs}
     users: dict[str, list[tuple[str, Statistic]]] = {}
     for at, s in steps:
@@ -176,7 +182,7 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
         listed |= set(batch)
         if batch:
             prefetch.append(batch)
-    return Schedule(order, side, release, spare, drop, prefetch)
+    return Schedule(order, side, release, spare, next_read, drop, prefetch)
 
 
 def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep: set[str],
@@ -206,7 +212,8 @@ def run(statistics: list[Statistic], log: ChunkColumns, keep_columns: bool, keep
                 results.put(b.name, side.submit(b.compute, Columns(log, b.reads, taken), results))
             if not keep_columns:
                 log.release(*schedule.release[s.name])
-                log.spare(*(c for c in schedule.spare[s.name] if c not in schedule.release[s.name]))
+                spared = [c for c in schedule.spare[s.name] if c not in schedule.release[s.name]]
+                log.spare(*spared, next_read=schedule.next_read[s.name])
             for name in schedule.drop[s.name]:
                 results.drop(name)
     finally:

@@ -42,7 +42,9 @@ def lag1_autocorrelation(x: np.ndarray) -> float | None:
     return float(np.dot(d[:-1], d[1:]) / denominator) if denominator > 0 else None
 
 
-SUM_BLOCK = 1 << 16  # values _pairwise_sum makes at a time (512 KB of floats: within a core's cache)
+# values _pairwise_sum makes at a time (32 MB of floats): few blocks, since each numpy step lets go of the GIL and waits
+# to take it back while another thread computes in Python (to_reference in analysis/read/clock_correction.py)
+SUM_BLOCK = 1 << 22
 
 
 def _pairwise_sum(fill: Callable[[int, int, np.ndarray], None], n: int) -> float:

@@ -211,48 +211,13 @@ class OrderStatistics:
         return float(self._x[k])
 
 
-# grouped_quantile of small non-negative integer keys (a run's seconds) whose groups hold this many values on average:
-# the values put in key order by one radix sort of the keys, then each group's two order statistics found by a
-# partition — ~3× faster than sorting every value (the timeline's p99 of each second)
-PARTITION_GROUP_ROWS = 64
-PARTITION_MAX_KEY = 1 << 20
-
-
-def _partitioned_quantile(keys: np.ndarray, values: np.ndarray, counts: np.ndarray, present: np.ndarray,
-                          q: float) -> np.ndarray:
-    """grouped_quantile's quantiles for the keys `present` (counts: np.bincount(keys)): the same arithmetic on the
-    same two order statistics of each group, found by partitioning the group's values rather than sorting them."""
-    order = np.argsort(keys.astype(np.uint16) if keys.max() < 1 << 16 else keys, kind="stable")  # radix below 2^16
-    grouped = values[order]
-    del order
-    sizes = counts[present].tolist()
-    out = np.empty(len(sizes))
-    start = 0
-    for i, count in enumerate(sizes):
-        h = (count - 1) * q
-        below = math.floor(h)
-        above = min(below + 1, count - 1)
-        part = grouped[start:start + count]  # a view of the copy: partitioned in place
-        part.partition([below, above] if above != below else below)
-        a, b = float(part[below]), float(part[above])
-        out[i] = a + (h - below) * (b - a)
-        start += count
-    return out
-
-
 def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """(each distinct key, ascending; the linear q-quantile of its values — numpy's definition, as pandas'
-    groupby().quantile). Small non-negative integer keys with large groups: each group partitioned
-    (_partitioned_quantile); otherwise one sort of all the values: non-negative integer keys and values below 2^62
-    in all are packed into one int64 and sorted as one (~3× faster than a lexsort), anything else is lexsorted."""
+    groupby().quantile) in one sort of all the values: non-negative integer keys and values below 2^62 in all
+    are packed into one int64 and sorted as one (~3× faster than a lexsort), anything else is lexsorted."""
     keys, values = np.asarray(keys), np.asarray(values)
     if not len(keys):
         return keys[:0], np.empty(0)
-    if keys.dtype.kind in "iu" and keys.min() >= 0 and keys.max() < PARTITION_MAX_KEY:
-        counts = np.bincount(keys)
-        present = np.flatnonzero(counts)
-        if len(keys) >= PARTITION_GROUP_ROWS * len(present):
-            return present, _partitioned_quantile(keys, values, counts, present, q)
     shift = int(values.max()).bit_length() if values.dtype.kind in "iu" and values.min() >= 0 else None
     if shift is not None and keys.dtype.kind in "iu" and keys.min() >= 0 and \
             int(keys.max()).bit_length() + shift < 63:

@@ -115,6 +115,25 @@ def test_a_batch_that_does_not_fit_in_the_kept_memory_is_read_when_asked_for(tmp
     assert passes[-1] == ("MainThread", ["error"]), passes
 
 
+def test_spared_columns_above_the_budget_go_in_the_order_they_are_read_next(tmp_path):
+    """Between statistics, a long run's spared columns are kept while they fit in keep_bytes; above it the one read
+    again last goes first (then the next), so that the next statistics find theirs loaded. Within a statistic
+    (no next reads given) every column it spares goes, as it may hold the others."""
+    fields = (("a", "int64", ""), ("b", "int64", ""), ("c", "int64", ""), ("d", "int64", ""))
+    files = _chunks(tmp_path, [{name: np.arange(100) for name in "abcd"}])
+    log = ChunkColumns(files, fields, [])
+    log.load(["a", "b", "c", "d"])  # 800 bytes each
+    log.keep_bytes = 2 * 800
+    log.spare("a", "b", "c", next_read={"a": 7, "b": 3, "c": 12})  # d: in use by the next statistic
+    assert set(log._values) == {"b", "d"}
+    log.release("d")
+    log.spare("b", next_read={"b": 5})
+    assert set(log._values) == {"b"}  # within the budget now: kept
+    log.load(["a", "c"])
+    log.spare("a", "c")  # within a statistic: both go, b stays
+    assert set(log._values) == {"b"}
+
+
 def test_a_column_that_fails_when_read_ahead_raises_where_it_is_asked_for(tmp_path):
     """A chunk whose latency pages are corrupt fails in the background read: the error is raised to the statistic
     that asks for the column (a LateChunkError naming the chunk: the analysis runs again without it), and the

@@ -123,16 +123,18 @@ def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypat
     assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
 
 
-def test_clock_models_map_times_as_their_formula_in_place():
+def test_clock_models_map_times_as_their_formula_in_place(monkeypatch):
     """OffsetModel.to_reference (in place, a block at a time: here over two blocks and a part) gives
     t + round(offset_at(t)) to the nanosecond, into a slice of a larger array as to a new one; to_reference fills each
     worker's run by its model."""
     import pandas as pd
 
-    from tailrace.analysis.read.clock_correction import CLOCK_BLOCK, OffsetModel, to_reference, worker_runs
+    import tailrace.analysis.read.clock_correction as clock_correction
+    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
 
+    monkeypatch.setattr(clock_correction, "CLOCK_BLOCK", 1 << 16)
     rng = np.random.default_rng(5)
-    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 2 * CLOCK_BLOCK + 18_928))
+    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 2 * clock_correction.CLOCK_BLOCK + 18_928))
     models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
               "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
     for model in models.values():

@@ -42,7 +42,7 @@ class FakeLog:
         if names:
             self.calls.append(("release", sorted(names)))
 
-    def spare(self, *names):
+    def spare(self, *names, next_read=None):
         if names:
             self.calls.append(("spare", sorted(names)))
 
