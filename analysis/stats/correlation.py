@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import stats
@@ -42,43 +41,16 @@ def lag1_autocorrelation(x: np.ndarray) -> float | None:
     return float(np.dot(d[:-1], d[1:]) / denominator) if denominator > 0 else None
 
 
-# values _pairwise_sum makes at a time (32 MB of floats): few blocks, since each numpy step lets go of the GIL and waits
-# to take it back while another thread computes in Python (to_reference in analysis/read/clock_correction.py)
-SUM_BLOCK = 1 << 22
-
-
-def _pairwise_sum(fill: Callable[[int, int, np.ndarray], None], n: int) -> float:
-    """numpy's sum of n float64 values that `fill(start, stop, out)` writes into `out`, SUM_BLOCK at a time: the
-    same bits as making them all and summing the array, without that array. numpy sums a contiguous array
-    pairwise — a range longer than 128 is halved (at a multiple of 8) and its halves' sums added — so each range
-    down to SUM_BLOCK values is halved here as numpy would, and numpy sums it."""
-    block = np.empty(min(n, SUM_BLOCK), dtype=np.float64)
-
-    def part(start: int, count: int) -> float:
-        if count <= SUM_BLOCK:
-            fill(start, start + count, block[:count])
-            return float(block[:count].sum())
-        half = count // 2
-        half -= half % 8
-        return part(start, half) + part(start + half, count - half)
-    return part(0, n) if n else 0.0
-
-
 def _variance(z: np.ndarray) -> float:
     """z.var() as numpy computes it for z as floats (the same sums, so the same bits), with one temporary of
     squared deviations: numpy's own var of a boolean array makes a second one. A boolean z's squared deviations
-    take one of two values (the same values numpy's subtract and multiply make), made a block at a time and summed
-    as numpy sums the whole (_pairwise_sum)."""
+    take one of two values, chosen per value in one pass (the same values numpy's subtract and multiply make)."""
     n = len(z)
     if z.dtype == bool:
         mean = np.count_nonzero(z) / n  # the count numpy's float sum of the 0s and 1s gives, exactly
         low, high = 0.0 - mean, 1.0 - mean
-        below, above = low * low, high * high
-
-        def squares(start: int, stop: int, out: np.ndarray) -> None:
-            out.fill(below)
-            np.copyto(out, above, where=z[start:stop])
-        return float(_pairwise_sum(squares, n) / n)
+        squares = np.where(z, high * high, low * low)
+        return float(squares.sum() / n)
     deviations = np.subtract(z, z.sum(dtype=np.float64) / n, dtype=np.float64)
     np.multiply(deviations, deviations, out=deviations)
     return float(deviations.sum() / n)
