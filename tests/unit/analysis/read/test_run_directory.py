@@ -205,11 +205,12 @@ def _synthetic(tmp_path, rows: int = 30_000):
     return run_dir
 
 
-@pytest.mark.parametrize("keep_bytes", ["default", 0])
+@pytest.mark.parametrize("keep_bytes", ["default", 0, "three columns"])
 def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(tmp_path, monkeypatch, keep_bytes):
     """`tailrace analyze` reads the log a few columns at a time and frees each after its last reader; the
     Python API reads it whole. Same summary, same tables, and only the report's columns are left loaded —
-    also when every spared column is freed and read again (keep_bytes 0: a day's log, above KEEP_BYTES)."""
+    also when every spared column is freed and read again (keep_bytes 0: a day's log, above KEEP_BYTES), and when
+    some are kept, those read next first (room for three 8-byte columns)."""
     import json
 
     import tailrace.analysis.read.chunks as chunks
@@ -227,9 +228,14 @@ def test_reading_a_few_columns_at_a_time_gives_the_numbers_of_reading_them_all(t
         def submit(self, name: str, *args) -> None:
             self.args[name] = args
 
+    run_dir = _synthetic(tmp_path)
+    if keep_bytes == "three columns":
+        import pyarrow.parquet as pq
+
+        from tailrace.contract.layout import RunLayout
+        keep_bytes = 3 * 8 * sum(pq.read_metadata(p).num_rows for p in RunLayout(run_dir).request_chunks())
     if keep_bytes != "default":
         monkeypatch.setattr(chunks, "KEEP_BYTES", keep_bytes)
-    run_dir = _synthetic(tmp_path)
     figures = Submitted()
     whole, lazy = analyze_run(run_dir), analyze_run(run_dir, ANALYSIS_COLUMNS, figures=figures)
     # the figures' numbers, whether the statistics computed beside each other (default) or in order (0)
