@@ -59,6 +59,19 @@ def test_a_column_is_released_after_its_last_reader_and_retained_ones_never():
     assert s.prefetch == [["a", "b"], ["c"]]
 
 
+def test_each_spared_column_carries_the_step_it_is_read_at_next():
+    """What spare's furthest-read-first release orders by: a spared column's next reader, as a step of the calling
+    thread's time line (here the steps are the statistics in order)."""
+    log = FakeLog(["a", "b", "c"])
+    s = plan([stat("one", "abc"), stat("two", "b"), stat("three", "c"), stat("four", "ab")], log, beside=False,
+             keep=set())
+    assert s.next_read == {"one": {"a": 3, "b": 1, "c": 2}, "two": {"b": 3}, "three": {}, "four": {}}
+    spares: list[dict] = []
+    log.spare = lambda *names, next_read=None: spares.append(next_read)
+    run([stat("one", "abc"), stat("two", "b"), stat("three", "c"), stat("four", "ab")], log, False, set())
+    assert spares == [{"a": 3, "b": 1, "c": 2}, {"b": 3}, {}, {}]  # handed to the log after each statistic
+
+
 def test_a_derived_columns_inputs_are_kept_until_every_derived_column_was_first_read():
     log = FakeLog(["t", "u", "off"], derived={"t_ref": ("t", "off"), "u_ref": ("u", "off")})
     s = plan([stat("one", ["t_ref"]), stat("two", ["u_ref"]), stat("three", ["t_ref"])], log, False, set())
