@@ -7,7 +7,8 @@ clearing pages (clear_page_erms). Serving large blocks from the heap, keeping fr
 4 KB pages made the same analysis take ~35 % less time at about the same peak RSS (docs/BENCHMARKS.md).
 Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run),
 through `settle`, which knows how large the analysis is: memory freed is kept by the process, not returned to the
-system — unless the analysis is too large for that.
+system — and where the analysis is too large for that (a day's run), kept while a statistic computes and handed
+back whenever the log's columns are released (`hand_back`).
 """
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_MAX = -4
 M_ARENA_MAX = -8
-DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's
 # an analysis expected to need more than this returns freed memory instead (return_freed_memory)
 KEEP_FREED_UP_TO_BYTES = 4 * 2**30
 PR_SET_THP_DISABLE = 41  # linux/prctl.h
@@ -49,33 +50,41 @@ def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
     return effective
 
 
-def return_freed_memory() -> dict[str, object]:
-    """For a run too large to keep what it frees (KEEP_FREED_UP_TO_BYTES): large blocks are mapped and unmapped
-    again, as glibc does by default, so the peak is what is in use at once — measured on a 100 M-row run, the
-    heap's holes had held ~5 GiB more than that. Slower (the kernel zeroes every fresh page). Returns the
-    effective settings, as reuse_freed_memory."""
+_malloc_trim: Callable[[int], int] | None = None  # set by hand_back_on_release: glibc's malloc_trim
+
+
+def hand_back_on_release() -> dict[str, object]:
+    """For a run too large to keep all it frees (KEEP_FREED_UP_TO_BYTES): what the heap holds free is handed back
+    to the system (glibc's malloc_trim) each time the log's columns are released (`hand_back`, called by
+    analysis/read/chunks.py), so a statistic's temporaries reuse the memory its predecessors freed (no fresh
+    pages to fault in and zero) while the heap's holes never outlive the statistic that made them — kept for the
+    whole run they had held ~5 GiB more than was in use (100 M rows). Returns the effective settings, as
+    reuse_freed_memory."""
+    global _malloc_trim
     if not sys.platform.startswith("linux"):
         return {}
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).mallopt
+        _malloc_trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).malloc_trim
     except (OSError, AttributeError):
         return {}
-    effective: dict[str, object] = {
-                 "malloc_mmap_max": DEFAULT_MMAP_MAX if mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) == 1 else "unchanged",
-                 "malloc_trim_threshold": DEFAULT_TRIM_THRESHOLD
-                 if mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD) == 1 else "unchanged"}
+    effective: dict[str, object] = {"freed_memory_handed_back": "when columns are released"}
     log.debug("analysis memory settings for a large run: %s", effective)
     return effective
 
 
+def hand_back() -> None:
+    """Hand the memory the heap holds free back to the system, where hand_back_on_release chose it (else
+    nothing): called as the log releases columns."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
 def settle(expected_bytes: float) -> dict[str, object]:
     """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
-    peak, and then exit: reuse_freed_memory, and also return_freed_memory above KEEP_FREED_UP_TO_BYTES (small
-    pages either way; one heap for every thread below it: a run that returns memory maps its large blocks anyway,
-    and its threads keep heaps of their own). The one place the policy is chosen (analysis/analyze_command.py,
-    analysis/decide/compare.py)."""
-    returning = expected_bytes > KEEP_FREED_UP_TO_BYTES
-    effective = reuse_freed_memory(one_heap=not returning)
-    if returning:
-        effective |= return_freed_memory()
+    peak, and then exit: reuse_freed_memory (small pages, one heap for every thread), and above
+    KEEP_FREED_UP_TO_BYTES also hand_back_on_release. The one place the policy is chosen
+    (analysis/analyze_command.py, analysis/decide/compare.py)."""
+    effective = reuse_freed_memory()
+    if expected_bytes > KEEP_FREED_UP_TO_BYTES:
+        effective |= hand_back_on_release()
     return effective

@@ -96,79 +96,69 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
     assert analyze_and_report(tmp_path, None, quiet=True) == 0
 
 
-def test_a_long_run_returns_freed_memory_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
-    """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES returns freed memory to the
-    system, and is checked against the memory it needs that way (a day's 100 M rows: ~9 GiB, not 22)."""
+def test_a_long_run_hands_freed_memory_back_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
+    """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES hands freed memory back to the
+    system as its columns are released, and is checked against the memory it needs that way (a day's 100 M rows:
+    ~9 GiB, not 22); a smaller one keeps it. Both keep one heap for every thread."""
     import tailrace.analysis.read.process_memory as process_memory
     import tailrace.analysis.read.rundir as rundir
     from tailrace.analysis.analyze_command import analyze_and_report
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
-    returned = []
-    monkeypatch.setattr(process_memory, "return_freed_memory", lambda: returned.append(True) or {})
+    handed_back = []
+    monkeypatch.setattr(process_memory, "hand_back_on_release", lambda: handed_back.append(True) or {})
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
     monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 100_000_000)  # what it counts before refusing
-    heaps: list[bool] = []  # one heap for every thread, or (a run that returns memory) glibc's heap per thread
+    heaps: list[bool] = []
     monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda one_heap=True: heaps.append(one_heap) or {})
     assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
-    assert returned == [True] and heaps == [False]
+    assert handed_back == [True] and heaps == [True]
     assert "100,000,000 request rows need about 8.8 GiB" in capsys.readouterr().err
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
     monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 200)
-    returned.clear()
+    handed_back.clear()
     heaps.clear()
-    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and returned == [] and heaps == [True]
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and handed_back == [] and heaps == [True]
     assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
 
 
-def test_clock_models_map_times_as_their_formula_in_place(monkeypatch):
-    """OffsetModel.to_reference (in place, a block at a time: here over two blocks and a part) gives
-    t + round(offset_at(t)) to the nanosecond, into a slice of a larger array as to a new one; to_reference fills each
-    worker's run by its model."""
-    import pandas as pd
+def test_releasing_a_loaded_column_hands_memory_back(tmp_path, monkeypatch):
+    """The log hands memory back when a release frees a loaded column, not when it names none (the schedule
+    releases lists that are often empty)."""
+    import tailrace.analysis.read.chunks as chunks
 
-    import tailrace.analysis.read.clock_correction as clock_correction
-    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
-
-    monkeypatch.setattr(clock_correction, "CLOCK_BLOCK", 1 << 16)
-    rng = np.random.default_rng(5)
-    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 2 * clock_correction.CLOCK_BLOCK + 18_928))
-    models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
-              "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
-    for model in models.values():
-        want = t + np.round(model.offset_at(t)).astype(np.int64)
-        assert np.array_equal(model.to_reference(t), want)
-        into = np.zeros(len(t) + 10, dtype=np.int64)
-        model.to_reference(t, out=into[5:-5])
-        assert np.array_equal(into[5:-5], want) and not into[:5].any() and not into[-5:].any()
-    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [70_000, 50_000, len(t) - 120_000]))
-    offsets = rng.integers(-1000, 1000, len(t))
-    ref = to_reference(t, offsets, worker_runs(workers), models)
-    assert np.array_equal(ref[:70_000], t[:70_000] + np.round(models["w1"].offset_at(t[:70_000])).astype(np.int64))
-    assert np.array_equal(ref[70_000:120_000], models["w2"].to_reference(t[70_000:120_000]))
-    assert np.array_equal(ref[120_000:], t[120_000:] + offsets[120_000:])  # w3 has no model: its stamped offsets
+    write_run(tmp_path, profile=profile_dict(100, 2), workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
+    calls = []
+    monkeypatch.setattr(chunks, "hand_back", lambda: calls.append(True))
+    log = load_run(tmp_path, first=("latency_ns",)).log
+    loaded = log.loaded_bytes()
+    calls.clear()  # (what loading released)
+    log.release("latency_ns")
+    assert calls == [True] and 0 < log.loaded_bytes() < loaded
+    log.release("latency_ns")  # no longer loaded
+    assert calls == [True]
 
 
-def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
-    """Chunks written before batch_size / correct_count existed (contract/records.py OPTIONAL_DEFAULTS), mixed
-    with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
-    import pyarrow.parquet as pq
+def test_a_process_that_hands_back_returns_what_its_heap_held_free():
+    """In a process settled for a long run, memory freed stays in the heap (a statistic's next temporaries reuse
+    it) until hand_back returns it to the system: the resident size drops by the freed block."""
+    import json
+    import subprocess
+    import sys
 
-    from tailrace.contract.layout import RunLayout
-
-    write_run(tmp_path, profile=profile_dict(400, 5), chunk_rows=100, workers={
-        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2},
-        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2}})
-    chunks = RunLayout(tmp_path).request_chunks()
-    for path in chunks[::2]:
-        table = pq.read_table(path)
-        pq.write_table(table.drop_columns(["batch_size", "correct_count"]), path)
-    df = load_run(tmp_path).requests
-    assert len(df) == 2000 and len(chunks) == 20
-    assert (df["batch_size"] == 1).all()
-    assert (df["correct_count"] == df["correct"].astype(int)).all() and (~df["correct"]).sum() > 100
+    code = ("import json, numpy as np\n"
+            "from tailrace.analysis.read import process_memory as pm\n"
+            "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096\n"
+            "settings = pm.settle(2 * pm.KEEP_FREED_UP_TO_BYTES)\n"
+            "a = np.ones(50_000_000); del a; kept = rss()\n"
+            "pm.hand_back(); print(json.dumps([settings, kept, rss()]))")
+    settings, kept, after = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                      check=True, timeout=60).stdout)
+    assert settings["freed_memory_handed_back"] == "when columns are released" and settings["malloc_arena_max"] == 1
+    assert kept - after > 300 * 2**20  # the 400 MB array's pages, kept until handed back
 
 
 def test_an_analysing_process_keeps_freed_memory_and_small_pages():
