@@ -521,11 +521,10 @@ class ChunkColumns:
         """Forget loaded columns (they are read, or derived, again if asked for); a long run's process hands the
         memory back (analysis/read/process_memory.py)."""
         with self._lock:
-            released = [self._values.pop(name, None) for name in names]
+            released = sum(self._values.pop(name, None) is not None for name in names)
             for name in names:
                 self._kept_for.pop(name, None)
-        if any(values is not None for values in released):
-            del released
+        if released:
             hand_back()
 
     def loaded_bytes(self) -> int:

@@ -10,9 +10,8 @@ R = TypeVar("R")
 
 def map_in_threads(compute: Callable[[T], R], items: Iterable[T], threads: int) -> list[R]:
     """[compute(item) for item in items], by `threads` threads (numpy's sorts and reductions release the GIL); with
-    one, in the calling thread — a long run's statistics stay on the main thread's malloc heap, which hands freed
-    memory back as it does for the rest of the run (analysis/read/process_memory.py), and its peak holds one group's
-    temporaries at a time."""
+    one, in the calling thread — a long run's statistics do, so that its peak holds one group's temporaries at a
+    time."""
     items = list(items)
     if threads <= 1 or len(items) <= 1:
         return [compute(item) for item in items]
