@@ -15,7 +15,7 @@ from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, 
 from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, JoinedSpans, joined_server_spans, read_span_file
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
-from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions
+from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions, take, take_rows
 from tailrace.analysis.read.hardware import monitor_series
 from tailrace.analysis.read.progress import Progress
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
@@ -64,7 +64,7 @@ from tailrace.analysis.stats.outcomes.accuracy import (
     by_answerer,
 )
 from tailrace.analysis.stats.outcomes.cancellation import CANCEL_COLUMNS, cancellation_table
-from tailrace.analysis.stats.poisson_checks import arrival_checks
+from tailrace.analysis.stats.poisson_checks import arrival_checks_by_column
 from tailrace.analysis.stats.pooling import POOLING_COLUMNS, pooling_table
 from tailrace.analysis.stats.queueing import SERVER_COLUMNS, queueing_table
 from tailrace.analysis.stats.scenarios import (
@@ -94,6 +94,7 @@ from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary import SUMMARY_VERSION, RunSummary
 from tailrace.contract.summary.sections import InputRead, ManifestExcerpt, Sessions, SkippedChunk
 from tailrace.contract.summary.tables import (
+    ArrivalsRow,
     EndpointStatistics,
     ErrorRow,
     Outage,
@@ -333,11 +334,15 @@ class _RunStatistics:
         arrival_columns, scenario_columns = self.arrival_columns, self.scenario_columns
         worker_summaries, streamed, endpoint_models = self.worker_summaries, self.streamed, self.endpoint_models
         variant_columns, decomposition, queueing = self.variant_columns, self.decomposition, self.queueing
+        # each arrival check declares its columns only where it runs: a long run's five time columns are not read
+        # again for a check that returns nothing
+        poisson = p.load.arrivals.process == "poisson"
+        other_process = p.load.scenario == "server" and not poisson  # arrival_process.py's checks
         return [
-            Statistic("arrivals", arrival_columns, lambda c, r: arrival_checks(_arrivals(c.frame(arrival_columns)), p)
-                      if p.load.arrivals.process == "poisson" else []),
-            Statistic("arrival_process", arrival_columns, lambda c, r: process_checks(
-                _arrivals(c.frame(arrival_columns)), p)),
+            Statistic("arrivals", arrival_columns if poisson else (), lambda c, r: _arrival_checks(
+                c, arrival_columns, p) if poisson else []),
+            Statistic("arrival_process", arrival_columns if other_process else (), lambda c, r: process_checks(
+                _arrivals(c.frame(arrival_columns)), p) if other_process else []),
             # the open loop's own numbers are the latency table's: its scenario summary reads no column
             Statistic("scenario", scenario_columns,
                       lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
@@ -481,6 +486,17 @@ def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]
     parts = [largest_positions(latency, measured[is_stream[measured] == (kind == STREAM)], SLOWEST)
              for kind in (ONE_SHOT, STREAM)]
     return df.loc[np.concatenate(parts)]
+
+
+def _arrival_checks(c: Columns, columns: tuple[str, ...], p: Profile) -> list[ArrivalsRow]:
+    """arrival_checks of the requests the arrival process sent (_arrivals), their time columns read one at a time
+    (a day's log: five of 800 MB each)."""
+    keys = c.frame(["phase", "worker", "region", *(("turn",) if "turn" in columns else ())])
+    if "turn" not in keys:
+        return arrival_checks_by_column(keys, c.values, p, c.spare)
+    first = np.flatnonzero(keys["turn"].to_numpy() <= 1)
+    return arrival_checks_by_column(take_rows(keys, first, ["phase", "worker", "region"]),
+                                    lambda name: take(c.values(name), first), p, c.spare)
 
 
 def _arrivals(df: pd.DataFrame) -> pd.DataFrame:

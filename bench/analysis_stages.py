@@ -26,7 +26,7 @@ from bench.common import write_section  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/analysis_stages.py"
 # analysis/analyze.py's statistics in the order it computes them, and the report (analysis/analyze_command.py)
-STAGES = ("load_run", "arrival_checks", "scenario_summary", "largest_positions", "decomposition_table",
+STAGES = ("load_run", "arrival_checks_by_column", "scenario_summary", "largest_positions", "decomposition_table",
           "queueing_table", "variant_decision", "cold_start_table", "per_phase_table", "endpoint_region_positions",
           "request_count_table", "latency_table", "region_cdfs", "add_goodput", "groups_of", "evaluate_slos",
           "validity_rows", "outage_windows")

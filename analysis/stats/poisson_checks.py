@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -95,20 +98,20 @@ def interpret(row: dict) -> str:
             "endpoint's queue saw burstier arrivals than Poisson (its c_a² in the queueing table)")
 
 
-def _row(name: str, sent_ns, intended_ns, lag_ns, intended_rate: float | None) -> dict:
-    """One row; the three arrays come as functions, each taken (and freed) in turn: a merged phase of a long
-    run is millions of rows, and their sorted copies are what a check costs in memory."""
-    schedule = _checks(_sorted_seconds(intended_ns()))  # each taken copy is sorted in place and freed
-    actual = _checks(_sorted_seconds(sent_ns()))
-    lag = lag_ns()
-    lag_p99_ms, lag_max_ms = (float(np.percentile(lag, 99)) / 1e6, float(lag.max()) / 1e6) if len(lag) else (0.0, 0.0)
-    del lag
+def _row(name: str, schedule: dict, actual: dict, lag_ms: tuple[float, float], intended_rate: float | None) -> dict:
+    """One row, from the checks of the intended and the actual send times (_checks) and the send lag's p99 and
+    maximum (ms)."""
     row = {"source": name, **actual, "intended_rate": intended_rate,
            "schedule_ks_pvalue": schedule["ks_pvalue"], "schedule_poisson_ok": schedule["poisson_ok"],
            "schedule_failed": _failed_tests(schedule["ks_pvalue"], schedule["ad_pvalue"], schedule["dispersion_pvalue"]),
-           "send_lag_p99_ms": lag_p99_ms, "send_lag_max_ms": lag_max_ms}
+           "send_lag_p99_ms": lag_ms[0], "send_lag_max_ms": lag_ms[1]}
     row["interpretation"] = interpret(row)
     return row
+
+
+def _lag_ms(lag: np.ndarray) -> tuple[float, float]:
+    """The send lag's p99 and maximum (ms), 0 where there is none."""
+    return (float(np.percentile(lag, 99)) / 1e6, float(lag.max()) / 1e6) if len(lag) else (0.0, 0.0)
 
 
 def _intended_rates(profile: Profile | None) -> tuple[dict[int, float], dict[str, float]]:
@@ -141,16 +144,30 @@ def _rows_by_phase_and_worker(df: pd.DataFrame) -> tuple[dict, dict]:
 
 
 def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[ArrivalsRow]:
+    """arrival_checks_by_column of a whole frame (its phase, worker and region; its time and lag columns)."""
+    return arrival_checks_by_column(df[["phase", "worker", "region"]], lambda name: df[name].to_numpy(), profile)
+
+
+@dataclass(frozen=True)
+class _Task:
+    phase: int
+    source: str  # a worker, or "merged" (every worker, on the reference clock)
+    rows: object  # [start, stop) runs or ascending positions
+    intended_rate: float | None
+
+
+def arrival_checks_by_column(keys: pd.DataFrame, column: Callable[[str], np.ndarray], profile: Profile | None = None,
+                             spare: Callable[..., None] = lambda *names: None) -> list[ArrivalsRow]:
     """Per worker and merged (reference time), per constant-rate phase: actual send gaps vs the exponential.
-    The workers' rows are checked in parallel; each merged phase (most of the run's rows) alone, so that
-    only one of them is in memory at a time."""
-    sent, sent_ref = df["t_sent"].to_numpy(), df["t_sent_ref"].to_numpy()
-    intended, intended_ref = df["t_intended"].to_numpy(), df["t_intended_ref"].to_numpy()
-    lag = df["send_lag_ns"].to_numpy()
-    by_worker, by_phase = _rows_by_phase_and_worker(df)
-    region = df["region"].array  # indexed once per worker: never converted whole
+    `keys`: each request's phase, worker and region; `column(name)`: a time or lag column's values, asked for one
+    at a time — the intended times, then the sent ones, each on the worker's clock for the workers' rows and then on
+    the reference clock for the merged ones, then the lag — and `spare`d after (a day's log holds five 800 MB time
+    columns: never all at once). The workers' rows are checked in parallel; each merged phase (most of the run's
+    rows) alone, so that only one of them is in memory at a time."""
+    by_worker, by_phase = _rows_by_phase_and_worker(keys)
+    region = keys["region"].array  # indexed once per worker: never converted whole
     phase_rate, worker_fraction = _intended_rates(profile)
-    tasks = []
+    tasks: list[_Task] = []
     for phase in sorted(by_phase):
         if phase == 0:
             continue
@@ -158,18 +175,31 @@ def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[Arr
         for worker in sorted((w for p, w in by_worker if p == phase), key=str):
             rows = by_worker[(phase, worker)]
             fraction = worker_fraction.get(str(region[rows[0][0] if isinstance(rows, list) else rows[0]]))
-            tasks.append((int(phase), worker, rows, sent, intended, rate * fraction if rate and fraction else None))
-        tasks.append((int(phase), "merged", by_phase[phase], sent_ref, intended_ref, rate))
+            tasks.append(_Task(int(phase), worker, rows, rate * fraction if rate and fraction else None))
+        tasks.append(_Task(int(phase), "merged", by_phase[phase], rate))
+    merged = [i for i, t in enumerate(tasks) if t.source == "merged"]
+    workers = [i for i in range(len(tasks)) if i not in merged]
 
-    def run(task) -> dict:
-        phase, name, rows, sent_times, intended_times, rate = task
-        return {"phase": phase, **_row(name, lambda: _pick(sent_times, rows), lambda: _pick(intended_times, rows),
-                                       lambda: _pick(lag, rows), rate)}
+    def checked(values: np.ndarray, i: int) -> dict:
+        return _checks(_sorted_seconds(_pick(values, tasks[i].rows)))  # each taken copy sorted in place, freed
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sorts release the GIL
-        done = dict(zip((i for i, t in enumerate(tasks) if t[1] != "merged"),
-                        pool.map(run, [t for t in tasks if t[1] != "merged"])))
-    done.update({i: run(t) for i, t in enumerate(tasks) if t[1] == "merged"})
+    checks: dict[str, dict[int, dict]] = {}
+    done: list[str] = []
+    for kind, local, reference in (("schedule", "t_intended", "t_intended_ref"), ("actual", "t_sent", "t_sent_ref")):
+        local_values = column(local)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sorts release the GIL
+            checks[kind] = dict(zip(workers, pool.map(partial(checked, local_values), workers)))
+        reference_values = column(reference)  # (computed from the local times where it is a derived column)
+        del local_values
+        spare(*done, local)
+        checks[kind].update({i: checked(reference_values, i) for i in merged})
+        del reference_values
+        done += [local, reference]
+        spare(*done)
+    lag = column("send_lag_ns")
+    rows = [{"phase": t.phase, **_row(t.source, checks["schedule"][i], checks["actual"][i], _lag_ms(_pick(lag, t.rows)),
+                                       t.intended_rate)} for i, t in enumerate(tasks)]
+    del lag
+    spare(*done, "send_lag_ns")
     names = phase_names(profile) if profile is not None else {}
-    return [ArrivalsRow(**done[i], phase_name=names.get(done[i]["phase"], str(done[i]["phase"])))
-            for i in range(len(tasks))]
+    return [ArrivalsRow(**row, phase_name=names.get(row["phase"], str(row["phase"]))) for row in rows]

@@ -248,6 +248,36 @@ def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkey
     assert len(from_runs) == 5 and from_runs == from_positions  # phase 1: w0, w1, merged; phase 2: w1, merged
 
 
+def test_arrival_checks_hold_at_most_two_time_columns(monkeypatch):
+    """arrival_checks_by_column asks for the five time and lag columns one at a time and spares each once read:
+    never more than two held (a worker-clock column and its reference-clock twin), and the rows those of the whole
+    frame."""
+    import tailrace.analysis.stats.poisson_checks as arrivals
+
+    rng = np.random.default_rng(3)
+    n = 4000
+    intended = np.sort(rng.uniform(0, 40e9, n)).astype(np.int64) + 1_700_000_000 * 10**9
+    df = pd.DataFrame({"t_intended": intended, "t_intended_ref": intended - 7, "t_sent": intended + 900,
+                       "t_sent_ref": intended + 893, "send_lag_ns": rng.integers(0, 2000, n),
+                       "phase": np.where(intended < intended[n // 4], 0, 1).astype(np.int32),
+                       "worker": pd.Categorical(np.repeat(["w0", "w1"], n // 2)),
+                       "region": pd.Categorical(np.repeat(["r0", "r1"], n // 2))})
+    held: set[str] = set()
+    most = []
+
+    def column(name: str) -> np.ndarray:
+        held.add(name)
+        most.append(len(held))
+        return df[name].to_numpy()
+
+    def spare(*names: str) -> None:
+        held.difference_update(names)
+
+    rows = arrivals.arrival_checks_by_column(df[["phase", "worker", "region"]], column, None, spare)
+    assert rows == arrivals.arrival_checks(df) and len(rows) == 3  # phase 1: w0, w1, merged
+    assert max(most) == 2 and held == set()
+
+
 @pytest.mark.parametrize("p", [0.001, 0.3, 0.99])
 def test_tau_of_a_boolean_indicator_is_the_same_bits_as_of_its_floats(p):
     """integrated_time keeps an indicator as booleans (one byte a value, not eight): its variance and batch means
