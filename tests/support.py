@@ -458,12 +458,15 @@ def prerequisites_status(status_file: Path, wait_s: float = 1800.0, poll_s: floa
     """Wait for `make test`'s background installs to write their exit status to `status_file`: "" when they
     succeeded, else one line saying why not, with their log's last lines (the log: `status_file` with .log)."""
     deadline = time.monotonic() + wait_s
-    while not status_file.exists() and time.monotonic() < deadline:
+
+    def written() -> str:  # the status once its writer is done: a file just created is empty until then
+        return status_file.read_text().strip() if status_file.exists() else ""
+
+    while not (code := written()) and time.monotonic() < deadline:
         time.sleep(poll_s)
     log = status_file.with_suffix(".log")
-    if not status_file.exists():
+    if not code:
         return f"the installs beside the unit tier did not finish within {wait_s:.0f} s (see {log})"
-    code = status_file.read_text().strip()
     if code == "0":
         return ""
     tail = " | ".join(log.read_text(errors="replace").splitlines()[-5:]) if log.exists() else "(no log)"

