@@ -134,9 +134,9 @@ def _fill_missing(log: ChunkColumns, name: str, values):
 # peak memory per request row of `tailrace analyze`, measured on synthetic runs (docs/BENCHMARKS.md, "Analysis at
 # scale"), with a margin: keeping freed memory for reuse (10 M rows: 1.8–2.0 GiB), and handing it back as columns
 # are released, as a run expected to need more than analysis/read/process_memory.py's KEEP_FREED_UP_TO_BYTES does
-# (100 M rows: 7.4 GiB)
+# (100 M rows: 7.3–8.0 GiB)
 ANALYZE_BYTES_PER_ROW = 240
-ANALYZE_BYTES_PER_ROW_RETURNING = 95
+ANALYZE_BYTES_PER_ROW_RETURNING = 105
 COMPARE_BYTES_PER_ROW = 120  # with the columns that pair requests by schedule position
 
 
