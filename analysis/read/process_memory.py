@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_MAX = -4
 M_ARENA_MAX = -8
-# an analysis expected to need more than this returns freed memory instead (return_freed_memory)
+# an analysis expected to need more than this hands freed memory back as columns are released (hand_back_on_release)
 KEEP_FREED_UP_TO_BYTES = 4 * 2**30
 PR_SET_THP_DISABLE = 41  # linux/prctl.h
 TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (mallopt takes an int)
