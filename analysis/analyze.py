@@ -150,10 +150,10 @@ def _with_client_counts(rows: list[EndpointStatistics], df: pd.DataFrame) -> lis
 
 
 def _outages_drawn(errors: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]], figures: Figures,
-                   line: Callable[[], Timeline | None], profile: Profile) -> list[Outage]:
-    """The outage windows; with the report's timeline (`line()`), both handed to `figures` (the timeline's
-    figure shades the outages; the only figure submitted meanwhile)."""
-    outages = outage_windows(errors, trace_ids=trace_ids)
+                   line: Callable[[], Timeline | None], profile: Profile, order: TimeOrder | None) -> list[Outage]:
+    """The outage windows (`order`: the log's time order, where found); with the report's timeline (`line()`),
+    both handed to `figures` (the timeline's figure shades the outages; the only figure submitted meanwhile)."""
+    outages = outage_windows(errors, trace_ids=trace_ids, time_order=order)
     if (drawn := line()) is not None:
         figures.submit("over_time_of", drawn, phase_boundaries_s(profile), outages)
     return outages
@@ -403,8 +403,8 @@ class _RunStatistics:
             Statistic("timeline", report_columns, lambda c, r: timeline(c.frame(report_columns), streamed) if figures.ahead
                       else None, beside="decomposition"),
             Statistic("outages", ERROR_COLUMNS, lambda c, r: _outages_drawn(
-                c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p),
-                      uses=("timeline",), beside="cdfs"),
+                c.frame(ERROR_COLUMNS), data.trace_ids, figures, lambda: r.get("timeline"), p, r.get("order")),
+                      uses=("timeline", "order"), beside="cdfs"),
             Statistic("errors", ERROR_COLUMNS, lambda c, r: _error_table(c.frame(ERROR_COLUMNS), data.trace_ids)),
             *(Statistic(name, POOLING_COLUMNS if names else (), partial(self.pooling, names))
               for name, names in (("embeddings", self.embedding_endpoints), ("rerank", self.rerank_endpoints))),

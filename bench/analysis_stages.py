@@ -3,8 +3,10 @@
 
 Each repeat is a fresh process that imports the analysis and runs `analyze_and_report` as `tailrace analyze` does,
 with each statistic of analysis/analyze.py (and the report) timed: when it starts, how long it takes, and how busy
-the machine's CPUs were meanwhile (from /proc/stat; 200 % is both cores of this machine). A stage at ~100 % ran on
-one core while the other idled; the read-ahead and the latency table's threads show as more.
+the machine's CPUs were meanwhile (from /proc/stat; 200 % is both cores of this machine), and the process's peak and
+current resident size at its end. A stage at ~100 % ran on one core while the other idled; the read-ahead and the
+latency table's threads show as more. The stage at whose end the peak first reaches its final value set it (a long
+run's statistics run one at a time, so each peak is its own; where the log fits, stages beside each other share it).
 
     .venv/bin/python bench/analysis_stages.py [--rows 10000000] [--repeats 3] [--work /var/tmp/tailrace-scale]
 """
@@ -14,6 +16,7 @@ import argparse
 import functools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,7 +32,7 @@ COMMAND = ".venv/bin/python bench/analysis_stages.py"
 STAGES = ("load_run", "arrival_checks_by_column", "scenario_summary", "largest_positions", "decomposition_table",
           "queueing_table", "variant_decision", "cold_start_table", "per_phase_table", "endpoint_region_positions",
           "request_count_table", "latency_table", "region_cdfs", "add_goodput", "groups_of", "evaluate_slos",
-          "validity_rows", "outage_windows")
+          "validity_rows", "outage_windows", "timeline", "_slowest", "_error_table", "TimeOrder")
 
 
 def _cpu() -> tuple[int, int]:
@@ -39,8 +42,17 @@ def _cpu() -> tuple[int, int]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
+def _memory_gib() -> tuple[float, float]:
+    """(this process's peak resident size so far, its resident size now), GiB."""
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_kib / 2**20, resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
 def _child(run_dir: Path, out: Path) -> None:
-    """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %)] and the total."""
+    """One timed analysis; prints its stages as JSON: [(name, start s, seconds, CPU busy %, peak GiB after, resident
+    GiB after)] and the total."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
     import tailrace.analysis.analyze_command as report_cli
@@ -61,7 +73,7 @@ def _child(run_dir: Path, out: Path) -> None:
             finally:
                 busy, total = (b - a for a, b in zip(cpu, _cpu()))
                 marks.append((name, start - t0, time.perf_counter() - start, 100 * (os.cpu_count() or 1)
-                              * busy / max(total, 1)))
+                              * busy / max(total, 1), *_memory_gib()))
         setattr(module, name, wrapper)
 
     imported = time.perf_counter() - t0
@@ -108,17 +120,19 @@ def main() -> int:
                   key=lambda key: statistics.median(t[key][1] for t in timed_runs))
     lines = [f"Command: `{COMMAND} --rows {args.rows} --repeats {args.repeats}` (one process per repeat; medians, "
              f"spread in brackets; CPU busy of 100 × {os.cpu_count()} %).", "",
-             "| stage | starts at s | takes s | CPU busy meanwhile |", "|---|---|---|---|"]
+             "| stage | starts at s | takes s | CPU busy meanwhile | peak RSS at its end, GiB | RSS at its end, GiB |",
+             "|---|---|---|---|---|---|"]
 
     def cell(values: list[float], digits: int = 2) -> str:
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
-    lines.append(f"| imports (analysis, report) | 0 | {cell([r['imports'] for r in runs])} | |")
+    lines.append(f"| imports (analysis, report) | 0 | {cell([r['imports'] for r in runs])} | | | |")
     for key in keys:
         column = [t[key] for t in timed_runs]
         lines.append(f"| {key[0]} | {cell([c[1] for c in column])} | {cell([c[2] for c in column])} | "
-                     f"{statistics.median(c[3] for c in column):.0f} % |")
-    lines.append(f"| whole run (in process, after the interpreter starts) | | {cell([r['total'] for r in runs], 1)} | |")
+                     f"{statistics.median(c[3] for c in column):.0f} % | {cell([c[4] for c in column])} | "
+                     f"{cell([c[5] for c in column])} |")
+    lines.append(f"| whole run (in process, after the interpreter starts) | | {cell([r['total'] for r in runs], 1)} | | | |")
     write_section(f"Analysis at scale: where the time goes ({args.rows:,} rows)", "\n".join(lines))
     print("\n".join(lines))
     return 0

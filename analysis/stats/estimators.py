@@ -211,13 +211,59 @@ class OrderStatistics:
         return float(self._x[k])
 
 
+FEW_KEYS = 1 << 16  # integer keys below this are grouped by a radix sort of their 16 bits
+MIN_GROUP_ROWS = 64  # rows a group on average for a partition of each group to beat one sort of every value
+
+
+def _quantile_from_order_statistics(k: np.ndarray, starts: np.ndarray, q: float, statistic) -> tuple[np.ndarray,
+                                                                                                       np.ndarray]:
+    """grouped_quantile's result from keys `k` in groups starting at `starts` and `statistic(group, ranks)`: the
+    group's values at those 0-based ranks, as sorted (numpy's linear interpolation between the two)."""
+    counts = np.diff(np.append(starts, len(k)))
+    h = (counts - 1) * q
+    below = np.floor(h).astype(np.int64)
+    above = np.minimum(below + 1, counts - 1)
+    a, b = statistic(below, above)
+    return k[starts], a + (h - below) * (b - a)
+
+
+def _grouped_by_radix(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """grouped_quantile of integer values under few non-negative integer keys (FEW_KEYS; groups of MIN_GROUP_ROWS
+    rows on average or more): the rows grouped by a stable radix sort of their keys, each group's two order
+    statistics found by a partition of its values — no sort of every value, no packed copy of them. None where
+    the keys are too many or the groups too small."""
+    if keys.dtype.kind not in "iu" or values.dtype.kind not in "iu" or keys.min() < 0 or keys.max() >= FEW_KEYS:
+        return None
+    order = np.argsort(keys.astype(np.uint16), kind="stable")  # a radix sort of 16-bit integers
+    k = keys[order]
+    starts = np.concatenate([[0], np.flatnonzero(k[1:] != k[:-1]) + 1])
+    if len(k) < MIN_GROUP_ROWS * len(starts):
+        return None
+    v = values[order]
+    del order
+
+    def statistic(below: np.ndarray, above: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.empty(len(starts)), np.empty(len(starts))
+        stops = np.append(starts[1:], len(v))
+        for i, (start, stop, low, high) in enumerate(zip(starts.tolist(), stops.tolist(), below.tolist(),
+                                                         above.tolist())):
+            group = v[start:stop]  # a view: partitioned in place
+            group.partition((low, high) if high != low else low)
+            a[i], b[i] = group[low], group[high]
+        return a, b
+    return _quantile_from_order_statistics(k, starts, q, statistic)
+
+
 def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """(each distinct key, ascending; the linear q-quantile of its values — numpy's definition, as pandas'
-    groupby().quantile) in one sort of all the values: non-negative integer keys and values below 2^62 in all
-    are packed into one int64 and sorted as one (~3× faster than a lexsort), anything else is lexsorted."""
+    groupby().quantile). Integer values under few small keys (per-second lines): each group's order statistics by a
+    partition (_grouped_by_radix); else one sort of all the values: non-negative integer keys and values below 2^62
+    in all are packed into one int64 and sorted as one (~3× faster than a lexsort), anything else is lexsorted."""
     keys, values = np.asarray(keys), np.asarray(values)
     if not len(keys):
         return keys[:0], np.empty(0)
+    if (by_radix := _grouped_by_radix(keys, values, q)) is not None:
+        return by_radix
     shift = int(values.max()).bit_length() if values.dtype.kind in "iu" and values.min() >= 0 else None
     if shift is not None and keys.dtype.kind in "iu" and keys.min() >= 0 and \
             int(keys.max()).bit_length() + shift < 63:
@@ -227,12 +273,8 @@ def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np
         order = np.lexsort((values, keys))
         k, v = keys[order], values[order]
     starts = np.concatenate([[0], np.flatnonzero(k[1:] != k[:-1]) + 1])
-    counts = np.diff(np.append(starts, len(k)))
-    h = (counts - 1) * q
-    below = np.floor(h).astype(np.int64)
-    a = v[starts + below].astype(float)
-    b = v[starts + np.minimum(below + 1, counts - 1)].astype(float)
-    return k[starts], a + (h - below) * (b - a)
+    return _quantile_from_order_statistics(k, starts, q, lambda below, above: (
+        v[starts + below].astype(float), v[starts + above].astype(float)))
 
 
 def clopper_pearson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,9 @@ import pandas as pd
 from tailrace.analysis.read.frames import group_positions
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary.tables import Outage
+
+if TYPE_CHECKING:  # (analysis.stats.correlation brings scipy.stats: the figure process imports this module)
+    from tailrace.analysis.stats.correlation import TimeOrder
 
 
 @dataclass(frozen=True)
@@ -90,14 +94,15 @@ MAX_WINDOWS = 20
 
 
 def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int = MIN_FAILURES,
-                   merge_gap_s: float = MERGE_GAP_S, trace_ids: Callable[[pd.Index], list[str]] | None = None
-                   ) -> list[Outage]:
+                   merge_gap_s: float = MERGE_GAP_S, trace_ids: Callable[[pd.Index], list[str]] | None = None,
+                   time_order: TimeOrder | None = None) -> list[Outage]:
     """Per endpoint, every run of >= `min_failures` consecutive failures (ordered by intended reference time,
     all regions merged). A window starts at its first failed request's intended time and ends at the intended
     time of the next successful one (None: not recovered before the run ended); windows less than
     `merge_gap_s` apart (a stray success while a server restarts) are one outage. Times are also given in
     seconds since `t0_ns` (default: the first intended send). At most MAX_WINDOWS, the longest first.
-    `trace_ids`: rows of `df` → their trace ids, when `df` has no trace_id column (analysis/read/rundir.py)."""
+    `trace_ids`: rows of `df` → their trace ids, when `df` has no trace_id column (analysis/read/rundir.py).
+    `time_order`: the time order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it."""
     if df.empty:
         return []
     all_times = df["t_intended_ref"].to_numpy()
@@ -109,7 +114,7 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
         rows = by_endpoint[endpoint]
         if all_failed[rows].sum() < min_failures:
             continue
-        order = rows[np.argsort(all_times[rows], kind="stable")]
+        order = rows[np.argsort(all_times[rows], kind="stable")] if time_order is None else time_order.of(rows)
         failed, times = all_failed[order], all_times[order]
         boundaries = np.flatnonzero(np.diff(failed.astype(np.int8))) + 1
         starts = np.concatenate([[0], boundaries])

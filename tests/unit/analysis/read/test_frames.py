@@ -187,3 +187,26 @@ def test_grouped_quantile_is_pandas_groupby_quantile(q):
         np.testing.assert_allclose(got, expected.to_numpy(), rtol=1e-12)
     one_key, one = grouped_quantile(np.array([7]), np.array([42]), q)
     assert one_key.tolist() == [7] and one.tolist() == [42.0]
+
+
+@pytest.mark.parametrize("q", [0.0, 0.5, 0.99, 1.0])
+def test_grouped_quantile_by_partition_is_the_sorts_to_the_bit(q, monkeypatch):
+    """Few small keys (per-second lines) take each group's order statistics by a partition: the same bits as the
+    sort of every value, for groups of one, two and thousands of rows, keys with gaps, ties and negative values;
+    many keys or small groups keep the sort."""
+    from tailrace.analysis.stats import estimators
+
+    rng = np.random.default_rng(8)
+    keys = np.concatenate([rng.integers(0, 40, 50_000) * 3, [200, 201, 201, 65_535]])  # gaps, a group of 1 and 2
+    values = np.concatenate([rng.integers(-10**6, 10**9, 50_000) // 1000 * 1000, [5, 9, 7, 11]])  # ties
+    shuffle = rng.permutation(len(keys))
+    keys, values = keys[shuffle], values[shuffle]
+    assert estimators._grouped_by_radix(keys, values, q) is not None
+    got_keys, got = estimators.grouped_quantile(keys, values, q)
+    monkeypatch.setattr(estimators, "MIN_GROUP_ROWS", 10**9)  # the sort's answer
+    assert estimators._grouped_by_radix(keys, values, q) is None
+    want_keys, want = estimators.grouped_quantile(keys, values, q)
+    assert np.array_equal(got_keys, want_keys) and got.tobytes() == want.tobytes()
+    for key in (0, 3, 201, 65_535):
+        assert got[got_keys == key][0] == np.quantile(values[keys == key], q)
+    assert estimators._grouped_by_radix(np.array([70_000] * 100), np.arange(100), q) is None  # keys past 16 bits

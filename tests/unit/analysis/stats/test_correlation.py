@@ -448,3 +448,31 @@ def test_rows_put_in_time_order_by_rank_are_those_sorted_by_time():
     for key, g in plain.items():
         for column in ("time_ns", "latency_ns", "ok", "phase"):
             assert np.array_equal(getattr(g, column), getattr(ordered[key], column)), (key, column)
+
+
+def test_boolean_variance_split_in_blocks_is_numpys_on_long_series():
+    """A boolean series longer than the variance's block is summed block by block in numpy's pairwise order: the
+    same bits as numpy's float var, at lengths whose halves land on and off multiples of 8 and of the block, at
+    densities taking either leaf (a branch or a gather), and on a series that is not independent."""
+    from tailrace.analysis.stats.correlation import SUM_BLOCK, _variance
+    rng = np.random.default_rng(19)
+    for n in (SUM_BLOCK + 1, 2 * SUM_BLOCK, 2 * SUM_BLOCK + 7, 5 * SUM_BLOCK + 3, 1_000_003):
+        for p in (0.0005, 0.03, 0.5, 0.9, 0.999):
+            z = rng.random(n) < p
+            assert _variance(z) == float(z.astype(float).var()), (n, p)
+    runs = np.repeat(rng.random(3_000) < 0.2, rng.integers(1, 700, 3_000))  # long runs of each value
+    assert _variance(runs) == float(runs.astype(float).var())
+
+
+def test_blockwise_sum_of_two_values_adds_in_numpys_pairwise_order():
+    """Two values of unlike size, whose sum depends on the order of the additions: the blockwise sum is numpy's to
+    the last bit at many lengths beyond a block, by either leaf (a split off numpy's by a few values fails here)."""
+    from tailrace.analysis.stats.correlation import SUM_BLOCK, _pairwise_squares_sum
+    rng = np.random.default_rng(23)
+    squares = np.array([0.7, 3.1e-9])
+    for n in rng.integers(SUM_BLOCK + 1, 6 * SUM_BLOCK, 40):
+        for p in (0.03, 0.5):
+            z = rng.random(int(n)) < p
+            expected = float(np.where(z, squares[1], squares[0]).sum())
+            for by_branch in (True, False):
+                assert _pairwise_squares_sum(z, squares, np.empty(SUM_BLOCK), by_branch) == expected, (n, p)

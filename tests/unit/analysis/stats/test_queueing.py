@@ -31,6 +31,28 @@ def test_outage_windows_runs_of_failures_merged_across_a_stray_success():
     assert outage_windows(_requests(["ok"] * 50)) == []
 
 
+def test_outage_windows_read_off_the_logs_time_order_are_those_sorted_per_endpoint():
+    """Given the log's time order (TimeOrder, found once for the latency table), the outages are the ones found by
+    sorting each endpoint's rows: two endpoints interleaved, rows out of time order, ties in intended time."""
+    import pandas as pd
+
+    from tailrace.analysis.stats.correlation import TimeOrder
+    from tailrace.analysis.stats.timeline import outage_windows
+
+    rng = np.random.default_rng(5)
+    n = 6_000
+    failing = (np.arange(n) // 300) % 4 == 1  # stretches of failures in intended time, with strays
+    failing ^= rng.random(n) < 0.02
+    times = np.arange(n, dtype=np.int64) * 10_000_000 // 3  # three requests to a 10 ms tick: ties
+    shuffle = np.argsort(times + rng.integers(-30_000_000, 30_000_000, n), kind="stable")  # completion order
+    df = pd.DataFrame({"endpoint": pd.Categorical(rng.choice(["a", "b"], n)), "t_intended_ref": times[shuffle],
+                       "status": np.where(failing, "timeout", "ok")[shuffle], "code": "c", "region": "r",
+                       "trace_id": [f"{i:032x}" for i in range(n)]})
+    plain = outage_windows(df)
+    assert len(plain) >= 4
+    assert outage_windows(df, time_order=TimeOrder(df["t_intended_ref"].to_numpy())) == plain
+
+
 def _server_side(rate: float, seconds: float, compute_ms: float, seed: int = 1):
     import pandas as pd
 
