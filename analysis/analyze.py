@@ -346,7 +346,7 @@ class _RunStatistics:
             # the open loop's own numbers are the latency table's: its scenario summary reads no column
             Statistic("scenario", scenario_columns,
                       lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
-            Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.in_measured,
+            Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.measured_rows,
                                                                         streamed)),
             # the slowest requests' legs, labelled by their rows, as the table's legs are read
             Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
@@ -475,10 +475,10 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
                     in_flight=sessions_in_flight(df, sessions), prefix_cache=cache, hit_ratio_over_time=over_time)
 
 
-def _slowest(df: pd.DataFrame, in_measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:
-    """The SLOWEST slowest measured requests of each kind of endpoint (one-shot by latency, streams by E2E: a mixed
-    run's slowest one-shot requests are not crowded out by streams that take seconds by design), slowest first."""
-    measured = np.flatnonzero(in_measured)
+def _slowest(df: pd.DataFrame, measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:
+    """The SLOWEST slowest measured requests (at ascending positions `measured`) of each kind of endpoint (one-shot by
+    latency, streams by E2E: a mixed run's slowest one-shot requests are not crowded out by streams that take seconds
+    by design), slowest first."""
     latency = df["latency_ns"].to_numpy()
     if not streamed:
         return df.loc[largest_positions(latency, measured, SLOWEST)]
@@ -494,17 +494,22 @@ def _arrival_checks(c: Columns, columns: tuple[str, ...], p: Profile) -> list[Ar
     keys = c.frame(["phase", "worker", "region", *(("turn",) if "turn" in columns else ())])
     if "turn" not in keys:
         return arrival_checks_by_column(keys, c.values, p, c.spare)
-    first = np.flatnonzero(keys["turn"].to_numpy() <= 1)
+    first = np.flatnonzero(_sent_by_the_process(keys["turn"].to_numpy()))
     return arrival_checks_by_column(take_rows(keys, first, ["phase", "worker", "region"]),
                                     lambda name: take(c.values(name), first), p, c.spare)
 
 
+def _sent_by_the_process(turn: np.ndarray) -> np.ndarray:
+    """Per request (its session turn, 0 outside sessions): sent by the arrival process — all but a session's later
+    turns (the process starts sessions; a later turn is due at the turn before's end + think, not drawn from it)."""
+    return turn <= 1
+
+
 def _arrivals(df: pd.DataFrame) -> pd.DataFrame:
-    """The requests the arrival process sent: all, but of a session only its first turn (the process starts
-    sessions; a later turn is due at the turn before's end + think, not drawn from the process)."""
+    """The requests the arrival process sent (_sent_by_the_process)."""
     if "turn" not in df:
         return df
-    return df.loc[(df["turn"].to_numpy() <= 1)]
+    return df.loc[_sent_by_the_process(df["turn"].to_numpy())]
 
 
 def _error_table(df: pd.DataFrame, trace_ids: Callable[[pd.Index], list[str]]) -> list[ErrorRow]:

@@ -50,23 +50,44 @@ def _take(values: np.ndarray, rows: np.ndarray | None, runs: list[tuple[int, int
     return np.concatenate([values[a:b] for a, b in runs]) if runs else values[:0].copy()
 
 
+LARGEST_BLOCK = 1 << 20  # rows largest_positions gathers at a time (8 MB of values): no temporary the size of the log
+
+
+def _top_in_row_order(picked: np.ndarray, k: int) -> np.ndarray:
+    """The indices of `picked`'s (no NaN) k largest values, equal values the first ones, in ascending order."""
+    if len(picked) <= k:
+        return np.arange(len(picked))
+    kth = np.partition(picked, len(picked) - k)[len(picked) - k]
+    above = np.flatnonzero(picked > kth)
+    tied = np.flatnonzero(picked == kth)[:k - len(above)]
+    return np.sort(np.concatenate([above, tied]))
+
+
 def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """The positions of the `k` largest of `values` at ascending `rows`, largest first, equal values in row order
     and NaN last: pandas' `Series.nlargest(k)` (keep="first") of values[rows], without a 10-million-row Series
-    and its index. One partition finds the k-th largest; only the values at or above it are sorted."""
-    picked, rows = values[rows], np.asarray(rows, dtype=np.int64)
-    nan_rows = rows[:0]
-    if picked.dtype.kind == "f" and np.isnan(picked).any():
-        keep = ~np.isnan(picked)
-        picked, rows, nan_rows = picked[keep], rows[keep], rows[~keep]
-    if k <= 0 or len(picked) == 0:
-        return nan_rows[:max(k, 0)]
-    kth = np.partition(picked, len(picked) - k)[len(picked) - k] if len(picked) > k else picked.min()
-    candidates = np.flatnonzero(picked >= kth)
-    top = picked[candidates]
-    descending = -top if top.dtype.kind == "f" else ~top  # ~x = −x − 1: order-reversing, no overflow
-    largest = rows[candidates[np.argsort(descending, kind="stable")[:k]]]  # stable: equal values in row order
-    return np.concatenate([largest, nan_rows[:k - len(largest)]])
+    and its index. The rows are read a block at a time (LARGEST_BLOCK): each block's k largest (equal values the
+    first ones) hold the whole's, and only those are sorted — no copy of a day's column, nor of its positions."""
+    if k <= 0 or len(rows) == 0:
+        return np.empty(0, dtype=np.int64)
+    top_rows, top_values, nan_rows = [], [], []
+    nans = 0
+    for start in range(0, len(rows), LARGEST_BLOCK):
+        block = rows[start:start + LARGEST_BLOCK]
+        picked = values[block]
+        if picked.dtype.kind == "f" and (nan := np.isnan(picked)).any():
+            if nans < k:  # the first k NaN rows: the last of the largest, where fewer than k values are numbers
+                nan_rows.append(block[nan][:k - nans])
+                nans += len(nan_rows[-1])
+            picked, block = picked[~nan], block[~nan]
+        top = _top_in_row_order(picked, k)
+        top_rows.append(block[top].astype(np.int64))
+        top_values.append(picked[top])
+    candidates, top_value = np.concatenate(top_rows), np.concatenate(top_values)  # rows ascending
+    descending = -top_value if top_value.dtype.kind == "f" else ~top_value  # ~x = −x − 1: order-reversing, no overflow
+    largest = candidates[np.argsort(descending, kind="stable")[:k]]  # stable: equal values in row order
+    nan_at = np.concatenate(nan_rows).astype(np.int64) if nan_rows else largest[:0]
+    return np.concatenate([largest, nan_at[:k - len(largest)]])
 
 
 def key_runs(df: pd.DataFrame, keys: list[str]) -> dict | None:

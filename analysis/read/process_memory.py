@@ -29,9 +29,9 @@ PR_SET_THP_DISABLE = 41  # linux/prctl.h
 TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (mallopt takes an int)
 
 
-def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
-    """Serve large blocks from the heap, keep freed memory, one heap for every thread (`one_heap`), no transparent
-    huge pages; returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads
+def reuse_freed_memory() -> dict[str, object]:
+    """Serve large blocks from the heap, keep freed memory, one heap for every thread, no transparent huge pages;
+    returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads
     otherwise get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back:
     the statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again."""
     if not sys.platform.startswith("linux"):
@@ -44,7 +44,7 @@ def reuse_freed_memory(one_heap: bool = True) -> dict[str, object]:
     effective: dict[str, object] = {"malloc_mmap_max": 0 if mallopt(M_MMAP_MAX, 0) == 1 else "unchanged",
                  "malloc_trim_threshold": TRIM_THRESHOLD if mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
                  else "unchanged",
-                 **({"malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged"} if one_heap else {}),
+                 "malloc_arena_max": 1 if mallopt(M_ARENA_MAX, 1) == 1 else "unchanged",
                  "transparent_huge_pages": "off" if prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 else "unchanged"}
     log.debug("analysis memory settings: %s", effective)
     return effective

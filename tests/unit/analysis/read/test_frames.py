@@ -55,13 +55,17 @@ def test_group_positions_are_pandas_groupby_indices():
         frames.MAX_GROUP_CODES, frames.SCAN_GROUPS = small, scan
 
 
-def test_the_slowest_rows_are_pandas_nlargest_with_its_ties_and_nans():
+@pytest.mark.parametrize("block", [1 << 20, 16, 1])
+def test_the_slowest_rows_are_pandas_nlargest_with_its_ties_and_nans(block, monkeypatch):
     """largest_positions picks the rows pandas' Series.nlargest (keep="first") picks, in its order: largest first,
-    equal values in row order, NaN last — for integer and float values, k above and below the rows' count."""
+    equal values in row order, NaN last — for integer and float values, k above and below the rows' count, the rows
+    in one block or in many (ties and NaN across blocks)."""
     import pandas as pd
 
+    from tailrace.analysis.read import frames
     from tailrace.analysis.read.frames import largest_positions
 
+    monkeypatch.setattr(frames, "LARGEST_BLOCK", block)
     rng = np.random.default_rng(3)
     for trial in range(300):
         n = int(rng.integers(0, 400))

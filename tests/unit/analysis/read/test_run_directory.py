@@ -112,7 +112,7 @@ def test_a_long_run_hands_freed_memory_back_and_is_sized_for_it(tmp_path, monkey
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
     monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 100_000_000)  # what it counts before refusing
     heaps: list[bool] = []
-    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda one_heap=True: heaps.append(one_heap) or {})
+    monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda: heaps.append(True) or {})
     assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
     assert handed_back == [True] and heaps == [True]
     assert "100,000,000 request rows need about 9.8 GiB" in capsys.readouterr().err
