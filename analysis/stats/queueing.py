@@ -63,6 +63,20 @@ def interarrival_cv2(arrivals_ns: np.ndarray) -> float | None:
 SERVER_COLUMNS = ("server_receive_ns", "server_send_ns", "server_compute_ns", "server_queue_ns")
 
 
+def _model_arrivals(receive_all: np.ndarray, served_rows: np.ndarray, of_model: np.ndarray, group: dict, size: int,
+                    window: tuple[int, int]) -> tuple[float, float | None]:
+    """(the rate, c_a²) of a model's arrivals in `window` — every endpoint's that shares it (`of_model`: per served
+    row). Where the endpoint's group (`size` rows, its numbers in `group`) holds all of the model's rows, they are its
+    own arrivals: its rate and c_a², not computed again."""
+    if np.count_nonzero(of_model) == size:
+        return group["lam"], group["arrival_cv2"]
+    w0, w1 = window
+    model_receive = take(receive_all, served_rows[np.flatnonzero(of_model)])
+    model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
+    del model_receive
+    return len(model_arrivals) / group["T"], interarrival_cv2(model_arrivals)
+
+
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
                    requests_per_execution: dict[str, float] | None = None, among: np.ndarray | None = None,
                    column: Callable[[str], np.ndarray] | None = None, done: Callable[[str], None] | None = None
@@ -112,12 +126,8 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         del residence, send
         batch = (requests_per_execution or {}).get(endpoint) or 1.0
         if model in synthetic_models and batch == 1.0:  # the model's arrivals: every endpoint that shares it
-            model_receive = take(receive_all, served_rows[np.flatnonzero((d["model"] == model).to_numpy())])
-            model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
-            del model_receive
-            g["lam_model"] = len(model_arrivals) / T
-            g["model_arrival_cv2"] = interarrival_cv2(model_arrivals)
-            del model_arrivals
+            g["lam_model"], g["model_arrival_cv2"] = _model_arrivals(
+                receive_all, served_rows, (d["model"] == model).to_numpy(), g, len(idx), (w0, w1))
         found[(endpoint, model)] = g
     del receive_all, send_all, d
     done("server_receive_ns")

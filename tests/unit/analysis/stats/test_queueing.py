@@ -91,6 +91,41 @@ def test_queueing_holds_at_most_two_server_columns_and_gives_the_numbers_of_hold
     assert most == 2 and not loaded and [c for c in calls if not c.startswith("done")] == list(SERVER_COLUMNS)
 
 
+def test_a_models_arrivals_are_every_endpoints_that_shares_it_and_an_endpoints_own_where_it_is_alone():
+    """The M/M/1 check reads the model's arrivals: a model behind two endpoints counts both endpoints' requests
+    (its rate their sum, its c_a² of the merged instants); a model behind one endpoint alone — or one whose other rows
+    carry no endpoint — counts exactly its own."""
+    import pandas as pd
+
+    from tailrace.analysis.stats.queueing import interarrival_cv2, queueing_table
+
+    a, b, c = _server_side(300, 20, 1.0, seed=1), _server_side(200, 20, 1.0, seed=2), _server_side(100, 20, 1.0, seed=3)
+    a["endpoint"], a["model"] = "a", "synthetic_shared"
+    b["endpoint"], b["model"] = "b", "synthetic_shared"
+    c["endpoint"], c["model"] = "c", "synthetic_alone"
+    stray = c.iloc[::10].copy()
+    stray["endpoint"] = None  # the alone model's rows with no endpoint: its own arrivals, in no endpoint's group
+    df = pd.concat([a, b, c, stray], ignore_index=True)
+    df["endpoint"], df["model"] = pd.Categorical(df["endpoint"]), pd.Categorical(df["model"])  # as the log reads them
+    rows = {r.endpoint: r for r in queueing_table(df, {}, {"synthetic_shared", "synthetic_alone"})}
+
+    def window_cv2(receive_of_endpoint, receive_of_model):
+        t0 = int(receive_of_endpoint.min())
+        t1 = int((receive_of_endpoint + 1_050_000).max())
+        w0, w1 = t0 + (t1 - t0) // 10, t1 - (t1 - t0) // 10
+        inside = receive_of_model[(receive_of_model >= w0) & (receive_of_model < w1)]
+        return interarrival_cv2(inside), len(inside) / ((w1 - w0) / 1e9)
+
+    shared = np.concatenate([a["server_receive_ns"], b["server_receive_ns"]])
+    cv2, rate = window_cv2(a["server_receive_ns"].to_numpy(), shared)
+    assert rows["a"].mm1.arrival_cv2 == cv2 and rows["a"].mm1.rho == rate * rows["a"].mean_service_ms / 1e3
+    alone = np.concatenate([c["server_receive_ns"], stray["server_receive_ns"]])
+    cv2, rate = window_cv2(c["server_receive_ns"].to_numpy(), alone)
+    assert rows["c"].mm1.arrival_cv2 == cv2 and rows["c"].mm1.rho == rate * rows["c"].mean_service_ms / 1e3
+    by_itself = queueing_table(c, {}, {"synthetic_alone"})[0]
+    assert by_itself.mm1.arrival_cv2 == by_itself.arrival_cv2 and by_itself.mm1.rho == by_itself.utilization
+
+
 def test_utilization_counts_a_batch_execution_once():
     """With dynamic batching each request reports its batch's compute: 400/s × 2 ms is ρ = 0.8 unbatched, but
     at 4 requests per execution the slot is busy only a fifth of the time."""
