@@ -217,8 +217,9 @@ MIN_GROUP_ROWS = 64  # rows a group on average for a partition of each group to 
 
 def _quantile_from_order_statistics(k: np.ndarray, starts: np.ndarray, q: float, statistic) -> tuple[np.ndarray,
                                                                                                        np.ndarray]:
-    """grouped_quantile's result from keys `k` in groups starting at `starts` and `statistic(group, ranks)`: the
-    group's values at those 0-based ranks, as sorted (numpy's linear interpolation between the two)."""
+    """grouped_quantile's result from keys `k` in groups starting at `starts`, and `statistic(below, above)`: each
+    group's values at those 0-based ranks (arrays, a rank a group), as if sorted — numpy's linear interpolation
+    between the two."""
     counts = np.diff(np.append(starts, len(k)))
     h = (counts - 1) * q
     below = np.floor(h).astype(np.int64)
