@@ -161,6 +161,54 @@ def test_a_process_that_hands_back_returns_what_its_heap_held_free():
     assert kept - after > 300 * 2**20  # the 400 MB array's pages, kept until handed back
 
 
+def test_clock_models_map_times_as_their_formula_in_place(monkeypatch):
+    """OffsetModel.to_reference (in place, a block at a time: here over two blocks and a part) gives
+    t + round(offset_at(t)) to the nanosecond, into a slice of a larger array as to a new one; to_reference fills each
+    worker's run by its model."""
+    import pandas as pd
+
+    import tailrace.analysis.read.clock_correction as clock_correction
+    from tailrace.analysis.read.clock_correction import OffsetModel, to_reference, worker_runs
+
+    monkeypatch.setattr(clock_correction, "CLOCK_BLOCK", 1 << 16)
+    rng = np.random.default_rng(5)
+    t = 1_790_000_000_000_000_000 + np.sort(rng.integers(0, 3_600 * 10**9, 2 * clock_correction.CLOCK_BLOCK + 18_928))
+    models = {"w1": OffsetModel("w1", int(t[0]), 12_345.678, 3.2e-6, 1.0, 5, 5),
+              "w2": OffsetModel("w2", int(t[-1]), -40e6, -1e-5, 1.0, 5, 5)}
+    for model in models.values():
+        want = t + np.round(model.offset_at(t)).astype(np.int64)
+        assert np.array_equal(model.to_reference(t), want)
+        into = np.zeros(len(t) + 10, dtype=np.int64)
+        model.to_reference(t, out=into[5:-5])
+        assert np.array_equal(into[5:-5], want) and not into[:5].any() and not into[-5:].any()
+    workers = pd.Categorical(np.repeat(["w1", "w2", "w3"], [70_000, 50_000, len(t) - 120_000]))
+    offsets = rng.integers(-1000, 1000, len(t))
+    ref = to_reference(t, offsets, worker_runs(workers), models)
+    assert np.array_equal(ref[:70_000], t[:70_000] + np.round(models["w1"].offset_at(t[:70_000])).astype(np.int64))
+    assert np.array_equal(ref[70_000:120_000], models["w2"].to_reference(t[70_000:120_000]))
+    assert np.array_equal(ref[120_000:], t[120_000:] + offsets[120_000:])  # w3 has no model: its stamped offsets
+
+
+def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
+    """Chunks written before batch_size / correct_count existed (contract/records.py OPTIONAL_DEFAULTS), mixed
+    with newer ones and read in parallel: every row gets batch 1 and its correct flag as its count."""
+    import pyarrow.parquet as pq
+
+    from tailrace.contract.layout import RunLayout
+
+    write_run(tmp_path, profile=profile_dict(400, 5), chunk_rows=100, workers={
+        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2},
+        "r2-w0": {"region": "r2", "latency_ms": 5, "rate": 200, "duration_s": 5, "errors": 0.2}})
+    chunks = RunLayout(tmp_path).request_chunks()
+    for path in chunks[::2]:
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["batch_size", "correct_count"]), path)
+    df = load_run(tmp_path).requests
+    assert len(df) == 2000 and len(chunks) == 20
+    assert (df["batch_size"] == 1).all()
+    assert (df["correct_count"] == df["correct"].astype(int)).all() and (~df["correct"]).sum() > 100
+
+
 def test_an_analysing_process_keeps_freed_memory_and_small_pages():
     """reuse_freed_memory (process_memory.settle's, for tailrace analyze / compare before they analyse) takes
     effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), a thread's memory from the one heap,
