@@ -489,7 +489,8 @@ def _slowest(df: pd.DataFrame, measured: np.ndarray, streamed: frozenset[str]) -
 
 
 def _arrival_checks(c: Columns, columns: tuple[str, ...], p: Profile) -> list[ArrivalsRow]:
-    """arrival_checks of the requests the arrival process sent (_arrivals), their time columns read one at a time
+    """arrival_checks_by_column of the requests the arrival process sent (_sent_by_the_process), their time columns
+    read one at a time
     (a day's log: five of 800 MB each)."""
     keys = c.frame(["phase", "worker", "region", *(("turn",) if "turn" in columns else ())])
     if "turn" not in keys:

@@ -143,11 +143,6 @@ def _rows_by_phase_and_worker(df: pd.DataFrame) -> tuple[dict, dict]:
     return by_worker, {phase: sorted(runs) for phase, runs in by_phase.items()}
 
 
-def arrival_checks(df: pd.DataFrame, profile: Profile | None = None) -> list[ArrivalsRow]:
-    """arrival_checks_by_column of a whole frame (its phase, worker and region; its time and lag columns)."""
-    return arrival_checks_by_column(df[["phase", "worker", "region"]], lambda name: df[name].to_numpy(), profile)
-
-
 @dataclass(frozen=True)
 class _Task:
     phase: int

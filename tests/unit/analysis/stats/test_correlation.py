@@ -228,6 +228,13 @@ def test_dispersion_counts_of_sorted_times_are_numpys_histogram():
         assert (fast is None and numpys is None) or np.array_equal(fast, numpys), t[:5]
 
 
+def _whole_frame_checks(df):
+    """arrival_checks_by_column of a whole frame (its phase, worker and region; its time and lag columns)."""
+    from tailrace.analysis.stats.poisson_checks import arrival_checks_by_column
+
+    return arrival_checks_by_column(df[["phase", "worker", "region"]], lambda name: df[name].to_numpy())
+
+
 def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkeypatch):
     """A worker's phases come as runs of rows (no position arrays); a log whose rows change worker or phase
     too often falls back to positions. Both give the same rows, in the same order."""
@@ -242,9 +249,9 @@ def test_arrival_checks_are_the_same_from_runs_of_rows_and_from_positions(monkey
                                          ).astype(np.int32),
                        "worker": pd.Categorical(np.repeat(["w0", "w1"], n // 2)),
                        "region": pd.Categorical(np.repeat(["r0", "r1"], n // 2))})
-    from_runs = arrivals.arrival_checks(df)
+    from_runs = _whole_frame_checks(df)
     monkeypatch.setattr(arrivals, "key_runs", lambda df, keys: None)
-    from_positions = arrivals.arrival_checks(df)
+    from_positions = _whole_frame_checks(df)
     assert len(from_runs) == 5 and from_runs == from_positions  # phase 1: w0, w1, merged; phase 2: w1, merged
 
 
@@ -274,7 +281,7 @@ def test_arrival_checks_hold_at_most_two_time_columns(monkeypatch):
         held.difference_update(names)
 
     rows = arrivals.arrival_checks_by_column(df[["phase", "worker", "region"]], column, None, spare)
-    assert rows == arrivals.arrival_checks(df) and len(rows) == 3  # phase 1: w0, w1, merged
+    assert rows == _whole_frame_checks(df) and len(rows) == 3  # phase 1: w0, w1, merged
     assert max(most) == 2 and held == set()
 
 
