@@ -490,8 +490,7 @@ def _slowest(df: pd.DataFrame, measured: np.ndarray, streamed: frozenset[str]) -
 
 def _arrival_checks(c: Columns, columns: tuple[str, ...], p: Profile) -> list[ArrivalsRow]:
     """arrival_checks_by_column of the requests the arrival process sent (_sent_by_the_process), their time columns
-    read one at a time
-    (a day's log: five of 800 MB each)."""
+    read one at a time (a day's log: five of 800 MB each)."""
     keys = c.frame(["phase", "worker", "region", *(("turn",) if "turn" in columns else ())])
     if "turn" not in keys:
         return arrival_checks_by_column(keys, c.values, p, c.spare)
