@@ -249,8 +249,9 @@ def _phases_section(s: RunSummary, analysis: Analysis, figures: Figures, streame
     parts.append(_table([Shown(r, p50_ci=_ci(r.p50_ci), p95_ci=_ci(r.p95_ci), p99_ci=_ci(r.p99_ci))
                          for r in s.phases],
                         [("name", "phase"), *([("kind", "endpoints")] if mixed else []), ("start_s", "from s"),
-                         ("end_s", "to s"), ("count", "requests"),
-                         ("errors", "errors"), ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
+                         ("end_s", "to s"), ("count", "requests"), ("errors", "errors"),
+                         *([("cancelled", "cancelled")] if any(r.cancelled for r in s.phases) else []),
+                         ("intended_rate", "intended /s"), ("achieved_rate", "achieved /s"),
                          ("p50_ms", "p50 ms"), ("p50_ci", "95% CI"), ("p95_ms", "p95 ms"), ("p95_ci", "95% CI"),
                          ("p99_ms", "p99 ms"), ("p99_ci", "95% CI")], left={"name", "kind"}))
     if mixed:

@@ -9,6 +9,7 @@ from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentile
 from tailrace.analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import Segment, describe_arrivals, load_segments
+from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary.sections import Scenario
 from tailrace.contract.summary.tables import PhaseRow
 
@@ -56,7 +57,8 @@ def phase_boundaries_s(profile: Profile) -> list[float]:
 
 def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None = None,
                     streamed: frozenset[str] = frozenset()) -> list[PhaseRow]:
-    """Per phase: requests, errors, intended vs achieved rate, and p50 / p95 / p99 with CIs (ms). `order`: the time
+    """Per phase: requests, errors, requests their client cancelled (neither: as the latency table counts them),
+    intended vs achieved rate, and p50 / p95 / p99 with CIs (ms). `order`: the time
     order of `df`'s rows (TimeOrder of its t_intended_ref), when the caller found it. A run that mixes one-shot
     endpoints with `streamed` (generative) ones has a row per phase and kind: a stream's latency is its E2E, never
     pooled with a one-shot latency; each kind's intended rate is its endpoints' share of the phase's."""
@@ -65,6 +67,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
     warm = profile.load.warmup_s > 0
     rows = []
     ok_rows = (df["status"] == "ok").to_numpy()
+    cancelled_rows = (df["status"] == CANCELLED).to_numpy()
     latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
     times = df[_TIME].to_numpy() if _TIME in df else None
     weights = {e.name: e.weight for e in profile.endpoints}
@@ -80,8 +83,9 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
             ok_idx = idx[ok_rows[idx]]
             ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
                   else latency_ms[ok_idx[time_order(times[ok_idx])]])
+            cancelled = int(np.count_nonzero(cancelled_rows[idx]))
             row = {"phase": phase, "name": names.get(phase, str(phase)), "kind": kind, "count": int(len(idx)),
-                   "errors": int(len(idx) - len(ok_idx))}
+                   "errors": int(len(idx) - len(ok_idx) - cancelled), "cancelled": cancelled}
             seg_index = phase - (0 if warm else 1)
             if 0 <= seg_index < len(segments):
                 seg = segments[seg_index]

@@ -175,7 +175,8 @@ class PhaseRow(Row):
     name: str
     kind: str = "one-shot"
     count: int
-    errors: int
+    errors: int  # failed requests: not those their client cancelled (`cancelled`), which failed nothing
+    cancelled: int = 0
     start_s: float | None = None  # (None: a closed-loop scenario's phase, which has no rate segment)
     end_s: float | None = None
     intended_rate: float | None = None

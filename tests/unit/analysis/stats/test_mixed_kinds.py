@@ -103,3 +103,20 @@ def test_the_timeline_line_and_the_phases_table_never_pool_the_two_kinds():
     kinds = {r.kind: r for r in rows}
     assert kinds["one-shot"].count == 600 and (kinds["one-shot"].p99_ms or 0) < 15
     assert kinds["stream"].count == 200 and kinds["stream"].p50_ms == 250
+
+
+def test_the_phases_table_counts_cancelled_streams_apart_from_errors_as_the_latency_table_does():
+    """A stream its client abandoned failed nothing: per phase it is counted as cancelled, not as an error — the
+    latency table's errors and the phases table's add up to the same number for the same requests."""
+    df = mixed_frame()
+    status = df["status"].astype(str).to_numpy()
+    streams = np.flatnonzero(df["endpoint"].astype(str).to_numpy() == "llm")
+    status[streams[:12]] = "cancelled"
+    status[streams[12:15]] = "timeout"
+    df["status"] = pd.Categorical(status)
+    rows = {r.kind: r for r in per_phase_table(df, profile({"mlp": 3, "llm": 1}), streamed=LLM)}
+    assert (rows["stream"].errors, rows["stream"].cancelled, rows["stream"].count) == (3, 12, 200)
+    assert (rows["one-shot"].errors, rows["one-shot"].cancelled) == (0, 0)
+    table, _ = latency_table(df, profile({"mlp": 3, "llm": 1}), DURATION_S, streamed=LLM)
+    llm = [r for r in table if r.endpoint == "llm" and r.region != "*"]  # its regions (the "*" row: their sum)
+    assert sum(r.errors for r in llm) == rows["stream"].errors and sum(r.cancelled for r in llm) == 12
