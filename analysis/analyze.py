@@ -377,8 +377,10 @@ class _RunStatistics:
             # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
             Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
                 c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
-            Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref")),
-                      beside="decomposition", beside_only=True),
+            # a long run's keeps the order alone (no ranks): half the memory, every rows' order read by a mask
+            Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref"),
+                                                                           ranks=c.fits()),
+                      beside="decomposition"),
             Statistic("phases", PHASE_COLUMNS, lambda c, r: per_phase_table(c.frame(PHASE_COLUMNS), p, r.get("order"),
                                                                             streamed),
                       uses=("order",), beside="decomposition"),

@@ -90,6 +90,19 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
     return np.concatenate([largest, nan_at[:k - len(largest)]])
 
 
+GATHER_BLOCK = 1 << 20  # rows ms_at gathers at a time: 8 MB of integers, no temporary the size of the rows
+
+
+def ms_at(values_ns: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """values_ns[rows].astype(float) / 1e6 — the same values — with one array the size of `rows`, not three: the
+    integers gathered a block at a time into the floats, divided in place."""
+    out = np.empty(len(rows), dtype=np.float64)
+    for start in range(0, len(rows), GATHER_BLOCK):
+        out[start:start + GATHER_BLOCK] = values_ns[rows[start:start + GATHER_BLOCK]]
+    out /= 1e6
+    return out
+
+
 def key_runs(df: pd.DataFrame, keys: list[str]) -> dict | None:
     """group_positions(df, keys) as [start, stop) runs of rows — for a log whose groups come in long stretches
     (a worker's phases, each worker's chunks one after another): no array of positions. None when the rows

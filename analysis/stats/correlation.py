@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy import stats
 
-from tailrace.analysis.stats.estimators import OrderStatistics, SortedUnion, sorted_percentile, sorted_percentile_ci
+from tailrace.analysis.stats.estimators import (
+    SUM_BLOCK,
+    OrderStatistics,
+    SortedUnion,
+    pairwise_sum,
+    sorted_percentile,
+    sorted_percentile_ci,
+)
 
 MAX_BATCHES = 64
 MIN_BATCHES = 16
@@ -41,27 +49,17 @@ def lag1_autocorrelation(x: np.ndarray) -> float | None:
     return float(np.dot(d[:-1], d[1:]) / denominator) if denominator > 0 else None
 
 
-SUM_BLOCK = 1 << 16  # values a leaf of _pairwise_squares_sum writes at once: 512 kB, within the core's cache
 SPARSE = 0.05  # below this share of one kind, choosing by branch beats a table's gather (few mispredictions)
 
 
-def _pairwise_squares_sum(z: np.ndarray, squares: np.ndarray, block: np.ndarray, by_branch: bool) -> float:
-    """The float sum numpy's pairwise summation gives of squares[z] (z boolean), never holding more than a block of
-    it: numpy splits an array of more than 128 values at n/2 rounded down to a multiple of 8 and adds the halves'
-    sums; this splits the same way down to a block's length and lets numpy sum each leaf (so the same additions in
-    the same order, the same bits). `by_branch`: one of the two values is rare, so a branch per value beats a
-    gather."""
-    n = len(z)
-    if n > len(block):
-        half = n // 2
-        half -= half % 8
-        return (_pairwise_squares_sum(z[:half], squares, block, by_branch)
-                + _pairwise_squares_sum(z[half:], squares, block, by_branch))
-    leaf = block[:n]
+def _squares_leaf(z: np.ndarray, squares: np.ndarray, block: np.ndarray, by_branch: bool, a: int, b: int) -> float:
+    """numpy's float sum of squares[z[a:b]] (z boolean), written into `block`. `by_branch`: one of the two values is
+    rare, so a branch per value beats a gather."""
+    leaf = block[:b - a]
     if by_branch:
-        leaf[:] = np.where(z, squares[1], squares[0])
+        leaf[:] = np.where(z[a:b], squares[1], squares[0])
     else:  # a branch per value would mispredict often: gather from the two squares by the byte
-        np.take(squares, z.view(np.uint8), out=leaf)
+        np.take(squares, z[a:b].view(np.uint8), out=leaf)
     return float(leaf.sum())
 
 
@@ -69,14 +67,14 @@ def _variance(z: np.ndarray) -> float:
     """z.var() as numpy computes it for z as floats (the same sums, so the same bits), with no temporary the size
     of z: numpy's own var of a boolean array makes two of eight bytes a value. A boolean z's squared deviations
     take one of two values (the same values numpy's subtract and multiply make), summed a block at a time in
-    numpy's pairwise order (_pairwise_squares_sum)."""
+    numpy's pairwise order (estimators.pairwise_sum)."""
     n = len(z)
     if z.dtype == bool:
         mean = np.count_nonzero(z) / n  # the count numpy's float sum of the 0s and 1s gives, exactly
         low, high = 0.0 - mean, 1.0 - mean
         squares = np.array([low * low, high * high])
         by_branch = bool(min(mean, 1.0 - mean) < SPARSE)
-        return float(_pairwise_squares_sum(z, squares, np.empty(min(n, SUM_BLOCK)), by_branch) / n)
+        return float(pairwise_sum(n, partial(_squares_leaf, z, squares, np.empty(min(n, SUM_BLOCK)), by_branch)) / n)
     deviations = np.subtract(z, z.sum(dtype=np.float64) / n, dtype=np.float64)
     np.multiply(deviations, deviations, out=deviations)
     return float(deviations.sum() / n)
@@ -259,22 +257,28 @@ def time_order(times: np.ndarray) -> np.ndarray:
 
 class TimeOrder:
     """A log's rows in time order (time_order of its time column: equal times in row order), sorted once. Any rows'
-    time order is then read off their ranks — a sort of small distinct integers, about twice as fast as sorting
-    their times again, and nearly in order already (a log's rows come in completion order): timsort finds its
-    runs, 2–3× faster than quicksort — for the statistics that each put their rows in time order (the latency
-    table's rows, the phases, the endpoint × region groups)."""
+    time order is then read off it — half the log or more by a mask over the whole order, fewer by their ranks (a
+    sort of small distinct integers, about twice as fast as sorting their times again, and nearly in order already:
+    a log's rows come in completion order, and timsort finds its runs, 2–3× faster than quicksort) — for the
+    statistics that each put their rows in time order (the latency table's rows, the phases, the endpoint × region
+    groups). `ranks=False` (a log that does not fit in memory: a day's run) keeps the order alone, half the memory,
+    and reads every rows' order by the mask: at 100 M rows ~0.4–0.7 s a set of rows, against 0.3–17 s to sort their
+    times (docs/DECISIONS.md "One time order for a long run")."""
 
-    def __init__(self, times: np.ndarray) -> None:
+    def __init__(self, times: np.ndarray, ranks: bool = True) -> None:
         small = np.int32 if len(times) < 2**31 else np.int64
         self.order = time_order(times).astype(small)
-        self.rank = np.empty(len(times), dtype=small)
-        self.rank[self.order] = np.arange(len(times), dtype=small)
+        self.rank: np.ndarray | None = None
+        if ranks:
+            self.rank = np.empty(len(times), dtype=small)
+            self.rank[self.order] = np.arange(len(times), dtype=small)
 
     def of(self, rows: np.ndarray) -> np.ndarray:
         """Distinct positions `rows` in time order: rows[time_order(times[rows])], the same positions. Half the log
-        or more is picked out of the whole time order by a mask, in one pass (~65–95 ms for 10 M rows against
-        0.1–0.9 s to sort all their ranks); fewer rows sort their ranks (~30 ms for a sixth of 10 M)."""
-        if 2 * len(rows) >= len(self.order):
+        or more (or any rows, without ranks) is picked out of the whole time order by a mask, in one pass (~65–95 ms
+        for 10 M rows against 0.1–0.9 s to sort all their ranks); fewer rows sort their ranks (~30 ms for a sixth of
+        10 M)."""
+        if self.rank is None or 2 * len(rows) >= len(self.order):
             chosen = np.zeros(len(self.order), dtype=bool)
             chosen[rows] = True
             return self.order[chosen[self.order]]

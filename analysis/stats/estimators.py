@@ -11,6 +11,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 from scipy import special, stats
@@ -137,6 +138,22 @@ def tail_quantile(top: np.ndarray, n: int, q: float) -> float:
     above = len(top) - (n - i)  # the position in `top`, ascending, of the n values' order statistic i
     pair = np.partition(top, [above, above + 1])[above:above + 2] if i + 1 < n else np.partition(top, above)[above:]
     return float(np.quantile(pair, h - i if len(pair) == 2 else 0.0))
+
+
+SUM_BLOCK = 1 << 16  # values a leaf of pairwise_sum sums at once: 512 kB of floats, within the core's cache
+
+
+def pairwise_sum(n: int, leaf: Callable[[int, int], float], block: int = SUM_BLOCK, start: int = 0) -> float:
+    """The float sum numpy gives (np.add.reduce of a contiguous float64 array) of n values that `leaf(a, b)` hands
+    over a stretch [a, b) at a time, as numpy's float sum of that stretch — never more than `block` of them at once.
+    numpy splits an array of more than 128 values at n/2 rounded down to a multiple of 8 and adds the halves' sums;
+    this splits the same way down to a block's length and lets numpy sum each leaf: the same additions in the same
+    order, the same bits."""
+    if n > block:
+        half = n // 2
+        half -= half % 8
+        return pairwise_sum(half, leaf, block, start) + pairwise_sum(n - half, leaf, block, start + half)
+    return leaf(start, start + n)
 
 
 class SortedUnion:

@@ -10,9 +10,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import endpoint_region_positions, group_positions
+from tailrace.analysis.read.frames import endpoint_region_positions, group_positions, ms_at
 from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
-from tailrace.analysis.stats.estimators import SortedUnion, tail_needed, tail_quantile
+from tailrace.analysis.stats.estimators import SortedUnion, pairwise_sum, tail_needed, tail_quantile
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import load_segments
 from tailrace.contract.records import CANCELLED
@@ -95,9 +95,14 @@ class _Rows:
         copy of the whole column."""
         if self._latency_ms is not None:
             return self._latency_ms[rows]
-        out = _column(self.latency_ns, "latency_ns")[rows].astype(float)
-        out /= 1e6
-        return out
+        return ms_at(_column(self.latency_ns, "latency_ns"), rows)
+
+    def mean_ms(self, rows: np.ndarray) -> float | None:
+        """The mean of latency_ms(rows) as numpy computes it (the same bits), summed a block at a time: no
+        temporary the size of the rows (None: no rows)."""
+        if len(rows) == 0:
+            return None
+        return pairwise_sum(len(rows), lambda a, b: float(self.latency_ms(rows[a:b]).sum())) / len(rows)
 
     def accuracy_of(self, rows: np.ndarray) -> float | None:
         """accuracy_of the successful requests at positions `rows`, on arrays."""
@@ -201,9 +206,7 @@ def summarize_latency(rows: _Rows, idx: np.ndarray, sorted_ok_ms: Callable[[], n
     independent samples the time-ordered latencies are worth (analysis/stats/correlation.py). Each temporary is freed
     before the next is made: the overall row of a day's run is a hundred million requests."""
     ok_idx = idx[rows.ok[idx]]
-    lat_ms = rows.latency_ms(ok_idx)  # in row order: the mean sums as it always did
-    mean_ms = float(lat_ms.mean()) if len(lat_ms) else None
-    del lat_ms
+    mean_ms = rows.mean_ms(ok_idx)  # in row order: the mean sums as it always did
     in_time_rows = rows.in_time(ok_idx)
     del ok_idx
     in_time = rows.latency_ms(in_time_rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.read.frames import group_positions, ms_at
 from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from tailrace.analysis.stats.latency import ONE_SHOT, STREAM, accuracy_of
 from tailrace.contract.profile import Profile
@@ -68,7 +68,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
     rows = []
     ok_rows = (df["status"] == "ok").to_numpy()
     cancelled_rows = (df["status"] == CANCELLED).to_numpy()
-    latency_ms = df["latency_ns"].to_numpy(dtype=float) / 1e6
+    latency_ns = df["latency_ns"].to_numpy()
     times = df[_TIME].to_numpy() if _TIME in df else None
     weights = {e.name: e.weight for e in profile.endpoints}
     pipelines = getattr(profile, "pipelines", ())
@@ -81,8 +81,8 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
             share = sum(w for name, w in weights.items() if (name in streamed) == (kind == STREAM)) / \
                 (sum(weights.values()) + sum(p.weight for p in pipelines)) if weights else 1.0
             ok_idx = idx[ok_rows[idx]]
-            ok = (latency_ms[ok_idx] if times is None else latency_ms[order.of(ok_idx)] if order is not None
-                  else latency_ms[ok_idx[time_order(times[ok_idx])]])
+            ok = ms_at(latency_ns, ok_idx if times is None else order.of(ok_idx) if order is not None
+                       else ok_idx[time_order(times[ok_idx])])  # in time order
             cancelled = int(np.count_nonzero(cancelled_rows[idx]))
             row = {"phase": phase, "name": names.get(phase, str(phase)), "kind": kind, "count": int(len(idx)),
                    "errors": int(len(idx) - len(ok_idx) - cancelled), "cancelled": cancelled}

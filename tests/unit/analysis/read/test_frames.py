@@ -80,6 +80,33 @@ def test_the_slowest_rows_are_pandas_nlargest_with_its_ties_and_nans(block, monk
         assert np.array_equal(want, got), trial
 
 
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_latencies_in_ms_gathered_a_block_at_a_time_are_the_whole_columns(monkeypatch, block):
+    """ms_at gives values[rows].astype(float) / 1e6 to the bit, in one block and in many (positions out of order,
+    repeated, of either width, none), and so does the latency rows' mean summed a block at a time: numpy's mean of
+    those values, whether the whole column is converted first or each block is gathered."""
+    import pandas as pd
+
+    from tailrace.analysis.read import frames
+    from tailrace.analysis.read.frames import ms_at
+    from tailrace.analysis.stats import latency
+    from tailrace.analysis.stats.latency import _Rows
+
+    monkeypatch.setattr(frames, "GATHER_BLOCK", block)
+    rng = np.random.default_rng(5)
+    values = rng.integers(1, 10**12, 5_000)
+    for rows in (rng.integers(0, len(values), 3_001), np.flatnonzero(rng.random(len(values)) < 0.6).astype(np.int32),
+                 np.arange(0)):
+        assert np.array_equal(ms_at(values, rows), values[rows].astype(float) / 1e6)
+    values = rng.lognormal(20, 3, 200_000).astype(np.int64) + 1  # past a few of the sum's blocks
+    df = pd.DataFrame({"status": np.where(rng.random(len(values)) < 0.9, "ok", "error"), "latency_ns": values})
+    rows = np.flatnonzero(rng.random(len(values)) < 0.8)
+    for whole in (10**9, 0):  # the whole column in ms, or each block gathered
+        monkeypatch.setattr(latency, "WHOLE_COLUMN_MS_ROWS", whole)
+        assert _Rows(df).mean_ms(rows) == float((values[rows].astype(float) / 1e6).mean()), whole
+    assert _Rows(df).mean_ms(rows[:0]) is None
+
+
 def test_an_endpoints_latency_rows_are_the_union_of_its_groups_rows():
     """row_positions finds an endpoint's rows by its code: the same ascending positions as its endpoint × region
     groups' sorted together, of all rows and of some (`among`), categorical or not."""

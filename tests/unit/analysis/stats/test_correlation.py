@@ -443,10 +443,12 @@ def test_rows_put_in_time_order_by_rank_are_those_sorted_by_time():
     n = 40_000
     times = np.concatenate([np.sort(rng.integers(0, 10**6, n // 2)), np.sort(rng.integers(0, 10**6, n // 2))])
     times[rng.random(n) < 0.01] += rng.integers(-50, 50)  # completion order: a little out of order
-    order = TimeOrder(times)
+    order, order_alone = TimeOrder(times), TimeOrder(times, ranks=False)
+    assert order_alone.rank is None
     for p in (1.0, 0.6, 0.01):
         rows = np.flatnonzero(rng.random(n) < p).astype(np.int32)
         assert np.array_equal(order.of(rows), rows[time_order(times[rows])])
+        assert np.array_equal(order_alone.of(rows), rows[time_order(times[rows])])
     df = frame_of({"endpoint": pd.Categorical(rng.choice(["a", "b"], n)), "region": pd.Categorical(rng.choice(["r"], n)),
                    "status": pd.Categorical(np.where(rng.random(n) < 0.02, "timeout", "ok")),
                    "latency_ns": rng.integers(10**6, 10**8, n), "t_intended_ref": times,
@@ -474,7 +476,10 @@ def test_boolean_variance_split_in_blocks_is_numpys_on_long_series():
 def test_blockwise_sum_of_two_values_adds_in_numpys_pairwise_order():
     """Two values of unlike size, whose sum depends on the order of the additions: the blockwise sum is numpy's to
     the last bit at many lengths beyond a block, by either leaf (a split off numpy's by a few values fails here)."""
-    from tailrace.analysis.stats.correlation import SUM_BLOCK, _pairwise_squares_sum
+    from functools import partial
+
+    from tailrace.analysis.stats.correlation import _squares_leaf
+    from tailrace.analysis.stats.estimators import SUM_BLOCK, pairwise_sum
     rng = np.random.default_rng(23)
     squares = np.array([0.7, 3.1e-9])
     for n in rng.integers(SUM_BLOCK + 1, 6 * SUM_BLOCK, 40):
@@ -482,4 +487,18 @@ def test_blockwise_sum_of_two_values_adds_in_numpys_pairwise_order():
             z = rng.random(int(n)) < p
             expected = float(np.where(z, squares[1], squares[0]).sum())
             for by_branch in (True, False):
-                assert _pairwise_squares_sum(z, squares, np.empty(SUM_BLOCK), by_branch) == expected, (n, p)
+                leaf = partial(_squares_leaf, z, squares, np.empty(SUM_BLOCK), by_branch)
+                assert pairwise_sum(len(z), leaf) == expected, (n, p)
+
+
+def test_pairwise_sum_of_floats_is_numpys_to_the_bit():
+    """Floats of wildly unlike sizes (their sum depends on the order of the additions), handed over a stretch at a
+    time: numpy's own float sum and mean, to the last bit, at lengths below, at and across a block's, with small
+    blocks too."""
+    from tailrace.analysis.stats.estimators import SUM_BLOCK, pairwise_sum
+    rng = np.random.default_rng(29)
+    for n in (1, 7, 128, 129, SUM_BLOCK, SUM_BLOCK + 1, 3 * SUM_BLOCK + 5, *rng.integers(SUM_BLOCK, 8 * SUM_BLOCK, 8)):
+        x = rng.lognormal(0, 6, int(n)) * rng.choice([1, -1], int(n))
+        for block in (SUM_BLOCK, 1000):
+            total = pairwise_sum(len(x), lambda a, b: float(x[a:b].sum()), block)
+            assert total == float(x.sum()) and total / len(x) == float(x.mean()), (n, block)
