@@ -10,7 +10,7 @@ the scheduler derives
 - when to drop a result: after its last user, unless it is one of the results asked for;
 - which thread computes what: a statistic with `beside="X"` computes in one side thread, started when X is done,
   where the whole log fits in memory (its columns are taken on the calling thread when it starts); otherwise it
-  computes at its own place in the list like the others. `beside_only` ones are skipped when the log does not fit.
+  computes at its own place in the list like the others.
 
 A statistic reads the log only through its `Columns`, which refuses a column it did not declare, so the
 declarations the scheduler works from are the reads that happen.
@@ -41,7 +41,6 @@ class Statistic:
     compute: Callable[[Columns, Results], Any]
     uses: tuple[str, ...] = ()
     beside: str | None = None  # where the log fits: computed in the side thread, started after this statistic
-    beside_only: bool = False  # computed only beside (skipped when the log does not fit)
 
 
 class Columns:
@@ -133,9 +132,8 @@ def plan(statistics: list[Statistic], log: ChunkColumns, beside: bool, keep: set
     A column is released after its last reader. A chunk column a derived one is computed from (a time on the
     reference clock from the local time and the offset) counts as read where each of those derived columns is
     first read: it is needed until they exist, and read again should one be computed again."""
-    present = [s for s in statistics if beside or not s.beside_only]
-    side = {s.name: [b for b in present if beside and b.beside == s.name] for s in present}
-    order = [s for s in present if not (beside and s.beside)]
+    side = {s.name: [b for b in statistics if beside and b.beside == s.name] for s in statistics}
+    order = [s for s in statistics if not (beside and s.beside)]
     # the statistics on the calling thread's time line, each with the step its reads count at (a side one's start)
     steps: list[tuple[str, Statistic]] = []
     for s in order:

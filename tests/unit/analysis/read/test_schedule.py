@@ -82,11 +82,10 @@ def test_a_derived_columns_inputs_are_kept_until_every_derived_column_was_first_
 
 
 def test_side_statistics_start_after_their_anchor_only_where_the_log_fits():
-    stats = [stat("first"), stat("late", beside="first"), stat("only", beside="first", beside_only=True),
-             stat("second")]
+    stats = [stat("first"), stat("late", beside="first"), stat("second")]
     fits = plan(stats, FakeLog([]), beside=True, keep=set())
     assert [s.name for s in fits.order] == ["first", "second"]
-    assert [s.name for s in fits.side["first"]] == ["late", "only"]
+    assert [s.name for s in fits.side["first"]] == ["late"]
     tight = plan(stats, FakeLog([]), beside=False, keep=set())
     assert [s.name for s in tight.order] == ["first", "late", "second"] and not any(tight.side.values())
 
