@@ -236,7 +236,7 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
                        export=None, command: str = "tailrace analyze") -> int:
     """Analyse `run_dir`, write the report, print the summary; returns the exit code. `exits`: this process
     exits after it (the CLI, a master after its run), so it may keep the memory it frees
-    (analysis/read/process_memory.py's `settle` chooses, by the run's size). The report's figures are drawn by a
+    (analysis/read/process_memory.py's `settle`). The report's figures are drawn by a
     process of their own while the statistics compute (analysis/report/figures.py; `figures`: one already started).
     `export`: a profile's `[otel.export]`, sent once the report is written from the rows the analysis read and
     corrected (the run is read once), its lines said as `command`."""
@@ -257,9 +257,8 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
     from tailrace.analysis.read.progress import Progress
     from tailrace.analysis.read.rundir import (
         ANALYSIS_COLUMNS,
-        ANALYZE_BYTES_PER_ROW,
-        ANALYZE_BYTES_PER_ROW_RETURNING,
         RunDirError,
+        analyze_bytes_per_row,
         check_fits,
         request_rows,
     )
@@ -267,11 +266,8 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
     try:
         rows = request_rows([Path(run_dir)])
         if exits:
-            process_memory.settle(rows * ANALYZE_BYTES_PER_ROW)
-        # a long run returns freed memory: its peak is what is in use, not the heap's holes
-        long_run = rows * ANALYZE_BYTES_PER_ROW > process_memory.KEEP_FREED_UP_TO_BYTES
-        check_fits([Path(run_dir)], ANALYZE_BYTES_PER_ROW_RETURNING if long_run else ANALYZE_BYTES_PER_ROW,
-                   "analyse", rows)
+            process_memory.settle()
+        check_fits([Path(run_dir)], analyze_bytes_per_row(rows), "analyse", rows)
         retain: tuple[str, ...] = ()
         if export is not None:  # and what the spans carry: the run is read and corrected once for both
             from tailrace.analysis.otel.spans import SPAN_COLUMNS

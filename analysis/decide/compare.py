@@ -303,7 +303,7 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
         gates = [parse_gate(g) for g in fail_if_slower]
         request_count = request_rows([run_a, run_b])
         if exits:
-            process_memory.settle(request_count * COMPARE_BYTES_PER_ROW)
+            process_memory.settle()
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
         skipped: list = []
         invalid: list[str] = []

@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tailrace.analysis.read.frames import frame_of
-from tailrace.analysis.read.process_memory import hand_back
 from tailrace.contract.layout import REQUESTS
 from tailrace.contract.records import FEW_VALUED, arrow_schema
 
@@ -518,14 +517,11 @@ class ChunkColumns:
             self._values[name] = values
 
     def release(self, *names: str) -> None:
-        """Forget loaded columns (they are read, or derived, again if asked for); a long run's process hands the
-        memory back (analysis/read/process_memory.py)."""
+        """Forget loaded columns (they are read, or derived, again if asked for)."""
         with self._lock:
-            released = sum(self._values.pop(name, None) is not None for name in names)
             for name in names:
+                self._values.pop(name, None)
                 self._kept_for.pop(name, None)
-        if released:
-            hand_back()
 
     def loaded_bytes(self) -> int:
         """The memory the loaded columns take."""

@@ -5,10 +5,9 @@ The analysis makes many short-lived arrays of ten million rows. By default glibc
 first write: measured with perf on a 10 M-row `tailrace analyze`, a third of the run's CPU time was the kernel
 clearing pages (clear_page_erms). Serving large blocks from the heap, keeping freed memory for reuse and using
 4 KB pages made the same analysis take ~35 % less time at about the same peak RSS (docs/BENCHMARKS.md).
-Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run),
-through `settle`, which knows how large the analysis is: memory freed is kept by the process, not returned to the
-system — and where the analysis is too large for that (a day's run), kept while a statistic computes and handed
-back whenever the log's columns are released (`hand_back`).
+Applied only by processes that analyse and then exit (tailrace analyze / compare, a master after its run): memory
+freed is kept by the process, not returned to the system — a day's run too (docs/DECISIONS.md "Memory from the
+kernel": handing it back as columns were released cost a fifth more time for a peak 0.2–0.5 GiB lower).
 """
 from __future__ import annotations
 
@@ -16,15 +15,12 @@ import ctypes
 import ctypes.util
 import logging
 import sys
-from typing import Callable
 
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_MAX = -4
 M_ARENA_MAX = -8
-# an analysis expected to need more than this hands freed memory back as columns are released (hand_back_on_release)
-KEEP_FREED_UP_TO_BYTES = 4 * 2**30
 PR_SET_THP_DISABLE = 41  # linux/prctl.h
 TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (mallopt takes an int)
 
@@ -50,41 +46,7 @@ def reuse_freed_memory() -> dict[str, object]:
     return effective
 
 
-_malloc_trim: Callable[[int], int] | None = None  # set by hand_back_on_release: glibc's malloc_trim
-
-
-def hand_back_on_release() -> dict[str, object]:
-    """For a run too large to keep all it frees (KEEP_FREED_UP_TO_BYTES): what the heap holds free is handed back
-    to the system (glibc's malloc_trim) each time the log's columns are released (`hand_back`, called by
-    analysis/read/chunks.py), so a statistic's temporaries reuse the memory its predecessors freed (no fresh
-    pages to fault in and zero) while the heap's holes never outlive the statistic that made them — kept for the
-    whole run they had held ~5 GiB more than was in use (100 M rows). Returns the effective settings, as
-    reuse_freed_memory."""
-    global _malloc_trim
-    if not sys.platform.startswith("linux"):
-        return {}
-    try:
-        _malloc_trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).malloc_trim
-    except (OSError, AttributeError):
-        return {}
-    effective: dict[str, object] = {"freed_memory_handed_back": "when columns are released"}
-    log.debug("analysis memory settings for a large run: %s", effective)
-    return effective
-
-
-def hand_back() -> None:
-    """Hand the memory the heap holds free back to the system, where hand_back_on_release chose it (else
-    nothing): called as the log releases columns."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def settle(expected_bytes: float) -> dict[str, object]:
-    """The settings for a process that is about to analyse, expected to need about `expected_bytes` at its
-    peak, and then exit: reuse_freed_memory (small pages, one heap for every thread), and above
-    KEEP_FREED_UP_TO_BYTES also hand_back_on_release. The one place the policy is chosen
-    (analysis/analyze_command.py, analysis/decide/compare.py)."""
-    effective = reuse_freed_memory()
-    if expected_bytes > KEEP_FREED_UP_TO_BYTES:
-        effective |= hand_back_on_release()
-    return effective
+def settle() -> dict[str, object]:
+    """The settings for a process that is about to analyse and then exit: reuse_freed_memory. The one place the
+    policy is chosen (analysis/analyze_command.py, analysis/decide/compare.py)."""
+    return reuse_freed_memory()

@@ -132,11 +132,18 @@ def _fill_missing(log: ChunkColumns, name: str, values):
 
 
 # peak memory per request row of `tailrace analyze`, measured on synthetic runs (docs/BENCHMARKS.md, "Analysis at
-# scale"), with a margin: keeping freed memory for reuse (10 M rows: 1.8–2.0 GiB), and handing it back as columns
-# are released, as a run expected to need more than analysis/read/process_memory.py's KEEP_FREED_UP_TO_BYTES does
-# (100 M rows: 7.3–8.0 GiB)
+# scale"), with a margin: a run whose log fits, every column kept (10 M rows: 1.7–2.0 GiB), and a larger one, its
+# log read a few columns at a time (100 M rows: 7.5–7.9 GiB)
 ANALYZE_BYTES_PER_ROW = 240
-ANALYZE_BYTES_PER_ROW_RETURNING = 105
+ANALYZE_BYTES_PER_ROW_LARGE = 105
+LARGE_RUN_BYTES = 4 * 2**30  # a run expected to need more than this at ANALYZE_BYTES_PER_ROW is sized as a large one
+
+
+def analyze_bytes_per_row(rows: int) -> int:
+    """About the peak memory per request row `tailrace analyze` needs for a run of `rows` request rows."""
+    return ANALYZE_BYTES_PER_ROW if rows * ANALYZE_BYTES_PER_ROW <= LARGE_RUN_BYTES else ANALYZE_BYTES_PER_ROW_LARGE
+
+
 COMPARE_BYTES_PER_ROW = 120  # with the columns that pair requests by schedule position
 
 

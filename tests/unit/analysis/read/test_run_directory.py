@@ -96,69 +96,27 @@ def test_a_run_too_large_for_this_machine_is_refused_before_reading(tmp_path, mo
     assert analyze_and_report(tmp_path, None, quiet=True) == 0
 
 
-def test_a_long_run_hands_freed_memory_back_and_is_sized_for_it(tmp_path, monkeypatch, capsys):
-    """A run whose analysis is expected to need more than KEEP_FREED_UP_TO_BYTES hands freed memory back to the
-    system as its columns are released, and is checked against the memory it needs that way (a day's 100 M rows:
-    ~10 GiB, not 22); a smaller one keeps it. Both keep one heap for every thread."""
+def test_a_large_run_is_sized_for_a_log_read_a_few_columns_at_a_time(tmp_path, monkeypatch, capsys):
+    """A run whose analysis is expected to need more than LARGE_RUN_BYTES with every column kept is checked
+    against the memory it needs reading its log a few columns at a time (a day's 100 M rows: ~9.8 GiB, not 22); a
+    smaller one at every column kept. Both keep the memory they free, one heap for every thread."""
     import tailrace.analysis.read.process_memory as process_memory
     import tailrace.analysis.read.rundir as rundir
     from tailrace.analysis.analyze_command import analyze_and_report
 
     write_run(tmp_path, profile=profile_dict(100, 2), workers={
         "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
-    handed_back = []
-    monkeypatch.setattr(process_memory, "hand_back_on_release", lambda: handed_back.append(True) or {})
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 10_000)
     monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 100_000_000)
     monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 100_000_000)  # what it counts before refusing
     heaps: list[bool] = []
     monkeypatch.setattr(process_memory, "reuse_freed_memory", lambda: heaps.append(True) or {})
-    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2
-    assert handed_back == [True] and heaps == [True]
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and heaps == [True]
     assert "100,000,000 request rows need about 9.8 GiB" in capsys.readouterr().err
-    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 200)
-    monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 200)
-    handed_back.clear()
-    heaps.clear()
-    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and handed_back == [] and heaps == [True]
-    assert "200 request rows need about 0.0 GiB" in capsys.readouterr().err
-
-
-def test_releasing_a_loaded_column_hands_memory_back(tmp_path, monkeypatch):
-    """The log hands memory back when a release frees a loaded column, not when it names none (the schedule
-    releases lists that are often empty)."""
-    import tailrace.analysis.read.chunks as chunks
-
-    write_run(tmp_path, profile=profile_dict(100, 2), workers={
-        "r1-w0": {"region": "r1", "latency_ms": 5, "rate": 100, "duration_s": 2}})
-    calls = []
-    monkeypatch.setattr(chunks, "hand_back", lambda: calls.append(True))
-    log = load_run(tmp_path, first=("latency_ns",)).log
-    loaded = log.loaded_bytes()
-    calls.clear()  # (what loading released)
-    log.release("latency_ns")
-    assert calls == [True] and 0 < log.loaded_bytes() < loaded
-    log.release("latency_ns")  # no longer loaded
-    assert calls == [True]
-
-
-def test_a_process_that_hands_back_returns_what_its_heap_held_free():
-    """In a process settled for a long run, memory freed stays in the heap (a statistic's next temporaries reuse
-    it) until hand_back returns it to the system: the resident size drops by the freed block."""
-    import json
-    import subprocess
-    import sys
-
-    code = ("import json, numpy as np\n"
-            "from tailrace.analysis.read import process_memory as pm\n"
-            "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096\n"
-            "settings = pm.settle(2 * pm.KEEP_FREED_UP_TO_BYTES)\n"
-            "a = np.ones(50_000_000); del a; kept = rss()\n"
-            "pm.hand_back(); print(json.dumps([settings, kept, rss()]))")
-    settings, kept, after = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                                      check=True, timeout=60).stdout)
-    assert settings["freed_memory_handed_back"] == "when columns are released" and settings["malloc_arena_max"] == 1
-    assert kept - after > 300 * 2**20  # the 400 MB array's pages, kept until handed back
+    monkeypatch.setattr(rundir, "request_rows", lambda run_dirs: 10_000_000)
+    monkeypatch.setattr(rundir, "rows_in_chunks", lambda run_dirs: 10_000_000)
+    assert analyze_and_report(tmp_path, None, quiet=True, exits=True) == 2 and heaps == [True, True]
+    assert "10,000,000 request rows need about 2.2 GiB" in capsys.readouterr().err
 
 
 def test_clock_models_map_times_as_their_formula_in_place(monkeypatch):
