@@ -82,12 +82,13 @@ class _Rows:
                             if self.latency_ns is not None and len(self.latency_ns) <= WHOLE_COLUMN_MS_ROWS else None)
         self.send_lag_ns = df["send_lag_ns"].to_numpy() if "send_lag_ns" in df else None
         self.time = next((df[c].to_numpy() for c in (TIME_COLUMN, "t_intended") if c in df), None)
+        self.time_is_ordered = TIME_COLUMN in df  # the column `order` is the order of
         self.accuracy = {c: df[c].to_numpy() for c in ACCURACY_COLUMNS if c in df}
 
     def in_time(self, rows: np.ndarray) -> np.ndarray:
         """Ascending positions `rows` in time order (stable: equal times in row order)."""
-        if self.order is not None:
-            return self.order.of(rows)
+        if self.order is not None:  # (its own time column's order: the rows' times sort as it does)
+            return self.order.of(rows, self.time if self.time_is_ordered else None)
         return rows[time_order(_column(self.time, TIME_COLUMN)[rows])]
 
     def latency_ms(self, rows: np.ndarray) -> np.ndarray:

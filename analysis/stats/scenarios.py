@@ -81,7 +81,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
             share = sum(w for name, w in weights.items() if (name in streamed) == (kind == STREAM)) / \
                 (sum(weights.values()) + sum(p.weight for p in pipelines)) if weights else 1.0
             ok_idx = idx[ok_rows[idx]]
-            ok = ms_at(latency_ns, ok_idx if times is None else order.of(ok_idx) if order is not None
+            ok = ms_at(latency_ns, ok_idx if times is None else order.of(ok_idx, times) if order is not None
                        else ok_idx[time_order(times[ok_idx])])  # in time order
             cancelled = int(np.count_nonzero(cancelled_rows[idx]))
             row = {"phase": phase, "name": names.get(phase, str(phase)), "kind": kind, "count": int(len(idx)),

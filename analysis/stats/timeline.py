@@ -114,7 +114,7 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
         rows = by_endpoint[endpoint]
         if all_failed[rows].sum() < min_failures:
             continue
-        order = rows[np.argsort(all_times[rows], kind="stable")] if time_order is None else time_order.of(rows)
+        order = rows[np.argsort(all_times[rows], kind="stable")] if time_order is None else time_order.of(rows, all_times)
         failed, times = all_failed[order], all_times[order]
         boundaries = np.flatnonzero(np.diff(failed.astype(np.int8))) + 1
         starts = np.concatenate([[0], boundaries])

@@ -193,7 +193,7 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
     ordered = order is not None and time_column == "t_intended_ref"  # the order is of t_intended_ref
     groups = {}
     for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
-        at = order.of(idx) if ordered and order is not None else idx
+        at = order.of(idx, arrays[time_column]) if ordered and order is not None else idx
         if cancelled.any():  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
             at = at[~cancelled[at]]
         groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],

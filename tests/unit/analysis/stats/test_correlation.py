@@ -449,6 +449,7 @@ def test_rows_put_in_time_order_by_rank_are_those_sorted_by_time():
         rows = np.flatnonzero(rng.random(n) < p).astype(np.int32)
         assert np.array_equal(order.of(rows), rows[time_order(times[rows])])
         assert np.array_equal(order_alone.of(rows), rows[time_order(times[rows])])
+        assert np.array_equal(order_alone.of(rows, times), rows[time_order(times[rows])])  # few rows: their times
     df = frame_of({"endpoint": pd.Categorical(rng.choice(["a", "b"], n)), "region": pd.Categorical(rng.choice(["r"], n)),
                    "status": pd.Categorical(np.where(rng.random(n) < 0.02, "timeout", "ok")),
                    "latency_ns": rng.integers(10**6, 10**8, n), "t_intended_ref": times,
