@@ -22,6 +22,7 @@ from tailrace.analysis.stats.estimators import (
     SUM_BLOCK,
     OrderStatistics,
     SortedUnion,
+    order_statistics,
     pairwise_sum,
     sorted_percentile,
     sorted_percentile_ci,
@@ -296,8 +297,8 @@ def correlated_percentiles_ci(time_ordered: np.ndarray, percentiles,
                               alpha: float = ALPHA) -> dict:
     """numpy's percentiles of a time-ordered series, each with the order-statistic interval of the independent
     samples the series is worth for that percentile (its indicator's τ). `sorted_values`: the same values
-    sorted, when the caller has them; else only the order statistics read are found (OrderStatistics)."""
-    x = OrderStatistics(time_ordered) if sorted_values is None else sorted_values
+    sorted, when the caller has them; else only the order statistics read are found (order_statistics)."""
+    x = order_statistics(time_ordered) if sorted_values is None else sorted_values
     out = {}
     for p in percentiles:
         tau = 1.0

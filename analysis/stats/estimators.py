@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -226,6 +227,79 @@ class OrderStatistics:
             self._x[lo:hi].partition(k - lo)  # a view: in place
             self._found.insert(at, k)
         return float(self._x[k])
+
+
+SELECT_FROM = 1 << 24  # values from which order statistics are selected by buckets (SelectedOrderStatistics)
+KEY_BITS = 20  # a value's bucket: the top bits of its order-preserving key (1/256 of an octave)
+SELECT_BLOCK = 1 << 22  # values keyed at a time: no temporary the size of the values
+SEGMENT_SHARE = 32  # a bucket's neighbours are collected with it up to 1/SEGMENT_SHARE of the values
+
+
+def _bucket_keys(block: np.ndarray) -> np.ndarray:
+    """Each float64's bucket, in the values' order: the IEEE bits made order-preserving as unsigned integers (a
+    negative value's bits all flipped, a positive one's sign bit set; -0.0 before 0.0), their top KEY_BITS bits —
+    read from each value's high 32 bits (little-endian: the second word)."""
+    high = block.view(np.uint32)[1::2] if sys.byteorder == "little" else block.view(np.uint32)[::2]
+    keys = high >> np.uint32(32 - KEY_BITS)  # a positive value's key, less its sign bit
+    if (high >= np.uint32(1 << 31)).any():  # negative values (or -0.0): theirs flipped
+        keys = np.where(high >> np.uint32(31), ~high >> np.uint32(32 - KEY_BITS), keys | np.uint32(1 << (KEY_BITS - 1)))
+    else:
+        keys |= np.uint32(1 << (KEY_BITS - 1))
+    return keys
+
+
+class SelectedOrderStatistics(OrderStatistics):
+    """OrderStatistics' reads of values in any order (float64, no NaN), without a copy of them: one pass counts
+    the values in each bucket (the top bits of an order-preserving key, a block at a time), which says the bucket
+    a rank is in; a pass then collects that bucket's values and its neighbours' (up to 1/SEGMENT_SHARE of the
+    values) and sorts them — the same numbers np.sort gives at those ranks. For a day's run's latencies: a few
+    passes of ~0.3 s instead of 800 MB of fresh pages to copy and partition."""
+
+    def __init__(self, values: np.ndarray) -> None:  # (no copy: OrderStatistics' partitions are not made)
+        self._x = np.asarray(values, dtype=np.float64)
+        self._starts: np.ndarray | None = None  # the rank each bucket starts at (one more: the end)
+        self._segments: list[tuple[int, np.ndarray]] = []  # (first rank, the sorted values of a run of buckets)
+
+    def _blocks(self):
+        for start in range(0, len(self._x), SELECT_BLOCK):
+            block = self._x[start:start + SELECT_BLOCK]
+            yield block, _bucket_keys(block)
+
+    def kth(self, k: int) -> float:
+        """The k-th smallest value (0-based)."""
+        n = len(self._x)
+        if not 0 <= k < n:
+            raise IndexError(f"rank {k} of {n} values")
+        for first, values in self._segments:
+            if first <= k < first + len(values):
+                return float(values[k - first])
+        if self._starts is None:
+            counts = np.zeros(1 << KEY_BITS, dtype=np.int64)
+            for _, keys in self._blocks():
+                counts += np.bincount(keys.astype(np.intp), minlength=1 << KEY_BITS)
+            self._starts = np.concatenate([[0], np.cumsum(counts)])
+        starts = self._starts
+        lo = int(np.searchsorted(starts, k, side="right")) - 1  # the bucket holding rank k
+        hi = lo + 1
+        budget = max(int(starts[hi] - starts[lo]), n // SEGMENT_SHARE)
+        while True:  # its neighbours too, either side, while they fit the budget
+            grown = False
+            if lo > 0 and starts[hi] - starts[lo - 1] <= budget:
+                lo, grown = lo - 1, True
+            if hi < len(starts) - 1 and starts[hi + 1] - starts[lo] <= budget:
+                hi, grown = hi + 1, True
+            if not grown:
+                break
+        values = np.concatenate([block[(keys >= lo) & (keys < hi)] for block, keys in self._blocks()])
+        values.sort()
+        self._segments.append((int(starts[lo]), values))
+        return float(values[k - starts[lo]])
+
+
+def order_statistics(values: np.ndarray) -> OrderStatistics:
+    """Values in any order (no NaN) read by rank as if sorted: a partitioned copy (OrderStatistics), or from
+    SELECT_FROM values on, selected by buckets without a copy (SelectedOrderStatistics) — the same numbers."""
+    return (SelectedOrderStatistics if len(values) >= SELECT_FROM else OrderStatistics)(values)
 
 
 FEW_KEYS = 1 << 16  # integer keys below this are grouped by a radix sort of their 16 bits

@@ -387,17 +387,30 @@ def test_a_sorted_union_reads_the_order_statistics_of_np_sort_of_its_parts():
                                                                                                    len(merged) // 3)
 
 
-def test_order_statistics_read_by_rank_are_np_sorts_in_any_order_of_reading():
+@pytest.mark.parametrize("selected", [False, True])
+def test_order_statistics_read_by_rank_are_np_sorts_in_any_order_of_reading(selected, monkeypatch):
     """OrderStatistics of unsorted values gives, by rank, what np.sort of them holds — ranks read in any order,
     again, with ties, infinities (errors) and a single value — so the same percentiles and intervals as the sort,
-    and the caller's values are left as they were."""
+    and the caller's values are left as they were. So does SelectedOrderStatistics (no copy: buckets of the values'
+    keys), which correlated_percentiles_ci takes from SELECT_FROM values, with negative values and -inf too, in
+    buckets of every width (few key bits: many values a bucket), its blocks many or one."""
+    from tailrace.analysis.stats import estimators
     from tailrace.analysis.stats.correlation import correlated_percentiles_ci
-    from tailrace.analysis.stats.estimators import OrderStatistics, sorted_percentile, sorted_percentile_ci
+    from tailrace.analysis.stats.estimators import sorted_percentile, sorted_percentile_ci
 
     rng = np.random.default_rng(7)
-    for trial in range(300):
+    OrderStatistics = estimators.SelectedOrderStatistics if selected else estimators.OrderStatistics
+    if selected:
+        monkeypatch.setattr(estimators, "SELECT_FROM", 0)
+        monkeypatch.setattr(estimators, "SELECT_BLOCK", 256)
+    for trial in range(100 if selected else 300):
+        if selected:  # (the default's 2^20 buckets in the first trials only: each pass counts them all)
+            monkeypatch.setattr(estimators, "KEY_BITS", 20 if trial < 4 else int(rng.choice([3, 8, 12])))
+            monkeypatch.setattr(estimators, "SEGMENT_SHARE", int(rng.choice([1, 32, 10**6])))
         values = np.round(rng.lognormal(size=int(rng.integers(1, 3000))), int(rng.integers(0, 4)))
         values[rng.random(len(values)) < 0.02] = np.inf
+        if selected and trial % 2:
+            values = values * rng.choice([1.0, -1.0], len(values))  # negative values, -inf
         kept = values.copy()
         stats_, ordered = OrderStatistics(values), np.sort(values)
         ranks = rng.integers(0, len(values), 25)
