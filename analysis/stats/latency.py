@@ -151,9 +151,12 @@ class GroupCounts:
         correct, count, batch = (rows.accuracy.get(c) for c in ACCURACY_COLUMNS)
         by_count = count is not None and batch is not None
         right = of = checked = None
+        accuracy = None
         if count is not None and batch is not None and count.dtype.kind in "iu" and batch.dtype.kind in "iu":
             counted = ok_idx[count[ok_idx] >= 0]
             right, of, checked = int(count[counted].sum()), int(batch[counted].sum()), len(counted)
+            # accuracy_of's own numbers (numpy's division of the two sums), not counted again
+            accuracy = float(np.int64(right) / np.int64(of)) if checked else None
         elif not by_count and correct is not None and correct.dtype == bool:
             right, of, checked = int(np.count_nonzero(correct[ok_idx])), n_ok, n_ok
         lag_top, lag_p99 = None, None
@@ -167,7 +170,9 @@ class GroupCounts:
                 lag_p99 = tail_quantile(lag_top, n, SEND_LAG_Q) / 1e6
             else:
                 lag_p99 = float(np.percentile(lag, 99) / 1e6)
-        return cls(n, n_ok, n_cancelled, rows.accuracy_of(ok_idx), right, of, checked, by_count, lag_top, lag_p99)
+        if right is None or not by_count:
+            accuracy = rows.accuracy_of(ok_idx)
+        return cls(n, n_ok, n_cancelled, accuracy, right, of, checked, by_count, lag_top, lag_p99)
 
     def counts(self, duration_s: float) -> dict:
         """request_counts of the group's rows."""
