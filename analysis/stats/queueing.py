@@ -16,13 +16,23 @@ MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-util
 UTILIZATION_FLAG = 0.7
 
 
+WINDOW_BLOCK = 1 << 20  # intervals clipped at a time: a day's run holds tens of millions per endpoint
+
+
 def time_average_in_system(starts_ns: np.ndarray, ends_ns: np.ndarray, t0: int, t1: int) -> float:
-    """Mean number of intervals [start, end) overlapping time, over the window [t0, t1)."""
-    s = np.clip(starts_ns, t0, t1)
-    e = np.clip(ends_ns, t0, t1)
-    np.subtract(e, s, out=e)  # in place: a day's run holds tens of millions of intervals per endpoint
-    np.maximum(e, 0, out=e)
-    return float(np.sum(e) / (t1 - t0))
+    """Mean number of intervals [start, end) overlapping time, over the window [t0, t1): their clipped lengths
+    summed as integers (exact, in any order), a block at a time (float times: at once, numpy's float sum)."""
+    if starts_ns.dtype.kind not in "iu" or ends_ns.dtype.kind not in "iu":
+        e = np.clip(ends_ns, t0, t1) - np.clip(starts_ns, t0, t1)
+        return float(np.sum(np.maximum(e, 0)) / (t1 - t0))
+    total = 0
+    for at in range(0, len(starts_ns), WINDOW_BLOCK):
+        s = np.clip(starts_ns[at:at + WINDOW_BLOCK], t0, t1)
+        e = np.clip(ends_ns[at:at + WINDOW_BLOCK], t0, t1)
+        np.subtract(e, s, out=e)
+        np.maximum(e, 0, out=e)
+        total += int(np.sum(e))
+    return float(np.int64(total) / (t1 - t0))
 
 
 def mm1(lam: float, mean_service_s: float) -> dict:

@@ -174,3 +174,20 @@ def test_allen_cunneen_is_pollaczek_khinchine_for_poisson_arrivals_and_grows_wit
     # the same arrivals delivered in pairs (two per wake-up of a busy server): burstier
     assert interarrival_cv2(poisson[1::2].repeat(2)) > 1.9
     assert interarrival_cv2(np.array([5])) is None
+
+
+def test_time_in_system_summed_a_block_at_a_time_is_the_whole_arrays(monkeypatch):
+    """time_average_in_system sums the clipped lengths a block at a time: the same number as clipping and summing
+    the whole arrays at once, for intervals before, across, inside and after the window, in one block and many."""
+    from tailrace.analysis.stats import queueing
+    from tailrace.analysis.stats.queueing import time_average_in_system
+
+    rng = np.random.default_rng(8)
+    starts = rng.integers(0, 10**9, 5_000)
+    ends = starts + rng.integers(0, 10**8, 5_000)
+    t0, t1 = 2 * 10**8, 8 * 10**8
+    whole = float(np.sum(np.maximum(np.clip(ends, t0, t1) - np.clip(starts, t0, t1), 0)) / (t1 - t0))
+    for block in (7, 1000, 1 << 20):
+        monkeypatch.setattr(queueing, "WINDOW_BLOCK", block)
+        assert time_average_in_system(starts, ends, t0, t1) == whole
+    assert time_average_in_system(starts / 1e9, ends / 1e9, 0.2, 0.8) == pytest.approx(whole)
