@@ -377,7 +377,7 @@ class _RunStatistics:
             # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
             Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
                 c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
-            # a long run's keeps the order alone (no ranks): half the memory, every rows' order read by a mask
+            # a long run's keeps the order alone (no ranks): half the memory (TimeOrder)
             Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref"),
                                                                            ranks=c.fits()),
                       beside="decomposition"),
