@@ -149,9 +149,11 @@ class LocalRun:
         if self.before_load is not None:
             self.before_load()
         self.local_workers = LocalWorkers(self.plan, self.layout, p.generator.cpus)
-        self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, p.generator.cpus)
-        self.processes.append(self.lifecycle.master)
-        self.processes.extend(self.local_workers.processes.values())
+        try:
+            self.lifecycle.start(self.local_workers, "127.0.0.1", free_port(), self.token, p.generator.cpus)
+        finally:  # a stop that lands while they start (SIGTERM: KeyboardInterrupt) stops what had started too
+            self.processes += [proc for proc in (self.lifecycle.master, *self.local_workers.processes.values())
+                               if proc is not None]
         self.log(f"run {self.run_id}: {len(self.workers)} worker(s) in {len(p.regions)} region(s), "
                  f"{describe_load(p)} for {p.load.duration_s:g} s (+{p.load.warmup_s:g} s warm-up) → {self.layout.root}")
 
