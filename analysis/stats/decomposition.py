@@ -14,8 +14,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import frame_of, group_positions, row_runs, take, take_column, take_rows
+from tailrace.analysis.read.frames import as_slice, frame_of, group_positions, row_runs, take, take_column, take_rows
 from tailrace.analysis.read.threads import map_in_threads
+from tailrace.analysis.stats.estimators import pairwise_sum
 from tailrace.contract.summary.tables import LatencyLegs, TtftLegs
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
@@ -53,6 +54,17 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
     return formula(*(take(column(c), rows, runs) for c in names))
 
 
+def _leg_mean(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray) -> float:
+    """The mean of one leg (ms) of the requests at positions `rows` (at least one): `_leg(...).mean()` to the bit,
+    a block at a time — numpy's pairwise order (estimators.pairwise_sum), each block's leg computed as the whole
+    one's is, value by value (a contiguous block a view) — so no array the size of the group is made, and each
+    block's stays in the cache."""
+    names, formula = LEG_COLUMNS[name]
+    values = [column(c) for c in names]
+    return pairwise_sum(len(rows), lambda a, b: float(np.add.reduce(formula(*(v[as_slice(rows[a:b])] for v in values))))
+                        ) / len(rows)
+
+
 def decomposition_table(log, also: np.ndarray | None = None, streamed: AbstractSet[str] = frozenset()
                         ) -> tuple[list[LatencyLegs], pd.DataFrame]:
     """Mean of each leg per region × endpoint (ms), and their sum vs the mean latency, of the requests that
@@ -79,15 +91,16 @@ def decomposition_table(log, also: np.ndarray | None = None, streamed: AbstractS
     out = {key: {"region": key[0], "endpoint": key[1], "count": int(len(at[key]))} for key in order}
 
     def group_leg(leg: str, columns: dict[str, np.ndarray], key) -> dict[str, float]:
-        values = _leg(leg, columns.__getitem__, at[key], runs[key])
-        out = {"latency_mean_ms" if leg == "latency" else leg + "_ms": float(values.mean())}
-        if leg == "server_queue":
-            out["p99_server_queue_ms"] = float(np.percentile(values, 99))
-        return out
+        field = "latency_mean_ms" if leg == "latency" else leg + "_ms"
+        if leg != "server_queue":
+            return {field: _leg_mean(leg, columns.__getitem__, at[key])}
+        values = _leg(leg, columns.__getitem__, at[key], runs[key])  # whole: its p99 too
+        return {field: float(values.mean()), "p99_server_queue_ms": float(np.percentile(values, 99))}
 
     # the groups of a leg in parallel (numpy's gathers and arithmetic release the GIL): each group's numbers are
-    # its own, computed as one at a time would; a long run's one at a time, so that its peak stays one group's
-    threads = (os.cpu_count() or 1) if log.fits() else 1
+    # its own, computed as one at a time would. A long run's too: a leg's mean holds a block of it at a time, and
+    # only the queue leg (for its p99) a group's whole leg, one per thread
+    threads = os.cpu_count() or 1
     for i, leg in enumerate(LEG_ORDER):
         columns = {c: log.values(c) for c in LEG_COLUMNS[leg][0]}  # read (or waited for) once, here
         slow[leg] = _leg(leg, columns.__getitem__, also)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions, take, take_rows
+from tailrace.analysis.stats.estimators import pairwise_sum
 from tailrace.contract.summary.tables import QueueingRow, QueueModels
 
 MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
@@ -59,15 +60,34 @@ def gg1_mean_wait(lam: float, mean_service_s: float, arrival_cv2: float, service
     return math.inf if rho >= 1 else (arrival_cv2 + service_cv2) / 2 * rho / (1 - rho) * mean_service_s
 
 
-def interarrival_cv2(arrivals_ns: np.ndarray) -> float | None:
-    """Squared coefficient of variation of the gaps between arrival instants (1 for a Poisson process)."""
-    ordered = np.sort(np.asarray(arrivals_ns, dtype=np.int64), kind="stable")  # nearly in order: timsort
-    gaps = np.diff(ordered)
-    del ordered
-    gaps = gaps.astype(float)
-    if len(gaps) < 2 or gaps.mean() == 0:
+def interarrival_cv2(arrivals_ns: np.ndarray, overwrite_input: bool = False) -> float | None:
+    """Squared coefficient of variation of the gaps between arrival instants (1 for a Poisson process): the
+    gaps' float var() / mean()², to the bit, a block of gaps at a time (numpy's pairwise order: estimators'
+    pairwise_sum) — a day's endpoint has tens of millions of them; no array of them is made. `overwrite_input`:
+    `arrivals_ns` (int64) may be sorted in place, as np.percentile's — no copy of them either."""
+    ordered = np.asarray(arrivals_ns, dtype=np.int64)
+    if overwrite_input:
+        ordered.sort(kind="stable")  # nearly in order: timsort
+    else:
+        ordered = np.sort(ordered, kind="stable")
+    n = len(ordered) - 1
+    if n < 2:
         return None
-    return float(gaps.var() / gaps.mean() ** 2)
+
+    def gaps(a: int, b: int) -> np.ndarray:
+        return np.diff(ordered[a:b + 1]).astype(np.float64)  # as np.diff(ordered)[a:b].astype(float)
+
+    mean = pairwise_sum(n, lambda a, b: float(np.add.reduce(gaps(a, b)))) / n
+    if mean == 0:
+        return None
+
+    def squares(a: int, b: int) -> float:
+        x = gaps(a, b)
+        x -= mean
+        np.multiply(x, x, out=x)
+        return float(np.add.reduce(x))
+
+    return float(pairwise_sum(n, squares) / n / mean ** 2)
 
 
 SERVER_COLUMNS = ("server_receive_ns", "server_send_ns", "server_compute_ns", "server_queue_ns")
@@ -84,7 +104,35 @@ def _model_arrivals(receive_all: np.ndarray, served_rows: np.ndarray, of_model: 
     model_receive = take(receive_all, served_rows[np.flatnonzero(of_model)])
     model_arrivals = model_receive[(model_receive >= w0) & (model_receive < w1)]
     del model_receive
-    return len(model_arrivals) / group["T"], interarrival_cv2(model_arrivals)
+    return len(model_arrivals) / group["T"], interarrival_cv2(model_arrivals, overwrite_input=True)
+
+
+def _stamps_tell(receive: np.ndarray, send: np.ndarray) -> dict[str, Any] | None:
+    """What one endpoint's receive and send stamps (its served requests', fresh arrays this takes over) tell, in the
+    central part of its time (None where under 20 requests arrive in it): λ, L, throughput, W, the residence's p99
+    and c_a² — each big temporary made once and freed after its last use (a day's endpoint: tens of millions)."""
+    t0, t1 = int(receive.min()), int(send.max())
+    span = t1 - t0
+    w0, w1 = t0 + span // 10, t1 - span // 10
+    inside = (receive >= w0) & (receive < w1)
+    if inside.sum() < 20 or w1 <= w0:
+        return None
+    T = (w1 - w0) / 1e9
+    g: dict[str, Any] = {"inside": inside, "T": T, "lam": int(inside.sum()) / T, "window": (w0, w1),
+                         "L": time_average_in_system(receive, send, w0, w1),
+                         "throughput": float(((send >= w0) & (send < w1)).sum() / T)}
+    arrivals = receive[inside]
+    del receive
+    residence_ns = send[inside]
+    del send
+    np.subtract(residence_ns, arrivals, out=residence_ns)
+    residence = residence_ns / 1e9
+    del residence_ns
+    g["W"] = float(residence.mean())
+    g["p99_residence_s"] = float(np.percentile(residence, 99, overwrite_input=True))  # (read no more)
+    del residence
+    g["arrival_cv2"] = interarrival_cv2(arrivals, overwrite_input=True)
+    return g
 
 
 def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: set[str],
@@ -119,25 +167,13 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     receive_all, send_all = column("server_receive_ns"), column("server_send_ns")
     for endpoint, model in keys:  # what the receive and send stamps tell
         idx = groups[(endpoint, model)]
-        receive, send = take(receive_all, idx), take(send_all, idx)
-        t0, t1 = int(receive.min()), int(send.max())
-        span = t1 - t0
-        w0, w1 = t0 + span // 10, t1 - span // 10
-        inside = (receive >= w0) & (receive < w1)
-        if inside.sum() < 20 or w1 <= w0:
+        g = _stamps_tell(take(receive_all, idx), take(send_all, idx))
+        if g is None:
             continue
-        T = (w1 - w0) / 1e9
-        lam = int(inside.sum()) / T
-        residence = np.subtract(send[inside], receive[inside]) / 1e9
-        g: dict[str, Any] = {"inside": inside, "T": T, "lam": lam, "W": float(residence.mean()),
-             "L": time_average_in_system(receive, send, w0, w1),
-             "throughput": float(((send >= w0) & (send < w1)).sum() / T),
-             "p99_residence_s": float(np.percentile(residence, 99)), "arrival_cv2": interarrival_cv2(receive[inside])}
-        del residence, send
         batch = (requests_per_execution or {}).get(endpoint) or 1.0
         if model in synthetic_models and batch == 1.0:  # the model's arrivals: every endpoint that shares it
             g["lam_model"], g["model_arrival_cv2"] = _model_arrivals(
-                receive_all, served_rows, (d["model"] == model).to_numpy(), g, len(idx), (w0, w1))
+                receive_all, served_rows, (d["model"] == model).to_numpy(), g, len(idx), g.pop("window"))
         found[(endpoint, model)] = g
     del receive_all, send_all, d
     done("server_receive_ns")
@@ -154,7 +190,8 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
     queue_all = column("server_queue_ns")
     for key, g in found.items():
         queue = take(queue_all, groups[key])[g.pop("inside")]
-        g["wq"], g["p99_queue_ms"] = float(queue.mean() / 1e9), float(np.percentile(queue, 99) / 1e6)
+        g["wq"] = float(queue.mean() / 1e9)
+        g["p99_queue_ms"] = float(np.percentile(queue, 99, overwrite_input=True) / 1e6)  # (read no more)
     del queue_all
     done("server_queue_ns")
     return [_queueing_row(endpoint, model, found[(endpoint, model)], slots, requests_per_execution)

@@ -191,3 +191,24 @@ def test_time_in_system_summed_a_block_at_a_time_is_the_whole_arrays(monkeypatch
         monkeypatch.setattr(queueing, "WINDOW_BLOCK", block)
         assert time_average_in_system(starts, ends, t0, t1) == whole
     assert time_average_in_system(starts / 1e9, ends / 1e9, 0.2, 0.8) == pytest.approx(whole)
+
+
+def test_interarrival_cv2_a_block_of_gaps_at_a_time_is_numpys_var_over_mean_squared():
+    """interarrival_cv2 sums the gaps a block at a time in numpy's pairwise order: to the bit what np.diff of the
+    sorted instants, as floats, gives by var() / mean()² — arrivals out of order, tied, around the block's length
+    and far beyond it; and None where fewer than two gaps, or only zero ones, exist."""
+    from tailrace.analysis.stats.estimators import SUM_BLOCK
+    from tailrace.analysis.stats.queueing import interarrival_cv2
+
+    def whole(arrivals: np.ndarray) -> float | None:
+        gaps = np.diff(np.sort(arrivals)).astype(float)
+        return None if len(gaps) < 2 or gaps.mean() == 0 else float(gaps.var() / gaps.mean() ** 2)
+
+    rng = np.random.default_rng(11)
+    for n in (3, 129, SUM_BLOCK - 1, SUM_BLOCK + 2, 3 * SUM_BLOCK + 5, 1_000_003):
+        arrivals = 1_700_000_000 * 10**9 + np.cumsum(rng.exponential(4e5, n)).astype(np.int64)
+        arrivals[: n // 3] = rng.permutation(arrivals[: n // 3])  # a worker's rows interleaved with another's
+        arrivals[n // 2: n // 2 + 50] = arrivals[n // 2]  # ties: zero gaps
+        assert interarrival_cv2(arrivals) == whole(arrivals)
+    assert interarrival_cv2(np.array([5, 9])) is None
+    assert interarrival_cv2(np.full(10, 5)) is None
