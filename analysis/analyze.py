@@ -394,7 +394,7 @@ class _RunStatistics:
             Statistic("cdfs", (), cdfs, uses=("latency_table",)),
             Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
             Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
-                c.frame(MEASURED_COLUMNS), r["groups"], r.get("order")), uses=("groups", "order")),
+                c.frame(MEASURED_COLUMNS), r["groups"], r.get("order"), run.threads), uses=("groups", "order")),
             Statistic("verdicts", MEASURED_COLUMNS, verdicts, uses=("latency_table", "time_groups")),
             Statistic("validity", (), lambda c, r: validity_rows(r["time_groups"], r["latency_table"][1], run.threads,
                                                                 phase_names(p)),

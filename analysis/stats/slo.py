@@ -80,8 +80,7 @@ def evaluate_slos(df: pd.DataFrame, slos: list[dict], endpoints: Sequence[str] =
     FAIL above its bound, else PASS; a group with no measured requests has no implicit verdict.
     """
     groups = groups_of(df) if groups is None else groups
-    # each verdict its own: the same numbers in any order
-    map_in_threads(lambda g: g.per_phase(), groups.values(), threads)  # each group's trends, computed once
+    # each verdict its own: the same numbers in any order (each group's trends found once, as groups_of built it)
     tasks = [(i, slo, e, r, g) for i, slo in enumerate(slos) for e, r, g in _matching(groups, slo, list(endpoints),
                                                                                        list(regions), streamed)]
     return [v for v in map_in_threads(lambda t: _verdict(*t, ok_sorted), tasks, threads) if v is not None]

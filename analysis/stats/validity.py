@@ -139,8 +139,16 @@ class Group:
     def __init__(self, time_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, phase: np.ndarray,
                  in_order: bool = False) -> None:
         order = slice(None) if in_order else time_order(time_ns)  # `in_order`: the arrays come time-ordered
-        self.time_ns, self.latency_ns, self.ok, self.phase = (a[order] for a in (time_ns, latency_ns, ok, phase))
+        self.latency_ns, self.ok, self.phase = (a[order] for a in (latency_ns, ok, phase))
+        self.time_ns: np.ndarray | None = time_ns[order]  # until settle(), or while a phase trends
         self._per_phase: dict[int, Stationarity] | None = None
+
+    def settle(self) -> Group:
+        """Find each phase's stationarity now, and let go of the times unless a phase trends (only phase_series
+        reads them then): a day's groups hold 8 bytes a row less through the verdicts and the validity table."""
+        if not any(st.stationary is False for st in self.per_phase().values()):
+            self.time_ns = None
+        return self
 
     @property
     def n(self) -> int:
@@ -153,7 +161,7 @@ class Group:
             self._per_phase = {}
             for phase in np.unique(self.phase[self.phase > 0]):
                 rows = (self.phase == phase) & self.ok
-                self._per_phase[int(phase)] = stationarity(self.time_ns[rows] / 1e9, self.latency_ns[rows] / 1e6)
+                self._per_phase[int(phase)] = stationarity(self._times()[rows] / 1e9, self.latency_ns[rows] / 1e6)
         return dict(self._per_phase)
 
     def stationarity(self) -> tuple[int | None, Stationarity]:
@@ -177,28 +185,37 @@ class Group:
         out = []
         for phase, st in trending.items():
             rows = self.phase == phase
-            out.append(PhaseSeries(phase, self.time_ns[rows] / 1e9, in_time_ms[rows], st))
+            out.append(PhaseSeries(phase, self._times()[rows] / 1e9, in_time_ms[rows], st))
         return out
 
+    def _times(self) -> np.ndarray:
+        if self.time_ns is None:
+            raise RuntimeError("a settled group's times, read where no phase trends")
+        return self.time_ns
 
-def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: TimeOrder | None = None
-              ) -> dict[tuple[str, str], Group]:
-    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed).
-    `positions`: analysis/read/frames.py endpoint_region_positions(measured), when the caller has it; `order`: the
-    time order of `measured`'s rows (TimeOrder of its t_intended_ref), when the caller found it."""
+
+def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: TimeOrder | None = None,
+              threads: int = 1) -> dict[tuple[str, str], Group]:
+    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed), each
+    settled (Group.settle). `positions`: analysis/read/frames.py endpoint_region_positions(measured), when the caller
+    has it; `order`: the time order of `measured`'s rows (TimeOrder of its t_intended_ref), when the caller found it;
+    `threads`: how many groups are built at once (each holds its rows' temporaries)."""
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
     arrays = {c: measured[c].to_numpy() for c in (time_column, "latency_ns", "phase")}
     ok = (measured["status"] == "ok").to_numpy()
     cancelled = (measured["status"] == CANCELLED).to_numpy()
+    any_cancelled = bool(cancelled.any())
     ordered = order is not None and time_column == "t_intended_ref"  # the order is of t_intended_ref
-    groups = {}
-    for (e, r), idx in (endpoint_region_positions(measured) if positions is None else positions).items():
+
+    def group(idx: np.ndarray) -> Group:
         at = order.of(idx, arrays[time_column]) if ordered and order is not None else idx
-        if cancelled.any():  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
+        if any_cancelled:  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
             at = at[~cancelled[at]]
-        groups[(str(e), str(r))] = Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
-                                         in_order=ordered)
-    return groups
+        return Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
+                     in_order=ordered).settle()
+
+    found = endpoint_region_positions(measured) if positions is None else positions
+    return {(str(e), str(r)): g for (e, r), g in zip(found, map_in_threads(group, found.values(), threads))}
 
 
 def validity_rows(groups: dict[tuple[str, str], Group], ok_sorted: dict[tuple[str, str], np.ndarray] | None = None,

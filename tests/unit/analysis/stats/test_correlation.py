@@ -516,3 +516,31 @@ def test_pairwise_sum_of_floats_is_numpys_to_the_bit():
         for block in (SUM_BLOCK, 1000):
             total = pairwise_sum(len(x), lambda a, b: float(x[a:b].sum()), block)
             assert total == float(x.sum()) and total / len(x) == float(x.mean()), (n, block)
+
+
+def test_a_settled_group_keeps_its_times_only_where_a_phase_trends():
+    """groups_of settles each group: its phases' stationarity found once, its times let go where every phase held
+    one level, kept where one trends — whose series (judged by the SLO verdicts) is the one an unsettled group
+    gives; built in two threads, the same groups."""
+    from tailrace.analysis.read.frames import frame_of
+    from tailrace.analysis.stats.validity import Group, groups_of
+
+    rng = np.random.default_rng(12)
+    n = 24_000
+    endpoint = np.where(np.arange(n) % 2 == 0, "steady", "drifting")
+    latency = rng.exponential(5e6, n) + np.where(endpoint == "drifting", np.linspace(1e6, 4e7, n), 1e6)
+    df = frame_of({"endpoint": pd.Categorical(endpoint), "region": pd.Categorical(np.full(n, "r")),
+                   "status": pd.Categorical(np.full(n, "ok")), "latency_ns": latency.astype(np.int64),
+                   "t_intended_ref": np.arange(n, dtype=np.int64) * 10**6,
+                   "phase": np.ones(n, dtype=np.int32)}, pd.RangeIndex(n))
+    groups = groups_of(df)
+    assert groups[("steady", "r")].time_ns is None and groups[("drifting", "r")].time_ns is not None
+    drifting = df[df["endpoint"] == "drifting"]
+    unsettled = Group(drifting["t_intended_ref"].to_numpy(), drifting["latency_ns"].to_numpy(),
+                      np.ones(len(drifting), dtype=bool), drifting["phase"].to_numpy())
+    [series], [again] = groups[("drifting", "r")].phase_series(), unsettled.phase_series()
+    assert np.array_equal(series.times, again.times) and np.array_equal(series.values_ms, again.values_ms)
+    assert series.stationarity == again.stationarity
+    assert groups[("steady", "r")].phase_series() == []
+    for key, g in groups_of(df, threads=2).items():
+        assert g.per_phase() == groups[key].per_phase() and np.array_equal(g.latency_ns, groups[key].latency_ns)
