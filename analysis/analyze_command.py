@@ -240,6 +240,10 @@ def analyze_and_report(run_dir: Path, out: Path | None, quiet: bool = False, exi
     process of their own while the statistics compute (analysis/report/figures.py; `figures`: one already started).
     `export`: a profile's `[otel.export]`, sent once the report is written from the rows the analysis read and
     corrected (the run is read once), its lines said as `command`."""
+    if exits:  # before any thread starts (the figure process' pipe, Arrow's): analysis/read/process_memory.py
+        from tailrace.analysis.read import process_memory
+
+        process_memory.settle()
     # first, before this process imports the statistics: it imports matplotlib meanwhile (this module imports
     # nothing heavy at its top, so that `tailrace analyze` gets here at once)
     figures = figures or start_figures()
@@ -253,7 +257,6 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
                         span_files: tuple[Path, ...] = (), export=None, command: str = "tailrace analyze") -> int:
     from tailrace.analysis.analyze import analyze_run
     from tailrace.analysis.otel.server_spans import SpanFileError
-    from tailrace.analysis.read import process_memory
     from tailrace.analysis.read.progress import Progress
     from tailrace.analysis.read.rundir import (
         ANALYSIS_COLUMNS,
@@ -265,8 +268,6 @@ def _analyze_and_report(run_dir: Path, out: Path | None, quiet: bool, exits: boo
 
     try:
         rows = request_rows([Path(run_dir)])
-        if exits:
-            process_memory.settle()
         check_fits([Path(run_dir)], analyze_bytes_per_row(rows), "analyse", rows)
         retain: tuple[str, ...] = ()
         if export is not None:  # and what the spans carry: the run is read and corrected once for both

@@ -136,6 +136,9 @@ def _serve(ready_fd: int) -> int:
     """The child: import, say READY on `ready_fd`, then answer one request (none: exit 0)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C during the run is the parent's to handle
     signal.signal(signal.SIGTERM, _terminated)
+    from tailrace.analysis.read import process_memory
+
+    process_memory.settle()  # this child analyses, then exits; first, before any thread starts (process_memory.py)
     from tailrace.analysis.report.figures import start_figures
 
     figures = start_figures()  # it imports matplotlib meanwhile, on the other core

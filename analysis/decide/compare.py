@@ -299,11 +299,11 @@ def compare_command(run_a: Path, run_b: Path, out: Path | None, paired: bool | N
 
     from tailrace.contract.terminal import console
 
+    if exits:  # first, before a thread starts (Arrow's, reading the footers): analysis/read/process_memory.py
+        process_memory.settle()
     try:
         gates = [parse_gate(g) for g in fail_if_slower]
         request_count = request_rows([run_a, run_b])
-        if exits:
-            process_memory.settle()
         check_fits([run_a, run_b], COMPARE_BYTES_PER_ROW, "compare", request_count)
         skipped: list = []
         invalid: list[str] = []

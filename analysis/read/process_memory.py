@@ -28,8 +28,12 @@ TRIM_THRESHOLD = 2**31 - 1  # free memory at the heap's top kept up to 2 GiB (ma
 def reuse_freed_memory() -> dict[str, object]:
     """Serve large blocks from the heap, keep freed memory, one heap for every thread, no transparent huge pages;
     returns the effective settings (empty where they do not apply: not Linux, or not glibc). Threads
-    otherwise get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back:
-    the statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again."""
+    otherwise get heaps of their own (glibc's arenas), of at most 64 MB each, and theirs hand freed memory back —
+    a block over 64 MB a thread asks for is even mapped afresh and unmapped when freed, whatever the heap's
+    settings: the statistics computed in threads (analysis/analyze.py) had the kernel zeroing pages again.
+    Call it before any other thread of the process allocates (settle): glibc fixes its limit on heaps once, at a
+    thread's first allocation — set after a library's thread had started, the one-heap setting did nothing
+    (docs/DECISIONS.md "Memory from the kernel")."""
     if not sys.platform.startswith("linux"):
         return {}
     try:
@@ -48,5 +52,6 @@ def reuse_freed_memory() -> dict[str, object]:
 
 def settle() -> dict[str, object]:
     """The settings for a process that is about to analyse and then exit: reuse_freed_memory. The one place the
-    policy is chosen (analysis/analyze_command.py, analysis/decide/compare.py)."""
+    policy is chosen (analysis/analyze_command.py, analysis/decide/compare.py, analysis/warm_report.py), called
+    first, before the process starts a thread or reads a chunk (Arrow's threads allocate too)."""
     return reuse_freed_memory()

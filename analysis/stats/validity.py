@@ -140,10 +140,10 @@ class Group:
                  in_order: bool = False) -> None:
         order = slice(None) if in_order else time_order(time_ns)  # `in_order`: the arrays come time-ordered
         self.latency_ns, self.ok, self.phase = (a[order] for a in (latency_ns, ok, phase))
-        self.time_ns: np.ndarray | None = time_ns[order]  # until settle(), or while a phase trends
+        self.time_ns: np.ndarray | None = time_ns[order]  # until find_trends(), or while a phase trends
         self._per_phase: dict[int, Stationarity] | None = None
 
-    def settle(self) -> Group:
+    def find_trends(self) -> Group:
         """Find each phase's stationarity now, and let go of the times unless a phase trends (only phase_series
         reads them then): a day's groups hold 8 bytes a row less through the verdicts and the validity table."""
         if not any(st.stationary is False for st in self.per_phase().values()):
@@ -190,14 +190,14 @@ class Group:
 
     def _times(self) -> np.ndarray:
         if self.time_ns is None:
-            raise RuntimeError("a settled group's times, read where no phase trends")
+            raise RuntimeError("a group's times, let go of by find_trends: no phase trends")
         return self.time_ns
 
 
 def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: TimeOrder | None = None,
               threads: int = 1) -> dict[tuple[str, str], Group]:
-    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed), each
-    settled (Group.settle). `positions`: analysis/read/frames.py endpoint_region_positions(measured), when the caller
+    """The measured rows of each endpoint × region, time-ordered (reference time when it was computed), each with
+    its trends found (Group.find_trends). `positions`: analysis/read/frames.py endpoint_region_positions(measured), when the caller
     has it; `order`: the time order of `measured`'s rows (TimeOrder of its t_intended_ref), when the caller found it;
     `threads`: how many groups are built at once (each holds its rows' temporaries)."""
     time_column = "t_intended_ref" if "t_intended_ref" in measured else "t_intended"
@@ -212,7 +212,7 @@ def groups_of(measured: pd.DataFrame, positions: dict | None = None, order: Time
         if any_cancelled:  # abandoned by their client: neither met nor missed a goal (docs/METHODS.md)
             at = at[~cancelled[at]]
         return Group(arrays[time_column][at], arrays["latency_ns"][at], ok[at], arrays["phase"][at],
-                     in_order=ordered).settle()
+                     in_order=ordered).find_trends()
 
     found = endpoint_region_positions(measured) if positions is None else positions
     return {(str(e), str(r)): g for (e, r), g in zip(found, map_in_threads(group, found.values(), threads))}

@@ -176,21 +176,45 @@ def test_an_analysing_process_keeps_freed_memory_and_small_pages():
     import sys
 
     code = ("import ctypes, json, threading; from tailrace.analysis.read.process_memory import reuse_freed_memory\n"
-            "s = reuse_freed_memory() if SETTLE else {}\n"
             "libc = ctypes.CDLL(None); libc.malloc.restype = libc.sbrk.restype = ctypes.c_void_p\n"
-            "block = []; t = threading.Thread(target=lambda: block.append(libc.malloc(1 << 20))); t.start(); t.join()\n"
-            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), block[0] < libc.sbrk(0)]))")
+            "def in_thread():\n"
+            "    block = []; t = threading.Thread(target=lambda: block.append(libc.malloc(1 << 20))); t.start()\n"
+            "    t.join(); return block[0]\n"
+            "before = in_thread() if SETTLE == 'late' else None\n"
+            "s = reuse_freed_memory() if SETTLE else {}\n"
+            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), in_thread() < libc.sbrk(0)]))")
 
-    def run(settle: bool):
-        return json.loads(subprocess.run([sys.executable, "-c", f"SETTLE = {settle}\n" + code], capture_output=True,
+    def run(settle: str):
+        return json.loads(subprocess.run([sys.executable, "-c", f"SETTLE = {settle!r}\n" + code], capture_output=True,
                                          text=True, check=True, timeout=60).stdout)
 
-    settings, thp_disabled, thread_block_in_main_heap = run(True)
+    settings, thp_disabled, thread_block_in_main_heap = run("first")
     assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "malloc_arena_max": 1,
                         "transparent_huge_pages": "off"}
     assert thp_disabled == 1
     assert thread_block_in_main_heap  # a thread's block comes from the one heap (below its break)
-    assert run(False)[2] is False  # by default a thread's comes from an arena of its own
+    assert run("")[2] is False  # by default a thread's comes from an arena of its own
+    # glibc fixes its limit on heaps at a thread's first allocation: settled after one, a thread's block is still
+    # its own arena's — why the analysing processes settle before anything else starts a thread
+    assert run("late")[2] is False
+
+
+def test_an_analysing_process_settles_its_memory_before_it_starts_anything(tmp_path, monkeypatch):
+    """analyze_and_report (tailrace analyze, a run's report) applies the memory settings first — before the figure
+    process (a pipe and its thread) and before any chunk is read (Arrow's threads) — where the process exits after;
+    not at all where it goes on (the Python API)."""
+    from tailrace.analysis import analyze_command
+    from tailrace.analysis.read import process_memory
+    from tailrace.analysis.report import figures
+
+    happened: list[str] = []
+    monkeypatch.setattr(process_memory, "settle", lambda: happened.append("settle") or {})
+    monkeypatch.setattr(analyze_command, "start_figures", lambda: happened.append("figures") or figures.InlineFigures())
+    monkeypatch.setattr(analyze_command, "_analyze_and_report", lambda *a, **k: happened.append("analyse") or 0)
+    for exits in (True, False):
+        happened.clear()
+        assert analyze_command.analyze_and_report(tmp_path, None, quiet=True, exits=exits) == 0
+        assert happened == (["settle", "figures", "analyse"] if exits else ["figures", "analyse"])
 
 
 def _synthetic(tmp_path, rows: int = 30_000):

@@ -518,10 +518,10 @@ def test_pairwise_sum_of_floats_is_numpys_to_the_bit():
             assert total == float(x.sum()) and total / len(x) == float(x.mean()), (n, block)
 
 
-def test_a_settled_group_keeps_its_times_only_where_a_phase_trends():
-    """groups_of settles each group: its phases' stationarity found once, its times let go where every phase held
-    one level, kept where one trends — whose series (judged by the SLO verdicts) is the one an unsettled group
-    gives; built in two threads, the same groups."""
+def test_a_group_keeps_its_times_only_where_a_phase_trends():
+    """groups_of finds each group's trends as it builds it: its phases' stationarity found once, its times let go
+    where every phase held one level, kept where one trends — whose series (judged by the SLO verdicts) is the one
+    a group built alone gives; built in two threads, the same groups."""
     from tailrace.analysis.read.frames import frame_of
     from tailrace.analysis.stats.validity import Group, groups_of
 
@@ -536,9 +536,9 @@ def test_a_settled_group_keeps_its_times_only_where_a_phase_trends():
     groups = groups_of(df)
     assert groups[("steady", "r")].time_ns is None and groups[("drifting", "r")].time_ns is not None
     drifting = df[df["endpoint"] == "drifting"]
-    unsettled = Group(drifting["t_intended_ref"].to_numpy(), drifting["latency_ns"].to_numpy(),
+    alone = Group(drifting["t_intended_ref"].to_numpy(), drifting["latency_ns"].to_numpy(),
                       np.ones(len(drifting), dtype=bool), drifting["phase"].to_numpy())
-    [series], [again] = groups[("drifting", "r")].phase_series(), unsettled.phase_series()
+    [series], [again] = groups[("drifting", "r")].phase_series(), alone.phase_series()
     assert np.array_equal(series.times, again.times) and np.array_equal(series.values_ms, again.values_ms)
     assert series.stationarity == again.stationarity
     assert groups[("steady", "r")].phase_series() == []
