@@ -58,9 +58,11 @@ def _child(run_dir: Path, out: Path) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tailrace/cli.py sets it
     t0 = time.perf_counter()
     import tailrace.analysis.analyze_command as report_cli
+    from tailrace.analysis.read import process_memory
     from tailrace.analysis.report.figures import start_figures
 
-    figures = start_figures()  # first, as analyze_and_report starts it for tailrace analyze
+    process_memory.settle()  # first, before any thread starts, as analyze_and_report does for tailrace analyze
+    figures = start_figures()  # then the figure process, as analyze_and_report starts it
     import tailrace.analysis.analyze as analyze
     marks = []
 
