@@ -7,6 +7,7 @@ reference time as t_ref = t_local + offset(t_local). Durations need no correctio
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from tailrace.analysis.read.frames import frame_of
+from tailrace.analysis.read.threads import map_in_threads
 from tailrace.contract.summary.tables import ClockRow
 
 CLOCK_BLOCK = 1 << 22  # values a clock correction computes at a time (32 MB of floats; see to_reference)
@@ -108,14 +110,19 @@ def worker_runs(workers: pd.Categorical) -> list[tuple[str, slice]]:
 def to_reference(local: np.ndarray, offsets: np.ndarray, runs: list[tuple[str, slice]],
                  models: dict[str, OffsetModel]) -> np.ndarray:
     """Local epoch-ns times (one per request) on the reference clock: a worker's rows by its fitted model, or,
-    when it has none, by the offset stamped on each row (`offsets`). `runs`: worker_runs of the log."""
+    when it has none, by the offset stamped on each row (`offsets`). `runs`: worker_runs of the log, each written in
+    place (a slice of the result) — several at once, one a core: a day's run derives such a column several times."""
     ref = np.zeros(len(local), dtype=np.int64)
-    for worker, rows in runs:
+
+    def one(run: tuple[str, slice]) -> None:
+        worker, rows = run
         model = models.get(worker)
         if model is not None and model.samples_used:
-            model.to_reference(local[rows], out=ref[rows])  # a run is a slice: written in place
+            model.to_reference(local[rows], out=ref[rows])
         else:
             ref[rows] = local[rows] + offsets[rows]
+
+    map_in_threads(one, runs, os.cpu_count() or 1)
     return ref
 
 

@@ -145,6 +145,15 @@ def test_clock_models_map_times_as_their_formula_in_place(monkeypatch):
     assert np.array_equal(ref[:70_000], t[:70_000] + np.round(models["w1"].offset_at(t[:70_000])).astype(np.int64))
     assert np.array_equal(ref[70_000:120_000], models["w2"].to_reference(t[70_000:120_000]))
     assert np.array_equal(ref[120_000:], t[120_000:] + offsets[120_000:])  # w3 has no model: its stamped offsets
+    # runs computed side by side: a worker's rows in several runs, and rows of no worker (left 0), each its own
+    names = np.repeat(["w1", "w2", "w1", "w3", "w2"], [30_000, 20_000, 40_000, 25_000, len(t) - 115_000]).astype(object)
+    names[100_000:100_010] = None
+    runs = worker_runs(pd.Categorical(names))
+    ref = to_reference(t, offsets, runs, models)
+    for worker, rows in runs:
+        want = models[worker].to_reference(t[rows]) if worker in models else t[rows] + offsets[rows]
+        assert np.array_equal(ref[rows], want), (worker, rows)
+    assert not ref[100_000:100_010].any() and len(runs) == 6
 
 
 def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
