@@ -125,7 +125,10 @@ def _stamps_tell(receive: np.ndarray, send: np.ndarray) -> dict[str, Any] | None
     del receive
     residence_ns = send[inside]
     del send
-    np.subtract(residence_ns, arrivals, out=residence_ns)
+    if residence_ns.dtype == arrivals.dtype:
+        np.subtract(residence_ns, arrivals, out=residence_ns)
+    else:  # a column with a missing stamp somewhere is float: the difference is too
+        residence_ns = np.subtract(residence_ns, arrivals)
     residence = residence_ns / 1e9
     del residence_ns
     g["W"] = float(residence.mean())

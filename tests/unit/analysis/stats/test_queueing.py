@@ -212,3 +212,19 @@ def test_interarrival_cv2_a_block_of_gaps_at_a_time_is_numpys_var_over_mean_squa
         assert interarrival_cv2(arrivals) == whole(arrivals)
     assert interarrival_cv2(np.array([5, 9])) is None
     assert interarrival_cv2(np.full(10, 5)) is None
+
+
+def test_a_float_stamp_column_beside_an_integer_one_gives_the_same_row():
+    """A stamp column with a missing value somewhere is read as floats (NaN): beside an integer one its residence is
+    the float difference, as where both are integers — the row is the one the integers give (stamps of a few
+    seconds' span, exact as floats up to the nanosecond's fraction the 1e18 epoch rounds away)."""
+    from tailrace.analysis.stats.queueing import queueing_table
+
+    df = _server_side(400, 20, 2.0)
+    df["server_receive_ns"] -= 10**18  # times whose floats are exact
+    df["server_send_ns"] -= 10**18
+    ints = queueing_table(df, {}, set())[0]
+    for column in ("server_send_ns", "server_receive_ns"):
+        mixed = df.copy()
+        mixed[column] = mixed[column].astype(np.float64)
+        assert queueing_table(mixed, {}, set())[0] == ints, column
