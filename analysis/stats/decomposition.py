@@ -16,7 +16,7 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import as_slice, frame_of, group_positions, row_runs, take, take_column, take_rows
 from tailrace.analysis.read.threads import map_in_threads
-from tailrace.analysis.stats.estimators import pairwise_sum
+from tailrace.analysis.stats.estimators import pairwise_mean
 from tailrace.contract.summary.tables import LatencyLegs, TtftLegs
 
 LEGS = ("send_lag", "network_up", "server_queue", "server_compute", "server_other", "network_down")
@@ -56,13 +56,12 @@ def _leg(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray,
 
 def _leg_mean(name: str, column: Callable[[str], np.ndarray], rows: np.ndarray) -> float:
     """The mean of one leg (ms) of the requests at positions `rows` (at least one): `_leg(...).mean()` to the bit,
-    a block at a time — numpy's pairwise order (estimators.pairwise_sum), each block's leg computed as the whole
+    a block at a time (estimators.pairwise_mean), each block's leg computed as the whole
     one's is, value by value (a contiguous block a view) — so no array the size of the group is made, and each
     block's stays in the cache."""
     names, formula = LEG_COLUMNS[name]
     values = [column(c) for c in names]
-    return pairwise_sum(len(rows), lambda a, b: float(np.add.reduce(formula(*(v[as_slice(rows[a:b])] for v in values))))
-                        ) / len(rows)
+    return pairwise_mean(len(rows), lambda a, b: formula(*(v[as_slice(rows[a:b])] for v in values)))
 
 
 def decomposition_table(log, also: np.ndarray | None = None, streamed: AbstractSet[str] = frozenset()

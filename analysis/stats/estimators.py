@@ -157,6 +157,13 @@ def pairwise_sum(n: int, leaf: Callable[[int, int], float], block: int = SUM_BLO
     return leaf(start, start + n)
 
 
+def pairwise_mean(n: int, values: Callable[[int, int], np.ndarray], block: int = SUM_BLOCK) -> float:
+    """numpy's mean of n float64 values (at least one) that `values(a, b)` computes a stretch [a, b) at a time —
+    pairwise_sum of each stretch's numpy sum, over n: the same bits as `.mean()` of the whole array, which is never
+    made (a day's endpoint has tens of millions of values; a block stays in the cache)."""
+    return pairwise_sum(n, lambda a, b: float(np.add.reduce(values(a, b))), block) / n
+
+
 class SortedUnion:
     """The sorted union of sorted arrays (`parts`, no NaN), read by rank without merging them: `len`, `x[i]`
     and short slices `x[i:j]` — what sorted_percentile and sorted_percentile_ci read of a sorted array (a few

@@ -12,7 +12,7 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import endpoint_region_positions, group_positions, ms_at
 from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
-from tailrace.analysis.stats.estimators import SortedUnion, pairwise_sum, tail_needed, tail_quantile
+from tailrace.analysis.stats.estimators import SortedUnion, pairwise_mean, tail_needed, tail_quantile
 from tailrace.contract.profile import Profile
 from tailrace.contract.rates import load_segments
 from tailrace.contract.records import CANCELLED
@@ -103,7 +103,7 @@ class _Rows:
         temporary the size of the rows (None: no rows)."""
         if len(rows) == 0:
             return None
-        return pairwise_sum(len(rows), lambda a, b: float(self.latency_ms(rows[a:b]).sum())) / len(rows)
+        return pairwise_mean(len(rows), lambda a, b: self.latency_ms(rows[a:b]))
 
     def accuracy_of(self, rows: np.ndarray) -> float | None:
         """accuracy_of the successful requests at positions `rows`, on arrays."""

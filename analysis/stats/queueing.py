@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions, take, take_rows
-from tailrace.analysis.stats.estimators import pairwise_sum
+from tailrace.analysis.stats.estimators import pairwise_mean, pairwise_sum
 from tailrace.contract.summary.tables import QueueingRow, QueueModels
 
 MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
@@ -77,7 +77,7 @@ def interarrival_cv2(arrivals_ns: np.ndarray, overwrite_input: bool = False) -> 
     def gaps(a: int, b: int) -> np.ndarray:
         return np.diff(ordered[a:b + 1]).astype(np.float64)  # as np.diff(ordered)[a:b].astype(float)
 
-    mean = pairwise_sum(n, lambda a, b: float(np.add.reduce(gaps(a, b)))) / n
+    mean = pairwise_mean(n, gaps)
     if mean == 0:
         return None
 
@@ -173,10 +173,11 @@ def queueing_table(df: pd.DataFrame, slots: dict[str, int], synthetic_models: se
         g = _stamps_tell(take(receive_all, idx), take(send_all, idx))
         if g is None:
             continue
+        window = g.pop("window")
         batch = (requests_per_execution or {}).get(endpoint) or 1.0
         if model in synthetic_models and batch == 1.0:  # the model's arrivals: every endpoint that shares it
             g["lam_model"], g["model_arrival_cv2"] = _model_arrivals(
-                receive_all, served_rows, (d["model"] == model).to_numpy(), g, len(idx), g.pop("window"))
+                receive_all, served_rows, (d["model"] == model).to_numpy(), g, len(idx), window)
         found[(endpoint, model)] = g
     del receive_all, send_all, d
     done("server_receive_ns")

@@ -80,3 +80,18 @@ def test_order_statistic_bootstrap_matches_resampling():
         assert sps.ks_2samp(fast, np.percentile(resamples, p, axis=1)).pvalue > 0.01, p
     shifted = bootstrap_percentiles(np.sort(x * 1.1), 50, 4000, np.random.default_rng(1))
     assert sps.ks_2samp(shifted, np.percentile(resamples, 50, axis=1)).pvalue < 1e-6  # it tells a 10% shift
+
+
+def test_pairwise_mean_is_numpys_mean_to_the_bit():
+    """pairwise_mean of values handed a stretch at a time is `.mean()` of the whole array, bit for bit, at lengths
+    within a block, around it and far beyond — where summing the blocks one after another is not."""
+    from tailrace.analysis.stats.estimators import SUM_BLOCK, pairwise_mean
+
+    rng = np.random.default_rng(21)
+    for n in (1, 7, 129, SUM_BLOCK, SUM_BLOCK + 1, 5 * SUM_BLOCK + 13):
+        x = rng.lognormal(0, 2, n) * 1e3
+        assert pairwise_mean(n, lambda a, b: x[a:b]) == x.mean()
+    x = rng.normal(0, 1, 5 * SUM_BLOCK + 13) * 10 ** rng.uniform(-3, 6, 5 * SUM_BLOCK + 13)  # wide: rounding shows
+    assert pairwise_mean(len(x), lambda a, b: x[a:b]) == x.mean()
+    in_turn = sum(float(x[a:a + SUM_BLOCK].sum()) for a in range(0, len(x), SUM_BLOCK)) / len(x)
+    assert in_turn != x.mean()  # the order matters: this test would see a mean summed another way
