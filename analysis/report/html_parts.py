@@ -12,10 +12,13 @@ from tailrace.contract.summary import (
 
 
 def _fmt(v, digits: int = 2) -> str:
+    """A table cell's value: a float to `digits` places (one that rounds to zero without its sign: a leg that is
+    a tiny negative of rounding shows 0.00, not -0.00), None as a dash."""
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{v:,.{digits}f}"
+        text = f"{v:,.{digits}f}"
+        return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
     return html.escape(str(v))
 
 
