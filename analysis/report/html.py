@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 
+from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.report.html_parts import Shown, _ci, _fmt, _iso, _p, _pct, _table
 from tailrace.analysis.report.verdict_grid import not_passing, verdict_grid, why_words
@@ -19,7 +20,6 @@ from tailrace.analysis.report.workload_sections import (
     _tokens_section,
 )
 from tailrace.analysis.result import Analysis
-from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT
 from tailrace.analysis.stats.scenarios import phase_boundaries_s
 from tailrace.analysis.stats.timeline import timeline
 from tailrace.analysis.stats.validity import CHECKS

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from tailrace.analysis.stats.queueing import MIN_UTILIZATION_TO_PLOT  # noqa: E402
+from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT  # noqa: E402
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline, TokenTimeline

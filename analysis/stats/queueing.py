@@ -12,8 +12,6 @@ from tailrace.analysis.read.frames import group_positions, take, take_rows
 from tailrace.analysis.stats.estimators import pairwise_mean, pairwise_sum
 from tailrace.contract.summary.tables import QueueingRow, QueueModels
 
-MIN_UTILIZATION_TO_PLOT = 0.1  # below this on every endpoint, the queue-vs-utilization figure draws nothing
-
 UTILIZATION_FLAG = 0.7
 
 

@@ -100,3 +100,15 @@ def test_closing_a_child_that_never_answered_kills_it_at_once():
     assert isinstance(figures, ProcessFigures)
     figures.close()  # still importing matplotlib: not waited for
     assert _gone(figures.pid) and figures._process.returncode is not None
+
+
+def test_the_figure_process_imports_no_statistics():
+    """The figure process starts beside the analysis, on the same cores: importing what it draws with (plots.py)
+    brings in matplotlib, numpy and pandas, never the statistics or scipy (0.7 CPU-s more, through one constant)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; import tailrace.analysis.report.plots; "
+             "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('tailrace.analysis.stats')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
