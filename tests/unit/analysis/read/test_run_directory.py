@@ -179,7 +179,7 @@ def test_chunks_older_than_a_column_are_read_with_its_default(tmp_path):
 def test_an_analysing_process_keeps_freed_memory_and_small_pages():
     """reuse_freed_memory (process_memory.settle's, for tailrace analyze / compare before they analyse) takes
     effect in the process: transparent huge pages off (PR_GET_THP_DISABLE), a thread's memory from the one heap,
-    and it reports the effective settings."""
+    the heap's top never trimmed, and it reports the effective settings."""
     import json
     import subprocess
     import sys
@@ -191,17 +191,20 @@ def test_an_analysing_process_keeps_freed_memory_and_small_pages():
             "    t.join(); return block[0]\n"
             "before = in_thread() if SETTLE == 'late' else None\n"
             "s = reuse_freed_memory() if SETTLE else {}\n"
-            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), in_thread() < libc.sbrk(0)]))")
+            "libc.free.argtypes, libc.malloc.argtypes = [ctypes.c_void_p], [ctypes.c_size_t]\n"
+            "big = libc.malloc(5 << 29); top = libc.sbrk(0); libc.free(big)  # 2.5 GiB of address space, never touched\n"
+            "print(json.dumps([s, libc.prctl(42, 0, 0, 0, 0), in_thread() < libc.sbrk(0), libc.sbrk(0) == top]))")
 
     def run(settle: str):
         return json.loads(subprocess.run([sys.executable, "-c", f"SETTLE = {settle!r}\n" + code], capture_output=True,
                                          text=True, check=True, timeout=60).stdout)
 
-    settings, thp_disabled, thread_block_in_main_heap = run("first")
-    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": 2**31 - 1, "malloc_arena_max": 1,
+    settings, thp_disabled, thread_block_in_main_heap, top_kept = run("first")
+    assert settings == {"malloc_mmap_max": 0, "malloc_trim_threshold": "never", "malloc_arena_max": 1,
                         "transparent_huge_pages": "off"}
     assert thp_disabled == 1
     assert thread_block_in_main_heap  # a thread's block comes from the one heap (below its break)
+    assert top_kept  # freed memory at the heap's top is never handed back, however much (a 200 M-row run's columns)
     assert run("")[2] is False  # by default a thread's comes from an arena of its own
     # glibc fixes its limit on heaps at a thread's first allocation: settled after one, a thread's block is still
     # its own arena's — why the analysing processes settle before anything else starts a thread
