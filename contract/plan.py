@@ -143,8 +143,8 @@ class RunPlan(BaseModel):
                  f"{p.inputs.max_samples} samples / {p.inputs.max_encoded_mb:g} MB of requests per endpoint",
                  f"generator: send-lag threshold {gen.send_lag_p99_ms:g} ms per {gen.window_s:g} s window, stall "
                  f"{gen.stall_max_ms:g} ms, behind at most {gen.behind_max_s:g} s, spin {gen.spin_ms:g} ms, chunks of "
-                 f"{gen.chunk_rows} rows / "
-                 f"{gen.chunk_seconds:g} s, max in flight {gen.max_in_flight} (connections: "
+                 f"{gen.chunk_rows} rows / {gen.chunk_seconds:g} s written together every {gen.file_seconds:g} s, "
+                 f"max in flight {gen.max_in_flight} (connections: "
                  f"{self.pool_limits.connections} a sender, {self.pool_limits.warm} opened before the start)",
                  f"clock: {', '.join(self.ntp_servers) or 'none'} every {p.clock.interval_s:g} s, "
                  f"{p.clock.packets} packets"]

@@ -184,9 +184,10 @@ def sleep_until_measuring(run: LocalRun, seconds_into_measured: float, timeout: 
 
 def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Path]], regions: dict[str, float], *,
                         rate: float, duration_s: float, seed: int, warmup_s: float = 1,
-                        master_timeout_s: float | None = None) -> str:
+                        master_timeout_s: float | None = None, file_seconds: float | None = None) -> str:
     """A profile for a master and workers started by hand (tailrace master / worker): the master is the clock
-    reference, one error-rate SLO; `endpoints` are (name, url, protocol, model, data file), each label-checked."""
+    reference, one error-rate SLO; `endpoints` are (name, url, protocol, model, data file), each label-checked.
+    `file_seconds`: how often the workers' chunk writers write a file (generator.file_seconds; default 5 s)."""
     text = f'name = "{name}"\n'
     for endpoint, url, protocol, model, data in endpoints:
         text += (f'[[endpoints]]\nname = "{endpoint}"\nurl = "{url}"\nprotocol = "{protocol}"\nmodel = "{model}"\n'
@@ -196,7 +197,9 @@ def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Pat
     return text + (f"[load]\nrate = {rate}\nduration_s = {duration_s}\nwarmup_s = {warmup_s}\nseed = {seed}\n"
                    '[clock]\nservers = ["master"]\ninterval_s = 2\n'
                    '[[slos]]\nmetric = "error_rate"\nthreshold = 0.05\n'
-                   + (f"[generator]\nmaster_timeout_s = {master_timeout_s}\n" if master_timeout_s else ""))
+                   + "[generator]\n"
+                   + (f"master_timeout_s = {master_timeout_s}\n" if master_timeout_s else "")
+                   + (f"file_seconds = {file_seconds}\n" if file_seconds is not None else ""))
 
 
 # -- run directories with known truth (analysis tests) ----------------------------------------------

@@ -1,5 +1,6 @@
 """Closing a worker's chunks without blocking its sending loop: rows → Arrow (cooperatively) → a pipe to the
-worker's chunk-writer child process, which writes the Parquet files (harness/spool/chunk_writer_process.py).
+worker's chunk-writer child process, which writes them as Parquet files, a few seconds' chunks a file
+(harness/spool/chunk_writer_process.py).
 
 Writing Parquet on the sending loop blocks it ~1-10 ms per chunk, and a writer thread is worse (it convoys
 with the loop on the GIL); a pipe write of the Arrow IPC bytes costs ~0.1 ms. The request log and the clock log
@@ -21,7 +22,7 @@ from gevent.monkey import get_original
 from gevent.socket import wait_write
 
 from tailrace.contract.layout import REQUESTS
-from tailrace.harness.spool.chunk_writer_process import READY, WRITTEN, FrameEncoder, encode_frame
+from tailrace.harness.spool.chunk_writer_process import FILE_SECONDS, READY, WRITTEN, FrameEncoder, encode_frame
 from tailrace.harness.spool.recorder import ChunkWriter
 
 _select = get_original("select", "select")  # the kernel's: blocks the whole worker, which is the point in catch_up
@@ -45,9 +46,9 @@ def _pidfd(pid: int) -> int:
 class WriterChild:
     """A worker's chunk-writer process: frames in, until closed."""
 
-    def __init__(self, directory: Path, label: str) -> None:
+    def __init__(self, directory: Path, label: str, file_seconds: float = FILE_SECONDS) -> None:
         self.label = label
-        self.outstanding = 0  # frames sent whose chunk the child has not said written (its acks, one byte each)
+        self.outstanding = 0  # frames sent that the child has not said handled (its acks, one byte each)
         self.ack_fd = -1
         self._pidfd = -1  # how it is signalled: never by its pid, which the gevent loop frees the moment it exits
         self._stat_fd = -1  # its /proc/PID/stat, opened at its first stop (`_state`)
@@ -58,7 +59,7 @@ class WriterChild:
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory)],
+                [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory), repr(file_seconds)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             print(f"{label}: chunk writer did not start ({exc}); writing in-process", flush=True)
@@ -123,9 +124,10 @@ class WriterChild:
 
     @property
     def busy(self) -> bool:
-        """The child has chunks to write (it was sent frames it has not acknowledged; never when it is gone). A held
-        child writes no acknowledgement, so its pipe is read only when it may have run (and by `hold`): no read a
-        turn of a spinning loop (9% of the inline loop's samples at 4,000/s when it read every turn)."""
+        """The child has chunks to handle (it was sent frames it has not acknowledged: taken in, or written where one
+        completed a file; never when it is gone). A held child writes no acknowledgement, so its pipe is read only when
+        it may have run (and by `hold`): no read a turn of a spinning loop (9% of the inline loop's samples at 4,000/s
+        when it read every turn)."""
         if self.outstanding and not self.held:
             self._read_acks()
         return self.outstanding > 0
@@ -323,12 +325,13 @@ class YieldEvery:
 class ChunkShipper:
     """Ships the closed chunks of one ChunkWriter to a writer child (its own, or `child` when given)."""
 
-    def __init__(self, writer: ChunkWriter, label: str, yield_fn=None, child: WriterChild | None = None) -> None:
+    def __init__(self, writer: ChunkWriter, label: str, yield_fn=None, child: WriterChild | None = None,
+                 file_seconds: float = FILE_SECONDS) -> None:
         self.writer, self.label, self.yield_fn = writer, label, yield_fn
         self.failures: list[str] = []  # chunks that could not be written (a full disk): their rows are lost
         # the first Arrow IPC encode initialises lazily (~15 ms): never in the middle of a run
         encode_frame(writer.to_table([]), writer.prefix, 0)
-        self.child = child if child is not None else WriterChild(writer.directory, label)
+        self.child = child if child is not None else WriterChild(writer.directory, label, file_seconds)
         # the reused encoding buffer: a request chunk of 5,000 one-shot rows is ~1.3 MB; a larger one is encoded the
         # plain way (FrameEncoder)
         self.frames = FrameEncoder(8 << 20 if writer.prefix == REQUESTS else 1 << 20)

@@ -2,26 +2,34 @@
 Parquet.
 
 The worker converts rows to Arrow (cooperatively) and pipes each chunk as `<prefix length u8><index u32><length
-u64>`, the prefix (`requests`, `clock`) and an Arrow IPC stream; this process writes it as `<prefix>-<index>.parquet`
-(temp name + rename: complete or absent), then writes one byte to its stdout, so the worker knows when it has no
-chunk left to write (harness/spool/chunk_shipping.py: WriterChild.busy). On end of input — the worker finished, or
-was killed — it writes what it received and exits, so a killed worker's shipped chunks still land. One per worker:
-each costs ~0.3 s of CPU to start (pyarrow), while a run's processes start together.
+u64>`, the prefix (`requests`, `clock`) and an Arrow IPC stream. This process gathers a log's chunks and writes them
+together as one file, `<prefix>-<first chunk's index>.parquet` (temp name + rename: complete or absent), once they
+span `file_seconds` (generator.file_seconds) or FILE_ROWS rows: the worker closes a chunk every 0.25 s to keep each
+step on its sending loop short, but the analysis pays ~1 ms a file to open it, whatever its rows
+(docs/DECISIONS.md, "Fewer, larger files"). It writes one byte to its stdout for each chunk taken in — after the
+write when the chunk completed a file — so the worker knows when it has no chunk left to handle
+(harness/spool/chunk_shipping.py: WriterChild.busy). On end of input — the worker finished, or was killed — it
+writes what it holds and exits, so a killed worker's shipped chunks still land. One per worker: each costs ~0.3 s of
+CPU to start (pyarrow), while a run's processes start together.
 
-    python -m tailrace.harness.spool.chunk_writer_process DIRECTORY
+    python -m tailrace.harness.spool.chunk_writer_process DIRECTORY [FILE_SECONDS]
 """
 from __future__ import annotations
 
 import os
 import struct
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tailrace.contract.layout import CLOCK, REQUESTS, WorkerLayout, temporary
 from tailrace.contract.records import FEW_VALUED
 
-READY, WRITTEN = b"R", b"\x01"  # what this process says on its stdout: set up; one chunk written
+READY, WRITTEN = b"R", b"\x01"  # what this process says on its stdout: set up; one chunk handled
 HEADER = struct.Struct("<BIQ")  # the prefix's length, the chunk's number, the Arrow stream's length
+FILE_SECONDS = 5.0  # a log's chunks are written as one file once they span this long (generator.file_seconds) ...
+FILE_ROWS = 16_384  # ... or hold this many rows: one file's write, in the sending loop's sleeps, stays ~10-30 ms
 
 
 def _read_exact(stream, n: int) -> bytes:
@@ -68,35 +76,88 @@ def write_chunk(table, final: Path) -> None:
         raise OSError(exc.errno, f"cannot write {final}: {exc.strerror or exc}") from None
 
 
-def serve(directory: Path, stream, acks=None) -> int:
-    """Write every frame from `stream` until EOF, and a byte to `acks` after each; returns the number of chunks
-    written. A chunk that cannot be written ends this process with the reason on stderr (the worker then writes
-    in-process and records it). A worker gone (its end of `acks` closed) stops the acks, never the writing: what it
-    shipped still lands."""
+class _PendingFile:
+    """One log's chunks taken in and not yet written: the file they will be written as, once complete."""
+
+    def __init__(self, directory: Path, prefix: str) -> None:
+        self.directory, self.prefix = directory, prefix
+        self.tables: list = []
+        self.first_index, self.first_seen, self.rows = 0, 0.0, 0
+
+    def add(self, table, index: int, now: float) -> None:
+        if not self.tables:
+            self.first_index, self.first_seen = index, now
+        self.tables.append(table)
+        self.rows += table.num_rows
+
+    def complete(self, now: float, file_seconds: float, file_rows: int) -> bool:
+        """Whether the chunks taken in make a file now: they span `file_seconds`, or hold `file_rows` rows."""
+        return bool(self.tables) and (now - self.first_seen >= file_seconds or self.rows >= file_rows)
+
+    def write(self) -> None:
+        """Write the chunks taken in as one file (none: nothing); an OSError names it, and its rows are lost."""
+        import pyarrow as pa
+
+        if not self.tables:
+            return
+        table = self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables)
+        self.tables, self.rows = [], 0
+        write_chunk(table, WorkerLayout(self.directory).chunk(self.prefix, self.first_index))
+
+
+def serve(directory: Path, stream, acks=None, file_seconds: float = FILE_SECONDS, file_rows: int = FILE_ROWS,
+          clock: Callable[[], float] = time.monotonic) -> int:
+    """Take every frame from `stream` until EOF, each log's chunks written together as one file once they span
+    `file_seconds` (0: each chunk its own file) or hold `file_rows` rows, and a byte to `acks` for each chunk once
+    handled (after its file's write where it completed one); returns the number of files written. At EOF, a torn last
+    frame or an unknown log, what was taken in is written. A file that cannot be written ends this process with the
+    reason on stderr (the worker then writes in-process and records it). A worker gone (its end of `acks` closed)
+    stops the acks, never the writing: what it shipped still lands."""
     import pyarrow as pa
 
     directory.mkdir(parents=True, exist_ok=True)
+    pending = {prefix: _PendingFile(directory, prefix) for prefix in (REQUESTS, CLOCK)}
     written = 0
+
+    def write(pending_file: _PendingFile) -> bool:
+        nonlocal written
+        if not pending_file.tables:
+            return True
+        try:
+            pending_file.write()
+        except OSError as exc:
+            print(f"chunk writer: {exc.strerror}", file=sys.stderr, flush=True)
+            return False
+        written += 1
+        return True
+
+    def write_all() -> int:
+        for pending_file in pending.values():
+            if not write(pending_file):
+                break
+        return written
+
     while True:
         head = _read_exact(stream, HEADER.size)
         if len(head) < HEADER.size:
-            return written
+            return write_all()
         prefix_length, index, length = HEADER.unpack(head)
         prefix = _read_exact(stream, prefix_length)
         payload = _read_exact(stream, length)
         if len(payload) < length:
-            return written  # the worker died mid-frame: that chunk was never closed
+            return write_all()  # the worker died mid-frame: that chunk was never closed
         prefix = prefix.decode("ascii", "replace")
-        if prefix not in (REQUESTS, CLOCK):
+        if prefix not in pending:
             print(f"chunk writer: chunk {index} of an unknown log {prefix!r}: stopping", file=sys.stderr, flush=True)
-            return written
+            return write_all()
         table = pa.ipc.open_stream(payload).read_all()
-        try:
-            write_chunk(table, WorkerLayout(directory).chunk(prefix, index))
-        except OSError as exc:
-            print(f"chunk writer: {exc.strerror}", file=sys.stderr, flush=True)
+        pending_file, now = pending[prefix], clock()
+        if pending_file.tables and not table.schema.equals(pending_file.tables[0].schema):
+            if not write(pending_file):  # (one file, one schema)
+                return written
+        pending_file.add(table, index, now)
+        if pending_file.complete(now, file_seconds, file_rows) and not write(pending_file):
             return written
-        written += 1
         if acks is not None:
             try:
                 acks.write(WRITTEN)
@@ -171,8 +232,8 @@ def go_on_if_orphaned() -> bool:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python -m tailrace.harness.spool.chunk_writer_process DIRECTORY [FILE_SECONDS]")
     may_be_held = go_on_if_orphaned()
     acks = sys.stdout.buffer
     try:
@@ -182,4 +243,4 @@ if __name__ == "__main__":
     except OSError:  # its worker is gone already: what it sent is still written
         acks = None
     yield_to_the_sender()
-    serve(Path(sys.argv[1]), sys.stdin.buffer, acks)
+    serve(Path(sys.argv[1]), sys.stdin.buffer, acks, float(sys.argv[2]) if len(sys.argv) == 3 else FILE_SECONDS)

@@ -84,7 +84,8 @@ class WorkerRun:
         self.requests.warm_up()
         label = f"tailrace worker {identity.name}"
         self.loop_turns = SendLoopTurns()  # the sending loop's turns, counted for its background work
-        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=YieldEvery(SHIP_SLICE_NS, self.loop_turns))
+        self.request_chunks = ChunkShipper(self.requests, label, yield_fn=YieldEvery(SHIP_SLICE_NS, self.loop_turns),
+                                           file_seconds=gen.file_seconds)
         self.clock_chunks = ChunkShipper(clock_writer(self.layout), label, child=self.request_chunks.child)
         servers = [s.replace(MASTER_CLOCK + ":", f"{identity.master_host or '127.0.0.1'}:", 1)
                    if s.startswith(MASTER_CLOCK + ":") else s for s in plan.ntp_servers]

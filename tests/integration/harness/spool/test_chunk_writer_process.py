@@ -23,7 +23,7 @@ from tailrace.harness.spool.recorder import clock_writer, request_writer
 pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 
-def test_chunk_writer_process_writes_both_logs_frames_and_drops_a_torn_last_one(tmp_path):
+def test_chunk_writer_process_writes_both_logs_frames_together_and_drops_a_torn_last_one(tmp_path):
     w = request_writer(WorkerLayout(tmp_path / "src"), max_rows=1000, max_seconds=100)
     c = clock_writer(WorkerLayout(tmp_path / "src"))
     row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
@@ -36,10 +36,10 @@ def test_chunk_writer_process_writes_both_logs_frames_and_drops_a_torn_last_one(
     proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(out)],
                           input=frames[0] + clock + frames[1] + torn, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == b"R" + b"\x01" * 3  # ready, then one acknowledgement a chunk written, none for the torn one
-    files = sorted(out.glob("requests-*.parquet"))
-    assert [f.name for f in files] == ["requests-00000.parquet", "requests-00001.parquet"]
-    assert [pq.read_table(f).num_rows for f in files] == [3, 5]
+    assert proc.stdout == b"R" + b"\x01" * 3  # ready, then one acknowledgement a chunk taken in, none for the torn one
+    files = sorted(out.glob("requests-*.parquet"))  # the input's end: what it held, one file a log
+    assert [f.name for f in files] == ["requests-00000.parquet"]
+    assert [pq.read_table(f).num_rows for f in files] == [8]
     assert [pq.read_table(f).num_rows for f in out.glob("clock-*.parquet")] == [4]
     assert not list(out.glob(".*.tmp"))
 
@@ -72,7 +72,7 @@ def test_a_writer_found_dead_is_said_once_and_its_chunks_are_written_in_process(
 
 def test_a_shipped_chunk_keeps_the_writer_busy_until_it_is_on_disk_and_an_idle_writer_is_sched_idle(tmp_path):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
-    shipper = ChunkShipper(w, "tailrace worker w0")
+    shipper = ChunkShipper(w, "tailrace worker w0", file_seconds=0)  # (a file a chunk)
     child = shipper.child
     assert child.idle() and os.sched_getscheduler(child.process.pid) == os.SCHED_IDLE
     assert not child.busy
@@ -98,7 +98,7 @@ def test_a_writer_whose_worker_stopped_reading_its_acknowledgements_still_writes
         proc.stdin.write(encode_frame(w.to_table([row] * 4), REQUESTS, i))
     proc.stdin.close()
     assert proc.wait(60) == 0, proc.stderr.read()
-    assert [pq.read_table(f).num_rows for f in sorted(out.glob("requests-*.parquet"))] == [4, 4, 4]
+    assert [pq.read_table(f).num_rows for f in sorted(out.glob("requests-*.parquet"))] == [12]
 
 
 def _state(pid: int) -> str:
@@ -107,7 +107,7 @@ def _state(pid: int) -> str:
 
 def test_a_held_writer_writes_nothing_until_released(tmp_path):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
-    shipper = ChunkShipper(w, "tailrace worker w0")
+    shipper = ChunkShipper(w, "tailrace worker w0", file_seconds=0)
     child = shipper.child
     _gated(child)
     assert not child.held  # idle: blocked on its pipe, it takes no turn of the core, and is sent no signal
