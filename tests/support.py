@@ -197,9 +197,13 @@ def remote_profile_toml(name: str, endpoints: list[tuple[str, str, str, str, Pat
     return text + (f"[load]\nrate = {rate}\nduration_s = {duration_s}\nwarmup_s = {warmup_s}\nseed = {seed}\n"
                    '[clock]\nservers = ["master"]\ninterval_s = 2\n'
                    '[[slos]]\nmetric = "error_rate"\nthreshold = 0.05\n'
-                   + "[generator]\n"
-                   + (f"master_timeout_s = {master_timeout_s}\n" if master_timeout_s else "")
-                   + (f"file_seconds = {file_seconds}\n" if file_seconds is not None else ""))
+                   + _generator_table(master_timeout_s=master_timeout_s or None, file_seconds=file_seconds))
+
+
+def _generator_table(**settings: float | None) -> str:
+    """A profile's [generator] table of the `settings` given (None: left out), or nothing."""
+    lines = [f"{key} = {value}\n" for key, value in settings.items() if value is not None]
+    return "[generator]\n" + "".join(lines) if lines else ""
 
 
 # -- run directories with known truth (analysis tests) ----------------------------------------------
