@@ -9,12 +9,12 @@ system, the Arrow IPC decoding included) is what that child process would spend.
 its own with the same rows, then analysed by `tailrace analyze` (its own process: wall time, peak RSS), the variants
 alternating; every variant's summary.json is compared with the first's, field by field.
 
-`--send-rate R` also runs the real harness at R requests/s with each file_seconds (bench/generator_open_loop.py's
+`--send-rates R,…` also runs the real harness at each of those requests/s with each file_seconds (bench/generator_open_loop.py's
 trial: nginx and the master on CPU 1, one worker and its chunk writer on CPU 0, `--send-seconds` a trial, the
 variants alternating): what a file's larger write in the sending loop's sleeps does to the send lag.
 
     .venv/bin/python bench/chunk_files.py [--seconds 0,1,5] [--repeats 3] [--work /var/tmp/tailrace-scale]
-                                          [--send-rate 8000 --send-seconds 10]
+                                          [--send-rates 2000,8000 --send-seconds 10]
 """
 from __future__ import annotations
 
@@ -114,15 +114,20 @@ def main() -> int:
     ap.add_argument("--seconds", default="0,1,5", help="file_seconds to compare, the first the reference")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/tailrace-scale"))
-    ap.add_argument("--send-rate", type=float, default=0, help="also run the harness at this rate (0: not)")
+    ap.add_argument("--send-rates", default="", help="also run the harness at these requests/s (comma-separated)")
     ap.add_argument("--send-seconds", type=int, default=10)
     args = ap.parse_args()
     try:
         variants = [float(s) for s in args.seconds.split(",")]
     except ValueError:
         ap.error(f"--seconds {args.seconds!r}: comma-separated numbers")
-    if args.repeats < 1 or not variants or args.send_rate < 0 or args.send_seconds < 1:
-        ap.error("--repeats and --send-seconds must be at least 1, --seconds name one value or more, --send-rate ≥ 0")
+    try:
+        rates = [float(r) for r in args.send_rates.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--send-rates {args.send_rates!r}: comma-separated numbers")
+    if args.repeats < 1 or not variants or any(r <= 0 for r in rates) or args.send_seconds < 1:
+        ap.error("--repeats and --send-seconds must be at least 1, --seconds name one value or more, "
+                 "--send-rates positive rates")
     source = run_dir(args.work, ROWS, 1, CHUNKS)
     writer: dict[float, list[float]] = {v: [] for v in variants}
     analyse: dict[float, list[tuple[float, float]]] = {v: [] for v in variants}
@@ -149,7 +154,7 @@ def main() -> int:
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
     ref = variants[0]
-    sending = f" --send-rate {args.send_rate:g} --send-seconds {args.send_seconds}" if args.send_rate else ""
+    sending = f" --send-rates {args.send_rates} --send-seconds {args.send_seconds}" if rates else ""
     lines = [f"Command: `{COMMAND} --seconds {args.seconds} --repeats {args.repeats}{sending}` ({ROWS:,} rows in {CHUNKS:,} "
              f"chunks of 0.25 s, 6 workers; the writers' CPU in this process, `tailrace analyze` in its own; medians, "
              "spread in brackets).", "",
@@ -161,17 +166,16 @@ def main() -> int:
                      f"{max(a[1] for a in analyse[v]):.2f} | {', '.join(f'{x:.2f}' for x in ratios)} |")
     lines += ["", "summary.json: the same numbers in every variant and repeat (the chunk counts aside)." if not differ
               else f"summary.json DIFFERS at {len(differ)} field(s): {', '.join(sorted(set(differ))[:8])}."]
-    if args.send_rate:
-        trials = send_lag_trials(variants, args.send_rate, args.send_seconds, args.repeats)
-        lines += ["", f"The harness at {args.send_rate:,.0f} requests/s (`--send-rate {args.send_rate:g} --send-seconds "
-                      f"{args.send_seconds}`; one worker on CPU 0 with its chunk writer, nginx and the master on CPU 1; "
-                      "kernel housekeeping moved off CPU 0), a trial a repeat, the variants alternating:", "",
-                  "| file_seconds | request files a trial | achieved /s | send lag p50 ms | send lag p99 ms, each trial |",
-                  "|---|---|---|---|---|"]
-        for v, runs in trials.items():
-            lines.append(f"| {v:g} | {statistics.median(t[3] for t in runs):.0f} | "
-                         f"{statistics.median(t[2] for t in runs):,.0f} | {statistics.median(t[0] for t in runs):.3f} | "
-                         f"{', '.join(f'{t[1]:.2f}' for t in runs)} |")
+    if rates:
+        lines += ["", "The harness (one worker on CPU 0 with its chunk writer, nginx and the master on CPU 1; kernel housekeeping "
+                      "moved off CPU 0), a trial a repeat, the variants alternating:", "",
+                  "| requests/s | file_seconds | request files a trial | achieved /s | send lag p50 ms | "
+                  "send lag p99 ms, each trial |", "|---|---|---|---|---|---|"]
+        for rate in rates:
+            for v, runs in send_lag_trials(variants, rate, args.send_seconds, args.repeats).items():
+                lines.append(f"| {rate:,.0f} | {v:g} | {statistics.median(t[3] for t in runs):.0f} | "
+                             f"{statistics.median(t[2] for t in runs):,.0f} | "
+                             f"{statistics.median(t[0] for t in runs):.3f} | {', '.join(f'{t[1]:.2f}' for t in runs)} |")
     write_section("Chunk files: a file a chunk, or a file every few seconds", "\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -4,10 +4,11 @@ Parquet.
 The worker converts rows to Arrow (cooperatively) and pipes each chunk as `<prefix length u8><index u32><length
 u64>`, the prefix (`requests`, `clock`) and an Arrow IPC stream. This process gathers a log's chunks and writes them
 together as one file, `<prefix>-<first chunk's index>.parquet` (temp name + rename: complete or absent), once they
-span `file_seconds` (generator.file_seconds) or FILE_ROWS rows: the worker closes a chunk every 0.25 s to keep each
-step on its sending loop short, but the analysis pays ~1 ms a file to open it, whatever its rows
-(docs/DECISIONS.md, "Fewer, larger files"). It writes one byte to its stdout for each chunk taken in — after the
-write when the chunk completed a file — so the worker knows when it has no chunk left to handle
+span `file_seconds` (generator.file_seconds), at most FILE_ROWS rows a file: the worker closes a chunk every 0.25 s
+to keep each step on its sending loop short, but the analysis pays ~1 ms a file to open it, whatever its rows
+(docs/DECISIONS.md, "Fewer, larger files"); a busy worker's chunks are large already, and each is written as it
+comes. It writes one byte to its stdout for each chunk taken in — after the write where taking it in wrote a file —
+so the worker knows when it has no chunk left to handle
 (harness/spool/chunk_shipping.py: WriterChild.busy). On end of input — the worker finished, or was killed — it
 writes what it holds and exits, so a killed worker's shipped chunks still land. One per worker: each costs ~0.3 s of
 CPU to start (pyarrow), while a run's processes start together.
@@ -29,7 +30,7 @@ from tailrace.contract.records import FEW_VALUED
 READY, WRITTEN = b"R", b"\x01"  # what this process says on its stdout: set up; one chunk handled
 HEADER = struct.Struct("<BIQ")  # the prefix's length, the chunk's number, the Arrow stream's length
 FILE_SECONDS = 5.0  # a log's chunks are written as one file once they span this long (generator.file_seconds) ...
-FILE_ROWS = 16_384  # ... or hold this many rows: one file's write, in the sending loop's sleeps, stays ~10-30 ms
+FILE_ROWS = 2_048  # ... as long as they stay within this many rows: a file's write (~3 ms) fits a busy loop's sleeps
 
 
 def _read_exact(stream, n: int) -> bytes:
@@ -91,7 +92,8 @@ class _PendingFile:
         self.rows += table.num_rows
 
     def complete(self, now: float, file_seconds: float, file_rows: int) -> bool:
-        """Whether the chunks taken in make a file now: they span `file_seconds`, or hold `file_rows` rows."""
+        """Whether the chunks taken in make a file now: they span `file_seconds`, or hold `file_rows` rows (a chunk
+        that large alone)."""
         return bool(self.tables) and (now - self.first_seen >= file_seconds or self.rows >= file_rows)
 
     def write(self) -> None:
@@ -108,8 +110,9 @@ class _PendingFile:
 def serve(directory: Path, stream, acks=None, file_seconds: float = FILE_SECONDS, file_rows: int = FILE_ROWS,
           clock: Callable[[], float] = time.monotonic) -> int:
     """Take every frame from `stream` until EOF, each log's chunks written together as one file once they span
-    `file_seconds` (0: each chunk its own file) or hold `file_rows` rows, and a byte to `acks` for each chunk once
-    handled (after its file's write where it completed one); returns the number of files written. At EOF, a torn last
+    `file_seconds` (0: each chunk its own file), never more than `file_rows` rows in a file unless one chunk has more
+    (a busy worker's chunks are large: each is written as it comes), and a byte to `acks` for each chunk once
+    handled (after the write where taking it in wrote a file); returns the number of files written. At EOF, a torn last
     frame or an unknown log, what was taken in is written. A file that cannot be written ends this process with the
     reason on stderr (the worker then writes in-process and records it). A worker gone (its end of `acks` closed)
     stops the acks, never the writing: what it shipped still lands."""
@@ -152,8 +155,9 @@ def serve(directory: Path, stream, acks=None, file_seconds: float = FILE_SECONDS
             return write_all()
         table = pa.ipc.open_stream(payload).read_all()
         pending_file, now = pending[prefix], clock()
-        if pending_file.tables and not table.schema.equals(pending_file.tables[0].schema):
-            if not write(pending_file):  # (one file, one schema)
+        if pending_file.tables and (pending_file.rows + table.num_rows > file_rows
+                                    or not table.schema.equals(pending_file.tables[0].schema)):
+            if not write(pending_file):  # (one file, one schema, within file_rows)
                 return written
         pending_file.add(table, index, now)
         if pending_file.complete(now, file_seconds, file_rows) and not write(pending_file):

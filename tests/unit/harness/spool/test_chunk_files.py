@@ -42,12 +42,17 @@ def test_chunks_are_written_together_once_they_span_file_seconds_and_the_rest_at
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_a_file_is_written_at_file_rows_and_each_chunk_alone_at_zero_seconds(tmp_path):
-    frames = [(0.0, encode_frame(_table(4 * i, 4), REQUESTS, i)) for i in range(7)]
-    _serve(tmp_path / "rows", frames, file_seconds=60.0, file_rows=10)
-    assert [len(v) for v in _files(tmp_path / "rows").values()] == [12, 12, 4]  # 3 chunks reach 10 rows; the rest
+def test_a_file_holds_at_most_file_rows_a_larger_chunk_is_written_alone_and_each_chunk_alone_at_zero_s(tmp_path):
+    sizes = [4, 4, 4, 12, 4, 4, 4, 4]
+    frames = [(0.0, encode_frame(_table(100 * i, n), REQUESTS, i)) for i, n in enumerate(sizes)]
+    written, acks = _serve(tmp_path / "rows", frames, file_seconds=60.0, file_rows=10)
+    # two chunks (8 rows: a third would pass 10), one, the 12-row chunk alone (written as it comes), two, two at the end
+    assert {name: len(v) for name, v in _files(tmp_path / "rows").items()} == {
+        "requests-00000.parquet": 8, "requests-00002.parquet": 4, "requests-00003.parquet": 12,
+        "requests-00004.parquet": 8, "requests-00006.parquet": 8}
+    assert written == 5 and acks == WRITTEN * 8
     _serve(tmp_path / "each", frames, file_seconds=0)
-    assert list(_files(tmp_path / "each")) == [f"requests-{i:05d}.parquet" for i in range(7)]
+    assert list(_files(tmp_path / "each")) == [f"requests-{i:05d}.parquet" for i in range(8)]
 
 
 def test_a_chunk_of_another_schema_starts_a_file_of_its_own(tmp_path):
