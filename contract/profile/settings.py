@@ -207,7 +207,7 @@ class Generator(_Strict):
     chunk_seconds: float = Field(0.25, gt=0, le=5, description="close a chunk at least this often (small chunks "
                                                                  "keep each write, done on the sending loop, short)")
     file_seconds: float = Field(5.0, ge=0, le=60, description="a worker's chunks reach its directory together as one "
-                                                              "file at least this often, at most 2,048 rows a file "
+                                                              "file at least this often, at most 1,024 rows a file "
                                                               "(0: a file a chunk); the analysis opens each file, "
                                                               "~1 ms whatever its rows")
     spin_ms: float = Field(1.5, ge=0, le=5, description="yield-spin the last ms before each send: gevent timers "
