@@ -45,7 +45,8 @@ WORKER_REFUSED = MasterEvent("worker_refused", ("client_id", "worker", "region",
 WORKER_REFUSALS = MasterEvent("worker_refusals", ("address", "reason", "count"),
                               "the refusals of one reason from one address so far, when more followed the first "
                               "(at most every REFUSALS_EVERY_S while they go on, and at the run's end)")
-WORKER_HELLO = MasterEvent("worker_hello", ("client_id", "worker", "region"), "it has its plan and is ready")
+WORKER_HELLO = MasterEvent("worker_hello", ("client_id", "worker", "region", "metrics_port"),
+                           "it has its plan and is ready; its metrics are served on metrics_port (None: not served)")
 WORKER_DONE = MasterEvent("worker_done", ("client_id", "summary"), "it finished its schedule (worker.json's summary)")
 WORKER_ERROR = MasterEvent("worker_error", ("client_id", "error"), "it could not run the plan")
 WORKER_LEFT = MasterEvent("worker_left", ("client_id", "worker", "reason"),

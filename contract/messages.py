@@ -11,7 +11,7 @@ P = TypeVar("P")
 
 # The control channel's version: raised whenever a message changes so that the other side would misread it. A worker
 # speaking another version is refused at its JOIN, before it is given a place.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,13 @@ class Plan:
 
 @dataclass(frozen=True)
 class Hello:
-    """worker → master, when the worker has its plan and is ready: which worker and region it is."""
+    """worker → master, when the worker has its plan and is ready: which worker and region it is, and the port its
+    Prometheus metrics are served on (None: none; a local run's workers each take a free one as they start)."""
 
     client_id: str
     worker: str
     region: str
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True)

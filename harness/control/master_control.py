@@ -100,7 +100,7 @@ class MasterControl:
         hello = messages.HELLO.decode(msg.data)
         self.names[hello.client_id] = hello.worker
         self.log.write(master_events.WORKER_HELLO, client_id=hello.client_id, worker=hello.worker,
-                       region=hello.region)
+                       region=hello.region, metrics_port=hello.metrics_port)
 
     def on_ready(self, msg, **_kw) -> None:
         if not self.admission.is_admitted(msg.node_id):

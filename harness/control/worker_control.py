@@ -112,7 +112,8 @@ class WorkerControl:
             print(f"tailrace worker {identity.name}: {exc}", flush=True)
             raise StopUser() from exc
         self.run = run
-        self.send(messages.HELLO, messages.Hello(self.client_id, identity.name, identity.region))
+        self.send(messages.HELLO, messages.Hello(self.client_id, identity.name, identity.region,
+                                                 run.path.metrics.port))
         run.run()
         self.send(messages.DONE, messages.Done(self.client_id, run.summary()))
         raise StopUser()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tailrace.contract.internal_processes import MODELS_BUILD, SNTP_SERVER, ModelsBuildOptions, SntpOptions, internal_argv
 from tailrace.contract.layout import RunLayout
+from tailrace.contract.master_events import WORKER_HELLO
 from tailrace.contract.plan import RunPlan, endpoint_kind
 from tailrace.contract.profile import EMBEDDED, MASTER_CLOCK, Profile
 from tailrace.contract.rates import describe_arrivals
@@ -68,15 +69,19 @@ class LocalWorkers:
     def start(self, master_port: int, token: str) -> None:
         for r in self.plan.profile.regions:
             for i in range(r.workers):
-                identity = WorkerIdentity(r.name, i, r.clock_skew_ms, metrics_port=free_port())
-                self.metrics_ports[identity.name] = identity.metrics_port
+                identity = WorkerIdentity(r.name, i, r.clock_skew_ms, metrics_port=0)  # its own: in its HELLO
                 self.processes[identity.name] = start_process(f"worker {identity.name}", locust_argv(
                     "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
                     "--loglevel", "WARNING"), self.layout.log(f"worker-{identity.name}"),
                     env={**identity.env(), TOKEN_ENV: token}, cpus=self.cpus)
 
     def follow(self, events: list[dict]) -> None:
-        """Nothing to follow: they were started here, and the progress table reads their metrics."""
+        """Where each worker serves its metrics (its HELLO), for the progress table: each binds a free port of its
+        own as it starts (one chosen here could be taken by another process before the worker bound it, and the
+        worker could not run)."""
+        for hello in WORKER_HELLO.among(events):
+            if hello.get("metrics_port") and hello.get("worker") in self.processes:
+                self.metrics_ports[hello["worker"]] = hello["metrics_port"]
 
     def exit_codes(self) -> dict[str, int | None]:
         return {name: proc.popen.returncode for name, proc in self.processes.items()}

@@ -16,7 +16,9 @@ from tailrace.contract.layout import RunLayout, write_atomic
 from tailrace.contract.master_events import (
     PLAN_SENT,
     START_SENT,
+    WORKER_ADMITTED,
     WORKER_DONE,
+    WORKER_ERROR,
     WORKER_HELLO,
     WORKER_JOINED,
     WORKER_LEFT,
@@ -52,6 +54,12 @@ def git_sha(repo: Path | None = None) -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def worker_errors(events: list[dict]) -> dict[str, str]:
+    """Per worker: why it could not run the plan (its ERROR), by the name it was admitted as."""
+    names = {e["client_id"]: e["worker"] for e in WORKER_ADMITTED.among(events)}
+    return {names[e["client_id"]]: e["error"] for e in WORKER_ERROR.among(events) if e.get("client_id") in names}
 
 
 def worker_timeline(events: list[dict], expected: list[str]) -> dict[str, dict]:
@@ -157,7 +165,7 @@ class RunRecord:
         expected = expected_workers(self.plan)
         events = read_master_events(layout)
         timeline = worker_timeline(events, expected)
-        summaries, invalid, warnings = {}, [], []
+        summaries, invalid, warnings, errors = {}, [], [], worker_errors(events)
         for name in expected:
             path = layout.worker(name.rsplit("-w", 1)[0], name).summary
             if path.exists():
@@ -166,7 +174,9 @@ class RunRecord:
                 warnings += summaries[name].get("warnings", [])
             else:
                 code = (worker_exit_codes or {}).get(name)
-                invalid.append(f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
+                invalid.append(f"{name}: could not run the plan: {errors[name]} (worker exited with {code})"
+                               if name in errors else
+                               f"{name}: no worker summary (worker exited with {code}); its closed chunks are used")
         invalid += shortfalls(summaries)
         plan_sent = next((e for e in events if PLAN_SENT.matches(e)), {})
         started = next((e for e in events if START_SENT.matches(e)), plan_sent)  # the instant the workers used

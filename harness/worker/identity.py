@@ -34,7 +34,7 @@ class WorkerIdentity:
     endpoint_urls: dict[str, str] | None = None
     out_dir: str | None = None
     models_dir: str | None = None
-    metrics_port: int | None = None
+    metrics_port: int | None = None  # 0: any free port (a local run's workers: reported in their HELLO)
     metrics_bind: str | None = None  # default 127.0.0.1 (harness/worker/metrics.py)
     spool: str | None = None
     master_host: str | None = None
@@ -48,7 +48,7 @@ class WorkerIdentity:
         """The environment variables that carry this identity to a worker process."""
         env = {REGION: self.region, WORKER_INDEX: str(self.index), CLOCK_SKEW_MS: str(self.skew_ms)}
         optional = {ENDPOINT_URLS: json.dumps(self.endpoint_urls) if self.endpoint_urls else None,
-                    METRICS_PORT: str(self.metrics_port) if self.metrics_port else None,
+                    METRICS_PORT: str(self.metrics_port) if self.metrics_port is not None else None,
                     METRICS_BIND: self.metrics_bind,
                     OUT_DIR: self.out_dir, MODELS_DIR: self.models_dir, SPOOL: self.spool,
                     MASTER_HOST: self.master_host,

@@ -38,20 +38,27 @@ class _Histogram:
 
 
 class WorkerMetrics:
-    """Prometheus metrics of a worker, served on `bind`:`port` when a port is given."""
+    """Prometheus metrics of a worker, served on `bind`:`port` when a port is given (0: a free one, chosen as it
+    binds — no other process can take it between the choice and the bind); `port` is then the one served."""
 
     def __init__(self, port: int | None, bind: str | None = None, run_id: str = "") -> None:
         self.run_id = run_id
+        self.port: int | None = None
         self._latency: dict[tuple[str, str], _Histogram] = {}
         self._send_lag: dict[str, _Histogram] = {}
         self._in_flight: dict[str, int] = {}
         self._results: dict[tuple[str, str, str], int] = defaultdict(int)
-        if port:
+        if port is not None:
             from prometheus_client import CollectorRegistry, start_http_server
 
             self.registry = CollectorRegistry()
             self.registry.register(self)
-            start_http_server(port, addr=bind or DEFAULT_BIND, registry=self.registry)
+            addr = bind or DEFAULT_BIND
+            try:
+                server, _ = start_http_server(port, addr=addr, registry=self.registry)
+            except OSError as exc:
+                raise OSError(exc.errno, f"metrics port {addr}:{port}: {exc.strerror or exc}") from None
+            self.port = server.server_port
 
     def record(self, region: str, endpoint: str, status: str, latency_ns: int, lag_ns: int, in_flight: int) -> None:
         """One finished request."""

@@ -35,7 +35,7 @@ def test_every_metric_the_dashboard_queries_is_in_a_live_workers_metrics(model_r
             scraped[name] = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
 
     run, manifest = run_with(make_profile(model_repo, load__duration_s=6), tmp_path, during=scrape)
-    assert scraped and set(scraped) == set(run.metrics_ports)
+    assert scraped and set(scraped) == set(run.metrics_ports) == set(run.local_workers.processes)
     for worker, text in scraped.items():
         exported = set(re.findall(r"^(tailrace_[a-z_]+)", text, re.M))
         assert queried <= exported, (worker, queried - exported)

@@ -26,3 +26,16 @@ def test_cancelled_streams_are_not_errors_in_the_live_table():
     registry.register(metrics)
     counts = scrape(_Client(generate_latest(registry).decode()), 0)
     assert (counts["ok"], counts["errors"], counts["cancelled"]) == (2, 1, 3)
+
+
+def test_the_live_table_reads_each_local_worker_where_its_hello_says_it_serves():
+    """Each local worker binds a free port of its own and says it in its HELLO: the table follows those events,
+    only for workers this run started, and only ports that were served."""
+    from tailrace.harness.orchestration.local_run import LocalWorkers
+
+    workers = LocalWorkers(plan=None, layout=None, processes={"eu-w0": None, "us-w0": None})
+    workers.follow([{"event": "worker_hello", "client_id": "a", "worker": "eu-w0", "region": "eu", "metrics_port": 4101},
+                    {"event": "worker_hello", "client_id": "b", "worker": "us-w0", "region": "us", "metrics_port": None},
+                    {"event": "worker_hello", "client_id": "c", "worker": "ap-w0", "region": "ap", "metrics_port": 4103},
+                    {"event": "worker_done", "client_id": "a", "summary": {}}])
+    assert workers.metrics_ports == {"eu-w0": 4101}

@@ -44,3 +44,37 @@ def test_a_worker_that_began_at_another_instant_makes_the_run_invalid():
     [reason] = off_start(summaries, start)
     assert reason.startswith("us-w0: started +4.2 s from the run's start instant") and "START" in reason
     assert off_start(summaries, None) == []
+
+
+def test_a_worker_that_could_not_run_the_plan_is_named_with_its_error_and_one_that_left_no_summary_too(tmp_path):
+    """A worker's ERROR (sent instead of HELLO: it could not run the plan) is the manifest's reason for it, by the
+    name it was admitted as; a worker that left no summary and sent no error is said so."""
+    import json
+
+    from tailrace.contract.layout import RunLayout
+    from tailrace.contract.master_events import WORKER_ADMITTED, WORKER_ERROR, MasterEventLog
+    from tailrace.contract.plan import unresolved_plan
+    from tailrace.contract.profile import parse_profile
+    from tailrace.harness.orchestration.run_record import RunRecord, worker_errors
+
+    profile = parse_profile({"name": "c", "endpoints": [{"name": "a", "url": "embedded", "protocol": "kserve-http",
+                                                         "model": "m"}],
+                             "regions": [{"name": "r", "share": 1.0, "workers": 3}],
+                             "load": {"rate": 10, "duration_s": 5}}, "p")
+    layout = RunLayout(tmp_path)
+    log = MasterEventLog(layout)
+    for i in range(3):
+        log.write(WORKER_ADMITTED, client_id=f"c{i}", worker=f"r-w{i}", region="r")
+    log.write(WORKER_ERROR, client_id="c1", error="[Errno 98] metrics port 127.0.0.1:9: Address already in use")
+    log.write(WORKER_ERROR, client_id="stranger", error="never admitted: not a worker of this run")
+    worker = layout.worker("r", "r-w0")
+    worker.dir.mkdir(parents=True)
+    worker.summary.write_text(json.dumps({"planned": 10, "sent": 10}))
+
+    events = [json.loads(line) for line in layout.master_events.read_text().splitlines()]
+    assert worker_errors(events) == {"r-w1": "[Errno 98] metrics port 127.0.0.1:9: Address already in use"}
+    record = RunRecord(unresolved_plan(profile, "run-1", str(tmp_path), lead_s=1), layout, cpu_at_start=None)
+    invalid = record.manifest(False, {"r-w0": 0, "r-w1": 0, "r-w2": -9})["invalid_reasons"]
+    assert invalid == ["r-w1: could not run the plan: [Errno 98] metrics port 127.0.0.1:9: Address already in use "
+                       "(worker exited with 0)",
+                       "r-w2: no worker summary (worker exited with -9); its closed chunks are used"]

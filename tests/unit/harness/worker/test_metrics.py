@@ -46,3 +46,25 @@ def test_a_scrape_reads_what_prometheus_clients_own_metrics_would():
         assert abs(got[key] - value) < 1e-9, key
     assert got[("tailrace_request_latency_seconds_bucket",
                 (("endpoint", "e1"), ("le", "0.001"), ("region", "r1"), ("run_id", "run-1")))] == 1  # on the bound
+
+
+def test_port_0_serves_on_a_free_port_it_reports_and_a_taken_port_is_an_error_naming_it():
+    """A local run's worker binds a free port itself (port 0) and reports it; a port another process holds is one
+    error naming the address (the worker then cannot run, and says so to its master)."""
+    import socket
+
+    import httpx
+    import pytest
+
+    metrics = WorkerMetrics(0, run_id="run-1")
+    metrics.record(*REQUESTS[0])
+    assert metrics.port and metrics.port > 0
+    text = httpx.get(f"http://127.0.0.1:{metrics.port}/metrics", timeout=5).text
+    assert 'tailrace_requests_total{endpoint="e1",region="r1",run_id="run-1",status="ok"} 1.0' in text
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"metrics port 127.0.0.1:{port}: Address already in use"):
+            WorkerMetrics(port)
+    assert WorkerMetrics(None).port is None
