@@ -57,6 +57,7 @@ class WriterChild:
         self.loose = True  # the sending loop sleeps (`release` … `hold`), or is not gated: the child may run
         self._sending = Semaphore()
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
+        self.lost: str | None = None  # how it ended when it ended with an error: chunks it had taken in may be lost
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory), repr(file_seconds)],
@@ -83,6 +84,7 @@ class WriterChild:
                 return False
             if self.process.poll() is not None:
                 print(f"{self.label}: chunk writer exited ({self.process.returncode}); writing in-process", flush=True)
+                self._ended(self.process.returncode)
                 self._gone()
                 return False
             self._read_acks()
@@ -266,10 +268,17 @@ class WriterChild:
             self.release()
             try:
                 self.process.stdin.close()
-                self.process.wait(timeout=30)
+                self._ended(self.process.wait(timeout=30))
             except Exception as exc:  # noqa: BLE001
                 print(f"{self.label}: chunk writer did not finish: {exc}", flush=True)
+                self.lost = f"did not finish ({exc})"
             self._gone()
+
+    def _ended(self, code: int) -> None:
+        """Its exit code, once it has ended: anything but 0 (killed, or a file it could not write) may have cost the
+        chunks it had taken in and not yet written (a few seconds' rows: it writes them together)."""
+        if code != 0 and self.lost is None:
+            self.lost = f"exited ({code})"
 
     def _gone(self) -> None:
         self.release()

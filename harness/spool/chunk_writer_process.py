@@ -107,37 +107,44 @@ class _PendingFile:
         write_chunk(table, WorkerLayout(self.directory).chunk(self.prefix, self.first_index))
 
 
+class WriteFailed(Exception):
+    """A file that could not be written (already said on stderr): the process ends with exit code 1, so its worker
+    knows that chunks it had taken in may be lost."""
+
+    def __init__(self, written: int) -> None:
+        super().__init__(f"{written} file(s) written before the failure")
+        self.written = written
+
+
 def serve(directory: Path, stream, acks=None, file_seconds: float = FILE_SECONDS, file_rows: int = FILE_ROWS,
           clock: Callable[[], float] = time.monotonic) -> int:
     """Take every frame from `stream` until EOF, each log's chunks written together as one file once they span
     `file_seconds` (0: each chunk its own file), never more than `file_rows` rows in a file unless one chunk has more
     (a busy worker's chunks are large: each is written as it comes), and a byte to `acks` for each chunk once
     handled (after the write where taking it in wrote a file); returns the number of files written. At EOF, a torn last
-    frame or an unknown log, what was taken in is written. A file that cannot be written ends this process with the
-    reason on stderr (the worker then writes in-process and records it). A worker gone (its end of `acks` closed)
-    stops the acks, never the writing: what it shipped still lands."""
+    frame or an unknown log, what was taken in is written. A file that cannot be written raises WriteFailed, the
+    reason on stderr (the process exits 1; the worker then writes in-process and records that rows may be lost). A
+    worker gone (its end of `acks` closed) stops the acks, never the writing: what it shipped still lands."""
     import pyarrow as pa
 
     directory.mkdir(parents=True, exist_ok=True)
     pending = {prefix: _PendingFile(directory, prefix) for prefix in (REQUESTS, CLOCK)}
     written = 0
 
-    def write(pending_file: _PendingFile) -> bool:
+    def write(pending_file: _PendingFile) -> None:
         nonlocal written
         if not pending_file.tables:
-            return True
+            return
         try:
             pending_file.write()
         except OSError as exc:
             print(f"chunk writer: {exc.strerror}", file=sys.stderr, flush=True)
-            return False
+            raise WriteFailed(written) from None
         written += 1
-        return True
 
     def write_all() -> int:
         for pending_file in pending.values():
-            if not write(pending_file):
-                break
+            write(pending_file)
         return written
 
     while True:
@@ -157,11 +164,10 @@ def serve(directory: Path, stream, acks=None, file_seconds: float = FILE_SECONDS
         pending_file, now = pending[prefix], clock()
         if pending_file.tables and (pending_file.rows + table.num_rows > file_rows
                                     or not table.schema.equals(pending_file.tables[0].schema)):
-            if not write(pending_file):  # (one file, one schema, within file_rows)
-                return written
+            write(pending_file)  # (one file, one schema, within file_rows)
         pending_file.add(table, index, now)
-        if pending_file.complete(now, file_seconds, file_rows) and not write(pending_file):
-            return written
+        if pending_file.complete(now, file_seconds, file_rows):
+            write(pending_file)
         if acks is not None:
             try:
                 acks.write(WRITTEN)
@@ -247,4 +253,7 @@ if __name__ == "__main__":
     except OSError:  # its worker is gone already: what it sent is still written
         acks = None
     yield_to_the_sender()
-    serve(Path(sys.argv[1]), sys.stdin.buffer, acks, float(sys.argv[2]) if len(sys.argv) == 3 else FILE_SECONDS)
+    try:
+        serve(Path(sys.argv[1]), sys.stdin.buffer, acks, float(sys.argv[2]) if len(sys.argv) == 3 else FILE_SECONDS)
+    except WriteFailed:
+        sys.exit(1)

@@ -54,6 +54,22 @@ def test_a_frame_of_an_unknown_log_stops_the_writer_and_names_it(tmp_path):
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["requests-00000.parquet"]
 
 
+def test_a_file_the_writer_cannot_write_ends_it_with_code_1_and_its_worker_says_rows_may_be_lost(tmp_path, capsys):
+    """Exit 1, the file named: its worker then knows the chunks it had taken in may be lost (its summary says so)."""
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    (tmp_path / "requests-00000.parquet").mkdir()  # (a directory where the file goes: the rename fails)
+    (tmp_path / "requests-00000.parquet" / "x").write_text("")
+    shipper = ChunkShipper(w, "tailrace worker w0")
+    row = RequestRow(**({c: None for c in REQUEST_COLUMNS} | {"trace_id": "b" * 32, "latency_ns": 7, "correct": False}))
+    w.rows.extend([row] * 3)
+    shipper.ship_open_chunk()
+    shipper.close()
+    assert shipper.child.lost == "exited (1)"
+    proc = subprocess.run([sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(tmp_path)],
+                          input=encode_frame(w.to_table([row]), REQUESTS, 0), capture_output=True, timeout=60)
+    assert proc.returncode == 1 and b"cannot write" in proc.stderr and b"requests-00000.parquet" in proc.stderr
+
+
 def test_a_writer_found_dead_is_said_once_and_its_chunks_are_written_in_process(tmp_path, capsys):
     w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
     shipper = ChunkShipper(w, "tailrace worker w0")
@@ -68,6 +84,7 @@ def test_a_writer_found_dead_is_said_once_and_its_chunks_are_written_in_process(
     assert said == ["tailrace worker w0: chunk writer exited (-9); writing in-process"]
     assert [pq.read_table(f).num_rows for f in sorted(tmp_path.glob("requests-*.parquet"))] == [2, 3]
     assert w.rows_written == 5 and not shipper.failures
+    assert shipper.child.lost == "exited (-9)"  # (what it had taken in, if anything, is gone with it)
 
 
 def test_a_shipped_chunk_keeps_the_writer_busy_until_it_is_on_disk_and_an_idle_writer_is_sched_idle(tmp_path):

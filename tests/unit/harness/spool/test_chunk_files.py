@@ -5,9 +5,10 @@ import io
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tailrace.contract.layout import CLOCK, REQUESTS
-from tailrace.harness.spool.chunk_writer_process import WRITTEN, encode_frame, serve
+from tailrace.harness.spool.chunk_writer_process import WRITTEN, WriteFailed, encode_frame, serve
 
 
 def _table(first: int, rows: int, extra: bool = False) -> pa.Table:
@@ -66,8 +67,12 @@ def test_a_file_that_cannot_be_written_stops_the_writer_naming_it(tmp_path, caps
     (tmp_path / "requests-00000.parquet").mkdir()  # (a directory where the file goes: the rename fails)
     (tmp_path / "requests-00000.parquet" / "x").write_text("")
     frames = [(i * 1.0, encode_frame(_table(i, 1), REQUESTS, i)) for i in range(4)]
-    written, acks = _serve(tmp_path, frames, file_seconds=2.0)
-    assert written == 0 and acks == WRITTEN * 2  # the chunk that completed the failing file is not acknowledged
+    acks = io.BytesIO()
+    times = iter(t for t, _ in frames)
+    with pytest.raises(WriteFailed) as failed:
+        serve(tmp_path, io.BytesIO(b"".join(f for _, f in frames)), acks, clock=lambda: next(times), file_seconds=2.0)
+    assert failed.value.written == 0
+    assert acks.getvalue() == WRITTEN * 2  # the chunk that completed the failing file is not acknowledged
     assert "cannot write" in capsys.readouterr().err and "requests-00000.parquet" not in [
         p.name for p in tmp_path.glob("*.parquet") if p.is_file()]
     assert not list(tmp_path.glob(".*.tmp"))
