@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,8 +29,35 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+CHOSEN_PORTS_FROM = 10_000  # free_port's ports: from here to the start of the kernel's ephemeral range
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's ephemeral range (net.ipv4.ip_local_port_range): where it picks the port of a connect() or a
+    bind(0). Linux's default when it cannot be read."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now."""
+    """A TCP port that is free on `host` right now, for a process started next to bind. Chosen at random below the
+    kernel's ephemeral range: between this choice and that bind (a second or two of imports) the kernel never hands
+    it to another process's connect() or bind(0) — a port it had picked itself could be, and the process could not
+    start (a run's worker did, in CI, beside vLLM and a browser). Where that range leaves no room below it: the
+    kernel's pick."""
+    low = min(ephemeral_ports()[0], 65536)
+    if low - CHOSEN_PORTS_FROM >= 1024:
+        for _ in range(64):
+            port = CHOSEN_PORTS_FROM + secrets.randbelow(low - CHOSEN_PORTS_FROM)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
