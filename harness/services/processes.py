@@ -132,10 +132,13 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
                   cwd: Path | None = None, cpus: list[int] | None = None, with_parent: bool = False) -> ManagedProcess:
     """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child
     it starts) to those CPUs; `with_parent`: it dies when this process dies, even by SIGKILL."""
-    handle = None
+    handle, log_start = None, 0
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(log_path, "ab")
+        # where its output will begin, read before it exists: the child shares this file's offset, and one that writes
+        # at once (a start that fails in its first milliseconds) had moved it before a tell() after the start
+        log_start = handle.tell()
     full_env = {**os.environ, **(env or {})}
     # a shell's background job (`tailrace run … &`) starts with SIGINT ignored, which every child would inherit: a
     # Locust master then ignored the stop it was sent, and the run went on 30 s after it — its default restored for
@@ -156,7 +159,7 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
             os.sched_setaffinity(popen.pid, cpus)
         except OSError:
             pass  # (it has exited already: nothing to pin)
-    return ManagedProcess(name, popen, log_path, handle, handle.tell() if handle is not None else 0)
+    return ManagedProcess(name, popen, log_path, handle, log_start)
 
 
 def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0, verify=True) -> None:
