@@ -33,6 +33,9 @@ PIPE_BYTES = 1 << 20  # Linux's default largest pipe (/proc/sys/fs/pipe-max-size
 WRITER_BEHIND = 3  # chunks not yet written at which a sending loop that holds its writer waits for it (keep_up) ...
 CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 STOP_WAIT_SLACK_NS = 300_000  # a held writer is waited for until it has stopped only with a send this far off or more
+STOP_WAIT_MAX_NS = 20_000_000  # ... and at most this long: an idle-class child on a busy machine may not run for long
+STOP_POLL_S = 10e-6  # the wait's sleeps (the kernel's: the core is the child's meanwhile)
+_sleep = get_original("time", "sleep")
 
 
 def _pidfd(pid: int) -> int:
@@ -181,7 +184,9 @@ class WriterChild:
         """SIGSTOP the child and, unless a send is due within STOP_WAIT_SLACK_NS of now, wait until it has stopped. A
         stop only takes effect when the stopped process next runs, and a child left runnable while its worker spins is
         owed a turn of the core that it takes after the worker wakes (EEVDF lag; docs/DECISIONS.md). Right before a
-        send the wait would cost more than it saves."""
+        send the wait would cost more than it saves. The wait is bounded (STOP_WAIT_MAX_NS): on a machine busy with
+        other work the child (SCHED_IDLE) may not get the turn it needs to stop for many seconds, and a worker that
+        waited for it unbounded stalled 40 s in CI, every send of the run late."""
         if not self.ready or self._pidfd < 0 or not self._signal(signal.SIGSTOP):
             return
         self.held = True
@@ -189,10 +194,9 @@ class WriterChild:
             return  # (it stops when it next runs)
         if self._state() != b"R":  # asleep (its pipe, or the disk: it takes no turn then) or gone: nothing to wait for
             return
-        try:  # (WNOWAIT: an exit is left for its Popen to collect)
-            os.waitid(os.P_PIDFD, self._pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-        except (ChildProcessError, OSError):
-            pass
+        deadline = time.perf_counter_ns() + STOP_WAIT_MAX_NS  # (stopped, exited or gone: no longer R)
+        while self._state() == b"R" and time.perf_counter_ns() < deadline:
+            _sleep(STOP_POLL_S)
 
     def _state(self) -> bytes:
         """The child's scheduler state, one letter (/proc/PID/stat: R running or runnable, S or D asleep, T stopped);

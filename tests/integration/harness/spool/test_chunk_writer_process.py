@@ -311,3 +311,27 @@ def test_a_worker_that_dies_holding_its_writer_still_gets_its_chunk_written(tmp_
     while os.path.exists(f"/proc/{writer_pid}") and _state(writer_pid) != "Z" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{writer_pid}") or _state(writer_pid) == "Z"  # it finished and exited
+
+
+def test_a_writer_that_does_not_get_the_turn_to_stop_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
+    """On a machine busy with other work the idle-class child may not run for many seconds, and a stop takes effect
+    only when it runs: a worker that waited for it without bound stalled 40 s in CI. Here the signal is never sent
+    and the child looks runnable throughout: `hold` returns after STOP_WAIT_MAX_NS, the child counted as held."""
+    w = request_writer(WorkerLayout(tmp_path), max_rows=1000, max_seconds=100)
+    shipper = ChunkShipper(w, "w0")
+    child = shipper.child
+    _gated(child)
+    monkeypatch.setattr(chunk_shipping.WriterChild, "_signal", lambda self, signum: True)
+    monkeypatch.setattr(chunk_shipping.WriterChild, "_state", lambda self: b"R")
+    child.release()
+    child.outstanding += 1  # (work it has not said done)
+    took: list[float] = []
+    holding = threading.Thread(target=lambda: (t := time.perf_counter(), child.hold(None),
+                                               took.append(time.perf_counter() - t)), daemon=True)
+    holding.start()
+    holding.join(timeout=10)
+    assert took and chunk_shipping.STOP_WAIT_MAX_NS / 1e9 <= took[0] < 2.0 and child.held
+    monkeypatch.undo()
+    child.outstanding -= 1
+    child.release()
+    shipper.close()
