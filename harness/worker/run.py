@@ -274,9 +274,9 @@ class WorkerRun:
                 reasons.append(f"{self.identity.name}: {len(shipper.failures)} chunk(s) could not be written, their "
                                f"rows are lost (first: {shipper.failures[0]})")
         lost = self.request_chunks.child.lost
-        if lost is not None:
-            reasons.append(f"{self.identity.name}: its chunk writer {lost} with chunks taken in and not yet written: "
-                           "requests not in the run directory are lost, not kept for `tailrace collect`")
+        if lost is not None:  # (the rows missing, if any, make the run INVALID: analysis/read/chunks.py)
+            warnings.append(f"{self.identity.name}: its chunk writer {lost}: the chunks it held, if any, are lost — "
+                            "requests missing from the run directory are not kept for `tailrace collect`")
         warnings += gap_warnings(self.identity.name, self.start_ref_ns, self.control_gaps)
         if self.path.unknown_events:
             warnings.append(f"{self.identity.name}: {self.path.unknown_events} stream event(s) of a type tailrace does "
