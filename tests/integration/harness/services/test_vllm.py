@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,6 +47,17 @@ def run_near(model_repo, tmp_path, endpoints: list[dict], seed: int, rate: float
     run, manifest = run_with(profile, tmp_path)
     assert manifest["valid"], manifest["invalid_reasons"]
     return run, analyze_run(run.run_dir)
+
+
+def _logged_since(log: Path, text: str, before: int, wanted: int, wait_s: float = 10.0) -> int:
+    """How many times `text` is in the server's log past the `before` it held, waiting at most `wait_s` for it to
+    reach `wanted` (the server logs asynchronously)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        count = log.read_text(errors="replace").count(text) - before
+        if count >= wanted or time.monotonic() > deadline:
+            return count
+        time.sleep(0.2)
 
 
 def _sums(text: str) -> dict[str, float]:
@@ -153,7 +165,12 @@ def test_streams_abandoned_by_their_clients_are_vllms_aborted_requests(vllm, mod
     assert len(chat) and (chat["output_tokens"] >= 4).all() and (chat["output_tokens"] < 64).all()
     timed = gone[gone["endpoint"] == "messages"]
     assert len(timed) and (timed["latency_ns"] / 1e6 >= 60).all()
-    assert log.read_text(errors="replace").count("Aborted request") - logged_before == len(gone)
+    # vLLM logs an abort once its engine has dropped the request, a round trip after the client closed; a stream
+    # closed before its request reached the engine (a send late on a busy machine, closed 60 ms after its intended
+    # time) is never in the engine: every stream that read a token was, at most every one we closed
+    aborted = _logged_since(log, "Aborted request", logged_before, wanted=len(gone))
+    assert int((gone["ttft_ns"] > 0).sum()) <= aborted <= len(gone), (aborted, len(gone))
+    assert aborted >= len(chat)  # closed after 4 tokens: each in the engine
     rows = {r.endpoint: r for r in analysis.summary.cancellations if r.region == "*"}
     assert rows["chat"].server_metric.startswith("vllm:time_to_first_token_seconds_count − ")
     # vLLM's metrics cover the model over the run (both endpoints, warm-up included), and count the streams whose
