@@ -139,7 +139,7 @@ def main() -> int:
                 target = Path(tmp) / f"{v:g}-{r}"
                 cpu, files[v] = written_as(source, target, v)
                 writer[v].append(cpu)
-                wall, peak, _ = timed([*TAILRACE, "analyze", str(target), "--out", str(target / "report"), "--quiet"])
+                wall, peak = timed([*TAILRACE, "analyze", str(target), "--out", str(target / "report"), "--quiet"])[:2]
                 analyse[v].append((wall, peak))
                 print(f"repeat {r + 1}, file_seconds {v:g}: writers {cpu:.2f} CPU-s, {files[v]:,} files, "
                       f"analyze {wall:.1f} s, {peak:.2f} GiB", flush=True)

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
+from tailrace.analysis.stats.sorting import INTEGER_SORT
 from tailrace.contract.summary.base import Estimate
 
 ALPHA = 0.05
@@ -366,7 +367,7 @@ def grouped_quantile(keys: np.ndarray, values: np.ndarray, q: float) -> tuple[np
     shift = int(values.max()).bit_length() if values.dtype.kind in "iu" and values.min() >= 0 else None
     if shift is not None and keys.dtype.kind in "iu" and keys.min() >= 0 and \
             int(keys.max()).bit_length() + shift < 63:
-        packed = np.sort((keys.astype(np.int64) << shift) | values.astype(np.int64), kind="stable")
+        packed = np.sort((keys.astype(np.int64) << shift) | values.astype(np.int64), kind=INTEGER_SORT)
         k, v = packed >> shift, packed & ((1 << shift) - 1)
     else:
         order = np.lexsort((values, keys))

@@ -1,0 +1,20 @@
+"""Which sort numpy does fastest for a log's integers (times, ranks, packed keys) on this CPU. Integers — and
+distinct ranks — sort to the same array by any algorithm, so the choice changes the time, never a number. Where
+the CPU has AVX-512, numpy's default quicksort is vectorised (x86-simd-sort) and beats timsort even on a log's
+nearly sorted times; elsewhere timsort, which finds the runs of times that come in completion order (one run per
+worker), was the faster (docs/DECISIONS.md "Sorts that know what they sort")."""
+from __future__ import annotations
+
+from typing import Literal
+
+
+def _vectorised_quicksort() -> bool:
+    """Whether numpy sorts 64-bit integers with its AVX-512 quicksort on this CPU."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # a numpy laid out otherwise: the sort that was never slow
+        return False
+    return bool(__cpu_features__.get("AVX512_SKX"))
+
+
+INTEGER_SORT: Literal["quicksort", "stable"] = "quicksort" if _vectorised_quicksort() else "stable"
