@@ -147,30 +147,6 @@ def test_bad_graded_input_is_one_line_before_any_load(model_repo, tmp_path, case
     assert not list((tmp_path / "runs").glob("*/regions/*/*/requests-*.parquet"))
 
 
-def test_a_sweep_over_load_shows_accuracy_falling_with_its_trend(model_repo, tmp_path):
-    """`tailrace sweep` over the offered rate: each point's accuracy with its interval, the trend across the points,
-    the recommendation saying it, the page's figure."""
-    items = tmp_path / "items.jsonl"
-    items.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n")
-    profile = tmp_path / "sweep.toml"
-    text = profile_text(model_repo, items).replace("phases = [{ at_s = 8, rate = 40 }]\n", "").replace(
-        "duration_s = 13", "duration_s = 7")
-    profile.write_text(text + '[sweep]\n[[sweep.axes]]\nfield = "load.rate"\nvalues = [4, 40]\n')
-    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "sweep", str(profile), "--out", str(tmp_path / "sw"),
-                        "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=400)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    (sweep_dir,) = (tmp_path / "sw").iterdir()
-    result = json.loads((sweep_dir / "sweep.json").read_text())
-    light, heavy = sorted(result["points"], key=lambda p: p["load"])
-    assert light["graded_judged"] > 15 and heavy["graded_judged"] > 150
-    assert light["accuracy"] > heavy["accuracy"] and heavy["accuracy_ci_low"] < heavy["accuracy"] < heavy["accuracy_ci_high"]
-    (trend,) = result["accuracy_trends"]
-    assert trend["loads"] == [4.0, 40.0] and trend["verdict"] == "falls", trend
-    assert any(line.startswith("accuracy falls as load rises") for line in result["recommendation"])
-    assert (sweep_dir / "accuracy_vs_load.svg").stat().st_size > 0 and "Accuracy against load" in (
-        sweep_dir / "index.html").read_text()
-
-
 def test_compare_gives_the_change_in_accuracy_paired_on_the_items(model_repo, tmp_path):
     """Two runs of one seed, the server right 97% then 60% of the time at batch 1: `tailrace compare` pairs the
     items both runs judged and says B is less accurate, its interval below 0."""
