@@ -18,7 +18,8 @@ import pytest
 from tests import ROOT
 from tests.support import why_it_exited
 
-pytestmark = pytest.mark.shares_machine  # functional: the server's own record is the truth, whatever the machine
+# Alone (no shares_machine mark, but for the bad-input test): every run here must be VALID, and beside the real vLLM
+# sweep's backlog these runs' workers and masters stalled 3–22 s (CI, four times: the sweep, the compare, the decision).
 
 ITEMS = [{"question": f"Ana has {i} apples and buys {i % 7 + 2} more. How many apples does she have?",
           "answer": f"{i} + {i % 7 + 2} = {2 * i % 50}\n#### {i + i % 7 + 2}"} for i in range(60)]
@@ -129,6 +130,7 @@ def test_a_grader_that_raises_costs_one_request_its_grade_not_the_run(model_repo
     assert set(df.loc[~df["item"].isin(raised["item"]), "grade"]) <= {"correct", "wrong"}
 
 
+@pytest.mark.shares_machine  # functional: refused before any load
 @pytest.mark.parametrize("case, words", [
     ("no_answer", ":2: a gsm8k line needs answer ending '#### N'"),
     ("grader", "grader no_such_module:grade: cannot import no_such_module"),
@@ -145,6 +147,30 @@ def test_bad_graded_input_is_one_line_before_any_load(model_repo, tmp_path, case
     assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not list((tmp_path / "runs").glob("*/regions/*/*/requests-*.parquet"))
+
+
+def test_a_sweep_over_load_shows_accuracy_falling_with_its_trend(model_repo, tmp_path):
+    """`tailrace sweep` over the offered rate: each point's accuracy with its interval, the trend across the points,
+    the recommendation saying it, the page's figure."""
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n")
+    profile = tmp_path / "sweep.toml"
+    text = profile_text(model_repo, items).replace("phases = [{ at_s = 8, rate = 40 }]\n", "").replace(
+        "duration_s = 13", "duration_s = 7")
+    profile.write_text(text + '[sweep]\n[[sweep.axes]]\nfield = "load.rate"\nvalues = [4, 40]\n')
+    r = subprocess.run([sys.executable, "-m", "tailrace.cli", "sweep", str(profile), "--out", str(tmp_path / "sw"),
+                        "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (sweep_dir,) = (tmp_path / "sw").iterdir()
+    result = json.loads((sweep_dir / "sweep.json").read_text())
+    light, heavy = sorted(result["points"], key=lambda p: p["load"])
+    assert light["graded_judged"] > 15 and heavy["graded_judged"] > 150
+    assert light["accuracy"] > heavy["accuracy"] and heavy["accuracy_ci_low"] < heavy["accuracy"] < heavy["accuracy_ci_high"]
+    (trend,) = result["accuracy_trends"]
+    assert trend["loads"] == [4.0, 40.0] and trend["verdict"] == "falls", trend
+    assert any(line.startswith("accuracy falls as load rises") for line in result["recommendation"])
+    assert (sweep_dir / "accuracy_vs_load.svg").stat().st_size > 0 and "Accuracy against load" in (
+        sweep_dir / "index.html").read_text()
 
 
 def test_compare_gives_the_change_in_accuracy_paired_on_the_items(model_repo, tmp_path):
