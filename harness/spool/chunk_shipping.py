@@ -34,7 +34,6 @@ WRITER_BEHIND = 3  # chunks not yet written at which a sending loop that holds i
 CATCH_UP_S = 5.0  # ... this long at most: a writer that does not catch up is let go (no longer held nor waited for)
 STOP_WAIT_SLACK_NS = 300_000  # a held writer is waited for until it has stopped only with a send this far off or more
 STOP_WAIT_MAX_NS = 20_000_000  # ... and at most this long: an idle-class child on a busy machine may not run for long
-SLOW_WAIT_S = 1.0  # a worker's wait for its writer this long or longer is said in its log (keep_up)
 STOP_POLL_S = 10e-6  # the wait's sleeps (the kernel's: the core is the child's meanwhile)
 _sleep = get_original("time", "sleep")
 
@@ -62,7 +61,6 @@ class WriterChild:
         self._sending = Semaphore()
         self.ready = False  # it has said READY: its parent-death signal is set, so it may be held
         self.lost: str | None = None  # how it ended when it ended with an error: chunks it had taken in may be lost
-        self.waited_s = 0.0  # how long the worker last waited for it (catch_up)
         try:
             self.process: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, "-m", "tailrace.harness.spool.chunk_writer_process", str(directory), repr(file_seconds)],
@@ -235,11 +233,9 @@ class WriterChild:
         worker that never sleeps long enough for its writer waits for it here, which shows as send lag. False: it
         did not catch up in time."""
         self._go()
-        began = time.monotonic()
-        deadline = began + timeout_s
+        deadline = time.monotonic() + timeout_s
         while self.busy and self.outstanding > most and time.monotonic() < deadline:
             _select([self.ack_fd], [], [], max(0.0, deadline - time.monotonic()))
-        self.waited_s = time.monotonic() - began
         if not self.loose:
             self.hold()
         return not self.busy or self.outstanding <= most
@@ -248,13 +244,7 @@ class WriterChild:
         """With `behind` or more chunks unwritten, wait for the child until fewer are (catch_up). False: it did not
         catch up within `timeout_s` (a disk that does not take its writes) and is let go — no longer held, and the
         caller no longer waits for it; said in `log`."""
-        if self.outstanding < behind:
-            return True
-        unwritten = self.outstanding
-        if self.catch_up(behind - 1, timeout_s):
-            if self.waited_s >= SLOW_WAIT_S:  # the whole worker waited: no send, no heartbeat meanwhile
-                log(f"chunk writer: the worker waited {self.waited_s:.1f} s for it to write {unwritten - self.outstanding} "
-                    "chunks (an idle-class process: the machine's other work came first)")
+        if self.outstanding < behind or self.catch_up(behind - 1, timeout_s):
             return True
         self.gate(False)
         log(f"chunk writer: {self.outstanding} chunks still unwritten after {timeout_s:g} s; it is no longer held nor "

@@ -332,8 +332,6 @@ class WriterStandIn:
             self.held = False
             self.events.append("release")
 
-    waited_s = 0.0  # (the real one's: how long its last catch_up took)
-
     def catch_up(self, most: int, timeout_s: float) -> bool:
         self.events.append("catch_up")
         if not self.stuck:
