@@ -28,6 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+GENERATOR_TIMING = ("generator saturated", "generator paused or stalled")  # one of them in every reason of the
+# send lag's (saturation_reasons, judge_windows): a run INVALID for the generator's own timing, not for its endpoint
+
+
+def is_generator_timing(reason: str) -> bool:
+    """Is this invalid reason the send lag's (a generator saturated, paused or starved of its core)?"""
+    return any(mark in reason for mark in GENERATOR_TIMING)
+
 
 @dataclass(frozen=True)
 class LagWindow:

@@ -15,7 +15,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tests import ROOT
 from tests.integration.endpoints.test_embedded_generative import render_in_chromium
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
 
@@ -33,7 +33,7 @@ def test_a_mixed_runs_report_defines_every_number_for_its_endpoints_kind(model_r
     profile = make_profile(model_repo, endpoints=endpoints, slos=slos,
                            load={"rate": 60, "duration_s": DURATION_S, "warmup_s": 1, "seed": 11})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     s = a.summary.to_dict()
     latency = {(r["endpoint"], r["region"]): r for r in s["latency"]}

@@ -14,7 +14,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.trace_context import session_span_id
 from tests import ROOT
-from tests.support import PHOENIX_PYTHON, make_profile, phoenix_server, run_with
+from tests.support import PHOENIX_PYTHON, assert_valid, make_profile, phoenix_server, run_with
 
 pytestmark = pytest.mark.shares_machine  # a low rate, a functional check
 
@@ -63,7 +63,7 @@ def sessions_run(model_repo, tmp_path_factory):
     profile = make_profile(model_repo, endpoints=[chat, digits], regions=[{"name": "eu", "share": 1.0}],
                            load={"rate": 10, "duration_s": 3, "warmup_s": 0.5, "seed": 21})
     run, manifest = run_with(profile, work)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     return run.run_dir, analyze_run(run.run_dir).requests
 
 

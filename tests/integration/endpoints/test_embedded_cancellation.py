@@ -9,7 +9,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine
 
@@ -27,7 +27,7 @@ def test_each_kind_of_cancellation_closes_its_streams_where_declared(model_repo,
     profile = make_profile(model_repo, endpoints=endpoints, load={"rate": 30, "duration_s": 5, "warmup_s": 1,
                                                                   "seed": 11})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     df = analysis.requests
     assert set(df["status"].astype(str)) == {"ok", "cancelled"}, df["error"].unique()
@@ -83,7 +83,7 @@ def test_a_cancelled_stream_gives_its_batch_slot_back_at_once(model_repo, tmp_pa
                                                                   "seed": 2},
                            embedded={"models_dir": str(model_repo), "max_num_seqs": {"synthetic_lm": 2}})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     df = analyze_run(run.run_dir).requests
     assert (df["status"] == "cancelled").all(), df["error"].unique()
     ttft_ms = df["ttft_ns"].to_numpy() / 1e6

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine
 
@@ -21,7 +21,7 @@ def test_one_model_over_three_chat_apis_and_sessions_over_messages(model_repo, t
     profile = make_profile(model_repo, endpoints=endpoints, load={"rate": 16, "duration_s": 4, "warmup_s": 1,
                                                                   "seed": 6})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()

@@ -22,7 +22,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.contract.plan import EndpointTimeouts
 from tailrace.harness.client.outcome import Send
 from tests import ROOT
-from tests.support import IN_CI, make_profile, run_with, start_endpoint
+from tests.support import IN_CI, assert_valid, make_profile, run_with, start_endpoint
 
 STEP_MS, PER_SEQ_MS, PREFILL_MS_PER_TOKEN = 8.0, 0.1, 0.02  # synthetic_lm's config (generative_build.SYNTHETIC_TIMES)
 NEAR_MS, FAR_MS = 2, 12
@@ -121,7 +121,7 @@ def test_tiny_lm_from_two_regions_every_stream_complete_with_verdicts_and_a_repo
         {"metric": "itl", "percentile": 90, "threshold_ms": 200},  # p99 of ~40 streams a group: INCONCLUSIVE
         {"metric": "e2e", "percentile": 90, "threshold_ms": 3000}])
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
     assert len(measured) > 220 and (measured["status"] == "ok").all()
@@ -283,7 +283,7 @@ def test_triton_generate_from_two_regions_tokens_counted_from_the_models_output(
         load={"rate": 16, "duration_s": 6, "warmup_s": 1, "seed": 9},
         slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 300}])
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert run.plan.model_inputs["gen"] == ["text_input", "max_tokens"]
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
@@ -321,7 +321,7 @@ def test_a_sharegpt_and_a_jsonl_prompt_file_drive_a_run(model_repo, tmp_path):
          "prompts": jsonl}],
         regions=[{"name": "solo", "share": 1.0}], load={"rate": 12, "duration_s": 5, "warmup_s": 1, "seed": 3})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     df = analyze_run(run.run_dir).requests
     assert (df["status"] == "ok").all() and len(df) > 40
     asked = {orjson.loads(line).get("max_tokens") for line in (model_repo / PROMPTS_JSONL).read_text().splitlines()}
@@ -343,7 +343,7 @@ def test_kserve_grpc_stream_from_two_regions_and_a_model_that_is_not_decoupled_i
         regions=[{"name": "near", "share": 0.5, "delay_ms": NEAR_MS}, {"name": "far", "share": 0.5, "delay_ms": FAR_MS}],
         load={"rate": 12, "duration_s": 5, "warmup_s": 1, "seed": 2})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
     assert len(measured) > 40 and (measured["status"] == "ok").all(), measured["error"].unique()
@@ -386,7 +386,7 @@ def test_a_decision_between_generative_variants_ranks_them_on_ttft_tpot_and_toke
     profile = make_profile(model_repo, endpoints=endpoints, regions=[{"name": "local", "share": 1.0}],
                            load={"rate": 20, "duration_s": 12, "warmup_s": 1, "seed": 4}, decision={})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     d = analysis.summary.to_dict()["decision"]
     assert set(d["weights"]) == {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "capacity_rps", "memory_mb",

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
 from tailrace.contract.layout import RunLayout
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine
 
@@ -39,7 +39,7 @@ def test_a_weighted_model_mix_per_request_and_per_session(model_repo, tmp_path):
                            slos=[{"metric": "ttft", "percentile": 90, "threshold_ms": 3000, "endpoint": "gateway",
                                   "model": "tiny_lm"}])
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     df = analysis.requests
     assert (df["status"] == "ok").all(), df["error"].unique()

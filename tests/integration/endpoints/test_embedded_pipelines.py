@@ -15,7 +15,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
 from tailrace.harness.workload.pipeline_requests import PipelineRequests
-from tests.support import make_profile, run_with, start_endpoint
+from tests.support import assert_valid, make_profile, run_with, start_endpoint
 
 pytestmark = pytest.mark.shares_machine
 
@@ -54,7 +54,7 @@ def test_a_rag_pipeline_from_two_regions_is_timed_stage_by_stage(model_repo, tmp
                                  {"metric": "pipeline_ttft", "pipeline": "rag", "percentile": 90,
                                   "threshold_ms": 2000}])
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     every = analysis.requests
     assert (every["status"] == "ok").all(), every["error"].unique()

@@ -14,7 +14,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
-from tests.support import make_profile, run_with, start_endpoint
+from tests.support import assert_valid, make_profile, run_with, start_endpoint
 
 pytestmark = pytest.mark.shares_machine
 
@@ -65,7 +65,7 @@ def test_a_run_of_drawn_batches_and_documents_from_two_regions(model_repo, tmp_p
                            decision={"variants": ["embed", "embed-full"], "capacity_rps": {"embed": 400,
                                                                                             "embed-full": 300}})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     every = analysis.requests
     assert len(every) > 120 and (every["status"] == "ok").all(), every["error"].unique()

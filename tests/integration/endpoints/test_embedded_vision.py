@@ -12,7 +12,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.harness.workload.media import synthetic_image
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine
 
@@ -29,7 +29,7 @@ def test_images_are_prefilled_as_their_patches(model_repo, tmp_path):
     profile = make_profile(model_repo, endpoints=[endpoint, sessions],
                            load={"rate": 8, "duration_s": 4, "warmup_s": 1, "seed": 4})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     every = analyze_run(run.run_dir).requests
     assert (every["status"] == "ok").all(), every["error"].unique()
     df = every[every["endpoint"] == "vlm"]

@@ -74,3 +74,22 @@ def test_a_lone_test_lets_shared_ones_in_while_its_server_boots_and_is_alone_aga
     assert late.wait(5)
     end_late.set()
     t1.join(5), t2.join(5)
+
+
+def test_a_shared_test_lets_off_only_the_generators_timing_and_a_lone_test_nothing(tmp_path):
+    import pytest
+
+    from tests import support
+    stall = "w0: generator paused or stalled for 0.25 s (1.0–9.0 s into the run): …"
+    lost = "w1: worker lost (no heartbeat for 30 s)"
+    kept = support._turn
+    try:
+        with machine_turn(tmp_path, shared=True):
+            support.assert_valid({"valid": False, "invalid_reasons": [stall]})
+            with pytest.raises(AssertionError, match="worker lost"):
+                support.assert_valid({"valid": False, "invalid_reasons": [stall, lost]})
+        with machine_turn(tmp_path, shared=False), pytest.raises(AssertionError, match="paused or stalled"):
+            support.assert_valid({"valid": False, "invalid_reasons": [stall]})
+        support.assert_valid({"valid": True, "invalid_reasons": []})
+    finally:
+        support._turn = kept

@@ -18,7 +18,7 @@ import trustme
 from tailrace.command_lines import tailrace_argv
 from tailrace.contract.profile import parse_profile
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
-from tests.support import DIGITS_DATA, run_with, sleep_until_measuring
+from tests.support import DIGITS_DATA, assert_valid, run_with, sleep_until_measuring
 
 pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
@@ -138,7 +138,7 @@ def test_one_way_tls_over_http_and_grpc_with_a_credential_from_the_environment(m
     server = servers["one_way"]
     profile = _profile(model_repo, server.https, server.grpcs, {"ca": str(pki["ca"])}, {"auth_env": TOKEN_ENV})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     df = _requests(run.run_dir)
     assert len(df) > 250 and set(df["endpoint"]) == {"https", "grpcs"} and set(df["region"]) == {"near", "far"}
     assert (df["status"] == "ok").all(), df.loc[df["status"] != "ok", ["endpoint", "code", "error"]].head()

@@ -11,7 +11,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.harness.services.triton_server import TritonUnavailable, triton_python
-from tests.support import IN_CI, make_profile, run_with
+from tests.support import IN_CI, assert_valid, make_profile, run_with
 
 pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
 
@@ -75,7 +75,7 @@ def zoo_run(model_repo, tmp_path_factory):
 def test_every_model_answers_every_request_over_both_protocols_on_both_servers(zoo_run):
     run, manifest, a, servers, _ = zoo_run
     df = a.requests
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     names = {e.name for e in run.plan.profile.endpoints}
     assert set(df["endpoint"]) == names and len(names) == 4 * 2 * len(servers) + 2
     bad = df[df.status != "ok"]

@@ -14,7 +14,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.internal_processes import DELAY_PROXY, EMBEDDED_SERVER, SNTP_SERVER
-from tests.support import make_profile, run_with, sleep_until_measuring, split_cpus
+from tests.support import assert_valid, make_profile, run_with, sleep_until_measuring, split_cpus
 
 
 @pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
@@ -330,7 +330,7 @@ def test_a_master_paused_8_s_mid_run_loses_nothing_and_the_gap_is_named(model_re
 
     run, manifest = run_with(profile, tmp_path, during=during)
     assert "at" in paused
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     workers = manifest["workers"]
     assert all(w["summary"]["sent"] == w["summary"]["planned"] > 0 for w in workers.values()), workers
     gaps = [w for w in manifest["warnings"] if "no contact with the master for" in w]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tailrace.analysis.analyze import analyze_run
-from tests.support import make_profile, run_with, stream_sink
+from tests.support import assert_valid, make_profile, run_with, stream_sink
 
 FIRST_MS, GAP_MS, TOKENS, NEAR_MS, FAR_MS = 50, 20, 16, 2, 15
 
@@ -37,7 +37,7 @@ def generative_profile(model_repo, url: str, **extra):
 
 def test_streams_from_two_regions_carry_the_servers_token_timing(model_repo, sink, tmp_path):
     run, manifest = run_with(generative_profile(model_repo, sink), tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     requests = a.requests
     measured = requests[requests["phase"] > 0]
@@ -130,7 +130,7 @@ def test_an_agents_sessions_carry_its_tool_calls_and_reasoning_is_timed_apart(mo
             regions=[{"name": "near", "share": 1.0, "delay_ms": NEAR_MS}],
             load={"rate": 4, "duration_s": 4, "warmup_s": 0, "seed": 3})
         run, manifest = run_with(profile, tmp_path / "run")
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     df = a.requests
     assert (df["status"] == "ok").all() and df["turn"].max() == 3

@@ -14,7 +14,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.analyze_command import write_outputs
 from tailrace.harness.services.processes import free_port, start_process, wait_http_ok
-from tests.support import IN_CI, make_profile, run_with, sleep_until_measuring
+from tests.support import IN_CI, assert_valid, make_profile, run_with, sleep_until_measuring
 
 EXPORTER = "prometheus-node-exporter"
 AGREE_PCT = 10  # CPU busy % points: the exporter's and /proc/stat's reads are up to one scrape interval apart
@@ -86,7 +86,7 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     finally:
         stop.set()
         reader.join(5)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     hardware = analysis.summary.hardware
     assert hardware is not None and hardware.missing[0] == (

@@ -15,7 +15,7 @@ from tailrace.analysis.read.rundir import load_run
 from tailrace.contract.master_events import WORKER_LEFT, read_master_events
 from tailrace.contract.records import STATUSES
 from tailrace.harness.services.processes import free_port
-from tests.support import IN_CI, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
+from tests.support import IN_CI, assert_valid, chronyd_path, make_profile, run_with, sleep_until_measuring, start_chronyd
 
 RATE, DURATION, WARMUP, SKEW_MS = 150.0, 10.0, 1.0, 80.0
 
@@ -93,7 +93,7 @@ def test_run_dir_and_row_count(main_run):
         w = manifest["workers"][name]
         assert w["joined_ns"] and w["done_ns"] and w["summary"]["rows_written"] > 0
     assert manifest["versions"]["locust"] and manifest["seed"] == 42 and manifest["host"]["cpus"]
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert run.layout.stats_snapshot("mlp-http", "after").exists()
 
 

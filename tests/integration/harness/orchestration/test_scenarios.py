@@ -8,7 +8,7 @@ import pytest
 from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.report.html import render
 from tailrace.harness.worker.arrivals import rate_segments
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 ENDPOINTS = [
     {"name": "mlp-http", "url": "embedded", "protocol": "kserve-http", "model": "digits_mlp_fp32", "timeout_ms": 2000},
@@ -32,7 +32,7 @@ def single_stream(model_repo, tmp_path_factory):
 def test_single_stream_never_has_two_requests_in_flight_per_region(single_stream):
     _, manifest, a = single_stream
     df = a.requests
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     for region, g in df.groupby("region"):
         g = g.sort_values("t_sent")
         # on the worker's own clock: each request is sent no earlier than the previous one completed
@@ -65,7 +65,7 @@ def multi_stream(model_repo, tmp_path_factory):
 def test_multi_stream_queries_and_missed_intervals(multi_stream):
     _, manifest, a = multi_stream
     df = a.requests
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert (df["batch_size"] == 8).all()
     ok = df[df.status == "ok"]
     assert ok["correct_count"].sum() / ok["batch_size"].sum() > 0.95  # every sample of each query checked
@@ -97,7 +97,7 @@ def offline(model_repo, tmp_path_factory):
 def test_offline_sends_large_batches_and_reports_samples_per_second(offline):
     _, manifest, a = offline
     df = a.requests
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert (df["batch_size"] == 128).all() and (df["status"] == "ok").all()
     assert (df["sample_index"] % 128 == 0).all()
     assert df["in_flight"].max() == 2  # offline_concurrency batches in flight, no more

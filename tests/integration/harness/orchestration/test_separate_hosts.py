@@ -24,7 +24,7 @@ from tailrace.command_lines import master_args, worker_args
 from tailrace.contract.exit_codes import WORKER_MASTER_LOST
 from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.processes import ManagedProcess, start_process
-from tests.support import IN_CI, browser_page, chromium, remote_profile_toml
+from tests.support import IN_CI, assert_valid, browser_page, chromium, remote_profile_toml
 
 MASTER_IP, ENDPOINT_IP = "10.203.0.1", "10.203.0.2"
 UI_PORT = 18089  # the master's live page, on its own host
@@ -200,7 +200,7 @@ def test_the_master_collects_every_workers_rows_and_finishes_the_run(clean_run):
     d, code = clean_run
     run = d.run_dir()
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert code == 0, (d.logs / "master.log").read_text()[-3000:]  # the verdict's code: the error SLO passes
     assert (run / "report" / "index.html").is_file() and (run / "report" / "summary.json").is_file()
     layout = RunLayout(run)

@@ -20,7 +20,7 @@ from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.decide.compare import compare_runs
 from tests import ROOT
 from tests.integration.endpoints.test_embedded_generative import PREFILL_MS_PER_TOKEN, render_in_chromium
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 FIRST, USER, OUTPUT = 300, 40, 16
 
@@ -175,7 +175,7 @@ def test_a_mooncake_slice_reuses_exactly_the_prefixes_its_hash_ids_share(model_r
                                      "max_model_len": {"synthetic_lm": 131072},
                                      "kv_cache_tokens": {"synthetic_lm": 4194304}})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     df = a.requests
     assert len(df) == 67 and (df["status"] == "ok").all(), df["error"].unique()

@@ -15,7 +15,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tests import ROOT
-from tests.support import make_profile, run_with
+from tests.support import assert_valid, make_profile, run_with
 
 REGIONS = [{"name": "near", "share": 0.5, "delay_ms": 2}, {"name": "far", "share": 0.5, "delay_ms": 10}]
 SEND_LAG_MS = 5.0  # the generator's own bound (generator.send_lag_p99_ms): a trace row sent later is a late row
@@ -29,7 +29,7 @@ SEND_LAG_MS = 5.0  # the generator's own bound (generator.send_lag_p99_ms): a tr
 def test_a_process_from_two_regions_is_delivered_as_asked(model_repo, tmp_path, arrivals, rate, duration):
     load = {"duration_s": duration, "warmup_s": 1, "seed": 21, "arrivals": arrivals} | ({"rate": rate} if rate else {})
     run, manifest = run_with(make_profile(model_repo, regions=REGIONS, load=load), tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     summary = analyze_run(run.run_dir).summary.to_dict()
     rows = summary["arrival_process"]
     merged = [r for r in rows if r["source"] == "merged"]
@@ -92,7 +92,7 @@ def test_a_trace_replayed_at_twice_the_speed_sends_every_row_on_time(model_repo,
     profile = make_profile(model_repo, regions=REGIONS, load=load, generator={"send_lag_p99_ms": SEND_LAG_MS},
                            **({"endpoints": endpoints} if endpoints else {}))
     run, manifest = run_with(profile, tmp_path / "run")
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     df = a.requests.sort_values("t_intended_ref")
     assert len(df) == len(t)  # every row, once

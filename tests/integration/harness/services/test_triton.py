@@ -13,7 +13,7 @@ from tailrace.analysis.analyze import analyze_run
 from tailrace.analysis.report.html import render
 from tailrace.harness.services.processes import ManagedProcess
 from tailrace.harness.services.triton_server import SHM_DIR, TritonOptions, TritonUnavailable, start_triton, triton_python
-from tests.support import IN_CI, kill_triton_server, make_profile, run_with, sleep_until_measuring
+from tests.support import IN_CI, assert_valid, kill_triton_server, make_profile, run_with, sleep_until_measuring
 
 pytestmark = pytest.mark.shares_machine  # functional checks at low rates: may run beside another such test
 
@@ -75,7 +75,7 @@ def triton_run(model_repo, tmp_path_factory):
 def test_triton_run_accuracy_and_no_errors(triton_run):
     _, manifest, a, _ = triton_run
     df = a.requests
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     assert set(df["endpoint"]) == {"triton-http", "triton-grpc"} and set(df["region"]) == {"near", "far"}
     assert (df["status"] == "ok").all(), df[df.status != "ok"][["status", "code", "error"]].head()
     assert df["correct"].mean() > 0.95  # predictions checked against the labels of the samples sent
@@ -267,7 +267,7 @@ def test_a_real_triton_streams_the_generative_model_over_generate_stream(model_r
         load={"rate": 10, "duration_s": 6, "warmup_s": 1, "seed": 4}, triton={"models_dir": str(model_repo),
                                                                            "instances": 2})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     a = analyze_run(run.run_dir)
     measured = a.requests[a.requests["phase"] > 0]
     assert len(measured) > 45 and (measured["status"] == "ok").all(), measured["error"].unique()

@@ -9,7 +9,7 @@ import pytest
 
 from tailrace.analysis.analyze import analyze_run
 from tailrace.harness.services.vision_server import IMAGE_TOKENS
-from tests.support import make_profile, run_with, split_cpus, vision_server
+from tests.support import assert_valid, make_profile, run_with, split_cpus, vision_server
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_images_reach_a_real_vlm_and_its_prompt_tokens_count_them(vlm, model_rep
                            load={"rate": 4, "duration_s": 6, "warmup_s": 1, "seed": 9},
                            generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     df = analysis.requests
     assert len(df) > 15 and (df["status"] == "ok").all(), df["error"].unique()

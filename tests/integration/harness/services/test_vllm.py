@@ -17,7 +17,7 @@ from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.processes import free_port
 from tailrace.harness.services.vllm_server import LORA_NAMES, SERVED_NAME, start_vllm
 from tests import ROOT
-from tests.support import make_profile, run_with, split_cpus, vllm_server
+from tests.support import assert_valid, make_profile, run_with, split_cpus, vllm_server
 
 NEAR_MS, FAR_MS, OUTPUT = 2, 12, 16
 # client TTFT − send lag − vLLM's TTFT − the proxy's delay both ways: what vLLM's engine stamps do not hold (its API
@@ -45,7 +45,7 @@ def run_near(model_repo, tmp_path, endpoints: list[dict], seed: int, rate: float
                            load={"rate": rate, "duration_s": duration_s, "warmup_s": warmup_s, "seed": seed},
                            generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {}, **profile)
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     return run, analyze_run(run.run_dir)
 
 
@@ -83,7 +83,7 @@ def test_streams_from_two_regions_agree_with_vllms_own_histograms(vllm, model_re
                            load={"rate": 6, "duration_s": 8, "warmup_s": 1, "seed": 8},
                            generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     df = analyze_run(run.run_dir).requests
     assert len(df) > 40 and (df["status"] == "ok").all(), df["error"].unique()
     assert set(df["stream_outcome"].astype(str)) == {"complete"} and (df["output_tokens"] == OUTPUT).all()
@@ -290,7 +290,7 @@ def test_sessions_hit_vllms_prefix_cache_as_its_own_counters_say_and_not_when_it
     booting.shutdown(wait=False)
     try:
         run, manifest = run_with(session_profile(model_repo, vllm.url, tokenizer), tmp_path / "on")
-        assert manifest["valid"], manifest["invalid_reasons"]
+        assert_valid(manifest)
         a = analyze_run(run.run_dir)
         df = a.requests
         assert (df["status"] == "ok").all() and df["turn"].max() >= 3, df["error"].unique()

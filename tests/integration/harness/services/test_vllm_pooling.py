@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailrace.analysis.analyze import analyze_run
 from tailrace.contract.layout import RunLayout
 from tailrace.harness.services.vllm_server import SERVED_NAME
-from tests.support import make_profile, run_with, split_cpus, vllm_server
+from tests.support import assert_valid, make_profile, run_with, split_cpus, vllm_server
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_embeddings_rerank_and_score_agree_with_vllms_own_counters(vllm_embed, m
                            load={"rate": 12, "duration_s": 8, "warmup_s": 1, "seed": 3},
                            generator={"cpus": split_cpus()[1]} if split_cpus()[1] else {})
     run, manifest = run_with(profile, tmp_path)
-    assert manifest["valid"], manifest["invalid_reasons"]
+    assert_valid(manifest)
     analysis = analyze_run(run.run_dir)
     df = analysis.requests
     assert len(df) > 60 and (df["status"] == "ok").all(), df["error"].unique()

@@ -188,3 +188,21 @@ def test_host_stalls_caught_up_by_each_window_end_stay_a_warning_however_long():
     reasons, warnings = m.verdict()
     assert reasons == [] and len(warnings) == 1 and "6 of 6 windows" in warnings[0]
     assert all(w.lagging and not w.behind(THRESHOLD) for w in m.windows)
+
+
+def test_every_send_lag_reason_is_told_apart_as_the_generators_timing_and_the_in_flight_bound_is_not():
+    """Tests that share the machine let these reasons off (tests/support.py: assert_valid), and only these."""
+    from tailrace.harness.worker.saturation import is_generator_timing
+    growing = [lag_window(0, 1, 9), lag_window(1, 1, 12)]
+    behind = [lag_window(0.5 + 0.5 * k, 0.5, b) for k, b in enumerate([29, 49, 70, 65, 17, 12])]
+    ended_behind = [lag_window(0, 1, 1), lag_window(1, 1, 400)]
+    m = monitor()
+    feed(m, 0, stalled(stall_ms=300))
+    paused, _ = m.verdict()
+    reasons = [r for windows in (growing, behind, ended_behind)
+               for r in judge_windows("w0", windows, THRESHOLD, stall_max_ns=250 * MS)[0]] + paused
+    assert len(reasons) == 4 and all(is_generator_timing(r) for r in reasons), reasons
+    assert any("paused or stalled" in r for r in paused) and any("ms behind schedule when" in r for r in reasons)
+    bounded = monitor()
+    bounded.observe_send(0, 0, in_flight=101)
+    assert not any(is_generator_timing(r) for r in bounded.verdict()[0])
