@@ -117,34 +117,48 @@ def _name(proc: psutil.Process) -> str:
         return ""
 
 
-# PyTriton's second and later model instances fetch their config from a Unix socket the first instance serves; they
-# connect as soon as the socket file exists, which is before the first one listens on it. On a busy host the load
-# fails with ConnectionRefusedError in get_config_from_handshake_server and the program exits. A fresh start works.
-HANDSHAKE_RACE = "get_config_from_handshake_server"
+# Starts that fail for a reason of the moment, not of the models, are started again (up to START_ATTEMPTS in all):
+# - PyTriton's second and later model instances fetch their config from a Unix socket the first instance serves; they
+#   connect as soon as the socket file exists, which is before the first one listens on it. On a busy host the load
+#   fails with ConnectionRefusedError in get_config_from_handshake_server and the program exits;
+# - Triton's server going away while PyTriton loads a model into it: the load's HTTP connection closed, the Python
+#   backend's stubs reporting a non-graceful termination (once in CI, on a loaded machine).
+# A fresh start works. What marks each in the program's last lines:
+TRANSIENT_STARTS = {
+    "a model instance connected to PyTriton's handshake socket before it listened": ("get_config_from_handshake_server",),
+    "Triton's server closed the connection while PyTriton loaded a model": ("in load_model", "HTTPConnectionClosed"),
+}
 START_ATTEMPTS = 3
 
 
-class TritonHandshakeRace(TritonUnavailable):
-    """A model load lost PyTriton's handshake race: starting again is expected to work."""
+class TritonTransientStart(TritonUnavailable):
+    """A start that failed for a reason of the moment (`why`, one of TRANSIENT_STARTS): starting again should work."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def transient_start(tail: str) -> str | None:
+    """Why a failed start's last lines say it failed for a reason of the moment, or None."""
+    return next((why for why, marks in TRANSIENT_STARTS.items() if all(mark in tail for mark in marks)), None)
 
 
 def start_triton(models_dir: Path, log_dir: Path, host: str = "127.0.0.1", options: TritonOptions | None = None,
                  python: str | None = None, ports: tuple[int, int, int] | None = None,
                  timeout: float = 180.0, log: Callable[[str], None] | None = None) -> TritonServer:
-    """Start Triton on `host` serving `models_dir`; returns once every model is ready. A start that loses
-    PyTriton's handshake race is started again, up to START_ATTEMPTS in all, each said to `log`."""
+    """Start Triton on `host` serving `models_dir`; returns once every model is ready. A start that failed for a
+    reason of the moment (TRANSIENT_STARTS) is started again, up to START_ATTEMPTS in all, each said to `log`."""
     interpreter, attempt = triton_python(python), 1
     while True:
         try:
             return _start_once(models_dir, log_dir, host, options or TritonOptions(), interpreter, ports, timeout)
-        except TritonHandshakeRace as exc:
+        except TritonTransientStart as exc:
             if attempt == START_ATTEMPTS:
-                raise TritonUnavailable(f"Triton lost PyTriton's model handshake race {START_ATTEMPTS} times:\n"
-                                        f"{exc}") from None
+                raise TritonUnavailable(f"Triton's start failed {START_ATTEMPTS} times ({exc.why}):\n{exc}") from None
             attempt += 1
             if log is not None:
-                log(f"Triton: a model instance connected to PyTriton's handshake socket before it listened; "
-                    f"starting again (attempt {attempt} of {START_ATTEMPTS})")
+                log(f"Triton: {exc.why}; starting again (attempt {attempt} of {START_ATTEMPTS})")
 
 
 def _start_once(models_dir: Path, log_dir: Path, host: str, options: TritonOptions, interpreter: Path,
@@ -170,8 +184,8 @@ def _start_once(models_dir: Path, log_dir: Path, host: str, options: TritonOptio
         while not ready_file.exists():
             if not proc.alive():
                 tail = proc.log_tail(40)
-                failure = TritonHandshakeRace if HANDSHAKE_RACE in tail else TritonUnavailable
-                raise failure(f"Triton exited with {proc.popen.returncode}:\n{tail}")
+                message, why = f"Triton exited with {proc.popen.returncode}:\n{tail}", transient_start(tail)
+                raise TritonTransientStart(message, why) if why else TritonUnavailable(message)
             if time.monotonic() > deadline:
                 raise TritonUnavailable(f"Triton not ready after {timeout:.0f} s:\n{proc.log_tail(40)}")
             time.sleep(0.2)

@@ -169,8 +169,7 @@ class WorkerRun:
                                p.inputs.selection == "sequential", self.trace)
 
     def run(self) -> None:
-        """Sample the clock, build the first requests, wait for the common start instant, run the scenario, drain,
-        finish."""
+        """Sample the clock, build the first requests, wait for the start instant, run the scenario, drain, finish."""
         load = self.profile.load
         self.sample_clock("before")
         schedule = self.schedule()
@@ -181,11 +180,12 @@ class WorkerRun:
         ahead = self.loop.build_ahead(arrivals) if arrivals is not None else None
         if ahead is not None:  # the first requests built now, while the start instant is still to come
             ahead.prime(planned_mono, gevent.sleep, self.log)
-        # Setup objects (datasets, pre-encoded requests) never need the cyclic collector again, and the
-        # per-request garbage is acyclic: fewer, younger collections keep GC pauses out of the send path.
+        # set-up objects never need the cyclic collector again, per-request garbage is acyclic: fewer GC pauses
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 20, 1000)
+        if self.clocks.sample_again_if_unsure(self.log):  # (the start instant is placed on this clock below)
+            self.clock_chunks.ship_open_chunk()
         if self.ready is not None:  # every worker ready: the master may start the run before the plan's instant
             now_ref = self.clock.now_ns() + self.clocks.offset_ns
             early = self.ready((self.start_ref_ns - now_ref) / 1e9)
