@@ -5,6 +5,7 @@ the embedded server's own process (its CPU-seconds, its memory) and a labelled e
 exporter stopped mid-run: the run goes on, the report says what it lacks."""
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -106,7 +107,8 @@ def test_a_node_exporters_cpu_and_memory_through_a_run(model_repo, tmp_path, nod
     # report says how many failed and why — its second phase has fewer scrapes, never a zero
     doomed = {r.phase: r for r in hardware.rows if r.monitor == "doomed"}
     failed = next(m for m in hardware.missing if m.startswith("doomed:"))
-    assert "scrapes failed (first: ConnectError" in failed, hardware.missing
+    # (its first failed scrape: refused once it is gone, or cut mid-answer when the stop lands during one — CI saw it)
+    assert re.search(r"scrapes failed \(first: (ConnectError|RemoteProtocolError)", failed), hardware.missing
     assert doomed[1].cpu_busy_pct is not None and doomed[2].scrapes < doomed[1].scrapes, doomed
     rows = {r.phase: r for r in hardware.rows if r.monitor == "host"}
     assert set(rows) == {1, 2} and all(r.scrapes >= 4 for r in rows.values())
