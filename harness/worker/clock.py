@@ -117,13 +117,21 @@ class ClockSampler:
                 self.log(f"clock sample failed: {exc}")
                 continue
             answered = True
-            if self.offset is None or (server == self.servers[0] and not (
-                    keep_better and self.offset.server == server and self.offset.delay_ns <= s.delay_ns)):
+            if self._takes(server, s, keep_better):
                 self.offset = s
             self.record(ClockRow(worker=self.worker, region=self.region, server=s.server, local_ns=s.local_ns,
                                  offset_ns=s.offset_ns, delay_ns=s.delay_ns, packets=s.packets, stage=stage))
         if not answered and self.servers:
             self.failed_at.append(time.time())
+
+    def _takes(self, server: str, s: ClockSample, keep_better: bool) -> bool:
+        """Does sample `s` (from `server`) become the offset in use? The first one does, and then the first
+        reference's — unless `keep_better` and the one in use, the same reference's, had the shorter round trip."""
+        if self.offset is None:
+            return True
+        if server != self.servers[0]:
+            return False
+        return not (keep_better and self.offset.server == server and self.offset.delay_ns <= s.delay_ns)
 
     def sample_again_if_unsure(self, log: Callable[[str], None], limit_ns: int = START_UNCERTAINTY_NS) -> bool:
         """A start-up offset known to worse than `limit_ns` (a long round trip: the machine busy starting its
@@ -133,9 +141,10 @@ class ClockSampler:
         first = self.uncertainty_ns
         if first <= limit_ns:
             return False
+        failures = len(self.failed_at)
         self.sample("before", keep_better=True)
-        log(f"clock: the start-up offset was known to ±{first / 1e6:.3f} ms; measured again: "
-            f"±{self.uncertainty_ns / 1e6:.3f} ms")
+        again = "no answer, the first kept" if len(self.failed_at) > failures else f"±{self.uncertainty_ns / 1e6:.3f} ms"
+        log(f"clock: the start-up offset was known to ±{first / 1e6:.3f} ms; measured again: {again}")
         return True
 
     def gap_warning(self, start_s: float) -> str | None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from tests import support
 from tests.support import machine_turn
 
 
@@ -77,9 +80,6 @@ def test_a_lone_test_lets_shared_ones_in_while_its_server_boots_and_is_alone_aga
 
 
 def test_a_shared_test_lets_off_only_the_generators_timing_and_a_lone_test_nothing(tmp_path):
-    import pytest
-
-    from tests import support
     stall = "w0: generator paused or stalled for 0.25 s (1.0–9.0 s into the run): …"
     lost = "w1: worker lost (no heartbeat for 30 s)"
     kept = support._turn

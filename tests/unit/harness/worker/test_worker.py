@@ -266,8 +266,6 @@ def test_a_killed_loop_lets_its_waiting_turns_go_and_a_killed_turn_is_skipped():
     assert "turn" not in dict(sent2) and [s for s, _ in sent2] == [0, 1, 2]
 
 
-
-
 def test_a_start_up_offset_with_a_long_round_trip_is_measured_again_and_the_shorter_kept(monkeypatch):
     """CI's case: the first offset 1.7 ms with a 3.6 ms round trip (the machine busy starting up); the start instant
     placed with it put one region's sends 1.7 ms off the other's."""
@@ -284,3 +282,21 @@ def test_a_start_up_offset_with_a_long_round_trip_is_measured_again_and_the_shor
         assert clocks.sample_again_if_unsure(logged.append) == (expected_rows == 2)
         assert clocks.offset_ns == expected_offset and len(rows) == expected_rows
         assert [r.stage for r in rows] == ["before"] * expected_rows and len(logged) == expected_rows - 1
+
+
+def test_a_second_look_the_reference_does_not_answer_keeps_the_first_offset_and_says_so(monkeypatch):
+    from tailrace.harness.worker import clock as clock_module
+    answers = iter([(1_705_647, 3_615_379), OSError("NTP server master did not answer (timed out)")])
+
+    def measure(server, clock, packets):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return clock_module.ClockSample(server, 0, *answer, packets)
+    monkeypatch.setattr(clock_module, "measure_offset", measure)
+    rows, logged = [], []
+    clocks = ClockSampler(WorkerClock(0), ["master"], 4, "near-w0", "near", rows.append, logged.append)
+    clocks.sample("before")
+    assert clocks.sample_again_if_unsure(logged.append)
+    assert clocks.offset_ns == 1_705_647 and len(rows) == 1 and len(clocks.failed_at) == 1
+    assert "did not answer" in logged[0] and logged[1].endswith("measured again: no answer, the first kept")
