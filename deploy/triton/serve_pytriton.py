@@ -32,6 +32,10 @@ from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
 FORWARD_PATTERN = "(traceparent|x-tailrace-.*)"
 LOG = logging.getLogger("tailrace.triton")
+# PyTriton's own teardown once asked to stop: it waits up to 30 s for tritonserver, and once (CI, beside a vLLM start)
+# hung past tailrace's 20 s, then past SIGKILL's 5 s. Bounded here, under tailrace's wait: the program exits, and
+# tailrace's stop removes whatever of its children is left (harness/services/triton_server.py stop_triton).
+TEARDOWN_S = 15.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -341,8 +345,18 @@ def main(argv: list[str] | None = None) -> int:
                 LOG.error("tritonserver exited")
                 trace_log.close()
                 return 3
+        threading.Thread(target=_exit_after, args=(TEARDOWN_S, trace_log), name="teardown-bound", daemon=True).start()
     trace_log.close()
     return 0
+
+
+def _exit_after(seconds: float, trace_log: TraceLog) -> None:
+    """Exit the program if PyTriton's teardown (or the interpreter's, joining its threads) still runs `seconds` on."""
+    time.sleep(seconds)
+    LOG.error("PyTriton's teardown still running %.0f s after the stop: exiting without it", seconds)
+    trace_log.close()
+    logging.shutdown()
+    os._exit(4)
 
 
 if __name__ == "__main__":
