@@ -213,11 +213,17 @@ class LocalRun:
                 self.lifecycle.snapshot_after()
         finally:
             owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
-            for proc in reversed(self.processes):
-                if id(proc) in owned and owned[id(proc)].triton is not None:
-                    owned[id(proc)].triton.stop()  # with its children and shared memory
-                else:
-                    proc.stop(timeout=10)
+            failed: list[Exception] = []
+            for proc in reversed(self.processes):  # one that fails to stop leaves none of the others running
+                try:
+                    if id(proc) in owned and owned[id(proc)].triton is not None:
+                        owned[id(proc)].triton.stop()  # with its children and shared memory
+                    else:
+                        proc.stop(timeout=10)
+                except Exception as exc:  # noqa: BLE001 — raised once every process has been stopped
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
 
     def manifest(self, interrupted: bool) -> dict:
         self.lifecycle.interrupted = self.lifecycle.interrupted or interrupted
