@@ -11,6 +11,7 @@ import secrets
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tailrace.contract.internal_processes import MODELS_BUILD, SNTP_SERVER, ModelsBuildOptions, SntpOptions, internal_argv
@@ -33,7 +34,7 @@ from tailrace.harness.orchestration.lifecycle import (
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.preflight import check_local, needs_models_build
 from tailrace.harness.orchestration.server_stats import stats_targets
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_process
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, stop_each
 from tailrace.harness.services.region_proxies import proxied_regions, start_region_proxies
 from tailrace.harness.services.servers import Servers, start_servers
 from tailrace.harness.services.triton_server import TritonServer
@@ -213,17 +214,9 @@ class LocalRun:
                 self.lifecycle.snapshot_after()
         finally:
             owned = {id(s.process): s for s in self.servers.instances} if self.servers is not None else {}
-            failed: list[Exception] = []
-            for proc in reversed(self.processes):  # one that fails to stop leaves none of the others running
-                try:
-                    if id(proc) in owned and owned[id(proc)].triton is not None:
-                        owned[id(proc)].triton.stop()  # with its children and shared memory
-                    else:
-                        proc.stop(timeout=10)
-                except Exception as exc:  # noqa: BLE001 — raised once every process has been stopped
-                    failed.append(exc)
-            if failed:
-                raise failed[0]
+            # Triton with its children and shared memory; one that fails to stop leaves none of the others running
+            stop_each(owned[id(proc)].triton.stop if id(proc) in owned and owned[id(proc)].triton is not None
+                      else partial(proc.stop, timeout=10) for proc in reversed(self.processes))
 
     def manifest(self, interrupted: bool) -> dict:
         self.lifecycle.interrupted = self.lifecycle.interrupted or interrupted

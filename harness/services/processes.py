@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 import httpx
 
@@ -64,6 +65,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         return s.getsockname()[1]
 
+
+def stop_each(stops: Iterable[Callable[[], object]]) -> None:
+    """Call every stop in turn, whatever one of them raises (one that fails leaves none of the others running);
+    then raise the first failure."""
+    failed: list[Exception] = []
+    for stop in stops:
+        try:
+            stop()
+        except Exception as exc:  # noqa: BLE001 — raised once every stop has been called
+            failed.append(exc)
+    if failed:
+        raise failed[0]
 
 @dataclass
 class ManagedProcess:

@@ -8,6 +8,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ from tailrace.contract.plan import endpoint_kind
 from tailrace.contract.profile import EMBEDDED, TRITON, Profile
 from tailrace.contract.tensors import NUMPY_DTYPES, to_raw
 from tailrace.harness.client.tls import default_verify_context
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_embedded_endpoint, stop_each
 from tailrace.harness.services.triton_server import TritonOptions, TritonServer, start_triton
 
 
@@ -74,11 +75,8 @@ class Servers:
         return server.metrics_url if server is not None else None
 
     def stop(self) -> None:
-        for server in reversed(self.instances):
-            if server.triton is not None:
-                server.triton.stop()
-            else:
-                server.process.stop(timeout=10)
+        stop_each(server.triton.stop if server.triton is not None else partial(server.process.stop, timeout=10)
+                  for server in reversed(self.instances))
 
 
 def zero_request(metadata: dict) -> tuple[bytes, dict[str, str]]:
