@@ -54,6 +54,45 @@ def inter_token_gaps_ms(offsets_us: np.ndarray, counts: np.ndarray) -> np.ndarra
     return np.repeat(gaps / carried, carried)
 
 
+@dataclass(frozen=True)
+class StreamGaps:
+    """Many streams' inter-token latencies (ms): `values`, each stream's inter_token_gaps_ms one after another in the
+    streams' order; `count`, how many of them are each stream's."""
+
+    values: np.ndarray
+    count: np.ndarray
+
+    def largest(self) -> np.ndarray:
+        """Each stream's largest gap, 0.0 where it has none (as inter_token_gaps_ms(...).max(initial=0.0))."""
+        out = np.zeros(len(self.count))
+        has = self.count > 0
+        if has.any():
+            starts = np.cumsum(self.count) - self.count
+            out[has] = np.maximum(np.maximum.reduceat(self.values, starts[has]), 0.0)
+        return out
+
+
+def stream_gaps(offsets: Sequence[bytes], counts: Sequence[bytes]) -> StreamGaps:
+    """inter_token_gaps_ms of every stream (`offsets`: each one's token_event_us, `counts`: its token_event_counts),
+    in one pass over all of their events rather than a call a stream (a 1-minute run's 12,000 streams: 0.19 s a
+    pass, and a report makes several) — the same arithmetic on each gap, so the same values. A stream whose
+    events and counts differ in number is computed alone, as before (and raises as it did)."""
+    events = np.fromiter((len(o) // 4 for o in offsets), dtype=np.int64, count=len(offsets))
+    if any(len(c) // 2 != n for c, n in zip(counts, events)):
+        gaps = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2"))
+                for o, c in zip(offsets, counts)]
+        return StreamGaps(np.concatenate(gaps) if gaps else np.empty(0), np.array([len(g) for g in gaps], np.int64))
+    times = np.frombuffer(b"".join(offsets), dtype="<i4").astype(np.float64)
+    tokens = np.frombuffer(b"".join(counts), dtype="<u2")
+    later = np.ones(len(times), dtype=bool)  # an event after its stream's first: a gap ends at it
+    later[(np.cumsum(events) - events)[events > 0]] = False
+    at = np.flatnonzero(later)
+    carried = np.maximum(tokens[at].astype(np.int64), 1)
+    values = np.repeat((times[at] - times[at - 1]) / 1e3 / carried, carried)
+    stream = np.repeat(np.arange(len(events)), events)[at]
+    return StreamGaps(values, np.bincount(stream, weights=carried, minlength=len(events)).astype(np.int64))
+
+
 def _estimate(values: np.ndarray, effective_n: int | None = None) -> dict:
     x = np.sort(values.astype(np.float64))
     out: dict[str, object] = {}
@@ -69,12 +108,16 @@ def _metric_values(df: pd.DataFrame, rows: np.ndarray, metric: str) -> tuple[np.
     """(values in ms — +inf for a request that failed —, whether each is one of the requests' own, streams):
     TTFT, TPOT, E2E one value a request (a request with one token has no TPOT); ITL the pooled gaps."""
     ok = df["status"].to_numpy()[rows] == "ok"
-    if metric == "itl":
+    if metric == "itl":  # each successful stream's gaps, one +inf for a failed request, in the rows' order
         offsets, counts = df["token_event_us"].to_numpy()[rows], df["token_event_counts"].to_numpy()[rows]
-        gaps = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2")) if good
-                else np.array([np.inf]) for o, c, good in zip(offsets, counts, ok)]
-        values = np.concatenate(gaps) if gaps else np.empty(0)
-        return values, np.ones(len(values), dtype=bool), int(sum(len(g) > 0 for g in gaps))
+        gaps = stream_gaps(offsets[ok], counts[ok])
+        each = np.ones(len(rows), dtype=np.int64)
+        each[ok] = gaps.count
+        values = np.full(int(each.sum()), np.inf)
+        own = np.ones(len(values), dtype=bool)
+        own[(np.cumsum(each) - each)[~ok]] = False
+        values[own] = gaps.values
+        return values, np.ones(len(values), dtype=bool), int(np.count_nonzero(each))
     if metric == "ttft":
         values = df["ttft_ns"].to_numpy()[rows] / 1e6
         good = ok & (values >= 0)
@@ -163,10 +206,7 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
     tokens = df["output_tokens"].to_numpy()[ok].astype(np.int64)
     many = (tokens > 1) & (first >= 0)  # a whole response (stream = false) has no token instants
     tpot = (last[many] - first[many]) / (tokens[many] - 1) / 1e6
-    offsets, counts = df["token_event_us"].to_numpy()[ok], df["token_event_counts"].to_numpy()[ok]
-    itl = [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2"))
-           for o, c in zip(offsets, counts)]
-    itl_all = np.concatenate(itl) if itl else np.empty(0)
+    itl = stream_gaps(df["token_event_us"].to_numpy()[ok], df["token_event_counts"].to_numpy()[ok])
     sources = df["token_source"].to_numpy()[ok]
     return {
         "requests": int(len(rows)), "ok": int(len(ok)),
@@ -176,7 +216,7 @@ def _group_row(df: pd.DataFrame, rows: np.ndarray, duration_s: float) -> dict:
         "token_sources": sorted({str(s) for s in sources}),
         "ttft_ms": _estimate(ttft[ttft >= 0] / 1e6),
         "tpot_ms": _estimate(tpot),
-        "itl_ms": _estimate(itl_all, effective_n=int(sum(len(g) > 0 for g in itl))),
+        "itl_ms": _estimate(itl.values, effective_n=int(np.count_nonzero(itl.count))),
         "e2e_ms": _estimate(df["latency_ns"].to_numpy()[ok] / 1e6),
         **_reasoning(df, ok),
         **_media(df, rows, ok),
@@ -336,9 +376,8 @@ def good_streams(df: pd.DataFrame, slos: list[dict], endpoints: set[str]) -> tup
             "tpot": np.where((tokens > 1) & (df["t_first_token"].to_numpy()[rows] >= 0),
                              span / np.maximum(tokens - 1, 1), 0.0),
             "e2e": df["latency_ns"].to_numpy()[rows] / 1e6,
-            "itl": np.array([inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2")).max(
-                initial=0.0) for o, c in zip(df["token_event_us"].to_numpy()[rows],
-                                             df["token_event_counts"].to_numpy()[rows])])}
+            "itl": stream_gaps(df["token_event_us"].to_numpy()[rows], df["token_event_counts"].to_numpy()[rows]
+                               ).largest()}
         for slo in token_slos:
             applies = np.ones(len(rows), dtype=bool)
             if slo["endpoint"] != "*":

@@ -5,8 +5,9 @@ from array import array
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from tailrace.analysis.stats.tokens import inter_token_gaps_ms, token_table
+from tailrace.analysis.stats.tokens import _metric_values, inter_token_gaps_ms, stream_gaps, token_table
 
 
 def test_an_event_of_k_tokens_counts_as_k_gaps_of_gap_over_k():
@@ -14,6 +15,53 @@ def test_an_event_of_k_tokens_counts_as_k_gaps_of_gap_over_k():
     counts = np.array([1, 1, 2, 4], dtype=np.uint16)
     assert inter_token_gaps_ms(offsets, counts).tolist() == [20.0, 10.0, 10.0, 5.0, 5.0, 5.0, 5.0]
     assert inter_token_gaps_ms(offsets[:1], counts[:1]).size == 0  # one event: no gap
+
+
+def _random_streams(seed: int, n: int) -> tuple[list[bytes], list[bytes]]:
+    """Streams of 0 to 40 token events: µs offsets with ties, jitter and now and then one going back, events of 1 to
+    5 tokens (a count of 0 now and then: carried as 1)."""
+    rng = np.random.default_rng(seed)
+    offsets, counts = [], []
+    for _ in range(n):
+        events = int(rng.integers(0, 41))
+        t = np.cumsum(rng.integers(-50, 40_000, size=events)).astype("<i4")
+        offsets.append(t.tobytes())
+        counts.append(rng.integers(0, 6, size=events).astype("<u2").tobytes())
+    return offsets, counts
+
+
+def _one_at_a_time(offsets: list[bytes], counts: list[bytes]) -> list[np.ndarray]:
+    return [inter_token_gaps_ms(np.frombuffer(o, dtype="<i4"), np.frombuffer(c, dtype="<u2"))
+            for o, c in zip(offsets, counts)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_streams_gaps_at_once_are_each_streams_own_to_the_bit(seed):
+    offsets, counts = _random_streams(seed, 300)
+    alone = _one_at_a_time(offsets, counts)
+    gaps = stream_gaps(np.array(offsets, dtype=object), np.array(counts, dtype=object))
+    assert gaps.values.tobytes() == np.concatenate(alone).tobytes()  # the same floats, in the same order
+    assert gaps.count.tolist() == [len(g) for g in alone]
+    assert gaps.largest().tobytes() == np.array([g.max(initial=0.0) for g in alone]).tobytes()
+    empty = stream_gaps(np.array([], dtype=object), np.array([], dtype=object))
+    assert empty.values.size == 0 and empty.count.size == 0 and empty.largest().size == 0
+
+
+def test_a_stream_whose_counts_do_not_match_its_events_is_computed_alone_and_raises_as_before():
+    offsets, counts = _random_streams(7, 3)
+    counts[1] = counts[1] + b"\x01\x00"  # one count more than events
+    with pytest.raises(ValueError):
+        stream_gaps(np.array(offsets, dtype=object), np.array(counts, dtype=object))
+
+
+def test_the_itl_verdicts_values_keep_a_failed_requests_inf_in_its_place():
+    offsets, counts = _random_streams(3, 50)
+    status = np.where(np.arange(50) % 7 == 3, "timeout", "ok")
+    df = pd.DataFrame({"status": status, "token_event_us": offsets, "token_event_counts": counts})
+    values, own, streams = _metric_values(df, np.arange(50), "itl")
+    expected = [g if s == "ok" else np.array([np.inf]) for g, s in zip(_one_at_a_time(offsets, counts), status)]
+    assert values.tobytes() == np.concatenate(expected).tobytes() and own.all()
+    assert streams == sum(len(g) > 0 for g in expected)
 
 
 def stream_rows(n: int, region: str, ttft_ms: float, gap_ms: float, events: int, status: str = "ok") -> pd.DataFrame:
