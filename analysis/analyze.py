@@ -15,7 +15,7 @@ from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, 
 from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, JoinedSpans, joined_server_spans, read_span_file
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
-from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions, take, take_rows
+from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions, strings, take, take_rows
 from tailrace.analysis.read.hardware import monitor_series
 from tailrace.analysis.read.progress import Progress
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
@@ -466,7 +466,7 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
     cache = cache_table(df, generative, counters)
     over_time = hit_ratio_over_time(df, generative)
     if "pipeline" in df:  # a pipeline's stages are recorded as turns: they are no session's
-        df = df.loc[df["pipeline"].astype(str).to_numpy() == ""].reset_index(drop=True)
+        df = df.loc[strings(df["pipeline"]) == ""].reset_index(drop=True)
     sessions = {str(e) for e in df.loc[df["turn"].to_numpy() > 0, "endpoint"].unique()} & generative
     if not sessions and not cache:
         return Sessions()
@@ -484,7 +484,7 @@ def _slowest(df: pd.DataFrame, measured: np.ndarray, streamed: frozenset[str]) -
     latency = df["latency_ns"].to_numpy()
     if not streamed:
         return df.loc[largest_positions(latency, measured, SLOWEST)]
-    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy()
+    is_stream = df["endpoint"].isin(streamed).to_numpy()
     parts = [largest_positions(latency, measured[is_stream[measured] == (kind == STREAM)], SLOWEST)
              for kind in (ONE_SHOT, STREAM)]
     return df.loc[np.concatenate(parts)]

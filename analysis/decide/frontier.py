@@ -22,6 +22,7 @@ from scipy import stats
 from scipy.optimize import isotonic_regression
 
 from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
+from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.analysis.stats.outcomes.accuracy import trend
 from tailrace.analysis.stats.timeline import TokenTimeline
@@ -75,8 +76,8 @@ def tier_goodput(df: pd.DataFrame, tier_slos: Mapping[str, Sequence[dict]], dura
     good_streams), a one-shot request's by its latency (from the intended send)."""
     out = {}
     measured = df["phase"].to_numpy() > 0
-    ok = df["status"].astype(str).to_numpy() == "ok"
-    endpoint, region = df["endpoint"].astype(str).to_numpy(), df["region"].astype(str).to_numpy()
+    ok = strings(df["status"]) == "ok"
+    endpoint, region = strings(df["endpoint"]), strings(df["region"])
     one_shot = measured & ~np.isin(endpoint, list(streamed))
     for tier, slos in tier_slos.items():
         rows, good = good_streams(df, list(slos), streamed)

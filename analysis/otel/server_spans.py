@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.read.frames import strings
 from tailrace.contract.summary.tables import ServerSpanRow, ServerSpans
 
 VLLM = {"server_queue_ms": "gen_ai.latency.time_in_queue", "server_ttft_ms": "gen_ai.latency.time_to_first_token",
@@ -195,7 +196,7 @@ class JoinedSpans:
 
 def joined_server_spans(df: pd.DataFrame, spans: list[ServerSpan], sources: list[str]) -> JoinedSpans:
     """The run's requests (`df`: SERVER_SPAN_COLUMNS, indexed by log row) joined with the servers' spans."""
-    joined = join(spans, df["trace_id"].astype(str).to_numpy(), df["span_id"].astype(str).to_numpy())
+    joined = join(spans, strings(df["trace_id"]), strings(df["span_id"]))
     rows = df.index.to_numpy()
     timing = {int(rows[i]): {k: v for k, v in row.items() if v == v and v is not None}
               for i, row in zip(joined.timing.index, joined.timing.to_dict(orient="records"))}

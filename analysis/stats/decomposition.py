@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import as_slice, frame_of, group_positions, row_runs, take, take_column, take_rows
+from tailrace.analysis.read.frames import as_slice, frame_of, group_positions, row_runs, strings, take, take_column, take_rows
 from tailrace.analysis.read.threads import map_in_threads
 from tailrace.analysis.stats.estimators import pairwise_mean
 from tailrace.contract.summary.tables import LatencyLegs, TtftLegs
@@ -75,7 +75,7 @@ def decomposition_table(log, also: np.ndarray | None = None, streamed: AbstractS
     keys = log.frame(["status", "server_receive_ns", "region", "endpoint"])
     has_legs = _has_legs(keys)
     if streamed:
-        has_legs = has_legs & ~keys["endpoint"].astype(str).isin(streamed).to_numpy()
+        has_legs = has_legs & ~keys["endpoint"].isin(streamed).to_numpy()
     also = np.asarray([] if also is None else also, dtype=np.int64)
     also = also[has_legs[also]]
     slow = {"region": take_column(keys["region"], also), "endpoint": take_column(keys["endpoint"], also)}
@@ -125,8 +125,8 @@ TTFT_DECOMPOSITION_COLUMNS = ("endpoint", "region", "phase", "status", "send_lag
 def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[TtftLegs]:
     """Mean of each leg of TTFT (ms) per region × endpoint, of the measured phases' successful streams to the
     generative `endpoints` whose server reported its timing; the legs add up to the mean TTFT."""
-    status = df["status"].astype(str).to_numpy()
-    rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+    status = strings(df["status"])
+    rows = np.flatnonzero(df["endpoint"].isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
                           & (status == "ok") & (df["server_receive_ns"].to_numpy() > 0)
                           & (df["server_send_ns"].to_numpy() > 0) & (df["t_first_token"].to_numpy() > 0))
     if not len(rows):
@@ -138,8 +138,8 @@ def ttft_decomposition(df: pd.DataFrame, endpoints: set[str]) -> list[TtftLegs]:
             "server_queue": queue, "server_prefill": prefill,
             "server_other": col["server_send_ns"] - col["server_receive_ns"] - queue - prefill,
             "network_down": first_ref - col["server_send_ns"], "ttft": col["ttft_ns"]}
-    keys = pd.DataFrame({"region": df["region"].astype(str).to_numpy()[rows],
-                         "endpoint": df["endpoint"].astype(str).to_numpy()[rows]})
+    keys = pd.DataFrame({"region": strings(df["region"])[rows],
+                         "endpoint": strings(df["endpoint"])[rows]})
     out = []
     for (region, endpoint), positions in sorted(group_positions(keys, ["region", "endpoint"]).items()):
         means = {("ttft_mean" if leg == "ttft" else leg) + "_ms": float(values[positions].mean() / 1e6)

@@ -285,7 +285,7 @@ def row_positions(df: pd.DataFrame, positions: dict | None = None, among: np.nda
 
 def _kind_positions(df: pd.DataFrame, among: np.ndarray | None, streamed: frozenset[str], kind: str) -> np.ndarray:
     """The ascending positions (of all rows, or of `among`) of the rows to endpoints of `kind`."""
-    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy()
+    is_stream = df["endpoint"].isin(streamed).to_numpy()
     mine = is_stream if kind == STREAM else ~is_stream
     return np.flatnonzero(mine) if among is None else among[mine[among]]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.estimators import percentiles_ci
 from tailrace.contract.summary.tables import EmbeddingRow
 
@@ -63,8 +64,8 @@ def pooling_table(df: pd.DataFrame, duration_s: float, endpoints: frozenset[str]
     request (per region only: pooled, the regions' delays would weigh on whichever buckets one region sends more)."""
     if not endpoints or df.empty:
         return []
-    names = df["endpoint"].astype(str).to_numpy()
-    regions = df["region"].astype(str).to_numpy()
+    names = strings(df["endpoint"])
+    regions = strings(df["region"])
     rows = []
     for endpoint in sorted(endpoints):
         mine = names == endpoint

@@ -74,7 +74,7 @@ def per_phase_table(df: pd.DataFrame, profile: Profile, order: TimeOrder | None 
     pipelines = getattr(profile, "pipelines", ())
     staged = {s.endpoint for p in pipelines for s in p.stages}  # a pipeline's stages: no intended rate
     kinds = sorted({STREAM if name in streamed else ONE_SHOT for name in weights}) or [ONE_SHOT]
-    is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy() if len(kinds) > 1 else None
+    is_stream = df["endpoint"].isin(streamed).to_numpy() if len(kinds) > 1 else None
     for phase, all_idx in group_positions(df, ["phase"]).items():  # ascending positions: each phase in row order
         for kind in kinds:
             idx = all_idx if is_stream is None else all_idx[is_stream[all_idx] == (kind == STREAM)]

@@ -66,7 +66,7 @@ def timeline(df: pd.DataFrame, streamed: frozenset[str] | set[str] = frozenset()
     latency = df["latency_ns"].to_numpy()
     in_line = ok_all
     if streamed and "endpoint" in df:
-        is_stream = df["endpoint"].astype(str).isin(streamed).to_numpy()
+        is_stream = df["endpoint"].isin(streamed).to_numpy()
         in_line = ok_all & (is_stream if is_stream.all() else ~is_stream)
     t0 = times.min()
     whole_s = int((times.max() - t0) // 1e9)

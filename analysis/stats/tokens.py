@@ -24,7 +24,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.read.frames import group_positions, strings
 from tailrace.analysis.stats.correlation import integrated_time, stationarity
 from tailrace.analysis.stats.estimators import (
     PercentileEstimate,
@@ -143,7 +143,7 @@ def token_verdicts(df: pd.DataFrame, slos: list[dict], endpoints: set[str], regi
     token_slos = [(i, s) for i, s in enumerate(slos) if s["metric"] in METRICS]
     if not token_slos:
         return []
-    measured = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0) \
+    measured = df["endpoint"].isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0) \
         & (df["status"] != CANCELLED).to_numpy()  # abandoned by their client: neither met nor missed a goal
     rows = np.flatnonzero(measured)
     plain = pd.DataFrame({c: (df[c].astype(str) if c in ("endpoint", "region", "status") else df[c]).to_numpy()[rows]
@@ -272,7 +272,7 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str],
     """Per endpoint × region, per endpoint and overall: TTFT, TPOT, ITL and E2E percentiles with intervals,
     output tokens/s, goodput (token_goodput), how streams ended ("not streamed": refused before a stream began) and
     where token counts came from — for the measured phases' requests to the generative `endpoints` (none: [])."""
-    streamed = df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+    streamed = df["endpoint"].isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
     rows = np.flatnonzero(streamed)
     if not len(rows):
         return []
@@ -293,8 +293,8 @@ def token_table(df: pd.DataFrame, duration_s: float, endpoints: set[str],
 
 def _ok_streams(df: pd.DataFrame, endpoints: set[str]) -> np.ndarray:
     """Positions of the measured phases' successful requests to the generative `endpoints`."""
-    return np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
-                          & (df["status"].astype(str).to_numpy() == "ok"))
+    return np.flatnonzero(df["endpoint"].isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0)
+                          & (strings(df["status"]) == "ok"))
 
 
 def _tail_curve(values: np.ndarray, points: int = 300) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +309,7 @@ def _tail_curve(values: np.ndarray, points: int = 300) -> tuple[np.ndarray, np.n
 def token_curves(df: pd.DataFrame, endpoints: set[str]) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Per metric (ttft, tpot) and region, 1 − CDF (ms) of the measured successful streams."""
     rows = _ok_streams(df, endpoints)
-    region = df["region"].astype(str).to_numpy()[rows]
+    region = strings(df["region"])[rows]
     ttft = df["ttft_ns"].to_numpy()[rows] / 1e6
     tokens = df["output_tokens"].to_numpy()[rows].astype(np.int64)
     span = (df["t_last_token"].to_numpy()[rows] - df["t_first_token"].to_numpy()[rows]) / 1e6
@@ -339,7 +339,7 @@ def token_timeline(df: pd.DataFrame, endpoints: set[str]) -> TokenTimeline | Non
     intended_s = (df["t_intended_ref"].to_numpy()[rows] - t0) / 1e9
     first_s = intended_s + df["ttft_ns"].to_numpy()[rows] / 1e9
     offsets, counts = df["token_event_us"].to_numpy()[rows], df["token_event_counts"].to_numpy()[rows]
-    region = df["region"].astype(str).to_numpy()[rows]
+    region = strings(df["region"])[rows]
     ttft_ms = df["ttft_ns"].to_numpy()[rows] / 1e6
     event_s = [first + np.frombuffer(o, dtype="<i4") / 1e6 for first, o in zip(first_s, offsets)]
     whole_s = int(np.floor(max(float(np.max(e)) if len(e) else 0.0 for e in event_s))) + 1
@@ -363,9 +363,9 @@ def good_streams(df: pd.DataFrame, slos: list[dict], endpoints: set[str]) -> tup
     every token SLO that applies to it — each judged on the request's own value: its TTFT, TPOT, E2E, and for ITL
     its largest gap). A latency SLO that names a generative endpoint applies to it as an E2E SLO (as its verdict
     does: analysis/stats/slo.py); one over every endpoint ('*') is the one-shot endpoints' goal, not a stream's."""
-    rows = np.flatnonzero(df["endpoint"].astype(str).isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0))
-    endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
-    good = df["status"].astype(str).to_numpy()[rows] == "ok"
+    rows = np.flatnonzero(df["endpoint"].isin(endpoints).to_numpy() & (df["phase"].to_numpy() > 0))
+    endpoint, region = strings(df["endpoint"])[rows], strings(df["region"])[rows]
+    good = strings(df["status"])[rows] == "ok"
     token_slos = [s for s in slos if s["metric"] in METRICS] + [
         s | {"metric": "e2e"} for s in slos if s["metric"] == "latency" and s["endpoint"] in endpoints]
     if token_slos:
@@ -392,7 +392,7 @@ def token_goodput(df: pd.DataFrame, slos: list[dict], duration_s: float, endpoin
     """(endpoint, region) → requests per second that succeeded within every token SLO that applies to them
     (good_streams)."""
     rows, good = good_streams(df, slos, endpoints)
-    endpoint, region = df["endpoint"].astype(str).to_numpy()[rows], df["region"].astype(str).to_numpy()[rows]
+    endpoint, region = strings(df["endpoint"])[rows], strings(df["region"])[rows]
     out = {}
     for e, r in set(zip(endpoint, region)):
         out[(e, r)] = float(good[(endpoint == e) & (region == r)].sum() / duration_s)
@@ -408,7 +408,7 @@ MIX_SEPARATOR = " · "  # an endpoint × model group's name while the by-model r
 def _by_model(df: pd.DataFrame, mixed: set[str]) -> tuple[pd.DataFrame, set[str]]:
     """The rows of the endpoints with a model mix (`mixed`), each one's endpoint named 'endpoint · model', and those
     names: every statistic of the token table and its verdicts, computed per endpoint × model as per endpoint."""
-    rows = np.flatnonzero(df["endpoint"].astype(str).isin(mixed).to_numpy())
+    rows = np.flatnonzero(df["endpoint"].isin(mixed).to_numpy())
     frame = df.iloc[rows].reset_index(drop=True)
     names = (frame["endpoint"].astype(str) + MIX_SEPARATOR + frame["model"].astype(str)).to_numpy()
     frame = frame.assign(endpoint=names)

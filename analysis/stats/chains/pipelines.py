@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.correlation import integrated_time
 from tailrace.analysis.stats.estimators import proportion_verdict, sorted_percentile_ci
 from tailrace.contract.profile import PIPELINE_METRICS
@@ -48,17 +49,17 @@ class Chains:
 
 def chains_of(df: pd.DataFrame) -> tuple[Chains, pd.DataFrame]:
     """The pipelines in `df` (its pipeline stages' rows) and those rows in (pipeline, session, stage) order."""
-    rows = df.loc[df["pipeline"].astype(str).to_numpy() != ""]
-    rows = rows.assign(_pos=np.arange(len(df))[df["pipeline"].astype(str).to_numpy() != ""])
+    rows = df.loc[strings(df["pipeline"]) != ""]
+    rows = rows.assign(_pos=np.arange(len(df))[strings(df["pipeline"]) != ""])
     rows = rows.sort_values(["pipeline", "session_id", "turn"], kind="stable")
-    key = rows["pipeline"].astype(str).to_numpy() + "\0" + rows["session_id"].astype(str).to_numpy()
+    key = strings(rows["pipeline"]) + "\0" + strings(rows["session_id"])
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.empty(0, dtype=np.int64)
     ends = np.r_[starts[1:], len(key)] - 1 if len(key) else np.empty(0, dtype=np.int64)
     turn = rows["turn"].to_numpy()
     t_intended, t_done = rows["t_intended"].to_numpy(), rows["t_done"].to_numpy()
     first_token = rows["t_first_token"].to_numpy()
-    end = rows["session_end"].astype(str).to_numpy()[ends]
-    status = rows["status"].astype(str).to_numpy()
+    end = strings(rows["session_end"])[ends]
+    status = strings(rows["status"])
     has_first = turn[starts] == 1 if len(starts) else np.empty(0, dtype=bool)
     done = (end == "done") & (status[ends] == "ok") & has_first
     t0 = t_intended[starts]
@@ -66,7 +67,7 @@ def chains_of(df: pd.DataFrame) -> tuple[Chains, pd.DataFrame]:
     ttft = np.where(done & (first_token[ends] >= 0), (first_token[ends] - t0) / 1e6, np.nan)
     failed = np.where(end == "error", turn[ends], 0)
     rows["_chain"] = np.repeat(np.arange(len(starts)), ends - starts + 1) if len(key) else np.empty(0, dtype=int)
-    chains = Chains(rows["pipeline"].astype(str).to_numpy()[starts], rows["region"].astype(str).to_numpy()[starts],
+    chains = Chains(strings(rows["pipeline"])[starts], strings(rows["region"])[starts],
                     (rows["phase"].to_numpy()[starts] > 0) & has_first, end, e2e, ttft, failed,
                     rows["_pos"].to_numpy()[starts], t0, starts, ends)
     return chains, rows
@@ -96,7 +97,7 @@ def _good(chains: Chains, slos: list[dict], name: str) -> np.ndarray:
 def _stage_rows(rows: pd.DataFrame, chosen: np.ndarray, stages: list[str]) -> list[StageRow]:
     """Per stage of one pipeline (the records `chosen` selects): requests, errors, latency from the stage's
     intended send (ok requests) and send lag."""
-    turn, ok = rows["turn"].to_numpy(), rows["status"].astype(str).to_numpy() == "ok"
+    turn, ok = rows["turn"].to_numpy(), strings(rows["status"]) == "ok"
     latency, lag = rows["latency_ns"].to_numpy() / 1e6, rows["send_lag_ns"].to_numpy() / 1e6
     out = []
     for k, endpoint in enumerate(stages, 1):
@@ -144,9 +145,9 @@ def pipeline_failures(chains: Chains, rows: pd.DataFrame) -> list[PipelineFailur
         return []
     last = rows.iloc[chains.last[failed]]
     frame = pd.DataFrame({"pipeline": chains.name[failed], "stage": last["turn"].to_numpy(),
-                          "endpoint": last["endpoint"].astype(str).to_numpy(),
-                          "status": last["status"].astype(str).to_numpy(), "code": last["code"].astype(str).to_numpy(),
-                          "error": last["error"].astype(str).to_numpy()})
+                          "endpoint": strings(last["endpoint"]),
+                          "status": strings(last["status"]), "code": strings(last["code"]),
+                          "error": strings(last["error"])})
     by = frame.groupby(["pipeline", "stage", "endpoint", "status", "code"], observed=True)
     table = by.agg(count=("error", "size"), example_error=("error", "first")).reset_index()
     return [PipelineFailure(**{str(k): v for k, v in r.items()})
@@ -163,7 +164,7 @@ def slowest_pipelines(chains: Chains, rows: pd.DataFrame, n: int = SLOWEST_PIPEL
     order = done[np.argsort(-chains.e2e_ms[done], kind="stable")[:n]]
     t_intended, t_done = rows["t_intended"].to_numpy(), rows["t_done"].to_numpy()
     latency, lag = rows["latency_ns"].to_numpy() / 1e6, rows["send_lag_ns"].to_numpy() / 1e6
-    endpoint, positions = rows["endpoint"].astype(str).to_numpy(), rows["_pos"].to_numpy()
+    endpoint, positions = strings(rows["endpoint"]), rows["_pos"].to_numpy()
     out = []
     for c in order.tolist():
         at = range(chains.first[c], chains.last[c] + 1)

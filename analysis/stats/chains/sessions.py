@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.estimators import sorted_percentile_ci
 from tailrace.contract.summary.base import Estimate
 from tailrace.contract.summary.sections import (
@@ -43,10 +44,10 @@ def turn_table(df: pd.DataFrame, endpoints: set[str]) -> list[TurnRow]:
     intervals, of the successful turns), mean prompt tokens (the server's count, else as built), mean cached
     tokens, and the turns' hit ratio (cached / prompt tokens, where the server reported both)."""
     turn = df["turn"].to_numpy()
-    measured = (df["phase"].to_numpy() > 0) & (turn > 0) & df["endpoint"].astype(str).isin(endpoints).to_numpy()
+    measured = (df["phase"].to_numpy() > 0) & (turn > 0) & df["endpoint"].isin(endpoints).to_numpy()
     out = []
-    endpoint = df["endpoint"].astype(str).to_numpy()
-    ok = df["status"].astype(str).to_numpy() == "ok"
+    endpoint = strings(df["endpoint"])
+    ok = strings(df["status"]) == "ok"
     prompt = np.where(df["input_tokens"].to_numpy() >= 0, df["input_tokens"].to_numpy(),
                       df["prompt_tokens_sent"].to_numpy()).astype(np.float64)
     cached = df["cached_tokens"].to_numpy().astype(np.float64)
@@ -77,11 +78,11 @@ def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndar
     session duration (first turn's intended send → last turn's end; p50, p95 s), how sessions ended, and session
     goodput (/s). `good_positions`, `good`: good_streams' requests and whether each met every token SLO."""
     turn = df["turn"].to_numpy()
-    endpoint = df["endpoint"].astype(str).to_numpy()
+    endpoint = strings(df["endpoint"])
     session = df["session_id"].to_numpy()
     met = np.ones(len(df), dtype=bool)
     met[good_positions] = good
-    met &= df["status"].astype(str).to_numpy() == "ok"
+    met &= strings(df["status"]) == "ok"
     intended = df["t_intended_ref"].to_numpy()
     done = intended + df["latency_ns"].to_numpy()
     out = []
@@ -94,7 +95,7 @@ def session_table(df: pd.DataFrame, endpoints: set[str], good_positions: np.ndar
         in_run = mine & np.isin(session, ids)
         frame = pd.DataFrame({"session": session[in_run], "turn": turn[in_run], "met": met[in_run],
                               "start": intended[in_run], "done": done[in_run],
-                              "end": df["session_end"].astype(str).to_numpy()[in_run]})
+                              "end": strings(df["session_end"])[in_run]})
         by = frame.groupby("session")
         turns = by["turn"].max().to_numpy()
         span_s = ((by["done"].max() - by["start"].min()).to_numpy()) / 1e9
@@ -115,11 +116,11 @@ def sessions_in_flight(df: pd.DataFrame, endpoints: set[str]) -> SessionsInFligh
     """Per second since the first intended send (reference time): sessions in flight (from their first turn's
     intended send to their last turn's end), per session endpoint. Empty without sessions."""
     turn = df["turn"].to_numpy()
-    rows = np.flatnonzero((turn > 0) & df["endpoint"].astype(str).isin(endpoints).to_numpy())
+    rows = np.flatnonzero((turn > 0) & df["endpoint"].isin(endpoints).to_numpy())
     if not len(rows):
         return SessionsInFlight()
     t0 = int(df["t_intended_ref"].to_numpy().min())
-    frame = pd.DataFrame({"endpoint": df["endpoint"].astype(str).to_numpy()[rows],
+    frame = pd.DataFrame({"endpoint": strings(df["endpoint"])[rows],
                           "session": df["session_id"].to_numpy()[rows],
                           "start": (df["t_intended_ref"].to_numpy()[rows] - t0) / 1e9,
                           "done": (df["t_intended_ref"].to_numpy()[rows] + df["latency_ns"].to_numpy()[rows] - t0)
@@ -140,7 +141,7 @@ def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]
     (`counters`: endpoint → {"queries", "hits", "metric"}, the deltas over the run of its model's
     prefix_cache_queries / _hits), from the requests' usage (cached / prompt tokens, where reported), and the ideal
     of an unbounded cache over the prompts as built (ideal_cached / prompt tokens as built)."""
-    endpoint = df["endpoint"].astype(str).to_numpy()
+    endpoint = strings(df["endpoint"])
     measured = df["phase"].to_numpy() > 0
     cached, prompt = df["cached_tokens"].to_numpy(), df["input_tokens"].to_numpy()
     ideal, built = df["ideal_cached_tokens"].to_numpy(), df["prompt_tokens_sent"].to_numpy()
@@ -166,7 +167,7 @@ def cache_table(df: pd.DataFrame, endpoints: set[str], counters: dict[str, dict]
 def hit_ratio_over_time(df: pd.DataFrame, endpoints: set[str]) -> HitRatioOverTime:
     """Per HIT_BIN_S bin of intended send (reference time from the first): the usage hit ratio and the ideal's, per
     endpoint (empty without either)."""
-    endpoint = df["endpoint"].astype(str).to_numpy()
+    endpoint = strings(df["endpoint"])
     cached, prompt = df["cached_tokens"].to_numpy(), df["input_tokens"].to_numpy()
     ideal, built = df["ideal_cached_tokens"].to_numpy(), df["prompt_tokens_sent"].to_numpy()
     if not ((cached >= 0).any() or (ideal >= 0).any()):

@@ -7,6 +7,8 @@ from typing import Iterable, NamedTuple
 import numpy as np
 import pandas as pd
 
+from tailrace.analysis.read.frames import strings
+
 WINDOWS = 10  # a phase's sub-windows for the interval of its energy per request (tailrace compare)
 
 
@@ -37,7 +39,7 @@ def phase_windows(df: pd.DataFrame) -> list[PhaseWindow]:
     its ok requests per endpoint (pure)."""
     out = []
     ok = (df["status"] == "ok").to_numpy()
-    phase, endpoint = df["phase"].to_numpy(), df["endpoint"].astype(str).to_numpy()
+    phase, endpoint = df["phase"].to_numpy(), strings(df["endpoint"])
     intended = df["t_intended_ref"].to_numpy()
     tokens = df["output_tokens"].to_numpy() if "output_tokens" in df else np.zeros(len(df), dtype=np.int64)
     compute = df["server_compute_ns"].to_numpy() if "server_compute_ns" in df else np.full(len(df), -1)

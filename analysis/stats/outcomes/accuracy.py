@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.correlation import integrated_time
 from tailrace.analysis.stats.estimators import clopper_pearson, proportion_verdict
 from tailrace.analysis.stats.tokens import good_streams
@@ -28,19 +29,19 @@ def by_answerer(df: pd.DataFrame) -> pd.DataFrame:
     stage's endpoint: a pipeline's accuracy is its own, never mixed into the endpoint's own graded items."""
     if "pipeline" not in df or not len(df):
         return df
-    piped = df["pipeline"].astype(str).to_numpy()
+    piped = strings(df["pipeline"])
     staged = piped != ""
     if not staged.any():
         return df
     return df.assign(endpoint=np.where(staged, np.char.add("pipeline ", piped.astype(str)),
-                                       df["endpoint"].astype(str).to_numpy()))
+                                       strings(df["endpoint"])))
 
 
 def graded_positions(df: pd.DataFrame) -> np.ndarray:
     """Positions of the measured phases' graded requests."""
     if "grade" not in df or not len(df):
         return np.empty(0, dtype=np.int64)
-    return np.flatnonzero((df["grade"].astype(str).to_numpy() != "") & (df["phase"].to_numpy() > 0))
+    return np.flatnonzero((strings(df["grade"]) != "") & (df["phase"].to_numpy() > 0))
 
 
 def _counts(grades: np.ndarray) -> dict[str, int]:
@@ -64,10 +65,10 @@ def accuracy_rows(df: pd.DataFrame, phase_rates: dict[int, float | None], durati
     at = graded_positions(df)
     if not len(at):
         return []
-    endpoint = df["endpoint"].astype(str).to_numpy()[at]
-    region = df["region"].astype(str).to_numpy()[at]
+    endpoint = strings(df["endpoint"])[at]
+    region = strings(df["region"])[at]
     phase = df["phase"].to_numpy()[at].astype(int)
-    grades = df["grade"].astype(str).to_numpy()[at]
+    grades = strings(df["grade"])[at]
     good = _good_and_correct(df, at, list(slos), streamed if streamed is not None else set(endpoint))
     rows = []
     for e in sorted(set(endpoint)):
@@ -84,7 +85,7 @@ def accuracy_rows(df: pd.DataFrame, phase_rates: dict[int, float | None], durati
 
 def _good_and_correct(df: pd.DataFrame, at: np.ndarray, slos: list[dict], streamed: set[str]) -> np.ndarray:
     """For each graded position in `at`: correct, and on time for every token SLO that applies to it."""
-    correct = df["grade"].astype(str).to_numpy()[at] == "correct"
+    correct = strings(df["grade"])[at] == "correct"
     rows, good = good_streams(df, slos, streamed)
     on_time = np.zeros(len(df), dtype=bool)
     on_time[rows] = good
@@ -140,11 +141,11 @@ def accuracy_verdicts(df: pd.DataFrame, slos: Sequence[tuple[int, dict]], endpoi
     time-ordered answers are worth) lies at or above `min` (`minimum`), FAIL where it lies below, else INCONCLUSIVE with the
     graded answers still needed. Judged answers only: truncated, cut and errors are not the model's."""
     at = graded_positions(df)
-    grades = df["grade"].astype(str).to_numpy()[at] if len(at) else np.empty(0, dtype=str)
+    grades = strings(df["grade"])[at] if len(at) else np.empty(0, dtype=str)
     judged = np.isin(grades, JUDGED)
     at, grades = at[judged], grades[judged]
-    endpoint = df["endpoint"].astype(str).to_numpy()[at]
-    region = df["region"].astype(str).to_numpy()[at]
+    endpoint = strings(df["endpoint"])[at]
+    region = strings(df["region"])[at]
     time_column = "t_intended_ref" if "t_intended_ref" in df else "t_intended"
     times = df[time_column].to_numpy()[at]
     graded_endpoints = sorted(set(endpoint) | ({e for e in endpoints} if not len(at) else set()))

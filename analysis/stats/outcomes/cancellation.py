@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import group_positions
+from tailrace.analysis.read.frames import group_positions, strings
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.contract.records import CANCELLED
 from tailrace.contract.summary.tables import CancellationRow
@@ -31,10 +31,10 @@ def cancellation_table(df: pd.DataFrame, declared: Mapping[str, str], aborted: d
     `servers`: endpoint → (url, model), which endpoints one server's count covers."""
     if not declared or df.empty:
         return []
-    endpoint = df["endpoint"].astype(str).to_numpy()
+    endpoint = strings(df["endpoint"])
     ours = np.isin(endpoint, list(declared))
     if "pipeline" in df:  # a pipeline's stages are never cancelled: not among the requests that may be
-        ours &= df["pipeline"].astype(str).to_numpy() == ""
+        ours &= strings(df["pipeline"]) == ""
     cancelled_all = pd.Series(endpoint[ours & (df["status"] == CANCELLED).to_numpy()]).value_counts().to_dict()
     measured = df.loc[ours & (df["phase"].to_numpy() > 0)].reset_index(drop=True)
     out = []
@@ -62,7 +62,7 @@ def _row(df: pd.DataFrame, rows: np.ndarray) -> dict:
     low, high = clopper_pearson(k, n) if n else (None, None)
     tokens = np.maximum(df["output_tokens"].to_numpy()[gone].astype(np.int64), 0)
     after_ms = np.sort(df["latency_ns"].to_numpy()[gone] / 1e6)
-    codes = df["code"].astype(str).to_numpy()[gone]
+    codes = strings(df["code"])[gone]
     return {
         "requests": int(n), "cancelled": int(k), "cancel_rate": float(k / n) if n else None,
         "cancel_rate_ci_low": low, "cancel_rate_ci_high": high,

@@ -241,3 +241,21 @@ def test_grouped_quantile_by_partition_is_the_sorts_to_the_bit(q, monkeypatch):
     for key in (0, 3, 201, 65_535):
         assert got[got_keys == key][0] == np.quantile(values[keys == key], q)
     assert estimators._grouped_by_radix(np.array([70_000] * 100), np.arange(100), q) is None  # keys past 16 bits
+
+
+@pytest.mark.parametrize("values", [
+    ["ok", "timeout", None, "ok", "http_error"],  # a categorical of strings, one missing: its categories' names
+    [1, 2, None, 1],  # numbers: pandas' own text ("1.0" beside a missing one)
+    [],
+])
+def test_a_columns_strings_are_pandas_astype_str(values):
+    import pandas as pd
+
+    from tailrace.analysis.read.frames import strings
+
+    for column in (pd.Series(pd.Categorical(values)), pd.Series(values, dtype=object)):
+        expected, got = column.astype(str).to_numpy(), strings(column)
+        assert got.dtype == object and len(got) == len(expected)
+        assert [x if isinstance(x, str) else "missing" for x in got] == \
+            [x if isinstance(x, str) else "missing" for x in expected]
+        assert all(isinstance(x, str) or np.isnan(x) for x in got)
