@@ -30,6 +30,7 @@ def strings(column: pd.Series) -> np.ndarray:
         return names[column.cat.codes.to_numpy()]
     return column.astype(str).to_numpy()  # (a number's text depends on the others: 1 is "1.0" beside a missing one)
 
+
 def row_runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
     """Ascending positions as [start, stop) runs, when there are few of them (then copying slices beats
     gathering row by row); None otherwise. Found once for positions that several columns are taken at

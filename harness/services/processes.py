@@ -22,6 +22,7 @@ from tailrace.harness.client.tls import default_verify_context
 
 KILLED_WAIT_S = 30.0  # how long a SIGKILLed process is waited for before a stop gives up on it
 
+
 def is_loopback(host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and 'localhost': what counts as this machine when a command binds a port."""
     if host == "localhost":
@@ -77,6 +78,7 @@ def stop_each(stops: Iterable[Callable[[], object]]) -> None:
             failed.append(exc)
     if failed:
         raise failed[0]
+
 
 @dataclass
 class ManagedProcess:
