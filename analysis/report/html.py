@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import json
 
-from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT
+from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT, heatmap_rows
 from tailrace.analysis.report.figures import Figures, InlineFigures
 from tailrace.analysis.report.html_parts import Shown, _ci, _fmt, _iso, _p, _pct, _table
 from tailrace.analysis.report.verdict_grid import not_passing, verdict_grid, why_words
@@ -453,8 +453,9 @@ def render(analysis: Analysis, figures: Figures | None = None) -> str:
             "<a href='#tokens'>Streamed responses</a>)</span>") if mixed else ""
     parts.append(f"<h2>p99 latency by region × endpoint{only}</h2>")
     parts.append(figures.svg("heatmap_p99", lambda: (s.latency,)) or "<p class='note'>no data</p>")
-    parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
-                 "latency table).</p>")
+    if any(r.p99.value is None for r in heatmap_rows(s.latency)):  # said only where a cell shows it
+        parts.append("<p class='note'>n/a: too few independent samples for a p99 with both ends of its CI (see the "
+                     "latency table).</p>")
     parts.append(f"<h2>Latency distribution per region{only}</h2>" +
                  (figures.svg("latency_cdfs", lambda: (analysis.cdfs,)) or ""))
     parts.append(_phases_section(s, analysis, figures, streamed, mixed))

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT  # noqa: E402
+from tailrace.analysis.report.figure_rules import MIN_UTILIZATION_TO_PLOT, heatmap_rows  # noqa: E402
 
 if TYPE_CHECKING:  # the figure process (analysis/report/figures.py) imports this module: none of the statistics (scipy)
     from tailrace.analysis.stats.timeline import Timeline, TokenTimeline
@@ -43,10 +43,7 @@ def _svg(fig) -> str:
 def heatmap_p99(latency_rows: Sequence[LatencyRow], label: str = "p99 latency (ms)") -> str | None:
     """p99 per region × endpoint on one colour scale: one kind of endpoint (a mixed run's one-shot endpoints; a
     stream's E2E would wash their differences out — its TTFT has token_heatmap)."""
-    rows = [r for r in latency_rows if r.endpoint != "*" and r.region != "*"]
-    if {r.kind for r in rows} >= {"one-shot", "stream"}:
-        rows = [r for r in rows if r.kind == "one-shot"]
-    return heatmap([(r.region, r.endpoint, r.p99.value) for r in rows], label)
+    return heatmap([(r.region, r.endpoint, r.p99.value) for r in heatmap_rows(latency_rows)], label)
 
 
 def heatmap(cells: Sequence[tuple[str, str, float | None]], label: str) -> str | None:

@@ -136,3 +136,15 @@ def test_the_timeline_is_each_regions_per_second_p99_and_counts_as_a_pandas_grou
     assert np.isnan(line.p99_ms["ap"][0])
     failed = inside[inside["status"] != "ok"].groupby("second").size().reindex(range(12), fill_value=0)
     assert line.errors.tolist() == failed.tolist() and line.any_ok
+
+
+def test_the_heatmaps_n_a_is_explained_only_where_a_cell_shows_it(tmp_path):
+    from dataclasses import replace
+
+    a = _analysis(tmp_path)
+    note = "n/a: too few independent samples for a p99"
+    assert all(r.p99.value is not None for r in a.summary.latency) and note not in render(a)
+    cell = next(r for r in a.summary.latency if r.region != "*" and r.endpoint != "*")
+    unknown = {**cell.percentiles, "p99": cell.p99.model_copy(update={"value": None})}
+    latency = [r.model_copy(update={"percentiles": unknown}) if r is cell else r for r in a.summary.latency]
+    assert note in render(replace(a, summary=a.summary.model_copy(update={"latency": latency})))
