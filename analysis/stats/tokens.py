@@ -54,6 +54,11 @@ def inter_token_gaps_ms(offsets_us: np.ndarray, counts: np.ndarray) -> np.ndarra
     return np.repeat(gaps / carried, carried)
 
 
+def run_starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive runs of `counts` values starts, in the values laid one run after another."""
+    return np.cumsum(counts) - counts
+
+
 @dataclass(frozen=True)
 class StreamGaps:
     """Many streams' inter-token latencies (ms): `values`, each stream's inter_token_gaps_ms one after another in the
@@ -67,7 +72,7 @@ class StreamGaps:
         out = np.zeros(len(self.count))
         has = self.count > 0
         if has.any():
-            starts = np.cumsum(self.count) - self.count
+            starts = run_starts(self.count)
             out[has] = np.maximum(np.maximum.reduceat(self.values, starts[has]), 0.0)
         return out
 
@@ -85,7 +90,7 @@ def stream_gaps(offsets: Sequence[bytes], counts: Sequence[bytes]) -> StreamGaps
     times = np.frombuffer(b"".join(offsets), dtype="<i4").astype(np.float64)
     tokens = np.frombuffer(b"".join(counts), dtype="<u2")
     later = np.ones(len(times), dtype=bool)  # an event after its stream's first: a gap ends at it
-    later[(np.cumsum(events) - events)[events > 0]] = False
+    later[run_starts(events)[events > 0]] = False
     at = np.flatnonzero(later)
     carried = np.maximum(tokens[at].astype(np.int64), 1)
     values = np.repeat((times[at] - times[at - 1]) / 1e3 / carried, carried)
@@ -115,7 +120,7 @@ def _metric_values(df: pd.DataFrame, rows: np.ndarray, metric: str) -> tuple[np.
         each[ok] = gaps.count
         values = np.full(int(each.sum()), np.inf)
         own = np.ones(len(values), dtype=bool)
-        own[(np.cumsum(each) - each)[~ok]] = False
+        own[run_starts(each)[~ok]] = False
         values[own] = gaps.values
         return values, np.ones(len(values), dtype=bool), int(np.count_nonzero(each))
     if metric == "ttft":
