@@ -458,7 +458,15 @@ def _subcommand_parser(parser: argparse.ArgumentParser, command: str) -> argpars
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tailrace` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras and getattr(args, "intermixed", False):  # its positionals also after its options (argparse's own
+        # parse does not give a positional list a second stretch: `runs trend P --metric p99 DIR`)
+        at = argv.index(args.command)
+        args = _subcommand_parser(parser, args.command).parse_intermixed_args(
+            argv[at + 1:], argparse.Namespace(command=args.command))
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     sub = _subcommand_parser(parser, args.command)
     try:
         return int(args.func(args, sub) or 0)

@@ -36,7 +36,7 @@ def add_runs_command(sub) -> None:
     runs.add_argument("--html", type=Path, default=None, help="the page's path (default beside the catalogue: "
                                                                "$TAILRACE_HISTORY_DIR or ~/.cache/tailrace)")
     runs.add_argument("--json", action="store_true", help="the list as JSON lines instead of a table")
-    runs.set_defaults(func=lambda a, p: cmd_runs(a, p))
+    runs.set_defaults(func=lambda a, p: cmd_runs(a, p), intermixed=True)  # DIR … before or after the options
 
 
 def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

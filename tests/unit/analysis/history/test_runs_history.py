@@ -140,3 +140,21 @@ def test_the_command_lists_trends_and_writes_a_page_each_bad_input_one_line(tmp_
     assert "--since/--until 'yesterday'" in capsys.readouterr().err
     assert main(["runs", "trend", "nobody", str(tmp_path / "runs")]) == 2
     assert "no analysed run of profile 'nobody'" in capsys.readouterr().err
+
+
+def test_the_directories_may_follow_the_options_as_the_guide_writes_them(tmp_path, capsys, history):
+    """`tailrace runs trend P --metric p99 DIR` and `tailrace runs DIR --profile P DIR2`: argparse alone refused a
+    positional after an option ("unrecognized arguments"); an unknown option is still one usage error."""
+    for name, hour, p99 in (("a", 1, 100.0), ("b", 2, 150.0)):
+        a_run(tmp_path / "runs", name, hour, p99)
+    assert main(["runs", "trend", "demo", "--metric", "p99", str(tmp_path / "runs")]) == 0
+    assert "+50 (+50.0%) *" in capsys.readouterr().out
+    (tmp_path / "more").mkdir()
+    assert main(["runs", str(tmp_path / "more"), "--profile", "demo", str(tmp_path / "runs")]) == 0
+    assert "2 run(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stopped:
+        main(["runs", str(tmp_path / "runs"), "--bogus"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main(["analyze", str(tmp_path / "runs" / "a"), "--bogus"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
