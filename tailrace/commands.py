@@ -16,7 +16,12 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     from tailrace.contract.terminal import console
     from tailrace.endpoints.models.model_build import build_repository
 
-    built = build_repository(args.out, args.mm1_mean_ms)
+    try:
+        built = build_repository(args.out, args.mm1_mean_ms)
+    except OSError as exc:  # the repository's directory cannot be made or written: the user's path, not a bug
+        print(f"tailrace models: cannot write the model repository to {args.out} ({exc.strerror}: "
+              f"{exc.filename or args.out})", file=sys.stderr)
+        return USAGE
     table = Table(title=f"model repository {args.out}")
     for col in ("model", "held-out accuracy", "size", "parameters", "sha256"):
         table.add_column(col)
@@ -348,6 +353,12 @@ def cmd_export_otlp(args: argparse.Namespace, parser) -> int:
               "pip install 'tailrace[analysis]'", file=sys.stderr)
         return USAGE
 
+    from tailrace.contract.profile import check_url
+
+    try:
+        check_url(args.endpoint, ("http", "https"))
+    except ValueError as exc:
+        parser.error(f"--endpoint: {exc}")
     headers = {}
     for item in args.header:
         name, sep, value = item.partition("=")

@@ -1,0 +1,22 @@
+"""A user's path or flag that cannot work is one line and exit 2 — not tailrace's own failure (exit 5)."""
+from __future__ import annotations
+
+import pytest
+
+from tailrace.cli import main
+from tailrace.contract.exit_codes import USAGE
+
+
+def test_a_model_repository_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "models"  # below a file: no directory can be made there
+    assert main(["models", "build", "--out", str(out)]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot write the model repository to {out}" in err and "Not a directory" in err
+
+
+def test_an_export_to_an_address_that_is_not_a_url_is_refused_before_reading(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["export", "otlp", str(tmp_path), "--endpoint", "collector:4318"])
+    assert stopped.value.code == USAGE
+    assert "--endpoint: 'collector:4318': the scheme must be http:// or https://" in capsys.readouterr().err
