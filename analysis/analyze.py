@@ -569,7 +569,8 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
     if spans[0] and columns is not None:  # the servers' spans are joined by the requests' own IDs
         columns = (*columns, "trace_id", "span_id")
     columns, kept = _with_retained(columns, retain)
-    data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude)
+    data = load_run(run_dir, columns, first=None if keep else FIRST_COLUMNS, exclude=exclude,
+                    on_read=progress.reading if progress is not None else None)
     manifest, profile, log = data.manifest, data.plan.profile, data.log
     if keep:
         log.keep_bytes = math.inf  # Analysis.requests holds every column: none is spared

@@ -219,6 +219,20 @@ def _in_order(pool: ThreadPoolExecutor, read: Callable[[int], tuple], count: int
         yield pending.popleft().result()
 
 
+def _put_in(read: Callable[[int], tuple], built: list[_Column], starts: list[int], stops: list[int], workers: int,
+            watch: Callable[[int], None]) -> list[str | None]:
+    """Every chunk read (`read(order)`, on `workers` threads) and its columns put into `built`, in order; `watch(rows
+    read so far)` told after each. Each chunk's error, None where it was read."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # pyarrow and numpy release the GIL
+        small, errors = _SmallChunks(built), []
+        for order, (error, table) in enumerate(_in_order(pool, read, len(starts))):
+            errors.append(error)
+            small.add(starts[order], order, table)
+            watch(stops[order])
+        small.flush()
+    return errors
+
+
 class _SmallChunks:
     """Puts small chunks' tables into the columns `built` as they come, in row order: each run of consecutive ones as
     one table of up to MERGE_ROWS rows and MERGE_TABLES chunks (few-valued strings on one dictionary), since a column's
@@ -338,6 +352,8 @@ class ChunkColumns:
         self._prefetching: dict[str, threading.Event] = {}  # column → set when its background read has ended
         self._prefetch_errors: dict[str, BaseException] = {}  # column → what its background read raised
         self._prefetcher: threading.Thread | None = None
+        # told (columns, rows read, the log's rows) as a pass puts each chunk in, and rows read = rows at its end
+        self.on_read: Callable[[list[str], int, int], None] | None = None
         seen: list[tuple[pq.ParquetSchema, str | None]] = []
         for f in files:
             try:
@@ -468,12 +484,12 @@ class ChunkColumns:
                 column.put(start, values, order)
             return None, None
 
-        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:  # pyarrow and numpy release the GIL
-            small, errors = _SmallChunks(built), []
-            for order, (error, table) in enumerate(_in_order(pool, read, len(self.sources))):
-                errors.append(error)
-                small.add(self.sources[order][0], order, table)
-            small.flush()
+        watch = self.on_read or (lambda names, read, rows: None)
+        try:
+            errors = _put_in(read, built, [start for start, _ in self.sources], self._stops,
+                             workers or os.cpu_count() or 1, lambda read_so_far: watch(wanted, read_so_far, self.rows))
+        finally:
+            watch(wanted, self.rows, self.rows)  # the pass is over
         keep = None
         if any(errors):
             first = next((self.sources[i][1], e) for i, e in enumerate(errors) if e)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,11 +210,13 @@ def check_fits(run_dirs: list[Path], bytes_per_row: int, what: str, rows: int | 
 
 
 def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple[str, ...] | None = None,
-             exclude: dict[str, str] | None = None) -> RunData:
+             exclude: dict[str, str] | None = None,
+             on_read: Callable[[list[str], int, int], None] | None = None) -> RunData:
     """Load manifest, every closed request and clock chunk (corrupt ones reported and skipped), endpoint stats.
     `columns`: the request columns that can be read (default: all of contract/records.py's); `first`: those
     read now (default: all of them), the others when a statistic asks for them (RunData.log); `exclude`:
-    request chunks to skip (path → the reason reported)."""
+    request chunks to skip (path → the reason reported); `on_read`: told as each pass over the chunks reads them
+    (ChunkColumns.on_read)."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not run_dir.is_dir():
@@ -237,6 +240,7 @@ def load_run(run_dir: Path, columns: tuple[str, ...] | None = None, first: tuple
     if columns is not None and any(e.generative or e.pooling for e in plan.profile.endpoints):
         columns = tuple(dict.fromkeys((*columns, *STREAM_COLUMNS)))  # streams' token columns (pooling: input tokens)
     log = ChunkColumns(request_files, REQUEST_FIELDS, skipped, OPTIONAL_DEFAULTS, columns, _fill_missing, exclude)
+    log.on_read = on_read
     log.frame(log.schema.names if first is None else first)  # reads them; a chunk that fails is skipped now
     clock = read_chunks(clock_files, CLOCK_FIELDS, skipped)
     endpoints = layout.endpoint_names()
