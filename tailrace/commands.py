@@ -325,7 +325,13 @@ def cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
     except DeployError as exc:
         print(f"tailrace deploy kubernetes: {exc}", file=sys.stderr)
         return USAGE
-    for path in write(rendered, args.out):
+    try:
+        written = write(rendered, args.out)
+    except OSError as exc:  # the user's --out cannot be made or written: nothing rendered is lost, it is said
+        print(f"tailrace deploy kubernetes: cannot write the manifests to {args.out} ({exc.strerror}: "
+              f"{exc.filename or args.out})", file=sys.stderr)
+        return USAGE
+    for path in written:
         print(path)
     print("create the Secrets the manifests reference (in every cluster), before applying them:")
     for command in secret_commands(profile, args.namespace):

@@ -20,3 +20,15 @@ def test_an_export_to_an_address_that_is_not_a_url_is_refused_before_reading(tmp
         main(["export", "otlp", str(tmp_path), "--endpoint", "collector:4318"])
     assert stopped.value.code == USAGE
     assert "--endpoint: 'collector:4318': the scheme must be http:// or https://" in capsys.readouterr().err
+
+
+def test_manifests_that_cannot_be_written_are_one_line(tmp_path, capsys):
+    from tests import ROOT
+
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "k8s"
+    code = main(["deploy", "kubernetes", str(ROOT / "profiles" / "kubernetes-example.toml"), "--image", "tailrace:1",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == USAGE and f"cannot write the manifests to {out} (Not a directory" in err
+    assert "internal error" not in err
