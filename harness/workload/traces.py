@@ -62,8 +62,22 @@ def _azure_time(text: str) -> float:
     """An Azure trace TIMESTAMP ('2023-11-16 18:15:46.6805900') as POSIX seconds (7 fractional digits kept)."""
     text = text.strip()
     head, _, frac = text.partition(".")
-    seconds = datetime.fromisoformat(head).timestamp()
-    return seconds + (float("0." + frac) if frac else 0.0)
+    try:
+        seconds = datetime.fromisoformat(head).timestamp()
+        return seconds + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        raise ValueError(f"TIMESTAMP {text!r} is not a date and time like 2023-11-16 18:00:00.0124010") from None
+
+
+def _number(value, what: str) -> float:
+    """A row's time as a finite number (ValueError naming the column and the value)."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if isinstance(value, bool) or not np.isfinite(t):
+        raise ValueError(f"{what} {value!r} is not a number")
+    return t
 
 
 def _int_or_missing(value, what: str) -> int:
@@ -71,7 +85,10 @@ def _int_or_missing(value, what: str) -> int:
         return -1
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}")
-    number = int(value) if not isinstance(value, float) or value.is_integer() else None
+    try:
+        number = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except ValueError:  # a word, or "3.5" as text
+        number = None
     if number is None or number < 0:
         raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}")
     return number
@@ -116,9 +133,7 @@ def read_trace(path: Path, fmt: str = "auto") -> TraceRows:
             if fmt == "azure":
                 t = _azure_time(str(raw))
             else:
-                t = float(raw) / (1000.0 if fmt == "mooncake" else 1.0)
-                if not np.isfinite(t):
-                    raise ValueError(f"{keys[0]} {raw!r} is not a number")
+                t = _number(raw, keys[0]) / (1000.0 if fmt == "mooncake" else 1.0)
             inputs.append(_int_or_missing(row.get(keys[1]), keys[1]))
             outputs.append(_int_or_missing(row.get(keys[2]), keys[2]))
             if with_blocks:

@@ -117,7 +117,14 @@ def test_three_trace_formats_read_with_their_token_lengths(tmp_path):
 
 @pytest.mark.parametrize("name, text, message", [
     ("unsorted.csv", "timestamp\n1\n3\n2\n", r"unsorted.csv:4: timestamp 2 is earlier than the row before it"),
-    ("bad.csv", "timestamp,output_tokens\n1,4\nsoon,5\n", r"bad.csv:3: could not convert|bad.csv:3: .*soon"),
+    ("bad.csv", "timestamp,output_tokens\n1,4\nsoon,5\n", r"bad.csv:3: timestamp 'soon' is not a number$"),
+    ("inf.csv", "timestamp\n1\ninf\n", r"inf.csv:3: timestamp 'inf' is not a number$"),
+    ("word.csv", "timestamp,input_tokens\n1,many\n", r"word.csv:2: input_tokens must be a whole number ≥ 0, got 'many'"),
+    ("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.0,twelve,3\n",
+     r"azure.csv:2: ContextTokens must be a whole number ≥ 0, got 'twelve'"),
+    ("when.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,12,3\n",
+     r"when.csv:2: TIMESTAMP 'yesterday' is not a date and time like 2023-11-16 18:00:00.0124010"),
+    ("true.jsonl", '{"timestamp": true, "input_tokens": 3}\n', r"true.jsonl:1: timestamp True is not a number"),
     ("tokens.jsonl", '{"timestamp": 1, "output_tokens": -3}\n', r"tokens.jsonl:1: output_tokens must be a whole"),
     ("nojson.jsonl", '{"timestamp": 1}\n{oops\n', r"nojson.jsonl:2: not JSON"),
     ("header.csv", "time,x\n1,2\n", r"header.csv:1: the header has no timestamp column"),
