@@ -4,6 +4,7 @@ analysis has taken DELAY_S, and again every TICK_S while a statistic or a pass o
 stderr is not a terminal (a CI log, a pipe) or the analysis is quicker."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -74,7 +75,7 @@ class Progress:
             head = f"analysing {self.rows:,} rows, {elapsed:.0f} s" if self.rows is not None else \
                 f"analysing, {elapsed:.0f} s"
             line = f"{head}: {'; '.join(parts)}" if parts else head  # (a narrow terminal cuts the columns' names)
-            width = shutil.get_terminal_size((80, 24)).columns - 1
+            width = _width(self.stream) - 1
             if len(line) > width:
                 line = line[:width - 1] + "…"
             self.stream.write(f"\r\x1b[K{line}")
@@ -95,6 +96,16 @@ class Progress:
     def _tick(self, tick_s: float) -> None:
         while not self._ended.wait(tick_s):
             self.draw()
+
+
+def _width(stream: TextIO) -> int:
+    """The columns of the terminal `stream` writes to ($COLUMNS first, as shutil's; 80 where it cannot be told)."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return shutil.get_terminal_size((80, 24)).columns
 
 
 def _names(columns: Sequence[str]) -> str:
