@@ -221,6 +221,7 @@ def _add_sweep_command(sub) -> None:
     sweep.add_argument("--out", type=Path, default=None, help="runs directory (default: the profile's output_dir)")
     sweep.add_argument("--budget-s", type=_positive_float, default=None, help="override sweep.budget_s")
     sweep.add_argument("--quiet", action="store_true", help="no per-point lines")
+    _add_overrides(sweep, shorthands=False)  # on every point, before its axes' levels; --resume applies them again
     _add_ui_bind(sweep)
     sweep.set_defaults(func=lambda a, p: cmd_sweep(a, p))
 

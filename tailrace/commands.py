@@ -143,7 +143,8 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (OSError, tomllib.TOMLDecodeError):
             pass  # run_sweep names the file and what is wrong with it
     try:
-        sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s, args.ui_bind)
+        sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s, args.ui_bind,
+                                      overrides_of(args))
     except (SweepError, EndpointCheckError) as exc:
         print(f"tailrace sweep: {exc}", file=sys.stderr)
         return USAGE

@@ -62,13 +62,22 @@ class SweepPlan:
     sweep: Sweep
     base_slos: int = 0
     tier_slos: dict[str, list[int]] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # the user's (--set, TAILRACE_SET_*), on every point
 
     @classmethod
-    def read(cls, text: str, source: str) -> SweepPlan:
+    def read(cls, text: str, source: str, overrides: Sequence[str] = ()) -> SweepPlan:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise SweepError(f"{source}: not valid TOML: {exc}") from None
+        if overrides:
+            if "overrides" in data:
+                raise SweepError(f"{source}: overrides: set by --set and TAILRACE_SET_*, not in a profile file")
+            try:
+                data = apply(data, list(overrides))
+            except OverrideError as exc:
+                raise SweepError(f"{source}: {exc}") from None
+            source = f"{source} (with {', '.join(overrides)})"
         try:
             profile = parse_profile(data, source)
         except ProfileError as exc:
@@ -80,7 +89,7 @@ class SweepPlan:
         for tier, slos in profile.sweep.tiers.items():
             tier_slos[tier] = list(range(at, at + len(slos)))
             at += len(slos)
-        return cls(source, data, profile.sweep, base, tier_slos)
+        return cls(source, data, profile.sweep, base, tier_slos, list(overrides))
 
     @property
     def load_key(self) -> str | None:
@@ -113,7 +122,8 @@ class SweepPlan:
         if spec.repeat:
             data["load"] = dict(data.get("load", {})) | {"seed": int(data.get("load", {}).get("seed", 0)) + spec.repeat}
         try:
-            return parse_profile(data | {"overrides": overrides}, f"{self.source} (sweep point {label})")
+            return parse_profile(data | {"overrides": [*self.overrides, *overrides]},
+                                 f"{self.source} (sweep point {label})")
         except ProfileError as exc:
             raise SweepError(str(exc).splitlines()[0]) from None
 
@@ -319,14 +329,15 @@ def _level(value: float) -> Level:
     return int(value) if float(value).is_integer() else value
 
 
-def start_sweep(profile_path: Path, out: Path) -> tuple[SweepLayout, SweepPlan, SweepResult]:
+def start_sweep(profile_path: Path, out: Path, overrides: Sequence[str] = ()
+                ) -> tuple[SweepLayout, SweepPlan, SweepResult]:
     """A new sweep's directory (its profile copied in), plan and empty result — every point's profile validated
-    first: nothing starts on bad input."""
+    first: nothing starts on bad input. `overrides` (--set) apply to every point, and again on --resume."""
     try:
         text = profile_path.read_text()
     except OSError as exc:
         raise SweepError(f"{profile_path}: {exc.strerror or exc}") from None
-    plan = SweepPlan.read(text, str(profile_path))
+    plan = SweepPlan.read(text, str(profile_path), overrides)
     specs = plan.specs()
     for spec in specs:
         plan.profile(spec)
@@ -336,13 +347,15 @@ def start_sweep(profile_path: Path, out: Path) -> tuple[SweepLayout, SweepPlan, 
     layout.points.mkdir(parents=True)
     write_atomic(layout.profile, text)
     result = SweepResult(profile=name, sweep_id=layout.dir.name, load_axis=plan.load_key,
-                         axes={a.key: a.levels() for a in plan.sweep.axes}, tiers=list(plan.sweep.tiers))
+                         axes={a.key: a.levels() for a in plan.sweep.axes}, tiers=list(plan.sweep.tiers),
+                         overrides=list(overrides))
     return layout, plan, result
 
 
-def resume_sweep(sweep_dir: Path) -> tuple[SweepLayout, SweepPlan, SweepResult]:
-    """A sweep cut short: its plan from the profile it saved, its points so far; a point's run directory that no
-    finished point names (cut short) is listed as interrupted and kept."""
+def resume_sweep(sweep_dir: Path, overrides: Sequence[str] = ()) -> tuple[SweepLayout, SweepPlan, SweepResult]:
+    """A sweep cut short: its plan from the profile it saved and the overrides it began with, its points so far; a
+    point's run directory that no finished point names (cut short) is listed as interrupted and kept. `overrides`
+    given again must be those: a sweep's points are one set of settings."""
     layout = SweepLayout(sweep_dir)
     try:
         text = layout.profile.read_text()
@@ -351,7 +364,11 @@ def resume_sweep(sweep_dir: Path) -> tuple[SweepLayout, SweepPlan, SweepResult]:
         raise SweepError(f"{sweep_dir}: not a sweep directory ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise SweepError(f"{layout.result}: not a sweep's result ({str(exc).splitlines()[0]})") from None
-    plan = SweepPlan.read(text, str(layout.profile))
+    if overrides and list(overrides) != result.overrides:
+        began = ", ".join(result.overrides) or "none"
+        raise SweepError(f"{sweep_dir}: --set {', '.join(overrides)}: a sweep resumes with the overrides it began "
+                         f"with ({began}), so that its points stay comparable")
+    plan = SweepPlan.read(text, str(layout.profile), result.overrides)
     result.points = [p for p in result.points if p.status != "interrupted"]
     named = {p.run_dir for p in result.points if p.run_dir}
     kept = sorted(str(d.relative_to(layout.dir)) for d in layout.points.iterdir() if d.is_dir()
@@ -381,16 +398,18 @@ def finish(sweeper: Sweeper) -> SweepResult:
 
 
 def run_sweep(profile_path: Path | None, out: Path, resume: Path | None = None, quiet: bool = False,
-              budget_s: float | None = None, ui: tuple[str, int] | None = None) -> tuple[Path, SweepResult]:
+              budget_s: float | None = None, ui: tuple[str, int] | None = None,
+              overrides: Sequence[str] = ()) -> tuple[Path, SweepResult]:
     """Run (or resume) a sweep and write its report; returns (its directory, its result). `ui`: where its live page
-    is served (host, port; None: none) — one page through every point. OSError: the page cannot bind."""
+    is served (host, port; None: none) — one page through every point. `overrides`: --set, on every point. OSError:
+    the page cannot bind."""
     from tailrace.run_command import open_live_page
     from tailrace.sweep_report import write_sweep_report
 
     if resume is not None:
-        layout, plan, result = resume_sweep(resume)
+        layout, plan, result = resume_sweep(resume, overrides)
     elif profile_path is not None:
-        layout, plan, result = start_sweep(profile_path, out)
+        layout, plan, result = start_sweep(profile_path, out, overrides)
     else:
         raise SweepError("tailrace sweep: give a PROFILE, or --resume DIR")
     page = open_live_page(ui, secrets.token_urlsafe(16), "tailrace sweep", quiet)

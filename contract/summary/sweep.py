@@ -106,6 +106,7 @@ class SweepResult(Row):
     accuracy_trends: list[AccuracyTrend] = Field(default_factory=list)  # per configuration (its `endpoint`: the label)
     recommendation: list[str] = Field(default_factory=list)
     interrupted_runs: list[str] = Field(default_factory=list)  # run directories of points cut short, kept
+    overrides: list[str] = Field(default_factory=list)  # --set and TAILRACE_SET_* it began with: --resume applies them
     complete: bool = False
     elapsed_s: float = 0.0
 

@@ -32,3 +32,13 @@ def test_manifests_that_cannot_be_written_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == USAGE and f"cannot write the manifests to {out} (Not a directory" in err
     assert "internal error" not in err
+
+
+def test_a_sweeps_set_is_validated_like_the_file_before_anything_starts(tmp_path, capsys):
+    from tests import ROOT
+
+    profile = ROOT / "profiles" / "sweep-frontier.toml"
+    assert main(["sweep", str(profile), "--set", "load.nosuch=1", "--out", str(tmp_path)]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(with load.nosuch=1): load.nosuch: unknown key" in err
+    assert not any(tmp_path.iterdir())  # no sweep directory made

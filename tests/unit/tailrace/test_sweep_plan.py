@@ -92,6 +92,32 @@ def test_bad_input_is_one_line_naming_the_axis_or_field(sweep, words):
     assert words in message and "\n" not in message, message
 
 
+def test_set_overrides_every_point_before_its_levels_and_a_resume_keeps_them(tmp_path):
+    """`tailrace sweep P --set load.duration_s=2`: every point's profile has it (and says so in its overrides), an
+    axis' level still wins over the same field, sweep.json keeps the overrides and --resume applies them again; a
+    resume with other overrides is refused, naming those the sweep began with."""
+    from tailrace.sweep import resume_sweep, start_sweep
+
+    profile = tmp_path / "s.toml"
+    profile.write_text(BASE + GRID)
+    p = SweepPlan.read(profile.read_text(), str(profile), ["load.duration_s=2", "load.rate=99"])
+    point = p.profile(p.specs()[0])
+    assert point.load.duration_s == 2 and point.load.rate == 4  # the rate axis' level, not the --set
+    assert point.overrides[:2] == ["load.duration_s=2", "load.rate=99"] and "load.rate=4" in point.overrides
+    layout, _, result = start_sweep(profile, tmp_path / "runs", ["load.duration_s=2"])
+    assert result.overrides == ["load.duration_s=2"]
+    layout.result.write_text(result.model_dump_json())
+    _, again, _ = resume_sweep(layout.dir)
+    assert again.profile(again.specs()[0]).load.duration_s == 2
+    _, same, _ = resume_sweep(layout.dir, ["load.duration_s=2"])
+    assert same.overrides == ["load.duration_s=2"]
+    with pytest.raises(SweepError, match=r"--set load.duration_s=9: a sweep resumes with the overrides it began "
+                                         r"with \(load.duration_s=2\)"):
+        resume_sweep(layout.dir, ["load.duration_s=9"])
+    with pytest.raises(SweepError, match=r"s.toml \(with load.nosuch=1\): load.nosuch: unknown key"):
+        SweepPlan.read(profile.read_text(), str(profile), ["load.nosuch=1"])
+
+
 def test_a_profile_without_a_sweep_says_so():
     with pytest.raises(SweepError, match=r"s.toml: sweep: the profile has no \[sweep\] section"):
         SweepPlan.read(BASE, "s.toml")
