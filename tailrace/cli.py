@@ -60,6 +60,27 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _at_least(minimum: int):
+    """An argparse type: a whole number ≥ `minimum` (a count, a size), refused in one line otherwise."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number ≥ {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number ≥ {minimum}, got {text!r}")
+        return value
+
+    return whole
+
+
+def _metrics_port(text: str) -> int:
+    """A TCP port, or 0: one the kernel chooses (said in the worker's HELLO)."""
+    if not text.isdigit() or not 0 <= int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, or 0 for a free one, got {text!r}")
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, got {text!r}")
@@ -154,7 +175,7 @@ def _add_serve_command(sub) -> None:
         serve.add_argument(flag, type=_model_int, action="append", default=[], metavar="MODEL=N", help=text)
     serve.add_argument("--prefix-caching", type=_model_switch, action="append", default=[], metavar="MODEL=on|off",
                        help="generative model: automatic prefix caching (default on, as vLLM's)")
-    serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request size limit")
+    serve.add_argument("--max-body-bytes", type=_at_least(1), default=8 * 1024 * 1024, help="request size limit")
     serve.add_argument("--mm1-mean-ms", type=_positive_float, default=None,
                        help="override synthetic_mm1's mean service time")
     serve.add_argument("--header-timeout-s", type=_positive_float, default=10.0,
@@ -255,7 +276,7 @@ def _add_worker_command(sub) -> None:
                                         "variables, since Locust overwrites a worker's arguments with the master's.")
     worker.add_argument("--master", required=True, metavar="HOST:PORT")
     worker.add_argument("--region", required=True)
-    worker.add_argument("--index", type=int, default=0, help="worker index within the region")
+    worker.add_argument("--index", type=_at_least(0), default=0, help="worker index within the region")
     worker.add_argument("--clock-skew-ms", type=float, default=0.0, help="emulate a skewed clock (tests)")
     worker.add_argument("--endpoint-url", action="append", default=[], metavar="NAME=URL",
                         help="reach an endpoint at another address from this region")
@@ -265,7 +286,7 @@ def _add_worker_command(sub) -> None:
     worker.add_argument("--out-dir", default=None, help="older setups: write chunks into this shared directory "
                                                         "instead of sending them to the master")
     worker.add_argument("--models", default=None, help="models dir holding the held-out data")
-    worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    worker.add_argument("--metrics-port", type=_metrics_port, default=None, help="serve Prometheus metrics on this port")
     worker.add_argument("--metrics-bind", default="127.0.0.1", help="address the metrics port binds (default "
                                                                      "127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
     worker.add_argument("--master-timeout-s", type=_positive_float, default=None,
@@ -384,9 +405,9 @@ def _add_deploy_command(sub) -> None:
                      help="--per-cluster: the master's LoadBalancer address the other clusters' workers dial")
     k8s.add_argument("--worker-source-range", action="append", default=[], metavar="CIDR",
                      help="--per-cluster: the workers' egress addresses the master's LoadBalancer admits (repeatable)")
-    k8s.add_argument("--worker-cpus", type=int, default=1, help="whole CPUs per worker pod (requests = limits)")
+    k8s.add_argument("--worker-cpus", type=_at_least(1), default=1, help="whole CPUs per worker pod (requests = limits)")
     k8s.add_argument("--worker-memory", default="1Gi")
-    k8s.add_argument("--master-cpus", type=int, default=1)
+    k8s.add_argument("--master-cpus", type=_at_least(1), default=1)
     k8s.add_argument("--master-memory", default="2Gi")
     k8s.add_argument("--results-storage", default="5Gi", help="size of the master's results volume")
     k8s.add_argument("--wait-s", type=_positive_float, default=600.0, help="how long the master waits for workers")
@@ -411,18 +432,18 @@ def _add_probe_command(sub) -> None:
                                                         "`data`: perf_analyzer JSON, .npz, .jsonl, a directory")
     probe.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                        help="an input's shape without the batch dimension (repeat per input), like a profile's shapes")
-    probe.add_argument("--requests", type=int, default=3, help="requests to send (default 3)")
-    probe.add_argument("--input-tokens", type=int, default=32, help="openai-*, rerank: words a prompt, text or "
+    probe.add_argument("--requests", type=_at_least(0), default=3, help="requests to send (default 3)")
+    probe.add_argument("--input-tokens", type=_at_least(1), default=32, help="openai-*, rerank: words a prompt, text or "
                                                                     "query (default 32)")
-    probe.add_argument("--inputs", type=int, default=1, help="openai-embeddings: texts a request (default 1)")
-    probe.add_argument("--documents", type=int, default=8, help="rerank: documents a request (default 8)")
+    probe.add_argument("--inputs", type=_at_least(1), default=1, help="openai-embeddings: texts a request (default 1)")
+    probe.add_argument("--documents", type=_at_least(1), default=8, help="rerank: documents a request (default 8)")
     probe.add_argument("--rerank-api", choices=["cohere", "tei", "score"], default="cohere",
                        help="rerank: the API's shape (default cohere: /v1/rerank)")
-    probe.add_argument("--output-tokens", type=int, default=32, help="openai-*: max_tokens (default 32)")
+    probe.add_argument("--output-tokens", type=_at_least(1), default=32, help="openai-*: max_tokens (default 32)")
     probe.add_argument("--token-count-output", default=None, metavar="OUTPUT",
                        help="triton-generate / kserve-grpc-stream: the output saying how many tokens a response "
                             "carries")
-    probe.add_argument("--batch-size", type=int, default=1)
+    probe.add_argument("--batch-size", type=_at_least(1), default=1)
     probe.add_argument("--binary", choices=["auto", "true", "false"], default="auto",
                        help="HTTP binary tensor extension (default auto: tensors over 1 kB)")
     probe.add_argument("--check", default=None, metavar="OUTPUT", help="compare this output with the data's labels")

@@ -42,3 +42,19 @@ def test_a_sweeps_set_is_validated_like_the_file_before_anything_starts(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "(with load.nosuch=1): load.nosuch: unknown key" in err
     assert not any(tmp_path.iterdir())  # no sweep directory made
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["probe", "http://127.0.0.1:1", "--model", "m", "--requests", "-1"], "--requests: expected a whole number ≥ 0"),
+    (["probe", "http://127.0.0.1:1", "--model", "m", "--batch-size", "0"], "--batch-size: expected a whole number ≥ 1"),
+    (["probe", "http://127.0.0.1:1", "--model", "m", "--output-tokens", "x"], "--output-tokens: expected a whole number"),
+    (["worker", "--master", "127.0.0.1:1", "--region", "r", "--index", "-2"], "--index: expected a whole number ≥ 0"),
+    (["worker", "--master", "127.0.0.1:1", "--region", "r", "--metrics-port", "70000"],
+     "--metrics-port: expected a TCP port 1-65535, or 0 for a free one"),
+    (["serve", "--models", "m", "--max-body-bytes", "0"], "--max-body-bytes: expected a whole number ≥ 1"),
+])
+def test_a_count_or_a_port_out_of_range_is_refused_as_a_flag(argv, words, capsys):
+    """A negative request count had been taken as none, a batch of 0 sent on: each is one usage error now."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == USAGE and words in capsys.readouterr().err
