@@ -19,9 +19,7 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     try:
         built = build_repository(args.out, args.mm1_mean_ms)
     except OSError as exc:  # the repository's directory cannot be made or written: the user's path, not a bug
-        print(f"tailrace models: cannot write the model repository to {args.out} ({exc.strerror}: "
-              f"{exc.filename or args.out})", file=sys.stderr)
-        return USAGE
+        return _cannot_write("tailrace models", "the model repository", args.out, exc)
     table = Table(title=f"model repository {args.out}")
     for col in ("model", "held-out accuracy", "size", "parameters", "sha256"):
         table.add_column(col)
@@ -30,6 +28,12 @@ def cmd_models_build(args: argparse.Namespace) -> int:
         table.add_row(m.name, accuracy, f"{m.size_bytes:,} B", f"{m.parameters:,}", m.sha256[:16])
     console().print(table)
     return OK
+
+
+def _cannot_write(command: str, what: str, out: Path, exc: OSError) -> int:
+    """One line for an output path the user gave that cannot be made or written (exit 2: not tailrace's failure)."""
+    print(f"{command}: cannot write {what} to {out} ({exc.strerror}: {exc.filename or out})", file=sys.stderr)
+    return USAGE
 
 
 def _batching(args: argparse.Namespace) -> dict[str, dict[str, int]]:
@@ -328,10 +332,8 @@ def cmd_deploy_kubernetes(args: argparse.Namespace) -> int:
         return USAGE
     try:
         written = write(rendered, args.out)
-    except OSError as exc:  # the user's --out cannot be made or written: nothing rendered is lost, it is said
-        print(f"tailrace deploy kubernetes: cannot write the manifests to {args.out} ({exc.strerror}: "
-              f"{exc.filename or args.out})", file=sys.stderr)
-        return USAGE
+    except OSError as exc:  # the user's --out cannot be made or written
+        return _cannot_write("tailrace deploy kubernetes", "the manifests", args.out, exc)
     for path in written:
         print(path)
     print("create the Secrets the manifests reference (in every cluster), before applying them:")
