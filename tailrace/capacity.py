@@ -39,6 +39,7 @@ from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import LEAD_S, LocalRun
 from tailrace.harness.orchestration.run_record import write_manifest
+from tailrace.harness.services.processes import sigterm_as_interrupt
 from tailrace.harness.services.servers import Servers, start_servers
 
 TRIAL_OVERHEAD_S = LEAD_S + 12  # process start, clock samples, drain, analysis: what a trial costs beyond its load
@@ -67,9 +68,19 @@ def _trial_profile(profile: Profile, rate: float, duration_s: float, index: int)
     return profile.model_copy(update={"load": load})
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """A run cut short by Ctrl-C or SIGTERM while its load ran: its manifest written (interrupted), its directory
+    `run_dir` kept. A KeyboardInterrupt, so that a caller that does not expect it stops too."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
 def run_once(profile: Profile, out: Path, servers: Servers | None = None, live: LivePage | None = None) -> Path:
     """One full run of `profile` under `out` (a capacity trial, a sweep's point, shown on `live` if given), its
-    manifest written; its run directory."""
+    manifest written; its run directory. RunInterrupted: Ctrl-C or SIGTERM cut its load short (the run's processes
+    stopped, what it measured kept) — the search or sweep that asked for it ends there too."""
     run = LocalRun(profile, out, quiet=True, servers=servers, live=live)
     try:
         run.start()
@@ -80,6 +91,8 @@ def run_once(profile: Profile, out: Path, servers: Servers | None = None, live: 
     if layout is None:  # (start made it, or raised)
         raise RuntimeError("the trial's run directory was never made")
     write_manifest(layout, run.manifest(interrupted=False))
+    if run.lifecycle is not None and run.lifecycle.signalled:
+        raise RunInterrupted(run.run_dir)
     return run.run_dir
 
 
@@ -157,6 +170,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
     if profile.uses_embedded or profile.uses_triton:
         servers = start_servers(profile, layout.logs, lambda m: _log(quiet, m),
                                 answer_models(profile, layout.logs, Path.cwd()))
+    stopped = False
     try:
         while (rate := state.next_rate()) is not None:
             rate = round(rate, 3)
@@ -189,16 +203,19 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             _log(quiet, f"trial {index}: {rate:g} req/s → {row.outcome} (p99 "
                         f"{row.p99_ms if row.p99_ms is None else round(row.p99_ms, 2)} ms, "
                         f"ρ {row.utilization if row.utilization is None else round(row.utilization, 2)}): {row.why}")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trials so far answer; the one cut short is not one of them
+        stopped = True
+        _log(quiet, f"interrupted: the search stops after {len(rows)} trial(s); its report says what they found")
     finally:
         if servers is not None:
             servers.stop()
-    result = summarize(state, rows, profile, budget_spent, time.monotonic() - started)
+    result = summarize(state, rows, profile, budget_spent, time.monotonic() - started, stopped)
     write_capacity_report(cap_dir, result, rows, profile)
     return cap_dir, result
 
 
 def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, budget_spent: bool,
-              elapsed_s: float) -> CapacityResult:
+              elapsed_s: float, stopped: bool = False) -> CapacityResult:
     """The search's answer, its bracket, how it ended, and the provisioning recommendation."""
     c = profile.capacity
     lo, hi = state.highest_pass, state.lowest_fail
@@ -212,6 +229,11 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
         how = ("no trial up to max_trial_s could decide (as near capacity as the search resolves)"
                if above is not None and above.outcome == UNDECIDED else "failed")
         note = f"capacity {lo:g} req/s, within {c.tolerance:.0%} of the next rate, {hi:g}, which {how}"
+    elif stopped:
+        status = "stopped"
+        note = ("interrupted before the bracket closed: " + (f"capacity between {lo:g} and {hi:g} req/s" if lo and hi
+                else f"every rate so far passed: capacity is at least {lo:g} req/s" if lo
+                else f"no rate so far passed (the lowest that failed: {hi:g} req/s)" if hi else "no trial finished"))
     elif lo is None:
         status = "none"
         note = "no tried rate passed every latency SLO"
@@ -240,7 +262,7 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
                           capacity_estimated_energy_per_request_mj=best.estimated_energy_per_request_mj if best
                           else None,
                           recommendation=advice,
-                          exit_code={"found": 0, "at-least": 4, "budget": 3, "none": 1}[status], trial_rows=rows)
+                          exit_code={"found": 0, "at-least": 4, "budget": 3, "stopped": 3, "none": 1}[status], trial_rows=rows)
 
 
 def write_capacity_report(cap_dir: Path, result: CapacityResult, rows: list[CapacityTrial], profile: Profile) -> None:
@@ -302,7 +324,8 @@ def print_result(result: CapacityResult, cap_dir: Path) -> None:
                   *((f(r.energy_per_request_mj) if r.energy_per_request_mj is not None else
                      "≈ " + f(r.estimated_energy_per_request_mj),) if energy else ()), r.outcome)
     console.print(t)
-    colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "none": "red"}[result.status]
+    colour = {"found": "green", "at-least": "magenta", "budget": "yellow", "stopped": "yellow", "none": "red"}[
+        result.status]
     console.print(f"[bold {colour}]{result.status}[/]: {result.note}")
     rec = result.recommendation
     if rec:
@@ -314,7 +337,8 @@ def print_result(result: CapacityResult, cap_dir: Path) -> None:
 
 
 def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float | None) -> int:
-    """CLI entry: 0 found, 3 budget spent before the bracket closed, 4 generator-limited (at least), 1 none, 2 usage."""
+    """CLI entry: 0 found, 3 budget spent or interrupted before the bracket closed, 4 generator-limited (at least), 1
+    none, 2 usage."""
     import sys
 
     try:
@@ -323,7 +347,8 @@ def capacity_command(profile: Profile, out: Path, quiet: bool, budget_s: float |
         print(f"tailrace capacity: {exc}", file=sys.stderr)
         return USAGE
     try:
-        cap_dir, result = run_capacity(profile, out, quiet, budget_s)
+        with sigterm_as_interrupt():  # a `kill PID` stops the search as Ctrl-C does: its report from what finished
+            cap_dir, result = run_capacity(profile, out, quiet, budget_s)
     except (CapacityError, EndpointCheckError, LowDiskError) as exc:
         print(f"tailrace capacity: {exc}", file=sys.stderr)
         return USAGE

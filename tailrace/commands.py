@@ -134,6 +134,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tailrace.contract.layout import SweepLayout
     from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+    from tailrace.harness.services.processes import sigterm_as_interrupt
     from tailrace.sweep import SweepError, run_sweep, sweep_exit_code
 
     if (args.profile is None) == (args.resume is None):
@@ -147,8 +148,9 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (OSError, tomllib.TOMLDecodeError):
             pass  # run_sweep names the file and what is wrong with it
     try:
-        sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s, args.ui_bind,
-                                      overrides_of(args))
+        with sigterm_as_interrupt():  # a `kill PID` ends it as Ctrl-C does: resumable, its processes stopped
+            sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s, args.ui_bind,
+                                          overrides_of(args))
     except (SweepError, EndpointCheckError) as exc:
         print(f"tailrace sweep: {exc}", file=sys.stderr)
         return USAGE

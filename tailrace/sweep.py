@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
-from tailrace.capacity import run_once
+from tailrace.capacity import RunInterrupted, run_once
 from tailrace.contract import exit_codes
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
 from tailrace.contract.overrides import OverrideError, apply
@@ -290,19 +290,20 @@ class Sweeper:
             self._show(index, label, total)
             try:
                 run_dir = run_once(self.plan.profile(spec), self.layout.points, live=self.page)
+            except RunInterrupted as cut:  # Ctrl-C or SIGTERM: its processes are stopped; the sweep ends
+                return self._cut_short(index, cut.run_dir, "interrupted")
             except (EndpointCheckError, LowDiskError, RuntimeError, OSError) as exc:  # this point's, not the sweep's
                 row = SweepPoint(index=index, config=self.plan.config(spec.levels), levels=spec.levels,
                                  load=_load(self.plan, spec), repeat=spec.repeat, added=spec.added, status="failed",
                                  why=str(exc).splitlines()[0][:600] if str(exc) else type(exc).__name__)
             else:
-                if self.page is not None and self.page.stop_requested.is_set():  # cut short: run again on --resume
-                    self.stopped = True
-                    self.result.interrupted_runs.append(str(run_dir.relative_to(self.layout.dir)))
-                    self.log(f"point {index}: stopped from the live page; the sweep ends here (go on with "
-                             f"tailrace sweep --resume {self.layout.dir})")
-                    return
-                row = measure_point(self.plan, spec, index, run_dir, self.layout.dir,
-                                    round(time.monotonic() - began, 3))
+                if self.page is not None and self.page.stop_requested.is_set():
+                    return self._cut_short(index, run_dir, "stopped from the live page")
+                try:
+                    row = measure_point(self.plan, spec, index, run_dir, self.layout.dir,
+                                        round(time.monotonic() - began, 3))
+                except KeyboardInterrupt:  # while its report was written
+                    return self._cut_short(index, run_dir, "interrupted")
         self.result.points.append(row)
         self.save()
         left, eta = self._left(total)
@@ -310,6 +311,12 @@ class Sweeper:
         self.log(f"point {index}: {label} → {row.status}{': ' + tiers if tiers else ''}{': ' + row.why if row.why else ''}"
                  f"; {left} declared point(s) left" + (f", ~{eta / 60:.1f} min" if eta else ""))
 
+
+    def _cut_short(self, index: int, run_dir: Path, how: str) -> None:
+        """A point cut short (its run kept, listed as interrupted, run again by --resume): the sweep ends here."""
+        self.stopped = True
+        self.result.interrupted_runs.append(str(run_dir.relative_to(self.layout.dir)))
+        self.log(f"point {index}: {how}; the sweep ends here (go on with tailrace sweep --resume {self.layout.dir})")
 
     def _left(self, total: int) -> tuple[int, float | None]:
         """(declared points left, an estimate of the seconds they take: the points so far, on average)."""
@@ -419,6 +426,9 @@ def run_sweep(profile_path: Path | None, out: Path, resume: Path | None = None, 
     try:
         try:
             sweeper.run(plan.specs())
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM between points (a server starting, a point's run starting)
+            sweeper.stopped = True
+            sweeper.log(f"interrupted; the sweep ends here (go on with tailrace sweep --resume {layout.dir})")
         finally:
             sweeper.save()
         done = finish(sweeper)

@@ -70,10 +70,11 @@ class Recommendation(Row):
 
 class CapacityResult(Row):
     """The search's answer: `status` found, at-least (the generators saturated), budget (spent before the bracket
-    closed) or none; the capacity in requests/s (and a stream's tokens/s there), the bracket, the trials."""
+    closed), stopped (Ctrl-C or SIGTERM before it closed) or none; the capacity in requests/s (and a stream's tokens/s
+    there), the bracket, the trials."""
 
     profile: str
-    status: Literal["found", "at-least", "budget", "none"]
+    status: Literal["found", "at-least", "budget", "stopped", "none"]
     note: str
     capacity_rps: float | None = None
     bracket: list[float | None] = Field(default_factory=list)

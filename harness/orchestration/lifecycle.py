@@ -117,6 +117,7 @@ class RunLifecycle:
     master_started: float = 0.0  # time.monotonic() when the master was started
     workers: Workers | None = None
     interrupted: bool = False
+    signalled: bool = False  # interrupted by Ctrl-C or SIGTERM (not the live page's stop): the caller stops too
     master_lost_s: float | None = None
     write_errors: list[str] = field(default_factory=list)  # why the run was stopped early: its disk
     live: LivePage | None = None  # the live page, when this command serves one
@@ -186,7 +187,7 @@ class RunLifecycle:
                 except subprocess.TimeoutExpired:
                     pass
         except KeyboardInterrupt:
-            self.interrupted = True
+            self.interrupted = self.signalled = True
             self.say("interrupted: stopping the run")
             self._stop_master(None)
             try:

@@ -8,7 +8,6 @@ one Locust worker per region worker; shows live progress; stops everything by PI
 from __future__ import annotations
 
 import secrets
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,7 +33,7 @@ from tailrace.harness.orchestration.lifecycle import (
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.preflight import check_local, needs_models_build
 from tailrace.harness.orchestration.server_stats import stats_targets
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, stop_each
+from tailrace.harness.services.processes import ManagedProcess, free_port, sigterm_as_interrupt, start_process, stop_each
 from tailrace.harness.services.region_proxies import proxied_regions, start_region_proxies
 from tailrace.harness.services.servers import Servers, start_servers
 from tailrace.harness.services.triton_server import TritonServer
@@ -232,19 +231,17 @@ def run_local(profile: Profile, out: Path, quiet: bool = False, live: LivePage |
     run = LocalRun(profile, out, quiet=quiet, live=live, before_load=before_load,
                    **({"token": token} if token else {}))
     interrupted = False
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     progress = Progress(quiet)
-    try:
-        run.start()
-        run.wait(progress.update)
-    except KeyboardInterrupt:
-        interrupted = True
-        run.log("interrupted: stopping every process of this run")
-    finally:
-        progress.close()
-        run.stop()
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt():
+        try:
+            run.start()
+            run.wait(progress.update)
+        except KeyboardInterrupt:
+            interrupted = True
+            run.log("interrupted: stopping every process of this run")
+        finally:
+            progress.close()
+            run.stop()
     if run.lifecycle is None or run.lifecycle.record is None:
         raise RuntimeError("run did not start")
     run.lifecycle.interrupted = run.lifecycle.interrupted or interrupted

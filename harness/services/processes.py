@@ -11,9 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import httpx
 
@@ -221,3 +222,22 @@ def start_embedded_endpoint(launch: EmbeddedServerLaunch, log_path: Path | None 
         proc.stop()
         raise
     return proc
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within it, SIGTERM raises KeyboardInterrupt on the main thread, as Ctrl-C does: a `kill PID` (a CI job's
+    timeout, a scheduler) stops a run, sweep or capacity search the same way — every process it started stopped by
+    its PID, what was measured kept. Elsewhere than the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -175,3 +175,37 @@ def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided()
         result = summarize(state, rows, profile, False, 60.0)
         assert result.status == "found" and result.capacity_rps == 390, result
         assert result.note == f"capacity 390 req/s, within 5% of the next rate, 400, which {words}", result.note
+
+
+def test_a_search_interrupted_before_its_bracket_closed_answers_from_the_trials_that_finished():
+    """Ctrl-C or SIGTERM mid-search: status stopped, exit code 3, and the note says what the finished trials found
+    (never "no tried rate passed", which a search that was cut short has not shown)."""
+    from tailrace.capacity import summarize
+    from tailrace.contract.profile import parse_profile
+
+    profile = parse_profile({
+        "name": "cap", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": "kserve-http",
+                                      "model": "m"}],
+        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 5},
+        "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": 50}]}, "test profile")
+
+    def row(rate, outcome):
+        return CapacityTrial(trial=0, rate=rate, duration_s=8, achieved_rate=rate, count=800, errors=0, outcome=outcome,
+                             why="", run_id="r", mean_service_ms=2.0, slots=1, mean_ms=5.0)
+
+    for trials, status, note in (
+            ([], "stopped", "interrupted before the bracket closed: no trial finished"),
+            ([(100, FAIL)], "stopped",
+             "interrupted before the bracket closed: no rate so far passed (the lowest that failed: 100 req/s)"),
+            ([(100, PASS), (200, PASS)], "stopped",
+             "interrupted before the bracket closed: every rate so far passed: capacity is at least 200 req/s"),
+            ([(100, PASS), (200, FAIL)], "stopped",
+             "interrupted before the bracket closed: capacity between 100 and 200 req/s"),
+            ([(100, PASS), (200, FAIL), (150, PASS), (175, FAIL), (160, PASS), (168, FAIL), (164, PASS)], "found",
+             "capacity 164 req/s, within 5% of the next rate, 168, which failed")):
+        state = SearchState(100)
+        for rate, outcome in trials:
+            state.record(rate, outcome)
+        result = summarize(state, [row(r, o) for r, o in trials], profile, False, 30.0, stopped=True)
+        assert (result.status, result.exit_code) == (status, 3 if status == "stopped" else 0), result
+        assert result.note.startswith(note), result.note
