@@ -14,6 +14,7 @@ INTERNAL = 5  # tailrace itself (or the machine under it) failed: never an SLO v
 # a `tailrace worker` that stopped because its master went silent past generator.master_timeout_s: its results are
 # kept in its spool (tailrace collect); not a verdict, and not worth a restart (the run it belonged to is over)
 WORKER_MASTER_LOST = 6
+INTERRUPTED = 130  # Ctrl-C ended a command with nothing measured to keep (analyze, compare, probe, …): 128 + SIGINT
 
 
 def internal_error(command: str, exc: BaseException) -> int:

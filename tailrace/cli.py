@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tailrace.contract.apis import APIS
-from tailrace.contract.exit_codes import internal_error
+from tailrace.contract.exit_codes import INTERRUPTED, internal_error
 from tailrace.runs_command import add_runs_command
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
@@ -492,8 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = _subcommand_parser(parser, args.command)
     try:
         return int(args.func(args, sub) or 0)
-    except KeyboardInterrupt:
-        raise
+    except KeyboardInterrupt:  # Ctrl-C where the command has nothing to keep (run, sweep, capacity keep theirs)
+        print(f"tailrace {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 — tailrace itself failed: say so with its own exit code, keep the trace
         return internal_error(args.command, exc)
 

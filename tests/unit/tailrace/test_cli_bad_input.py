@@ -58,3 +58,16 @@ def test_a_count_or_a_port_out_of_range_is_refused_as_a_flag(argv, words, capsys
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == USAGE and words in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_command_with_nothing_to_keep_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during `tailrace analyze` (or compare, probe, …) had printed Python's traceback of wherever it landed."""
+    import tailrace.cli as cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_analyze", interrupted)
+    assert main(["analyze", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err == "tailrace analyze: interrupted\n", err
