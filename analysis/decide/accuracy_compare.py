@@ -59,11 +59,13 @@ def paired_difference(a: dict[int, bool], b: dict[int, bool]) -> tuple[float, fl
 
 
 def _judged(data: RunData) -> pd.DataFrame:
-    df = by_answerer(data.requests)
+    """The measured phases' judged answers (grade a plain string, a pipeline's under its own name: by_answerer). The
+    rows are picked before any value becomes a string: a 10 M-row run with none judged had taken 7 s here."""
+    df = data.requests
     if "grade" not in df or not len(df):
         return pd.DataFrame(columns=list(READ))
-    grades = df["grade"].astype(str)
-    return df.loc[(df["phase"].to_numpy() > 0) & grades.isin(JUDGED).to_numpy()].assign(grade=grades)
+    judged = df.loc[(df["phase"].to_numpy() > 0) & df["grade"].isin(JUDGED).to_numpy()]
+    return by_answerer(judged).assign(grade=judged["grade"].astype(str))
 
 
 def _first_answers(g: pd.DataFrame) -> dict[int, bool]:

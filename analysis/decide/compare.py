@@ -20,6 +20,7 @@ from scipy import stats
 
 from tailrace.analysis.decide.accuracy_compare import accuracy_table, compare_accuracy
 from tailrace.analysis.decide.energy_compare import compare_energy, energy_table
+from tailrace.analysis.decide.schedule_pairs import PLACE, Places, matched, place_keys, shared_codes
 from tailrace.analysis.read import process_memory
 from tailrace.analysis.read.frames import take_rows
 from tailrace.analysis.read.rundir import (
@@ -168,37 +169,34 @@ def same_schedule(a: RunData, b: RunData) -> bool:
             and pa.load.model_dump() == pb.load.model_dump() and shape(pa) == shape(pb))
 
 
-def _schedule_positions(df: pd.DataFrame) -> pd.DataFrame:
-    """The measured rows with their place in their worker's schedule for their endpoint (0, 1, ...); a session's
-    turn is its own place (session id, turn): its later turns' instants depend on the replies, not the schedule."""
-    rows = df.loc[(df["phase"] > 0).to_numpy(), ["endpoint", "region", "worker", "t_intended", "sample_index",
-                                                  "status", "latency_ns",
-                                                  *(c for c in ("session_id", "turn") if c in df),
-                                                  *(c for c in STREAM_METRIC_COLUMNS if c in df)]]
-    for column, default in (("session_id", -1), ("turn", 0)):
-        if column not in rows:
-            rows[column] = default
-    rows = rows.sort_values(["endpoint", "region", "worker", "t_intended"], kind="stable")
-    rows["position"] = rows.groupby(["endpoint", "region", "worker", "session_id", "turn"], observed=True).cumcount()
-    return rows
-
-
 def pair_requests(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame | None:
-    """A's and B's measured requests paired by schedule position, both successful, in schedule order (columns
-    endpoint, region, latency_a_ms, latency_b_ms); None when the sent samples disagree, i.e. the schedules
-    were not the same after all."""
-    key = ["endpoint", "region", "worker", "session_id", "turn", "position"]
-    pa, pb = _schedule_positions(a), _schedule_positions(b)
-    for frame in (pa, pb):
-        for column in ("endpoint", "region", "worker"):
-            frame[column] = frame[column].astype(str)
-    pairs = pa.merge(pb, on=key, suffixes=("_a", "_b"))
-    if len(pairs) == 0 or (pairs["sample_index_a"] == pairs["sample_index_b"]).mean() < PAIRED_MATCH:
+    """A's and B's measured requests paired by schedule position (analysis/decide/schedule_pairs.py), both
+    successful, in schedule order — by endpoint and region (their names' order), then A's intended send, then A's
+    worker and row (columns endpoint, region, latency_a_ms, latency_b_ms and, where both runs streamed, TTFT and
+    TPOT); None when the sent samples disagree, i.e. the schedules were not the same after all."""
+    shared = {c: shared_codes(a[c], b[c]) for c in PLACE}
+    codes_a, codes_b = {c: shared[c][0] for c in PLACE}, {c: shared[c][1] for c in PLACE}
+    measured_a, measured_b = (np.flatnonzero(df["phase"].to_numpy() > 0) for df in (a, b))
+    t_a, t_b = a["t_intended"].to_numpy(), b["t_intended"].to_numpy()
+    rows_a, rows_b = matched(Places.of(measured_a, place_keys(a, measured_a, codes_a), t_a[measured_a]),
+                             Places.of(measured_b, place_keys(b, measured_b, codes_b), t_b[measured_b]))
+    if len(rows_a) == 0 or (a["sample_index"].to_numpy()[rows_a]
+                            == b["sample_index"].to_numpy()[rows_b]).mean() < PAIRED_MATCH:
         return None
-    pairs = pairs[(pairs["status_a"] == "ok").to_numpy() & (pairs["status_b"] == "ok").to_numpy()]
-    pairs = pairs.sort_values(["endpoint", "region", "t_intended_a"], kind="stable")
-    a, b = _with_metrics(pairs, "_a"), _with_metrics(pairs, "_b")
-    return pd.concat([pairs[["endpoint", "region"]], a.add_suffix("_a_ms"), b.add_suffix("_b_ms")], axis=1)
+    ok = (a["status"] == "ok").to_numpy()[rows_a] & (b["status"] == "ok").to_numpy()[rows_b]
+    rows_a, rows_b = rows_a[ok], rows_b[ok]
+    worker = a["worker"].cat.codes.to_numpy() if isinstance(a["worker"].dtype, pd.CategoricalDtype) \
+        else codes_a["worker"]  # A's own order of its workers (its rows' order before the pairing)
+    endpoint, region = codes_a["endpoint"], codes_a["region"]
+    order = np.lexsort((rows_a, worker[rows_a], t_a[rows_a], region[rows_a], endpoint[rows_a]))
+    rows_a, rows_b = rows_a[order], rows_b[order]
+    streams = [c for c in STREAM_METRIC_COLUMNS if c in a and c in b]
+    columns = ["latency_ns", *(streams if "ttft_ns" in streams else ())]
+    metrics_a, metrics_b = (_with_metrics(pd.DataFrame({c: df[c].to_numpy()[rows] for c in columns}))
+                            for df, rows in ((a, rows_a), (b, rows_b)))
+    names = pd.DataFrame({"endpoint": pd.Categorical.from_codes(endpoint[rows_a], categories=shared["endpoint"][2]),
+                          "region": pd.Categorical.from_codes(region[rows_a], categories=shared["region"][2])})
+    return pd.concat([names, metrics_a.add_suffix("_a_ms"), metrics_b.add_suffix("_b_ms")], axis=1)
 
 
 def _rows_read(data: RunData) -> dict[str, int]:
@@ -228,7 +226,7 @@ def compare_runs(run_a: Path, run_b: Path, paired: bool | None = None, skipped: 
                           "sent samples disagree): the requests cannot be paired")
     rows = []
     if pairs is not None:
-        for (e, r), g in pairs.groupby(GROUP, sort=True):
+        for (e, r), g in pairs.groupby(GROUP, sort=True, observed=True):
             for metric in METRICS:
                 if f"{metric}_a_ms" not in g:
                     continue
