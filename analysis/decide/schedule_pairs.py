@@ -54,8 +54,7 @@ class Places:
     @classmethod
     def of(cls, measured: np.ndarray, keys: tuple[np.ndarray, ...], t_intended: np.ndarray) -> Places:
         """`keys`: the place's key columns at the `measured` positions (the most significant first)."""
-        # lexsort: the last key first, stable (ties: row order); the place's keys packed into one where they fit
-        order = np.lexsort((t_intended, *reversed(_packed(keys))))
+        order = np.lexsort((t_intended, *reversed(keys)))  # lexsort: the last key first, stable (ties: row order)
         sorted_keys = tuple(k[order] for k in keys)
         new = np.ones(len(order), dtype=bool)
         if len(order):
@@ -63,22 +62,6 @@ class Places:
         starts = np.flatnonzero(new)
         counts = np.diff(np.append(starts, len(order)))
         return cls(measured[order], starts, counts, tuple(k[starts] for k in sorted_keys))
-
-
-def _packed(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """`keys` (integers, the most significant first) as one int64 that sorts as they do together, where their
-    ranges fit in 63 bits; else as they are. One sort key instead of five: lexsort sorts once per key."""
-    if not len(keys[0]):
-        return keys
-    lows = [int(k.min()) for k in keys]
-    widths = [(int(k.max()) - low).bit_length() for k, low in zip(keys, lows)]
-    if sum(widths) > 63:
-        return keys
-    packed = np.zeros(len(keys[0]), dtype=np.int64)
-    for k, low, width in zip(keys, lows, widths):
-        packed <<= width
-        packed |= k.astype(np.int64) - low
-    return (packed,)
 
 
 def matched(a: Places, b: Places) -> tuple[np.ndarray, np.ndarray]:
