@@ -122,7 +122,10 @@ def compare_groups(a: np.ndarray, b: np.ndarray, seed: int = 0, endpoint: str = 
                           for x, xs in ((a, sorted_a), (b, sorted_b)))
         _percentile(out, p, float(np.percentile(sorted_a, p)), float(np.percentile(sorted_b, p)),
                     bootstrap_diff_ci(sorted_a, sorted_b, p, seed=seed, sizes=(size_a, size_b), is_sorted=True))
-    return _judged(out, "Mann–Whitney U", float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), a, b)
+    # U sums ranks, which are half-integers: below 2^53 the sum is exact in any order, so the sorted samples give the
+    # same U and p-value to the bit, and scipy's sort of the two joined finds two runs (0.19 s against 0.76 s at 3.5 M)
+    tested = stats.mannwhitneyu(sorted_a, sorted_b, alternative="two-sided")
+    return _judged(out, "Mann–Whitney U", float(tested.pvalue), a, b)
 
 
 def slower_than_allowed(row: CompareRow, percentile: float, margin: float) -> bool:

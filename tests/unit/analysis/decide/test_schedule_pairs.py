@@ -89,3 +89,4 @@ def test_runs_whose_sent_samples_disagree_are_not_paired():
     b = a.assign(sample_index=np.arange(len(a)))
     assert pair_requests(a, b) is None and reference_pairs(a, b) is None
     assert pair_requests(a, a.iloc[:0]) is None
+
