@@ -149,21 +149,28 @@ ENDPOINT_CPUS, GENERATOR_CPUS = split_cpus()
 
 
 
-def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided():
-    """The answer says whether a trial failed at the bracket's upper rate, or whether that rate was counted as not
-    passing because no trial up to max_trial_s could decide it."""
-    from tailrace.capacity import summarize
+def _p99_profile():
+    """One endpoint with a p99 latency SLO: what summarize reads of a profile."""
     from tailrace.contract.profile import parse_profile
 
-    profile = parse_profile({
+    return parse_profile({
         "name": "cap", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": "kserve-http",
                                       "model": "m"}],
         "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 5},
         "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": 50}]}, "test profile")
 
-    def row(rate, outcome):
-        return CapacityTrial(trial=0, rate=rate, duration_s=8, achieved_rate=rate, count=800, errors=0, outcome=outcome,
-                             why="", run_id="r", mean_service_ms=2.0, slots=1, mean_ms=5.0)
+
+def _trial(rate: float, outcome: str) -> CapacityTrial:
+    return CapacityTrial(trial=0, rate=rate, duration_s=8, achieved_rate=rate, count=800, errors=0, outcome=outcome,
+                         why="", run_id="r", mean_service_ms=2.0, slots=1, mean_ms=5.0)
+
+
+def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided():
+    """The answer says whether a trial failed at the bracket's upper rate, or whether that rate was counted as not
+    passing because no trial up to max_trial_s could decide it."""
+    from tailrace.capacity import summarize
+
+    profile = _p99_profile()
 
     for above, words in ((FAIL, "failed"),
                          (UNDECIDED, "no trial up to max_trial_s could decide (as near capacity as the search "
@@ -171,7 +178,7 @@ def test_the_answer_says_whether_the_rate_above_failed_or_could_not_be_decided()
         state = SearchState(100)
         for rate, outcome in ((100, PASS), (200, PASS), (400, FAIL), (390, PASS)):
             state.record(rate, outcome)
-        rows = [row(100, PASS), row(200, PASS), row(400, above), row(390, PASS)]
+        rows = [_trial(100, PASS), _trial(200, PASS), _trial(400, above), _trial(390, PASS)]
         result = summarize(state, rows, profile, False, 60.0)
         assert result.status == "found" and result.capacity_rps == 390, result
         assert result.note == f"capacity 390 req/s, within 5% of the next rate, 400, which {words}", result.note
@@ -181,17 +188,8 @@ def test_a_search_interrupted_before_its_bracket_closed_answers_from_the_trials_
     """Ctrl-C or SIGTERM mid-search: status stopped, exit code 3, and the note says what the finished trials found
     (never "no tried rate passed", which a search that was cut short has not shown)."""
     from tailrace.capacity import summarize
-    from tailrace.contract.profile import parse_profile
 
-    profile = parse_profile({
-        "name": "cap", "endpoints": [{"name": "e", "url": "http://127.0.0.1:9", "protocol": "kserve-http",
-                                      "model": "m"}],
-        "regions": [{"name": "r", "share": 1.0}], "load": {"rate": 100, "duration_s": 5},
-        "slos": [{"metric": "latency", "percentile": 99, "threshold_ms": 50}]}, "test profile")
-
-    def row(rate, outcome):
-        return CapacityTrial(trial=0, rate=rate, duration_s=8, achieved_rate=rate, count=800, errors=0, outcome=outcome,
-                             why="", run_id="r", mean_service_ms=2.0, slots=1, mean_ms=5.0)
+    profile = _p99_profile()
 
     for trials, status, note in (
             ([], "stopped", "interrupted before the bracket closed: no trial finished"),
@@ -206,6 +204,6 @@ def test_a_search_interrupted_before_its_bracket_closed_answers_from_the_trials_
         state = SearchState(100)
         for rate, outcome in trials:
             state.record(rate, outcome)
-        result = summarize(state, [row(r, o) for r, o in trials], profile, False, 30.0, stopped=True)
+        result = summarize(state, [_trial(r, o) for r, o in trials], profile, False, 30.0, stopped=True)
         assert (result.status, result.exit_code) == (status, 3 if status == "stopped" else 0), result
         assert result.note.startswith(note), result.note
