@@ -45,7 +45,9 @@ class WarmReport:
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tailrace.analysis.warm_report", str(theirs)], stdin=subprocess.PIPE,
-                pass_fds=(theirs,), env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+                pass_fds=(theirs,), env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                start_new_session=True)  # a terminal's Ctrl-C is the caller's: one in the child's start printed
+            # "Fatal Python error: init_import_site" with a traceback to the run's terminal
         except BaseException:
             os.close(ready)
             raise

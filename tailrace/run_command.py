@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from tailrace.analysis.warm_report import WarmReport, start_warm_report
-from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, INVALID, PASS, USAGE
+from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INTERNAL, INTERRUPTED, INVALID, PASS, USAGE
 from tailrace.contract.layout import ReportLayout, RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
@@ -15,7 +15,7 @@ from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import run_local
 from tailrace.harness.services.otlp_receiver import ReceiverBindError
 
-VERDICTS = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", INVALID: "INVALID"}
+VERDICTS = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", INVALID: "INVALID", INTERRUPTED: "STOPPED"}
 
 
 def open_live_page(ui: tuple[str, int] | None, token: str, command: str, quiet: bool) -> LivePage | None:
@@ -63,6 +63,9 @@ def run_and_report_dir(profile: Profile, out: Path, quiet: bool = False, ui: tup
     run_dir, code = None, INTERNAL
     try:
         run_dir, code = _run_and_report(profile, out, quiet, page, token)
+    except KeyboardInterrupt:  # before the load began, or while the report was written: the CLI says so
+        code = INTERRUPTED
+        raise
     finally:
         close_live_page(page, code, run_dir)
     return run_dir, code

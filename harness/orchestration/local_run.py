@@ -169,7 +169,12 @@ class LocalRun:
             self.log(f"building models into {models_dir}")
             options = ModelsBuildOptions(out=models_dir, mm1_mean_ms=self.profile.embedded.mm1_mean_ms or 2.0)
             build = start_process("models build", internal_argv(MODELS_BUILD, options), self.layout.log("models-build"))
-            if build.popen.wait() != 0:
+            try:
+                code = build.popen.wait()
+            except BaseException:  # Ctrl-C or SIGTERM while it builds: it is stopped too
+                build.stop()
+                raise
+            if code != 0:
                 raise RuntimeError(f"building models into {models_dir} failed:\n{build.log_tail()}")
 
     def _start_sntp_if_asked(self) -> list[str]:
@@ -243,6 +248,8 @@ def run_local(profile: Profile, out: Path, quiet: bool = False, live: LivePage |
             progress.close()
             run.stop()
     if run.lifecycle is None or run.lifecycle.record is None:
+        if interrupted:  # Ctrl-C or SIGTERM while the servers started: nothing was sent, every process stopped
+            raise KeyboardInterrupt
         raise RuntimeError("run did not start")
     run.lifecycle.interrupted = run.lifecycle.interrupted or interrupted
     return run.run_dir, run.lifecycle.close()

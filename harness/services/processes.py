@@ -218,7 +218,7 @@ def start_embedded_endpoint(launch: EmbeddedServerLaunch, log_path: Path | None 
                          log_path, cpus=cpus)
     try:
         wait_http_ok(f"http://{launch.host}:{launch.http_port}/v2/health/ready", proc, timeout)
-    except RuntimeError:
+    except BaseException:  # not ready, or Ctrl-C / SIGTERM while it started: stopped, not left running
         proc.stop()
         raise
     return proc

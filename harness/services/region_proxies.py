@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from tailrace.contract.internal_processes import DELAY_PROXY, ProxyOptions, ProxyRoute, internal_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.profile import Profile
-from tailrace.harness.services.processes import ManagedProcess, free_port, start_process
+from tailrace.harness.services.processes import ManagedProcess, free_port, start_process, stop_each
 
 
 def region_address(index: int) -> str:
@@ -28,26 +28,30 @@ def start_region_proxies(profile: Profile, layout: RunLayout) -> tuple[list[Mana
     """Start the proxies for `profile` (endpoint URLs already resolved); returns the processes and, per region,
     the URL each endpoint is reached at through that region's proxy."""
     processes, urls_by_region = [], {}
-    addresses = proxied_regions(profile)
-    for i, region in enumerate(profile.regions):
-        addr = addresses.get(region.name)
-        if addr is None:
-            continue
-        routes, urls, targets = [], {}, {}
-        for ep in profile.network_endpoints:
-            u = urlparse(ep.url)
-            target = (u.hostname, u.port)
-            if target not in targets:
-                targets[target] = free_port(addr)
-                routes.append(ProxyRoute(listen_host=addr, listen_port=targets[target], target_host=u.hostname,
-                                         target_port=u.port))
-            urls[ep.name] = f"{u.scheme}://{addr}:{targets[target]}"
-        options = ProxyOptions(routes=tuple(routes), delay_ms=region.delay_ms, jitter_ms=region.jitter_ms,
-                               seed=profile.load.seed + i)
-        processes.append(start_process(f"proxy {region.name}", internal_argv(DELAY_PROXY, options),
-                                       layout.log(f"proxy-{region.name}"), cpus=profile.generator.cpus))
-        urls_by_region[region.name] = urls
-    _wait_accepting([u for urls in urls_by_region.values() for u in urls.values()])
+    try:  # Ctrl-C or SIGTERM while they start: none is left running
+        addresses = proxied_regions(profile)
+        for i, region in enumerate(profile.regions):
+            addr = addresses.get(region.name)
+            if addr is None:
+                continue
+            routes, urls, targets = [], {}, {}
+            for ep in profile.network_endpoints:
+                u = urlparse(ep.url)
+                target = (u.hostname, u.port)
+                if target not in targets:
+                    targets[target] = free_port(addr)
+                    routes.append(ProxyRoute(listen_host=addr, listen_port=targets[target], target_host=u.hostname,
+                                             target_port=u.port))
+                urls[ep.name] = f"{u.scheme}://{addr}:{targets[target]}"
+            options = ProxyOptions(routes=tuple(routes), delay_ms=region.delay_ms, jitter_ms=region.jitter_ms,
+                                   seed=profile.load.seed + i)
+            processes.append(start_process(f"proxy {region.name}", internal_argv(DELAY_PROXY, options),
+                                           layout.log(f"proxy-{region.name}"), cpus=profile.generator.cpus))
+            urls_by_region[region.name] = urls
+        _wait_accepting([u for urls in urls_by_region.values() for u in urls.values()])
+    except BaseException:
+        stop_each(p.stop for p in processes)
+        raise
     return processes, urls_by_region
 
 

@@ -132,3 +132,30 @@ budget_s = 600
     assert result["note"] == "interrupted before the bracket closed: no trial finished"
     (trial,) = (cap_dir / "trials").iterdir()  # the trial cut short, kept
     assert json.loads((trial / "manifest.json").read_text())["interrupted"]
+
+
+def test_ctrl_c_while_a_runs_server_starts_stops_it_and_says_so_in_one_line(model_repo, tmp_path):
+    """Ctrl-C while the embedded endpoint was starting had left it running (its readiness wait stopped it only on a
+    RuntimeError), and the run ended 'run did not start', exit 5, as if tailrace had failed."""
+    profile = tmp_path / "run.toml"
+    profile.write_text(profile_text(model_repo, "").replace("[load]", "[[endpoints]]\nname = \"digits\"\n"
+                                                            "url = \"embedded\"\nprotocol = \"kserve-http\"\n"
+                                                            "model = \"digits_mlp_fp32\"\n[load]"))
+    proc = _started(["run", str(profile), "--out", str(tmp_path / "runs")])
+    assert proc.stdout is not None
+    started, lines = set(), []
+    for line in proc.stdout:  # as soon as it says the endpoint is starting: its readiness wait is under way
+        lines.append(line)
+        if line.startswith("starting embedded endpoint"):
+            break
+    started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(lines) + proc.stdout.read()
+    assert code == 130 and output.rstrip().endswith("tailrace run: interrupted"), (code, output[-2000:])
+    assert "Traceback" not in output and "run did not start" not in output, output[-2000:]
+    assert started and _left_running(started) == [], output[-2000:]
