@@ -159,3 +159,33 @@ def test_ctrl_c_while_a_runs_server_starts_stops_it_and_says_so_in_one_line(mode
     assert code == 130 and output.rstrip().endswith("tailrace run: interrupted"), (code, output[-2000:])
     assert "Traceback" not in output and "run did not start" not in output, output[-2000:]
     assert started and _left_running(started) == [], output[-2000:]
+
+
+PROMPTS_LOOP = """
+import sys, time
+import numpy as np
+from tailrace.harness.workload.prompts import Prompts, prompts_of_lengths
+rng = np.random.default_rng(1)
+print("ready", flush=True)
+try:
+    end = time.monotonic() + 4
+    while time.monotonic() < end:
+        prompts_of_lengths(Prompts(), np.full(200, 40), np.ones(200, dtype=int), rng)
+    print("NOT INTERRUPTED", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_a_ctrl_c_while_prompts_are_built_is_not_lost():
+    """A run builds its prompts before its load starts; str.join over a numpy array of words had swallowed the
+    KeyboardInterrupt of a Ctrl-C landing there (15 of 20 times in a tight loop) and the run went on."""
+    outcomes = []
+    for i in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", PROMPTS_LOOP], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2 + 0.07 * i)
+        os.kill(proc.pid, signal.SIGINT)
+        outcomes.append(proc.communicate(timeout=30)[0].strip())
+    assert outcomes == ["interrupted"] * 6, outcomes
