@@ -95,8 +95,8 @@ def prompts_of_lengths(prompts: Prompts, inputs: np.ndarray, outputs: np.ndarray
     if tokenizer is not None:
         return _tokenized_prompts(prompts, inputs, outputs, tokenizer, rng)
     vocabulary = np.array(WORDS)
-    # joined as a list: str.join over a numpy array of str loses a Ctrl-C that lands during it (the KeyboardInterrupt
-    # cleared inside; 15 of 20 in a test) — a run's start then went on as if none had come
+    # joined as a list: str.join over a numpy array of str loses a Ctrl-C that lands during it (15 of 20 in a tight
+    # loop) — a run's start then went on as if none had come
     words = lambda k: " ".join(vocabulary[rng.integers(0, len(vocabulary), int(k))].tolist())  # noqa: E731
     prefixes = [words(prompts.prefix_tokens) + " " for _ in range(prompts.prefix_count)] if prompts.prefix_tokens \
         else [""]
