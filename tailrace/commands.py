@@ -222,14 +222,16 @@ def cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _master_run(args: argparse.Namespace, profile, token: str | None, page) -> tuple[Path | None, int]:
     from tailrace.analysis.warm_report import start_warm_report
     from tailrace.harness.orchestration.remote import run_master
+    from tailrace.harness.services.processes import sigterm_as_interrupt
     from tailrace.run_command import report_run
 
     warm = start_warm_report()  # the report's imports, done before the master starts: never beside a load
     try:
         if warm is not None:
             warm.wait_ready()
-        run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port, args.models,
-                                   token, args.sntp_port, args.wait_s, args.quiet, live=page)
+        with sigterm_as_interrupt():  # a `kill PID` (a pod deleted) stops the run as Ctrl-C does: what it has kept
+            run_dir, code = run_master(profile, args.out or Path(profile.output_dir), args.bind, args.port,
+                                       args.models, token, args.sntp_port, args.wait_s, args.quiet, live=page)
         if run_dir is None:
             return None, code
         try:

@@ -159,6 +159,10 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     try:
         lifecycle.start(workers, bind, port, token)
         lifecycle.watch(lambda: None)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the Locust master started (watch handles it after)
+        lifecycle.interrupted = lifecycle.signalled = True
+        if lifecycle.master is not None:
+            lifecycle.master.stop()
     finally:
         workers.close()
         if sntp is not None:
@@ -166,6 +170,10 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     lifecycle.close()
     if lifecycle.never_started() is not None:
         return None, INVALID  # nothing to analyse
+    if lifecycle.interrupted and not layout.request_chunks():  # Ctrl-C while it waited for its workers
+        print(f"tailrace master: interrupted before any request was recorded: INVALID; {layout.root} keeps the "
+              "manifest and the logs", file=sys.stderr)
+        return None, INVALID
     return layout.root, lifecycle.master.popen.returncode
 
 

@@ -164,3 +164,47 @@ servers = []
     manifest = json.loads((run / "manifest.json").read_text())
     assert not manifest["valid"] and manifest["invalid_reasons"][-1].startswith("gave up after 3 s")
     assert time.monotonic() - started < 60
+
+
+def test_ctrl_c_to_a_master_waiting_for_its_workers_says_so_in_one_line(endpoint, model_repo, tmp_path):
+    """It had gone on to analyse the empty run and said "tailrace analyze: …: no request chunks", exit 2 (a usage
+    error); now as `tailrace run` says it: interrupted before any request, INVALID, the directory kept."""
+    import os
+    import signal
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(f"""
+name = "stopped"
+[[endpoints]]
+name = "staging"
+url = "{endpoint.http_url}"
+protocol = "kserve-http"
+model = "digits_mlp_fp32"
+data = "{model_repo / '_data' / 'digits_test.npz'}"
+[[regions]]
+name = "eu"
+share = 1.0
+[load]
+rate = 50
+duration_s = 60
+[clock]
+servers = []
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "master", str(profile), "--port", str(free_port()),
+                             "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    for line in proc.stdout:  # once it waits for its worker
+        if "waiting for 1 worker(s)" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 4, (out, err)
+    assert "tailrace master: interrupted before any request was recorded: INVALID" in err and "analyze" not in err, err
+    [run] = list((tmp_path / "runs").iterdir())
+    assert json.loads((run / "manifest.json").read_text())["interrupted"]
