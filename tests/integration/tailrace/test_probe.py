@@ -131,29 +131,29 @@ models_dir = "{model_repo}"
     assert not list((tmp_path / "runs").rglob("requests-*.parquet"))  # nothing was sent
 
 
-def test_a_master_whose_workers_never_come_gives_up_naming_the_regions(endpoint, model_repo, tmp_path):
-    profile = tmp_path / "p.toml"
-    profile.write_text(f"""
-name = "lonely"
+def _master_profile(path, endpoint, model_repo, name: str, regions: str):
+    """A profile for `tailrace master`: the started endpoint, `regions` (TOML), 50 requests/s for 60 s."""
+    path.write_text(f"""
+name = "{name}"
 [[endpoints]]
 name = "staging"
 url = "{endpoint.http_url}"
 protocol = "kserve-http"
 model = "digits_mlp_fp32"
 data = "{model_repo / '_data' / 'digits_test.npz'}"
-[[regions]]
-name = "eu"
-share = 0.5
-[[regions]]
-name = "us"
-share = 0.5
-workers = 2
+{regions}
 [load]
 rate = 50
 duration_s = 60
 [clock]
 servers = []
 """)
+    return path
+
+
+def test_a_master_whose_workers_never_come_gives_up_naming_the_regions(endpoint, model_repo, tmp_path):
+    profile = _master_profile(tmp_path / "p.toml", endpoint, model_repo, "lonely",
+                              '[[regions]]\nname = "eu"\nshare = 0.5\n[[regions]]\nname = "us"\nshare = 0.5\nworkers = 2')
     started = time.monotonic()
     r = tailrace("master", str(profile), "--port", str(free_port()), "--wait-s", "3", "--out", str(tmp_path / "runs"),
                  "--quiet")
@@ -172,24 +172,7 @@ def test_ctrl_c_to_a_master_waiting_for_its_workers_says_so_in_one_line(endpoint
     import os
     import signal
 
-    profile = tmp_path / "p.toml"
-    profile.write_text(f"""
-name = "stopped"
-[[endpoints]]
-name = "staging"
-url = "{endpoint.http_url}"
-protocol = "kserve-http"
-model = "digits_mlp_fp32"
-data = "{model_repo / '_data' / 'digits_test.npz'}"
-[[regions]]
-name = "eu"
-share = 1.0
-[load]
-rate = 50
-duration_s = 60
-[clock]
-servers = []
-""")
+    profile = _master_profile(tmp_path / "p.toml", endpoint, model_repo, "stopped", '[[regions]]\nname = "eu"\nshare = 1.0')
     proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "master", str(profile), "--port", str(free_port()),
                              "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
