@@ -11,6 +11,7 @@ from tailrace.contract.layout import ReportLayout, RunLayout
 from tailrace.contract.profile import Profile
 from tailrace.harness.orchestration.disk_space import LowDiskError, min_free_bytes
 from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+from tailrace.harness.orchestration.lifecycle import interrupted_before_requests
 from tailrace.harness.orchestration.live_page import LivePage
 from tailrace.harness.orchestration.local_run import run_local
 from tailrace.harness.services.otlp_receiver import ReceiverBindError
@@ -107,9 +108,7 @@ def _run_then_report(profile: Profile, out: Path, quiet: bool, page: LivePage | 
     except (RuntimeError, OSError) as exc:  # the run could not be carried out: tailrace (or this machine) failed
         print(f"tailrace run: {exc}", file=sys.stderr)
         return None, INTERNAL
-    if manifest.get("interrupted") and not RunLayout(run_dir).request_chunks():
-        print(f"tailrace run: interrupted before any request was recorded: INVALID; {run_dir} keeps the manifest "
-              "and the logs", file=sys.stderr)
+    if interrupted_before_requests("tailrace run", RunLayout(run_dir), bool(manifest.get("interrupted"))):
         return run_dir, INVALID
     # the run is over: analysed, then its spans exported from the rows the analysis read and corrected (read once)
     return run_dir, report_run(run_dir, quiet, profile.otel.export, "tailrace run", warm)

@@ -70,6 +70,16 @@ def start_master(plan: RunPlan, layout: RunLayout, bind: str, port: int, token: 
                          env={PLAN_ENV: str(layout.plan), TOKEN_ENV: token}, cpus=cpus, with_parent=True)
 
 
+def interrupted_before_requests(command: str, layout: RunLayout, interrupted: bool) -> bool:
+    """Whether a run was interrupted before any request was recorded — then said in one line (INVALID, its directory
+    kept with the manifest and the logs): there is nothing to analyse."""
+    if not interrupted or layout.request_chunks():
+        return False
+    print(f"{command}: interrupted before any request was recorded: INVALID; {layout.root} keeps the manifest and the "
+          "logs", file=sys.stderr)
+    return True
+
+
 def create_run_directory(layout: RunLayout, profile: Profile, run_id: str, reserve: int) -> None:
     """The run directory with its "running" manifest (replaced when the run ends); LowDiskError (nothing sent)
     when its disk has less than `reserve` bytes free; OSError when it cannot be written."""

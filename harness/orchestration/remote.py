@@ -31,6 +31,7 @@ from tailrace.harness.orchestration.lifecycle import (
     LEAD_S,
     RunLifecycle,
     create_run_directory,
+    interrupted_before_requests,
     locust_argv,
     new_run_id,
     waiting_for,
@@ -170,9 +171,7 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     lifecycle.close()
     if lifecycle.never_started() is not None:
         return None, INVALID  # nothing to analyse
-    if lifecycle.interrupted and not layout.request_chunks():  # Ctrl-C while it waited for its workers
-        print(f"tailrace master: interrupted before any request was recorded: INVALID; {layout.root} keeps the "
-              "manifest and the logs", file=sys.stderr)
+    if interrupted_before_requests("tailrace master", layout, lifecycle.interrupted):  # while it waited for workers
         return None, INVALID
     return layout.root, lifecycle.master.popen.returncode
 
