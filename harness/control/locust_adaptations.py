@@ -12,6 +12,9 @@ any of them a Locust release lacks, and tests/unit/repository/test_install.py ru
   Locust does) out of `MasterRunner.clients` until its JOIN is admitted, so that one that fails authentication is
   never counted among the expected workers nor given a user (`MasterRunner.handle_message`, `WorkerNode`,
   `_users_dispatcher.add_worker`); forgetting a refused worker at once (`remove_worker`).
+- A worker's wait for its master (`Environment.create_worker_runner`, Locust's connect loop): a Ctrl-C during it
+  ends the worker with one line and exit 130, not gevent's "KeyboardInterrupt" printout and exit 1; a master that
+  never answers, with one line naming the address, exit 2, not Locust's blank "Failed to connect" and exit 255.
 - The master's two fixed waits that tailrace has no use for: `MasterRunner.quit` sleeps 0.5 s for the workers'
   final Locust statistics (tailrace's own results are in by then: DONE), twice per shutdown; the headless start polls
   for the expected workers once a second (`locust.main`'s `time.sleep(1)`). Each run paid ~1.5 s for them.
@@ -19,13 +22,16 @@ any of them a Locust release lacks, and tests/unit/repository/test_install.py ru
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import gevent
 from locust import main as locust_main
 from locust import runners as locust_runners
+from locust.env import Environment
 from locust.rpc import Message, zmqrpc
 
+from tailrace.contract.exit_codes import INTERRUPTED, USAGE
 from tailrace.contract.profile import Generator
 
 # The control channel over a WAN. A link that drops every packet for a while leaves a TCP connection waiting on its
@@ -41,6 +47,7 @@ DEFAULT_MASTER_TIMEOUT_S = float(Generator.model_fields["master_timeout_s"].defa
 _locust_socket_init = zmqrpc.BaseSocket.__init__
 _LOCUST_QUIT = locust_runners.MasterRunner.quit
 _LOCUST_HANDLE_MESSAGE = locust_runners.MasterRunner.handle_message
+_LOCUST_CREATE_WORKER = Environment.create_worker_runner
 MAX_HELD = 1024  # workers connected and not yet admitted that the master remembers (the oldest are forgotten)
 
 
@@ -115,6 +122,30 @@ def admit_worker(runner, client_id: str) -> None:
             runner.start(runner.target_user_count, runner.spawn_rate)
 
 
+def _joining_worker(self, master_host: str, master_port: int):
+    """`Environment.create_worker_runner`, which waits (Locust: 60 tries, 5 s each) until the master answers: ended by
+    a Ctrl-C or by a master that never answers, one line says which and the worker exits — nothing was sent yet.
+    Locust's own connect loop turns a Ctrl-C into exit 1 after the hub printed it: the hub counts it as no error here
+    (it still reaches the loop), and the exit is 130."""
+    hub = gevent.get_hub()
+    not_error = hub.NOT_ERROR
+    hub.NOT_ERROR = (*not_error, KeyboardInterrupt)
+    where = f"{master_host}:{master_port}"
+    try:
+        return _LOCUST_CREATE_WORKER(self, master_host, master_port)
+    except (KeyboardInterrupt, SystemExit):  # (Locust's loop exits 1 on the KeyboardInterrupt it caught)
+        print(f"tailrace worker: interrupted before it reached its master at {where}; nothing was sent",
+              file=sys.stderr, flush=True)
+        sys.exit(INTERRUPTED)
+    except OSError:  # Locust's ConnectionError, after its last try
+        waited = locust_runners.CONNECT_TIMEOUT * (locust_runners.CONNECT_RETRY_COUNT + 1)
+        print(f"tailrace worker: no master answered at {where} in {waited:.0f} s (--master: is `tailrace master` "
+              "running there, and its port reachable from this host?); nothing was sent", file=sys.stderr, flush=True)
+        sys.exit(USAGE)
+    finally:
+        hub.NOT_ERROR = not_error
+
+
 def adapt_locust() -> None:
     """Install the adaptations every tailrace process needs before Locust opens its sockets (idempotent)."""
     zmqrpc.BaseSocket.__init__ = _wan_socket_init
@@ -122,6 +153,7 @@ def adapt_locust() -> None:
     locust_runners.MasterRunner.quit = _quit_without_stats_wait
     locust_runners.MasterRunner.handle_message = _admission_first
     locust_main.time = _PollingTime()
+    Environment.create_worker_runner = _joining_worker
 
 
 # -- a worker: how long it waits for a silent master ----------------------------------------------------------------
@@ -184,6 +216,10 @@ def missing_internals() -> list[str]:
               "MasterRunner.handle_message": hasattr(MasterRunner, "handle_message"),
               "MasterRunner.get_worker_index": hasattr(MasterRunner, "get_worker_index"),
               "main.time (the headless wait for workers)": getattr(locust_main, "time", None) is not None,
+              "runners.CONNECT_TIMEOUT, CONNECT_RETRY_COUNT": hasattr(locust_runners, "CONNECT_TIMEOUT")
+                                                               and hasattr(locust_runners, "CONNECT_RETRY_COUNT"),
+              "Environment.create_worker_runner(master_host, master_port)":
+                  _LOCUST_CREATE_WORKER.__code__.co_varnames[1:3] == ("master_host", "master_port"),
               "MasterRunner.quit (stop, clients.all, server.send_to_client, greenlet)":
                   {"stop", "clients", "server", "greenlet"} <= set(_LOCUST_QUIT.__code__.co_names)}
     for cls, attrs in ((MasterRunner, ("register_message", "send_message", "clients", "_users_dispatcher")),

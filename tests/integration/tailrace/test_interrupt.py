@@ -189,3 +189,28 @@ def test_a_ctrl_c_while_prompts_are_built_is_not_lost():
         os.kill(proc.pid, signal.SIGINT)
         outcomes.append(proc.communicate(timeout=30)[0].strip())
     assert outcomes == ["interrupted"] * 6, outcomes
+
+
+def test_ctrl_c_while_a_worker_waits_for_its_master_ends_it_in_one_line():
+    """A worker started before its master (or pointed at the wrong one) waits in Locust's connect loop; a Ctrl-C there
+    had printed gevent's "KeyboardInterrupt" and a timestamp, exit 1."""
+    from tailrace.harness.services.processes import free_port
+
+    port = free_port()  # nothing listens there
+    proc = subprocess.Popen([sys.executable, "-m", "tailrace.cli", "worker", "--master", f"127.0.0.1:{port}", "--region",
+                             "eu"], cwd=ROOT, env={**os.environ, "TAILRACE_RUN_TOKEN": "t"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    try:
+        assert "Starting Locust" in proc.stdout.readline()  # its locustfile imported: Locust's loop is next
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert out.strip().splitlines()[-1] == (f"tailrace worker: interrupted before it reached its master at "
+                                             f"127.0.0.1:{port}; nothing was sent"), out
+    assert "KeyboardInterrupt" not in out and "Traceback" not in out
