@@ -157,10 +157,35 @@ def launcher(cpus: list[int] | None, with_parent: bool) -> list[str]:
     return prefix
 
 
+class _StoppedIfCutShort(subprocess.Popen):
+    """A Popen whose start, cut short once the child exists (a Ctrl-C or SIGTERM landing while Popen waits to hear
+    that the exec succeeded), kills that child: the Popen is never returned, so nothing else could stop it, and a
+    child in its own session is not reached by the terminal's Ctrl-C either (seen: an embedded server left running
+    after `tailrace run` ended on the Ctrl-C)."""
+
+    def _execute_child(self, *args, **kwargs) -> None:
+        try:
+            super()._execute_child(*args, **kwargs)
+        except BaseException:
+            if self.pid is not None and self.returncode is None:  # forked, and not reaped by a failed exec
+                _kill_started(self.pid)
+            raise
+
+
+def _kill_started(pid: int) -> None:
+    """SIGKILL a child whose start was cut short, and reap it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 def start_process(name: str, argv: list[str], log_path: Path | None = None, env: dict[str, str] | None = None,
                   cwd: Path | None = None, cpus: list[int] | None = None, with_parent: bool = False) -> ManagedProcess:
     """Start `argv` with stdout+stderr to `log_path` (or inherited); `cpus` pins it (and every thread and child
-    it starts) to those CPUs; `with_parent`: it dies when this process dies, even by SIGKILL."""
+    it starts) to those CPUs; `with_parent`: it dies when this process dies, even by SIGKILL. A start cut short by a
+    Ctrl-C or SIGTERM (KeyboardInterrupt) leaves no child running."""
     handle, log_start = None, 0
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,19 +201,27 @@ def start_process(name: str, argv: list[str], log_path: Path | None = None, env:
         signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     if restore:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    popen: subprocess.Popen | None = None
     try:
-        popen = subprocess.Popen([*launcher(cpus, with_parent), *argv], stdout=handle,
-                                 stderr=subprocess.STDOUT if handle else None, env=full_env, cwd=cwd,
-                                 start_new_session=True)
+        popen = _StoppedIfCutShort([*launcher(cpus, with_parent), *argv], stdout=handle,
+                                   stderr=subprocess.STDOUT if handle else None, env=full_env, cwd=cwd,
+                                   start_new_session=True)
+        if cpus:  # pinned from here on, not from when taskset gets to it (what the caller reads next is pinned)
+            try:
+                os.sched_setaffinity(popen.pid, cpus)
+            except OSError:
+                pass  # (it has exited already: nothing to pin)
+        return ManagedProcess(name, popen, log_path, handle, log_start)
+    except BaseException:
+        if popen is not None:  # started, but cut short before its caller had it
+            popen.kill()
+            popen.wait()
+        if handle is not None:
+            handle.close()
+        raise
     finally:
         if restore:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if cpus:  # pinned from here on, not from when taskset gets to it (what the caller reads next is pinned)
-        try:
-            os.sched_setaffinity(popen.pid, cpus)
-        except OSError:
-            pass  # (it has exited already: nothing to pin)
-    return ManagedProcess(name, popen, log_path, handle, log_start)
 
 
 def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float = 30.0, verify=True) -> None:

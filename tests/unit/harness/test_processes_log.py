@@ -24,18 +24,16 @@ def test_the_log_tail_holds_the_output_of_a_process_that_wrote_and_ended_before_
     """A child shares its log's file offset with this process: one that fails in its first milliseconds (PyTriton's
     handshake race, under a loaded CI machine) had moved it before the start read where its output begins, and its
     failure read as empty. Here the start returns only once the child has written and exited."""
-    import subprocess
-
     from tailrace.harness.services import processes
 
-    class EndedBeforeReturning(subprocess.Popen):
+    class EndedBeforeReturning(processes._StoppedIfCutShort):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self.wait(30)
 
     log = tmp_path / "triton.log"
     log.write_text("an earlier start's line\n")
-    monkeypatch.setattr(processes.subprocess, "Popen", EndedBeforeReturning)
+    monkeypatch.setattr(processes, "_StoppedIfCutShort", EndedBeforeReturning)
     failed = start_process("failed", [sys.executable, "-c", "print('get_config_from_handshake_server')"], log)
     failed.stop()
     assert failed.log_tail() == "get_config_from_handshake_server"
