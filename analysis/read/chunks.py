@@ -26,6 +26,10 @@ from tailrace.contract.layout import REQUESTS
 from tailrace.contract.records import FEW_VALUED, arrow_schema
 
 CATEGORICAL = FEW_VALUED  # pandas categoricals (contract/records.py)
+# integer columns of a few small values, held in the narrowest type that holds them (int8 for a profile's phases,
+# widened as Categorical codes are should a chunk hold more): the log's int32 phase took 381 MB of a day's run's
+# memory, and its copies in each endpoint × region group (validity.Group) as much again
+NARROW = frozenset({"phase"})
 # loaded columns kept between the statistics that read them (ChunkColumns.spare); a larger log is read again
 KEEP_BYTES = 2 * 2**30
 # chunks this small on average cost more to open than to decode (~0.45 ms a chunk a pass here: a low rate's
@@ -149,7 +153,8 @@ class _Column:
         self.pieces: dict[int, list[pa.Array]] = {}
         self.categories: dict[str, int] = {}
         self._lock = threading.Lock()
-        if self.categorical:  # codes as pandas keeps them for < 128 categories; widened if there are more
+        self.narrow = field.name in NARROW and pa.types.is_integer(field.type)
+        if self.categorical or self.narrow:  # codes as pandas keeps them for < 128 categories; widened if there are more
             self.values = np.empty(capacity, dtype=np.int8)
         elif not pa.types.is_string(field.type):
             self.values = np.empty(capacity, dtype=self.type.to_pandas_dtype())
@@ -176,7 +181,17 @@ class _Column:
             with self._lock:  # a widening below replaces the array: no write may go to the old one meanwhile
                 if column.null_count and self.values.dtype.kind in "iub":  # as pyarrow's to_pandas: NaN / None
                     self.values = self.values.astype(np.float64 if self.values.dtype.kind in "iu" else object)
+                elif self.narrow and len(values) and self.values.dtype.kind == "i":
+                    self._widen_for(values)
                 self.values[start:stop] = values
+
+    def _widen_for(self, values: np.ndarray) -> None:
+        """A NARROW column's array widened, where `values` do not fit its type (up to the chunk's own type)."""
+        held = np.iinfo(self.values.dtype)
+        low, high = int(values.min()), int(values.max())
+        if low < held.min or high > held.max:
+            wide = next(t for t in (np.int16, np.int32, np.int64) if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
+            self.values = self.values.astype(wide)
 
     def finish(self, keep: np.ndarray | None):
         """The column's pandas values; `keep`: the rows to keep (None: all) when some chunk was unreadable."""

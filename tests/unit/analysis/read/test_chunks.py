@@ -106,8 +106,8 @@ def test_a_batch_that_does_not_fit_in_the_kept_memory_is_read_when_asked_for(tmp
     be read when a statistic asks for it."""
     log = ChunkColumns(_three_columns(tmp_path), FIELDS, [])
     passes = _counting_reads(log)
-    log.load(["phase"])  # 400 rows × 4 bytes
-    log.keep_bytes = 1_600 + 400 * 8  # room for latency_ns (8 bytes a row), not then for error too
+    log.load(["phase"])  # 400 rows × 1 byte (chunks.NARROW)
+    log.keep_bytes = log.loaded_bytes() + 400 * 8  # room for latency_ns (8 bytes a row), not then for error too
     log.prefetch([("latency_ns",), ("error",)])
     log._prefetcher.join(timeout=10)
     assert [names for _, names in passes] == [["phase"], ["latency_ns"]]
@@ -263,3 +263,21 @@ def test_a_small_chunks_footer_is_parsed_once_for_the_first_pass_within_its_budg
     log.release("latency_ns")
     log.values("latency_ns")  # a second pass: no footer kept
     assert [parsed[f.name] for f in files] == [2] * budget_footers + [3] * (40 - budget_footers)
+
+
+def test_a_narrow_column_is_held_in_the_narrowest_type_and_widened_for_a_chunk_that_needs_more(tmp_path):
+    """The phase (int32 in the chunks) is held as int8 — a day's run's 381 MB column in 95 MB — and a chunk with a
+    phase past int8's range widens it, every value kept."""
+    fields = (("phase", "int32", ""), ("x", "int32", ""))
+    (tmp_path / "small").mkdir()
+    (tmp_path / "many").mkdir()
+    small = ChunkColumns(_chunks(tmp_path / "small", [{"phase": np.array([0, 1, 2], dtype=np.int32),
+                                                       "x": np.array([7, 8, 9], dtype=np.int32)}]), fields, [])
+    assert small.values("phase").dtype == np.int8 and small.values("phase").tolist() == [0, 1, 2]
+    assert small.values("x").dtype == np.int32  # only the NARROW columns
+    zeros = np.zeros(2, dtype=np.int32)
+    many = ChunkColumns(_chunks(tmp_path / "many", [{"phase": np.array([0, 5], dtype=np.int32), "x": zeros},
+                                                    {"phase": np.array([127, 300], dtype=np.int32), "x": zeros},
+                                                    {"phase": np.array([1, 2], dtype=np.int32), "x": zeros}]),
+                        fields, [])
+    assert many.values("phase").dtype == np.int16 and many.values("phase").tolist() == [0, 5, 127, 300, 1, 2]
