@@ -202,8 +202,7 @@ class _Run:
     data: RunData
     profile: Profile
     figures: Figures
-    in_measured: np.ndarray  # per row: in a measured phase
-    measured_rows: np.ndarray  # their positions (32-bit where they fit)
+    in_measured: np.ndarray  # per row: in a measured phase (their positions: the "measured" statistic)
     threads: int  # for statistics over groups: both cores where the log fits, else one at a time (its peak)
     spans: tuple[list, list[str]] = ([], [])  # the servers' spans and their sources (analysis/otel/server_spans.py)
 
@@ -271,7 +270,7 @@ class _RunStatistics:
         synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")} - batching
         # the server columns are read a pair at a time: a long run's are spared between
         rows = queueing_table(c.frame(QUEUEING_COLUMNS), self.p.embedded.slots, synthetic,
-                              requests_per_execution(r["server_statistics"]), self.run.measured_rows, c.values,
+                              requests_per_execution(r["server_statistics"]), r["measured"], c.values,
                               c.spare)
         self.figures.submit("queue_vs_utilization", rows)
         return rows
@@ -339,6 +338,8 @@ class _RunStatistics:
         poisson = p.load.arrivals.process == "poisson"
         other_process = p.load.scenario == "server" and not poisson  # arrival_process.py's checks
         return [
+            # the measured rows' positions, a result: let go of after their last user (a day's run: 380 MB)
+            Statistic("measured", (), lambda c, r: measured_positions(run.in_measured)),
             Statistic("arrivals", arrival_columns if poisson else (), lambda c, r: _arrival_checks(
                 c, arrival_columns, p) if poisson else []),
             Statistic("arrival_process", arrival_columns if other_process else (), lambda c, r: process_checks(
@@ -346,13 +347,13 @@ class _RunStatistics:
             # the open loop's own numbers are the latency table's: its scenario summary reads no column
             Statistic("scenario", scenario_columns,
                       lambda c, r: scenario_summary(c.frame(scenario_columns), p, worker_summaries)),
-            Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), run.measured_rows,
-                                                                        streamed)),
+            Statistic("slowest", SLOWEST_COLUMNS, lambda c, r: _slowest(c.frame(SLOWEST_COLUMNS), r["measured"],
+                                                                        streamed), uses=("measured",)),
             # the slowest requests' legs, labelled by their rows, as the table's legs are read
             Statistic("decomposition", DECOMPOSITION_COLUMNS, decomposition, uses=("slowest",)),
             Statistic("server_statistics", ("status", "endpoint"), lambda c, r: _with_client_counts(
                 endpoint_stat_deltas(data.endpoint_stats, endpoint_models), c.frame(["status", "endpoint"]))),
-            Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics",)),
+            Statistic("queueing", (*QUEUEING_COLUMNS, *SERVER_COLUMNS), queueing, uses=("server_statistics", "measured")),
             Statistic("hardware", self.hardware_columns, lambda c, r: hardware_section(
                 monitor_series(data), phase_windows(c.frame(self.hardware_columns)), monitor_scopes(p),
                 endpoint_serving(data.plan, r["server_statistics"])) if p.monitors else None,
@@ -376,7 +377,7 @@ class _RunStatistics:
             # beside the server-side statistics where the log fits: first what the latency table waits for (the
             # endpoint × region rows, and the rows' one time order), then the per-phase table and the timeline
             Statistic("groups", ("endpoint", "region"), lambda c, r: endpoint_region_positions(
-                c.frame(["endpoint", "region"]), run.measured_rows), beside="decomposition"),
+                c.frame(["endpoint", "region"]), r["measured"]), uses=("measured",), beside="decomposition"),
             # a long run's keeps the order alone (no ranks): half the memory (TimeOrder)
             Statistic("order", ("t_intended_ref",), lambda c, r: TimeOrder(c.values("t_intended_ref"),
                                                                            ranks=c.fits()),
@@ -386,11 +387,11 @@ class _RunStatistics:
                       uses=("order",), beside="decomposition"),
             # counts, send lag and accuracy first: their columns are freed before the latencies are sorted
             Statistic("counts", COUNT_COLUMNS, lambda c, r: request_count_table(
-                c.frame(COUNT_COLUMNS), duration, r["groups"], run.measured_rows, streamed), uses=("groups",)),
+                c.frame(COUNT_COLUMNS), duration, r["groups"], r["measured"], streamed), uses=("groups", "measured")),
             Statistic("latency_table", MEASURED_COLUMNS, lambda c, r: latency_table(
-                c.frame(MEASURED_COLUMNS), p, duration, r["groups"], run.measured_rows, r["counts"], r.get("order"),
+                c.frame(MEASURED_COLUMNS), p, duration, r["groups"], r["measured"], r["counts"], r.get("order"),
                 streamed),
-                      uses=("groups", "counts", "order")),
+                      uses=("groups", "counts", "order", "measured")),
             Statistic("cdfs", (), cdfs, uses=("latency_table",)),
             Statistic("goodput", MEASURED_COLUMNS, goodput, uses=("latency_table", "groups")),
             Statistic("time_groups", MEASURED_COLUMNS, lambda c, r: groups_of(
@@ -475,6 +476,11 @@ def _sessions(df: pd.DataFrame, data: RunData, slos: list[dict], duration: float
         lines.server = prefix_cache_timeline(data.metrics_timelines.get(name, []), over_time.t0_ns)
     return Sessions(turns=turn_table(df, sessions), sessions=session_table(df, sessions, positions, good, duration),
                     in_flight=sessions_in_flight(df, sessions), prefix_cache=cache, hit_ratio_over_time=over_time)
+
+
+def measured_positions(in_measured: np.ndarray) -> np.ndarray:
+    """The positions of the rows in a measured phase (32-bit where they fit)."""
+    return np.flatnonzero(in_measured).astype(np.int32 if len(in_measured) < 2**31 else np.int64)
 
 
 def _slowest(df: pd.DataFrame, measured: np.ndarray, streamed: frozenset[str]) -> pd.DataFrame:
@@ -581,9 +587,7 @@ def _analyze_run(run_dir: Path, columns: tuple[str, ...] | None, exclude: dict[s
         log.derive(column + "_ref", partial(_on_reference, column, runs, models), inputs=(column, "clock_offset_ns"))
     log.load(("t_intended", "t_sent", "clock_offset_ns", "send_lag_ns"))  # one pass over the chunks
     in_measured = (log.frame(["phase"])["phase"] > 0).to_numpy()
-    run = _Run(data, profile, figures, in_measured,
-               np.flatnonzero(in_measured).astype(np.int32 if log.rows < 2**31 else np.int64),
-               (os.cpu_count() or 1) if log.fits() else 1, spans)
+    run = _Run(data, profile, figures, in_measured, (os.cpu_count() or 1) if log.fits() else 1, spans)
     r = run_statistics(_statistics(run), log, keep, SUMMARY_RESULTS, retain=kept, progress=progress)
     valid, invalid_reasons = run_validity(data, _rows_read(runs))
     pipelines, by_model, accuracy = r["pipelines"], r["by_model"], r["accuracy"]
