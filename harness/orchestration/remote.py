@@ -150,22 +150,24 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     except OSError as exc:
         print(f"tailrace master: the run directory cannot be written ({exc}); no load was sent", file=sys.stderr)
         return None, USAGE
-    sntp = None
-    if MASTER_CLOCK in profile.clock.servers:
-        sntp = start_process("sntp", internal_argv(SNTP_SERVER, SntpOptions(host=bind, port=sntp_port)),
-                             layout.log("sntp"), with_parent=True)
+    sntp, workers = None, None
     n = sum(r.workers for r in profile.regions)
-    print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; results → {layout.root}")
-    workers = RemoteWorkers(profile, layout, run_id, int(wait_s), quiet)
-    try:
+    try:  # from the run directory on, a Ctrl-C or SIGTERM ends it INVALID, whenever it lands (a loaded CI host's
+        # landed between the "waiting" line and the Locust master's start, and the run ended as a bare "interrupted")
+        if MASTER_CLOCK in profile.clock.servers:
+            sntp = start_process("sntp", internal_argv(SNTP_SERVER, SntpOptions(host=bind, port=sntp_port)),
+                                 layout.log("sntp"), with_parent=True)
+        workers = RemoteWorkers(profile, layout, run_id, int(wait_s), quiet)
+        print(f"tailrace master: run {run_id}, waiting for {n} worker(s) on {bind}:{port}; results → {layout.root}")
         lifecycle.start(workers, bind, port, token)
         lifecycle.watch(lambda: None)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the Locust master started (watch handles it after)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before or while the Locust master started (watch handles it after)
         lifecycle.interrupted = lifecycle.signalled = True
         if lifecycle.master is not None:
             lifecycle.master.stop()
     finally:
-        workers.close()
+        if workers is not None:
+            workers.close()
         if sntp is not None:
             sntp.stop()
     lifecycle.close()
