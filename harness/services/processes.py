@@ -247,8 +247,10 @@ def wait_http_ok(url: str, process: ManagedProcess | None = None, timeout: float
 def start_embedded_endpoint(launch: EmbeddedServerLaunch, log_path: Path | None = None, timeout: float = 60.0,
                             cpus: list[int] | None = None) -> ManagedProcess:
     """Start an embedded server (pinned to `cpus` if given) and wait until it is ready."""
+    # with_parent: a Ctrl-C landing after it is ready and before its starter holds it (a window no try closes)
+    # still leaves no server behind once the command exits
     proc = start_process(f"endpoint {launch.host}:{launch.http_port}", internal_argv(EMBEDDED_SERVER, launch),
-                         log_path, cpus=cpus)
+                         log_path, cpus=cpus, with_parent=True)
     try:
         wait_http_ok(f"http://{launch.host}:{launch.http_port}/v2/health/ready", proc, timeout)
     except BaseException:  # not ready, or Ctrl-C / SIGTERM while it started: stopped, not left running
