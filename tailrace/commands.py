@@ -87,13 +87,19 @@ def overrides_of(args: argparse.Namespace) -> list[str]:
 
 
 def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None,
-                     overrides: Sequence[str] = ()):
+                     overrides: Sequence[str] = (), command: str = "tailrace run"):
     """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
-    starts). A local run is checked against this machine (CPUs, output directory, model repositories); a master
-    only for CPUs."""
+    starts). `out` (the --out flag, which `command` names in its line) is checked first; a local run is checked
+    against this machine (CPUs, output directory, model repositories), a master for CPUs and its output directory."""
     from tailrace.contract.profile import ProfileError, load_profile
     from tailrace.harness.orchestration.preflight import check_local, check_output, check_placement
 
+    try:
+        if out is not None:  # the flag before the profile: its line names it, not a field of the file
+            check_output(out, "--out")
+    except ValueError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
     try:
         profile = load_profile(path, overrides)
         if local:
@@ -125,7 +131,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_capacity(args: argparse.Namespace) -> int:
     from tailrace.capacity import capacity_command, check_profile
 
-    profile = _profile_or_none(args.profile, args.out, check=check_profile, overrides=overrides_of(args))
+    profile = _profile_or_none(args.profile, args.out, check=check_profile, overrides=overrides_of(args),
+                               command="tailrace capacity")
     if profile is None:
         return USAGE
     return capacity_command(profile, args.out or Path(profile.output_dir), args.quiet, args.budget_s)
@@ -134,6 +141,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tailrace.contract.layout import SweepLayout
     from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
+    from tailrace.harness.orchestration.preflight import unwritable
     from tailrace.harness.services.processes import sigterm_as_interrupt
     from tailrace.sweep import SweepError, run_sweep, sweep_exit_code
 
@@ -147,6 +155,9 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             out = Path(tomllib.loads(args.profile.read_text()).get("output_dir", "runs"))
         except (OSError, tomllib.TOMLDecodeError):
             pass  # run_sweep names the file and what is wrong with it
+    if args.profile is not None and (why := unwritable(out)) is not None:  # (a resumed sweep writes where it was)
+        print(f"tailrace sweep: {'--out' if args.out is not None else 'output_dir'}: {out} {why}", file=sys.stderr)
+        return USAGE
     try:
         with sigterm_as_interrupt():  # a `kill PID` ends it as Ctrl-C does: resumable, its processes stopped
             sweep_dir, result = run_sweep(args.profile, out, args.resume, args.quiet, args.budget_s, args.ui_bind,
@@ -194,7 +205,8 @@ def cmd_master(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if not is_loopback(args.bind) and not args.expose:
         parser.error(f"--bind {args.bind} is not a loopback address; Locust's channel is unauthenticated — "
                      "use an SSH tunnel, or pass --expose on a private network")
-    profile = _profile_or_none(args.profile, args.out, local=False, overrides=overrides_of(args))
+    profile = _profile_or_none(args.profile, args.out, local=False, overrides=overrides_of(args),
+                               command="tailrace master")
     if profile is None:
         return USAGE
     try:
@@ -310,9 +322,31 @@ def cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return run_probe(args.url, endpoint, args.requests)
 
 
+def _report_dir_unwritable(command: str, out: Path | None, run_dir: Path | None = None) -> bool:
+    """Whether the report directory an analysis would write (`out`, the --out flag; else `run_dir`'s report/) cannot
+    be written — said in one line before any row is read (a day's run would have been analysed for minutes first)."""
+    from tailrace.contract.layout import ReportLayout
+    from tailrace.harness.orchestration.preflight import unwritable
+
+    if out is not None:
+        where = out
+    elif run_dir is not None and run_dir.is_dir():
+        where = ReportLayout.of_run(run_dir).dir
+    else:  # not a run: the analysis names what is wrong
+        return False
+    if (why := unwritable(where)) is None:
+        return False
+    said = f"--out: {out} {why}" if out is not None else (
+        f"{where} (the run's report directory) {why} — {command} {run_dir} --out DIR writes it elsewhere")
+    print(f"{command}: {said}; nothing was analysed", file=sys.stderr)
+    return True
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from tailrace.analysis.decide.compare import compare_command
 
+    if _report_dir_unwritable("tailrace compare", args.out):
+        return USAGE
     return compare_command(args.run_a, args.run_b, args.out, {"auto": None, "paired": True, "unpaired": False}[args.pairing],
                            args.fail_if_slower, exits=True)
 
@@ -353,6 +387,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     from tailrace.analysis.analyze_command import analyze_and_report
 
+    if _report_dir_unwritable("tailrace analyze", args.out, args.run_dir):
+        return USAGE
     code = analyze_and_report(args.run_dir, args.out, quiet=args.quiet, exits=True, span_files=tuple(args.server_spans))
     gc.freeze()  # the process exits next: its teardown collects nothing (0.15 of 0.18 s after a 1 M-row analysis)
     return code

@@ -3,6 +3,7 @@ naming the profile field, so the CLI exits 2 with one line and nothing is left r
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from tailrace.contract.plan import unresolved_plan
@@ -28,10 +29,29 @@ def check_placement(profile: Profile) -> None:
     check_cpus(profile.generator.cpus, "generator.cpus")
 
 
-def check_output(out: Path) -> None:
-    """The runs directory must be a directory (or not exist yet)."""
+def unwritable(out: Path) -> str | None:
+    """Why the directory `out` (made when first written if it does not exist yet) cannot take files, or None:
+    tried for real, leaving nothing behind — a directory made and removed in it, or in the nearest existing
+    directory above it (where its making would start)."""
     if out.exists() and not out.is_dir():
-        raise ValueError(f"output_dir: {out} is a file, not a directory")
+        return "is a file, not a directory"
+    at = out.absolute()
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not at.is_dir():
+        return f"cannot be made: {at} is a file"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tailrace-check-", dir=at))
+    except OSError as exc:
+        return f"cannot be written: {exc.strerror or exc}"
+    return None
+
+
+def check_output(out: Path, field: str = "output_dir") -> None:
+    """The runs directory (`field`: where it was given) must be a directory files can be made in, or one that can be
+    made: checked before anything starts, so that a run never ends on it."""
+    if (why := unwritable(out)) is not None:
+        raise ValueError(f"{field}: {out} {why}")
 
 
 def needs_models_build(profile: Profile) -> bool:

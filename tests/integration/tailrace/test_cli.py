@@ -1,6 +1,7 @@
 """The CLI as a user meets it: --help everywhere, usage errors exit 2, bad profiles exit 2 and start nothing."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,8 +87,46 @@ def test_an_output_directory_that_is_a_file_exits_2(tmp_path):
     runs = tmp_path / "runs"
     runs.write_text("a file")
     r = tailrace("run", str(path), "--out", str(runs))
-    assert r.returncode == 2 and f"output_dir: {runs} is a file, not a directory" in r.stderr, r.stderr
+    assert r.returncode == 2 and f"--out: {runs} is a file, not a directory" in r.stderr, r.stderr
     assert runs.read_text() == "a file"
+    path.write_text(f'output_dir = "{runs}"\n' + path.read_text())  # the profile's own field, named as such
+    r = tailrace("run", str(path))
+    assert r.returncode == 2 and f"output_dir: {runs} is a file, not a directory" in r.stderr, r.stderr
+
+
+SAVED_DEMO = ROOT / "tests" / "data" / "saved_runs" / "demo"
+
+
+@pytest.mark.parametrize("command", ["run", "capacity", "sweep", "analyze", "compare"])
+def test_an_output_directory_that_cannot_be_written_is_one_line_exit_2_before_anything_starts(command, tmp_path):
+    """`--out` under a file, or where no directory can be made: one line naming the flag, exit 2 — before a run's
+    servers start or an analysis reads a row (it had ended a 100 M-row analysis after minutes, or a capacity
+    search with a traceback: exit 5)."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('name="x"\n[[endpoints]]\nname="e"\nurl="http://127.0.0.1:9"\nprotocol="kserve-http"\n'
+                       'model="m"\n[[regions]]\nname="a"\nshare=1\n[load]\nrate=1\nduration_s=1\n'
+                       '[[slos]]\nmetric="latency"\npercentile=99\nthreshold_ms=100\n'
+                       '[sweep]\n[[sweep.axes]]\nfield="load.rate"\nvalues=[1, 2]\n')
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    target = {"run": [str(profile)], "capacity": [str(profile)], "sweep": [str(profile)],
+              "analyze": [str(SAVED_DEMO)], "compare": [str(SAVED_DEMO), str(SAVED_DEMO)]}[command]
+    for out, why in ((afile / "runs", f"cannot be made: {afile} is a file"),
+                     (Path("/proc/tailrace-out"), "cannot be written: No such file or directory")):
+        r = tailrace(command, *target, "--out", str(out))
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and f"tailrace {command}: --out: {out} {why}" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "p.toml"] and afile.read_text() == "x"
+
+
+def test_a_run_whose_report_directory_cannot_be_written_is_told_to_use_out_before_its_analysis(tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(SAVED_DEMO, run_dir)
+    (run_dir / "report").write_text("not a directory")
+    r = tailrace("analyze", str(run_dir))
+    assert r.returncode == 2, r.stderr
+    assert (f"tailrace analyze: {run_dir / 'report'} (the run's report directory) is a file, not a directory — "
+            f"tailrace analyze {run_dir} --out DIR writes it elsewhere; nothing was analysed") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("command", ["run", "capacity"])
