@@ -5,6 +5,8 @@ reads the same object. They travel as one JSON argument to the process' own modu
 commands (`tailrace serve`, `sntp`, `proxy`, `models build`) parse their flags into the same objects."""
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import TypeVar
@@ -12,6 +14,26 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tailrace.contract.exit_codes import USAGE
+
+
+class ListenError(OSError):
+    """A server tailrace starts cannot listen where it was told (a port in use, an address not this machine's): the
+    address and the system's reason, in one line — the commands exit 2 with it before anything starts."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        # the system's words for its errno (asyncio wraps them in a sentence of its own); a name lookup's its own
+        reason = os.strerror(exc.errno) if exc.errno and not isinstance(exc, socket.gaierror) else exc.strerror or exc
+        super().__init__(f"cannot listen on {host}:{port} ({reason})")
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise ListenError where a TCP server could not listen on host:port now (as it binds: SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ListenError(host, port, exc) from None
 
 
 class _Options(BaseModel):

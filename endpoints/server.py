@@ -12,7 +12,13 @@ import uvicorn
 
 from tailrace.contract.credentials import Credential
 from tailrace.contract.exit_codes import USAGE
-from tailrace.contract.internal_processes import EMBEDDED_SERVER, EmbeddedServerLaunch, ServerOptions, options_from_argv
+from tailrace.contract.internal_processes import (
+    EMBEDDED_SERVER,
+    EmbeddedServerLaunch,
+    ServerOptions,
+    check_listen,
+    options_from_argv,
+)
 from tailrace.endpoints.auth import CredentialInterceptor, require_credential
 from tailrace.endpoints.generation.grpc_streams import GrpcStreams
 from tailrace.endpoints.generation.hub import StreamHub
@@ -91,6 +97,9 @@ def serve(options: ServerOptions, host: str, http_port: int, grpc_port: int | No
         tls.check()
     if credential is not None:
         credential.value()  # CredentialError (a ValueError naming the file) before anything is bound
+    for port in (http_port, grpc_port):  # a port in use is one line (ListenError), before any engine starts
+        if port:
+            check_listen(host, port)
     server = InferenceServer(options)
     interceptors = [CredentialInterceptor(credential)] if credential else []
     hub = StreamHub(server) if server.generators else None  # starts the generative engines

@@ -177,7 +177,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from pydantic import ValidationError
 
-    from tailrace.contract.internal_processes import ProxyOptions, ProxyRoute
+    from tailrace.contract.internal_processes import ListenError, ProxyOptions, ProxyRoute
     from tailrace.harness.services.delay_proxy import main_proxy
 
     try:
@@ -186,15 +186,23 @@ def cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (ValueError, ValidationError) as exc:
         parser.error(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else
                      f"{'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}")
-    return main_proxy(options)
+    try:
+        return main_proxy(options)
+    except ListenError as exc:  # a route's port in use, or an address not this machine's
+        print(f"tailrace proxy: {exc}", file=sys.stderr)
+        return USAGE
 
 
 def cmd_sntp(args: argparse.Namespace) -> int:
-    from tailrace.contract.internal_processes import SntpOptions
+    from tailrace.contract.internal_processes import ListenError, SntpOptions
     from tailrace.harness.services.sntp_server import serve_sntp
 
     options = SntpOptions(host=args.host, port=args.port)
-    serve_sntp(options.host, options.port)
+    try:
+        serve_sntp(options.host, options.port)
+    except ListenError as exc:
+        print(f"tailrace sntp: {exc}", file=sys.stderr)
+        return USAGE
     return OK
 
 

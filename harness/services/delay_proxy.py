@@ -12,7 +12,7 @@ import sys
 import time
 
 from tailrace.contract.exit_codes import OK
-from tailrace.contract.internal_processes import DELAY_PROXY, ProxyOptions, ProxyRoute, options_from_argv
+from tailrace.contract.internal_processes import DELAY_PROXY, ListenError, ProxyOptions, ProxyRoute, options_from_argv
 
 
 class DelayLink:
@@ -81,7 +81,10 @@ async def _serve_route(route: ProxyRoute, link_up: DelayLink, link_down: DelayLi
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await asyncio.gather(_pipe(client_reader, server_writer, link_up), _pipe(server_reader, client_writer, link_down))
 
-    return await asyncio.start_server(handle, route.listen_host, route.listen_port, backlog=4096)
+    try:
+        return await asyncio.start_server(handle, route.listen_host, route.listen_port, backlog=4096)
+    except OSError as exc:
+        raise ListenError(route.listen_host, route.listen_port, exc) from None
 
 
 async def run_proxy(options: ProxyOptions) -> None:

@@ -10,7 +10,7 @@ import struct
 import sys
 import time
 
-from tailrace.contract.internal_processes import SNTP_SERVER, SntpOptions, options_from_argv
+from tailrace.contract.internal_processes import SNTP_SERVER, ListenError, SntpOptions, options_from_argv
 
 _NTP_EPOCH_DELTA = 2208988800
 
@@ -24,7 +24,11 @@ def _to_ntp(t: float) -> tuple[int, int]:
 def serve_sntp(host: str, port: int, ready_message: bool = True) -> None:
     """Answer client (mode 3) packets forever with this machine's time (stratum 2)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ListenError(host, port, exc) from None
     if ready_message:
         print(f"tailrace sntp: serving on {host}:{port}", flush=True)
     while True:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,24 @@ def test_shipped_profiles_are_valid(profile):
     from tailrace.contract.profile import load_profile
 
     assert load_profile(profile).name
+
+
+@pytest.mark.parametrize("command", ["serve-http", "serve-grpc", "proxy", "sntp"])
+def test_a_port_in_use_is_one_line_exit_2(command, model_repo):
+    """A server command told to listen where it cannot: one line naming the address and the system's reason, exit 2
+    (it had been exit 5 with a traceback file, or uvicorn's own line and exit 3 — INCONCLUSIVE's code)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if command == "sntp" else socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        if command != "sntp":
+            held.listen()
+        port = held.getsockname()[1]
+        with socket.socket() as spare:  # the server's other port: one free now
+            spare.bind(("127.0.0.1", 0))
+            free = str(spare.getsockname()[1])
+        args = {"serve-http": ["serve", "--models", str(model_repo), "--http-port", str(port), "--grpc-port", free],
+                "serve-grpc": ["serve", "--models", str(model_repo), "--http-port", free, "--grpc-port", str(port)],
+                "proxy": ["proxy", "--route", f"127.0.0.1:{port}=127.0.0.1:9"],
+                "sntp": ["sntp", "--port", str(port)]}[command]
+        r = tailrace(*args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"tailrace {args[0]}: cannot listen on 127.0.0.1:{port} (Address already in use)\n", r.stderr
