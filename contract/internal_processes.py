@@ -26,10 +26,13 @@ class ListenError(OSError):
         super().__init__(f"cannot listen on {host}:{port} ({reason})")
 
 
-def check_listen(host: str, port: int) -> None:
-    """Raise ListenError where a TCP server could not listen on host:port now (as it binds: SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def check_listen(host: str, port: int, udp: bool = False) -> None:
+    """Raise ListenError where a TCP server (as it binds: SO_REUSEADDR) or a UDP one (`udp`) could not listen on
+    host:port now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM) as sock:
+        if not udp:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

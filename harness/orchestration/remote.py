@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailrace.contract.exit_codes import INVALID, OK, USAGE
-from tailrace.contract.internal_processes import SNTP_SERVER, SntpOptions, internal_argv
+from tailrace.contract.internal_processes import SNTP_SERVER, ListenError, SntpOptions, check_listen, internal_argv
 from tailrace.contract.layout import RunLayout
 from tailrace.contract.master_events import PLAN_SENT, WORKER_ADMITTED, WORKER_REFUSED
 from tailrace.contract.plan import unresolved_plan
@@ -37,6 +37,7 @@ from tailrace.harness.orchestration.lifecycle import (
     waiting_for,
 )
 from tailrace.harness.orchestration.live_page import LivePage
+from tailrace.harness.orchestration.preflight import unwritable
 from tailrace.harness.orchestration.progress import ChunkProgress
 from tailrace.harness.orchestration.server_stats import stats_targets
 from tailrace.harness.services.otlp_receiver import ReceiverBindError
@@ -139,6 +140,9 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     for note in checked.notes:
         print(f"tailrace master: {note}")
     plan = plan.model_copy(update={"requests": checked.requests, "model_inputs": checked.model_inputs})
+    if (taken := _master_ports_taken(bind, port, sntp_port if MASTER_CLOCK in profile.clock.servers else None)):
+        print(f"tailrace master: {taken}; no load was sent", file=sys.stderr)  # before its run directory exists
+        return None, USAGE
     layout = RunLayout(out / run_id)
     lifecycle = RunLifecycle(plan, layout, reserve, "tailrace master", quiet, live=live)
     try:
@@ -178,13 +182,40 @@ def run_master(profile: Profile, out: Path, bind: str, port: int, models: Path |
     return layout.root, lifecycle.master.popen.returncode
 
 
+def _master_ports_taken(bind: str, port: int, sntp_port: int | None) -> str | None:
+    """Which of the master's ports cannot listen on `bind` (the workers' port; the SNTP one where the clock is the
+    master's), naming its flag — or None."""
+    for flag, at, udp in (("--port", port, False), ("--sntp-port", sntp_port, True)):
+        if at is not None:
+            try:
+                check_listen(bind, at, udp)
+            except ListenError as exc:
+                return f"{flag}: {exc}"
+    return None
+
+
+def _worker_setup_problem(spool: str | None, out_dir: str | None, metrics_port: int | None,
+                          metrics_bind: str | None) -> str | None:
+    """What of a worker's own flags cannot work on this machine (its spool or shared directory cannot be written, its
+    metrics port cannot listen), or None — checked before it waits for its master."""
+    for flag, directory in (("--spool", spool), ("--out-dir", out_dir)):
+        if directory is not None and (why := unwritable(Path(directory))) is not None:
+            return f"{flag}: {directory} {why}"
+    if metrics_port:  # (0: a port the kernel chooses)
+        try:
+            check_listen(metrics_bind or "127.0.0.1", metrics_port)
+        except ListenError as exc:
+            return f"--metrics-port: {exc}"
+    return None
+
+
 def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_urls: list[str], out_dir: str | None,
                models: str | None, metrics_port: int | None, spool: str | None = None,
                token: str | None = None, metrics_bind: str | None = None, master_timeout_s: float | None = None) -> int:
     """Exec a Locust worker with this region's settings (and the run token) in its environment."""
     host, _, port = master.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"tailrace worker: --master must be HOST:PORT, got {master!r}", file=sys.stderr)
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        print(f"tailrace worker: --master must be HOST:PORT (a port 1-65535), got {master!r}", file=sys.stderr)
         return USAGE
     urls = {}
     for item in endpoint_urls:
@@ -198,6 +229,9 @@ def run_worker(master: str, region: str, index: int, skew_ms: float, endpoint_ur
               "reads it)", file=sys.stderr)
         return USAGE
     spool = None if out_dir else str(Path(spool or "tailrace-spool").resolve())
+    if (problem := _worker_setup_problem(spool, out_dir, metrics_port, metrics_bind)) is not None:
+        print(f"tailrace worker: {problem}", file=sys.stderr)  # said now, not once it has waited for its master
+        return USAGE
     identity = WorkerIdentity(region, index, skew_ms, urls or None, out_dir, models, metrics_port=metrics_port,
                               metrics_bind=metrics_bind, spool=spool, master_host=host,
                               master_timeout_s=master_timeout_s)

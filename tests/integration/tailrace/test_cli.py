@@ -1,6 +1,7 @@
 """The CLI as a user meets it: --help everywhere, usage errors exit 2, bad profiles exit 2 and start nothing."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import ROOT
+from tests.support import remote_profile_toml
 
 pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
@@ -185,3 +187,49 @@ def test_a_port_in_use_is_one_line_exit_2(command, model_repo):
         r = tailrace(*args)
     assert r.returncode == 2, r.stderr
     assert r.stderr == f"tailrace {args[0]}: cannot listen on 127.0.0.1:{port} (Address already in use)\n", r.stderr
+
+
+@pytest.mark.parametrize("case", ["master-port", "spool", "out-dir", "metrics-port"])
+def test_a_workers_own_flags_that_cannot_work_are_one_line_before_it_waits_for_its_master(case, tmp_path):
+    """A worker whose spool cannot be written, whose metrics port is taken or whose master's port cannot exist
+    exits 2 at once, naming the flag — it had waited for its master (5 min where none answers) and failed later."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        flags, said = {
+            "master-port": (["--master", "127.0.0.1:99999"], "--master must be HOST:PORT (a port 1-65535), got "
+                                                           "'127.0.0.1:99999'"),
+            "spool": (["--spool", str(afile / "spool")], f"--spool: {afile / 'spool'} cannot be made: {afile} is a file"),
+            "out-dir": (["--out-dir", str(afile)], f"--out-dir: {afile} is a file, not a directory"),
+            "metrics-port": (["--metrics-port", str(port)],
+                             f"--metrics-port: cannot listen on 127.0.0.1:{port} (Address already in use)")}[case]
+        argv = [sys.executable, "-m", "tailrace.cli", "worker", "--master", "127.0.0.1:9", "--region", "a", *flags]
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                           env={**os.environ, "TAILRACE_RUN_TOKEN": "t"})
+    assert r.returncode == 2 and r.stderr == f"tailrace worker: {said}\n", r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--port", "--sntp-port"])
+def test_a_masters_port_in_use_is_one_line_exit_2_and_no_run_directory(flag, endpoint, model_repo, tmp_path):
+    """The workers' port or the SNTP port taken: one line naming the flag, exit 2, no run directory — it had made
+    one, said it was waiting, and ended INVALID once the Locust master died of it (the SNTP port: silently, the
+    workers left without their clock reference)."""
+    profile = tmp_path / "remote.toml"
+    profile.write_text(remote_profile_toml(
+        "ports", [("e", f"http://127.0.0.1:{endpoint.http_port}", "kserve-http", "digits_mlp_fp32",
+                   model_repo / "_data" / "digits_test.npz")], {"a": 1.0}, rate=1, duration_s=1, seed=1))
+    udp = flag == "--sntp-port"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        if not udp:
+            held.listen()
+        port = held.getsockname()[1]
+        r = tailrace("master", str(profile), flag, str(port), "--out", str(tmp_path / "runs"), "--wait-s", "5",
+                     "--quiet")
+    assert r.returncode == 2, r.stderr
+    assert f"tailrace master: {flag}: cannot listen on 127.0.0.1:{port} (Address already in use); no load was sent" \
+        in r.stderr.splitlines(), r.stderr
+    assert not (tmp_path / "runs").exists()
