@@ -87,16 +87,16 @@ def overrides_of(args: argparse.Namespace) -> list[str]:
 
 
 def _profile_or_none(path: Path, out: Path | None = None, local: bool = True, check=None,
-                     overrides: Sequence[str] = (), command: str = "tailrace run"):
+                     overrides: Sequence[str] = (), command: str = "tailrace run", out_flag: str = "--out"):
     """The validated profile (with `overrides`), or None after printing why not (the caller exits 2: nothing
-    starts). `out` (the --out flag, which `command` names in its line) is checked first; a local run is checked
+    starts). `out` (given by `out_flag`, which `command`'s line names) is checked first; a local run is checked
     against this machine (CPUs, output directory, model repositories), a master for CPUs and its output directory."""
     from tailrace.contract.profile import ProfileError, load_profile
     from tailrace.harness.orchestration.preflight import check_local, check_output, check_placement
 
     try:
         if out is not None:  # the flag before the profile: its line names it, not a field of the file
-            check_output(out, "--out")
+            check_output(out, out_flag)
     except ValueError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None
@@ -295,8 +295,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tailrace.demo import DEMO_PROFILE, run_demo
 
-    args.profile = args.profile or DEMO_PROFILE
-    return run_demo(args)
+    profile = _profile_or_none(args.profile or DEMO_PROFILE, args.workdir / "runs", command="tailrace demo",
+                               out_flag="--workdir")
+    if profile is None:
+        return USAGE
+    return run_demo(profile, args)
 
 
 def cmd_probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

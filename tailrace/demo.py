@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tailrace.contract.exit_codes import FAIL, INCONCLUSIVE, INVALID, PASS
 from tailrace.contract.layout import ReportLayout
-from tailrace.contract.profile import load_profile
+from tailrace.contract.profile import Profile
 from tailrace.contract.summary import SummaryError
 from tailrace.run_command import run_and_report_dir
 
@@ -36,10 +36,10 @@ def closing_line(summary_path: Path, page: Path) -> str:
     return f"{line} — " + "; ".join(why_words(v) for v in bad[:MAX_REASONS]) + more
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the demo profile (3 regions; KServe endpoints, an LLM and a RAG pipeline; ~60 s), print its closing
-    line; 0 when the run completed and its report was written, else tailrace's own exit code."""
-    profile = load_profile(args.profile)
+def run_demo(profile: Profile, args: argparse.Namespace) -> int:
+    """Run the demo's `profile` (profiles/demo.toml: 3 regions; KServe endpoints, an LLM and a RAG pipeline; ~60 s),
+    checked already, print its closing line; 0 when the run completed and its report was written, else tailrace's
+    own exit code."""
     run_dir, code = run_and_report_dir(profile, args.workdir / "runs", ui=args.ui_bind)
     report = ReportLayout.of_run(run_dir) if run_dir is not None else None
     if code not in VERDICT_CODES or report is None or not report.page.exists() or not report.summary.exists():
