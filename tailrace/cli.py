@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -58,6 +59,20 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+# a Kubernetes quantity of bytes: a number and a binary or decimal suffix, or an exponent (apimachinery's resource
+# quantities, without the milli- and micro- suffixes no size takes)
+_BYTES_QUANTITY = re.compile(r"(?P<number>\d+(?:\.\d*)?|\.\d+)(?:[KMGTPE]i|[kMGTPE]|[eE]\+?\d+)?")
+
+
+def _bytes_quantity(text: str) -> str:
+    """An argparse type: a size as Kubernetes writes it (512Mi, 2Gi, 1G, 1e9), refused in one line otherwise — a
+    manifest with another is refused by the cluster only when it is applied."""
+    size = _BYTES_QUANTITY.fullmatch(text)
+    if size is None or float(size["number"]) == 0:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512Mi, 2Gi or 1G, got {text!r}")
+    return text
 
 
 def _at_least(minimum: int):
@@ -406,10 +421,10 @@ def _add_deploy_command(sub) -> None:
     k8s.add_argument("--worker-source-range", action="append", default=[], metavar="CIDR",
                      help="--per-cluster: the workers' egress addresses the master's LoadBalancer admits (repeatable)")
     k8s.add_argument("--worker-cpus", type=_at_least(1), default=1, help="whole CPUs per worker pod (requests = limits)")
-    k8s.add_argument("--worker-memory", default="1Gi")
+    k8s.add_argument("--worker-memory", type=_bytes_quantity, default="1Gi")
     k8s.add_argument("--master-cpus", type=_at_least(1), default=1)
-    k8s.add_argument("--master-memory", default="2Gi")
-    k8s.add_argument("--results-storage", default="5Gi", help="size of the master's results volume")
+    k8s.add_argument("--master-memory", type=_bytes_quantity, default="2Gi")
+    k8s.add_argument("--results-storage", type=_bytes_quantity, default="5Gi", help="size of the master's results volume")
     k8s.add_argument("--wait-s", type=_positive_float, default=600.0, help="how long the master waits for workers")
     _add_overrides(k8s)
     k8s.set_defaults(func=lambda a, p: cmd_deploy_kubernetes(a))

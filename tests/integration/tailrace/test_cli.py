@@ -233,3 +233,14 @@ def test_a_masters_port_in_use_is_one_line_exit_2_and_no_run_directory(flag, end
     assert f"tailrace master: {flag}: cannot listen on 127.0.0.1:{port} (Address already in use); no load was sent" \
         in r.stderr.splitlines(), r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_demo_with_a_missing_profile_or_an_unwritable_workdir_is_one_line_exit_2(tmp_path):
+    r = tailrace("demo", "--profile", str(tmp_path / "nope.toml"), "--workdir", str(tmp_path / "work"))
+    assert r.returncode == 2 and r.stderr == f"{tmp_path / 'nope.toml'}: no such profile\n", r.stderr  # had been exit 5
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = tailrace("demo", "--workdir", str(afile))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"tailrace demo: --workdir: {afile / 'runs'} cannot be made: {afile} is a file\n", r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -71,3 +71,28 @@ def test_ctrl_c_in_a_command_with_nothing_to_keep_is_one_line_and_exit_130(tmp_p
     assert main(["analyze", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     assert err == "tailrace analyze: interrupted\n", err
+
+
+@pytest.mark.parametrize("flag", ["--worker-memory", "--master-memory", "--results-storage"])
+@pytest.mark.parametrize("size", ["lots", "0Gi", "100m", "2 Gi"])
+def test_a_size_kubernetes_would_refuse_is_refused_before_any_manifest(flag, size, tmp_path, capsys):
+    """A pod's memory or the results volume not written as a Kubernetes quantity: one line, exit 2, no manifests
+    (they had been written, for the cluster to refuse at `kubectl apply`)."""
+    from tests import ROOT
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["deploy", "kubernetes", str(ROOT / "profiles" / "kubernetes-example.toml"), "--image", "tailrace:1",
+              "--out", str(tmp_path / "k8s"), flag, size])
+    assert stopped.value.code == USAGE
+    assert f"argument {flag}: expected a size such as 512Mi, 2Gi or 1G, got {size!r}" in capsys.readouterr().err
+    assert not (tmp_path / "k8s").exists()
+
+
+def test_the_sizes_kubernetes_takes_pass(tmp_path):
+    from tests import ROOT
+
+    for size in ("512Mi", "1.5Gi", "1G", "1e9", "2048"):
+        assert main(["deploy", "kubernetes", str(ROOT / "profiles" / "kubernetes-example.toml"), "--image",
+                     "tailrace:1", "--out", str(tmp_path / size), "--worker-memory", size]) == 0
+        workers = "".join(f.read_text() for f in (tmp_path / size).glob("30-workers-*.yaml"))
+        assert any(f"memory: {written}\n" in workers for written in (size, f"'{size}'", f'"{size}"')), workers
