@@ -196,8 +196,13 @@ def test_streams_sent_inline_record_what_the_greenlet_path_records(tmp_path):
         assert [getattr(g, f) for f in _SAME_STREAM] == [getattr(i, f) for f in _SAME_STREAM]
         assert 0 <= i.send_lag_ns < 100_000_000 and i.latency_ns == i.t_done - i.t_intended
         assert i.ttft_ns == i.t_first_token - i.t_intended and i.ttfa_ns == i.ttft_ns
-        # the worker's clock here is its own (offset 0): the sink's wall-clock write instant of the first token
-        assert 0 <= i.t_first_token - written[i.trace_id] < 5_000_000
+        # the worker's clock here is its own (offset 0): stamped after the sink's wall-clock write instant of the
+        # first token (which the sink takes just before it writes)
+        assert i.t_first_token >= written[i.trace_id]
+    # ... and within a few ms of it: the median of the streams — the machine is shared, and a sink descheduled between
+    # its instant and its write put one stream 63 ms after it in CI; a stamp taken on reading, not by the kernel,
+    # would be late in every stream
+    assert np.median([i.t_first_token - written[i.trace_id] for i in inline_rows]) < 5_000_000
     assert {i.status for i in inline_rows} == {"ok", "bad_response"}
 
 
