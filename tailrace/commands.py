@@ -141,7 +141,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tailrace.contract.layout import SweepLayout
     from tailrace.harness.orchestration.endpoint_check import EndpointCheckError
-    from tailrace.harness.orchestration.preflight import unwritable
+    from tailrace.harness.orchestration.preflight import check_output
     from tailrace.harness.services.processes import sigterm_as_interrupt
     from tailrace.sweep import SweepError, run_sweep, sweep_exit_code
 
@@ -155,8 +155,11 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             out = Path(tomllib.loads(args.profile.read_text()).get("output_dir", "runs"))
         except (OSError, tomllib.TOMLDecodeError):
             pass  # run_sweep names the file and what is wrong with it
-    if args.profile is not None and (why := unwritable(out)) is not None:  # (a resumed sweep writes where it was)
-        print(f"tailrace sweep: {'--out' if args.out is not None else 'output_dir'}: {out} {why}", file=sys.stderr)
+    try:
+        if args.profile is not None:  # (a resumed sweep writes where it was)
+            check_output(out, "--out" if args.out is not None else "output_dir")
+    except ValueError as exc:
+        print(f"tailrace sweep: {exc}", file=sys.stderr)
         return USAGE
     try:
         with sigterm_as_interrupt():  # a `kill PID` ends it as Ctrl-C does: resumable, its processes stopped
