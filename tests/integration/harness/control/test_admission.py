@@ -93,9 +93,10 @@ def finish(master: Master, workers: dict[str, ManagedProcess], root: Path) -> in
 
 def assert_the_right_workers_ran(master: Master, root: Path, code: int, refusals: int = 1) -> list[dict]:
     log = (root / "master.log").read_text()
-    assert code == 0, log[-3000:]
     run = master.run_dir()
     manifest = json.loads((run / "manifest.json").read_text())
+    # an INVALID run names its reasons (a starved generator's stall, a worker that never ran…) beside the log's end
+    assert code == 0, (manifest.get("invalid_reasons"), log[-3000:])
     assert manifest["valid"], manifest.get("invalid_reasons")
     for region in ("r1", "r2"):
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in (run / "regions" / region).rglob("requests-*.parquet"))
