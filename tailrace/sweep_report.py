@@ -74,7 +74,7 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
         for tr in r.accuracy_trends)
     write_atomic(layout.figure("frontier"), frontier)
     write_atomic(layout.figure("latency_vs_load"), curves)
-    edges = _table(["configuration", "tier", "holds", "fails at", "within tolerance", ""],
+    edges = _table(["configuration", "tier", "holds", "not held at", "within tolerance", ""],
                    [[e.config, e.tier, e.highest_pass, e.lowest_fail, e.within_tolerance, e.note] for e in r.edges])
     knees = _table(["configuration", "fitted", "knee at", "slope (ms per unit)"],
                    [[k.config, k.metric, k.load, k.slope_ms_per_unit] for k in r.knees])

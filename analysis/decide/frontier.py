@@ -144,7 +144,10 @@ def measured(summary: RunSummary, held: float | None = None) -> dict:
 
 
 def tier_edges(points: Sequence[SweepPoint], tiers: Sequence[str], tolerance: float) -> list[TierEdge]:
-    """Per configuration × tier: the highest load that passed (every repeat) and the lowest above it that did not."""
+    """Per configuration × tier: the highest load that passed (every repeat) with no failure at or below it, and the
+    lowest load above it that did not pass (undecided counts there: the edge's bracket is as far as the sweep could
+    tell). A load that could not be decided (too few requests for a percentile: a low load's short run) is no
+    failure: it does not void the passes above it; the note names it."""
     out = []
     by_config: dict[str, list[SweepPoint]] = defaultdict(list)
     for p in points:
@@ -152,19 +155,32 @@ def tier_edges(points: Sequence[SweepPoint], tiers: Sequence[str], tolerance: fl
             by_config[p.config].append(p)
     for config, mine in sorted(by_config.items()):
         for tier in tiers:
-            outcome: dict[float, bool] = {}
-            for load, passed in ((p.load, p.tiers.get(tier) == PASS) for p in mine if p.load is not None):
-                outcome[load] = outcome.get(load, True) and passed  # every repeat at a load must pass
-            passes = sorted(load for load, ok in outcome.items() if ok)
-            fails = sorted(load for load, ok in outcome.items() if not ok)
+            outcomes: dict[float, set[str | None]] = defaultdict(set)
+            for p in mine:
+                outcomes[p.load].add(p.tiers.get(tier))  # type: ignore[index]
+            passes = sorted(load for load, seen in outcomes.items() if seen == {PASS})
+            fails = sorted(load for load, seen in outcomes.items() if FAIL in seen)
+            open_ = sorted(load for load, seen in outcomes.items() if load not in passes and load not in fails)
             lo = max((x for x in passes if not any(f <= x for f in fails)), default=None)
-            hi = min((f for f in fails if lo is None or f > lo), default=None)
+            hi = (min((x for x in (*fails, *open_) if x > lo), default=None) if lo is not None
+                  else min(fails, default=None))
             within = lo is not None and hi is not None and (hi - lo) <= tolerance * hi
-            note = ("no load passed" if lo is None else f"holds up to {lo:g}" + (
-                f", fails at {hi:g}" if hi is not None else ", the highest load tried"))
             out.append(TierEdge(config=config, tier=tier, highest_pass=lo, lowest_fail=hi, within_tolerance=within,
-                                note=note))
+                                note=_edge_note(lo, hi, hi in fails, [x for x in open_ if lo is None or x < lo])))
     return out
+
+
+def _edge_note(lo: float | None, hi: float | None, failed: bool, undecided: list[float]) -> str:
+    """An edge in words: what held, the load above it that did not (`failed`: it failed, else it could not be
+    decided), and the other loads that could not be decided (below the edge, or every one where none passed)."""
+    note = "no load passed" if lo is None else f"holds up to {lo:g}"
+    if hi is not None:
+        note += f", fails at {hi:g}" if failed else f", undecided at {hi:g}"
+    elif lo is not None:
+        note += ", the highest load tried"
+    if undecided:
+        note += f"; undecided at {', '.join(f'{x:g}' for x in undecided)} (too few requests to decide)"
+    return note
 
 
 def next_loads(edges: Sequence[TierEdge], tried: dict[str, set[float]]) -> list[tuple[str, float]]:
@@ -237,7 +253,9 @@ def recommendation(edges: Sequence[TierEdge], tiers: Sequence[str], load_unit: s
         ranked = sorted((e for e in edges if e.tier == tier and e.highest_pass is not None),
                         key=lambda e: -(e.highest_pass or 0.0))
         if not ranked:
-            out.append(f"{tier}: no configuration held any load tried")
+            decided = any(e.tier == tier and e.lowest_fail is not None for e in edges)
+            out.append(f"{tier}: no configuration held any load tried" if decided else
+                       f"{tier}: no load could be decided (too few requests at each: a longer load.duration_s)")
             continue
         best = ranked[0]
         line = f"{tier}: {best.config or 'the configuration'} holds {best.highest_pass:g} {load_unit}"

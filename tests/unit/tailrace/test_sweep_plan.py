@@ -143,6 +143,29 @@ def test_each_tiers_edge_its_bracket_and_the_next_load_to_try():
     assert closed[0].within_tolerance and answers.next_loads(closed, {"a": {95, 100}}) == []
 
 
+def test_a_load_too_low_to_decide_does_not_void_the_passes_above_it():
+    """The shipped sweep's case: at 2 req/s a 15 s point has too few requests for a p90 (undecided), and 4, 8, 12
+    pass — the configuration holds 12, not "no load passed"; a real failure below a pass still voids it."""
+    pts = [point(1, "a", 2, {"i": "undecided"}), point(2, "a", 4, {"i": "pass"}), point(3, "a", 8, {"i": "pass"}),
+           point(4, "a", 12, {"i": "pass"}),
+           point(5, "b", 2, {"i": "undecided"}), point(6, "b", 4, {"i": "undecided"}), point(7, "b", 8, {"i": "fail"}),
+           point(8, "b", 12, {"i": "fail"}),
+           point(9, "c", 2, {"i": "fail"}), point(10, "c", 4, {"i": "pass"}),
+           point(11, "d", 2, {"i": "undecided"}), point(12, "d", 4, {"i": "pass"}), point(13, "d", 8, {"i": "undecided"})]
+    edges = {e.config: e for e in answers.tier_edges(pts, ["i"], 0.1)}
+    assert (edges["a"].highest_pass, edges["a"].lowest_fail) == (12, None)
+    assert edges["a"].note == "holds up to 12, the highest load tried; undecided at 2 (too few requests to decide)"
+    assert (edges["b"].highest_pass, edges["b"].lowest_fail) == (None, 8)
+    assert edges["b"].note == "no load passed, fails at 8; undecided at 2, 4 (too few requests to decide)"
+    assert (edges["c"].highest_pass, edges["c"].lowest_fail) == (None, 2)  # a failure below a pass: nothing held
+    assert (edges["d"].highest_pass, edges["d"].lowest_fail) == (4, 8)  # undecided above: the bracket's top
+    assert edges["d"].note.startswith("holds up to 4, undecided at 8")
+    assert answers.recommendation(list(edges.values()), ["i"], "req/s")[0].startswith("i: a holds 12 req/s; d holds 4")
+    never = answers.tier_edges([point(1, "a", 2, {"i": "undecided"})], ["i"], 0.1)
+    assert answers.recommendation(never, ["i"], "req/s") == [
+        "i: no load could be decided (too few requests at each: a longer load.duration_s)"]
+
+
 def test_the_knee_is_where_the_monotone_fit_rises_fastest():
     pts = [point(i, "a", load, {}, ttft_p99=v) for i, (load, v) in enumerate(
         [(1, 10.0), (2, 11.0), (3, 10.5), (4, 14.0), (5, 60.0), (6, 200.0)])]
