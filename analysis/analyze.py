@@ -122,7 +122,7 @@ REPORT_COLUMNS = ("region", "t_intended_ref", "status", "latency_ns", "endpoint"
 SLOWEST = 20
 # what summary.json keeps of the run's manifest
 MANIFEST_EXCERPT = ("versions", "host", "seed", "git_sha", "start_ns", "end_ns", "valid", "invalid_reasons", "warnings",
-                    "host_cpu", "workers")
+                    "host_cpu", "workers", "overrides")
 
 
 def clock_warnings(requests: pd.DataFrame, clock: pd.DataFrame) -> list[str]:

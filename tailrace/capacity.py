@@ -182,7 +182,7 @@ def run_capacity(profile: Profile, out: Path, quiet: bool = False, budget_s: flo
             generator_retried, first_at_rate = False, True
             while True:
                 index = len(rows) + 1
-                _log(quiet, f"trial {index}: {rate:g} req/s for {duration:g} s …")
+                _log(quiet, f"trial {index}: {rate:g} req/s for {duration:.3g} s …")
                 run_dir = run_once(_trial_profile(profile, rate, duration, index), layout.trials, servers)
                 row = _trial_row(index, rate, duration, run_dir)
                 rows.append(row)
@@ -319,7 +319,7 @@ def print_result(result: CapacityResult, cap_dir: Path) -> None:
 
     for r in rows:
         tokens = (f(r.output_tokens_per_s), f(r.ttft_p99_ms), f(r.tpot_p99_ms)) if streamed else ()
-        t.add_row(f"{r.rate:g}", f"{r.duration_s:g}", f(r.achieved_rate), *tokens, f(r.p50_ms), f(r.p95_ms),
+        t.add_row(f"{r.rate:g}", f"{r.duration_s:.3g}", f(r.achieved_rate), *tokens, f(r.p50_ms), f(r.p95_ms),
                   f"{f(r.p99_ms)} [{f(r.p99_ci_low)}, {f(r.p99_ci_high)}]", f(r.utilization),
                   *((f(r.energy_per_request_mj) if r.energy_per_request_mj is not None else
                      "≈ " + f(r.estimated_energy_per_request_mj),) if energy else ()), r.outcome)

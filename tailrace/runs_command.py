@@ -21,7 +21,7 @@ def add_runs_command(sub) -> None:
         "runs", help="list the runs found (filter by profile, verdict, time), or trend a metric across a profile's runs",
         description="`tailrace runs [DIR ...]`: every run under DIR (default runs/) with its profile, start, verdict, "
                     "requests and key percentiles, oldest first. `tailrace runs trend PROFILE [DIR ...] --metric p99`: "
-                    "that metric across the profile's runs, each with its 95%% interval, a significant change from "
+                    "that metric across the profile's runs, each with its 95% interval, a significant change from "
                     "the run before flagged. Each writes an HTML page beside the table.")
     runs.add_argument("args", nargs="*", metavar="[trend PROFILE] DIR", help="directories of runs (or run directories)")
     runs.add_argument("--profile", default=None, help="only this profile's runs")
@@ -80,11 +80,13 @@ def _list(entries, skipped: list[str], args: argparse.Namespace, page: Path) -> 
         from rich.table import Table
 
         table = Table(title=f"{len(entries)} run(s), oldest first" + (f"; {len(skipped)} left out" if skipped else ""))
-        for column in ("run", "profile", "started (UTC)", "verdict", "requests", "errors", "p50 ms", "p95 ms",
-                       "p99 ms", "TTFT p99 ms"):
-            table.add_column(column, justify="left" if column in ("run", "profile", "verdict") else "right")
+        settings = any(e.overrides for _, e in entries)  # a column only where some run set profile fields
+        for column in ("run", "profile", *(("settings",) if settings else ()), "started (UTC)", "verdict", "requests",
+                       "errors", "p50 ms", "p95 ms", "p99 ms", "TTFT p99 ms"):
+            table.add_column(column, justify="left" if column in ("run", "profile", "settings", "verdict") else "right")
         for _, e in entries:
-            table.add_row(e.run_id, e.profile, when(e.start_ns), e.verdict, f"{e.requests:,}", f"{e.errors:,}",
+            table.add_row(e.run_id, e.profile, *((", ".join(e.overrides),) if settings else ()), when(e.start_ns),
+                          e.verdict, f"{e.requests:,}", f"{e.errors:,}",
                           *(_cell(v) for v in (e.p50_ms, e.p95_ms, e.p99_ms, e.ttft_p99_ms)))
         table.caption = ("requests: all the run recorded (warm-up too); errors: the measured phases; p50–p99: the "
                          "latency table's row over every endpoint (one-shot where the run has any, else streams' E2E)")
@@ -115,12 +117,14 @@ def _trend(entries, profile: str, args: argparse.Namespace, page: Path) -> int:
     from rich.table import Table
 
     table = Table(title=f"{profile}: {t.metric} ({t.unit}) across {len(t.points)} run(s), endpoint {t.endpoint}, "
-                        f"region {t.region} — * a significant change from the run before (p < 0.05)")
+                        f"region {t.region} — * a significant change from the run before (p < 0.05); a run with "
+                        "other settings (--set, a sweep's point) is not judged against it")
     for column in ("run", "started (UTC)", "verdict", "value", "95% interval", "change", "p"):
         table.add_column(column, justify="left" if column in ("run", "verdict") else "right")
     for p in t.points:
-        change = "–" if p.change is None else f"{p.change:+,.3g}" + (f" ({p.relative:+.1%})" if p.relative is not None
-                                                                      else "") + (" *" if p.significant else "")
+        change = (f"settings: {', '.join(p.settings_changed)}" if p.settings_changed else "–" if p.change is None else
+                  f"{p.change:+,.3g}" + (f" ({p.relative:+.1%})" if p.relative is not None else "")
+                  + (" *" if p.significant else ""))
         table.add_row(p.run_id, when(p.start_ns), p.verdict, _cell(p.value), f"[{_cell(p.ci_low)}, {_cell(p.ci_high)}]",
                       change, "–" if p.p_value is None else f"{p.p_value:.3g}")
     console().print(table)

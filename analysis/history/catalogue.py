@@ -46,7 +46,8 @@ def entry_of(run: str, summary: RunSummary | SummaryHeadline, mtime_ns: int) -> 
                           achieved_rate=sum(r.achieved_rate for r in endpoints) if endpoints else None, p50_ms=at("p50"),
                           p95_ms=at("p95"), p99_ms=at("p99"),
                           ttft_p99_ms=tokens.ttft_ms.at("p99").value if tokens is not None else None,
-                          git_sha=summary.manifest.git_sha, summary_mtime_ns=mtime_ns)
+                          git_sha=summary.manifest.git_sha, overrides=summary.manifest.overrides or [],
+                          summary_mtime_ns=mtime_ns)
 
 
 def read_headline(run_dir: Path) -> SummaryHeadline:

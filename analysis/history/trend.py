@@ -66,28 +66,40 @@ def _change_p(metric: str, before: tuple[Estimate, int, int], now: tuple[Estimat
     return float(2 * stats.norm.sf(abs((b.value - a.value) / se)))  # type: ignore[operator]
 
 
+def settings_changed(before: Sequence[str], now: Sequence[str]) -> list[str]:
+    """The overrides (`field=value`) of a run that the run before did not have, and `field` (its profile's own value)
+    for each the run before set and this one does not: empty when both ran the same settings."""
+    fields_now = {o.split("=", 1)[0] for o in now}
+    return [o for o in now if o not in before] + [
+        f.split("=", 1)[0] for f in before if f.split("=", 1)[0] not in fields_now]
+
+
 def trend(runs: Sequence[tuple[CatalogueEntry, RunSummary | SummaryHeadline]], profile: str, metric: str,
           endpoint: str = "*",
           region: str = "*") -> Trend:
     """The metric over the profile's runs (given oldest first): a point per run that has it, each change from the
-    run before that has it judged."""
+    run before that has it judged — where both ran the same settings (their overrides): a run at another load or
+    configuration (`--set`, a sweep's point) shows what changed instead, and its change is not judged."""
     out = Trend(profile=profile, metric=metric, endpoint=endpoint, region=region,
                 unit="fraction" if metric == "error_rate" else "ms")
     before: tuple[Estimate, int, int] | None = None
+    before_overrides: list[str] = []
     for entry, summary in runs:
         estimate, errors, n = value_of(summary, metric, endpoint, region)
         if estimate is None or estimate.value is None:
             continue
         point = TrendPoint(run=entry.run, run_id=entry.run_id, start_ns=entry.start_ns, git_sha=entry.git_sha,
                            verdict=entry.verdict, value=estimate.value, ci_low=estimate.ci_low,
-                           ci_high=estimate.ci_high, n=n or estimate.n)
-        if before is not None and before[0].value is not None:
+                           ci_high=estimate.ci_high, n=n or estimate.n, overrides=entry.overrides)
+        if before is not None:
+            point.settings_changed = settings_changed(before_overrides, entry.overrides)
+        if before is not None and before[0].value is not None and not point.settings_changed:
             point.change = estimate.value - before[0].value
             point.relative = point.change / before[0].value if before[0].value else None
             point.p_value = _change_p(metric, before, (estimate, errors, n))
             point.significant = point.p_value is not None and point.p_value < ALPHA
         out.points.append(point)
-        before = (estimate, errors, n)
+        before, before_overrides = (estimate, errors, n), entry.overrides
     if not out.points and runs:
         raise TrendError(f"no run of {profile!r} has {metric} for endpoint {endpoint!r}, region {region!r}")
     return out

@@ -47,13 +47,14 @@ def runs_page(entries: Sequence[tuple[Path, CatalogueEntry]], skipped: Sequence[
     """The runs listed: profile, start, verdict, requests and the key percentiles, each linking its report."""
     rows = "".join(
         f"<tr><td class='l'>{html.escape(e.run_id)}</td><td class='l'>{html.escape(e.profile)}</td>"
-        f"<td>{when(e.start_ns)}</td><td class='l {e.verdict}'>{e.verdict}</td><td>{e.requests:,}</td>"
+        f"<td class='l'>{html.escape(', '.join(e.overrides))}</td><td>{when(e.start_ns)}</td>"
+        f"<td class='l {e.verdict}'>{e.verdict}</td><td>{e.requests:,}</td>"
         f"<td>{e.errors:,}</td><td>{_ms(e.achieved_rate)}</td><td>{_ms(e.p50_ms)}</td><td>{_ms(e.p95_ms)}</td>"
         f"<td>{_ms(e.p99_ms)}</td><td>{_ms(e.ttft_p99_ms)}</td><td class='l'>{html.escape((e.git_sha or '')[:10])}</td>"
         f"<td>{_report_link(d, page)}</td></tr>" for d, e in entries)
-    head = "".join(f"<th{' class=l' if c in ('run', 'profile', 'verdict', 'commit') else ''}>{c}</th>" for c in (
-        "run", "profile", "started (UTC)", "verdict", "requests", "errors", "achieved /s", "p50 ms", "p95 ms", "p99 ms",
-        "TTFT p99 ms", "commit", ""))
+    head = "".join(f"<th{' class=l' if c in ('run', 'profile', 'settings', 'verdict', 'commit') else ''}>{c}</th>"
+                   for c in ("run", "profile", "settings", "started (UTC)", "verdict", "requests", "errors", "achieved /s",
+                             "p50 ms", "p95 ms", "p99 ms", "TTFT p99 ms", "commit", ""))
     left_out = ("<h2>Left out</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in skipped) + "</ul>") \
         if skipped else ""
     return _page("tailrace runs", f"<p>{len(entries)} run(s), oldest first; {len(skipped)} left out. Requests: all "
@@ -80,7 +81,12 @@ def trend_svg(t: Trend) -> str | None:
     values = [p.value or 0.0 for p in points]
     low = [max(0.0, (p.value or 0.0) - p.ci_low) if p.ci_low is not None else 0.0 for p in points]
     high = [max(0.0, p.ci_high - (p.value or 0.0)) if p.ci_high is not None else 0.0 for p in points]
-    ax.errorbar(xs, values, yerr=[low, high], fmt="o-", ms=4, capsize=3, lw=1, color="#1f77b4", label=t.metric)
+    starts = [0, *(x for x, p in zip(xs, points) if x and p.settings_changed), len(points)]
+    for i, (a, b) in enumerate(zip(starts, starts[1:])):  # a run with other settings starts a new line
+        ax.errorbar(xs[a:b], values[a:b], yerr=[low[a:b], high[a:b]], fmt="o-", ms=4, capsize=3, lw=1,
+                    color="#1f77b4", label=t.metric if i == 0 else None)
+        if a:
+            ax.axvline(a - 0.5, color="#888", ls="--", lw=0.8, label="other settings" if a == starts[1] else None)
     flagged = [(x, p.value) for x, p in zip(xs, points) if p.significant]
     if flagged:
         ax.plot(*zip(*flagged), "o", ms=9, mfc="none", mec="#d62728", mew=2, label="changed (p < 0.05)")
@@ -101,13 +107,15 @@ def trend_page(t: Trend) -> str:
         f"<tr><td class='l'>{html.escape(p.run_id)}</td><td>{when(p.start_ns)}</td><td class='l {p.verdict}'>"
         f"{p.verdict}</td><td>{_ms(p.value)}</td><td>[{_ms(p.ci_low)}, {_ms(p.ci_high)}]</td>"
         f"<td{' class=sig' if p.significant else ''}>"
-        + ("–" if p.change is None else f"{p.change:+,.3g}" + (f" ({p.relative:+.1%})" if p.relative is not None else ""))
+        + (f"settings: {html.escape(', '.join(p.settings_changed))}" if p.settings_changed else "–" if p.change is None
+           else f"{p.change:+,.3g}" + (f" ({p.relative:+.1%})" if p.relative is not None else ""))
         + f"</td><td>{'–' if p.p_value is None else f'{p.p_value:.3g}'}</td>"
           f"<td class='l'>{html.escape((p.git_sha or '')[:10])}</td></tr>" for p in t.points)
     where = f"endpoint {t.endpoint}, region {t.region}"
     body = (f"<p>{len(t.points)} run(s) of {html.escape(t.profile)}, {html.escape(where)}, oldest first. A change is "
             f"significant (red) when p &lt; 0.05 against the run before (percentiles: on the two intervals; an error "
-            f"rate: Fisher's exact test).</p>{trend_svg(t) or ''}<table id='trend'><tr><th class='l'>run</th>"
+            f"rate: Fisher's exact test); a run with other settings than the one before (--set, a sweep's point) is not judged "
+            f"against it: its change says what was set.</p>{trend_svg(t) or ''}<table id='trend'><tr><th class='l'>run</th>"
             "<th>started (UTC)</th><th class='l'>verdict</th><th>value</th><th>95% interval</th><th>change</th>"
             f"<th>p</th><th class='l'>commit</th></tr>{rows}</table>")
     return _page(f"{t.profile}: {t.metric} across runs", body)

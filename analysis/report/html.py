@@ -169,7 +169,9 @@ def _manifest_section(s: RunSummary) -> str:
     """The manifest as a readable table, the raw JSON folded away."""
     m = s.manifest
     host_cpu = m.host_cpu
-    items = [("run", s.run_id), ("profile", s.profile), ("valid", m.valid),
+    items = [("run", s.run_id), ("profile", s.profile),
+             ("profile fields set", ", ".join(m.overrides) if m.overrides else "none (the profile as written)"),
+             ("valid", m.valid),
              ("started", _iso(m.start_ns)), ("ended", _iso(m.end_ns)),
              ("duration s", (m.end_ns - m.start_ns) / 1e9 if m.start_ns and m.end_ns else None),
              ("seed", m.seed), ("git commit", m.git_sha),

@@ -72,6 +72,7 @@ class CatalogueEntry(Row):
     p99_ms: float | None = None
     ttft_p99_ms: float | None = None  # streamed requests, over every endpoint and region
     git_sha: str | None = None
+    overrides: list[str] = Field(default_factory=list)  # the profile fields set for the run (--set, a sweep's point)
     summary_mtime_ns: int = 0  # the summary.json it was read from: a newer one is read again
 
 
@@ -92,6 +93,9 @@ class TrendPoint(Row):
     relative: float | None = None  # change / the previous run's value
     p_value: float | None = None
     significant: bool = False
+    overrides: list[str] = Field(default_factory=list)  # the profile fields set for the run
+    settings_changed: list[str] = Field(default_factory=list)  # its overrides that the run before did not have: no
+    # change is judged across them (another load or configuration, not another build)
 
 
 class Trend(Row):

@@ -326,3 +326,4 @@ class ManifestExcerpt(Row):
     warnings: list[str] | None = None
     host_cpu: HostCpu | None = None
     workers: dict[str, dict[str, Any]] | None = None
+    overrides: list[str] | None = None  # the profile fields set for this run (--set, TAILRACE_SET_*, a sweep's point)

@@ -22,14 +22,15 @@ T0 = 1_796_380_000 * 10**9
 
 
 def a_run(root: Path, name: str, hour: int, p99: float, half: float = 1.0, verdict: str = "PASS",
-          profile: str = "demo", errors: int = 0) -> Path:
+          profile: str = "demo", errors: int = 0, overrides: tuple[str, ...] = ()) -> Path:
     """A run directory whose summary is the saved demo's, with its own id, start, verdict, p99 and error count."""
     summary = RunSummary.from_json(DEMO.read_text())
     row = summary.latency_row()
     row.percentiles["p99"] = Estimate(value=p99, ci_low=p99 - half, ci_high=p99 + half, n=row.count)
     row.errors, row.error_rate = errors, errors / row.count
     summary = summary.model_copy(update={"run_id": name, "profile": profile, "verdict": verdict,
-                                         "manifest": summary.manifest.model_copy(update={"start_ns": T0 + hour * HOUR_NS})})
+                                         "manifest": summary.manifest.model_copy(update={
+                                             "start_ns": T0 + hour * HOUR_NS, "overrides": list(overrides)})})
     run_dir = root / name
     (run_dir / "report").mkdir(parents=True)
     (run_dir / "manifest.json").write_text("{}")
@@ -110,6 +111,28 @@ def test_a_jump_beyond_the_intervals_is_flagged_and_a_wobble_within_them_is_not(
     assert t.points[2].p_value < 1e-6 and t.points[0].p_value is None
     with pytest.raises(TrendError, match="p77"):
         trend(runs, "demo", "p77")
+
+
+def test_a_run_with_other_settings_is_not_judged_against_the_one_before(tmp_path, capsys, history):
+    """A sweep's points and `--set` runs share their profile's name: a p99 that doubles from load.rate=3 to 6 is the
+    load's doing, not a build's — shown as the settings that changed, never flagged; a later run at the same settings
+    as the one before is judged again."""
+    for name, hour, p99, sets in (("a", 1, 100.0, ()), ("b", 2, 200.0, ("load.rate=6",)),
+                                  ("c", 3, 260.0, ("load.rate=6",)), ("d", 4, 100.0, ())):
+        a_run(tmp_path / "runs", name, hour, p99, overrides=sets)
+    runs = [(e, RunSummary.from_json((d / "report" / "summary.json").read_text()))
+            for d, e in catalogue([tmp_path / "runs"]).entries]
+    t = trend(runs, "demo", "p99")
+    assert [p.settings_changed for p in t.points] == [[], ["load.rate=6"], [], ["load.rate"]]
+    assert [p.significant for p in t.points] == [False, False, True, False]
+    assert t.points[1].p_value is None and t.points[2].change == pytest.approx(60.0)
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    assert "load.rate=6" in capsys.readouterr().out  # the settings column
+    assert main(["runs", "trend", "demo", str(tmp_path / "runs")]) == 0
+    assert "settings: load.rate=6" in capsys.readouterr().out
+    page = (history / "trend-demo-p99.html").read_text()
+    assert "settings: load.rate=6" in page and "other settings" in page
+    assert "<td class='l'>load.rate=6</td>" in (history / "runs.html").read_text()
 
 
 def test_an_error_rate_that_rises_is_judged_on_the_counts(tmp_path):
