@@ -77,7 +77,8 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
     edges = _table(["configuration", "tier", "holds", "not held at", "within tolerance", ""],
                    [[e.config, e.tier, e.highest_pass, e.lowest_fail, e.within_tolerance, e.note] for e in r.edges])
     knees = _table(["configuration", "fitted", "knee at", "slope (ms per unit)"],
-                   [[k.config, k.metric, k.load, k.slope_ms_per_unit] for k in r.knees])
+                   [[k.config, k.metric, k.load, k.slope_ms_per_unit] for k in r.knees]) if r.knees else (
+        "<p>none: no configuration has a percentile at three loads or more</p>")
     advice = "".join(f"<li>{html.escape(line)}</li>" for line in r.recommendation) or "<li>no SLO tiers declared</li>"
     state = "complete" if r.complete else "stopped before its end (tailrace sweep --resume DIR goes on)"
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>sweep {html.escape(r.profile)}</title>"

@@ -195,16 +195,24 @@ def next_loads(edges: Sequence[TierEdge], tried: dict[str, set[float]]) -> list[
     return sorted(out.items())
 
 
+KNEE_PERCENTILES = ("p99", "p90", "p50")  # the first one a configuration has at three loads or more is fitted
+
+
 def knees(points: Sequence[SweepPoint]) -> list[Knee]:
-    """Per configuration with three loads or more: the load where its monotone-fitted p99 rises fastest."""
+    """Per configuration with three loads or more: the load where its monotone-fitted p99 rises fastest — or its
+    p90, or its p50, where short points have too few requests for a p99 (the summary gives no p99 below 368)."""
     out = []
-    by_config: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     streams = any(p.ttft_ms for p in points)
-    for p in points:
-        est = (p.ttft_ms if streams else p.latency_ms).get("p99")
-        if p.status == "done" and p.load is not None and est is not None and est.value is not None:
-            by_config[p.config][p.load].append(est.value)
-    for config, by_load in sorted(by_config.items()):
+    for config in sorted({p.config for p in points}):
+        for q in KNEE_PERCENTILES:
+            by_load: dict[float, list[float]] = defaultdict(list)
+            for p in points:
+                est = (p.ttft_ms if streams else p.latency_ms).get(q)
+                if p.config == config and p.status == "done" and p.load is not None and est is not None \
+                        and est.value is not None:
+                    by_load[p.load].append(est.value)
+            if len(by_load) >= 3:
+                break
         loads = np.array(sorted(by_load))
         if len(loads) < 3:
             continue
@@ -212,7 +220,7 @@ def knees(points: Sequence[SweepPoint]) -> list[Knee]:
         fit = isotonic_regression(values, increasing=True).x
         slopes = np.diff(fit) / np.diff(loads)
         i = int(np.argmax(slopes))
-        out.append(Knee(config=config, metric="ttft p99" if streams else "latency p99", load=float(loads[i]),
+        out.append(Knee(config=config, metric=f"ttft {q}" if streams else f"latency {q}", load=float(loads[i]),
                         slope_ms_per_unit=float(slopes[i])))
     return out
 

@@ -67,10 +67,11 @@ class TierEdge(Row):
 
 
 class Knee(Row):
-    """Where a configuration's latency starts to rise fastest with load (a monotone fit of its p99 against load)."""
+    """Where a configuration's latency starts to rise fastest with load (a monotone fit of its p99 against load; its
+    p90 or p50 where its points are too short for a p99)."""
 
     config: str
-    metric: str  # the latency that was fitted: "ttft p99" for streams, "latency p99" otherwise
+    metric: str  # the latency that was fitted: "ttft p99" for streams, "latency p99" otherwise (p90, p50: shorter points)
     load: float | None = None
     slope_ms_per_unit: float | None = None
 

@@ -171,6 +171,12 @@ def test_the_knee_is_where_the_monotone_fit_rises_fastest():
         [(1, 10.0), (2, 11.0), (3, 10.5), (4, 14.0), (5, 60.0), (6, 200.0)])]
     [knee] = answers.knees(pts)
     assert knee.load == 5 and knee.metric == "ttft p99" and knee.slope_ms_per_unit == pytest.approx(140.0)
+    # points too short for a p99 (the summary gives none below 368 requests): their p90 is fitted
+    short = [point(i, "a", load, {}) for i, load in enumerate([3, 6, 9, 12])]
+    for p, v in zip(short, [20.0, 21.0, 30.0, 900.0]):
+        p.ttft_ms = {"p50": Estimate(value=v / 2), "p90": Estimate(value=v), "p99": Estimate(value=None)}
+    [knee] = answers.knees(short)
+    assert (knee.metric, knee.load) == ("ttft p90", 9) and knee.slope_ms_per_unit == pytest.approx(290.0)
 
 
 def test_the_pareto_frontier_marks_the_points_no_other_beats_on_both_axes():

@@ -28,6 +28,7 @@ def test_the_manifest_section_says_which_profile_fields_the_run_set():
     from tests import ROOT
 
     summary = RunSummary.from_json((ROOT / "tests" / "data" / "saved_runs" / "demo.summary.json").read_text())
+    summary.manifest.overrides = []
     assert "none (the profile as written)" in _manifest_section(summary)
     summary.manifest.overrides = ["load.rate=6", "embedded.max_num_seqs.synthetic_lm=4"]
     assert "load.rate=6, embedded.max_num_seqs.synthetic_lm=4" in _manifest_section(summary)
