@@ -72,10 +72,25 @@ def _latencies(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([rows[["endpoint", "region"]], _with_metrics(rows)], axis=1)
 
 
-def _verdict(significant: bool, p50_diff: float | None) -> str:
-    if not significant or p50_diff is None:
+def _verdict(out: CompareRow, p_value: float) -> str:
+    """Where the test finds a difference (p < 0.05), the percentiles whose interval lies wholly above 0 (B slower) or
+    below it (B faster): "B slower" where the median moved, "B slower at p95, p99" where only the tail did, "mixed"
+    where they disagree; else no significant difference."""
+    if not p_value < 0.05:
         return "no significant difference"
-    return "B slower" if p50_diff > 0 else "B faster"
+    slower, faster = [], []
+    for p in PERCENTILES:
+        low, high = out.difference(p).ci_low, out.difference(p).ci_high
+        if low is not None and low > 0:
+            slower.append(f"p{p:g}")
+        elif high is not None and high < 0:
+            faster.append(f"p{p:g}")
+    if slower and faster:
+        return f"mixed: B slower at {', '.join(slower)}, faster at {', '.join(faster)}"
+    for side, word in ((slower, "slower"), (faster, "faster")):
+        if side:
+            return f"B {word}" if side[0] == "p50" else f"B {word} at {', '.join(side)}"
+    return "no significant difference"
 
 
 def _too_few(out: CompareRow, p: float, n: int) -> bool:
@@ -100,10 +115,10 @@ def _percentile(out: CompareRow, p: float, a_ms: float, b_ms: float, diff: tuple
 
 
 def _judged(out: CompareRow, test: str, p_value: float, a: np.ndarray, b: np.ndarray) -> CompareRow:
-    """The row with its test, Cohen's d and verdict (significant where the test and p50's interval both say so)."""
+    """The row with its test, Cohen's d and verdict (significant where the test and a percentile's interval both say
+    so: _verdict)."""
     out.test, out.test_p, out.cohens_d = test, p_value, cohens_d(a, b)
-    out.verdict = _verdict(p_value < 0.05 and out.p50_ci_low is not None and out.p50_ci_high is not None
-                           and (out.p50_ci_low > 0 or out.p50_ci_high < 0), out.p50_diff_ms)
+    out.verdict = _verdict(out, p_value)
     return out
 
 
