@@ -69,6 +69,8 @@ class LiveScreen:
     def close(self) -> None:
         if self._live is not None:
             self._live.stop()
+            if not self._live.console.is_terminal:  # rich ends the last frame with a newline on a terminal only: a
+                self._live.console.line()  # log or pipe had the next line (the verdict) run on after the caption
             self._live = None
 
 

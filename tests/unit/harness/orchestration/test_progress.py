@@ -39,3 +39,27 @@ def test_the_live_table_reads_each_local_worker_where_its_hello_says_it_serves()
                     {"event": "worker_hello", "client_id": "c", "worker": "ap-w0", "region": "ap", "metrics_port": 4103},
                     {"event": "worker_done", "client_id": "a", "summary": {}}])
     assert workers.metrics_ports == {"eu-w0": 4101}
+
+
+def test_the_last_frame_ends_its_line_in_a_log(monkeypatch):
+    """`make demo > log`: rich ends a live table's last frame with a newline on a terminal only, and the run's
+    verdict line had run on after the table's caption ("…exact percentiles      PASS run demo-…")."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from tailrace.contract import terminal
+    from tailrace.harness.orchestration.progress import LiveScreen
+
+    out = io.StringIO()
+    log = Console(file=out, force_terminal=False, width=60)
+    monkeypatch.setattr(terminal, "console", lambda: log)
+    screen = LiveScreen()
+    table = Table(title="tailrace run r", caption="a live estimate")
+    table.add_column("region")
+    table.add_row("eu")
+    screen.show(table)
+    screen.close()
+    log.print("PASS run r")
+    assert "\nPASS run r" in out.getvalue() and out.getvalue().count("PASS run r") == 1
