@@ -199,11 +199,26 @@ def print_summary(summary: RunSummary) -> None:
     _print_accuracy(console, summary)
     _print_cancellations(console, summary)
     _print_hardware(console, summary)
+    _print_decision(console, summary)
     for v in not_passing(summary.slos):
         console.print(f"[{_COLOURS[v.verdict]}]{v.verdict}[/] {escape(why_words(v))}")
 
 
 _COLOURS = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INVALID": "magenta"}
+
+
+def _print_decision(console, summary: RunSummary) -> None:
+    """A `[decision]`'s answer, as the report's section opens with it: the variant to ship, the ranking, caveats."""
+    from rich.markup import escape
+
+    d = summary.decision
+    if d is None:
+        return
+    ranking = f" (ranking: {' > '.join(d.ranking)})" if d.ranking else ""
+    console.print(f"[bold]decision[/]: ship {escape(d.recommended)}{escape(ranking)}" if d.recommended else
+                  "[bold]decision[/]: none — no variant meets every constraint")
+    for caveat in d.caveats:
+        console.print(f"[yellow]caveat[/]: {escape(caveat)}")
 
 
 def _print_verdict_grid(console, summary: RunSummary) -> None:

@@ -119,3 +119,31 @@ def test_estimated_energy_is_never_ranked_against_measured_joules():
     assert any("measured for some variants and not for others: it is ranked on those (fast) only" in c
                for c in d.caveats)
     assert table["fast"].score == 1.0 and table["lean"].score == 0.0
+
+
+def test_the_terminal_summary_says_which_variant_to_ship_and_its_caveats():
+    """`tailrace run profiles/variants.toml` answered its question only in the report: the terminal now opens the
+    answer as the report's section does — the variant, the ranking, each caveat; none where no variant survives."""
+    import io
+
+    from rich.console import Console
+
+    from tailrace.analysis.analyze_command import _print_decision
+    from tailrace.contract.summary import RunSummary
+    from tests import ROOT
+
+    rng = np.random.default_rng(4)
+    rows = [variant("a", 10.0, 0.95, 100.0, 500.0), variant("b", 10.1, 0.95, 120.0, 480.0)]
+    summary = RunSummary.from_json((ROOT / "tests" / "data" / "saved_runs" / "demo.summary.json").read_text())
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    for d in (decide(rows, {"a": rng.gamma(4, 2.0, 500), "b": rng.gamma(4, 2.0, 500)},
+                     {"p95_ms": 1.0, "memory_mb": 1.0}, {}),
+              decide(ROWS, {}, {"p95_ms": 1.0}, {"accuracy_min": 0.999})):
+        _print_decision(console, summary.model_copy(update={"decision": d}))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "decision: ship a (ranking: a > b)"
+    assert lines[1].startswith("caveat: a ranks above b") and "not significant" in lines[1]
+    assert lines[2] == "decision: none — no variant meets every constraint"
+    _print_decision(console, summary.model_copy(update={"decision": None}))
+    assert len(out.getvalue().splitlines()) == 3
