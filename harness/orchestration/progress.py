@@ -112,7 +112,8 @@ class Progress:
             for le, v in s["buckets"].items():
                 agg["buckets"][le] += v
         elapsed = now - self._t0
-        table = Table(title=f"tailrace run {run.run_id}  {elapsed:.0f} s",
+        title = f"tailrace run {run.run_id}  {elapsed:.0f} s"
+        table = Table(title=title, min_width=len(title) + 2,  # the title on one line above a narrow table
                       caption="rate: requests/s over the last second (the run's mean once a region's workers have "
                               "finished); p99 ≤: the upper edge of the latency histogram bucket that holds the 99th "
                               "percentile, a live estimate — the report computes exact percentiles")
@@ -188,7 +189,8 @@ class ChunkProgress:
         from rich.table import Table
 
         self._read_new()
-        table = Table(title=f"tailrace master {run_id}  {time.monotonic() - self._t0:.0f} s (results received)")
+        title = f"tailrace master {run_id}  {time.monotonic() - self._t0:.0f} s (results received)"
+        table = Table(title=title, min_width=len(title) + 2)  # the title on one line above a narrow table
         for col in ("region", "requests", "errors", "cancelled", "p99 (recent)"):
             table.add_column(col, justify="right")
         for region, agg in sorted(self._per_region.items()):
