@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
+from tailrace.analysis.decide.capacity_search import duration_to_decide_s, retry_duration_s
 from tailrace.capacity import RunInterrupted, run_once
 from tailrace.contract import exit_codes
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
@@ -108,10 +109,13 @@ class SweepPlan:
         ordered = sorted(grid, key=lambda lv: (self.config(lv), _number(lv.get(self.load_key or ""))))
         return [PointSpec(dict(lv), r) for lv in ordered for r in range(self.sweep.repeats)]
 
-    def profile(self, spec: PointSpec) -> Profile:
+    def profile(self, spec: PointSpec, duration_s: float | None = None) -> Profile:
         """The point's profile: the axes' fields set (validated as the file is: errors name the axis), the tiers'
-        SLOs beside the profile's own, a repeat's seed the next one."""
+        SLOs beside the profile's own, a repeat's seed the next one; `duration_s`: its load's seconds, where it runs
+        again to decide (sweep.extend_s)."""
         overrides = [f"{a.field}={_toml(spec.levels[a.key])}" for a in self.sweep.axes if a.field is not None]
+        if duration_s is not None:
+            overrides.append(f"load.duration_s={duration_s:g}")
         label = ", ".join(f"{k}={v}" for k, v in spec.levels.items())
         try:
             data = apply(self.data, overrides)
@@ -188,6 +192,10 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
     a = analyze_run(run_dir, ANALYSIS_COLUMNS, retain=answers.GOODPUT_COLUMNS)
     write_outputs(a, ReportLayout.of_run(run_dir).dir)
     outcomes = answers.tier_outcomes(a.summary, plan.tier_slos)
+    duration = a.data.plan.profile.load.duration_s
+    undecided = {i for t, at in plan.tier_slos.items() if outcomes[t][0] == answers.UNDECIDED for i in at}
+    to_decide = duration_to_decide_s([v for v in a.summary.slos if v.slo in undecided], duration) if undecided \
+        else None
     profile_slos = [s.model_dump() for s in a.data.plan.profile.slos]
     goodput = answers.tier_goodput(a.requests, {t: [profile_slos[i] for i in at] for t, at in plan.tier_slos.items()},
                                    a.summary.duration_s, {e.name for e in a.data.plan.profile.endpoints if e.generative})
@@ -195,6 +203,7 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
                       repeat=spec.repeat, added=spec.added, status="done", run_id=a.summary.run_id,
                       run_dir=str(run_dir.relative_to(root)), tiers={t: o for t, (o, _) in outcomes.items()},
                       tier_why={t: w for t, (_, w) in outcomes.items()}, goodput_rps=goodput, elapsed_s=elapsed,
+                      duration_s=duration, to_decide_s=to_decide,
                       **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.timeline,
                                                                               a.summary.duration_s)))
 
@@ -288,22 +297,21 @@ class Sweeper:
             self.save()  # a point cut short from here on is found interrupted by --resume
             self.result.points.pop()
             self._show(index, label, total)
-            try:
-                run_dir = run_once(self.plan.profile(spec), self.layout.points, live=self.page)
-            except RunInterrupted as cut:  # Ctrl-C or SIGTERM: its processes are stopped; the sweep ends
-                return self._cut_short(index, cut.run_dir, "interrupted")
-            except (EndpointCheckError, LowDiskError, RuntimeError, OSError) as exc:  # this point's, not the sweep's
-                row = SweepPoint(index=index, config=self.plan.config(spec.levels), levels=spec.levels,
-                                 load=_load(self.plan, spec), repeat=spec.repeat, added=spec.added, status="failed",
-                                 why=str(exc).splitlines()[0][:600] if str(exc) else type(exc).__name__)
-            else:
-                if self.page is not None and self.page.stop_requested.is_set():
-                    return self._cut_short(index, run_dir, "stopped from the live page")
-                try:
-                    row = measure_point(self.plan, spec, index, run_dir, self.layout.dir,
-                                        round(time.monotonic() - began, 3))
-                except KeyboardInterrupt:  # while its report was written
-                    return self._cut_short(index, run_dir, "interrupted")
+            duration, shorter = None, []
+            while True:
+                measured = self._run(spec, index, began, duration)
+                if measured is None:  # cut short: the sweep ends
+                    return
+                row = measured
+                longer = self._longer(row)
+                if longer is None:
+                    break
+                shorter.append(row.duration_s or 0.0)
+                undecided = ", ".join(t for t, o in row.tiers.items() if o == answers.UNDECIDED)
+                self.log(f"point {index}: {label} → {undecided} undecided (too few requests in {row.duration_s:g} s);"
+                         f" again for {longer:.3g} s …")
+                duration = longer
+            row.extended_from_s = shorter
         self.result.points.append(row)
         self.save()
         left, eta = self._left(total)
@@ -311,6 +319,36 @@ class Sweeper:
         self.log(f"point {index}: {label} → {row.status}{': ' + tiers if tiers else ''}{': ' + row.why if row.why else ''}"
                  f"; {left} declared point(s) left" + (f", ~{eta / 60:.1f} min" if eta else ""))
 
+
+    def _run(self, spec: PointSpec, index: int, began: float, duration_s: float | None) -> SweepPoint | None:
+        """One run of a point (`duration_s`: its load's seconds where it runs again to decide) and its row; None
+        where it was cut short (the sweep ends)."""
+        try:
+            run_dir = run_once(self.plan.profile(spec, duration_s), self.layout.points, live=self.page)
+        except RunInterrupted as cut:  # Ctrl-C or SIGTERM: its processes are stopped; the sweep ends
+            self._cut_short(index, cut.run_dir, "interrupted")
+            return None
+        except (EndpointCheckError, LowDiskError, RuntimeError, OSError) as exc:  # this point's, not the sweep's
+            return SweepPoint(index=index, config=self.plan.config(spec.levels), levels=spec.levels,
+                              load=_load(self.plan, spec), repeat=spec.repeat, added=spec.added, status="failed",
+                              why=str(exc).splitlines()[0][:600] if str(exc) else type(exc).__name__)
+        if self.page is not None and self.page.stop_requested.is_set():
+            self._cut_short(index, run_dir, "stopped from the live page")
+            return None
+        try:
+            return measure_point(self.plan, spec, index, run_dir, self.layout.dir, round(time.monotonic() - began, 3))
+        except KeyboardInterrupt:  # while its report was written
+            self._cut_short(index, run_dir, "interrupted")
+            return None
+
+    def _longer(self, row: SweepPoint) -> float | None:
+        """How long to run an undecided point again (sweep.extend_s), or None: decided, not allowed, or no run up to
+        extend_s would decide it (capacity search's rule: retry_duration_s)."""
+        limit = self.plan.sweep.extend_s
+        if row.status != "done" or not limit or answers.UNDECIDED not in row.tiers.values() or not row.duration_s \
+                or self.over_budget():
+            return None
+        return retry_duration_s(answers.UNDECIDED, row.duration_s, limit, False, row.to_decide_s)
 
     def _cut_short(self, index: int, run_dir: Path, how: str) -> None:
         """A point cut short (its run kept, listed as interrupted, run again by --resume): the sweep ends here."""

@@ -37,7 +37,7 @@ def _points_table(r: SweepResult) -> str:
         ttft, tpot = p.ttft_ms.get("p99"), p.tpot_ms.get("p50")
         tiers = ", ".join(f"{t} {o}" + (f" ({p.goodput_rps[t]:.1f}/s good)" if t in p.goodput_rps else "")
                           for t, o in p.tiers.items())
-        rows.append([p.index, p.config, p.load, p.repeat, p.status, tiers or p.why[:120], p.achieved_rate,
+        rows.append([p.index, p.config, p.load, p.repeat, p.duration_s, p.status, tiers or p.why[:120], p.achieved_rate,
                      p.latency_ms["p99"].value if "p99" in p.latency_ms else None,
                      ttft.value if ttft else None, tpot.value if tpot else None,
                      p.output_tokens_per_s.value if p.output_tokens_per_s else None,
@@ -45,7 +45,7 @@ def _points_table(r: SweepResult) -> str:
                      None if p.accuracy is None else f"{p.accuracy:.1%} [{p.accuracy_ci_low:.1%}, "
                                                      f"{p.accuracy_ci_high:.1%}]",
                      Html(f"<a href='{html.escape(p.run_dir)}/report/index.html'>report</a>") if p.run_dir else None])
-    return _table(["#", "configuration", r.load_axis or "load", "repeat", "status", "tiers", "achieved /s",
+    return _table(["#", "configuration", r.load_axis or "load", "repeat", "load s", "status", "tiers", "achieved /s",
                    "p99 ms", "TTFT p99 ms", "TPOT p50 ms", "tokens/s", "tokens/s per user", "GPUs", "accuracy [95% CI]",
                    "run"], rows)
 

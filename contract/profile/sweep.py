@@ -110,6 +110,10 @@ class Sweep(_Strict):
     refine: int = Field(4, ge=0, le=50, description="at most this many load points added at each tier's edge, per "
                                                     "configuration")
     budget_s: float | None = Field(None, gt=0, description="stop adding points once this much time is spent")
+    extend_s: float = Field(0, ge=0, description="a point a tier could not decide (too few requests for a "
+                                                 "percentile) runs again, long enough to decide as capacity search's "
+                                                 "trials do (at least twice as long), up to this many seconds of load; "
+                                                 "0: never")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Sweep":

@@ -51,6 +51,9 @@ class SweepPoint(Row):
     accuracy_ci_low: float | None = None
     accuracy_ci_high: float | None = None
     correct_goodput_rps: float | None = None  # graded requests right and on time, per second
+    duration_s: float | None = None  # its load's seconds (longer than the profile's where it ran again to decide)
+    to_decide_s: float | None = None  # an undecided tier's: how long a run would decide it (None: none would)
+    extended_from_s: list[float] = Field(default_factory=list)  # the shorter runs it replaced (sweep.extend_s)
     elapsed_s: float | None = None
 
 

@@ -119,6 +119,35 @@ def test_a_sweep_over_load_and_max_num_seqs_finds_the_known_frontier_and_each_ti
         assert (sweep_dir / p["run_dir"] / "report" / "summary.json").exists()
 
 
+EXTEND = '''[sweep]
+refine = 0
+extend_s = 30
+[[sweep.axes]]
+field = "load.rate"
+values = [3]
+[sweep.tiers]
+loose = [{ metric = "ttft", percentile = 90, threshold_ms = 5000 }]
+'''
+
+
+@pytest.mark.shares_machine  # functional: a TTFT p90 bound of 5 s, far above a light load's, once enough requests
+def test_a_point_too_short_to_decide_runs_again_long_enough_and_is_decided(model_repo, tmp_path):
+    """2 s at 3 streams/s is ~6 requests, too few for a p90 (undecided); extend_s runs the point again for as long as
+    deciding takes (capacity search's rule), and the longer run, decided, is the point; the short one stays on disk."""
+    profile = tmp_path / "short.toml"
+    profile.write_text(profile_text(model_repo, EXTEND, duration_s=2))
+    r = sweep_cli(str(profile), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sweep_dir, result = the_sweep(tmp_path / "runs")
+    [point] = result["points"]
+    assert point["extended_from_s"] == [2.0] and point["duration_s"] >= 4.0, point
+    assert point["tiers"] == {"loose": "pass"} and point["to_decide_s"] is None
+    assert "loose undecided (too few requests in 2 s); again for" in r.stdout
+    assert len(list((sweep_dir / "points").iterdir())) == 2  # the short run kept beside the one that decided
+    longer = json.loads((sweep_dir / point["run_dir"] / "report" / "summary.json").read_text())
+    assert f"load.duration_s={point['duration_s']:g}" in longer["manifest"]["overrides"]
+
+
 @pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine
 def test_a_server_that_never_becomes_ready_fails_its_points_and_the_sweep_goes_on(model_repo, tmp_path):
     """A serve command per configuration (the embedded server, started as a server tailrace does not own): one

@@ -166,6 +166,35 @@ def test_a_load_too_low_to_decide_does_not_void_the_passes_above_it():
         "i: no load could be decided (too few requests at each: a longer load.duration_s)"]
 
 
+def test_an_undecided_point_runs_again_long_enough_to_decide_within_extend_s(tmp_path):
+    """sweep.extend_s: capacity search's rule — at least twice as long, as long as the neediest SLO's samples say,
+    never past extend_s; a point no run that long decides, a decided one, or extend_s 0: not run again. The longer
+    run's profile says its length (a setting the runs' history shows)."""
+    from tailrace.contract.layout import SweepLayout
+    from tailrace.contract.summary.sweep import SweepResult
+    from tailrace.sweep import Sweeper
+
+    p = plan(GRID.replace("repeats = 2", "repeats = 2\nextend_s = 60"))
+    assert p.sweep.extend_s == 60
+    longer = p.profile(p.specs()[0], 30)
+    assert longer.load.duration_s == 30 and "load.duration_s=30" in longer.overrides
+    sweeper = Sweeper(p, SweepLayout(tmp_path), SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
+
+    def row(tiers, to_decide=None, duration=5.0, status="done"):
+        return SweepPoint(index=1, config="c", levels={}, load=4.0, tiers=tiers, status=status, duration_s=duration,
+                          to_decide_s=to_decide)
+
+    assert sweeper._longer(row({"interactive": "undecided", "batch": "pass"}, to_decide=7.0)) == 10.0  # ≥ 2×
+    assert sweeper._longer(row({"interactive": "undecided"}, to_decide=20.0)) == pytest.approx(20.0 * 1.2, rel=0.3)
+    assert sweeper._longer(row({"interactive": "undecided"}, to_decide=50.0, duration=40.0)) == 60.0  # at most
+    assert sweeper._longer(row({"interactive": "undecided"}, to_decide=500.0)) is None  # beyond reach
+    assert sweeper._longer(row({"interactive": "undecided"}, to_decide=None)) is None  # on the bound: never
+    assert sweeper._longer(row({"interactive": "pass", "batch": "fail"})) is None
+    assert sweeper._longer(row({"interactive": "undecided"}, to_decide=7.0, status="failed")) is None
+    never = Sweeper(plan(GRID), SweepLayout(tmp_path), SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
+    assert never._longer(row({"interactive": "undecided"}, to_decide=7.0)) is None  # extend_s 0: the default
+
+
 def test_the_knee_is_where_the_monotone_fit_rises_fastest():
     pts = [point(i, "a", load, {}, ttft_p99=v) for i, (load, v) in enumerate(
         [(1, 10.0), (2, 11.0), (3, 10.5), (4, 14.0), (5, 60.0), (6, 200.0)])]
