@@ -312,6 +312,7 @@ class Sweeper:
                          f" again for {longer:.3g} s …")
                 duration = longer
             row.extended_from_s = shorter
+            self._beyond_reach(row)
         self.result.points.append(row)
         self.save()
         left, eta = self._left(total)
@@ -349,6 +350,20 @@ class Sweeper:
                 or self.over_budget():
             return None
         return retry_duration_s(answers.UNDECIDED, row.duration_s, limit, False, row.to_decide_s)
+
+    def _beyond_reach(self, row: SweepPoint) -> None:
+        """An undecided tier's why, where extend_s is set and the point was not run again (or again): how long deciding
+        would take, or that the sweep's budget was spent."""
+        limit = self.plan.sweep.extend_s
+        if not limit or row.status != "done":
+            return
+        reach = (f"undecided after {row.duration_s:g} s of load: " if row.duration_s else "") + (
+            "the sweep's budget was spent" if self.over_budget() else
+            "its slow share sits on the SLO's bound, no run decides it" if row.to_decide_s is None else
+            f"deciding would take ~{row.to_decide_s:,.0f} s (extend_s {limit:g})")
+        for tier, outcome in row.tiers.items():
+            if outcome == answers.UNDECIDED:
+                row.tier_why[tier] = f"{row.tier_why.get(tier, '')} — {reach}"
 
     def _cut_short(self, index: int, run_dir: Path, how: str) -> None:
         """A point cut short (its run kept, listed as interrupted, run again by --resume): the sweep ends here."""

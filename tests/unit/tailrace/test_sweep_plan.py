@@ -191,6 +191,11 @@ def test_an_undecided_point_runs_again_long_enough_to_decide_within_extend_s(tmp
     assert sweeper._longer(row({"interactive": "undecided"}, to_decide=None)) is None  # on the bound: never
     assert sweeper._longer(row({"interactive": "pass", "batch": "fail"})) is None
     assert sweeper._longer(row({"interactive": "undecided"}, to_decide=7.0, status="failed")) is None
+    hopeless = row({"interactive": "undecided", "batch": "pass"}, to_decide=500.0, duration=60.0)
+    hopeless.tier_why = {"interactive": "not decidably under the SLO", "batch": "every latency SLO passes"}
+    sweeper._beyond_reach(hopeless)  # the why says how far a deciding run is
+    assert hopeless.tier_why == {"interactive": "not decidably under the SLO — undecided after 60 s of load: deciding "
+                                                "would take ~500 s (extend_s 60)", "batch": "every latency SLO passes"}
     never = Sweeper(plan(GRID), SweepLayout(tmp_path), SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
     assert never._longer(row({"interactive": "undecided"}, to_decide=7.0)) is None  # extend_s 0: the default
 
