@@ -15,7 +15,14 @@ from tailrace.analysis.decide.variants import endpoint_serving, monitor_scopes, 
 from tailrace.analysis.otel.server_spans import SERVER_SPAN_COLUMNS, JoinedSpans, joined_server_spans, read_span_file
 from tailrace.analysis.read.chunks import LateChunkError
 from tailrace.analysis.read.clock_correction import fit_all, to_reference, worker_runs
-from tailrace.analysis.read.frames import endpoint_region_positions, largest_positions, strings, take, take_rows
+from tailrace.analysis.read.frames import (
+    endpoint_region_positions,
+    largest_positions,
+    present,
+    strings,
+    take,
+    take_rows,
+)
 from tailrace.analysis.read.hardware import monitor_series
 from tailrace.analysis.read.progress import Progress
 from tailrace.analysis.read.rundir import RunData, load_run, run_validity
@@ -267,7 +274,7 @@ class _RunStatistics:
         # the synthetic models of exponential service (M/M/1 by construction), not the generative engine's
         # continuous batches (synthetic_lm behind a stream, an embeddings or a rerank endpoint)
         batching = {e.model for e in self.p.endpoints if e.generative or e.pooling}
-        synthetic = {m for m in c.values("model").unique() if str(m).startswith("synthetic")} - batching
+        synthetic = {m for m in present(c.values("model")) if str(m).startswith("synthetic")} - batching
         # the server columns are read a pair at a time: a long run's are spared between
         rows = queueing_table(c.frame(QUEUEING_COLUMNS), self.p.embedded.slots, synthetic,
                               requests_per_execution(r["server_statistics"]), r["measured"], c.values,

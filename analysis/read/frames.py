@@ -31,6 +31,17 @@ def strings(column: pd.Series) -> np.ndarray:
     return column.astype(str).to_numpy()  # (a number's text depends on the others: 1 is "1.0" beside a missing one)
 
 
+def present(values) -> list:
+    """The distinct values of a column (a Categorical, a categorical Series, or an array): a categorical's are the
+    categories its codes use, counted in one pass over the codes (0.01 s against pandas' hashing of every row,
+    0.38 s for 10 M rows); a missing value is left out, as `.unique()` of a categorical keeps it as NaN."""
+    cat = values.array if isinstance(values, pd.Series) else values
+    if isinstance(cat, pd.Categorical):
+        counts = np.bincount(cat.codes[cat.codes >= 0], minlength=len(cat.categories)) if len(cat) else []
+        return [c for c, k in zip(cat.categories, counts) if k]
+    return [v for v in pd.unique(np.asarray(values)) if not pd.isna(v)]
+
+
 def row_runs(rows: np.ndarray) -> list[tuple[int, int]] | None:
     """Ascending positions as [start, stop) runs, when there are few of them (then copying slices beats
     gathering row by row); None otherwise. Found once for positions that several columns are taken at

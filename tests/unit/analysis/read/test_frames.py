@@ -259,3 +259,20 @@ def test_a_columns_strings_are_pandas_astype_str(values):
         assert [x if isinstance(x, str) else "missing" for x in got] == \
             [x if isinstance(x, str) else "missing" for x in expected]
         assert all(isinstance(x, str) or np.isnan(x) for x in got)
+
+
+@pytest.mark.parametrize("values", [
+    ["synthetic_a", None, "tiny_lm", "synthetic_a"],  # one missing: left out
+    ["b", "a"],
+    [],
+])
+def test_a_columns_present_values_are_its_unique_ones_less_the_missing(values):
+    import pandas as pd
+
+    from tailrace.analysis.read.frames import present
+
+    unused = pd.Categorical(values, categories=sorted({v for v in values if v is not None} | {"never_sent"}))
+    for column in (unused, pd.Series(unused), pd.Series(values, dtype=object), np.array(values, dtype=object)):
+        expected = {v for v in pd.Series(values, dtype=object).unique() if isinstance(v, str)}
+        assert set(present(column)) == expected  # never a category no row uses ("never_sent")
+        assert len(present(column)) == len(expected)
