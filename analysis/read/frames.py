@@ -37,8 +37,9 @@ def present(values) -> list:
     0.38 s for 10 M rows); a missing value is left out, as `.unique()` of a categorical keeps it as NaN."""
     cat = values.array if isinstance(values, pd.Series) else values
     if isinstance(cat, pd.Categorical):
-        counts = np.bincount(cat.codes[cat.codes >= 0], minlength=len(cat.categories)) if len(cat) else []
-        return [c for c, k in zip(cat.categories, counts) if k]
+        codes = np.asarray(cat.codes)
+        counts = np.bincount(codes[codes >= 0], minlength=len(cat.categories))
+        return [c for c, k in zip(cat.categories, counts.tolist()) if k]
     return [v for v in pd.unique(np.asarray(values)) if not pd.isna(v)]
 
 

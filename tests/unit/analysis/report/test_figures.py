@@ -51,7 +51,8 @@ def test_the_child_draws_the_figures_this_process_would(child):
     # asked for without a submit: drawn by the child all the same; nothing to draw stays None
     assert child.svg("heatmap_p99", lambda: HEATMAP).startswith("<svg")
     assert child.svg("decomposition_bars", lambda: ([],)) is None
-    assert child._answered == 4 and not child._broken
+    # the SPLIT and four GETs, less a figure the child handed back (this process had matplotlib: one of the two)
+    assert child._answered + child.drawn_here == 5 and not child._broken
 
 
 def test_a_child_that_died_leaves_the_figures_to_this_process(child):
@@ -112,3 +113,47 @@ def test_the_figure_process_imports_no_statistics():
              "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('tailrace.analysis.stats')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ten figures, each drawn of cheap arguments (most to None: nothing to draw)
+TEN = [("heatmap_p99", HEATMAP), ("latency_cdfs", CDFS), ("decomposition_bars", ([],)),
+       ("queue_vs_utilization", ([],)), ("token_heatmap", ([],)), ("ttft_bars", ([],)), ("trace_rates", ({},)),
+       ("hardware_over_time", ({},)), ("server_timeline", ({}, 0)), ("accuracy_vs_load", ({},))]
+
+
+def test_a_child_behind_hands_back_figures_this_process_draws_and_each_is_the_same(child):
+    """Asked for the report while the child still has figures waiting, this process draws some of them itself:
+    every figure is answered once, the same as drawn inline."""
+    child.wait_ready(60)
+    os.kill(child.pid, signal.SIGSTOP)  # it reads nothing until all ten wait
+    try:
+        for name, args in TEN:
+            child.submit(name, *args)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    inline = InlineFigures()
+    for name, args in TEN:
+        got = child.svg(name, lambda: pytest.fail("a submitted figure is not computed again"))
+        expected = inline.svg(name, lambda a=args: a)
+        assert (got is None and expected is None) or _same_figure(got) == _same_figure(expected)
+    assert not child._broken and not child._here and not child._submitted
+    assert 0 <= child.drawn_here <= 5  # at most half of the ten
+
+
+@pytest.mark.parametrize("waiting, drawing, has_plots, failed, handed", [
+    (9, True, False, None, 3),  # half of ten, less the four figures matplotlib's import costs
+    (9, True, True, None, 5),
+    (10, False, True, None, 5),
+    (3, True, False, None, 0),  # too few to pay the import
+    (0, False, True, None, 0),
+    (9, True, True, "ImportError: no matplotlib", 0),  # every figure fails there: the asker draws them when asked
+])
+def test_the_child_hands_back_the_last_waiting_figures(waiting, drawing, has_plots, failed, handed):
+    from tailrace.analysis.report.figures import _Board
+
+    board = _Board(conn=None, failed=failed)
+    board.pending = {f"f{i}": () for i in range(waiting)}
+    board.drawing = "f_now" if drawing else None
+    names = board._hand_back(has_plots)
+    assert names == [f"f{i}" for i in range(waiting - handed, waiting)]
+    assert list(board.pending) == [f"f{i}" for i in range(waiting - handed)]
