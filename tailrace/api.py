@@ -77,6 +77,16 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
     return add_reference_times(data.requests, fit_all(data.clock))
 
 
+def query(run_dirs: str | Path | Sequence[str | Path], sql: str) -> pd.DataFrame:
+    """A SQL query (DuckDB) over runs' requests where they lie, as a DataFrame — `tailrace query`'s views:
+    `requests` (every request, `t_*_ref` on the reference clock), `clock`, `clock_models`; several runs are told
+    apart by `run` (docs/METHODS.md#querying-runs). Raises analysis.query.QueryError (one line) on bad input."""
+    from tailrace.analysis.query import RunQuery
+
+    dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    return RunQuery([Path(d) for d in dirs]).frame(sql)
+
+
 def compare(run_a: str | Path, run_b: str | Path, pairing: str = "auto") -> Comparison:
     """B − A per endpoint × region (p50/p95/p99 differences with 95% intervals, a test's p-value, Cohen's d, a
     verdict), as `tailrace compare` prints it. `pairing`: "auto" (pair requests by schedule position when the runs

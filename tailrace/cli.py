@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tailrace.contract.apis import APIS
 from tailrace.contract.exit_codes import INTERRUPTED, internal_error
+from tailrace.query_command import add_query_command
 from tailrace.runs_command import add_runs_command
 
 # gRPC's C core logs each failed TLS handshake on stderr (INFO, three lines per retry); tailrace says what failed
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze_command(sub)
     _add_compare_command(sub)
     add_runs_command(sub)
+    add_query_command(sub)
     _add_export_command(sub)
     _add_deploy_command(sub)
     _add_probe_command(sub)

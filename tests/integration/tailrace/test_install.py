@@ -21,8 +21,8 @@ from tests.support import remote_profile_toml, start_endpoint
 pytestmark = pytest.mark.shares_machine  # functional checks: may run beside another such test (tests/conftest.py)
 
 THEIR_PACKAGES = ("analysis", "contract", "harness", "endpoints")
-NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "onnxruntime", "sklearn", "uvicorn", "starlette", "onnx",
-                        "opentelemetry.sdk", "opentelemetry.exporter")
+NOT_IN_THE_GENERATOR = ("pandas", "scipy", "matplotlib", "duckdb", "onnxruntime", "sklearn", "uvicorn", "starlette",
+                        "onnx", "opentelemetry.sdk", "opentelemetry.exporter")
 
 
 @pytest.fixture(scope="module")

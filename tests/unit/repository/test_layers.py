@@ -25,7 +25,7 @@ ALLOWED = {
 # A name is a sub-package (`tailrace.analysis.read`) or a module at the room's top (`tailrace.analysis.result`).
 SUBLAYERS = {room: [{f"tailrace.{room}.{name}" for name in layer} for layer in layers] for room, layers in {
     "analysis": [{"read"}, {"stats"}, {"decide", "otel", "history"}, {"result"}, {"report"},
-                 {"analyze", "analyze_command", "warm_report"}],
+                 {"analyze", "analyze_command", "warm_report", "query"}],
     "endpoints": [{"models"}, {"serving"}, {"kserve", "generation"}, {"auth", "http_guard", "server"}],
     "harness": [{"client", "spool", "services"}, {"workload"}, {"worker"}, {"control"}, {"orchestration"}],
 }.items()}
