@@ -21,7 +21,7 @@ def _examples() -> list[str]:
 @pytest.mark.timeout(600)
 def test_the_documented_api_examples_run(model_repo, tmp_path, capsys):
     examples = _examples()
-    assert len(examples) == 4
+    assert len(examples) == 5
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "models").symlink_to(model_repo)
@@ -43,6 +43,9 @@ def test_the_documented_api_examples_run(model_repo, tmp_path, capsys):
     assert (result.run_dir / "report" / "summary.json").exists()
     requests = namespace["requests"]
     assert {"t_intended_ref", "t_sent_ref", "t_done_ref", "trace_id"} <= set(requests.columns) and len(requests) > 300
+    by_second = namespace["p99_by_second"]  # api.query: the same requests, per second on the reference clock
+    assert set(by_second["region"]) == set(requests["region"].astype(str)) and by_second["second"].min() == 0
+    assert (by_second["p99_ms"] > 0).all()
     assert namespace["analysis"].summary.run_id == result.summary.run_id
     assert len(table) == 4 and table["paired"].all()  # 2 endpoints × 2 regions, one seed: paired
     first = table.iloc[0]
