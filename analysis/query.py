@@ -162,8 +162,9 @@ class RunQuery:
         try:
             self.con = duckdb.connect(config=duckdb_settings(
                 memory_limit, Path(self._spill.name) if self._spill is not None else temp_dir))
-        except duckdb.Error as exc:
-            raise QueryError(f"DuckDB: {_first_line(exc)}") from None
+        except duckdb.Error as exc:  # a memory limit DuckDB cannot read is the likely one
+            raise QueryError(f"{f'memory limit {memory_limit!r}' if memory_limit else 'DuckDB'}: {_first_line(exc)}"
+                             ) from None
         self.con.execute(f"CREATE TABLE clock_models ({CLOCK_MODEL_COLUMNS})")
         for run in self.runs:
             rows = [(run.name, m.worker, m.t0_ns, m.intercept_ns, m.slope, m.uncertainty_ns, m.samples_used,

@@ -126,6 +126,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capfd):
                        ([str(DEMO), "--sql", "SELEC 1"], "SQL: Parser Error"),
                        ([str(DEMO), "--sql", "SELECT nope FROM requests"], "SQL: Binder Error"),
                        ([str(DEMO), "--sql", " "], "--sql: the query is empty"),
+                       ([str(DEMO), "--sql", "SELECT 1", "--memory-limit", "lots"], "memory limit 'lots'"),
+                       ([str(DEMO), "--sql", "SELECT 1", "--csv", str(tmp_path / "no" / "x.csv")], "no directory"),
                        ([str(DEMO)], "give --sql QUERY, or --schema")):
         out = _query(capfd, *args)
         assert out.returncode == 2, (args, out.stderr)
