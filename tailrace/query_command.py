@@ -22,6 +22,20 @@ MODEL_MEANINGS = {
     "intercept_ns": "offset at t0 (reference - worker clock, ns)", "slope": "offset drift, ns per ns of worker clock",
     "uncertainty_ns": "the model's uncertainty (ns)", "samples_used": "clock samples fitted",
     "samples_total": "clock samples taken"}
+EXAMPLES = """examples:
+  # p99 (ms) per endpoint and region in phase 2, successful requests
+  tailrace query RUN --sql "SELECT endpoint, region, quantile_cont(latency_ns / 1e6, 0.99) AS p99_ms
+                            FROM requests WHERE phase = 2 AND status = 'ok' GROUP BY ALL ORDER BY ALL"
+  # the slowest requests with their trace IDs, to find in the server's traces
+  tailrace query RUN --sql "SELECT trace_id, endpoint, region, latency_ns / 1e6 AS ms FROM requests
+                            ORDER BY latency_ns DESC LIMIT 20"
+  # errors per second on the reference clock, every region together, as CSV
+  tailrace query RUN --csv - --sql "SELECT t_intended_ref // 1000000000 AS second, count(*) FILTER (status <> 'ok')
+                                    AS errors FROM requests GROUP BY ALL ORDER BY ALL"
+  # two builds side by side (each run's `run` is its directory's name)
+  tailrace query runs/A runs/B --sql "SELECT run, quantile_cont(ttft_ns / 1e6, 0.99) FROM requests
+                                      WHERE ttft_ns >= 0 GROUP BY run"
+"""
 VIEWS = ("requests", "clock", "clock_models")
 WIDE_COLUMNS = 10  # a result with more columns is shown a row a block
 
@@ -33,7 +47,8 @@ def add_query_command(sub) -> None:
         description="Answer a SQL query over the request chunks of RUN_DIR (several: one set, told apart by the "
                     "`run` column). Views: requests (one row per request, with t_intended_ref, t_sent_ref, "
                     "t_done_ref on the reference clock), clock (the clock samples), clock_models (each worker's "
-                    "fitted offset). The chunks are read in place, out of core. Exit code: 0 answered, 2 bad input.")
+                    "fitted offset). The chunks are read in place, out of core. Exit code: 0 answered, 2 bad input.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     query.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     query.add_argument("--sql", default=None, help="the query (DuckDB SQL); - reads it from stdin")
     query.add_argument("--schema", action="store_true", help="list the views' columns, their types and meanings")
