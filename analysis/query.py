@@ -74,6 +74,18 @@ def _refused_by_analysis(run_dir: Path) -> dict[tuple[str, ...], str]:
         return {}  # never analysed, or a summary of another shape: every chunk is read
 
 
+def runs_named(paths: list[Path]) -> list[Path]:
+    """The run directories `paths` name: each a run, or a directory of runs (a sweep's points, a capacity search's
+    trials, a directory of runs: `tailrace runs`' search, three levels down), in order, each once."""
+    from tailrace.analysis.history.catalogue import find_runs
+
+    out: list[Path] = []
+    for path in map(Path, paths):
+        found = find_runs(path) if path.is_dir() and not RunLayout(path).manifest.exists() else [path]
+        out += [run for run in (found or [path]) if run not in out]  # none found: run_files says why it is not one
+    return out
+
+
 def unique_names(run_dirs: list[Path]) -> list[str]:
     """Each run's `run` value: its directory's name, or its path where two share a name."""
     names = [Path(d).resolve().name for d in run_dirs]
@@ -156,7 +168,19 @@ class RunQuery:
     def __init__(self, run_dirs: list[Path], memory_limit: str | None = None, temp_dir: Path | None = None) -> None:
         import duckdb
 
-        self.runs = [run_files(Path(d), name) for d, name in zip(run_dirs, unique_names(run_dirs))]
+        dirs = runs_named(run_dirs)
+        named = {Path(d) for d in run_dirs}
+        self.runs: list[RunFiles] = []
+        self.skipped_runs: dict[str, str] = {}  # a run found in a directory of runs that cannot be read: why
+        for run_dir, name in zip(dirs, unique_names(dirs)):
+            try:
+                self.runs.append(run_files(run_dir, name))
+            except QueryError as exc:
+                if run_dir in named:  # named by the caller: its error is the query's
+                    raise
+                self.skipped_runs[str(run_dir)] = str(exc)
+        if not self.runs:
+            raise QueryError(f"no readable run in {', '.join(map(str, run_dirs))} ({len(self.skipped_runs)} skipped)")
         # where sorts and joins past the memory limit spill: never the caller's working directory (DuckDB's default)
         self._spill = tempfile.TemporaryDirectory(prefix="tailrace-query-") if temp_dir is None else None
         try:

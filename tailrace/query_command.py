@@ -93,6 +93,8 @@ def cmd_query(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except QueryError as exc:
         print(f"tailrace query: {exc}", file=sys.stderr)
         return USAGE
+    for why in runs.skipped_runs.values():
+        print(f"tailrace query: skipped {why}", file=sys.stderr)
     for path, why in runs.left_out.items():
         print(f"tailrace query: left out {path}: {why}", file=sys.stderr)
     return code

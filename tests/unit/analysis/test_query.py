@@ -153,3 +153,17 @@ def test_the_cli_answers_as_a_table_csv_json_and_lists_the_schema(tmp_path, capf
     assert schema.returncode == 0 and all(v in schema.stdout for v in ("requests", "clock_models", "t_sent_ref"))
     limited = _query(capfd, str(DEMO), "--sql", "SELECT * FROM requests", "--limit", "2")
     assert limited.returncode == 0 and limited.stdout.count("── row") == 2 and "first 2 rows" in limited.stdout
+
+
+def test_a_directory_of_runs_is_every_run_below_it_and_an_unreadable_one_is_skipped(tmp_path):
+    points = tmp_path / "sweep" / "points"
+    for name, run in (("rate=3", DEMO), ("rate=6", SESSIONS)):
+        shutil.copytree(run, points / name)
+    (points / "rate=9").mkdir()
+    (points / "rate=9" / "manifest.json").write_text("{}")  # a point that never sent a request
+    query = RunQuery([tmp_path / "sweep"])
+    assert query.answer("SELECT run, count(*) FROM requests GROUP BY run ORDER BY run", 10).rows == [
+        ("rate=3", 1615), ("rate=6", 259)]
+    assert list(query.skipped_runs) == [str(points / "rate=9")]
+    with pytest.raises(QueryError, match="no readable request chunks"):  # named by the caller: its error
+        RunQuery([points / "rate=9"])
