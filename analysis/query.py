@@ -234,7 +234,9 @@ class RunQuery:
         """Leave out the chunk `exc` names, or raise QueryError with it."""
         found = unreadable_chunk(str(exc), self.runs)
         if found is None:
-            raise QueryError(f"SQL: {_first_line(exc)}") from None
+            hint = (" — an exact quantile holds its groups' values: a larger --memory-limit, fewer groups, or "
+                    "approx_quantile" if "Out of Memory" in str(exc) else "")
+            raise QueryError(f"SQL: {_first_line(exc)}{hint}") from None
         run, path = found
         run.requests.remove(path)
         run.left_out[str(path)] = _first_line(exc)
