@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
-from tailrace.analysis.decide.capacity_search import duration_to_decide_s, retry_duration_s
+from tailrace.analysis.decide.capacity_search import duration_to_decide_s, out_of_reach, retry_duration_s
 from tailrace.capacity import RunInterrupted, run_once
 from tailrace.contract import exit_codes
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
@@ -358,9 +358,7 @@ class Sweeper:
         if not limit or row.status != "done":
             return
         reach = (f"undecided after {row.duration_s:g} s of load: " if row.duration_s else "") + (
-            "the sweep's budget was spent" if self.over_budget() else
-            "its slow share sits on the SLO's bound, no run decides it" if row.to_decide_s is None else
-            f"deciding would take ~{row.to_decide_s:,.0f} s (extend_s {limit:g})")
+            "the sweep's budget was spent" if self.over_budget() else out_of_reach(row.to_decide_s, limit, "extend_s"))
         for tier, outcome in row.tiers.items():
             if outcome == answers.UNDECIDED:
                 row.tier_why[tier] = f"{row.tier_why.get(tier, '')} — {reach}"

@@ -153,12 +153,18 @@ def retry_duration_s(outcome: str, duration_s: float, max_s: float, generator_re
     return None
 
 
+def out_of_reach(to_decide_s: float | None, max_s: float, setting: str) -> str:
+    """Why a run left undecided is not run again (longer): how long deciding would take against the longest run
+    `setting` allows (its name, e.g. max_trial_s), or that no run would decide it."""
+    if to_decide_s is None:
+        return "its slow share sits on the SLO's bound: no run decides it"
+    return f"deciding would take ~{to_decide_s:,.0f} s ({setting} {max_s:g})"
+
+
 def beyond_reach(to_decide_s: float | None, max_s: float) -> str:
     """Why an undecided trial is not run again: appended to its `why`."""
-    if to_decide_s is None:
-        return " — its slow share sits on the SLO's bound: no trial decides it; counted as not passing"
-    return (f" — deciding would take ~{to_decide_s:,.0f} s at this rate (max_trial_s {max_s:g}): as near capacity "
-            "as the search resolves; counted as not passing")
+    consequence = "" if to_decide_s is None else ": as near capacity as the search resolves"
+    return f" — {out_of_reach(to_decide_s, max_s, 'max_trial_s')}{consequence}; counted as not passing"
 
 
 def recommendation(capacity_rps: float, mean_service_ms: float | None, slots: int, mean_latency_ms: float | None,
