@@ -21,7 +21,7 @@ from scipy import stats
 
 from tailrace.analysis.read.frames import group_positions
 from tailrace.analysis.stats.scenarios import phase_names
-from tailrace.analysis.stats.sorting import INTEGER_SORT
+from tailrace.analysis.stats.sorting import TIME_SORT
 from tailrace.contract.profile import Profile
 from tailrace.contract.summary.tables import ArrivalProcessRow
 
@@ -140,8 +140,8 @@ def process_checks(df: pd.DataFrame, profile: Profile | None) -> list[ArrivalPro
     for phase in sorted(set(phases.tolist())):
         for name, rows, sent_col, intended_col, share in sources:
             rows = rows[phases[rows] == phase]
-            sent = np.sort(measured[sent_col].to_numpy()[rows], kind=INTEGER_SORT)  # integers: any sort
-            intended = np.sort(measured[intended_col].to_numpy()[rows], kind=INTEGER_SORT)
+            sent = np.sort(measured[sent_col].to_numpy()[rows], kind=TIME_SORT)  # integers: any sort
+            intended = np.sort(measured[intended_col].to_numpy()[rows], kind=TIME_SORT)
             row = {"phase": int(phase), "source": name, "count": int(len(rows)), "process": a.process}
             if a.process in ("gamma", "constant"):
                 asked = expected_cv(_declared(a.cv, "cv") if a.process == "gamma" else 0.0, share)

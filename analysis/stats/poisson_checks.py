@@ -16,7 +16,7 @@ from scipy import stats
 from tailrace.analysis.read.frames import group_positions, key_runs, take, take_runs
 from tailrace.analysis.stats.estimators import dispersion_pvalue, index_of_dispersion, ks_exponential
 from tailrace.analysis.stats.scenarios import phase_names
-from tailrace.analysis.stats.sorting import INTEGER_SORT
+from tailrace.analysis.stats.sorting import TIME_SORT
 from tailrace.contract.profile import Profile
 from tailrace.contract.summary.tables import ArrivalsRow
 
@@ -47,9 +47,9 @@ def gaps_tested(t: np.ndarray, most: int = GOF_MAX_GAPS) -> np.ndarray:
 def _sorted_seconds(times_ns: np.ndarray) -> np.ndarray:
     """Epoch-ns times sorted, in seconds; `times_ns` (a copy the caller hands over) is sorted in place, unless it is
     in order already (a worker's intended times are: one pass instead of a sort). Integers sort to the same array
-    by any algorithm: INTEGER_SORT, the fastest on this CPU (analysis/stats/sorting.py)."""
+    by any algorithm: TIME_SORT, which merges the runs times come in (analysis/stats/sorting.py)."""
     if len(times_ns) > 1 and not bool((times_ns[1:] >= times_ns[:-1]).all()):
-        times_ns.sort(kind=INTEGER_SORT)
+        times_ns.sort(kind=TIME_SORT)
     return times_ns / 1e9
 
 

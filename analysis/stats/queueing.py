@@ -10,7 +10,7 @@ import pandas as pd
 
 from tailrace.analysis.read.frames import group_positions, take, take_rows
 from tailrace.analysis.stats.estimators import pairwise_mean, pairwise_sum
-from tailrace.analysis.stats.sorting import INTEGER_SORT
+from tailrace.analysis.stats.sorting import TIME_SORT
 from tailrace.contract.summary.tables import QueueingRow, QueueModels
 
 UTILIZATION_FLAG = 0.7
@@ -66,9 +66,9 @@ def interarrival_cv2(arrivals_ns: np.ndarray, overwrite_input: bool = False) -> 
     `arrivals_ns` (int64) may be sorted in place, as np.percentile's — no copy of them either."""
     ordered = np.asarray(arrivals_ns, dtype=np.int64)
     if overwrite_input:
-        ordered.sort(kind=INTEGER_SORT)  # integers: the same array by any sort, the fastest here
+        ordered.sort(kind=TIME_SORT)  # integers: the same array by any sort, the fastest for times
     else:
-        ordered = np.sort(ordered, kind=INTEGER_SORT)
+        ordered = np.sort(ordered, kind=TIME_SORT)
     n = len(ordered) - 1
     if n < 2:
         return None
