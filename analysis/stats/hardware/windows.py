@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tailrace.analysis.read.frames import strings
+from tailrace.analysis.stats.sorting import TIME_SORT
 
 WINDOWS = 10  # a phase's sub-windows for the interval of its energy per request (tailrace compare)
 
@@ -31,7 +32,7 @@ class PhaseWindow(NamedTuple):
 
     def intended_of(self, endpoints: Iterable[str] | None = None) -> np.ndarray:
         parts = [v for e, v in self.intended.items() if endpoints is None or e in endpoints]
-        return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        return np.sort(np.concatenate(parts), kind=TIME_SORT) if parts else np.empty(0, dtype=np.int64)
 
 
 def phase_windows(df: pd.DataFrame) -> list[PhaseWindow]:
@@ -49,7 +50,7 @@ def phase_windows(df: pd.DataFrame) -> list[PhaseWindow]:
         by_endpoint, token_counts, compute_ms = {}, {}, {}
         for e in np.unique(endpoint[served]):
             mine = served & (endpoint == e)
-            by_endpoint[str(e)] = np.sort(intended[mine])
+            by_endpoint[str(e)] = np.sort(intended[mine], kind=TIME_SORT)  # integers: the same by any sort
             t = tokens[mine]
             token_counts[str(e)] = int(t[t > 0].sum())
             c = compute[mine]
