@@ -1,8 +1,8 @@
 """Clock correction: fit each worker's offset to the reference over time from its NTP samples.
 
 Samples whose round-trip delay is well above the worker's minimum are dropped (queueing makes them
-asymmetric, hence biased); the rest are fit with a robust line (Theil–Sen: offset drifts linearly with
-a worker's frequency error), or taken as their median when there are too few. Timestamps map to
+asymmetric, hence biased); the rest are fit with a robust line (Theil–Sen, scipy's to the bit: offset drifts
+linearly with a worker's frequency error), or taken as their median when there are too few. Timestamps map to
 reference time as t_ref = t_local + offset(t_local). Durations need no correction.
 """
 from __future__ import annotations
@@ -12,13 +12,31 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from tailrace.analysis.read.frames import frame_of
 from tailrace.analysis.read.threads import map_in_threads
 from tailrace.contract.summary.tables import ClockRow
 
 CLOCK_BLOCK = 1 << 22  # values a clock correction computes at a time (32 MB of floats; see to_reference)
+PAIRS_BLOCK = 1 << 21  # sample pairs theil_sen differences at a time (16 MB a temporary)
+
+
+def theil_sen(y: np.ndarray, x: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept) of scipy.stats.theilslopes(y, x) — the median of the slopes between every two samples
+    with x_i > x_j, and median(y) − slope · median(x) — to the bit, without its interval. scipy makes the n × n
+    differences whole and sorts the n²/2 slopes for the interval: a day's run's 3,335 clock samples a worker took
+    0.5 s and 0.3 GB a worker. Here the same slopes (the same subtractions and divisions) are made a block of rows at
+    a time and their median selected, not sorted: the same two middle values, the same mean."""
+    y, x = np.asarray(y, dtype=np.float64).ravel(), np.asarray(x, dtype=np.float64).ravel()
+    rows = max(1, PAIRS_BLOCK // max(len(x), 1))
+    parts = []
+    for start in range(0, len(x), rows):
+        dx = x[start:start + rows, np.newaxis] - x
+        dy = y[start:start + rows, np.newaxis] - y
+        ahead = dx > 0
+        parts.append(dy[ahead] / dx[ahead])
+    slope = np.median(np.concatenate(parts)) if parts else np.float64(np.nan)
+    return float(slope), float(np.median(y) - slope * np.median(x))
 
 
 @dataclass(frozen=True)
@@ -77,7 +95,7 @@ def fit_offset(worker: str, samples: pd.DataFrame, delay_slack_ns: float = 200_0
     o = kept["offset_ns"].to_numpy(dtype=np.float64)
     t0 = int(t[0])
     if len(kept) >= 4 and (t[-1] - t[0]) > 5e9:
-        slope, intercept, _, _ = stats.theilslopes(o, (t - t0).astype(np.float64))
+        slope, intercept = theil_sen(o, (t - t0).astype(np.float64))
     else:
         slope, intercept = 0.0, float(np.median(o))
     residual = o - (intercept + slope * (t - t0))
@@ -87,14 +105,13 @@ def fit_offset(worker: str, samples: pd.DataFrame, delay_slack_ns: float = 200_0
 
 
 def fit_all(clock: pd.DataFrame) -> dict[str, OffsetModel]:
-    """One model per worker (the first server's samples: that is the reference)."""
-    models: dict[str, OffsetModel] = {}
+    """One model per worker (the first server's samples: that is the reference), fitted a core each at a time."""
     if clock.empty:
-        return models
+        return {}
     first_server = clock["server"].iloc[0]
-    for worker, g in clock[clock["server"] == first_server].groupby("worker"):
-        models[worker] = fit_offset(worker, g)
-    return models
+    workers = list(clock[clock["server"] == first_server].groupby("worker"))
+    fitted = map_in_threads(lambda item: fit_offset(*item), workers, os.cpu_count() or 1)
+    return {worker: model for (worker, _), model in zip(workers, fitted)}
 
 
 def worker_runs(workers: pd.Categorical) -> list[tuple[str, slice]]:

@@ -435,3 +435,31 @@ def test_the_rows_memory_is_sized_for_are_the_workers_recorded_ones_else_the_chu
     manifest_path.write_text(json.dumps(manifest))
     monkeypatch.setattr(rundir, "_available_bytes", lambda: 2**30)
     rundir.check_fits([tmp_path], 240, "analyse", rundir.request_rows([tmp_path]))
+
+
+def test_theil_sen_is_scipys_line_to_the_bit(monkeypatch):
+    """The clock models' Theil–Sen line (slopes made a block of rows at a time, their median selected) is
+    scipy.stats.theilslopes' slope and intercept to the bit — with equal local times (no slope between them), equal
+    offsets, and samples spread over several blocks — and fit_all fits every worker as fit_offset does alone."""
+    import pandas as pd
+    from scipy import stats
+
+    import tailrace.analysis.read.clock_correction as clock_correction
+    from tailrace.analysis.read.clock_correction import fit_offset, theil_sen
+
+    monkeypatch.setattr(clock_correction, "PAIRS_BLOCK", 4_096)  # ~10–60 rows a block here
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(4, 400))
+        x = np.sort(rng.integers(0, 86_400 * 10**9, n)).astype(float)
+        x[rng.random(n) < 0.1] = x[0]  # samples at one instant: no slope between them
+        y = np.round(rng.normal(0, 1e5, n) + x * 2e-6, int(rng.integers(-3, 2)))  # rounded: equal offsets too
+        want = stats.theilslopes(y, x)
+        assert theil_sen(y, x) == (float(want.slope), float(want.intercept))
+    samples = pd.DataFrame({"server": "ntp", "worker": np.repeat(["w1", "w2", "w3"], 200),
+                            "local_ns": np.tile(np.arange(200) * 10**9, 3) + 1_790_000_000 * 10**9,
+                            "offset_ns": rng.normal(0, 1e5, 600), "delay_ns": rng.integers(50_000, 90_000, 600)})
+    models = fit_all(samples)
+    assert list(models) == ["w1", "w2", "w3"]
+    for worker, g in samples.groupby("worker"):
+        assert models[worker] == fit_offset(worker, g)
