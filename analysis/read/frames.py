@@ -124,6 +124,36 @@ def ms_at(values_ns: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+NARROW_SPAN = 1 << 32  # integers spanning less than this sort as 32-bit offsets from their least
+
+
+def sorted_ms_at(values_ns: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """np.sort(ms_at(values_ns, rows)) — the same values — sorted as integers before they are converted (the
+    conversion keeps their order): where they span under NARROW_SPAN ns (4.3 s), as 32-bit offsets from their least,
+    which numpy's vectorised sort takes twice as many of a step as 64-bit values (11 M latencies: 0.5 against 0.77
+    s). Gathered a block at a time: no int64 copy of the rows."""
+    if len(rows) == 0 or values_ns.dtype.kind not in "iu":
+        out = ms_at(values_ns, rows)
+        out.sort()
+        return out
+    blocks = range(0, len(rows), GATHER_BLOCK)
+    low = min(int(values_ns[rows[a:a + GATHER_BLOCK]].min()) for a in blocks)
+    high = max(int(values_ns[rows[a:a + GATHER_BLOCK]].max()) for a in blocks)
+    if high - low >= NARROW_SPAN or high >= 2**53:  # (floats hold integers exactly below 2^53)
+        out = ms_at(values_ns, rows)
+        out.sort()
+        return out
+    offsets = np.empty(len(rows), dtype=np.uint32)
+    for a in blocks:
+        np.subtract(values_ns[rows[a:a + GATHER_BLOCK]], low, out=offsets[a:a + GATHER_BLOCK], casting="unsafe")
+    offsets.sort()
+    out = np.empty(len(rows), dtype=np.float64)
+    for a in blocks:  # offset + least, exact in floats (under 2^53): the integer's own float
+        np.add(offsets[a:a + GATHER_BLOCK], float(low), out=out[a:a + GATHER_BLOCK])
+    out /= 1e6
+    return out
+
+
 def key_runs(df: pd.DataFrame, keys: list[str]) -> dict | None:
     """group_positions(df, keys) as [start, stop) runs of rows — for a log whose groups come in long stretches
     (a worker's phases, each worker's chunks one after another): no array of positions. None when the rows

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tailrace.analysis.read.frames import endpoint_region_positions, group_positions, ms_at
+from tailrace.analysis.read.frames import endpoint_region_positions, group_positions, ms_at, sorted_ms_at
 from tailrace.analysis.stats.correlation import TimeOrder, correlated_percentiles_ci, time_order
 from tailrace.analysis.stats.estimators import SortedUnion, pairwise_mean, tail_needed, tail_quantile
 from tailrace.contract.profile import Profile
@@ -97,6 +97,10 @@ class _Rows:
         if self._latency_ms is not None:
             return self._latency_ms[rows]
         return ms_at(_column(self.latency_ns, "latency_ns"), rows)
+
+    def sorted_latency_ms(self, rows: np.ndarray) -> np.ndarray:
+        """np.sort(latency_ms(rows)), the same values, sorted as integers (frames.sorted_ms_at)."""
+        return sorted_ms_at(_column(self.latency_ns, "latency_ns"), rows)
 
     def mean_ms(self, rows: np.ndarray) -> float | None:
         """The mean of latency_ms(rows) as numpy computes it (the same bits), summed a block at a time: no
@@ -377,9 +381,7 @@ def _sorted_ok(rows: _Rows, positions: dict, pool: ThreadPoolExecutor) -> dict[t
     groups = list(positions.items())
 
     def sort(idx: np.ndarray) -> np.ndarray:
-        values = rows.latency_ms(idx[rows.ok[idx]])
-        values.sort()
-        return values
+        return rows.sorted_latency_ms(idx[rows.ok[idx]])
     return dict(zip((key for key, _ in groups), pool.map(sort, (i for _, i in groups))))
 
 

@@ -276,3 +276,21 @@ def test_a_columns_present_values_are_its_unique_ones_less_the_missing(values):
         expected = {v for v in pd.Series(values, dtype=object).unique() if isinstance(v, str)}
         assert set(present(column)) == expected  # never a category no row uses ("never_sent")
         assert len(present(column)) == len(expected)
+
+
+def test_latencies_sorted_as_integers_are_the_sorted_milliseconds(monkeypatch):
+    """sorted_ms_at gives np.sort of the latencies in ms, to the bit: as 32-bit offsets where the rows span under
+    NARROW_SPAN (over several gather blocks), as before where they span more, and for no rows."""
+    import tailrace.analysis.read.frames as frames
+    from tailrace.analysis.read.frames import sorted_ms_at
+
+    monkeypatch.setattr(frames, "GATHER_BLOCK", 1_000)
+    rng = np.random.default_rng(8)
+    values = rng.lognormal(17, 1.5, 20_000).astype(np.int64)  # ~24 ms, some past a second
+    for rows, span in ((np.sort(rng.choice(len(values), 7_777, replace=False)), "narrow"), (np.arange(0), "none")):
+        assert np.array_equal(sorted_ms_at(values, rows), np.sort(values[rows].astype(float) / 1e6)), span
+    wide = values.copy()
+    wide[::3] += 5 * 10**9  # a span of over 4.3 s: sorted as floats
+    rows = np.arange(len(wide))
+    assert np.ptp(wide) >= frames.NARROW_SPAN
+    assert np.array_equal(sorted_ms_at(wide, rows), np.sort(wide.astype(float) / 1e6))
