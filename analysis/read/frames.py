@@ -88,7 +88,9 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
     """The positions of the `k` largest of `values` at ascending `rows`, largest first, equal values in row order
     and NaN last: pandas' `Series.nlargest(k)` (keep="first") of values[rows], without a 10-million-row Series
     and its index. The rows are read a block at a time (LARGEST_BLOCK): each block's k largest (equal values the
-    first ones) hold the whole's, and only those are sorted — no copy of a day's column, nor of its positions."""
+    first ones) hold the whole's, and only those are sorted — no copy of a day's column, nor of its positions. Once k
+    are held, a block keeps only its values above the k-th largest so far before its own are picked (a comparison
+    where a partition was: a day's 100 blocks, 0.66 s of partitions)."""
     if k <= 0 or len(rows) == 0:
         return np.empty(0, dtype=np.int64)
     top_rows, top_values, nan_rows = [], [], []
@@ -101,6 +103,10 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
                 nan_rows.append(block[nan][:k - nans])
                 nans += len(nan_rows[-1])
             picked, block = picked[~nan], block[~nan]
+        if top_values and sum(map(len, top_values)) >= k:  # only a value above the k-th largest so far can enter
+            kth = np.partition(np.concatenate(top_values), -k)[-k]  # (a tie with it comes later: the earlier stays)
+            above = np.flatnonzero(picked > kth)
+            picked, block = picked[above], block[above]
         top = _top_in_row_order(picked, k)
         top_rows.append(block[top].astype(np.int64))
         top_values.append(picked[top])
