@@ -115,17 +115,17 @@ def outage_windows(df: pd.DataFrame, t0_ns: int | None = None, min_failures: int
         if all_failed[rows].sum() < min_failures:
             continue
         order = rows[np.argsort(all_times[rows], kind="stable")] if time_order is None else time_order.of(rows, all_times)
-        failed, times = all_failed[order], all_times[order]
+        failed = all_failed[order]  # (the times are read only where a window starts or ends)
         boundaries = np.flatnonzero(np.diff(failed.astype(np.int8))) + 1
         starts = np.concatenate([[0], boundaries])
         lasts = np.concatenate([boundaries, [len(order)]]) - 1
         runs = failed[starts] & (lasts - starts + 1 >= min_failures)
         for first, last in zip(starts[runs].tolist(), lasts[runs].tolist()):
-            start, end = int(times[first]), int(times[last + 1]) if last + 1 < len(order) else None
+            start, end = int(all_times[order[first]]), int(all_times[order[last + 1]]) if last + 1 < len(order) else None
             if windows and windows[-1]["endpoint"] == endpoint and windows[-1]["end_ref_ns"] is not None \
                     and start - windows[-1]["end_ref_ns"] < merge_gap_s * 1e9:
                 first = windows.pop()["_first"]
-            start = int(times[first])
+            start = int(all_times[order[first]])
             part = df.iloc[order[first:last + 1]]
             failed_part = part[failed[first:last + 1]]
             classes = failed_part.groupby(["status", "code"], observed=True).size().sort_values(ascending=False)
