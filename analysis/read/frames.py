@@ -93,7 +93,9 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
     where a partition was: a day's 100 blocks, 0.66 s of partitions)."""
     if k <= 0 or len(rows) == 0:
         return np.empty(0, dtype=np.int64)
-    top_rows, top_values, nan_rows = [], [], []
+    top_rows: list[np.ndarray] = []
+    top_values: list[np.ndarray] = []
+    nan_rows: list[np.ndarray] = []
     nans = 0
     for start in range(0, len(rows), LARGEST_BLOCK):
         block = rows[start:start + LARGEST_BLOCK]
@@ -103,7 +105,7 @@ def largest_positions(values: np.ndarray, rows: np.ndarray, k: int) -> np.ndarra
                 nan_rows.append(block[nan][:k - nans])
                 nans += len(nan_rows[-1])
             picked, block = picked[~nan], block[~nan]
-        if top_values and sum(map(len, top_values)) >= k:  # only a value above the k-th largest so far can enter
+        if sum(len(v) for v in top_values) >= k:  # only a value above the k-th largest so far can enter
             kth = np.partition(np.concatenate(top_values), -k)[-k]  # (a tie with it comes later: the earlier stays)
             above = np.flatnonzero(picked > kth)
             picked, block = picked[above], block[above]
