@@ -26,6 +26,9 @@ ITEMS = [{"question": f"Ana has {i} apples and buys {i % 7 + 2} more. How many a
 
 
 def profile_text(models: Path, items: Path, extra_endpoint: str = "", grader: str = "") -> str:
+    # the accuracy SLO's bound lies below the server's floor (0.2) with room for the interval: on a CI machine running
+    # other tests beside, the heavy phase's batches fill further, its accuracy nears the floor and an interval from
+    # 0.195 to 0.52 straddled a bound of 0.2 (INCONCLUSIVE, exit 3: 2026-12-07)
     return f'''name = "graded"
 [[endpoints]]
 name = "math"
@@ -52,7 +55,7 @@ models_dir = "{models}"
 accuracy = {{ synthetic_lm = {{ correct = 0.97, fall_per_seq = 0.06, floor = 0.2, answer_after_tokens = 40 }} }}
 [[slos]]
 metric = "accuracy"
-min = 0.2
+min = 0.1
 '''
 
 
@@ -119,7 +122,7 @@ def test_a_grader_that_raises_costs_one_request_its_grade_not_the_run(model_repo
     profile = tmp_path / "graded.toml"
     profile.write_text(profile_text(model_repo, items, grader=', grader = "fussy_grader:grade"').replace(
         "phases = [{ at_s = 8, rate = 40 }]", "").replace("duration_s = 13", "duration_s = 6").replace(
-        'metric = "accuracy"\nmin = 0.2', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
+        'metric = "accuracy"\nmin = 0.1', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     r = run(profile, tmp_path / "runs", env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -184,7 +187,7 @@ def test_compare_gives_the_change_in_accuracy_paired_on_the_items(model_repo, tm
         profile.write_text(profile_text(model_repo, items).replace("phases = [{ at_s = 8, rate = 40 }]\n", "").replace(
             "rate = 5\n", "rate = 12\n").replace("duration_s = 13", "duration_s = 8").replace(
             "correct = 0.97, fall_per_seq = 0.06, floor = 0.2", f"correct = {correct}, fall_per_seq = 0.0").replace(
-            'metric = "accuracy"\nmin = 0.2', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
+            'metric = "accuracy"\nmin = 0.1', 'metric = "e2e"\npercentile = 50\nthreshold_ms = 60000'))
         out = tmp_path / f"runs{correct}"
         r = run(profile, out)
         assert r.returncode == 0, why_it_exited(r, out)
