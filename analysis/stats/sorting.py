@@ -1,8 +1,7 @@
-"""Which sort numpy does fastest for a log's integers (times, ranks, packed keys) on this CPU. Integers — and
-distinct ranks — sort to the same array by any algorithm, so the choice changes the time, never a number. Where
-the CPU has AVX-512, numpy's default quicksort is vectorised (x86-simd-sort) and beats timsort even on a log's
-nearly sorted times; elsewhere timsort, which finds the runs of times that come in completion order (one run per
-worker), was the faster (docs/DECISIONS.md "Sorts that know what they sort").
+"""Which sort numpy does fastest for a log's integers on this CPU. Integers — and distinct ranks — sort to the same
+array by any algorithm, so the choice changes the time, never a number. For integers in no order (values within
+keys), INTEGER_SORT: where the CPU has AVX-512, numpy's default quicksort is vectorised (x86-simd-sort) and the
+faster; elsewhere timsort (docs/DECISIONS.md "Sorts that know what they sort").
 
 A log's times are another matter: a worker's come in one ascending run, jittered by completion order, and a merged
 set of them is a few such runs laid end to end — timsort merges those runs in a fraction of quicksort's time, even
