@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tailrace.analysis.decide import frontier as answers
-from tailrace.analysis.decide.capacity_search import duration_to_decide_s, out_of_reach, retry_duration_s
+from tailrace.analysis.decide.capacity_search import duration_to_decide_s, generator_saturated, out_of_reach, retry_duration_s
 from tailrace.capacity import RunInterrupted, run_once
 from tailrace.contract import exit_codes
 from tailrace.contract.layout import ReportLayout, SweepLayout, write_atomic
@@ -204,6 +204,8 @@ def measure_point(plan: SweepPlan, spec: PointSpec, index: int, run_dir: Path, r
                       run_dir=str(run_dir.relative_to(root)), tiers={t: o for t, (o, _) in outcomes.items()},
                       tier_why={t: w for t, (_, w) in outcomes.items()}, goodput_rps=goodput, elapsed_s=elapsed,
                       duration_s=duration, to_decide_s=to_decide,
+                      generator_limit="; ".join(a.summary.invalid_reasons)[:300]
+                      if generator_saturated(a.summary.valid, a.summary.invalid_reasons) else "",
                       **answers.measured(a.summary, answers.held_tokens_per_s(a.token_figures.timeline,
                                                                               a.summary.duration_s)))
 
@@ -297,12 +299,16 @@ class Sweeper:
             self.save()  # a point cut short from here on is found interrupted by --resume
             self.result.points.pop()
             self._show(index, label, total)
-            duration, shorter = None, []
+            duration, shorter, rerun = None, [], False
             while True:
                 measured = self._run(spec, index, began, duration)
                 if measured is None:  # cut short: the sweep ends
                     return
                 row = measured
+                if self._generator_rerun(row, rerun):
+                    rerun = True
+                    self.log(f"point {index}: {label} → the generator fell behind ({row.generator_limit}); again …")
+                    continue
                 longer = self._longer(row)
                 if longer is None:
                     break
@@ -311,7 +317,7 @@ class Sweeper:
                 self.log(f"point {index}: {label} → {undecided} undecided (too few requests in {row.duration_s:g} s);"
                          f" again for {longer:.3g} s …")
                 duration = longer
-            row.extended_from_s = shorter
+            row.extended_from_s, row.generator_rerun = shorter, rerun
             self._beyond_reach(row)
         self.result.points.append(row)
         self.save()
@@ -341,6 +347,11 @@ class Sweeper:
         except KeyboardInterrupt:  # while its report was written
             self._cut_short(index, run_dir, "interrupted")
             return None
+
+    def _generator_rerun(self, row: SweepPoint, rerun: bool) -> bool:
+        """Whether to run a point again at the same length: its generator fell behind (the numbers are the
+        generator's), once per point as capacity search does — a noisy machine's stall must not place a point."""
+        return row.status == "done" and bool(row.generator_limit) and not rerun and not self.over_budget()
 
     def _longer(self, row: SweepPoint) -> float | None:
         """How long to run an undecided point again (sweep.extend_s), or None: decided, not allowed, or no run up to

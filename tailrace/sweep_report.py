@@ -8,7 +8,7 @@ from tailrace.analysis.report.csv_tables import flat_table
 from tailrace.analysis.report.plots import accuracy_vs_load
 from tailrace.analysis.report.sweep_plots import frontier_svg, latency_vs_load_svg
 from tailrace.contract.layout import SweepLayout, write_atomic
-from tailrace.contract.summary.sweep import SweepResult
+from tailrace.contract.summary.sweep import SweepPoint, SweepResult
 
 
 class Html(str):
@@ -31,13 +31,20 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _status(p: SweepPoint) -> str:
+    """A point's status, and whether its generator fell behind (its numbers the generator's) or did in a run replaced."""
+    said = p.status + (" — INVALID: the generator fell behind, its numbers are the generator's" if p.generator_limit
+                       else "")
+    return said + ("; run again, the first run's generator fell behind" if p.generator_rerun else "")
+
+
 def _points_table(r: SweepResult) -> str:
     rows = []
     for p in r.points:
         ttft, tpot = p.ttft_ms.get("p99"), p.tpot_ms.get("p50")
         tiers = ", ".join(f"{t} {o}" + (f" ({p.goodput_rps[t]:.1f}/s good)" if t in p.goodput_rps else "")
                           for t, o in p.tiers.items())
-        rows.append([p.index, p.config, p.load, p.repeat, p.duration_s, p.status, tiers or p.why[:120], p.achieved_rate,
+        rows.append([p.index, p.config, p.load, p.repeat, p.duration_s, _status(p), tiers or p.why[:120], p.achieved_rate,
                      p.latency_ms["p99"].value if "p99" in p.latency_ms else None,
                      ttft.value if ttft else None, tpot.value if tpot else None,
                      p.output_tokens_per_s.value if p.output_tokens_per_s else None,

@@ -85,12 +85,18 @@ def trial_duration_s(rate: float, slos: Sequence[Slo], regions: dict[str, float]
     return float(min(max_s, math.ceil(needed)))
 
 
+def generator_saturated(valid: bool, invalid_reasons: list[str]) -> bool:
+    """Whether a run is invalid because its generator could not keep the schedule (behind it, or at its cap of
+    requests in flight): its numbers are the generator's, not the server's, and a second run may hold it."""
+    return not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
+
+
 def classify_trial(slo_verdicts: list[SloVerdict], valid: bool, invalid_reasons: list[str]) -> tuple[str, str]:
     """(outcome, why) of one trial from its SLO verdicts and validity."""
     latency = [v for v in slo_verdicts if v.metric in LATENCY_METRICS]
     errors = [v for v in slo_verdicts if v.metric == "error_rate"]
     failed = [v for v in latency + errors if v.verdict == "FAIL"]
-    saturated = not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
+    saturated = generator_saturated(valid, invalid_reasons)
     if failed:
         return FAIL, "; ".join(sorted({f"{v.description} ({v.endpoint}/{v.region})" for v in failed}))[:300]
     backlog = [v for v in latency if v.backlog]

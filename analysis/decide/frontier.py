@@ -229,9 +229,10 @@ def frontier(points: Sequence[SweepPoint]) -> list[FrontierPoint]:
     """Every streamed point on the throughput–interactivity plane, the Pareto-optimal ones (no other point has more
     tokens/s for the server — per GPU where every point's monitors counted its GPUs — and for each user) marked. A
     point whose server fell behind (a backlog: latency still rising at its end) is no operating point — its tokens/s
-    counts the drain after the load — and is left out."""
+    counts the drain after the load — and is left out, as is one whose generator fell behind (its load not the one
+    asked for)."""
     rows = [(p, p.output_tokens_per_s, p.tokens_per_s_per_user) for p in points if p.status == "done"
-            and not p.backlog]
+            and not p.backlog and not p.generator_limit]
     placed = [(p, server, user, user.value, server.value) for p, server, user in rows
               if server is not None and user is not None and server.value is not None and user.value is not None]
     if placed and all(p.gpus for p, *_ in placed):  # every point's GPUs counted: the frontier per GPU

@@ -54,6 +54,8 @@ class SweepPoint(Row):
     duration_s: float | None = None  # its load's seconds (longer than the profile's where it ran again to decide)
     to_decide_s: float | None = None  # an undecided tier's: how long a run would decide it (None: none would)
     extended_from_s: list[float] = Field(default_factory=list)  # the shorter runs it replaced (sweep.extend_s)
+    generator_limit: str = ""  # its run INVALID as the generator fell behind: the numbers are the generator's
+    generator_rerun: bool = False  # run again once at the same length: the first run's generator fell behind
     elapsed_s: float | None = None
 
 

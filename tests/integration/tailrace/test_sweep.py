@@ -145,7 +145,7 @@ def test_a_point_too_short_to_decide_runs_again_long_enough_and_is_decided(model
     assert point["tiers"] == {"loose": "pass"} and point["to_decide_s"] is None
     assert "loose undecided (too few requests in 2 s); again for" in r.stdout
     # the short runs kept beside the one that decided
-    assert len(list((sweep_dir / "points").iterdir())) == 1 + len(point["extended_from_s"])
+    assert len(list((sweep_dir / "points").iterdir())) == 1 + len(point["extended_from_s"]) + point["generator_rerun"]
     longer = json.loads((sweep_dir / point["run_dir"] / "report" / "summary.json").read_text())
     assert f"load.duration_s={point['duration_s']:g}" in longer["manifest"]["overrides"]
 
@@ -216,7 +216,8 @@ def test_a_sweep_killed_mid_point_resumes_keeping_what_it_measured(model_repo, t
     assert after["complete"] and len(after["points"]) == 4 and all(p["status"] == "done" for p in after["points"])
     assert after["points"][0] == before["points"][0]  # the finished point kept, not run again
     assert len(after["interrupted_runs"]) == 1 and (sweep_dir / after["interrupted_runs"][0]).is_dir()
-    assert len(list((sweep_dir / "points").iterdir())) == 5  # four points' runs and the one cut short, kept
+    reruns = sum(p["generator_rerun"] for p in after["points"])  # a point whose generator fell behind: run twice
+    assert len(list((sweep_dir / "points").iterdir())) == 5 + reruns  # four points' runs and the one cut short, kept
 
 
 @pytest.mark.shares_machine  # functional: nothing it asserts needs a quiet machine

@@ -259,3 +259,44 @@ def test_the_sweeps_exit_code_says_complete_a_failed_point_or_cut_short():
 
     assert [sweep_exit_code(result(True, True, True)), sweep_exit_code(result(True, True, False)),
             sweep_exit_code(result(False, True))] == [0, 1, 3]
+
+
+def test_a_point_whose_generator_fell_behind_runs_again_once_and_stays_off_the_frontier(tmp_path):
+    """A run INVALID because the generator could not keep the schedule measured the generator, not the server: the
+    point runs again once at the same length (capacity search's rule for a generator-limit trial); a second such run
+    is kept, said in its row and its status cell, and is no operating point on the frontier."""
+    from tailrace.analysis.decide.capacity_search import generator_saturated
+    from tailrace.contract.layout import SweepLayout
+    from tailrace.contract.summary.sweep import SweepResult
+    from tailrace.sweep import Sweeper
+    from tailrace.sweep_report import _status
+
+    behind = "near-w0: 1626 ms behind schedule when the run ended (1.2–6.0 s into the run; generator saturated)"
+    assert generator_saturated(False, [behind]) and not generator_saturated(True, [])
+    assert not generator_saturated(False, ["clock offset unknown for near-w0"])
+    p = plan(GRID)
+    spec = p.specs()[0]
+
+    def row(limit: str) -> SweepPoint:
+        return SweepPoint(index=1, config="c", levels=spec.levels, load=4.0, tiers={"interactive": "pass"},
+                          duration_s=5.0, generator_limit=limit, output_tokens_per_s=Estimate(value=100.0),
+                          tokens_per_s_per_user=Estimate(value=10.0))
+
+    for runs, rerun, limit in (([behind, ""], True, ""), ([behind, behind], True, behind), ([""], False, "")):
+        sweeper = Sweeper(p, SweepLayout(tmp_path / str(len(runs)) / limit[:4]),
+                          SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
+        sweeper.layout.dir.mkdir(parents=True)
+        asked: list[float | None] = []
+        queue = [row(lim) for lim in runs]
+
+        def run(spec, index, began, duration_s, queue=queue, asked=asked):
+            asked.append(duration_s)
+            return queue.pop(0)
+
+        sweeper._run = run  # type: ignore[method-assign]
+        sweeper.point(spec, 1, None)
+        point = sweeper.result.points[-1]
+        assert asked == [None] * len(runs) and not queue, asked  # the same length, once at most
+        assert (point.generator_rerun, point.generator_limit) == (rerun, limit)
+        assert ("the generator fell behind" in _status(point)) == bool(limit)
+        assert len(answers.frontier([point])) == (0 if limit else 1)
