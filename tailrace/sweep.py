@@ -299,26 +299,10 @@ class Sweeper:
             self.save()  # a point cut short from here on is found interrupted by --resume
             self.result.points.pop()
             self._show(index, label, total)
-            duration, shorter, rerun = None, [], False
-            while True:
-                measured = self._run(spec, index, began, duration)
-                if measured is None:  # cut short: the sweep ends
-                    return
-                row = measured
-                if self._generator_rerun(row, rerun):
-                    rerun = True
-                    self.log(f"point {index}: {label} → the generator fell behind ({row.generator_limit}); again …")
-                    continue
-                longer = self._longer(row)
-                if longer is None:
-                    break
-                shorter.append(row.duration_s or 0.0)
-                undecided = ", ".join(t for t, o in row.tiers.items() if o == answers.UNDECIDED)
-                self.log(f"point {index}: {label} → {undecided} undecided (too few requests in {row.duration_s:g} s);"
-                         f" again for {longer:.3g} s …")
-                duration = longer
-            row.extended_from_s, row.generator_rerun = shorter, rerun
-            self._beyond_reach(row)
+            measured = self._measure(spec, index, began, label)
+            if measured is None:  # cut short: the sweep ends
+                return
+            row = measured
         self.result.points.append(row)
         self.save()
         left, eta = self._left(total)
@@ -326,6 +310,38 @@ class Sweeper:
         self.log(f"point {index}: {label} → {row.status}{': ' + tiers if tiers else ''}{': ' + row.why if row.why else ''}"
                  f"; {left} declared point(s) left" + (f", ~{eta / 60:.1f} min" if eta else ""))
 
+
+    def _measure(self, spec: PointSpec, index: int, began: float, label: str) -> SweepPoint | None:
+        """A point's row: its run, run again once where its generator fell behind and longer where it was undecided
+        (extend_s). Where a run again fails (a server gone), the point keeps the run before it, its why saying so.
+        None: cut short (the sweep ends)."""
+        last: SweepPoint | None = None
+        duration, shorter, rerun = None, [], False
+        while True:
+            measured = self._run(spec, index, began, duration)
+            if measured is None:
+                return None
+            if last is not None:
+                if measured.status == "failed":
+                    last.why = f"its run again failed: {measured.why}"
+                    break
+                if duration is not None and duration != last.duration_s:  # a longer run replaces it
+                    shorter.append(last.duration_s or 0.0)
+            last = measured
+            if self._generator_rerun(last, rerun):
+                rerun = True
+                self.log(f"point {index}: {label} → the generator fell behind ({last.generator_limit}); again …")
+                continue
+            longer = self._longer(last)
+            if longer is None:
+                break
+            undecided = ", ".join(t for t, o in last.tiers.items() if o == answers.UNDECIDED)
+            self.log(f"point {index}: {label} → {undecided} undecided (too few requests in {last.duration_s:g} s);"
+                     f" again for {longer:.3g} s …")
+            duration = longer
+        last.extended_from_s, last.generator_rerun = shorter, rerun
+        self._beyond_reach(last)
+        return last
 
     def _run(self, spec: PointSpec, index: int, began: float, duration_s: float | None) -> SweepPoint | None:
         """One run of a point (`duration_s`: its load's seconds where it runs again to decide) and its row; None

@@ -26,7 +26,8 @@ class SweepPoint(Row):
     repeat: int = 0
     added: bool = False  # placed by the search of a tier's edge, not declared
     status: PointStatus = "done"
-    why: str = ""  # a failed point: what failed (a server that never became ready, with its log's tail)
+    why: str = ""  # a failed point: what failed (a server that never became ready, with its log's tail); a done
+    # point run again whose run again failed (its server gone): that, the point keeping the run before
     run_id: str | None = None
     run_dir: str | None = None  # relative to the sweep's directory
     verdict: str | None = None

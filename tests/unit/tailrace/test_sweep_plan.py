@@ -282,12 +282,15 @@ def test_a_point_whose_generator_fell_behind_runs_again_once_and_stays_off_the_f
                           duration_s=5.0, generator_limit=limit, output_tokens_per_s=Estimate(value=100.0),
                           tokens_per_s_per_user=Estimate(value=10.0))
 
-    for runs, rerun, limit in (([behind, ""], True, ""), ([behind, behind], True, behind), ([""], False, "")):
-        sweeper = Sweeper(p, SweepLayout(tmp_path / str(len(runs)) / limit[:4]),
+    gone = "endpoint check failed: connection refused"
+    for case, (runs, rerun, limit) in enumerate((([behind, ""], True, ""), ([behind, behind], True, behind),
+                                                 ([""], False, ""), ([behind, gone], True, behind))):
+        sweeper = Sweeper(p, SweepLayout(tmp_path / str(case)),
                           SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
         sweeper.layout.dir.mkdir(parents=True)
         asked: list[float | None] = []
-        queue = [row(lim) for lim in runs]
+        queue = [SweepPoint(index=1, config="c", levels=spec.levels, status="failed", why=r) if r == gone else row(r)
+                 for r in runs]
 
         def run(spec, index, began, duration_s, queue=queue, asked=asked):
             asked.append(duration_s)
@@ -300,3 +303,33 @@ def test_a_point_whose_generator_fell_behind_runs_again_once_and_stays_off_the_f
         assert (point.generator_rerun, point.generator_limit) == (rerun, limit)
         assert ("the generator fell behind" in _status(point)) == bool(limit)
         assert len(answers.frontier([point])) == (0 if limit else 1)
+        # a run again that fails (a server gone) leaves the point its run before, saying so
+        assert point.status == "done" and point.why == (f"its run again failed: {gone}" if gone in runs else "")
+        assert (gone in _status(point)) == (gone in runs)
+
+
+def test_a_point_whose_longer_run_fails_keeps_its_shorter_run_and_says_why(tmp_path):
+    """extend_s: the longer run of an undecided point fails (its server gone) — the point keeps the shorter run's
+    numbers and tiers (undecided), its why saying the run again failed, no shorter run listed as replaced."""
+    from tailrace.contract.layout import SweepLayout
+    from tailrace.contract.summary.sweep import SweepResult
+    from tailrace.sweep import Sweeper
+
+    p = plan(GRID.replace("repeats = 2", "repeats = 2\nextend_s = 60"))
+    spec = p.specs()[0]
+    sweeper = Sweeper(p, SweepLayout(tmp_path), SweepResult(profile="s", sweep_id="x", axes={}), quiet=True)
+    queue = [SweepPoint(index=1, config="c", levels=spec.levels, load=4.0, tiers={"interactive": "undecided"},
+                        duration_s=5.0, to_decide_s=7.0),
+             SweepPoint(index=1, config="c", levels=spec.levels, status="failed", why="server exited (code 1)")]
+    asked: list[float | None] = []
+
+    def run(spec, index, began, duration_s):
+        asked.append(duration_s)
+        return queue.pop(0)
+
+    sweeper._run = run  # type: ignore[method-assign]
+    sweeper.point(spec, 1, None)
+    point = sweeper.result.points[-1]
+    assert asked == [None, 10.0] and point.status == "done" and point.duration_s == 5.0
+    assert point.tiers == {"interactive": "undecided"} and point.extended_from_s == []
+    assert point.why == "its run again failed: server exited (code 1)"
