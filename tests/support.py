@@ -163,12 +163,12 @@ def run_with(profile: Profile, out: Path, during=None) -> tuple[LocalRun, dict]:
 
 def assert_valid(manifest: dict) -> None:
     """The run is VALID. In a test that shares the machine (`shares_machine`), the generator's own timing is let off
-    (harness/worker/saturation.py: is_generator_timing): the other worker's test can starve this one's generator
+    (contract/generator_limits.py: is_generator_timing): the other worker's test can starve this one's generator
     of its core (CI saw sends 0.25 and 6.8 s late beside it), which a shared machine cannot promise and none of its
     functional checks needs. Every other reason fails it; a test alone on the machine holds the timing too."""
     reasons = manifest["invalid_reasons"]
     if _turn is not None and _turn.shared:
-        from tailrace.harness.worker.saturation import is_generator_timing
+        from tailrace.contract.generator_limits import is_generator_timing
         let_off = [r for r in reasons if is_generator_timing(r)]
         if let_off:
             print(f"shared machine: the generator's timing let off ({'; '.join(let_off)})")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tailrace.analysis.stats.estimators import min_samples_for
+from tailrace.contract.generator_limits import is_generator_limit
 from tailrace.contract.profile import Slo
 from tailrace.contract.summary import Recommendation, SloVerdict
 
@@ -88,7 +89,7 @@ def trial_duration_s(rate: float, slos: Sequence[Slo], regions: dict[str, float]
 def generator_saturated(valid: bool, invalid_reasons: list[str]) -> bool:
     """Whether a run is invalid because its generator could not keep the schedule (behind it, or at its cap of
     requests in flight): its numbers are the generator's, not the server's, and a second run may hold it."""
-    return not valid and any("saturated" in r or "in flight" in r for r in invalid_reasons)
+    return not valid and any(is_generator_limit(r) for r in invalid_reasons)
 
 
 def classify_trial(slo_verdicts: list[SloVerdict], valid: bool, invalid_reasons: list[str]) -> tuple[str, str]:

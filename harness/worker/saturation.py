@@ -28,13 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-GENERATOR_TIMING = ("generator saturated", "generator paused or stalled")  # one of them in every reason of the
-# send lag's (saturation_reasons, judge_windows): a run INVALID for the generator's own timing, not for its endpoint
-
-
-def is_generator_timing(reason: str) -> bool:
-    """Is this invalid reason the send lag's (a generator saturated, paused or starved of its core)?"""
-    return any(mark in reason for mark in GENERATOR_TIMING)
+from tailrace.contract.generator_limits import IN_FLIGHT, SATURATED, STALLED
 
 
 @dataclass(frozen=True)
@@ -122,14 +116,14 @@ def saturation_reasons(worker: str, windows: list[LagWindow], threshold_ns: int,
         if j > i and last.backlog_ns >= first.backlog_ns:
             reasons.append(f"{worker}: falling behind — the backlog grew from {first.backlog_ns / 1e6:.1f} to "
                            f"{last.backlog_ns / 1e6:.1f} ms over {j - i + 1} consecutive windows ({span} into the "
-                           f"run; generator saturated)")
+                           f"run; {SATURATED})")
         elif j > i and (last.end_s - first.end_s) * 1e9 >= behind_max_ns:
             reasons.append(f"{worker}: behind schedule at the end of {j - i + 1} consecutive windows ({span} into the "
                            f"run, backlog {backlogs} ms): still behind {last.end_s - first.end_s:.1f} s after it "
-                           f"first was — generator saturated")
+                           f"first was — {SATURATED}")
         elif j == len(windows) - 1 and last.backlog_ns >= stall_max_ns:
             reasons.append(f"{worker}: {last.backlog_ns / 1e6:.0f} ms behind schedule when the run ended "
-                           f"({span} into the run; generator saturated)")
+                           f"({span} into the run; {SATURATED})")
     return reasons
 
 
@@ -142,7 +136,7 @@ def judge_windows(worker: str, windows: list[LagWindow], threshold_ns: int, stal
     if not reasons:  # a saturated generator's late episodes are its backlog, not pauses
         for w in windows:
             if w.max_lag_ns >= stall_max_ns:
-                reasons.append(f"{worker}: generator paused or stalled for {w.max_lag_ns / 1e9:.2f} s "
+                reasons.append(f"{worker}: {STALLED} for {w.max_lag_ns / 1e9:.2f} s "
                                f"({w.start_s:.1f}–{w.end_s:.1f} s into the run): a send went out that late, in a "
                                f"block of {w.late_sends} late sends that it then caught up on — the process was "
                                f"stopped or starved, not overloaded; the planned arrivals were not sent as planned")
@@ -187,7 +181,7 @@ class SaturationMonitor:
         if in_flight > self.peak_in_flight:
             self.peak_in_flight = in_flight
         if in_flight > self.max_in_flight and self._in_flight_reason is None:
-            self._in_flight_reason = (f"{self.worker}: {in_flight} requests in flight exceeds the bound "
+            self._in_flight_reason = (f"{self.worker}: {in_flight} {IN_FLIGHT} "
                                       f"{self.max_in_flight} (generator or endpoint cannot keep up)")
 
     def close_window(self, final: bool = False) -> None:

@@ -273,6 +273,8 @@ def test_a_point_whose_generator_fell_behind_runs_again_once_and_stays_off_the_f
 
     behind = "near-w0: 1626 ms behind schedule when the run ended (1.2–6.0 s into the run; generator saturated)"
     assert generator_saturated(False, [behind]) and not generator_saturated(True, [])
+    assert generator_saturated(False, ["far-w1: generator paused or stalled for 0.61 s at 3.2 s into the run"])
+    assert generator_saturated(False, ["near-w0: 900 requests in flight exceeds the bound 800 (generator or ...)"])
     assert not generator_saturated(False, ["clock offset unknown for near-w0"])
     p = plan(GRID)
     spec = p.specs()[0]

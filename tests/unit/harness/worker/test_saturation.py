@@ -192,7 +192,7 @@ def test_host_stalls_caught_up_by_each_window_end_stay_a_warning_however_long():
 
 def test_every_send_lag_reason_is_told_apart_as_the_generators_timing_and_the_in_flight_bound_is_not():
     """Tests that share the machine let these reasons off (tests/support.py: assert_valid), and only these."""
-    from tailrace.harness.worker.saturation import is_generator_timing
+    from tailrace.contract.generator_limits import is_generator_timing
     growing = [lag_window(0, 1, 9), lag_window(1, 1, 12)]
     behind = [lag_window(0.5 + 0.5 * k, 0.5, b) for k, b in enumerate([29, 49, 70, 65, 17, 12])]
     ended_behind = [lag_window(0, 1, 1), lag_window(1, 1, 400)]
