@@ -221,8 +221,8 @@ def summarize(state: SearchState, rows: list[CapacityTrial], profile: Profile, b
     lo, hi = state.highest_pass, state.lowest_fail
     if state.generator_limited:
         status = "at-least"
-        note = (f"the generators could not sustain a higher rate (saturated): capacity is at least {lo:g} req/s"
-                if lo else "the generators saturated before any rate passed")
+        note = (f"the generators could not sustain a higher rate (saturated or stalled): capacity is at least {lo:g} req/s"
+                if lo else "the generators saturated or stalled before any rate passed")
     elif state.converged():
         status = "found"
         above = next((r for r in reversed(rows) if r.rate == hi), None)
