@@ -130,6 +130,7 @@ class RunLifecycle:
     signalled: bool = False  # interrupted by Ctrl-C or SIGTERM (not the live page's stop): the caller stops too
     master_lost_s: float | None = None
     write_errors: list[str] = field(default_factory=list)  # why the run was stopped early: its disk
+    unscraped: list[str] = field(default_factory=list)  # the servers' snapshots before or after not had: warnings
     live: LivePage | None = None  # the live page, when this command serves one
     receiver: OtlpReceiver | None = None  # the servers' spans, where the profile opens a receiver for them
 
@@ -149,6 +150,7 @@ class RunLifecycle:
         save_model_metadata(self.plan, self.layout)
         self.stats = ServerStatsRecorder(self.layout, targets, self.plan.profile.server_stats.interval_s)
         self.stats.snapshot("before")
+        self.unscraped = self.stats.missed  # (after's added by snapshot_after, once the recorder is closed too)
         if self.plan.profile.monitors:  # scraped from now on: what the hardware did before the load too (its idle)
             self.monitors = MonitorRecorder(self.layout, self.plan.profile.monitors)
             self.monitors.periodic()
@@ -279,7 +281,7 @@ class RunLifecycle:
         code = self.master.popen.returncode if self.master is not None and self.master_lost_s is not None else None
         return self.record.manifest(self.interrupted, self.workers.exit_codes() if self.workers else None,
                                     self.master_lost_s, code, never_started=self.never_started(),
-                                    write_errors=self.write_errors)
+                                    write_errors=self.write_errors, warnings=self.unscraped)
 
     def close(self) -> dict:
         """Statistics after, then the end manifest (when it cannot be written — a full disk — the one written at

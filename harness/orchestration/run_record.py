@@ -157,15 +157,18 @@ class RunRecord:
 
     def manifest(self, interrupted: bool, worker_exit_codes: dict[str, int | None] | None = None,
                  master_lost_s: float | None = None, master_code: int | None = None,
-                 never_started: str | None = None, write_errors: list[str] | None = None) -> dict:
+                 never_started: str | None = None, write_errors: list[str] | None = None,
+                 warnings: list[str] | None = None) -> dict:
         """The manifest as the run ended. `master_lost_s`: when the Locust master exited before the run's end
         (seconds after the run started), with `master_code`. `never_started`: why no load was sent at all.
-        `write_errors`: files of the run directory the orchestrator could not write (a full disk)."""
+        `write_errors`: files of the run directory the orchestrator could not write (a full disk). `warnings`: the
+        orchestrator's own (a server's statistics before or after the load not had)."""
         p, layout = self.plan.profile, self.layout
         expected = expected_workers(self.plan)
         events = read_master_events(layout)
         timeline = worker_timeline(events, expected)
-        summaries, invalid, warnings, errors = {}, [], [], worker_errors(events)
+        summaries, invalid, errors = {}, [], worker_errors(events)
+        warnings = list(warnings or [])
         for name in expected:
             path = layout.worker(name.rsplit("-w", 1)[0], name).summary
             if path.exists():

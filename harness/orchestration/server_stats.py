@@ -9,7 +9,9 @@ endpoint's `/metrics`). Per endpoint (paths from contract/layout.py's RunLayout)
     metrics-before.prom, metrics-after.prom  the scrape, verbatim
     metrics-timeline.jsonl                {t_ns, samples: {"name{labels}": value}} for its model
 
-A server that does not answer is skipped for that snapshot (an outage must not stop the run).
+A server that does not answer is skipped for that snapshot (an outage must not stop the run). The snapshots before
+and after the load wait longer for it than the periodic ones during it (nothing else waits on them then: a server
+busy or just started answered a scrape in over 2 s in CI), and one not had is said in the manifest's warnings.
 """
 from __future__ import annotations
 
@@ -78,19 +80,28 @@ def model_samples(prom_text: str, model: str) -> dict[str, float]:
     return out
 
 
+PERIODIC_TIMEOUT_S = 2.0  # a scrape during the load: the master's loop waits on it
+SNAPSHOT_TIMEOUT_S = 10.0  # before and after the load
+
+
 class ServerStatsRecorder:
-    """Takes the snapshots; `due()` tells the caller's loop when the next periodic one is wanted."""
+    """Takes the snapshots; `due()` tells the caller's loop when the next periodic one is wanted. `missed`: a
+    warning for each snapshot before or after the load a server did not answer."""
 
     def __init__(self, layout: RunLayout, targets: list[StatsTarget], interval_s: float) -> None:
         self.layout, self.targets, self.interval_s = layout, targets, interval_s
         self._next = time.monotonic() + interval_s
         self._clients: dict[Tls | None, httpx.Client] = {}
+        self._timeout_s = PERIODIC_TIMEOUT_S
+        self._why = ""  # why the last GET had no answer
+        self.missed: list[str] = []
 
     def _client(self, target: StatsTarget, url: str) -> httpx.Client:
         """One client per TLS setting (httpx verifies per client); plain http:// ones share the first."""
         tls = target.tls if url.startswith("https://") else None
         if tls not in self._clients:
-            self._clients[tls] = httpx.Client(timeout=2.0, verify=ssl_context(tls) if tls is not None else default_verify_context())
+            self._clients[tls] = httpx.Client(timeout=PERIODIC_TIMEOUT_S,
+                                              verify=ssl_context(tls) if tls is not None else default_verify_context())
         return self._clients[tls]
 
 
@@ -99,46 +110,65 @@ class ServerStatsRecorder:
         error of its own: the next scrape must not be lost with it); None when it cannot be had."""
         for attempt in (1, 2):
             try:
-                return self._client(target, url).get(url, headers=target.headers())
-            except httpx.RemoteProtocolError:
+                r = self._client(target, url).get(url, headers=target.headers(), timeout=self._timeout_s)
+                self._why = "" if r.status_code == 200 else f"HTTP {r.status_code}"
+                return r
+            except httpx.RemoteProtocolError as exc:
+                self._why = f"{type(exc).__name__}: {exc}"
                 if attempt == 2:
                     return None
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                self._why = f"{type(exc).__name__} after {self._timeout_s:g} s" if isinstance(
+                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {exc}"
                 return None
         return None
 
-    def _stats(self, target: StatsTarget) -> dict | None:
+    def _stats(self, target: StatsTarget, stage: str | None = None) -> dict | None:
         if not target.stats_base:
             return None
         r = self._get(target, f"{target.stats_base}/v2/models/{target.model}/stats")
         if r is None or r.status_code != 200:
+            if stage is not None:
+                self.missed.append(f"{target.endpoint}: the server's statistics of {target.model} {stage} the run "
+                                   f"were not had ({target.stats_base}: {self._why}); its counts are not known")
             return None
         return {"t_ns": time.time_ns(), "server": target.stats_base, "kind": target.kind, "model": target.model,
                 "model_stats": r.json().get("model_stats", [])}
 
-    def _metrics(self, target: StatsTarget) -> str | None:
+    def _metrics(self, target: StatsTarget, stage: str | None = None) -> str | None:
         if not target.metrics_url:
             return None
         r = self._get(target, target.metrics_url)
-        return r.text if r is not None and r.status_code == 200 else None
+        if r is not None and r.status_code == 200:
+            return r.text
+        if stage is not None:
+            self.missed.append(f"{target.endpoint}: the server's metrics {stage} the run were not scraped "
+                               f"({target.metrics_url}: {self._why}); the change of its counters is not known")
+        return None
 
-    def _scrape(self) -> list[tuple[StatsTarget, dict | None, str | None]]:
-        """Statistics and metrics per target, asking each server once for endpoints that share it."""
+    def _scrape(self, stage: str | None = None) -> list[tuple[StatsTarget, dict | None, str | None]]:
+        """Statistics and metrics per target, asking each server once for endpoints that share it (`stage`: a
+        snapshot's, "before" or "after", whose misses are said)."""
         stats_cache: dict[tuple, dict | None] = {}
         metrics_cache: dict[str | None, str | None] = {}
         out = []
         for t in self.targets:
             key = (t.stats_base, t.model)
             if key not in stats_cache:
-                stats_cache[key] = self._stats(t)
+                stats_cache[key] = self._stats(t, stage)
             if t.metrics_url not in metrics_cache:
-                metrics_cache[t.metrics_url] = self._metrics(t)
+                metrics_cache[t.metrics_url] = self._metrics(t, stage)
             out.append((t, stats_cache[key], metrics_cache[t.metrics_url]))
         return out
 
     def snapshot(self, stage: str) -> None:
         """`stage` is "before" or "after": full statistics and the verbatim metrics scrape."""
-        for t, stats, text in self._scrape():
+        self._timeout_s = SNAPSHOT_TIMEOUT_S
+        try:
+            scraped = self._scrape(stage)
+        finally:
+            self._timeout_s = PERIODIC_TIMEOUT_S
+        for t, stats, text in scraped:
             if stats is not None:
                 write_atomic(self.layout.stats_snapshot(t.endpoint, stage), json.dumps(stats))
             if text is not None:

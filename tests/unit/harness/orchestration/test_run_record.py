@@ -78,3 +78,6 @@ def test_a_worker_that_could_not_run_the_plan_is_named_with_its_error_and_one_th
     assert invalid == ["r-w1: could not run the plan: [Errno 98] metrics port 127.0.0.1:9: Address already in use "
                        "(worker exited with 0)",
                        "r-w2: no worker summary (worker exited with -9); its closed chunks are used"]
+    unscraped = "a: the server's metrics before the run were not scraped (http://x/metrics: ReadTimeout after 10 s)"
+    warnings = record.manifest(False, {"r-w0": 0}, warnings=[unscraped])["warnings"]
+    assert warnings[0] == unscraped  # the orchestrator's own warnings, before the workers'
