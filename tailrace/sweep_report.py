@@ -32,11 +32,13 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 def _status(p: SweepPoint) -> str:
-    """A point's status, whether its generator fell behind (its numbers the generator's) or did in a run replaced, and
-    a run again that failed."""
-    said = p.status + (" — INVALID: the generator fell behind, its numbers are the generator's" if p.generator_limit
-                       else "")
-    said += "; run again, the first run's generator fell behind" if p.generator_rerun else ""
+    """A point's status: whether its generator fell behind (its numbers the generator's), in its run or in one it
+    replaced, and a run again that failed."""
+    if p.generator_limit:
+        said = ("INVALID twice" if p.generator_rerun else "INVALID") + ": the generator fell behind (its numbers are " \
+            "the generator's)"
+    else:
+        said = p.status + (" (run again: the first run's generator fell behind)" if p.generator_rerun else "")
     return said + (f"; {p.why}" if p.status == "done" and p.why else "")  # a run again that failed
 
 
