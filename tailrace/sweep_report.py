@@ -67,8 +67,8 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
     write_atomic(layout.table("points"), flat_table(r.points).to_csv(index=False))
     write_atomic(layout.table("edges"), flat_table(r.edges).to_csv(index=False))
     write_atomic(layout.table("frontier"), flat_table(r.frontier).to_csv(index=False))
-    frontier = frontier_svg(r.frontier) or ""
-    curves = latency_vs_load_svg(r.points, r.load_axis or "load") or ""
+    frontier = frontier_svg(r.frontier)
+    curves = latency_vs_load_svg(r.points, r.load_axis or "load")
     graded = [p for p in r.points if p.status == "done" and p.load is not None and p.accuracy is not None
               and p.accuracy_ci_low is not None and p.accuracy_ci_high is not None]
     accuracy = accuracy_vs_load({c or "points": [(p.load or 0.0, p.accuracy or 0.0, p.accuracy_ci_low or 0.0,
@@ -83,8 +83,11 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
         + (f"; {(tr.slope_per_rps or 0) * 100:+.3f} points per unit of load [{(tr.slope_ci_low or 0) * 100:+.3f}, "
            f"{(tr.slope_ci_high or 0) * 100:+.3f}], p = {tr.p_value:.3g}" if tr.p_value is not None else "") + "</li>"
         for tr in r.accuracy_trends)
-    write_atomic(layout.figure("frontier"), frontier)
-    write_atomic(layout.figure("latency_vs_load"), curves)
+    for name, figure in (("frontier", frontier), ("latency_vs_load", curves)):  # a figure with nothing to draw: none
+        if figure is not None:
+            write_atomic(layout.figure(name), figure)
+        else:
+            layout.figure(name).unlink(missing_ok=True)  # (a resumed sweep's older one)
     edges = _table(["configuration", "tier", "holds", "not held at", "within tolerance", ""],
                    [[e.config, e.tier, e.highest_pass, e.lowest_fail, e.within_tolerance, e.note] for e in r.edges])
     knees = _table(["configuration", "fitted", "knee at", "slope (ms per unit)"],
@@ -99,7 +102,7 @@ def write_sweep_report(layout: SweepLayout, r: SweepResult) -> None:
             f"{r.elapsed_s / 60:.1f} min.</p><h2>Recommendation</h2><ul>{advice}</ul>"
             f"<h2>The highest load each tier holds</h2>{edges}"
             f"<h2>Throughput against interactivity</h2>{frontier or '<p>no streamed points</p>'}"
-            f"<h2>Latency against load</h2>{curves}<h3>Knees</h3>{knees}"
+            f"<h2>Latency against load</h2>{curves or '<p>no point measured a percentile</p>'}<h3>Knees</h3>{knees}"
             + (f"<h2>Accuracy against load</h2>{accuracy}<ul>{trends}</ul>" if graded else "") +
             f"<h2>Points</h2>{_points_table(r)}</body></html>")
     write_atomic(layout.page, page)

@@ -48,25 +48,27 @@ def frontier_svg(points: Sequence[FrontierPoint]) -> str | None:
 
 
 def latency_vs_load_svg(points: Sequence[SweepPoint], load_axis: str) -> str | None:
-    """Each configuration's p50 and p99 (TTFT where the points stream, else latency) against load, with intervals."""
+    """Each configuration's p50 and p99 (TTFT where the points stream, else latency) against load, with intervals;
+    None where no point measured either."""
     rows = [p for p in points if p.status == "done" and p.load is not None]
-    if not rows:
-        return None
     streams = any(p.ttft_ms for p in rows)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
     by_config: dict[str, list[SweepPoint]] = defaultdict(list)
-    for p in rows:
+    for p in sorted(rows, key=lambda p: p.load or 0.0):
         by_config[p.config].append(p)
+    curves = []
     for config, mine in sorted(by_config.items()):
-        mine.sort(key=lambda p: p.load or 0.0)
         for q, style in (("p50", "o-"), ("p99", "^--")):
             est = [(p.ttft_ms if streams else p.latency_ms).get(q) for p in mine]
             kept = [(p.load, e) for p, e in zip(mine, est) if e is not None and e.value is not None]
-            if not kept:
-                continue
-            err = list(zip(*(_err(e.value, e.ci_low, e.ci_high) for _, e in kept)))
-            ax.errorbar([x or 0.0 for x, _ in kept], [e.value or 0.0 for _, e in kept], yerr=err, fmt=style, ms=4, lw=1, capsize=2,
-                        label=f"{config or 'points'} {q}")
+            if kept:
+                curves.append((config, q, style, kept))
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for config, q, style, kept in curves:
+        err = list(zip(*(_err(e.value, e.ci_low, e.ci_high) for _, e in kept)))
+        ax.errorbar([x or 0.0 for x, _ in kept], [e.value or 0.0 for _, e in kept], yerr=err, fmt=style, ms=4, lw=1,
+                    capsize=2, label=f"{config or 'points'} {q}")
     ax.set_yscale("log")
     _plain_ms_ticks(ax.yaxis)
     ax.set_xlabel(load_axis)

@@ -335,3 +335,23 @@ def test_a_point_whose_longer_run_fails_keeps_its_shorter_run_and_says_why(tmp_p
     assert asked == [None, 10.0] and point.status == "done" and point.duration_s == 5.0
     assert point.tiers == {"interactive": "undecided"} and point.extended_from_s == []
     assert point.why == "its run again failed: server exited (code 1)"
+
+
+def test_a_figure_with_nothing_to_draw_is_not_written_and_the_page_says_so(tmp_path):
+    """Points that measured no percentile (failed, or too short) draw no latency curve and no frontier: no empty
+    .svg file beside the page, which says what is missing; one point that did draws its curve."""
+    from tailrace.contract.layout import SweepLayout
+    from tailrace.contract.summary.sweep import SweepResult
+    from tailrace.sweep_report import write_sweep_report
+
+    layout = SweepLayout(tmp_path)
+    failed = SweepPoint(index=1, config="c", levels={"rate": 4}, load=4.0, status="failed", why="server never ready")
+    bare = SweepPoint(index=2, config="c", levels={"rate": 8}, load=8.0, duration_s=5.0)
+    write_sweep_report(layout, SweepResult(profile="s", sweep_id="x", axes={}, points=[failed, bare]))
+    page = layout.page.read_text()
+    assert "no point measured a percentile" in page and "no streamed points" in page
+    assert not layout.figure("latency_vs_load").exists() and not layout.figure("frontier").exists()
+    bare.latency_ms = {"p50": Estimate(value=12.0, ci_low=11.0, ci_high=13.0)}
+    write_sweep_report(layout, SweepResult(profile="s", sweep_id="x", axes={}, points=[failed, bare]))
+    assert layout.figure("latency_vs_load").read_text().startswith("<svg")
+    assert "no point measured a percentile" not in layout.page.read_text()
