@@ -128,7 +128,7 @@ class ServerStatsRecorder:
             return None
         r = self._get(target, f"{target.stats_base}/v2/models/{target.model}/stats")
         if r is None or r.status_code != 200:
-            if stage is not None:
+            if r is None and stage is not None:  # (a model the extension keeps no statistics of answers 404: none)
                 self.missed.append(f"{target.endpoint}: the server's statistics of {target.model} {stage} the run "
                                    f"were not had ({target.stats_base}: {self._why}); its counts are not known")
             return None

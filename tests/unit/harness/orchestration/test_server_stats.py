@@ -62,3 +62,30 @@ def test_a_slow_server_gives_its_snapshots_and_one_that_never_answers_is_a_warni
         assert layout.metrics_scrape("embed", "after").exists() and len(recorder.missed) == 2
     finally:
         recorder.close()
+
+
+def test_a_model_the_statistics_extension_does_not_keep_is_no_warning(tmp_path):
+    """The embedded server's statistics extension answers 404 for its generative models (they have none): nothing is
+    missed. A statistics server that does not answer at all is a warning."""
+    class _NotFound(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base, gone = f"http://127.0.0.1:{server.server_address[1]}", f"http://127.0.0.1:{free_port()}"
+    recorder = ServerStatsRecorder(RunLayout(tmp_path), [StatsTarget("llm", "synthetic_lm", "embedded", base, None),
+                                                         StatsTarget("mlp", "mlp", "triton", gone, None)], 1.0)
+    try:
+        recorder.snapshot("before")
+        [missed] = recorder.missed
+        assert missed.startswith(f"mlp: the server's statistics of mlp before the run were not had ({gone}: Connect")
+    finally:
+        recorder.close()
+        server.shutdown()
+        server.server_close()
