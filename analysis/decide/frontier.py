@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 from scipy.optimize import isotonic_regression
 
-from tailrace.analysis.decide.capacity_search import FAIL, PASS, UNDECIDED, classify_trial
+from tailrace.analysis.decide.capacity_search import FAIL, GENERATOR_LIMIT, PASS, UNDECIDED, classify_trial
 from tailrace.analysis.read.frames import strings
 from tailrace.analysis.stats.estimators import clopper_pearson
 from tailrace.analysis.stats.outcomes.accuracy import trend
@@ -165,21 +166,30 @@ def tier_edges(points: Sequence[SweepPoint], tiers: Sequence[str], tolerance: fl
             hi = (min((x for x in (*fails, *open_) if x > lo), default=None) if lo is not None
                   else min(fails, default=None))
             within = lo is not None and hi is not None and (hi - lo) <= tolerance * hi
+            limited = {load for load, seen in outcomes.items() if GENERATOR_LIMIT in seen}
             out.append(TierEdge(config=config, tier=tier, highest_pass=lo, lowest_fail=hi, within_tolerance=within,
-                                note=_edge_note(lo, hi, hi in fails, [x for x in open_ if lo is None or x < lo])))
+                                note=_edge_note(lo, hi, hi in fails, [x for x in open_ if lo is None or x < lo],
+                                                limited)))
     return out
 
 
-def _edge_note(lo: float | None, hi: float | None, failed: bool, undecided: list[float]) -> str:
+def _edge_note(lo: float | None, hi: float | None, failed: bool, undecided: list[float],
+               limited: AbstractSet[float] = frozenset()) -> str:
     """An edge in words: what held, the load above it that did not (`failed`: it failed, else it could not be
-    decided), and the other loads that could not be decided (below the edge, or every one where none passed)."""
+    decided, or the generator fell behind there: `limited`), and the other loads that could not be decided (below
+    the edge, or every one where none passed)."""
     note = "no load passed" if lo is None else f"holds up to {lo:g}"
     if hi is not None:
-        note += f", fails at {hi:g}" if failed else f", undecided at {hi:g}"
+        note += f", fails at {hi:g}" if failed else (
+            f", the generator fell behind at {hi:g}" if hi in limited else f", undecided at {hi:g}")
     elif lo is not None:
         note += ", the highest load tried"
-    if undecided:
+    behind = [x for x in undecided if x in limited]
+    if undecided := [x for x in undecided if x not in limited]:
         note += f"; undecided at {', '.join(f'{x:g}' for x in undecided)} (too few requests to decide)"
+    if behind:
+        note += (f"; the generator fell behind at {', '.join(f'{x:g}' for x in behind)} (its load not sent as asked: "
+                 "not the server's answer)")
     return note
 
 

@@ -158,6 +158,11 @@ def test_a_load_too_low_to_decide_does_not_void_the_passes_above_it():
     assert (edges["b"].highest_pass, edges["b"].lowest_fail) == (None, 8)
     assert edges["b"].note == "no load passed, fails at 8; undecided at 2, 4 (too few requests to decide)"
     assert (edges["c"].highest_pass, edges["c"].lowest_fail) == (None, 2)  # a failure below a pass: nothing held
+    behind = answers.tier_edges([point(1, "e", 2, {"i": "generator-limit"}), point(2, "e", 4, {"i": "pass"}),
+                                 point(3, "e", 8, {"i": "generator-limit"})], ["i"], 0.1)[0]
+    assert (behind.highest_pass, behind.lowest_fail) == (4, 8)  # the bracket closed where the generator fell behind
+    assert behind.note == ("holds up to 4, the generator fell behind at 8; the generator fell behind at 2 (its load "
+                           "not sent as asked: not the server's answer)")
     assert (edges["d"].highest_pass, edges["d"].lowest_fail) == (4, 8)  # undecided above: the bracket's top
     assert edges["d"].note.startswith("holds up to 4, undecided at 8")
     assert answers.recommendation(list(edges.values()), ["i"], "req/s")[0].startswith("i: a holds 12 req/s; d holds 4")
