@@ -92,8 +92,6 @@ class ServerStatsRecorder:
         self.layout, self.targets, self.interval_s = layout, targets, interval_s
         self._next = time.monotonic() + interval_s
         self._clients: dict[Tls | None, httpx.Client] = {}
-        self._timeout_s = PERIODIC_TIMEOUT_S
-        self._why = ""  # why the last GET had no answer
         self.missed: list[str] = []
 
     def _client(self, target: StatsTarget, url: str) -> httpx.Client:
@@ -105,32 +103,32 @@ class ServerStatsRecorder:
         return self._clients[tls]
 
 
-    def _get(self, target: StatsTarget, url: str) -> httpx.Response | None:
-        """GET `url`; once more on a kept-alive connection the server had closed (a server closes it after an
-        error of its own: the next scrape must not be lost with it); None when it cannot be had."""
-        for attempt in (1, 2):
+    def _get(self, target: StatsTarget, url: str, stage: str | None) -> tuple[httpx.Response | None, str]:
+        """GET `url` (waiting longer for a snapshot's `stage` than during the load); once more on a kept-alive
+        connection the server had closed (a server closes it after an error of its own: the next scrape must not be
+        lost with it). (the response, or None when it cannot be had; why not, or "")."""
+        timeout = PERIODIC_TIMEOUT_S if stage is None else SNAPSHOT_TIMEOUT_S
+        why = ""
+        for _ in (1, 2):
             try:
-                r = self._client(target, url).get(url, headers=target.headers(), timeout=self._timeout_s)
-                self._why = "" if r.status_code == 200 else f"HTTP {r.status_code}"
-                return r
+                r = self._client(target, url).get(url, headers=target.headers(), timeout=timeout)
+                return r, "" if r.status_code == 200 else f"HTTP {r.status_code}"
             except httpx.RemoteProtocolError as exc:
-                self._why = f"{type(exc).__name__}: {exc}"
-                if attempt == 2:
-                    return None
+                why = f"{type(exc).__name__}: {exc}"
+            except httpx.TimeoutException as exc:
+                return None, f"{type(exc).__name__} after {timeout:g} s"
             except httpx.HTTPError as exc:
-                self._why = f"{type(exc).__name__} after {self._timeout_s:g} s" if isinstance(
-                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {exc}"
-                return None
-        return None
+                return None, f"{type(exc).__name__}: {exc}"
+        return None, why
 
     def _stats(self, target: StatsTarget, stage: str | None = None) -> dict | None:
         if not target.stats_base:
             return None
-        r = self._get(target, f"{target.stats_base}/v2/models/{target.model}/stats")
+        r, why = self._get(target, f"{target.stats_base}/v2/models/{target.model}/stats", stage)
         if r is None or r.status_code != 200:
             if r is None and stage is not None:  # (a model the extension keeps no statistics of answers 404: none)
                 self.missed.append(f"{target.endpoint}: the server's statistics of {target.model} {stage} the run "
-                                   f"were not had ({target.stats_base}: {self._why}); its counts are not known")
+                                   f"were not had ({target.stats_base}: {why}); its counts are not known")
             return None
         return {"t_ns": time.time_ns(), "server": target.stats_base, "kind": target.kind, "model": target.model,
                 "model_stats": r.json().get("model_stats", [])}
@@ -138,17 +136,17 @@ class ServerStatsRecorder:
     def _metrics(self, target: StatsTarget, stage: str | None = None) -> str | None:
         if not target.metrics_url:
             return None
-        r = self._get(target, target.metrics_url)
+        r, why = self._get(target, target.metrics_url, stage)
         if r is not None and r.status_code == 200:
             return r.text
         if stage is not None:
             self.missed.append(f"{target.endpoint}: the server's metrics {stage} the run were not scraped "
-                               f"({target.metrics_url}: {self._why}); the change of its counters is not known")
+                               f"({target.metrics_url}: {why}); the change of its counters is not known")
         return None
 
     def _scrape(self, stage: str | None = None) -> list[tuple[StatsTarget, dict | None, str | None]]:
         """Statistics and metrics per target, asking each server once for endpoints that share it (`stage`: a
-        snapshot's, "before" or "after", whose misses are said)."""
+        snapshot's, "before" or "after": waited for longer, its misses said)."""
         stats_cache: dict[tuple, dict | None] = {}
         metrics_cache: dict[str | None, str | None] = {}
         out = []
@@ -163,12 +161,7 @@ class ServerStatsRecorder:
 
     def snapshot(self, stage: str) -> None:
         """`stage` is "before" or "after": full statistics and the verbatim metrics scrape."""
-        self._timeout_s = SNAPSHOT_TIMEOUT_S
-        try:
-            scraped = self._scrape(stage)
-        finally:
-            self._timeout_s = PERIODIC_TIMEOUT_S
-        for t, stats, text in scraped:
+        for t, stats, text in self._scrape(stage):
             if stats is not None:
                 write_atomic(self.layout.stats_snapshot(t.endpoint, stage), json.dumps(stats))
             if text is not None:
